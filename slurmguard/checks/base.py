@@ -1,0 +1,78 @@
+"""What a check is: a name, the data sources it reads, and a pure function of them.
+
+A hook gathers each source once (one NVML pass, one kernel-log read, one sysfs walk) into a
+snapshot; every check then reads that snapshot and its area's params and returns one
+:class:`~slurmguard.health.CheckResult`. Checks never touch the world themselves, so they are
+tested with hand-built inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmguard.health import CheckResult
+
+# Data sources: name -> "module:function". Imported lazily, only when an enabled check needs
+# one, so the hook path never imports what it does not use. A gather function takes
+# (cfg: Config, ctx: GatherContext) and returns the source's data, raising
+# slurmguard.errors.Unsupported when the source does not exist on this node.
+SOURCES: dict[str, str] = {
+    "nvml": "slurmguard.adapters.nvml:gather",
+    "kmsg": "slurmguard.adapters.kmsg:gather",
+    "ib": "slurmguard.adapters.sysfs:gather_ib",
+    "fs": "slurmguard.adapters.fs:gather",
+    "host": "slurmguard.adapters.host:gather",
+    "procs": "slurmguard.adapters.host:gather_procs",
+    "timesync": "slurmguard.adapters.host:gather_timesync",
+    "munge": "slurmguard.adapters.host:gather_munge",
+}
+
+
+@dataclass(frozen=True)
+class GatherContext:
+    """What a gather function may know besides config: which node, which hook, the deadline."""
+
+    node: str
+    hook: str
+    deadline: float  # time.monotonic() value by which the gather must be done
+    job_id: str | None = None
+    job_uid: int | None = None
+
+
+@dataclass
+class CheckContext:
+    """The inputs of one check: its area's params, the gathered sources, its saved state."""
+
+    params: Mapping[str, Any]
+    sources: Mapping[str, Any]
+    previous: Mapping[str, Any] = field(default_factory=dict)
+    now: float = 0.0  # wall-clock time (time.time()) of the run
+    hook: str = "check"
+    node: str = ""
+    new_state: dict[str, Any] = field(default_factory=dict)  # written here, saved for next run
+
+
+CheckFn = Callable[[CheckContext], CheckResult]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str  # kebab-case, stable: it is stored and appears in drain reasons
+    area: str  # config table checks.<area>
+    sources: tuple[str, ...]
+    run: CheckFn
+    summary: str  # one line for `slurmguard checks` and docs
+
+
+def check(name: str, area: str, sources: tuple[str, ...], summary: str) -> Callable[[CheckFn], Check]:
+    """Decorator turning a function of CheckContext into a registered-able Check."""
+
+    def wrap(fn: CheckFn) -> Check:
+        for s in sources:
+            if s not in SOURCES:
+                raise RuntimeError(f"check {name}: unknown source {s}")
+        return Check(name, area, sources, fn, summary)
+
+    return wrap

@@ -1,0 +1,11 @@
+"""Checks of area 'gpu' (placeholder until the area's checks land)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurmguard.checks.base import Check
+
+AREA = "gpu"
+PARAMS: dict[str, Any] = {}
+CHECKS: list[Check] = []

@@ -1,0 +1,333 @@
+"""Configuration: TOML, declared once, validated at load with the key path in every error.
+
+Files, in order (later wins): built-in defaults, ``/etc/slurmguard/slurmguard.toml`` (or
+``$SLURMGUARD_CONFIG``), then ``conf.d/*.toml`` beside it in name order. ``[[group]]`` tables
+select nodes with a ClusterShell NodeSet pattern and override any key for those nodes::
+
+    [checks.gpu]
+    expected_count = 8
+
+    [[group]]
+    nodes = "cpu[001-032]"
+    checks.gpu.expected_count = 0
+
+Each feature declares its keys in :data:`SCHEMA` with a default and a type; an unknown key or
+a value of the wrong type fails the whole load with a message such as
+``checks.gpu.expected_count: expected an integer, got "eight"``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurmguard.errors import ConfigError
+
+DEFAULT_PATH = "/etc/slurmguard/slurmguard.toml"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One config key: its type name, default, and an optional extra check."""
+
+    kind: str  # str, int, float, bool, list[str], list[int], choice, path, table
+    default: Any
+    doc: str = ""
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    validate: Callable[[Any], str | None] | None = None  # returns a problem or None
+
+
+def Str(default: str, doc: str = "") -> Field:
+    return Field("str", default, doc)
+
+
+def AbsPath(default: str, doc: str = "") -> Field:
+    return Field("path", default, doc)
+
+
+def Int(default: int, doc: str = "", minimum: float | None = 0) -> Field:
+    return Field("int", default, doc, minimum=minimum)
+
+
+def Float(default: float, doc: str = "", minimum: float | None = 0) -> Field:
+    return Field("float", default, doc, minimum=minimum)
+
+
+def Bool(default: bool, doc: str = "") -> Field:
+    return Field("bool", default, doc)
+
+
+def StrList(default: Iterable[str], doc: str = "") -> Field:
+    return Field("list[str]", list(default), doc)
+
+
+def IntList(default: Iterable[int], doc: str = "") -> Field:
+    return Field("list[int]", list(default), doc)
+
+
+def Choice(default: str, choices: Iterable[str], doc: str = "") -> Field:
+    return Field("choice", default, doc, choices=tuple(choices))
+
+
+def Table(doc: str = "") -> Field:
+    """A free-form table (e.g. a name mapping); values must be strings."""
+    return Field("table", {}, doc)
+
+
+Schema = Mapping[str, "Field | Schema"]
+
+# ---------------------------------------------------------------------------------------------
+# The schema. Check areas add theirs from slurmguard.checks (each area module's PARAMS).
+
+_SLURM: Schema = {
+    "scontrol": AbsPath("/usr/bin/scontrol", "absolute path of scontrol"),
+    "sinfo": AbsPath("/usr/bin/sinfo"),
+    "squeue": AbsPath("/usr/bin/squeue"),
+    "sacct": AbsPath("/usr/bin/sacct"),
+    "sbatch": AbsPath("/usr/bin/sbatch"),
+    "timeout": Float(10.0, "seconds before a Slurm command is killed", minimum=0.1),
+}
+
+_HOOKS: Schema = {
+    "budget": Float(20.0, "total seconds a hook may take, checks included", minimum=0.5),
+    "check_timeout": Float(10.0, "seconds one data source or check may take", minimum=0.1),
+    "prolog": StrList(
+        ["gpu-count", "gpu-lost", "gpu-ecc", "gpu-remap", "gpu-thermal", "gpu-nvlink",
+         "gpu-xid", "ib-link", "fs-mount", "host-memory", "host-cpus"],
+        "checks run by `slurmguard prolog`",
+    ),
+    "epilog": StrList(
+        ["gpu-count", "gpu-lost", "gpu-ecc", "gpu-remap", "gpu-xid", "ib-link", "fs-mount",
+         "host-leftover-procs"],
+        "checks run by `slurmguard epilog`",
+    ),
+    "healthcheck": StrList(["all"], "checks run by `slurmguard healthcheck` ('all' = every check)"),
+    "check": StrList(["all"], "checks run by `slurmguard check`"),
+    "drain_on_degraded": Bool(False, "drain for `degraded` results too"),
+    "drain_on_error": Bool(False, "never set this in production: drain when a checker fails"),
+    "state_dir": Str("/var/lib/slurmguard", "where per-check state (last XID seen, counters) lives"),
+    "report_url": Str("", "ingest URL of `slurmguard serve`, e.g. http://ctld:8742/ingest"),
+    "token_file": Str("/etc/slurmguard/token", "shared ingest token (root/SlurmUser only)"),
+    "spool_dir": Str("/var/spool/slurmguard", "where results wait while serve is unreachable"),
+    "spool_max": Int(10000, "records kept in the spool at most (oldest dropped first)", minimum=1),
+    "report_timeout": Float(2.0, "seconds to wait for serve before spooling", minimum=0.1),
+    "log_file": Str("", "append one line per hook run here (empty: stderr only)"),
+}
+
+SCHEMA: dict[str, Any] = {
+    "slurm": _SLURM,
+    "hooks": _HOOKS,
+    "checks": {"disabled": StrList([], "check names never run")},
+}
+
+
+def register_section(path: str, fields: Schema) -> None:
+    """Add a section's keys (``"checks.gpu"``) to the schema; a second registration fails."""
+    node: dict[str, Any] = SCHEMA
+    parts = path.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    if parts[-1] in node:
+        raise RuntimeError(f"config section {path} registered twice")
+    node[parts[-1]] = dict(fields)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class Config:
+    """Validated configuration. ``cfg["checks.gpu.expected_count"]`` or ``cfg.section("hooks")``."""
+
+    def __init__(self, data: dict[str, Any], groups: list[tuple[str, dict[str, Any]]],
+                 sources: list[str]) -> None:
+        self._data = data
+        self._groups = groups
+        self.sources = sources
+
+    def __getitem__(self, dotted: str) -> Any:
+        node: Any = self._data
+        for part in dotted.split("."):
+            node = node[part]
+        return node
+
+    def section(self, dotted: str) -> dict[str, Any]:
+        value = self[dotted]
+        if not isinstance(value, dict):
+            raise KeyError(dotted)
+        return value
+
+    def as_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(self._data)
+
+    def for_node(self, node: str | None) -> Config:
+        """The config with every ``[[group]]`` whose ``nodes`` pattern holds ``node`` applied."""
+        if not node or not self._groups:
+            return self
+        from ClusterShell.NodeSet import NodeSet  # only when groups exist
+
+        data = copy.deepcopy(self._data)
+        for pattern, overrides in self._groups:
+            if node in NodeSet(pattern):
+                _merge(data, overrides)
+        return Config(data, [], self.sources)
+
+
+def defaults() -> dict[str, Any]:
+    _ensure_check_params()
+    return _defaults_of(SCHEMA)
+
+
+def load(path: str | None = None, *, env: Mapping[str, str] | None = None) -> Config:
+    """Load and validate the layered configuration; raises ConfigError naming key and value."""
+    _ensure_check_params()
+    env = os.environ if env is None else env
+    main = Path(path or env.get("SLURMGUARD_CONFIG") or DEFAULT_PATH)
+    files: list[Path] = []
+    if main.exists() or path or env.get("SLURMGUARD_CONFIG"):
+        files.append(main)
+    confd = main.parent / "conf.d"
+    if confd.is_dir():
+        files.extend(sorted(confd.glob("*.toml")))
+    data = _defaults_of(SCHEMA)
+    groups: list[tuple[str, dict[str, Any]]] = []
+    for f in files:
+        raw = _read_toml(f)
+        for i, group in enumerate(raw.pop("group", []) or []):
+            where = f"group[{i}]"
+            if not isinstance(group, dict):
+                raise ConfigError(f"{f}: {where}: expected a table")
+            pattern = group.pop("nodes", None)
+            if not isinstance(pattern, str) or not pattern.strip():
+                raise ConfigError(f"{f}: {where}.nodes: expected a NodeSet pattern such as \"gpu[001-064]\", got {_show(pattern)}")
+            _check_nodeset(f, where, pattern)
+            groups.append((pattern, _validate(group, SCHEMA, "", f)))
+        _merge(data, _validate(raw, SCHEMA, "", f))
+    return Config(data, groups, [str(f) for f in files])
+
+
+def _read_toml(f: Path) -> dict[str, Any]:
+    try:
+        with open(f, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{f}: no such config file") from None
+    except PermissionError:
+        raise ConfigError(f"{f}: permission denied") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{f}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{f}: cannot read: {exc.strerror}") from None
+
+
+def _check_nodeset(f: Path, where: str, pattern: str) -> None:
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+    try:
+        NodeSet(pattern)
+    except (NodeSetParseError, ValueError) as exc:
+        raise ConfigError(f"{f}: {where}.nodes: not a NodeSet pattern: {_show(pattern)} ({exc})") from None
+
+
+def _defaults_of(schema: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, spec in schema.items():
+        out[key] = copy.deepcopy(spec.default) if isinstance(spec, Field) else _defaults_of(spec)
+    return out
+
+
+def _merge(into: dict[str, Any], new: Mapping[str, Any]) -> None:
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict) and key not in _TABLE_KEYS:
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+
+
+_TABLE_KEYS: set[str] = set()
+
+
+def _validate(raw: Mapping[str, Any], schema: Mapping[str, Any], prefix: str, f: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        path = f"{prefix}{key}"
+        spec = schema.get(key)
+        if spec is None:
+            raise ConfigError(f"{path}: unknown key (in {f})")
+        if isinstance(spec, Field):
+            out[key] = _coerce(spec, value, path, f)
+        else:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: expected a table, got {_show(value)} (in {f})")
+            out[key] = _validate(value, spec, path + ".", f)
+    return out
+
+
+def _coerce(spec: Field, value: Any, path: str, f: Path) -> Any:
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(f"{path}: expected {expected}, got {_show(value)} (in {f})")
+
+    kind = spec.kind
+    if kind in ("str", "path", "choice"):
+        if not isinstance(value, str):
+            raise bad("a string")
+        if kind == "path" and not value.startswith("/"):
+            raise bad("an absolute path")
+        if kind == "choice" and value not in spec.choices:
+            raise bad("one of " + ", ".join(spec.choices))
+    elif kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad("an integer")
+    elif kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad("a number")
+        value = float(value)
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            raise bad("true or false")
+    elif kind == "list[str]":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad("a list of strings")
+    elif kind == "list[int]":
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            raise bad("a list of integers")
+    elif kind == "table":
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise bad("a table of strings")
+    if spec.minimum is not None and kind in ("int", "float") and value < spec.minimum:
+        raise bad(f"a number >= {spec.minimum:g}")
+    if spec.validate is not None:
+        problem = spec.validate(value)
+        if problem:
+            raise ConfigError(f"{path}: {problem}, got {_show(value)} (in {f})")
+    return value
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        text = value if len(value) <= 60 else value[:57] + "..."
+        return '"' + text.replace("\n", "\\n") + '"'
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_check_params_done = False
+
+
+def _ensure_check_params() -> None:
+    """Pull each check area's PARAMS into the schema (check modules are light: no adapters)."""
+    global _check_params_done
+    if _check_params_done:
+        return
+    _check_params_done = True
+    from slurmguard.checks import AREA_PARAMS
+
+    for area, fields in AREA_PARAMS.items():
+        register_section(f"checks.{area}", fields)
