@@ -123,7 +123,11 @@ _HOOKS: Schema = {
 SCHEMA: dict[str, Any] = {
     "slurm": _SLURM,
     "hooks": _HOOKS,
-    "checks": {"disabled": StrList([], "check names never run")},
+    "checks": {
+        "disabled": StrList([], "check names never run"),
+        "site_modules": StrList(
+            [], "Python modules with site-specific checks: each exports CHECKS (and SOURCES)"),
+    },
 }
 
 
