@@ -141,7 +141,11 @@ _TRIAGE: Schema = {
 SCHEMA: dict[str, Any] = {
     "slurm": _SLURM,
     "hooks": _HOOKS,
-    "checks": {"disabled": StrList([], "check names never run")},
+    "checks": {
+        "disabled": StrList([], "check names never run"),
+        "site_modules": StrList(
+            [], "Python modules with site-specific checks: each exports CHECKS (and SOURCES)"),
+    },
     "triage": _TRIAGE,
 }
 
