@@ -116,3 +116,17 @@ def test_hook_path_imports_no_heavy_module(tmp_path):
     assert "slurmguard.hooks" in imported, p.stderr[-2000:]
     heavy = sorted(m for m in imported if m.split(".")[0] in HEAVY)
     assert heavy == [], f"heavy modules on the hook path: {heavy}"
+
+
+def test_hook_fast_path_skips_click_but_help_still_works(tmp_path):
+    env = sg_env(SLURMD_NODENAME="n1", SLURMGUARD_CONFIG=str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text(f'[hooks]\nstate_dir = "{tmp_path}/s"\nprolog = []\n')
+    p = run_sg("prolog", "--json", env=env | {"PYTHONPROFILEIMPORTTIME": "1"})
+    imported = {line.split("|")[-1].strip() for line in p.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert p.returncode == 0 and json.loads(p.stdout)["hook"] == "prolog"
+    assert "click" not in imported
+    h = run_sg("prolog", "--help", env=env)
+    assert h.returncode == 0 and "Example:" in h.stdout
+    bad = run_sg("prolog", "--bogus", env=env)
+    assert bad.returncode == 2 and "No such option" in bad.stderr
