@@ -171,7 +171,11 @@ SCHEMA: dict[str, Any] = {
     "serve": _SERVE,
     "policy": _POLICY,
     "gate": _GATE,
-    "checks": {"disabled": StrList([], "check names never run")},
+    "checks": {
+        "disabled": StrList([], "check names never run"),
+        "site_modules": StrList(
+            [], "Python modules with site-specific checks: each exports CHECKS (and SOURCES)"),
+    },
 }
 
 
