@@ -244,8 +244,14 @@ def test_no_driver_is_unsupported(tmp_path: Path) -> None:
     cfg = config.load(str(write_config(tmp_path / "c.toml", {
         "checks.xid.source": "file", "checks.xid.file": str(log),
         "checks.xid.nvidia_proc_root": str(tmp_path / "absent")})))
+    append_kmsg(log, "slurmguard-test Xid-reader-marker")  # mentions Xid, is no Xid line
     with pytest.raises(Unsupported):
         kmsg.gather(cfg, GatherContext("n1", "check", time.monotonic() + 5))
+    # a real Xid line without the driver's /proc tree (driver failed to load back): reported
+    inject_xid(log, DEFAULT_GPUS[0], 79, "GPU has fallen off the bus.")
+    got = kmsg.gather(cfg, GatherContext("n1", "check", time.monotonic() + 5))
+    r = gpu_xid.run(CheckContext(cfg.section("checks.xid"), {"kmsg": got}, {}, time.time()))
+    assert r.reason == "GPU ? (PCI 0000:18:00) Xid 79: GPU has fallen off the bus"
 
 
 def test_real_dev_kmsg(tmp_path: Path) -> None:

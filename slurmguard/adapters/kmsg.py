@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmguard.checks.base import GatherContext
+from slurmguard.checks.xid import normalize_pci, parse_xid_line
 from slurmguard.config import Config
 from slurmguard.errors import CommandError, SlurmguardError, Unsupported
 from slurmguard.proc import run_command
@@ -66,7 +67,7 @@ def gather(cfg: Config, ctx: GatherContext) -> KernelLog:
     else:
         log = _read_journal(p, ctx)
     log = KernelLog(log.kind, log.identity, log.end_pos, log.records, gpus, log.scanned)
-    if not gpus_root.is_dir() and not log.records:
+    if not gpus_root.is_dir() and not any(parse_xid_line(r.text) for r in log.records):
         # No driver loaded and no Xid ever logged: a CPU node. (With Xids present we report
         # them even without the /proc tree: a driver that failed to come back is a fault.)
         raise Unsupported(f"no NVIDIA driver ({gpus_root} absent)")
@@ -93,8 +94,6 @@ def read_gpu_map(root: Path) -> dict[str, int]:
 
 def _bus_key(name: str) -> str:
     # "0000:3b:00.0" -> "0000:3b:00", the form Xid lines use
-    from slurmguard.checks.xid import normalize_pci
-
     return normalize_pci(name)
 
 
