@@ -120,9 +120,17 @@ _HOOKS: Schema = {
     "log_file": Str("", "append one line per hook run here (empty: stderr only)"),
 }
 
+_REQUEUE: Schema = {
+    "interval": Float(2.0, "seconds between polls of the requeue watcher", minimum=0.2),
+    "max_requeues": Int(3, "node-fault recoveries per job at most (then left to Slurm)"),
+    "state_file": Str("/var/lib/slurmguard/requeue-watch.json",
+                      "where the watcher remembers where jobs ran ('' for memory only)"),
+}
+
 SCHEMA: dict[str, Any] = {
     "slurm": _SLURM,
     "hooks": _HOOKS,
+    "requeue": _REQUEUE,
     "checks": {"disabled": StrList([], "check names never run")},
 }
 

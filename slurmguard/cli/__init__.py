@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "checks": "slurmguard.cli.hooks:checks_cmd",
     "config": "slurmguard.cli.hooks:config_cmd",
     "run": "slurmguard.cli.run:run_cmd",
+    "requeue": "slurmguard.cli.requeue:requeue_grp",
 }
 
 
