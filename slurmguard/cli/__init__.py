@@ -25,12 +25,9 @@ COMMANDS: dict[str, str] = {
     "healthcheck": "slurmguard.cli.hooks:healthcheck_cmd",
     "checks": "slurmguard.cli.hooks:checks_cmd",
     "config": "slurmguard.cli.hooks:config_cmd",
-<<<<<<< HEAD
+    "triage": "slurmguard.cli.triage:triage_cmd",
     "run": "slurmguard.cli.run:run_cmd",
     "requeue": "slurmguard.cli.requeue:requeue_grp",
-=======
-    "triage": "slurmguard.cli.triage:triage_cmd",
->>>>>>> main
 }
 
 
