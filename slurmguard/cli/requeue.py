@@ -76,8 +76,13 @@ def watch_cmd(ctx: click.Context, once: bool, interval: float | None, max_requeu
       slurmguard requeue watch --once --state-file /var/lib/slurmguard/requeue.json --json
     """
     from slurmguard import config
-    from slurmguard.adapters.slurm import SlurmCLI
+    from slurmguard.errors import SlurmguardError
     from slurmguard.requeue import Watcher
+
+    try:
+        from slurmguard.adapters.slurm import SlurmCLI
+    except ImportError as exc:
+        raise SlurmguardError(f"the Slurm adapter is missing from this install: {exc}") from None
 
     cfg = config.load((ctx.obj or {}).get("config_path"))
     sec = cfg.section("requeue")
