@@ -61,7 +61,12 @@ def reconcile_cmd(ctx: click.Context, mode: str, nodes: str | None, as_json: boo
     """
     from slurmguard import config
     from slurmguard.adapters.k8s import KubeNodes
-    from slurmguard.adapters.slurm import SlurmCLI
+    from slurmguard.errors import SlurmguardError
+
+    try:
+        from slurmguard.adapters.slurm import SlurmCLI
+    except ImportError as exc:
+        raise SlurmguardError(f"the Slurm adapter is missing from this install: {exc}") from None
     from slurmguard.reconcile.apply import Reconciler
     from slurmguard.reconcile.metrics import Metrics
 
