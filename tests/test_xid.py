@@ -305,3 +305,17 @@ def test_journal_source(node: dict[str, Path]) -> None:
     log = kmsg.gather(cfg, GatherContext("n1", "check", time.monotonic() + 10))
     assert log.kind == "journal" and log.identity
     assert all(r.wall is not None for r in log.records)
+
+
+@given(st.text())
+@settings(max_examples=300, deadline=None)
+def test_log_line_parsers_never_raise(text: str) -> None:
+    kmsg.parse_kmsg_record(text)
+    wall, msg = kmsg.parse_log_line(text, 1_700_000_000.0, time.time())
+    assert isinstance(msg, str)
+
+
+@given(seq=st.integers(0, 2**63), usec=st.integers(0, 2**40), msg=_msg)
+@settings(max_examples=200, deadline=None)
+def test_kmsg_record_round_trip(seq: int, usec: int, msg: str) -> None:
+    assert kmsg.parse_kmsg_record(f"6,{seq},{usec},-;{msg}\n SUBSYSTEM=pci\n") == (seq, usec, msg)
