@@ -25,6 +25,11 @@ COMMANDS: dict[str, str] = {
     "healthcheck": "slurmguard.cli.hooks:healthcheck_cmd",
     "checks": "slurmguard.cli.hooks:checks_cmd",
     "config": "slurmguard.cli.hooks:config_cmd",
+    "db": "slurmguard.cli.db:db_cmd",
+    "triage": "slurmguard.cli.triage:triage_cmd",
+    "run": "slurmguard.cli.run:run_cmd",
+    "requeue": "slurmguard.cli.requeue:requeue_grp",
+    "reconcile": "slurmguard.cli.reconcile:reconcile_cmd",
 }
 
 
