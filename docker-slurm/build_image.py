@@ -12,8 +12,9 @@ whose tag already exists is skipped, so the e2e suite and CI build once and reus
 The context is assembled in a temporary directory: wheels of slurmguard and its
 dependencies built on the host (pip inside a container cannot reach PyPI where TLS is
 intercepted; sites without internet pass ``--find-links DIR``), the stand-in
-``libnvidia-ml.so.1`` compiled with the host's gcc (same glibc as bookworm), and the
-checkout's prolog/ and epilog/ scripts. The build runs with ``--network host`` because the
+``libnvidia-ml.so.1`` compiled with the host's gcc by tests/fakehw/nvml.py (Debian 12's
+glibc, the same as bookworm's), the fixture writers of tests/fakehw for ``sg-fault``, and
+the checkout's prolog/ and epilog/ entry scripts. The build runs with ``--network host`` because the
 engine may run without a default bridge (see docs/docker.md).
 """
 
@@ -33,10 +34,12 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 IMAGE = "slurmguard-node"
 # What goes into the image; any change to these files gives a new tag.
-DOCKER_FILES = ("Dockerfile", "entrypoint.sh", "docker-hook", "slurm.conf.in")
-FAKE_NVML_SRC = REPO / "tests" / "fakehw" / "libnvml.c"
-RUNTIME_GLOBS = ("prolog/*", "epilog/*", "pyproject.toml", "docker-slurm/etc/**/*",
-                 "tests/fakehw/libnvml.c", "tests/fakehw/*.h")
+DOCKER_FILES = ("Dockerfile", "entrypoint.sh", "sg-fault", "slurm.conf.in")
+FAKEHW = REPO / "tests" / "fakehw"
+# tests/fakehw modules copied into the image for sg-fault (the suite's own record writers).
+FAKEHW_MODULES = ("kmsg.py", "nvml.py", "libnvml.c", "minijson.h")
+RUNTIME_GLOBS = ("prolog/*", "epilog/*", "pyproject.toml", "README.md", "docker-slurm/etc/**/*",
+                 *(f"tests/fakehw/{m}" for m in FAKEHW_MODULES))
 PACKAGE_GLOBS = ("slurmguard/**/*",)
 
 
@@ -85,28 +88,40 @@ def assemble_context(ctx: Path, find_links: list[str]) -> None:
     shutil.copy2(HERE / "Dockerfile", ctx / "Dockerfile")
     for name in DOCKER_FILES[1:]:
         shutil.copy2(HERE / name, inner / name)
-    pip = [sys.executable, "-m", "pip", "wheel", "--quiet", f"{REPO}[server]",
+    # Wheels from a clean copy of the package: setuptools reuses a build/ directory in the
+    # source tree, which could smuggle deleted modules into the wheel.
+    src = ctx / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        if (REPO / name).exists():
+            shutil.copy2(REPO / name, src / name)
+    shutil.copytree(REPO / "slurmguard", src / "slurmguard",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    pip = [sys.executable, "-m", "pip", "wheel", "--quiet", f"{src}[server]",
            "--wheel-dir", str(inner / "wheels")]
     for link in find_links:
         pip += ["--find-links", link]
-    # A build dir inside the checkout would be left behind; build from a copy-free tmp dir.
-    _run(pip, cwd=tempfile.gettempdir())
-    if FAKE_NVML_SRC.exists():
-        _run(["gcc", "-O2", "-shared", "-fPIC", "-Wall", "-o",
-              str(inner / "libnvidia-ml.so.1"), str(FAKE_NVML_SRC)])
+    _run(pip, cwd=str(ctx))
+    shutil.rmtree(src)
+    fakehw = inner / "fakehw"
+    fakehw.mkdir()
+    for name in FAKEHW_MODULES:
+        if (FAKEHW / name).exists():
+            shutil.copy2(FAKEHW / name, fakehw / name)
+    if (FAKEHW / "libnvml.c").exists():
+        # The suite's own build recipe (flags, soname) when it is there.
+        sys.path.insert(0, str(REPO / "tests"))
+        from fakehw.nvml import build_fake_nvml  # type: ignore[import-not-found]
+        libdir = build_fake_nvml(ctx / "nvml-build")
+        shutil.copy2(Path(libdir) / "libnvidia-ml.so.1", inner / "libnvidia-ml.so.1")
     hooks = inner / "hooks"
     for hook in ("prolog", "epilog"):
         (hooks / hook).mkdir(parents=True)
-        src = REPO / hook
-        if src.is_dir():
-            for f in sorted(src.iterdir()):
+        if (REPO / hook).is_dir():
+            for f in sorted((REPO / hook).iterdir()):
                 if f.is_file():
                     shutil.copy2(f, hooks / hook / f.name)
-    etc = inner / "etc"
-    if (HERE / "etc").is_dir():
-        shutil.copytree(HERE / "etc", etc)
-    else:
-        etc.mkdir()
+    shutil.copytree(HERE / "etc", inner / "etc")
 
 
 def build(force: bool = False, find_links: list[str] | None = None, quiet: bool = False,

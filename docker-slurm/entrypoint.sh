@@ -62,9 +62,9 @@ start_sshd() {
 render_slurm_conf() {
     local hc=""
     if [ -n "${SG_HEALTHCHECK_INTERVAL:-}" ]; then
-        hc="HealthCheckProgram=/usr/local/lib/slurmguard/docker-healthcheck
+        hc="HealthCheckProgram=/usr/lib/slurmguard/prolog/slurmguard-healthcheck
 HealthCheckInterval=${SG_HEALTHCHECK_INTERVAL}
-HealthCheckNodeState=ANY"
+HealthCheckNodeState=ANY,CYCLE"
     fi
     CLUSTER=${SG_CLUSTER:-sgdocker} CONTROLLER=$(hostname -s) NODES=${SG_NODES:-n[1-4]} \
     CPUS=${SG_CPUS:-2} MEMORY=${SG_MEMORY:-1000} CRED_EXPIRE=${SG_CRED_EXPIRE:-120} \
@@ -80,16 +80,36 @@ os.replace(tmp, dst)  # nodes never see a half-written file
 PY
 }
 
-# The stand-in NVML reads a JSON description of this node's GPUs. Made once per container;
-# tests rewrite it (docker exec) to inject faults.
-make_fake_gpus() {
-    local n=${SG_GPUS:-8} conf=/etc/slurmguard/fake-nvml.json
-    [ -f "$conf" ] && return 0
-    python3 - "$n" "$conf" <<'PY'
-import json, sys
-n, path = int(sys.argv[1]), sys.argv[2]
-gpus = [{"index": i, "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0"} for i in range(n)]
-json.dump({"gpus": gpus}, open(path, "w"), indent=1)
+# Simulated hardware (sg-fault): GPUs in the stand-in NVML's config and in a fixture copy of
+# /proc/driver/nvidia/gpus, an empty kernel-log fixture for Xid lines. The GPU count is told
+# to slurmguard's gpu checks, when this build has them, in conf.d/10-node.toml.
+# (The heredoc runs the installed slurmguard, or the checkout bind-mounted over it.)
+setup_fake_hw() {
+    local n=${SG_GPUS:-8}
+    /usr/local/bin/sg-fault init "$n"
+    /opt/slurmguard/bin/python - "$n" <<'PY'
+import sys
+try:
+    from slurmguard.checks import BY_NAME, gpu
+    from slurmguard.config import SCHEMA
+except Exception as exc:  # slurmguard broken: the hooks say so themselves; start anyway
+    print(f"entrypoint: slurmguard does not import: {exc}", file=sys.stderr)
+    sys.exit(0)
+lines = []
+if "expected_count" in getattr(gpu, "PARAMS", {}):
+    lines += ["[checks.gpu]", f"expected_count = {int(sys.argv[1])}", ""]
+# The hooks run the default checks that this build registers: a checkout whose defaults
+# name a check that has not landed yet would otherwise make every hook a checker error.
+missing = {h: [c for c in SCHEMA["hooks"][h].default if c not in BY_NAME and c != "all"]
+           for h in ("prolog", "epilog")}
+if any(missing.values()):
+    lines.append("[hooks]")
+    for hook, gone in missing.items():
+        keep = [c for c in SCHEMA["hooks"][hook].default if c not in gone]
+        lines.append(f"{hook} = {keep!r}".replace("'", '"'))
+        print(f"entrypoint: hooks.{hook}: not in this build: {gone}", file=sys.stderr)
+with open("/etc/slurmguard/conf.d/10-node.toml", "w") as f:
+    f.write("\n".join(lines) + "\n")
 PY
 }
 
@@ -106,7 +126,7 @@ controller)
     ;;
 node)
     start_munge
-    make_fake_gpus
+    setup_fake_hw
     start_sshd
     wait_for 120 "$SHARED/slurm.conf" test -s "$SHARED/slurm.conf"
     cp "$SHARED/slurm.conf" /etc/slurm/slurm.conf

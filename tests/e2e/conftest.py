@@ -20,9 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import require
-
 from dockercluster import REPO, DockerCluster
+from helpers import require
 
 sys.path.insert(0, str(REPO / "docker-slurm"))
 import build_image  # noqa: E402

@@ -21,6 +21,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -106,7 +107,7 @@ class DockerCluster:
              .with_command(role))
         for hook in ("prolog", "epilog"):
             if (REPO / hook).is_dir():
-                c.with_volume_mapping(str(REPO / hook), f"/usr/local/lib/slurmguard/hooks/{hook}",
+                c.with_volume_mapping(str(REPO / hook), f"/usr/lib/slurmguard/{hook}",
                                       "ro")
         for k, v in {**self.env, **extra_env}.items():
             c.with_env(k, v)
@@ -122,13 +123,20 @@ class DockerCluster:
             for name, n in self.gpus.items():
                 self.containers[name] = self._container("node", name, {"SG_GPUS": str(n)}).start()
             self.wait_ready(ready_timeout)
-        except BaseException:
+        except BaseException as exc:
+            # The containers go away with stop(): keep what they said.
+            logs = "\n".join(self.logs(name) for name in self.containers)
             self.stop(check=False)
-            raise
+            raise ClusterError(f"cluster did not start: {exc}\n{logs}") from exc
         return self
 
     def wait_ready(self, timeout: float = 180, nodes: list[str] | None = None) -> None:
         """`scontrol ping` answers UP and the nodes are idle (not drained, not down)."""
+        for name in self.containers:
+            w = self.wrapped(name)
+            w.reload()
+            if w.status == "exited":
+                raise ClusterError(f"container {name} exited\n{self.logs(name)}")
         wait_for("slurmctld to answer `scontrol ping`",
                  lambda: "UP" in self.sh("ctl", "scontrol ping", check=False), timeout,
                  context=lambda: self.logs("ctl"))
@@ -139,7 +147,7 @@ class DockerCluster:
 
     def stop(self, check: bool = True) -> None:
         """Remove every container and the network; with ``check``, assert none is left."""
-        for c in list(self.containers.values()):
+        def remove(c: DockerContainer) -> None:
             try:
                 w = c.get_wrapped_container()
                 w.reload()
@@ -148,6 +156,10 @@ class DockerCluster:
                 c.stop()
             except docker.errors.NotFound:
                 pass
+
+        # In parallel: with vfs, removing a container deletes a full copy of the image.
+        with ThreadPoolExecutor(max_workers=len(self.containers) or 1) as pool:
+            list(pool.map(remove, self.containers.values()))
         self.containers.clear()
         if self.network is not None:
             try:
@@ -182,8 +194,12 @@ class DockerCluster:
         return self.exec(where, ["bash", "-c", script], check=check)[1]
 
     def logs(self, where: str, lines: int = 30) -> str:
-        w = self.containers[where].get_wrapped_container()
-        return f"--- logs of {where} ---\n" + w.logs(tail=lines).decode(errors="replace")
+        try:
+            w = self.containers[where].get_wrapped_container()
+            text = w.logs(tail=lines).decode(errors="replace")
+        except docker.errors.DockerException as exc:
+            text = f"(no logs: {exc})"
+        return f"--- logs of {where} ---\n{text}"
 
     def node(self, name: str) -> dict[str, str]:
         out = self.sh("ctl", f"scontrol show node -o {shlex.quote(name)}", check=False)
