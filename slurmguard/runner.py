@@ -220,6 +220,27 @@ def _save_state(path: Path, state: dict[str, Any]) -> str | None:
         return one_line(f"cannot save check state to {path}: {exc.strerror or exc}")
 
 
+def forget_state(cfg: Config, names: Sequence[str]) -> list[str]:
+    """Drop the saved state of these checks (e.g. sticky Xids after a GPU reset).
+
+    Returns the names that had state. Unknown names are refused with a ConfigError.
+    """
+    known = {c.name for c in registry(cfg)[0]}
+    for n in names:
+        if n not in known:
+            raise ConfigError(f"--forget: unknown check {n!r} (see `slurmguard checks`)")
+    path = Path(cfg["hooks.state_dir"]) / STATE_FILE
+    state = _load_state(path)
+    had = [n for n in names if n in state]
+    for n in had:
+        del state[n]
+    if had:
+        problem = _save_state(path, state)
+        if problem:
+            raise ConfigError(problem)
+    return had
+
+
 def worst(results: Iterable[CheckResult]) -> Health:
     order = [Health.HEALTHY, Health.UNSUPPORTED, Health.DEGRADED, Health.ERROR, Health.UNHEALTHY]
     return max((r.health for r in results), key=order.index, default=Health.HEALTHY)

@@ -141,22 +141,47 @@ def run_xid(cfg_path: Path, previous: dict | None = None, now: float | None = No
     return gpu_xid.run(ctx), ctx.new_state
 
 
-def test_fallen_off_bus_is_unhealthy_once(node: dict[str, Path]) -> None:
+def test_fallen_off_bus_is_counted_once_and_sticky_until_reboot(node: dict[str, Path]) -> None:
+    boot = node["tmp"] / "boot_id"
+    boot.write_text("boot-1\n")
+    cfg = write_config(node["tmp"] / "sticky.toml", {
+        "checks.xid.source": "file", "checks.xid.file": str(node["log"]),
+        "checks.xid.nvidia_proc_root": str(node["gpus"]), "checks.xid.boot_id_path": str(boot),
+    })
     append_kmsg(node["log"], "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.90.07")
     inject_xid(node["log"], DEFAULT_GPUS[2], 79, "GPU has fallen off the bus.", pid=1234,
                name="python3")
-    r, state = run_xid(node["cfg"])
+    r, state = run_xid(cfg)
     assert r.health is Health.UNHEALTHY
     assert r.reason == "GPU 2 (PCI 0000:3a:00) Xid 79: GPU has fallen off the bus"
     assert r.details["events"][0]["gpu"] == 2
-    # the next run, with the saved cursor, does not count it again
-    r2, state2 = run_xid(node["cfg"], state)
-    assert r2.health is Health.HEALTHY and r2.details["new_xids"] == 0
-    # a new one after the cursor is counted
+    # the next run, with the saved cursor, does not count it again, but a draining Xid
+    # stays unhealthy for the rest of this boot (time does not fix a GPU off the bus)
+    r2, state2 = run_xid(cfg, state)
+    assert r2.details["new_xids"] == 0
+    assert r2.health is Health.UNHEALTHY and r2.details.get("sticky") is True
+    assert r2.reason == r.reason
+    # a new one after the cursor is counted and named first
     inject_xid(node["log"], DEFAULT_GPUS[7], 48, "An uncorrectable double bit error (DBE) ...")
-    r3, _ = run_xid(node["cfg"], state2)
+    r3, state3 = run_xid(cfg, state2)
     assert r3.health is Health.UNHEALTHY
-    assert r3.reason == "GPU 7 (PCI 0000:db:00) Xid 48: double bit ECC error"
+    assert r3.reason == "GPU 7 (PCI 0000:db:00) Xid 48: double bit ECC error (+1 more)"
+    # a reboot (new boot id) clears it
+    boot.write_text("boot-2\n")
+    r4, _ = run_xid(cfg, state3)
+    assert r4.health is Health.HEALTHY, r4
+
+
+def test_not_sticky_when_configured(node: dict[str, Path]) -> None:
+    cfg = write_config(node["tmp"] / "nosticky.toml", {
+        "checks.xid.source": "file", "checks.xid.file": str(node["log"]),
+        "checks.xid.nvidia_proc_root": str(node["gpus"]), "checks.xid.sticky": False,
+    })
+    inject_xid(node["log"], DEFAULT_GPUS[2], 79, "GPU has fallen off the bus.")
+    r, state = run_xid(cfg)
+    assert r.health is Health.UNHEALTHY
+    r2, _ = run_xid(cfg, state)
+    assert r2.health is Health.HEALTHY and r2.details["new_xids"] == 0
 
 
 def test_unknown_bus_and_more_count(node: dict[str, Path]) -> None:

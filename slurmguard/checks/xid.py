@@ -26,7 +26,7 @@ from typing import Any
 
 from slurmguard.checks.base import Check, CheckContext, check
 from slurmguard.checks.xid_table import XID_TABLE, XidClass, classify
-from slurmguard.config import AbsPath, Choice, Float, Int, IntList
+from slurmguard.config import Bool, AbsPath, Choice, Float, Int, IntList
 from slurmguard.health import CheckResult, degraded, healthy, unhealthy
 
 AREA = "xid"
@@ -48,6 +48,8 @@ PARAMS: dict[str, Any] = {
     "ignore_codes": IntList([], "Xid codes never acted on"),
     "app_error_repeat": Int(3, "app-error Xids on one GPU within app_error_window -> degraded", minimum=1),
     "app_error_window": Float(3600.0, "seconds over which app-error Xids are counted", minimum=1),
+    "sticky": Bool(True, "a draining Xid keeps the check unhealthy until the next boot "
+                   "(or `slurmguard check --forget gpu-xid` after a GPU reset)"),
 }
 
 # `NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.`
@@ -165,6 +167,19 @@ def gpu_xid(ctx: CheckContext) -> CheckResult:
         if len(times) >= int(p["app_error_repeat"]):
             warn.append(f"{gpu_label(pci, gpus)}: {len(times)} app-error Xids within {window_app:g}s")
     details = {"new_xids": len(events), "events": events[:20], "source": log.kind}
+    # A draining Xid (79: fell off the bus, 48: DBE, ...) is cured by a GPU reset or a
+    # reboot, not by time: without stickiness the next run, seeing no *new* Xid, would call
+    # the node healthy and the healthcheck would return a broken GPU to service.
+    if p["sticky"]:
+        boot = log.boot or log.identity
+        prev = ctx.previous.get("fatal") or {}
+        sticky = [x for x in prev.get("lines", []) if isinstance(x, str)] if prev.get("boot") == boot else []
+        fatal = sticky + [x for x in bad if x not in sticky]
+        if fatal:
+            ctx.new_state["fatal"] = {"boot": boot, "lines": fatal[-20:]}
+            if not bad:
+                details["sticky"] = True
+            bad = fatal if not bad else bad + [x for x in sticky if x not in bad]
     if bad:
         more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
         return unhealthy("gpu-xid", bad[0] + more, **details)
