@@ -221,8 +221,9 @@ def _save_state(path: Path, state: dict[str, Any]) -> str | None:
 
 
 def forget_state(cfg: Config, names: Sequence[str]) -> list[str]:
-    """Drop the saved state of these checks (e.g. sticky Xids after a GPU reset).
+    """Drop the saved state of these checks (e.g. latched Xids after a GPU reset).
 
+    The read cursor (key ``cursor``) is kept so already-read log lines are not read again.
     Returns the names that had state. Unknown names are refused with a ConfigError.
     """
     known = {c.name for c in registry(cfg)[0]}
@@ -233,7 +234,9 @@ def forget_state(cfg: Config, names: Sequence[str]) -> list[str]:
     state = _load_state(path)
     had = [n for n in names if n in state]
     for n in had:
-        del state[n]
+        # Keep the read cursor: forgetting it would make the check read old log lines again.
+        kept = {k: v for k, v in state[n].items() if k == "cursor"} if isinstance(state[n], dict) else {}
+        state[n] = kept
     if had:
         problem = _save_state(path, state)
         if problem:

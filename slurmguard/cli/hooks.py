@@ -27,7 +27,7 @@ def _finish(code: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result record as JSON.")
 @click.option("--only", multiple=True, metavar="CHECK", help="Run only these checks (repeatable).")
 @click.option("--forget", multiple=True, metavar="CHECK",
-              help="First drop this check's saved state (e.g. sticky Xids after a GPU reset).")
+              help="First drop this check's saved state (e.g. latched Xids after a GPU reset).")
 @click.pass_obj
 def check_cmd(obj: dict, node: str | None, as_json: bool, only: tuple[str, ...],
               forget: tuple[str, ...]) -> None:
