@@ -25,6 +25,11 @@ COMMANDS: dict[str, str] = {
     "healthcheck": "slurmguard.cli.hooks:healthcheck_cmd",
     "checks": "slurmguard.cli.hooks:checks_cmd",
     "config": "slurmguard.cli.hooks:config_cmd",
+    "nodes": "slurmguard.cli.admin:nodes_cmd",
+    "node": "slurmguard.cli.admin:node_cmd",
+    "drain": "slurmguard.cli.admin:drain_cmd",
+    "resume": "slurmguard.cli.admin:resume_cmd",
+    "events": "slurmguard.cli.admin:events_cmd",
     "triage": "slurmguard.cli.triage:triage_cmd",
 }
 
