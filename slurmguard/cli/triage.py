@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from slurmguard.cli._common import echo_json, load_config, table, warn
-from slurmguard.errors import EXIT_EXTERNAL, EXIT_OK, ConfigError
+from slurmguard.cli._common import echo_json, iso, load_config, table, warn
+from slurmguard.errors import EXIT_EXTERNAL, EXIT_OK, ConfigError, SlurmguardError
 
 
 @click.group("triage", invoke_without_command=True)
@@ -138,5 +138,24 @@ def _print_summary(location: str, manifest: dict[str, Any]) -> None:
 
 
 def _recent_results(cfg: Any) -> Any:
-    """A function node -> recent results from the store, or None without a store."""
-    return None
+    """A function node -> its recent results and events from the store, or None when no
+    store is configured or it cannot be opened (the bundle is still worth having)."""
+    import os
+
+    section = cfg.section("store")
+    if not section.get("url") and not os.path.exists(section.get("path", "")):
+        return None
+    try:
+        from slurmguard.store import Store
+
+        store = Store.open(cfg)
+    except (ImportError, SlurmguardError) as exc:
+        warn(f"warning: no recent results in the bundle: {getattr(exc, 'message', exc)}")
+        return None
+
+    def recent(node: str) -> list[dict[str, Any]]:
+        return [{"at": iso(i.at), "kind": i.kind, "health": i.health, "actor": i.actor,
+                 "source": i.source, "reason": i.reason, "checks": list(i.checks)}
+                for i in store.history(node, limit=100)]
+
+    return recent
