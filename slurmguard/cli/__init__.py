@@ -32,6 +32,8 @@ COMMANDS: dict[str, str] = {
     "resume": "slurmguard.cli.admin:resume_cmd",
     "events": "slurmguard.cli.admin:events_cmd",
     "triage": "slurmguard.cli.triage:triage_cmd",
+    "run": "slurmguard.cli.run:run_cmd",
+    "requeue": "slurmguard.cli.requeue:requeue_grp",
 }
 
 
