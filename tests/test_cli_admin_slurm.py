@@ -120,14 +120,20 @@ def test_admin_drain_by_others_is_never_touched(cluster, env) -> None:
 
 
 def test_down_node_is_left_alone(cluster, env) -> None:
+    # Stop its slurmd first: with ReturnToService=2 a DOWN node whose slurmd still answers
+    # registers again and comes back by itself.
+    cluster.kill_slurmd("n4")
     scontrol(cluster, "update", "nodename=n4", "state=down", "reason=slurmguard: test: down")
     try:
-        r = sg(cluster, env, "resume", "n4", "--force")
-        assert r.returncode == 7 and "DOWN" in r.stderr
-        assert cluster.node("n4").down
+        for args in (["resume", "n4", "--force"], ["drain", "n4", "--reason", "x"]):
+            r = sg(cluster, env, *args)
+            assert r.returncode == 7 and "DOWN" in r.stderr, (args, r.stderr)
+            info = cluster.node("n4")
+            assert info.down and info.reason == "slurmguard: test: down"
     finally:
-        scontrol(cluster, "update", "nodename=n4", "state=resume")
-        cluster.wait_node("n4", lambda i: not i.down, 60, "up")
+        cluster.start_slurmd("n4")
+        cluster.run("scontrol", "update", "nodename=n4", "state=resume", check=False)
+        cluster.wait_node("n4", lambda i: not i.down and not i.drained, 60, "up")
 
 
 def test_nodes_listing_joins_slurm_and_store(cluster, env) -> None:
