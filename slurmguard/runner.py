@@ -1,0 +1,225 @@
+"""Run a set of checks inside a budget: gather each source once, then run the pure checks.
+
+Sources are gathered concurrently, one daemon thread each, with a per-source timeout that
+never passes the hook's total budget. A source that does not answer in time is abandoned (its
+thread may be stuck in the kernel; work that can hang for good, such as a `stat` of a dead NFS
+mount, is done in a child process by the adapter so it can be killed), and every check that
+reads it reports ``error: <source>: timed out``. A check that raises reports ``error`` too:
+slurmguard's own faults are never node faults.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from slurmguard.checks.base import SOURCES, Check, CheckContext, GatherContext
+from slurmguard.config import Config
+from slurmguard.errors import ConfigError, Unsupported
+from slurmguard.health import CheckResult, Health, error, one_line, unsupported
+
+STATE_FILE = "state.json"
+
+
+@dataclass(frozen=True)
+class RunReport:
+    node: str
+    hook: str
+    results: tuple[CheckResult, ...]
+    started: float  # wall-clock
+    duration: float
+    abandoned: tuple[str, ...] = ()  # sources whose threads were left running
+    warnings: tuple[str, ...] = field(default=())
+
+
+def registry(cfg: Config) -> tuple[list[Check], dict[str, str]]:
+    """Every check and source: the built-in list plus ``checks.site_modules``.
+
+    A site module exports ``CHECKS`` (a list of Check) and may export ``SOURCES`` (name ->
+    "module:function"). A name that clashes with a built-in check or source is refused.
+    """
+    from slurmguard.checks import ALL_CHECKS
+
+    checks, sources = list(ALL_CHECKS), dict(SOURCES)
+    for mod_name in cfg["checks.site_modules"]:
+        try:
+            mod = importlib.import_module(mod_name)
+        except ImportError as exc:
+            raise ConfigError(f"checks.site_modules: cannot import {mod_name!r}: {exc}") from None
+        for name, target in getattr(mod, "SOURCES", {}).items():
+            if name in sources:
+                raise ConfigError(f"checks.site_modules: {mod_name} redefines source {name!r}")
+            sources[name] = target
+        for c in getattr(mod, "CHECKS", []):
+            if any(c.name == k.name for k in checks):
+                raise ConfigError(f"checks.site_modules: {mod_name} redefines check {c.name!r}")
+            missing = [s for s in c.sources if s not in sources]
+            if missing:
+                raise ConfigError(f"checks.site_modules: check {c.name!r} reads unknown source {missing[0]!r}")
+            checks.append(c)
+    return checks, sources
+
+
+def select_checks(cfg: Config, hook: str, only: Sequence[str] = (),
+                  available: Sequence[Check] | None = None) -> list[Check]:
+    """The checks a hook runs: the hook's list (or ``only``), minus ``checks.disabled``."""
+    all_checks = list(available) if available is not None else registry(cfg)[0]
+    BY_NAME = {c.name: c for c in all_checks}
+
+    names = list(only) if only else list(cfg[f"hooks.{hook}"])
+    key = "--only" if only else f"hooks.{hook}"
+    disabled = set(cfg["checks.disabled"])
+    for name in disabled:
+        if name not in BY_NAME:
+            raise ConfigError(f"checks.disabled: unknown check {name!r}")
+    if "all" in names:
+        chosen = list(all_checks)
+    else:
+        chosen = []
+        for name in names:
+            if name not in BY_NAME:
+                raise ConfigError(f"{key}: unknown check {name!r} (see `slurmguard checks`)")
+            if BY_NAME[name] not in chosen:
+                chosen.append(BY_NAME[name])
+    return [c for c in chosen if c.name not in disabled]
+
+
+class _Gather(threading.Thread):
+    def __init__(self, name: str, target: str, cfg: Config, ctx: GatherContext) -> None:
+        super().__init__(name=f"gather-{name}", daemon=True)
+        self.target, self.cfg, self.ctx = target, cfg, ctx
+        self.value: Any = None
+        self.exc: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            module, fn = self.target.split(":")
+            self.value = getattr(importlib.import_module(module), fn)(self.cfg, self.ctx)
+        except BaseException as exc:  # reported as the source's outcome, never raised
+            self.exc = exc
+
+
+def run_checks(
+    cfg: Config,
+    checks: Sequence[Check],
+    *,
+    hook: str,
+    node: str,
+    job_id: str | None = None,
+    job_uid: int | None = None,
+    deadline: float | None = None,
+    sources: Mapping[str, str] | None = None,
+) -> RunReport:
+    """Gather the sources ``checks`` need, run them, and return every result.
+
+    ``deadline`` (a ``time.monotonic()`` value) bounds the gathering; by default it is the
+    per-source timeout ``hooks.check_timeout`` from now. ``sources`` overrides the source
+    table (tests use it to plug in fault-injecting sources).
+    """
+    started_wall, t0 = time.time(), time.monotonic()
+    table = dict(SOURCES if sources is None else sources)
+    per_source = float(cfg["hooks.check_timeout"])
+    gather_deadline = min(t0 + per_source, deadline) if deadline else t0 + per_source
+    ctx = GatherContext(node=node, hook=hook, deadline=gather_deadline, job_id=job_id,
+                        job_uid=job_uid)
+
+    needed = sorted({s for c in checks for s in c.sources})
+    threads = {s: _Gather(s, table[s], cfg, ctx) for s in needed}
+    for t in threads.values():
+        t.start()
+    for t in threads.values():
+        t.join(max(0.0, gather_deadline - time.monotonic()))
+    abandoned = tuple(s for s, t in threads.items() if t.is_alive())
+    gathered_at = time.monotonic()
+
+    state_path = Path(cfg["hooks.state_dir"]) / STATE_FILE
+    previous_state = _load_state(state_path)
+    new_state: dict[str, Any] = {}
+    results: list[CheckResult] = []
+    values = {s: t.value for s, t in threads.items() if not t.is_alive() and t.exc is None}
+    for c in checks:
+        r = _source_problem(c, threads, gather_deadline - t0)
+        if r is None:
+            cctx = CheckContext(
+                params=_params(cfg, c.area),
+                sources={s: values[s] for s in c.sources},
+                previous=previous_state.get(c.name, {}),
+                now=started_wall,
+                hook=hook,
+                node=node,
+            )
+            t_check = time.monotonic()
+            try:
+                r = c.run(cctx)
+                if not isinstance(r, CheckResult):
+                    r = error(c.name, f"check returned {type(r).__name__}, not a CheckResult")
+            except Exception as exc:  # a bug in a check: an error result, never a crash
+                r = error(c.name, f"check raised {type(exc).__name__}: {exc}")
+            r = replace(r, name=c.name, duration=time.monotonic() - t_check)
+            if cctx.new_state:
+                new_state[c.name] = cctx.new_state
+        else:
+            r = replace(r, duration=gathered_at - t0)
+        results.append(r)
+
+    warnings: list[str] = []
+    if new_state:
+        problem = _save_state(state_path, {**previous_state, **new_state})
+        if problem:
+            warnings.append(problem)
+    return RunReport(node, hook, tuple(results), started_wall, time.monotonic() - t0,
+                     abandoned, tuple(warnings))
+
+
+def _source_problem(c: Check, threads: Mapping[str, _Gather], timeout: float) -> CheckResult | None:
+    """An unsupported/error result when a source this check reads is missing, else None."""
+    for s in c.sources:
+        t = threads[s]
+        if t.is_alive():
+            return error(c.name, f"{s}: timed out after {max(timeout, 0):.1f}s")
+        if isinstance(t.exc, Unsupported):
+            return unsupported(c.name, f"{s}: {t.exc.message}")
+        if t.exc is not None:
+            return error(c.name, f"{s}: {type(t.exc).__name__}: {t.exc}")
+    return None
+
+
+def _params(cfg: Config, area: str) -> Mapping[str, Any]:
+    try:
+        return cfg.section(f"checks.{area}")
+    except KeyError:
+        return {}
+
+
+def _load_state(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_state(path: Path, state: dict[str, Any]) -> str | None:
+    """Write atomically; a failure is a warning (a checker problem), never a node fault."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(state, fh, sort_keys=True)
+        os.replace(tmp, path)
+        return None
+    except OSError as exc:
+        return one_line(f"cannot save check state to {path}: {exc.strerror or exc}")
+
+
+def worst(results: Iterable[CheckResult]) -> Health:
+    order = [Health.HEALTHY, Health.UNSUPPORTED, Health.DEGRADED, Health.ERROR, Health.UNHEALTHY]
+    return max((r.health for r in results), key=order.index, default=Health.HEALTHY)
