@@ -418,7 +418,7 @@ params_st = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snap=snap_st, params=params_st, prev=st.none() | st.dictionaries(st.sampled_from(BUS), st.integers(0, 7)))
 def test_checks_never_raise_and_keep_their_contract(snap: NvmlSnapshot, params: dict[str, Any],
                                                      prev: dict[str, int] | None) -> None:
@@ -433,7 +433,7 @@ def test_checks_never_raise_and_keep_their_contract(snap: NvmlSnapshot, params: 
         json.dumps(ctx.new_state)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(snap=snap_st)
 def test_nothing_supported_is_never_unhealthy(snap: NvmlSnapshot) -> None:
     """A GPU whose every field is NOT_SUPPORTED (None) never makes a field check unhealthy."""
