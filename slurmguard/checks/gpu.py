@@ -16,6 +16,7 @@ Thresholds and their reasons are documented per check below and in docs/checks-g
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from slurmguard.adapters.nvml import GpuInfo, NvmlSnapshot, normalize_bus_id
@@ -178,19 +179,26 @@ def gpu_lost(ctx: CheckContext) -> CheckResult:
         known.setdefault(b, pos)
     for pos, b in enumerate(snap.driver_bus_ids or ()):
         known.setdefault(b, pos)
+    present = {g.pci_bus_id for g in snap.gpus if g.pci_bus_id}
     for g in snap.gpus:
         f.checked += 1
+        if g.lost and not g.pci_bus_id:
+            # No handle, no PCI info: a bus id known at this index and not enumerated now is it.
+            at_index = [b for b, i in known.items() if i == g.index and b not in present]
+            if len(at_index) == 1:
+                g = replace(g, pci_bus_id=at_index[0])
+                present.add(at_index[0])
         f.gpu(g, lost=g.lost, name=g.name, uuid=g.uuid)
         if g.lost:
             f.add(Health.UNHEALTHY, g, f"is lost ({g.lost_reason or 'GPU is lost'})")
         elif not g.pci_bus_id:
             f.failed(g, "handle", "pci_info")
-    present = {g.pci_bus_id for g in snap.gpus if g.pci_bus_id}
     for b in sorted(set(known) - present, key=lambda b: known[b]):
         f.add(Health.UNHEALTHY, None, f"GPU {known[b]} ({b}) fell off the bus")
         f.gpus.append({"index": known[b], "pci_bus_id": b, "lost": True, "missing": True})
+    missing = sorted(set(known) - present)
     ctx.new_state["inventory"] = {**known, **{g.pci_bus_id: g.index for g in snap.gpus if g.pci_bus_id}}
-    return f.result(missing=sorted(set(known) - present))
+    return f.result(missing=missing)
 
 
 # gpu-ecc -- catches uncorrectable (double-bit) memory errors: data the GPU handed to a job
