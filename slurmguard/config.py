@@ -120,6 +120,50 @@ _HOOKS: Schema = {
     "log_file": Str("", "append one line per hook run here (empty: stderr only)"),
 }
 
+_STORE: Schema = {
+    "url": Str("", "SQLAlchemy URL, e.g. postgresql+psycopg://sg@db/slurmguard (empty: SQLite at path)"),
+    "path": AbsPath("/var/lib/slurmguard/slurmguard.db", "SQLite file (WAL mode) when url is empty"),
+    "busy_timeout": Float(5.0, "seconds a SQLite writer waits for a lock", minimum=0.0),
+    "connect_timeout": Float(5.0, "seconds to wait for a PostgreSQL connection", minimum=1.0),
+}
+
+_SERVE: Schema = {
+    "host": Str("0.0.0.0", "address `slurmguard serve` listens on"),
+    "port": Int(8742, "ingest port", minimum=0),
+    "token_file": AbsPath("/etc/slurmguard/token", "shared token; must not be world-readable"),
+    "batch_size": Int(200, "records written per transaction at most", minimum=1),
+    "batch_interval": Float(0.2, "seconds the writer waits to fill a batch", minimum=0.0),
+    "max_body": Int(4 * 1024 * 1024, "largest request body accepted (bytes)", minimum=1024),
+    "policy": Bool(True, "run fleet policy after ingest and drain flagged nodes"),
+    "policy_interval": Float(60.0, "seconds between full policy passes", minimum=1.0),
+    "upgrade": Bool(False, "run `db upgrade` at start instead of refusing an old schema"),
+}
+
+_POLICY: Schema = {
+    "window": Float(3600.0, "seconds of history the lemon and flapping rules look at", minimum=1.0),
+    "lemon_failures": Int(3, "failures (unhealthy runs or foreign drains) in window => lemon", minimum=1),
+    "lemon_rate_factor": Float(5.0, "lemon when the node's failure rate is this many times the fleet's", minimum=1.0),
+    "lemon_rate_min_runs": Int(10, "runs a node needs in window before the rate rule applies", minimum=1),
+    "lemon_rate_floor": Float(0.5, "and its failure rate is at least this", minimum=0.0),
+    "flap_transitions": Int(4, "pass<->fail changes in window => flapping (counts as failing)", minimum=2),
+    "burnin_after_lemon": Bool(True, "a lemon needs a burn-in (or an admin) before it runs jobs"),
+    "blast_window": Float(3600.0, "seconds over which drains are counted for the cap", minimum=1.0),
+    "blast_max_nodes": Int(50, "never drain more than this many nodes per scope in blast_window", minimum=1),
+    "blast_max_percent": Float(10.0, "... nor more than this percent of a partition or group", minimum=0.0),
+    "groups": Table("named topology groups (rack, switch): name = \"NodeSet\""),
+    "probation_jobs": Int(3, "passing jobs a returned node needs to leave probation", minimum=0),
+    "probation_mark": Choice("feature", ["feature", "weight", "none"], "how Slurm marks probation"),
+    "probation_feature": Str("sg_probation", "feature added while on probation"),
+    "probation_weight": Int(65000, "node Weight while on probation (higher = picked last)", minimum=1),
+}
+
+_GATE: Schema = {
+    "on_store_error": Choice("open", ["open", "closed"], "store unreadable: let jobs run (open) or refuse (closed)"),
+    "fresh": Float(900.0, "seconds an unhealthy result keeps a node from new jobs", minimum=0.0),
+    "drain": Bool(True, "drain refused nodes (with the reason) so Slurm picks others"),
+    "log_file": Str("", "append one line per refusal or store error here (empty: stderr)"),
+}
+
 _TRIAGE: Schema = {
     "user": Str("root", "login user for `triage collect` over SSH"),
     "port": Int(22, "SSH port (a host_map entry may name another)", minimum=1),
@@ -141,6 +185,10 @@ _TRIAGE: Schema = {
 SCHEMA: dict[str, Any] = {
     "slurm": _SLURM,
     "hooks": _HOOKS,
+    "store": _STORE,
+    "serve": _SERVE,
+    "policy": _POLICY,
+    "gate": _GATE,
     "checks": {
         "disabled": StrList([], "check names never run"),
         "site_modules": StrList(

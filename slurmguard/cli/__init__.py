@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "healthcheck": "slurmguard.cli.hooks:healthcheck_cmd",
     "checks": "slurmguard.cli.hooks:checks_cmd",
     "config": "slurmguard.cli.hooks:config_cmd",
+    "db": "slurmguard.cli.db:db_cmd",
     "triage": "slurmguard.cli.triage:triage_cmd",
 }
 

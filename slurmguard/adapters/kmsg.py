@@ -1,0 +1,280 @@
+"""Source "kmsg": the kernel log lines that mention an Xid, read once per hook.
+
+Three readers, chosen by ``checks.xid.source``:
+
+* ``kmsg``: ``/dev/kmsg`` opened non-blocking; each read() returns one record
+  ``prio,seq,usec,flags;message`` (+ continuation lines); reading stops at EAGAIN (end of the
+  ring buffer). EPIPE means the record we were about to read was overwritten: skip on.
+  Position = the record's sequence number, identity = the boot id (seq restarts per boot).
+* ``file``: a log file (fixtures, or kern.log on nodes without kmsg access) holding kmsg
+  records, dmesg lines (``[  12.345678] text``) or syslog lines; only the last ``max_bytes``
+  are read. Position = byte offset of the line's end, identity = device:inode.
+* ``journal``: ``journalctl -k -b -o json`` through run_command. Position = the entry's
+  realtime timestamp in microseconds, identity = the boot id.
+
+The check (slurmguard.checks.xid) compares positions with its saved cursor; this module only
+reads. It also maps PCI bus ids to GPU indexes from the driver's /proc tree.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import json
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurmguard.checks.base import GatherContext
+from slurmguard.checks.xid import normalize_pci, parse_xid_line
+from slurmguard.config import Config
+from slurmguard.errors import CommandError, SlurmguardError, Unsupported
+from slurmguard.proc import run_command
+
+_MARK = "Xid"  # cheap pre-filter; the check parses the survivors
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    pos: int  # seq (kmsg), end offset (file), realtime usec (journal)
+    wall: float | None  # wall-clock seconds, None when the line carries no usable time
+    text: str
+
+
+@dataclass(frozen=True)
+class KernelLog:
+    kind: str  # kmsg | file | journal
+    identity: str  # boot id or dev:inode: a cursor from another identity is not comparable
+    end_pos: int  # position of the last record read (all records, not only Xid ones)
+    records: tuple[LogRecord, ...]  # only records mentioning "Xid"
+    gpus: Mapping[str, int] = field(default_factory=dict)  # "0000:3b:00" -> GPU index
+    scanned: int = 0  # records/lines looked at
+
+
+def gather(cfg: Config, ctx: GatherContext) -> KernelLog:
+    """Read the configured kernel log once; Unsupported where there is no NVIDIA driver."""
+    p = cfg.section("checks.xid")
+    gpus_root = Path(p["nvidia_proc_root"])
+    gpus = read_gpu_map(gpus_root)
+    source = p["source"]
+    if source == "kmsg":
+        log = _read_kmsg(p)
+    elif source == "file":
+        log = _read_file(p)
+    else:
+        log = _read_journal(p, ctx)
+    log = KernelLog(log.kind, log.identity, log.end_pos, log.records, gpus, log.scanned)
+    if not gpus_root.is_dir() and not any(parse_xid_line(r.text) for r in log.records):
+        # No driver loaded and no Xid ever logged: a CPU node. (With Xids present we report
+        # them even without the /proc tree: a driver that failed to come back is a fault.)
+        raise Unsupported(f"no NVIDIA driver ({gpus_root} absent)")
+    return log
+
+
+def read_gpu_map(root: Path) -> dict[str, int]:
+    """PCI bus id -> GPU index from <root>/<bus id>/information ("Device Minor: N")."""
+    out: dict[str, int] = {}
+    try:
+        entries = sorted(root.iterdir())
+    except OSError:
+        return out
+    for d in entries:
+        try:
+            text = (d / "information").read_text(errors="replace")
+        except OSError:
+            continue
+        m = re.search(r"^Device Minor:\s*(\d+)", text, re.MULTILINE)
+        if m:
+            out[_bus_key(d.name)] = int(m.group(1))
+    return out
+
+
+def _bus_key(name: str) -> str:
+    # "0000:3b:00.0" -> "0000:3b:00", the form Xid lines use
+    return normalize_pci(name)
+
+
+def boot_time(stat_path: str) -> float | None:
+    """btime from /proc/stat: wall-clock seconds of the boot (kernel timestamps are relative)."""
+    try:
+        with open(stat_path) as fh:
+            for line in fh:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _boot_id(path: str) -> str:
+    try:
+        return Path(path).read_text().strip() or "unknown-boot"
+    except OSError:
+        return "unknown-boot"
+
+
+def parse_kmsg_record(raw: str) -> tuple[int, int, str] | None:
+    """``prio,seq,usec,flags;message`` -> (seq, usec, message); None if not a record."""
+    head, sep, rest = raw.partition(";")
+    if not sep:
+        return None
+    fields = head.split(",")
+    if len(fields) < 3:
+        return None
+    try:
+        seq, usec = int(fields[1]), int(fields[2])
+    except ValueError:
+        return None
+    return seq, usec, rest.split("\n", 1)[0]
+
+
+def _read_kmsg(p: Mapping[str, object]) -> KernelLog:
+    path = str(p["kmsg_path"])
+    btime = boot_time(str(p["stat_path"]))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise Unsupported(f"{path}: no such device") from None
+    except OSError as exc:
+        raise SlurmguardError(f"{path}: cannot open: {exc.strerror}") from None
+    records: list[LogRecord] = []
+    last = -1
+    scanned = 0
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, 16384)
+            except BlockingIOError:
+                break  # EAGAIN: read everything in the ring buffer
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:
+                    continue  # overwritten while we read: the next read returns the next one
+                raise SlurmguardError(f"{path}: read failed: {exc.strerror}") from None
+            if not chunk:
+                break
+            parsed = parse_kmsg_record(chunk.decode("utf-8", "replace"))
+            if parsed is None:
+                continue
+            seq, usec, msg = parsed
+            scanned += 1
+            last = max(last, seq)
+            if _MARK in msg:
+                wall = btime + usec / 1e6 if btime is not None else None
+                records.append(LogRecord(seq, wall, msg))
+    finally:
+        os.close(fd)
+    return KernelLog("kmsg", _boot_id(str(p["boot_id_path"])), last, tuple(records), {}, scanned)
+
+
+_DMESG_RE = re.compile(r"^\[\s*(\d+\.\d+)\]\s?")
+_ISO_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+\S+\s+")
+_BSD_RE = re.compile(r"^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s+\S+\s+")
+
+
+def parse_log_line(line: str, btime: float | None, now: float) -> tuple[float | None, str]:
+    """(wall time or None, message) of one file line: kmsg record, dmesg line or syslog line."""
+    rec = parse_kmsg_record(line) if ";" in line[:40] else None
+    if rec is not None:
+        return (btime + rec[1] / 1e6 if btime is not None else None), rec[2]
+    wall: float | None = None
+    m = _ISO_RE.match(line)
+    if m:
+        try:
+            t = dt.datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
+            if t.tzinfo is None:
+                t = t.astimezone()
+            wall = t.timestamp()
+        except ValueError:
+            wall = None
+        line = line[m.end():]
+    else:
+        m = _BSD_RE.match(line)
+        if m:
+            wall = _bsd_time(m.group(1), now)
+            line = line[m.end():]
+    if line.startswith("kernel:"):
+        line = line[len("kernel:"):].lstrip()
+    m = _DMESG_RE.match(line)
+    if m:
+        if wall is None and btime is not None:
+            wall = btime + float(m.group(1))
+        line = line[m.end():]
+    return wall, line
+
+
+def _bsd_time(text: str, now: float) -> float | None:
+    # "Dec  2 15:33:38": no year; take this year, or last year if that lies in the future.
+    year = time.localtime(now).tm_year
+    for y in (year, year - 1):
+        try:
+            t = time.mktime(time.strptime(f"{y} {text}", "%Y %b %d %H:%M:%S"))
+        except ValueError:
+            return None
+        if t <= now + 86400:
+            return t
+    return None
+
+
+def _read_file(p: Mapping[str, object]) -> KernelLog:
+    path = str(p["file"])
+    max_bytes = int(p["max_bytes"])  # type: ignore[call-overload]
+    btime = boot_time(str(p["stat_path"]))
+    now = time.time()
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            start = max(0, st.st_size - max_bytes)
+            fh.seek(start)
+            data = fh.read(st.st_size - start)
+    except FileNotFoundError:
+        raise Unsupported(f"{path}: no such file") from None
+    except OSError as exc:
+        raise SlurmguardError(f"{path}: cannot read: {exc.strerror}") from None
+    if start:
+        cut = data.find(b"\n") + 1  # drop the partial first line
+        start, data = start + cut, data[cut:]
+    records: list[LogRecord] = []
+    pos = start
+    scanned = 0
+    for raw in data.split(b"\n")[:-1]:  # the last piece has no newline yet: not complete
+        pos += len(raw) + 1
+        scanned += 1
+        if _MARK.encode() not in raw:
+            continue
+        wall, msg = parse_log_line(raw.decode("utf-8", "replace"), btime, now)
+        records.append(LogRecord(pos, wall, msg))
+    return KernelLog("file", f"{st.st_dev}:{st.st_ino}", pos, tuple(records), {}, scanned)
+
+
+def _read_journal(p: Mapping[str, object], ctx: GatherContext) -> KernelLog:
+    tool = str(p["journalctl"])
+    if not os.path.exists(tool):
+        raise Unsupported(f"{tool}: not installed")
+    since = int(time.time() - float(p["lookback"]))  # type: ignore[arg-type]
+    timeout = min(float(p["timeout"]), max(0.1, ctx.deadline - time.monotonic()))  # type: ignore[arg-type]
+    argv = [tool, "-k", "-b", "-o", "json", "--no-pager", "-q", "--since", f"@{since}"]
+    try:
+        res = run_command(argv, timeout=timeout)
+    except CommandError as exc:
+        raise SlurmguardError(f"journalctl -k: {exc}") from None
+    records: list[LogRecord] = []
+    last = 0
+    scanned = 0
+    boot = _boot_id(str(p["boot_id_path"]))
+    for line in res.stdout.splitlines():
+        try:
+            entry = json.loads(line)
+            usec = int(entry["__REALTIME_TIMESTAMP"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        scanned += 1
+        last = max(last, usec)
+        msg = entry.get("MESSAGE")
+        if isinstance(msg, list):  # journald stores non-UTF-8 messages as byte arrays
+            msg = bytes(b & 0xFF for b in msg if isinstance(b, int)).decode("utf-8", "replace")
+        if isinstance(msg, str) and _MARK in msg:
+            records.append(LogRecord(usec, usec / 1e6, msg))
+    return KernelLog("journal", boot, last, tuple(records), {}, scanned)

@@ -1,0 +1,107 @@
+"""Source "ib": one walk of /sys/class/infiniband (InfiniBand HCAs and RoCE NICs alike).
+
+Per port the kernel's ib_core exposes (Documentation/ABI/stable/sysfs-class-infiniband)::
+
+    <dev>/ports/<n>/state        "4: ACTIVE"
+    <dev>/ports/<n>/phys_state   "5: LinkUp"
+    <dev>/ports/<n>/rate         "400 Gb/sec (4X NDR)"
+    <dev>/ports/<n>/link_layer   "InfiniBand" | "Ethernet"
+    <dev>/ports/<n>/counters/*   link_downed, symbol_error, port_rcv_errors, ... (integers)
+
+The root is ``checks.ib.sysfs_root`` so tests point it at a fixture tree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurmguard.checks.base import GatherContext
+from slurmguard.config import Config
+from slurmguard.errors import Unsupported
+
+
+@dataclass(frozen=True)
+class IbPort:
+    device: str  # mlx5_0
+    port: int
+    state: str  # ACTIVE, DOWN, INIT, ARMED, ... (the text after "N: ")
+    phys_state: str  # LinkUp, Polling, Disabled, ...
+    rate_gbps: float  # 0.0 when unreadable
+    rate: str  # as read, e.g. "400 Gb/sec (4X NDR)"
+    link_layer: str  # InfiniBand | Ethernet
+    counters: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.device}/{self.port}"
+
+
+@dataclass(frozen=True)
+class IbSnapshot:
+    root: str
+    ports: tuple[IbPort, ...]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _after_colon(text: str) -> str:
+    # "4: ACTIVE" -> "ACTIVE"; tolerate a bare word
+    return text.split(":", 1)[1].strip() if ":" in text else text.strip()
+
+
+_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
+
+
+def parse_rate(text: str) -> float:
+    m = _RATE_RE.match(text)
+    return float(m.group(1)) if m else 0.0
+
+
+def read_counters(directory: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return out
+    for f in entries:
+        try:
+            out[f.name] = int(f.read_text().strip())
+        except (OSError, ValueError):
+            continue  # some counters are unreadable on some HCAs (EINVAL): skip them
+    return out
+
+
+def gather_ib(cfg: Config, ctx: GatherContext) -> IbSnapshot:
+    """Walk the IB sysfs tree once; Unsupported when the node has no RDMA device."""
+    root = Path(cfg["checks.ib.sysfs_root"])
+    try:
+        devices = sorted(d for d in root.iterdir() if (d / "ports").is_dir())
+    except OSError:
+        raise Unsupported(f"no InfiniBand/RoCE devices ({root} absent)") from None
+    if not devices:
+        raise Unsupported(f"no InfiniBand/RoCE devices under {root}")
+    ports: list[IbPort] = []
+    for dev in devices:
+        for pdir in sorted((dev / "ports").iterdir(), key=lambda x: x.name):
+            if not pdir.name.isdigit():
+                continue
+            rate = _read(pdir / "rate")
+            ports.append(IbPort(
+                device=dev.name,
+                port=int(pdir.name),
+                state=_after_colon(_read(pdir / "state")) or "UNKNOWN",
+                phys_state=_after_colon(_read(pdir / "phys_state")) or "UNKNOWN",
+                rate_gbps=parse_rate(rate),
+                rate=rate,
+                link_layer=_read(pdir / "link_layer") or "InfiniBand",
+                counters=read_counters(pdir / "counters"),
+            ))
+    return IbSnapshot(str(root), tuple(ports))

@@ -1,0 +1,94 @@
+"""`slurmguard db upgrade|current`: migrate the node-state store and show its schema."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from slurmguard.errors import StoreError
+
+
+def _cfg(ctx: click.Context) -> object:
+    from slurmguard import config
+
+    return config.load((ctx.find_root().obj or {}).get("config_path"))
+
+
+@click.group("db")
+def db_cmd() -> None:
+    """Manage the node-state store (SQLite or PostgreSQL).
+
+    \b
+    Example:
+      slurmguard db upgrade          # create or migrate the store of store.url / store.path
+      slurmguard db current --json   # its schema revision and row counts
+    """
+
+
+@db_cmd.command("upgrade")
+@click.option("--url", metavar="URL", help="Database URL (default: store.url, else SQLite at store.path).")
+@click.pass_context
+def upgrade_cmd(ctx: click.Context, url: str | None) -> None:
+    """Create or migrate the store to this slurmguard's schema (refuses a newer store).
+
+    \b
+    Example:
+      slurmguard db upgrade
+      slurmguard db upgrade --url postgresql+psycopg://slurmguard@db/slurmguard
+    """
+    from slurmguard.store.engine import describe, make_engine, store_url
+    from slurmguard.store.migrate import upgrade
+
+    section = dict(_cfg(ctx).section("store"))  # type: ignore[attr-defined]
+    if url:
+        section["url"] = url
+    engine = make_engine(section)
+    try:
+        before, after = upgrade(engine)
+    finally:
+        engine.dispose()
+    where = describe(store_url(section))
+    if before == after:
+        click.echo(f"{where}: already at schema {after}")
+    else:
+        click.echo(f"{where}: schema {before or '(empty)'} -> {after}")
+
+
+@db_cmd.command("current")
+@click.option("--url", metavar="URL", help="Database URL (default: store.url, else SQLite at store.path).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def current_cmd(ctx: click.Context, url: str | None, as_json: bool) -> None:
+    """Show the store's schema revision, whether it is current, and its row counts.
+
+    \b
+    Example:
+      slurmguard db current
+      slurmguard db current --json
+    """
+    from slurmguard.store.api import Store
+    from slurmguard.store.engine import current_revision, describe, make_engine, store_url
+    from slurmguard.store.version import HEAD, schema_problem
+
+    section = dict(_cfg(ctx).section("store"))  # type: ignore[attr-defined]
+    if url:
+        section["url"] = url
+    engine = make_engine(section)
+    try:
+        where = describe(store_url(section))
+        rev = current_revision(engine)
+        problem = schema_problem(rev, where)
+        counts = Store(engine).counts() if problem is None else {}
+    finally:
+        engine.dispose()
+    if as_json:
+        click.echo(json.dumps({"store": where, "revision": rev, "head": HEAD,
+                               "current": problem is None, "problem": problem, "rows": counts},
+                              indent=2))
+    else:
+        click.echo(f"store:    {where}\nrevision: {rev or '(none)'} (head {HEAD})")
+        for table, n in counts.items():
+            click.echo(f"{table + ':':<13} {n}")
+    if problem is not None:
+        raise StoreError(problem)

@@ -1,0 +1,1 @@
+"""Alembic migrations of the store (packaged; run with `slurmguard db upgrade`)."""

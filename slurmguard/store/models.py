@@ -1,0 +1,159 @@
+"""SQLAlchemy 2 models of the node-state store.
+
+Times are stored as epoch seconds (floats): the same type in SQLite and PostgreSQL, cheap to
+compare in the gate's query, and what result records already carry. The ``nodes`` row holds
+the node's *current* view (last result, lemon/burn-in/probation flags) so that the gate reads
+one indexed row per node instead of scanning history; ``runs``/``results``/``events`` are the
+history, append-only.
+
+Any change here needs an Alembic revision in slurmguard/migrations/versions and regenerated
+DDL in sql/ (``python -m slurmguard.store.ddl``); tests/test_store_schema.py fails otherwise.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Stable constraint names so that Alembic migrations are the same on both engines.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# Actor kinds of node events (stable strings, stored).
+ACTORS = ("slurmguard", "admin", "kubernetes", "slurm")
+# Event kinds (stable strings, stored).
+EVENT_KINDS = (
+    "drain",  # a drain was set (by any actor)
+    "clear",  # a drain was cleared (UNDRAIN / resume)
+    "reboot_request",
+    "state_change",  # a Slurm or Kubernetes state change seen
+    "lemon",  # policy marked the node a lemon
+    "lemon_cleared",  # burn-in passed or an admin returned it
+    "probation_start",
+    "probation_end",
+    "drain_refused",  # the blast-radius guard refused a drain
+)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    first_seen: Mapped[float] = mapped_column(Float)
+    # The last result record of this node (any hook) and its worst health.
+    last_seen: Mapped[float | None] = mapped_column(Float)
+    last_health: Mapped[str | None] = mapped_column(String(16))
+    last_hook: Mapped[str | None] = mapped_column(String(32))
+    last_reason: Mapped[str | None] = mapped_column(Text)
+    last_run_id: Mapped[int | None] = mapped_column(Integer)  # no FK: avoids a cycle
+    # Lemon: set by policy; cleared by burn-in or an admin (`resume --force`).
+    lemon: Mapped[bool] = mapped_column(Boolean, default=False)
+    lemon_since: Mapped[float | None] = mapped_column(Float)
+    lemon_reason: Mapped[str | None] = mapped_column(Text)
+    # Awaiting burn-in: the node must pass a burn-in before it runs jobs again.
+    burnin_required: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Probation: a returned node, marked in Slurm, until it has passed M jobs.
+    probation: Mapped[bool] = mapped_column(Boolean, default=False)
+    probation_since: Mapped[float | None] = mapped_column(Float)
+    probation_passes: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Run(Base):
+    """One hook run on one node: the envelope of a result record."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    record_id: Mapped[str] = mapped_column(String(64), unique=True)  # exactly-once ingest
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    hook: Mapped[str] = mapped_column(String(32))
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    started: Mapped[float] = mapped_column(Float)
+    duration: Mapped[float] = mapped_column(Float, default=0.0)
+    health: Mapped[str] = mapped_column(String(16))  # worst health of the run's results
+    action: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    received: Mapped[float] = mapped_column(Float)
+    version: Mapped[str] = mapped_column(String(32), default="")
+
+    __table_args__ = (Index(None, "node_id", "started"), Index(None, "health", "started"))
+
+
+class Result(Base):
+    """One check's verdict within a run."""
+
+    __tablename__ = "results"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    started: Mapped[float] = mapped_column(Float)  # the run's start, denormalized for queries
+    name: Mapped[str] = mapped_column(String(64))
+    health: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    details: Mapped[str] = mapped_column(Text, default="{}")  # JSON text (same on both engines)
+    duration: Mapped[float] = mapped_column(Float, default=0.0)
+
+    __table_args__ = (
+        Index(None, "node_id", "started"),
+        Index(None, "name", "health", "started"),
+        Index(None, "run_id"),
+    )
+
+
+class Event(Base):
+    """The drain ledger: every drain, clear, reboot request and state change, with its actor."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(32))
+    actor_kind: Mapped[str] = mapped_column(String(16))  # one of ACTORS
+    actor: Mapped[str] = mapped_column(String(128))  # "slurmguard", an admin's name, ...
+    source: Mapped[str] = mapped_column(String(64), default="")  # check or policy name
+    reason: Mapped[str] = mapped_column(Text, default="")
+    details: Mapped[str] = mapped_column(Text, default="{}")
+
+    __table_args__ = (Index(None, "node_id", "at"), Index(None, "at"), Index(None, "kind", "at"))
+
+
+class FleetAlert(Base):
+    """One suspected shared cause: the blast-radius guard stopped draining for it."""
+
+    __tablename__ = "fleet_alerts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    opened: Mapped[float] = mapped_column(Float)
+    updated: Mapped[float] = mapped_column(Float)
+    closed: Mapped[float | None] = mapped_column(Float)
+    cause: Mapped[str] = mapped_column(String(64))  # the check (or policy) failing fleet-wide
+    scope: Mapped[str] = mapped_column(String(128))  # "partition:gpu", "group:rack1", "fleet"
+    nodes: Mapped[str] = mapped_column(Text, default="")  # NodeSet of the nodes seen failing
+    count: Mapped[int] = mapped_column(Integer, default=0)
+    message: Mapped[str] = mapped_column(Text, default="")
+
+    __table_args__ = (Index(None, "cause", "scope", "closed"),)
+
+
+ALL_TABLES = [Node.__table__, Run.__table__, Result.__table__, Event.__table__,
+              FleetAlert.__table__]

@@ -1,0 +1,124 @@
+"""A real PostgreSQL server for the tests: Debian's postgresql, initdb'd into a temp dir.
+
+Runs as the ``postgres`` user (PostgreSQL refuses to run as root) on a free loopback port with
+its socket in the temp dir; torn down by pid (pg_ctl stop) at the end of the session. When
+PostgreSQL is not installed, ``helpers.require`` skips locally and fails under CI=true.
+
+Fixtures (import them into a test module): ``pg_server`` (session) and ``store_url``
+(function-scoped, parametrized over sqlite and postgresql: each test gets a fresh, migrated,
+empty store).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import require
+
+
+def _pg_bin() -> str | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    return os.path.dirname(found[-1]) if found else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PgServer:
+    def __init__(self, bindir: str, user: str = "postgres") -> None:
+        self.bindir = bindir
+        self.user = user
+        self.tmp = tempfile.mkdtemp(prefix="sg-pg-")
+        self.data = os.path.join(self.tmp, "data")
+        self.port = free_port()
+        pw = pwd.getpwnam(user)
+        os.chown(self.tmp, pw.pw_uid, pw.pw_gid)
+        os.chmod(self.tmp, 0o755)
+
+    def _as_pg(self, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        if os.geteuid() == 0:
+            argv = ["/usr/sbin/runuser", "-u", self.user, "--", *argv]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=True,
+                              cwd=self.tmp)
+
+    def start(self) -> None:
+        self._as_pg([f"{self.bindir}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres",
+                     "--no-sync", "-E", "UTF8"], timeout=120)
+        opts = (f"-p {self.port} -k {self.tmp} -c listen_addresses=127.0.0.1 -c fsync=off "
+                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=100 "
+                "-c shared_buffers=32MB")
+        self._as_pg([f"{self.bindir}/pg_ctl", "-D", self.data, "-o", opts, "-l",
+                     os.path.join(self.tmp, "log"), "-w", "-t", "60", "start"], timeout=90)
+
+    def stop(self) -> None:
+        try:
+            self._as_pg([f"{self.bindir}/pg_ctl", "-D", self.data, "-m", "immediate", "-w",
+                         "stop"], timeout=60)
+        except (subprocess.SubprocessError, OSError):
+            pid_file = Path(self.data, "postmaster.pid")
+            if pid_file.exists():  # kill our own postmaster by its pid, nothing else
+                try:
+                    os.kill(int(pid_file.read_text().split()[0]), 9)
+                except (OSError, ValueError):
+                    pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def url(self, db: str = "postgres") -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{db}"
+
+    def create_db(self) -> str:
+        import psycopg
+
+        name = "sg_" + uuid.uuid4().hex[:12]
+        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres",
+                             autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return name
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    bindir = _pg_bin()
+    require(bindir is not None, "PostgreSQL server binaries (Debian package postgresql)")
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        require(False, "the postgres system user (Debian package postgresql)")
+    server = PgServer(bindir)  # type: ignore[arg-type]
+    try:
+        server.start()
+    except subprocess.CalledProcessError as exc:
+        server.stop()
+        pytest.fail(f"PostgreSQL did not start: {exc.stderr}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store migrated to head, on SQLite and on a real PostgreSQL."""
+    from slurmguard.store.engine import make_engine
+    from slurmguard.store.migrate import upgrade
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/store.db"
+    else:
+        server: PgServer = request.getfixturevalue("pg_server")
+        url = server.url(server.create_db())
+    engine = make_engine({"url": url})
+    upgrade(engine)
+    engine.dispose()
+    return url

@@ -1,0 +1,242 @@
+"""The store API against SQLite and a real PostgreSQL (the same tests, parametrized)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from helpers import run_sg, sg_env
+from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
+
+from slurmguard.errors import EXIT_STORE, InputError, StoreError
+from slurmguard.health import CheckResult, Health
+from slurmguard.report import make_record
+from slurmguard.store import Store
+
+pytestmark = pytest.mark.postgres
+
+T0 = 1_800_000_000.0
+
+
+def rec(node: str, started: float, *fails: str, hook: str = "prolog", job: str | None = None,
+        errors: tuple[str, ...] = ()) -> dict:
+    results = [CheckResult("gpu-count", Health.HEALTHY)]
+    results += [CheckResult(f, Health.UNHEALTHY, f"{f} broke") for f in fails]
+    results += [CheckResult(e, Health.ERROR, "checker crashed") for e in errors]
+    action = "drain" if fails else "pass"
+    return make_record(node, hook, results, action, f"slurmguard: {fails[0]}: broke" if fails else "",
+                       job_id=job, started=started, duration=0.1)
+
+
+@pytest.fixture
+def store(store_url: str):  # noqa: F811
+    s = Store.open(url=store_url)
+    yield s
+    s.close()
+
+
+def test_record_is_stored_exactly_once(store: Store) -> None:
+    r = rec("n1", T0, "gpu-xid")
+    assert store.record_results(r) is True
+    assert store.record_results(r) is False
+    r2 = rec("n1", T0 + 1)
+    assert store.record_many([r, r2, r2]) == [r2["id"]]
+    c = store.counts()
+    assert c["runs"] == 2 and c["nodes"] == 1 and c["results"] == 3
+
+
+def test_node_view_follows_newest_run_not_replayed_old_ones(store: Store) -> None:
+    store.record_results(rec("n1", T0 + 100))
+    store.record_results(rec("n1", T0, "fs-mount"))  # an old record replayed from a spool
+    (s,) = store.node_summary(["n1"], now=T0 + 200)
+    assert s.last_health == "healthy" and s.last_seen == T0 + 100
+    assert s.failing_checks == () and s.failures == 1
+    store.record_results(rec("n1", T0 + 150, "fs-mount", "gpu-xid"))
+    (s,) = store.node_summary(["n1"], now=T0 + 200)
+    assert s.last_health == "unhealthy" and s.failing_checks == ("fs-mount", "gpu-xid")
+    assert s.failures == 2 and s.last_reason == "slurmguard: fs-mount: broke"
+
+
+def test_checker_errors_are_not_failures(store: Store) -> None:
+    store.record_results(rec("n1", T0, errors=("gpu-ecc",)))
+    (s,) = store.node_summary(["n1"], now=T0 + 1)
+    assert s.last_health == "healthy" and s.failures == 0
+    store.record_results(make_record("n2", "prolog", [CheckResult("x", Health.ERROR, "boom")],
+                                     "checker-error", "", started=T0))
+    (s,) = store.node_summary(["n2"], now=T0 + 1)
+    assert s.last_health == "error" and s.failures == 0
+    assert store.lemon_candidates(window=10, k=1, now=T0 + 1) == []
+
+
+def test_events_ledger_with_actors(store: Store) -> None:
+    store.record_event("n1", "drain", "slurmguard", "slurmguard: gpu-xid: xid 79",
+                       source="gpu-xid", at=T0)
+    store.record_event("n1", "clear", "admin:alice", "fixed", at=T0 + 10)
+    store.record_event("n2", "state_change", "kubernetes", "NotReady", at=T0 + 20)
+    store.record_event("n2", "drain", "slurm", "Not responding", at=T0 + 30)
+    ev = store.events(since=T0)
+    assert [(e.node, e.kind, e.who) for e in ev] == [
+        ("n2", "drain", "slurm"), ("n2", "state_change", "kubernetes"),
+        ("n1", "clear", "admin:alice"), ("n1", "drain", "slurmguard")]
+    assert [e.kind for e in store.events(node="n1", kinds=["clear"])] == ["clear"]
+    assert store.events(since=T0 + 25)[0].reason == "Not responding"
+    with pytest.raises(InputError, match="actor"):
+        store.record_event("n1", "drain", "root", "x")
+    with pytest.raises(InputError, match="event kind"):
+        store.record_event("n1", "explode", "slurmguard", "x")
+    with pytest.raises(InputError, match="node"):
+        store.record_event("n1;rm -rf", "drain", "slurmguard", "x")
+
+
+def test_history_merges_results_and_events_newest_first(store: Store) -> None:
+    store.record_results(rec("n1", T0, "gpu-xid"))
+    store.record_event("n1", "drain", "slurmguard", "slurmguard: gpu-xid: x", at=T0 + 1)
+    store.record_results(rec("n1", T0 + 2))
+    h = store.history("n1")
+    assert [(i.kind, i.health) for i in h] == [("result", "healthy"), ("drain", ""),
+                                              ("result", "unhealthy")]
+    assert h[2].checks == ("gpu-xid",) and h[1].actor == "slurmguard"
+    assert store.history("nope") == []
+
+
+def test_lemon_candidates_and_sql_file_agree(store: Store) -> None:
+    from pathlib import Path
+
+    from sqlalchemy import text
+
+    for i in range(3):
+        store.record_results(rec("bad", T0 + i * 60, "gpu-xid"))
+    store.record_results(rec("ok", T0, "gpu-xid"))
+    store.record_results(rec("ok", T0 + 60))
+    assert store.lemon_candidates(window=3600, k=3, now=T0 + 600) == [("bad", 3)]
+    sql = (Path(__file__).resolve().parents[1] / "sql" / "lemon_candidates.sql").read_text()
+    with store.engine.connect() as conn:
+        rows = conn.execute(text(sql), {"since": T0 - 1, "k": 3}).all()
+    assert [(r[0], r[1]) for r in rows] == [("bad", 3)]
+    hist = (Path(__file__).resolve().parents[1] / "sql" / "drain_history.sql").read_text()
+    store.record_event("bad", "drain", "admin:bob", "flaky", at=T0)
+    with store.engine.connect() as conn:
+        rows = conn.execute(text(hist), {"since": T0 - 1}).all()
+    assert [(r[1], r[2], r[3], r[4]) for r in rows] == [("bad", "drain", "admin", "bob")]
+
+
+def test_probation_counts_passing_jobs(store: Store) -> None:
+    store.record_results(rec("n1", T0))
+    store.return_node("n1", "admin:alice", "replaced GPU", at=T0 + 1)
+    store.record_results(rec("n1", T0 + 2, hook="epilog", job="11"))
+    store.record_results(rec("n1", T0 + 3, hook="prolog", job="12"))  # not a finished job
+    store.record_results(rec("n1", T0 + 4, "gpu-xid", hook="epilog", job="12"))  # failed
+    store.record_results(rec("n1", T0 + 5, hook="epilog", job="13"))
+    (s,) = store.node_summary(["n1"])
+    assert s.probation and s.probation_passes == 2
+    assert [e.who for e in store.events(kinds=["probation_start"])] == ["admin:alice"]
+
+
+def test_return_of_a_lemon_is_recorded_with_the_admin(store: Store) -> None:
+    store.set_flags("n1", lemon=True, lemon_reason="lemon: 3 failures in 1h (gpu-xid)",
+                    lemon_since=T0, burnin_required=True)
+    (s,) = store.node_summary(["n1"])
+    assert s.lemon and s.burnin_required
+    store.return_node("n1", "admin:carol", "resume --force", at=T0 + 5)
+    (s,) = store.node_summary(["n1"])
+    assert not s.lemon and not s.burnin_required and s.probation
+    kinds = [(e.kind, e.who) for e in store.events()]
+    assert ("lemon_cleared", "admin:carol") in kinds
+
+
+def test_one_fleet_alert_per_cause_and_scope(store: Store) -> None:
+    a, created = store.open_alert("fs-mount", "partition:gpu", ["n1", "n2"], "m", now=T0)
+    assert created and a.nodes == "n[1-2]" and a.count == 2
+    b, created = store.open_alert("fs-mount", "partition:gpu", ["n3", "n2"], "m2", now=T0 + 5)
+    assert not created and b.id == a.id and b.nodes == "n[1-3]" and b.count == 3
+    c, created = store.open_alert("gpu-xid", "partition:gpu", ["n1"], "m", now=T0 + 5)
+    assert created and c.id != a.id
+    assert {x.cause for x in store.alerts()} == {"fs-mount", "gpu-xid"}
+    store.close_alert(a.id, now=T0 + 6)
+    assert [x.cause for x in store.alerts()] == ["gpu-xid"]
+
+
+def test_policy_view_counts_foreign_drains_only(store: Store) -> None:
+    store.record_results(rec("n1", T0, "gpu-xid"))
+    store.record_results(rec("n1", T0 + 10, errors=("gpu-ecc",)))
+    store.record_event("n1", "drain", "slurmguard", "x", at=T0 + 1)
+    store.record_event("n1", "drain", "admin:alice", "x", at=T0 + 2)
+    store.record_event("n1", "drain", "kubernetes", "x", at=T0 - 7200)  # outside the window
+    v = store.policy_views(["n1", "unknown"], window=3600, now=T0 + 60)
+    assert set(v) == {"n1"}
+    assert v["n1"].foreign_drains == (T0 + 2,)
+    assert [(s.health, s.checks) for s in v["n1"].samples] == [("unhealthy", ("gpu-xid",)),
+                                                               ("healthy", ())]
+
+
+def test_bad_record_is_refused_naming_the_field(store: Store) -> None:
+    r = rec("n1", T0)
+    r["results"][0]["health"] = "sick"
+    with pytest.raises(InputError, match=r"record.results\[0\].health"):
+        store.record_results(r)
+    r = rec("n1", T0)
+    r["started"] = "yesterday"
+    with pytest.raises(InputError, match="record.started"):
+        store.record_many([rec("n2", T0), r])
+    assert store.counts()["runs"] == 0  # nothing of a bad batch is stored
+
+
+def test_many_nodes_in_one_batch(store: Store) -> None:
+    batch = [rec(f"gpu{i:04d}", T0 + i, *(("fs-mount",) if i % 2 else ())) for i in range(1200)]
+    assert len(store.record_many(batch)) == 1200
+    assert len(store.node_summary()) == 1200
+    assert len(store.node_summary([f"gpu{i:04d}" for i in range(0, 1200, 2)])) == 600
+    assert store.fleet_failure_rate(window=10_000, now=T0 + 1200) == (600, 1200)
+
+
+def test_newer_schema_is_refused(store_url: str) -> None:  # noqa: F811
+    from sqlalchemy import text
+
+    from slurmguard.store.engine import make_engine
+    from slurmguard.store.migrate import upgrade
+
+    engine = make_engine({"url": store_url})
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    with pytest.raises(StoreError, match="newer than this slurmguard"):
+        Store.open(url=store_url)
+    with pytest.raises(StoreError, match="newer than this slurmguard"):
+        upgrade(engine)
+    engine.dispose()
+
+
+def test_unreachable_store_is_one_line_and_exit_store(tmp_path) -> None:
+    port = 1  # nothing listens there
+    with pytest.raises(StoreError, match="store postgresql"):
+        Store.open(url=f"postgresql+psycopg://sg@127.0.0.1:{port}/x")
+    (tmp_path / "sg.toml").write_text("")
+    p = run_sg("db", "current", "--url", f"postgresql+psycopg://sg:secret@127.0.0.1:{port}/x",
+               env=sg_env(SLURMGUARD_CONFIG=str(tmp_path / "sg.toml")))
+    assert p.returncode == EXIT_STORE, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("slurmguard: error: store ")
+    assert "secret" not in p.stderr and "Traceback" not in p.stderr
+
+
+def test_sqlite_store_in_missing_directory_is_store_error(tmp_path) -> None:
+    with pytest.raises(StoreError, match="does not exist"):
+        Store.open(url=f"sqlite:///{tmp_path}/no/such/dir/s.db")
+
+
+def test_sqlite_runs_in_wal_mode(tmp_path) -> None:
+    from sqlalchemy import text
+
+    from slurmguard.store.engine import make_engine
+
+    engine = make_engine({"path": str(tmp_path / "s.db"), "busy_timeout": 3.0})
+    with engine.connect() as conn:
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 3000
+    engine.dispose()
+
+
+def test_record_ids_are_unique_per_make_record() -> None:
+    ids = {rec("n1", time.time())["id"] for _ in range(100)}
+    assert len(ids) == 100 and all(len(i) == 32 for i in ids)
+    assert uuid.UUID(next(iter(ids)))
