@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
     "config": "slurmguard.cli.hooks:config_cmd",
     "db": "slurmguard.cli.db:db_cmd",
     "triage": "slurmguard.cli.triage:triage_cmd",
+    "run": "slurmguard.cli.run:run_cmd",
+    "requeue": "slurmguard.cli.requeue:requeue_grp",
 }
 
 
