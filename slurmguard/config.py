@@ -120,6 +120,13 @@ _HOOKS: Schema = {
     "log_file": Str("", "append one line per hook run here (empty: stderr only)"),
 }
 
+_REQUEUE: Schema = {
+    "interval": Float(2.0, "seconds between polls of the requeue watcher", minimum=0.2),
+    "max_requeues": Int(3, "node-fault recoveries per job at most (then left to Slurm)"),
+    "state_file": Str("/var/lib/slurmguard/requeue-watch.json",
+                      "where the watcher remembers where jobs ran ('' for memory only)"),
+}
+
 _STORE: Schema = {
     "url": Str("", "SQLAlchemy URL, e.g. postgresql+psycopg://sg@db/slurmguard (empty: SQLite at path)"),
     "path": AbsPath("/var/lib/slurmguard/slurmguard.db", "SQLite file (WAL mode) when url is empty"),
@@ -185,6 +192,7 @@ _TRIAGE: Schema = {
 SCHEMA: dict[str, Any] = {
     "slurm": _SLURM,
     "hooks": _HOOKS,
+    "requeue": _REQUEUE,
     "store": _STORE,
     "serve": _SERVE,
     "policy": _POLICY,

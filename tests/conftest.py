@@ -5,3 +5,40 @@ from pathlib import Path
 
 # Make `tests.helpers` importable as `helpers` from any test module.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+# --- Real Slurm test cluster (tests/slurmcluster.py; docs/testing.md "Real Slurm test cluster")
+import os  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def slurm_cluster_factory(tmp_path_factory):
+    """Start real clusters: ``slurm_cluster_factory(nodes=2, prolog=..., ...)``.
+
+    Skips when slurmctld/slurmd/munged are missing (fails under CI=true); every cluster
+    started is stopped (by pid) at teardown.
+    """
+    import helpers
+    import slurmcluster
+
+    missing = slurmcluster.missing_components()
+    helpers.require(not missing, f"real Slurm cluster needs {', '.join(missing)}")
+    helpers.require(os.geteuid() == 0, "the Slurm test cluster runs slurmctld/slurmd as root")
+    started = []
+
+    def start(**kwargs):
+        c = slurmcluster.Cluster.start(tmp_path_factory.mktemp("slurm"), **kwargs)
+        started.append(c)
+        return c
+
+    yield start
+    for c in started:
+        c.stop()
+
+
+@pytest.fixture
+def slurm_cluster(slurm_cluster_factory):
+    """A running cluster with 4 idle nodes n1..n4 in partition ``gpu`` and no hooks."""
+    return slurm_cluster_factory(nodes=4)

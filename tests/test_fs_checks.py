@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from fakehw.sysfs import write_config
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurmguard import config
 from slurmguard.adapters import fs
@@ -128,3 +130,29 @@ def test_hung_probe_is_bounded_and_killed(tmp_path: Path) -> None:
     while any(_group_alive(g) for g in groups) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_group_alive(g) for g in groups)
+
+
+@given(st.text())
+@settings(max_examples=300, deadline=None)
+def test_mountinfo_parser_never_raises(text: str) -> None:
+    fs.parse_mountinfo(text)
+    fs.parse_probe("/x", text, 0.0)
+
+
+_path = st.lists(st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF,
+                                       blacklist_characters="/\\"), min_size=1, max_size=8)
+                 .map(lambda s: s.replace(" ", "")), min_size=1, max_size=4)
+
+
+def _escape(path: str) -> str:
+    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in path)
+
+
+@given(parts=_path, spaces=st.booleans(), ro=st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_mountinfo_round_trip(parts: list[str], spaces: bool, ro: bool) -> None:
+    path = "/" + "/".join(parts) + (" dir" if spaces else "")
+    opt = "ro" if ro else "rw"
+    line = f"61 27 0:51 / {_escape(path)} {opt},relatime shared:5 - nfs4 srv:{_escape(path)} rw\n"
+    (m,) = fs.parse_mountinfo(line)
+    assert (m.mountpoint, m.source, m.read_only, m.fstype) == (path, "srv:" + path, ro, "nfs4")

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from fakehw.sysfs import write_config, write_cpus, write_edac, write_meminfo, write_proc
 from helpers import require
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurmguard import config
 from slurmguard.adapters import host
@@ -237,3 +239,13 @@ def test_munge_round_trip_real_daemon(tmp_path: Path) -> None:
         proc.wait(timeout=10)
     r, _ = run(checks.host_munge, "munge", cfg)
     assert r.health is Health.UNHEALTHY and r.reason.startswith("munge round trip failed: ")
+
+
+@given(st.text())
+@settings(max_examples=300, deadline=None)
+def test_chrony_parser_raises_only_value_error(text: str) -> None:
+    try:
+        ts = host.parse_chrony_tracking(text)
+    except ValueError:
+        return
+    assert ts.offset is not None and ts.offset >= 0

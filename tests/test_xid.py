@@ -126,11 +126,13 @@ def node(tmp_path: Path) -> dict[str, Path]:
     gpus = write_gpu_tree(tmp_path / "gpus")
     log = tmp_path / "kmsg.log"
     log.write_text("")
+    boot = tmp_path / "boot_id"
+    boot.write_text(str(uuid.uuid4()) + "\n")
     cfg = write_config(tmp_path / "sg.toml", {
         "checks.xid.source": "file", "checks.xid.file": str(log),
-        "checks.xid.nvidia_proc_root": str(gpus),
+        "checks.xid.nvidia_proc_root": str(gpus), "checks.xid.boot_id_path": str(boot),
     })
-    return {"log": log, "cfg": cfg, "gpus": gpus, "tmp": tmp_path}
+    return {"log": log, "cfg": cfg, "gpus": gpus, "tmp": tmp_path, "boot": boot}
 
 
 def run_xid(cfg_path: Path, previous: dict | None = None, now: float | None = None):
@@ -149,14 +151,33 @@ def test_fallen_off_bus_is_unhealthy_once(node: dict[str, Path]) -> None:
     assert r.health is Health.UNHEALTHY
     assert r.reason == "GPU 2 (PCI 0000:3a:00) Xid 79: GPU has fallen off the bus"
     assert r.details["events"][0]["gpu"] == 2
-    # the next run, with the saved cursor, does not count it again
+    # the next run, with the saved cursor, does not count it again, but the fault is latched
+    # until a reboot: no new Xid does not mean the GPU came back
     r2, state2 = run_xid(node["cfg"], state)
-    assert r2.health is Health.HEALTHY and r2.details["new_xids"] == 0
-    # a new one after the cursor is counted
+    assert r2.details["new_xids"] == 0 and r2.health is Health.UNHEALTHY
+    assert r2.reason == ("GPU 2 (PCI 0000:3a:00) Xid 79: GPU has fallen off the bus "
+                         "(latched until reboot)")
+    # a new one after the cursor is counted (and named first)
     inject_xid(node["log"], DEFAULT_GPUS[7], 48, "An uncorrectable double bit error (DBE) ...")
-    r3, _ = run_xid(node["cfg"], state2)
+    r3, state3 = run_xid(node["cfg"], state2)
     assert r3.health is Health.UNHEALTHY
     assert r3.reason == "GPU 7 (PCI 0000:db:00) Xid 48: double bit ECC error"
+    assert len(state3["latched"]["faults"]) == 2
+    # a reboot (new boot id) clears the latch; the cursor (file inode + offset) still holds
+    node["boot"].write_text(str(uuid.uuid4()) + "\n")
+    r4, state4 = run_xid(node["cfg"], state3)
+    assert r4.health is Health.HEALTHY and state4["latched"]["faults"] == []
+
+
+def test_latch_off(node: dict[str, Path]) -> None:
+    cfg = write_config(node["tmp"] / "nolatch.toml", {
+        "checks.xid.source": "file", "checks.xid.file": str(node["log"]),
+        "checks.xid.nvidia_proc_root": str(node["gpus"]), "checks.xid.latch": False})
+    inject_xid(node["log"], DEFAULT_GPUS[2], 79, "GPU has fallen off the bus.")
+    r, state = run_xid(cfg)
+    assert r.health is Health.UNHEALTHY
+    r2, _ = run_xid(cfg, state)
+    assert r2.health is Health.HEALTHY and "latched" not in state
 
 
 def test_unknown_bus_and_more_count(node: dict[str, Path]) -> None:
@@ -284,3 +305,17 @@ def test_journal_source(node: dict[str, Path]) -> None:
     log = kmsg.gather(cfg, GatherContext("n1", "check", time.monotonic() + 10))
     assert log.kind == "journal" and log.identity
     assert all(r.wall is not None for r in log.records)
+
+
+@given(st.text())
+@settings(max_examples=300, deadline=None)
+def test_log_line_parsers_never_raise(text: str) -> None:
+    kmsg.parse_kmsg_record(text)
+    wall, msg = kmsg.parse_log_line(text, 1_700_000_000.0, time.time())
+    assert isinstance(msg, str)
+
+
+@given(seq=st.integers(0, 2**63), usec=st.integers(0, 2**40), msg=_msg)
+@settings(max_examples=200, deadline=None)
+def test_kmsg_record_round_trip(seq: int, usec: int, msg: str) -> None:
+    assert kmsg.parse_kmsg_record(f"6,{seq},{usec},-;{msg}\n SUBSYSTEM=pci\n") == (seq, usec, msg)

@@ -88,11 +88,14 @@ def _unescape(field: str) -> str:
 def parse_mountinfo(text: str) -> tuple[Mount, ...]:
     """Parse /proc/<pid>/mountinfo (proc(5)); malformed lines are skipped."""
     mounts = []
-    for line in text.splitlines():
+    for line in text.split("\n"):  # not splitlines(): it also splits on \x85, \u2028 ...
         left, sep, right = line.partition(" - ")
         if not sep:
             continue
-        lf, rf = left.split(), right.split()
+        # The kernel separates fields with single spaces and escapes them inside fields;
+        # str.split() would also split on Unicode whitespace that is part of a path.
+        lf = [x for x in left.split(" ") if x]
+        rf = [x for x in right.split(" ") if x]
         if len(lf) < 6 or len(rf) < 2:
             continue
         opts = set(lf[5].split(","))

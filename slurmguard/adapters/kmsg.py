@@ -52,6 +52,7 @@ class KernelLog:
     records: tuple[LogRecord, ...]  # only records mentioning "Xid"
     gpus: Mapping[str, int] = field(default_factory=dict)  # "0000:3b:00" -> GPU index
     scanned: int = 0  # records/lines looked at
+    boot_id: str = ""  # this boot (the check's latch is cleared by a reboot)
 
 
 def gather(cfg: Config, ctx: GatherContext) -> KernelLog:
@@ -66,7 +67,8 @@ def gather(cfg: Config, ctx: GatherContext) -> KernelLog:
         log = _read_file(p)
     else:
         log = _read_journal(p, ctx)
-    log = KernelLog(log.kind, log.identity, log.end_pos, log.records, gpus, log.scanned)
+    log = KernelLog(log.kind, log.identity, log.end_pos, log.records, gpus, log.scanned,
+                    _boot_id(p["boot_id_path"]))
     if not gpus_root.is_dir() and not any(parse_xid_line(r.text) for r in log.records):
         # No driver loaded and no Xid ever logged: a CPU node. (With Xids present we report
         # them even without the /proc tree: a driver that failed to come back is a fault.)

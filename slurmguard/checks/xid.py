@@ -13,6 +13,9 @@ Only Xids logged since the last run count (the cursor is kept in the check's sta
 sequence number + boot id, file inode + offset, or journal timestamp + boot id); on the first
 run, only those within ``window`` seconds, so installing slurmguard on a node with an old,
 already-handled Xid in its ring buffer does not drain it. Classification: xid_table.py.
+A drain-class Xid is latched (``latch``, on by default) until the boot id changes: the next
+run finding no *new* Xid proves nothing about the GPU, and without the latch the healthcheck
+would undrain a node whose GPU still needs its reset/reboot.
 App errors (Xid 13, 31, ...) are the job's fault; only ``app_error_repeat`` of them on the
 same GPU within ``app_error_window`` seconds mean degraded, because one bad kernel
 must not drain a node but a GPU that faults for every job is suspect.
@@ -26,7 +29,7 @@ from typing import Any
 
 from slurmguard.checks.base import Check, CheckContext, check
 from slurmguard.checks.xid_table import XID_TABLE, XidClass, classify
-from slurmguard.config import AbsPath, Choice, Float, Int, IntList
+from slurmguard.config import AbsPath, Bool, Choice, Float, Int, IntList
 from slurmguard.health import CheckResult, degraded, healthy, unhealthy
 
 AREA = "xid"
@@ -48,6 +51,7 @@ PARAMS: dict[str, Any] = {
     "ignore_codes": IntList([], "Xid codes never acted on"),
     "app_error_repeat": Int(3, "app-error Xids on one GPU within app_error_window -> degraded", minimum=1),
     "app_error_window": Float(3600.0, "seconds over which app-error Xids are counted", minimum=1),
+    "latch": Bool(True, "a drain-class Xid keeps the check unhealthy until the node reboots"),
 }
 
 # `NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.`
@@ -129,6 +133,14 @@ def _new_records(log: Any, previous: dict[str, Any], now: float, window: float) 
     return [r for r in log.records if r.wall is None or r.wall >= horizon]
 
 
+def _latched(previous: Any, boot_id: str) -> list[str]:
+    """Drain-class Xids of this boot seen by earlier runs (a reboot clears them)."""
+    latch = previous.get("latched") or {}
+    if not boot_id or latch.get("boot") != boot_id:
+        return []
+    return [str(x) for x in latch.get("faults") or [] if isinstance(x, str)]
+
+
 @check("gpu-xid", AREA, ("kmsg",), "NVIDIA Xid errors in the kernel log since the last run")
 def gpu_xid(ctx: CheckContext) -> CheckResult:
     p = ctx.params
@@ -164,7 +176,14 @@ def gpu_xid(ctx: CheckContext) -> CheckResult:
     for pci, times in sorted(history.items()):
         if len(times) >= int(p["app_error_repeat"]):
             warn.append(f"{gpu_label(pci, gpus)}: {len(times)} app-error Xids within {window_app:g}s")
-    details = {"new_xids": len(events), "events": events[:20], "source": log.kind}
+    details: dict[str, Any] = {"new_xids": len(events), "events": events[:20], "source": log.kind}
+    if p["latch"]:
+        latched = _latched(ctx.previous, log.boot_id)
+        ctx.new_state["latched"] = {"boot": log.boot_id, "faults": (latched + bad)[-20:]}
+        if latched and not bad:
+            details["latched"] = latched
+            more = f" (+{len(latched) - 1} more)" if len(latched) > 1 else ""
+            return unhealthy("gpu-xid", f"{latched[0]} (latched until reboot){more}", **details)
     if bad:
         more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
         return unhealthy("gpu-xid", bad[0] + more, **details)

@@ -28,6 +28,8 @@ COMMANDS: dict[str, str] = {
     "db": "slurmguard.cli.db:db_cmd",
     "serve": "slurmguard.cli.serve:serve_cmd",
     "triage": "slurmguard.cli.triage:triage_cmd",
+    "run": "slurmguard.cli.run:run_cmd",
+    "requeue": "slurmguard.cli.requeue:requeue_grp",
 }
 
 

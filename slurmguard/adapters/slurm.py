@@ -1,0 +1,233 @@
+"""The Slurm adapter: read node and job state, drain and undrain nodes, nudge jobs.
+
+Backend: the Slurm command line (``scontrol show ... -o``, ``squeue --json``, ``sinfo --json``),
+which exists on every Slurm release; tools are called by absolute path from the ``[slurm]``
+config section, each through :func:`slurmguard.proc.run_command` with that section's timeout.
+
+Ownership rules (docs/slurm.md): :meth:`SlurmCLI.drain` never touches a DOWN or
+not-responding node and never overwrites a drain someone else set; :meth:`SlurmCLI.undrain`
+clears only drains whose reason starts with ``slurmguard:``, with ``state=UNDRAIN`` (which,
+unlike RESUME, leaves a DOWN base state alone).
+
+Parsers are pure and turn garbage into :class:`ParseError` with a one-line message; hostile
+names are refused with :class:`InputError` before any command runs. The text parsers live in
+:mod:`slurmguard.adapters.slurm_parse`; this module re-exports them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from slurmguard.adapters.slurm_parse import (
+    JobInfo,
+    NodeInfo,
+    job_info_from_json,
+    job_info_from_show,
+    node_info_from_json,
+    node_info_from_show,
+    parse_show_job_oneliner,
+    parse_show_node_oneliner,
+    parse_sinfo_json,
+    parse_squeue_json,
+)
+from slurmguard.errors import CommandError, InputError, ParseError
+from slurmguard.health import one_line
+from slurmguard.proc import CommandResult, run_command
+
+__all__ = [
+    "REASON_PREFIX", "REASON_MAX", "JobInfo", "NodeInfo", "SlurmCLI", "format_reason",
+    "job_info_from_json", "job_info_from_show", "node_info_from_json", "node_info_from_show",
+    "parse_show_job_oneliner", "parse_show_node_oneliner", "parse_sinfo_json",
+    "parse_squeue_json", "validate_job_id", "validate_node_name", "validate_nodeset",
+]
+
+REASON_PREFIX = "slurmguard:"
+# `sinfo -R` shows 20 characters by default; Slurm itself accepts far more. 200 keeps a
+# reason readable in `scontrol show node` and in the store without truncating useful detail.
+REASON_MAX = 200
+
+# A Slurm node name is a host name: letters, digits, '-', '_', '.', not starting with '-'
+# (it would read as an option) and of sane length.
+_NODE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
+# A node set as Slurm writes it: n[1-4,7],gpu001 -- no spaces, no shell characters.
+_NODESET_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,\-\[\]]{0,4095}")
+_JOB_RE = re.compile(r"[0-9]{1,12}(_[0-9]{1,9})?(\+[0-9]{1,6})?")
+_FIELD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+
+
+def validate_node_name(name: object) -> str:
+    """Return ``name`` when it is a plausible Slurm node name, else raise InputError."""
+    if not isinstance(name, str) or not _NODE_RE.fullmatch(name):
+        raise InputError(f"node name: not a valid Slurm node name: {_show(name)}")
+    return name
+
+
+def validate_nodeset(nodeset: object) -> str:
+    """Return ``nodeset`` (``gpu[001-064],cpu1``) when plausible, else raise InputError."""
+    if not isinstance(nodeset, str) or not _NODESET_RE.fullmatch(nodeset):
+        raise InputError(f"node set: not a valid Slurm node list: {_show(nodeset)}")
+    return nodeset
+
+
+def validate_job_id(job_id: object) -> str:
+    """Return the job id as a string (``123``, ``123_4`` array task), else raise InputError."""
+    text = str(job_id) if isinstance(job_id, int) and not isinstance(job_id, bool) else job_id
+    if not isinstance(text, str) or not _JOB_RE.fullmatch(text):
+        raise InputError(f"job id: not a Slurm job id: {_show(job_id)}")
+    return text
+
+
+def format_reason(source: str, text: str) -> str:
+    """``slurmguard: <source>: <one line>``, flattened and capped at :data:`REASON_MAX`.
+
+    Example: ``format_reason("gpu-xid", "Xid 79 on GPU 3")`` ->
+    ``"slurmguard: gpu-xid: Xid 79 on GPU 3"``.
+    """
+    src = one_line(source, 64) or "unknown"
+    return one_line(f"{REASON_PREFIX} {src}: {one_line(text, REASON_MAX)}", REASON_MAX)
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class SlurmCLI:
+    """Slurm through its command line. ``section`` is the ``[slurm]`` config section.
+
+    ``env`` (optional) is the environment for the tools, e.g. ``{"SLURM_CONF": ...}`` plus
+    the rest of the caller's environment; None inherits ours.
+
+    Example::
+
+        cli = SlurmCLI(cfg.section("slurm"))
+        if not cli.node("gpu001").drained:
+            cli.drain("gpu001", format_reason("gpu-xid", "Xid 79 on GPU 3"))
+    """
+
+    def __init__(self, section: Mapping[str, object],
+                 env: Mapping[str, str] | None = None) -> None:
+        self.tools = {t: str(section.get(t, f"/usr/bin/{t}"))
+                      for t in ("scontrol", "sinfo", "squeue", "sacct", "sbatch")}
+        self.timeout = float(section.get("timeout", 10.0))  # type: ignore[arg-type]
+        self.env = dict(env) if env is not None else None
+
+    def _run(self, tool: str, *args: str, check: bool = True) -> CommandResult:
+        return run_command([self.tools[tool], *args], timeout=self.timeout, check=check,
+                           env=self.env)
+
+    # -- nodes ---------------------------------------------------------------------------------
+    def node(self, name: str) -> NodeInfo:
+        """One node's state (``scontrol show node -o NAME``); InputError if Slurm has none."""
+        validate_node_name(name)
+        found = [n for n in self._show_nodes(name) if n.name == name]
+        if not found:
+            raise ParseError(f"scontrol show node {name}: no record for node {name!r}")
+        return found[0]
+
+    def nodes(self, nodeset: str | None = None) -> list[NodeInfo]:
+        """All nodes, or those of ``nodeset`` (``gpu[001-004]``)."""
+        if nodeset is not None:
+            validate_nodeset(nodeset)
+        return self._show_nodes(nodeset)
+
+    def _show_nodes(self, nodeset: str | None) -> list[NodeInfo]:
+        args = ["show", "node", "-o"] + ([nodeset] if nodeset else [])
+        try:
+            res = self._run("scontrol", *args)
+        except CommandError as exc:
+            if exc.rc == 1 and "not found" in exc.stderr:
+                raise InputError(f"node: not known to Slurm: {nodeset!r}") from None
+            raise
+        if res.stdout.strip().startswith("No nodes in the system"):
+            return []
+        return [node_info_from_show(f) for f in parse_show_node_oneliner(res.stdout)]
+
+    def drain(self, name: str, reason: str) -> bool:
+        """Drain ``name`` with ``reason`` (must start ``slurmguard:``); True if we drained it.
+
+        Skips (returns False) a node that is DOWN (Slurm already keeps work off it, and a
+        drain would hide the real cause), one already drained by us, and one drained or
+        failed by someone else (their reason stays).
+        """
+        validate_node_name(name)
+        if not isinstance(reason, str) or not reason.startswith(REASON_PREFIX):
+            raise InputError(f"drain reason: must start with {REASON_PREFIX!r}: {_show(reason)}")
+        flat = one_line(reason, REASON_MAX)
+        info = self.node(name)
+        if info.down or info.drained or "FAIL" in info.flags:
+            return False
+        self._run("scontrol", "update", f"nodename={name}", "state=drain", f"reason={flat}")
+        return True
+
+    def undrain(self, name: str) -> bool:
+        """Clear our own drain of ``name`` with ``state=UNDRAIN``; True if cleared.
+
+        Leaves alone (returns False) a node that is not drained, one drained by anyone
+        else, and a DOWN one (Slurm's ReturnToService decides when that comes back).
+        """
+        validate_node_name(name)
+        info = self.node(name)
+        if not info.drained or not info.ours or info.state == "down":
+            return False
+        self._run("scontrol", "update", f"nodename={name}", "state=UNDRAIN")
+        return True
+
+    def nodes_json(self) -> list[NodeInfo]:
+        """All nodes through ``sinfo --json`` (22.05+); the same NodeInfo as :meth:`nodes`."""
+        return parse_sinfo_json(self._run("sinfo", "--json").stdout)
+
+    # -- jobs ----------------------------------------------------------------------------------
+    def job(self, job_id: str | int) -> JobInfo:
+        """One job (``scontrol show job -o ID``); InputError if Slurm no longer knows it."""
+        jid = validate_job_id(job_id)
+        try:
+            res = self._run("scontrol", "show", "job", "-o", jid)
+        except CommandError as exc:
+            if exc.rc == 1 and "Invalid job id" in exc.stderr:
+                raise InputError(f"job: not known to Slurm: {jid}") from None
+            raise
+        jobs = [job_info_from_show(f) for f in parse_show_job_oneliner(res.stdout)]
+        base = jid.split("_")[0].split("+")[0]
+        for j in jobs:
+            if j.job_id == base or j.job_id == jid:
+                return j
+        if jobs:
+            return jobs[0]
+        raise ParseError(f"scontrol show job {jid}: no record for job {jid}")
+
+    def jobs(self) -> list[JobInfo]:
+        """Jobs in the queue (``squeue --json``): pending, running, completing."""
+        return parse_squeue_json(self._run("squeue", "--json").stdout)
+
+    def update_job(self, job_id: str | int, **fields: str | int) -> None:
+        """``scontrol update jobid=ID Key=Value ...``, e.g. ``EligibleTime="now"``."""
+        jid = validate_job_id(job_id)
+        if not fields:
+            raise InputError("update_job: no fields given")
+        args = []
+        for key, value in fields.items():
+            if not _FIELD_RE.fullmatch(key):
+                raise InputError(f"job field: not a Slurm field name: {_show(key)}")
+            text = str(value)
+            if not text.isprintable() or len(text) > 4096:
+                raise InputError(f"job field {key}: value not printable or too long: {_show(text)}")
+            args.append(f"{key}={text}")
+        self._run("scontrol", "update", f"jobid={jid}", *args)
+
+    def release(self, job_id: str | int) -> None:
+        """Release a held job (``scontrol release ID``)."""
+        self._run("scontrol", "release", validate_job_id(job_id))
+
+    def requeue(self, job_id: str | int) -> None:
+        """Requeue a batch job (``scontrol requeue ID``)."""
+        self._run("scontrol", "requeue", validate_job_id(job_id))
+
+    def ping(self) -> bool:
+        """True when the primary slurmctld answers ``scontrol ping`` as UP."""
+        try:
+            res = self._run("scontrol", "ping", check=False)
+        except CommandError:
+            return False
+        return res.rc == 0 and " is UP" in res.stdout

@@ -1,0 +1,415 @@
+"""Pure parsers for Slurm's text and JSON output, and the NodeInfo / JobInfo they produce.
+
+Formats (captured from Slurm 22.05.8 in tests/data/slurm/):
+
+* ``scontrol show node -o``: one record per node, ``Key=Value`` separated by spaces. Values
+  may hold spaces (``OS=Linux 6.1 #1 SMP``) and ``=`` (``CfgTRES=cpu=2``), so a new field
+  starts only at whitespace followed by ``Key=``. ``Reason=`` is printed last, as free text
+  (spaces, ``=`` signs, quotes) followed by `` [user@YYYY-MM-DDTHH:MM:SS]``; a reason set with
+  a newline in it breaks the record over two lines, with the suffix inserted after the
+  first line: we join such continuation lines back.
+* ``scontrol show job -o``: the same shape; ``JobName`` (free text) runs up to ``UserId=``.
+* ``sinfo --json`` / ``squeue --json``: 22.05 (OpenAPI v0.0.38) gives a node's ``state`` as a
+  string plus ``state_flags``; 24.11 gives ``state`` as a list, and numbers as
+  ``{"set": true, "infinite": false, "number": N}``. Both are read.
+
+Anything else raises :class:`ParseError` with a one-line message naming the field and value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmguard.errors import ParseError
+
+REASON_PREFIX = "slurmguard:"
+
+# Base states as Slurm names them (NODE_STATE_*); anything else is a flag.
+BASE_STATES = frozenset({"idle", "allocated", "mixed", "down", "unknown", "future", "error"})
+# Suffix characters of a node state in Slurm's short notation (`IDLE*`, `IDLE~`).
+_STATE_MARKS = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP",
+                "%": "POWERING_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED",
+                "!": "POWER_DOWN", "^": "REBOOT_ISSUED", "-": "PLANNED"}
+_NULLS = frozenset({"", "(null)", "none", "n/a", "unknown"})
+
+_KEY_RE = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_:/.]*)=")
+_REASON_KEY_RE = re.compile(r"(?:(?<=\s)|^)Reason=")
+_REASON_SUFFIX_RE = re.compile(r"\s*\[([^\[\]@\s]*)@([0-9T:\-]+|Unknown|None)\]")
+_STATE_TOKEN_RE = re.compile(r"[A-Za-z_]+")
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node as Slurm reports it. ``state`` is the lower-case base state; ``flags`` upper."""
+
+    name: str
+    state: str
+    flags: frozenset[str] = frozenset()
+    reason: str = ""
+    reason_user: str = ""
+    reason_time: str = ""
+    partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def drained(self) -> bool:
+        """Drained or draining (the DRAIN flag is set)."""
+        return "DRAIN" in self.flags
+
+    @property
+    def draining(self) -> bool:
+        """DRAIN set while jobs still run (Slurm's DRAINING)."""
+        return self.drained and (self.state in ("allocated", "mixed") or "COMPLETING" in self.flags)
+
+    @property
+    def down(self) -> bool:
+        """Slurm has the node DOWN (base state): slurmguard leaves it alone."""
+        return self.state == "down"
+
+    @property
+    def not_responding(self) -> bool:
+        """slurmctld has not heard from the node lately (``*`` in sinfo); may turn DOWN.
+
+        Not a reason to skip a drain by itself: right after a slurmctld restart every node
+        carries this flag until its first ping, while its Prolog may be finding a fault.
+        """
+        return "NOT_RESPONDING" in self.flags
+
+    @property
+    def ours(self) -> bool:
+        """The current reason was set by slurmguard."""
+        return self.reason.startswith(REASON_PREFIX)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "state": self.state, "flags": sorted(self.flags),
+                "reason": self.reason, "reason_user": self.reason_user,
+                "reason_time": self.reason_time, "partitions": list(self.partitions),
+                "features": list(self.features)}
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A job as Slurm reports it. ``state`` upper-case (RUNNING, PENDING, ...)."""
+
+    job_id: str
+    state: str
+    reason: str = ""
+    nodes: str = ""
+    restart_count: int = 0
+    eligible_time: float | None = None  # seconds since the epoch
+    requeue: bool = False
+    batch_host: str = ""
+    exc_nodes: str = ""
+    priority: int | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def held(self) -> bool:
+        """Held (by the user, an admin, or Slurm after launch failures): priority 0."""
+        return self.priority == 0 or "held" in self.reason.lower()
+
+
+# ---------------------------------------------------------------------------------------------
+# scontrol show -o
+
+
+def _records(text: object, first_key: str, what: str) -> list[str]:
+    if not isinstance(text, str):
+        raise ParseError(f"{what}: expected text, got {type(text).__name__}")
+    records: list[str] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line.startswith(first_key + "="):
+            records.append(line)
+        elif records:
+            # A newline inside a reason (Slurm stores what it was given) splits a record.
+            records[-1] += " " + line.strip()
+        else:
+            raise ParseError(f"{what}: expected a record starting with {first_key}=, "
+                             f"got {_clip(line)}")
+    return records
+
+
+def _fields(text: str, what: str, out: dict[str, str]) -> None:
+    keys = list(_KEY_RE.finditer(text))
+    lead = text[: keys[0].start()] if keys else text
+    if lead.strip():
+        raise ParseError(f"{what}: expected Key=Value, got {_clip(lead)}")
+    for i, m in enumerate(keys):
+        end = keys[i + 1].start() if i + 1 < len(keys) else len(text)
+        out.setdefault(m.group(1), text[m.end():end].strip())
+
+
+def parse_show_node_oneliner(text: str) -> list[dict[str, str]]:
+    """``scontrol show node -o`` -> one dict per node; the reason's ``[user@time]`` suffix
+    becomes ``ReasonUser`` / ``ReasonTime``."""
+    what = "scontrol show node"
+    out = []
+    for rec in _records(text, "NodeName", what):
+        fields: dict[str, str] = {}
+        m = _REASON_KEY_RE.search(rec)
+        head, tail = (rec[: m.start()], rec[m.end():]) if m else (rec, "")
+        _fields(head, what, fields)
+        if m:
+            suffix = _REASON_SUFFIX_RE.search(tail)
+            if suffix:
+                reason, rest = tail[: suffix.start()], tail[suffix.end():]
+                fields["ReasonUser"], fields["ReasonTime"] = suffix.group(1), suffix.group(2)
+                keys = _KEY_RE.search(rest)
+                extra = rest[: keys.start()] if keys else rest
+                reason = (reason + " " + extra).strip()
+                if keys:
+                    _fields(rest[keys.start():], what, fields)
+            else:
+                reason = tail
+            fields["Reason"] = " ".join(reason.split())
+        if not fields.get("NodeName"):
+            raise ParseError(f"{what}: record without a NodeName: {_clip(rec)}")
+        out.append(fields)
+    return out
+
+
+def parse_show_job_oneliner(text: str) -> list[dict[str, str]]:
+    """``scontrol show job -o`` -> one dict per job (``JobName`` may hold spaces and ``=``)."""
+    what = "scontrol show job"
+    out = []
+    for rec in _records(text, "JobId", what):
+        fields: dict[str, str] = {}
+        name = re.search(r"\sJobName=(.*?)\s+UserId=", rec)
+        if name:
+            fields["JobName"] = name.group(1)
+            rec = rec[: name.start()] + " UserId=" + rec[name.end():]
+        _fields(rec, what, fields)
+        if not re.fullmatch(r"[0-9]+", fields.get("JobId", "")):
+            raise ParseError(f"{what}: JobId: not a job id: {_clip(fields.get('JobId', ''))}")
+        out.append(fields)
+    return out
+
+
+def parse_node_state(value: object, flags: object = ()) -> tuple[str, frozenset[str]]:
+    """``IDLE+DRAIN`` / ``DOWN*`` / ``["IDLE", "DRAIN"]`` -> ("idle", {"DRAIN"})."""
+    if isinstance(value, str):
+        tokens = value.split("+")
+    elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        tokens = list(value)
+    else:
+        raise ParseError(f"node state: not a Slurm node state: {_clip(repr(value))}")
+    if not isinstance(flags, (list, tuple)) or not all(isinstance(f, str) for f in flags):
+        raise ParseError(f"node state_flags: expected a list of strings, got {_clip(repr(flags))}")
+    names: list[str] = []
+    marks: set[str] = set()
+    for tok in tokens:
+        core = tok.strip()
+        while core and core[-1] in _STATE_MARKS:
+            marks.add(_STATE_MARKS[core[-1]])
+            core = core[:-1]
+        if not _STATE_TOKEN_RE.fullmatch(core):
+            raise ParseError(f"node state: not a Slurm node state: {_clip(repr(value))}")
+        names.append(core)
+    for f in flags:
+        if not _STATE_TOKEN_RE.fullmatch(f):
+            raise ParseError(f"node state_flags: not a Slurm state flag: {_clip(f)}")
+    # 24.11 lists may put a flag first; the base is the first known base state.
+    base = next((n for n in names if n.lower() in BASE_STATES), names[0])
+    rest = {n.upper() for n in names if n is not base} | {f.upper() for f in flags} | marks
+    return base.lower(), frozenset(rest)
+
+
+def node_info_from_show(f: Mapping[str, str]) -> NodeInfo:
+    """NodeInfo from one :func:`parse_show_node_oneliner` record."""
+    name = f.get("NodeName", "")
+    if not name:
+        raise ParseError("scontrol show node: record without a NodeName")
+    if "State" not in f:
+        raise ParseError(f"scontrol show node: node {name}: no State field")
+    state, flags = parse_node_state(f["State"])
+    reason = f.get("Reason", "")
+    return NodeInfo(
+        name=name, state=state, flags=flags,
+        reason="" if reason.lower() in _NULLS else reason,
+        reason_user=f.get("ReasonUser", ""), reason_time=f.get("ReasonTime", ""),
+        partitions=_csv(f.get("Partitions", "")),
+        features=_csv(f.get("ActiveFeatures", f.get("Features", ""))),
+        raw=dict(f),
+    )
+
+
+def job_info_from_show(f: Mapping[str, str]) -> JobInfo:
+    """JobInfo from one :func:`parse_show_job_oneliner` record."""
+    jid = f.get("JobId", "")
+    if "JobState" not in f:
+        raise ParseError(f"scontrol show job: job {jid}: no JobState field")
+    state = f["JobState"]
+    if not _STATE_TOKEN_RE.fullmatch(state):
+        raise ParseError(f"scontrol show job: JobState: not a job state: {_clip(state)}")
+    return JobInfo(
+        job_id=jid, state=state.upper(), reason=_null(f.get("Reason", "")),
+        nodes=_null(f.get("NodeList", "")),
+        restart_count=_int(f.get("Restarts", "0"), "Restarts"),
+        eligible_time=_show_time(f.get("EligibleTime", ""), "EligibleTime"),
+        requeue=f.get("Requeue", "0") == "1", batch_host=_null(f.get("BatchHost", "")),
+        exc_nodes=_null(f.get("ExcNodeList", "")),
+        priority=_int(f["Priority"], "Priority") if "Priority" in f else None,
+        raw=dict(f),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# --json
+
+
+def _load_json(text: object, what: str, key: str) -> list[Any]:
+    if not isinstance(text, (str, bytes)):
+        raise ParseError(f"{what}: expected JSON text, got {type(text).__name__}")
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ParseError(f"{what}: not valid JSON: {_clip(str(exc))}") from None
+    if not isinstance(doc, dict):
+        raise ParseError(f"{what}: expected a JSON object, got {type(doc).__name__}")
+    items = doc.get(key)
+    if not isinstance(items, list):
+        raise ParseError(f"{what}: {key}: expected a list, got {_clip(repr(items))}")
+    return items
+
+
+def parse_sinfo_json(text: str | bytes) -> list[NodeInfo]:
+    """``sinfo --json`` (22.05 or 24.11 shape) -> NodeInfo per node (first entry per name)."""
+    seen: dict[str, NodeInfo] = {}
+    for obj in _load_json(text, "sinfo --json", "nodes"):
+        info = node_info_from_json(obj)
+        seen.setdefault(info.name, info)
+    return list(seen.values())
+
+
+def parse_squeue_json(text: str | bytes) -> list[JobInfo]:
+    """``squeue --json`` (22.05 or 24.11 shape) -> JobInfo per job."""
+    return [job_info_from_json(o) for o in _load_json(text, "squeue --json", "jobs")]
+
+
+def node_info_from_json(obj: object) -> NodeInfo:
+    """NodeInfo from one node object of ``sinfo --json``."""
+    if not isinstance(obj, dict):
+        raise ParseError(f"sinfo --json: node: expected an object, got {_clip(repr(obj))}")
+    name = _jstr(obj, "name", "sinfo --json: node")
+    what = f"sinfo --json: node {name}"
+    if not name:
+        raise ParseError("sinfo --json: node: empty name")
+    state, flags = parse_node_state(obj.get("state"), obj.get("state_flags", []))
+    reason_at = _jnum(obj.get("reason_changed_at", 0), f"{what}: reason_changed_at")
+    return NodeInfo(
+        name=name, state=state, flags=flags, reason=_jstr(obj, "reason", what),
+        reason_user=_jstr(obj, "reason_set_by_user", what),
+        reason_time=_iso(reason_at) if reason_at else "",
+        partitions=_jlist(obj.get("partitions", []), f"{what}: partitions"),
+        features=_jlist(obj.get("active_features", obj.get("features", "")),
+                        f"{what}: active_features"),
+        raw=obj,
+    )
+
+
+def job_info_from_json(obj: object) -> JobInfo:
+    """JobInfo from one job object of ``squeue --json``."""
+    if not isinstance(obj, dict):
+        raise ParseError(f"squeue --json: job: expected an object, got {_clip(repr(obj))}")
+    jid = _jnum(obj.get("job_id"), "squeue --json: job_id")
+    what = f"squeue --json: job {jid}"
+    raw_state = obj.get("job_state")
+    states = raw_state if isinstance(raw_state, list) else [raw_state]
+    if not states or not all(isinstance(s, str) and _STATE_TOKEN_RE.fullmatch(s) for s in states):
+        raise ParseError(f"{what}: job_state: not a job state: {_clip(repr(raw_state))}")
+    eligible = _jnum(obj.get("eligible_time", 0), f"{what}: eligible_time")
+    prio = obj.get("priority")
+    return JobInfo(
+        job_id=str(int(jid)), state=states[0].upper(), reason=_null(_jstr(obj, "state_reason", what)),
+        nodes=_jstr(obj, "nodes", what), restart_count=int(_jnum(obj.get("restart_cnt", 0),
+                                                                  f"{what}: restart_cnt")),
+        eligible_time=float(eligible) if eligible else None,
+        requeue=_jbool(obj.get("requeue", False), f"{what}: requeue"),
+        batch_host=_jstr(obj, "batch_host", what), exc_nodes=_jstr(obj, "excluded_nodes", what),
+        priority=None if prio is None else int(_jnum(prio, f"{what}: priority")),
+        raw=obj,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# small converters, each raising ParseError naming the field
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    text = "".join(ch if ch.isprintable() else "?" for ch in str(text))
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def _null(value: str) -> str:
+    return "" if value.strip().lower() in _NULLS else value
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return () if _null(value) == "" else tuple(v for v in value.split(",") if v)
+
+
+def _int(value: str, key: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ParseError(f"{key}: expected an integer, got {_clip(value)}") from None
+
+
+def _show_time(value: str, key: str) -> float | None:
+    if _null(value) == "":
+        return None
+    try:
+        return time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        raise ParseError(f"{key}: expected YYYY-MM-DDTHH:MM:SS, got {_clip(value)}") from None
+
+
+def _iso(epoch: float) -> str:
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
+    except (ValueError, OverflowError, OSError):
+        raise ParseError(f"timestamp out of range: {epoch!r}") from None
+
+
+def _jstr(obj: Mapping[str, Any], key: str, what: str) -> str:
+    value = obj.get(key, "")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ParseError(f"{what}: {key}: expected a string, got {_clip(repr(value))}")
+    return value
+
+
+def _jnum(value: object, what: str) -> float:
+    # 24.11 wraps numbers: {"set": true, "infinite": false, "number": 17}
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return 0
+        value = value.get("number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise ParseError(f"{what}: expected a number, got {_clip(repr(value))}")
+    if abs(value) > 2**63:
+        raise ParseError(f"{what}: number out of range: {_clip(repr(value))}")
+    return value
+
+
+def _jbool(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ParseError(f"{what}: expected true/false, got {_clip(repr(value))}")
+    return value
+
+
+def _jlist(value: object, what: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return _csv(value)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ParseError(f"{what}: expected a list of strings, got {_clip(repr(value))}")

@@ -1,0 +1,109 @@
+"""`slurmguard requeue watch`: the requeue watcher (thin over slurmguard.requeue)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+log = logging.getLogger("slurmguard.requeue")
+
+
+@click.group("requeue")
+def requeue_grp() -> None:
+    """Checkpoint-aware requeue: put jobs hit by a node fault back on healthy nodes fast.
+
+    \b
+    Example:
+      slurmguard requeue watch                 # poll every requeue.interval seconds
+      slurmguard requeue watch --once --json   # one pass, events as JSON lines
+    """
+
+
+def store_recorder(cfg: Any) -> Callable[[dict[str, Any]], None] | None:
+    """Record recoveries in the node-state store when one is configured and reachable."""
+    try:
+        from slurmguard.store import Store  # the server extra; absent on plain installs
+    except ImportError:
+        return None
+    from slurmguard.errors import SlurmguardError
+
+    try:
+        store = Store.open(cfg)
+    except (SlurmguardError, KeyError) as exc:
+        log.warning("requeue watcher: no store (%s): recoveries are only logged", exc)
+        return None
+
+    def record(ev: dict[str, Any]) -> None:
+        if ev["event"] not in ("requeue-expedite", "requeue-recovered", "requeue-cap"):
+            return
+        what = {"requeue-expedite": "requeued after a node fault: excluded and made eligible now",
+                "requeue-recovered": f"running again {ev.get('seconds')}s after the requeue",
+                "requeue-cap": "requeue cap reached: left to Slurm"}[ev["event"]]
+        for node in ev.get("failed_nodes") or ev.get("failed") or []:
+            try:
+                store.record_event(node, "state_change", "slurmguard", f"job {ev['job_id']} {what}",
+                                   source="requeue", details=ev)
+            except SlurmguardError as exc:
+                log.warning("requeue watcher: store: %s", exc.message)
+
+    return record
+
+
+@requeue_grp.command("watch")
+@click.option("--once", is_flag=True, help="One pass, then exit.")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=None, metavar="SECONDS",
+              help="Seconds between polls (config requeue.interval).")
+@click.option("--max-requeues", type=click.IntRange(min=0), default=None,
+              help="Recoveries per job at most (config requeue.max_requeues).")
+@click.option("--state-file", metavar="PATH", default=None,
+              help="Where the watcher remembers jobs between runs (config requeue.state_file; "
+                   "'' for none).")
+@click.option("--json", "as_json", is_flag=True, help="Events as JSON lines on stdout.")
+@click.pass_context
+def watch_cmd(ctx: click.Context, once: bool, interval: float | None, max_requeues: int | None,
+              state_file: str | None, as_json: bool) -> int:
+    """Watch the queue: for jobs Slurm requeued because a node failed or was drained by
+    slurmguard, exclude that node, release launch-failure holds and set EligibleTime=now.
+
+    \b
+    Example:
+      slurmguard requeue watch --interval 1
+      slurmguard requeue watch --once --state-file /var/lib/slurmguard/requeue.json --json
+    """
+    from slurmguard import config
+    from slurmguard.errors import SlurmguardError
+    from slurmguard.requeue import Watcher
+
+    try:
+        from slurmguard.adapters.slurm import SlurmCLI
+    except ImportError as exc:
+        raise SlurmguardError(f"the Slurm adapter is missing from this install: {exc}") from None
+
+    cfg = config.load((ctx.obj or {}).get("config_path"))
+    sec = cfg.section("requeue")
+    store_record = store_recorder(cfg)
+
+    def record(ev: dict[str, Any]) -> None:
+        if as_json:
+            click.echo(json.dumps(ev, sort_keys=True))
+        else:
+            click.echo(f"job {ev['job_id']}: {ev['event']}: " + ", ".join(
+                f"{k}={v}" for k, v in ev.items() if k not in ("event", "job_id", "time") and v))
+        sys.stdout.flush()
+        if store_record is not None:
+            store_record(ev)
+
+    w = Watcher(SlurmCLI(cfg.section("slurm")),
+                max_requeues=sec["max_requeues"] if max_requeues is None else max_requeues,
+                state_path=(sec["state_file"] if state_file is None else state_file) or None,
+                record=record)
+    if once:
+        w.poll()
+        return 0
+    w.watch(interval=sec["interval"] if interval is None else interval)
+    return 0

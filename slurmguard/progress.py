@@ -1,0 +1,81 @@
+"""Progress reports from training code to `slurmguard run` (standard library only).
+
+Training code calls::
+
+    from slurmguard import progress
+    start = progress.resume_step() or 0       # where `slurmguard run` says to resume
+    for n in range(start, total):
+        train_one_step()
+        progress.step(n)
+        if n % 100 == 0:
+            save(path)
+            progress.checkpoint_saved(path, n)
+
+Each call appends one JSON line to the file named by ``SLURMGUARD_PROGRESS`` (set by the
+wrapper; the calls do nothing without it). One ``write()`` of a line shorter than PIPE_BUF on
+an ``O_APPEND`` descriptor is atomic, so every rank on every node can share one file on a shared
+file system (or a FIFO). The line carries the node (``SLURMD_NODENAME``) and rank
+(``SLURM_PROCID``) so the wrapper can tell a slow node from a slow job.
+
+Monitoring must never take training down: a failed write is reported once on stderr and the
+calls carry on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+ENV_FILE = "SLURMGUARD_PROGRESS"
+_fd: int | None = None
+_fd_path: str | None = None
+_warned = False
+
+
+def _emit(event: dict[str, object]) -> None:
+    global _fd, _fd_path, _warned
+    path = os.environ.get(ENV_FILE)
+    if not path:
+        return
+    event.setdefault("t", time.time())
+    event.setdefault("node", os.environ.get("SLURMD_NODENAME") or os.uname().nodename)
+    event.setdefault("rank", _int_env("SLURM_PROCID"))
+    line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+    try:
+        if _fd is None or _fd_path != path:
+            _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            _fd_path = path
+        os.write(_fd, line)
+    except OSError as exc:
+        if not _warned:
+            _warned = True
+            print(f"slurmguard.progress: cannot report to {path}: {exc}", file=sys.stderr)
+
+
+def _int_env(name: str) -> int | None:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def step(n: int) -> None:
+    """Report that training step ``n`` finished (resets the wrapper's stall timer)."""
+    _emit({"ev": "step", "step": int(n)})
+
+
+def checkpoint_saved(path: str, step: int) -> None:
+    """Report that a checkpoint of ``step`` was completely written at ``path``."""
+    _emit({"ev": "ckpt", "step": int(step), "path": os.fspath(path)})
+
+
+def resume_from() -> str | None:
+    """The checkpoint `slurmguard run` chose to resume from (``SLURMGUARD_RESUME_FROM``)."""
+    return os.environ.get("SLURMGUARD_RESUME_FROM") or None
+
+
+def resume_step() -> int | None:
+    """The step of that checkpoint (``SLURMGUARD_RESUME_STEP``), when known."""
+    return _int_env("SLURMGUARD_RESUME_STEP")

@@ -1,0 +1,258 @@
+"""The requeue watcher: put jobs hit by a node fault back on healthy nodes at once.
+
+When a node dies under a job with ``--requeue``, Slurm requeues the job but makes it eligible
+only ~121 s later (``EligibleTime`` = requeue + ``cred_expire``, testbed.md), and may send it
+straight back to a node that is about to fail again. When a Prolog on a node we drained
+fails, Slurm requeues the job *held* ("launch failed requeued held"). Both are lost GPU time.
+
+The watcher polls the queue. It remembers the nodes each job ran on (Slurm forgets them at
+requeue), and when a job comes back PENDING with a higher restart count (or held after a
+launch failure) and one of those nodes is now down, not responding, or drained by slurmguard,
+it:
+
+1. adds the failed nodes to the job's ``ExcNodeList``;
+2. releases it if it is held after that launch failure;
+3. sets ``EligibleTime=now``;
+
+at most ``max_requeues`` times per job (then it leaves the job alone and says so: no crash
+loops). A job requeued for any other reason (scontrol requeue by a user, preemption, the
+wrapper's exit 75 with healthy nodes) is not touched. Each recovery becomes an event.
+
+:func:`plan` is pure (table-tested); :class:`Watcher` is the thin loop around the adapter.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from slurmguard.errors import SlurmguardError
+
+log = logging.getLogger("slurmguard.requeue")
+
+ACTIVE = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"}
+
+
+class JobLike(Protocol):
+    job_id: str
+    state: str
+    reason: str
+    nodes: str
+    restart_count: int
+    eligible_time: float | None
+    exc_nodes: str
+
+    @property
+    def held(self) -> bool: ...
+
+
+class NodeLike(Protocol):
+    name: str
+
+    @property
+    def down(self) -> bool: ...
+
+    @property
+    def drained(self) -> bool: ...
+
+    @property
+    def ours(self) -> bool: ...
+
+    reason: str
+
+
+@dataclass
+class JobMemory:
+    """What the watcher knows about a job across polls (and restarts of the watcher)."""
+
+    nodes: str = ""  # nodes of its last run (Slurm clears NodeList at requeue)
+    restarts: int = 0  # restart count when last seen
+    handled: int = -1  # restart count already acted upon (or judged not ours)
+    hold_handled: int = -1  # restart count at which a launch-failure hold was acted upon
+    expedited: int = 0  # how many times we sped it up
+    requeued_at: float | None = None  # when we saw the requeue, for the recovery time
+    failed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Action:
+    job_id: str
+    kind: str  # expedite | cap | unknown
+    failed_nodes: tuple[str, ...] = ()
+    exclude: str = ""  # the new ExcNodeList
+    release: bool = False
+    eligible_now: bool = False
+    reason: str = ""
+
+
+def expand(nodeset: str) -> list[str]:
+    """Node names of a Slurm node list (``n[1-3,7]``) via ClusterShell."""
+    if not nodeset:
+        return []
+    from ClusterShell.NodeSet import NodeSet
+
+    return list(NodeSet(nodeset))
+
+
+def fold(names: Iterable[str]) -> str:
+    from ClusterShell.NodeSet import NodeSet
+
+    ns = NodeSet()
+    for n in names:
+        ns.update(n)
+    return str(ns)
+
+
+def node_failed(node: NodeLike | None) -> bool:
+    """A node counts as the cause when it is gone, down/not responding, or drained by us."""
+    if node is None:
+        return True
+    return bool(node.down or (node.drained and node.ours))
+
+
+def _launch_failed_hold(job: JobLike) -> bool:
+    r = job.reason.lower().replace("_", " ")
+    return job.held and "launch failed" in r
+
+
+def plan(jobs: Iterable[JobLike], nodes: Mapping[str, NodeLike], memory: dict[str, JobMemory],
+         now: float, max_requeues: int) -> tuple[list[Action], dict[str, JobMemory]]:
+    """Decide what to do for each job; returns the actions and the updated memory."""
+    mem = {k: JobMemory(**asdict(v)) for k, v in memory.items()}
+    actions: list[Action] = []
+    seen = set()
+    for job in jobs:
+        jid = str(job.job_id)
+        seen.add(jid)
+        m = mem.setdefault(jid, JobMemory(restarts=job.restart_count, handled=job.restart_count))
+        if job.state in ACTIVE:
+            if job.nodes:
+                m.nodes = job.nodes
+            m.restarts = job.restart_count
+            continue
+        if job.state != "PENDING":
+            continue
+        requeued = job.restart_count > m.handled and job.restart_count > 0
+        held = _launch_failed_hold(job)
+        if not requeued and not (held and m.hold_handled < job.restart_count):
+            continue
+        # One decision per requeue, and per launch-failure hold at a restart count.
+        m.handled = max(m.handled, job.restart_count)
+        if held:
+            m.hold_handled = job.restart_count
+        m.restarts = job.restart_count
+        if not m.nodes:
+            actions.append(Action(jid, "unknown", reason="requeued, but the watcher never saw "
+                                  "where it ran: cause unknown, left alone"))
+            continue
+        failed = tuple(n for n in expand(m.nodes) if node_failed(nodes.get(n)))
+        if not failed:
+            continue  # requeued for another reason (user, preemption, app): not ours to speed up
+        if m.expedited >= max_requeues:
+            actions.append(Action(jid, "cap", failed, reason=f"already recovered {m.expedited} "
+                                  f"times (requeue.max_requeues {max_requeues}): left to Slurm"))
+            continue
+        m.expedited += 1
+        m.requeued_at = now
+        m.failed = list(failed)
+        exclude = fold([*expand(job.exc_nodes), *failed])
+        eligible_now = job.eligible_time is None or job.eligible_time > now
+        actions.append(Action(jid, "expedite", failed, exclude=exclude, release=held,
+                              eligible_now=eligible_now or held,
+                              reason=f"node fault on {fold(failed)}"))
+    for jid in list(mem):
+        if jid not in seen:
+            del mem[jid]  # gone from the queue
+    return actions, mem
+
+
+class SlurmJobs(Protocol):
+    def jobs(self) -> list[Any]: ...
+    def nodes(self, nodeset: str | None = None) -> list[Any]: ...
+    def update_job(self, job_id: str | int, **fields: str | int) -> None: ...
+    def release(self, job_id: str | int) -> None: ...
+
+
+class Watcher:
+    """Polls Slurm, plans, applies, remembers (in ``state_path`` when given)."""
+
+    def __init__(self, slurm: SlurmJobs, *, max_requeues: int = 3, state_path: str | None = None,
+                 record: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.slurm = slurm
+        self.max_requeues = max_requeues
+        self.state_path = state_path
+        self.record = record or (lambda ev: log.info("%s", json.dumps(ev)))
+        self.memory: dict[str, JobMemory] = self._load()
+
+    def _load(self) -> dict[str, JobMemory]:
+        if not self.state_path or not os.path.exists(self.state_path):
+            return {}
+        try:
+            with open(self.state_path) as fh:
+                raw = json.load(fh)
+            return {str(k): JobMemory(**v) for k, v in raw.items()}
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning("requeue watcher state %s unreadable (%s): starting fresh",
+                        self.state_path, exc)
+            return {}
+
+    def _save(self) -> None:
+        if not self.state_path:
+            return
+        d = os.path.dirname(self.state_path) or "."
+        fd, tmp = tempfile.mkstemp(prefix=".requeue-state.", dir=d)
+        with os.fdopen(fd, "w") as fh:
+            json.dump({k: asdict(v) for k, v in self.memory.items()}, fh)
+        os.replace(tmp, self.state_path)
+
+    def poll(self, now: float | None = None) -> list[Action]:
+        """One pass: read jobs and nodes, act on what :func:`plan` says, emit events."""
+        now = time.time() if now is None else now
+        jobs = self.slurm.jobs()
+        before = {k: v.requeued_at for k, v in self.memory.items()}
+        nodes = {n.name: n for n in self.slurm.nodes()} if any(
+            j.state == "PENDING" for j in jobs) else {}
+        actions, self.memory = plan(jobs, nodes, self.memory, now, self.max_requeues)
+        for a in actions:
+            self._apply(a, now)
+        # Recovery time: first poll that sees an expedited job running again.
+        for j in jobs:
+            m = self.memory.get(str(j.job_id))
+            if m and m.requeued_at and j.state in ACTIVE and before.get(str(j.job_id)):
+                self.record({"event": "requeue-recovered", "job_id": str(j.job_id),
+                             "nodes": j.nodes, "restart": j.restart_count,
+                             "seconds": round(now - m.requeued_at, 3), "failed": m.failed})
+                m.requeued_at = None
+        self._save()
+        return actions
+
+    def _apply(self, a: Action, now: float) -> None:
+        ev: dict[str, Any] = {"event": f"requeue-{a.kind}", "job_id": a.job_id, "time": now,
+                              "failed_nodes": list(a.failed_nodes), "reason": a.reason}
+        if a.kind == "expedite":
+            try:
+                self.slurm.update_job(a.job_id, ExcNodeList=a.exclude)
+                if a.release:
+                    self.slurm.release(a.job_id)
+                if a.eligible_now:
+                    self.slurm.update_job(a.job_id, EligibleTime="now")
+            except SlurmguardError as exc:  # the job may have ended meanwhile
+                ev["event"], ev["error"] = "requeue-failed", exc.message
+            ev.update(exclude=a.exclude, released=a.release)
+        self.record(ev)
+
+    def watch(self, interval: float = 2.0, stop: Callable[[], bool] = lambda: False) -> None:
+        """Poll until ``stop()``; an unreachable slurmctld is logged and retried, not fatal."""
+        while not stop():
+            t0 = time.monotonic()
+            try:
+                self.poll()
+            except SlurmguardError as exc:
+                log.warning("requeue watcher: %s", exc.message)
+            time.sleep(max(0.0, interval - (time.monotonic() - t0)))

@@ -1,0 +1,318 @@
+"""`slurmguard run -- CMD`: resume from the newest complete checkpoint, watch progress, map the exit.
+
+Runs as the job's user, usually as the batch step (``slurmguard run ... -- srun python train.py``)
+or per task (``srun slurmguard run ... -- python train.py``). It:
+
+1. refuses to start a run that is over the requeue cap (``SLURM_RESTART_COUNT`` > max);
+2. finds the newest complete checkpoint (slurmguard.checkpoint) and exports
+   ``SLURMGUARD_RESUME_FROM`` / ``SLURMGUARD_RESUME_STEP`` and ``SLURM_RESTART_COUNT`` (0 when
+   Slurm did not set it);
+3. starts the command in its own process group, forwards SIGTERM/SIGINT/SIGUSR1 to that group,
+   and after SIGTERM/SIGINT waits at most the grace period before SIGKILL;
+4. reads ``slurmguard.progress`` events from ``SLURMGUARD_PROGRESS``: a stall (no step for
+   ``--stall-timeout`` s) is logged, and with ``--stall-action requeue`` ends the run for a
+   requeue; per-node step times name a slow node;
+5. copies the child's stderr through, noting lines that mean an infrastructure fault;
+6. maps the end of the run to an exit code with :func:`slurmguard.exitmap.decide` and appends a
+   one-line JSON record of the run to ``<checkpoint-dir>/.slurmguard/runs.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from slurmguard import checkpoint, exitmap
+from slurmguard.errors import InputError, RefusedError
+
+STATE_DIR = ".slurmguard"  # inside the checkpoint dir: shared by every node of the job
+SLOW_FACTOR = 1.5  # a node whose median step time is 1.5x the job's median is named slow
+_MIN_SAMPLES = 3
+
+
+def _say(msg: str) -> None:
+    print(f"slurmguard run: {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class RunOptions:
+    command: Sequence[str]
+    checkpoint_dir: str | None = None
+    resume: str = "auto"  # auto | off
+    max_requeues: int = 3
+    stall_timeout: float = 0.0  # 0: no stall detection
+    stall_action: str = "log"  # log | requeue
+    grace: float = 60.0
+    progress_file: str | None = None
+    scan_stderr: bool = True
+    node_probe: Callable[[], str | None] | None = None  # our drain reason on this node, if any
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+@dataclass
+class Progress:
+    """What the progress file said: last step, per-node step intervals, checkpoints."""
+
+    last_event: float
+    last_step: int | None = None
+    last_node: str | None = None
+    last_ckpt: dict[str, Any] | None = None
+    steps: int = 0
+    _prev: dict[tuple[str, Any], float] = field(default_factory=dict)
+    intervals: dict[str, list[float]] = field(default_factory=dict)
+
+    def feed(self, ev: dict[str, Any]) -> None:
+        t = float(ev.get("t") or time.time())
+        node = str(ev.get("node") or "?")
+        if ev.get("ev") == "ckpt":
+            self.last_ckpt = {"path": ev.get("path"), "step": ev.get("step")}
+            return
+        if ev.get("ev") != "step":
+            return
+        self.steps += 1
+        self.last_event = max(self.last_event, time.time())
+        self.last_step, self.last_node = ev.get("step"), node
+        key = (node, ev.get("rank"))
+        if key in self._prev:
+            self.intervals.setdefault(node, []).append(max(0.0, t - self._prev[key]))
+        self._prev[key] = t
+
+    def node_medians(self) -> dict[str, float]:
+        return {n: statistics.median(v) for n, v in self.intervals.items() if len(v) >= _MIN_SAMPLES}
+
+    def slow_nodes(self) -> list[str]:
+        """Nodes whose median step time exceeds SLOW_FACTOR x the median over nodes."""
+        med = self.node_medians()
+        if len(med) < 2:
+            return []
+        overall = statistics.median(med.values())
+        return sorted(n for n, m in med.items() if overall > 0 and m > SLOW_FACTOR * overall)
+
+
+class _Tail:
+    """Reads whole JSON lines appended to the progress file since the run started."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self.offset = os.path.getsize(path)
+        except OSError:
+            self.offset = 0
+        self.buf = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read(1 << 20)
+        except OSError:
+            return []
+        self.offset += len(data)
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        out = []
+        for line in lines:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue  # a foreign or torn line: progress is advisory
+            if isinstance(ev, dict):
+                out.append(ev)
+        return out
+
+
+def _pump_stderr(src: IO[bytes], found: list[str]) -> None:
+    for raw in iter(src.readline, b""):
+        try:
+            sys.stderr.buffer.write(raw)
+            sys.stderr.buffer.flush()
+        except (OSError, ValueError):
+            pass
+        if not found:
+            line = raw.decode("utf-8", "replace")
+            if exitmap.match_infra(line):
+                found.append(line)
+
+
+def prepare_env(opts: RunOptions) -> tuple[dict[str, str], checkpoint.Checkpoint | None, int]:
+    """The child's environment, the checkpoint to resume from, and the restart count."""
+    env = dict(opts.env)
+    raw = env.get("SLURM_RESTART_COUNT", "") or "0"
+    try:
+        restart = int(raw)
+        if restart < 0:
+            raise ValueError
+    except ValueError:
+        raise InputError(f"SLURM_RESTART_COUNT: expected a count, got {raw!r}") from None
+    env["SLURM_RESTART_COUNT"] = str(restart)
+    if restart > opts.max_requeues:
+        raise RefusedError(
+            f"job was requeued {restart} times, more than --max-requeues {opts.max_requeues}: "
+            "not starting it again (fix the cause, then resubmit or raise the limit)")
+    env.pop("SLURMGUARD_RESUME_FROM", None)
+    env.pop("SLURMGUARD_RESUME_STEP", None)
+    best = None
+    if opts.checkpoint_dir and opts.resume == "auto":
+        best = checkpoint.find_latest(opts.checkpoint_dir)
+        if best is not None:
+            env["SLURMGUARD_RESUME_FROM"] = best.path
+            if best.step is not None:
+                env["SLURMGUARD_RESUME_STEP"] = str(best.step)
+    return env, best, restart
+
+
+def _progress_path(opts: RunOptions, env: dict[str, str]) -> str:
+    if opts.progress_file:
+        return opts.progress_file
+    job = env.get("SLURM_JOB_ID") or f"pid{os.getpid()}"
+    if opts.checkpoint_dir:
+        d = Path(opts.checkpoint_dir) / STATE_DIR
+        try:
+            d.mkdir(exist_ok=True)
+            return str(d / f"progress-{job}.jsonl")
+        except OSError:
+            pass
+    return os.path.join(tempfile.gettempdir(), f"slurmguard-progress-{job}-{os.getpid()}.jsonl")
+
+
+def run(opts: RunOptions) -> int:
+    """Run the command as described in the module docstring; returns the wrapper's exit code."""
+    if not opts.command:
+        raise InputError("no command given: use `slurmguard run [OPTIONS] -- CMD ARGS...`")
+    env, best, restart = prepare_env(opts)
+    if opts.checkpoint_dir and opts.resume == "auto":
+        _say(f"resuming from {best.path} (step {best.step}, {best.layout})" if best
+             else f"no complete checkpoint in {opts.checkpoint_dir}: starting from the beginning")
+    ppath = _progress_path(opts, env)
+    env["SLURMGUARD_PROGRESS"] = ppath
+    tail = _Tail(ppath)
+    started = time.time()
+    prog = Progress(last_event=started)
+    got: list[int] = []
+
+    try:
+        child = subprocess.Popen(list(opts.command), env=env, start_new_session=True,
+                                 stderr=subprocess.PIPE if opts.scan_stderr else None)
+    except OSError as exc:
+        raise InputError(f"cannot start {opts.command[0]!r}: {exc.strerror or exc}") from None
+    infra: list[str] = []
+    pump = None
+    if child.stderr is not None:
+        pump = threading.Thread(target=_pump_stderr, args=(child.stderr, infra), daemon=True)
+        pump.start()
+
+    def forward(signum: int, _frame: object) -> None:
+        got.append(signum)
+        try:
+            os.killpg(child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
+    stalled = False
+    kill_at: float | None = None
+    try:
+        while True:
+            try:
+                rc = child.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            for ev in tail.read():
+                prog.feed(ev)
+            now = time.time()
+            if kill_at is None and got and got[-1] in (signal.SIGTERM, signal.SIGINT):
+                kill_at = now + opts.grace
+            if not stalled and opts.stall_timeout > 0 and now - prog.last_event > opts.stall_timeout:
+                stalled = True
+                _say(f"stall: no step reported for {opts.stall_timeout:g}s "
+                     f"(last step {prog.last_step} from {prog.last_node})")
+                if opts.stall_action == "requeue":
+                    _signal_group(child.pid, signal.SIGTERM)
+                    kill_at = now + opts.grace
+            if kill_at is not None and now >= kill_at:
+                _say(f"the command did not stop within {opts.grace:g}s of SIGTERM: killing it")
+                _signal_group(child.pid, signal.SIGKILL)
+                kill_at = float("inf")
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if pump is not None:
+        pump.join(timeout=2)
+    for ev in tail.read():
+        prog.feed(ev)
+
+    drained = None
+    if rc != 0 and opts.node_probe is not None:
+        try:
+            drained = opts.node_probe()
+        except Exception as exc:  # a probe failure must not turn an app error into a requeue
+            _say(f"could not check this node's state: {exc}")
+    verdict = exitmap.decide(exitmap.RunEnd(
+        returncode=rc, restart=restart, max_requeues=opts.max_requeues, stalled=stalled,
+        stall_action=opts.stall_action, got_signal=got[-1] if got else None,
+        infra_line=infra[0] if infra else None, node_drained=drained))
+    slow = prog.slow_nodes()
+    if slow:
+        meds = prog.node_medians()
+        _say("slow node(s): " + ", ".join(f"{n} (median step {meds[n]:.3f}s)" for n in slow))
+    if verdict.kind != "success":
+        _say(verdict.reason)
+    _record(opts, env, {
+        "job_id": env.get("SLURM_JOB_ID"), "node": env.get("SLURMD_NODENAME"),
+        "restart": restart, "started": started, "ended": time.time(),
+        "resumed_from": best.to_dict() if best else None, "returncode": rc,
+        "verdict": verdict.kind, "exit_code": verdict.exit_code, "reason": verdict.reason,
+        "last_step": prog.last_step, "last_checkpoint": prog.last_ckpt, "stalled": stalled,
+        "node_median_step_s": prog.node_medians(), "slow_nodes": slow,
+    })
+    return verdict.exit_code
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _record(opts: RunOptions, env: dict[str, str], rec: dict[str, Any]) -> None:
+    """Append the run's record where the requeue watcher and admins can find it."""
+    if not opts.checkpoint_dir:
+        return
+    try:
+        path = Path(opts.checkpoint_dir) / STATE_DIR / "runs.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        with open(path, "a") as fh:
+            fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+    except OSError as exc:
+        _say(f"could not record the run: {exc}")
+
+
+def last_run(checkpoint_dir: str, job_id: str) -> dict[str, Any] | None:
+    """The newest run record of ``job_id`` under ``checkpoint_dir`` (for the watcher's events)."""
+    path = Path(checkpoint_dir) / STATE_DIR / "runs.jsonl"
+    found = None
+    try:
+        with open(path) as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and str(rec.get("job_id")) == str(job_id):
+                    found = rec
+    except OSError:
+        return None
+    return found

@@ -1,0 +1,150 @@
+"""The requeue watcher's planner (pure): which requeued jobs to speed up, exclude, release."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slurmguard.requeue import JobMemory, node_failed, plan
+
+NOW = 1_000_000.0
+
+
+@dataclass(frozen=True)
+class J:
+    job_id: str
+    state: str
+    reason: str = ""
+    nodes: str = ""
+    restart_count: int = 0
+    eligible_time: float | None = None
+    exc_nodes: str = ""
+    priority: int = 100
+
+    @property
+    def held(self) -> bool:
+        return self.priority == 0
+
+
+@dataclass(frozen=True)
+class N:
+    name: str
+    state: str = "idle"
+    flags: frozenset[str] = frozenset()
+    reason: str = ""
+
+    @property
+    def down(self) -> bool:
+        return self.state == "down" or "NOT_RESPONDING" in self.flags
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.flags
+
+    @property
+    def ours(self) -> bool:
+        return self.reason.startswith("slurmguard:")
+
+
+HEALTHY = {f"n{i}": N(f"n{i}") for i in range(1, 5)}
+
+
+def nodes(**over: N) -> dict[str, N]:
+    return {**HEALTHY, **over}
+
+
+def run(jobs, nodemap, mem=None, cap=3):
+    return plan(jobs, nodemap, mem or {}, NOW, cap)
+
+
+def test_node_fault_is_expedited_once_and_excluded() -> None:
+    _, mem = run([J("7", "RUNNING", nodes="n[1-2]")], HEALTHY)
+    pending = J("7", "PENDING", "BeginTime", restart_count=1, eligible_time=NOW + 121, exc_nodes="n4")
+    down = nodes(n2=N("n2", "down", frozenset({"NOT_RESPONDING"}), "Not responding"))
+    acts, mem = run([pending], down, mem)
+    assert len(acts) == 1
+    a = acts[0]
+    assert (a.kind, a.failed_nodes, a.exclude, a.eligible_now, a.release) == \
+        ("expedite", ("n2",), "n[2,4]", True, False)
+    assert mem["7"].expedited == 1
+    acts, mem = run([pending], down, mem)  # the same requeue seen again: nothing more
+    assert acts == []
+
+
+def test_our_drain_counts_other_drains_do_not() -> None:
+    _, mem = run([J("1", "RUNNING", nodes="n[1-2]")], HEALTHY)
+    pend = J("1", "PENDING", "BeginTime", restart_count=1, eligible_time=NOW + 100)
+    ours = nodes(n1=N("n1", "idle", frozenset({"DRAIN"}), "slurmguard: gpu-xid: Xid 79"))
+    assert run([pend], ours, mem)[0][0].failed_nodes == ("n1",)
+    admin = nodes(n1=N("n1", "idle", frozenset({"DRAIN"}), "maintenance"))
+    assert run([pend], admin, mem)[0] == []  # an admin's drain is not a fault we act on
+
+
+def test_requeue_without_node_fault_is_left_alone() -> None:
+    _, mem = run([J("1", "RUNNING", nodes="n1")], HEALTHY)
+    acts, mem = run([J("1", "PENDING", "BeginTime", restart_count=1, eligible_time=NOW + 90)],
+                    HEALTHY, mem)
+    assert acts == [] and mem["1"].handled == 1 and mem["1"].expedited == 0
+
+
+def test_cap_stops_crash_loops() -> None:
+    mem = {"5": JobMemory(nodes="n3", restarts=2, handled=2, expedited=2)}
+    down = nodes(n3=N("n3", "down"))
+    acts, mem = run([J("5", "PENDING", "BeginTime", restart_count=3, eligible_time=NOW + 121)],
+                    down, mem, cap=2)
+    assert [a.kind for a in acts] == ["cap"] and mem["5"].expedited == 2
+
+
+def test_launch_failure_hold_on_our_drain_is_released() -> None:
+    _, mem = run([J("9", "CONFIGURING", nodes="n4")], HEALTHY)
+    held = J("9", "PENDING", "launch_failed_requeued_held", restart_count=1, priority=0,
+             eligible_time=NOW - 5)
+    drained = nodes(n4=N("n4", "idle", frozenset({"DRAIN"}), "slurmguard: gpu-count: 7 of 8 GPUs"))
+    acts, mem = run([held], drained, mem)
+    assert len(acts) == 1 and acts[0].release and acts[0].exclude == "n4"
+    assert run([held], drained, mem)[0] == []  # released once per hold
+
+
+def test_unknown_history_is_reported_not_guessed() -> None:
+    _, mem = run([J("3", "PENDING", "Priority")], HEALTHY)
+    acts, _ = run([J("3", "PENDING", "BeginTime", restart_count=1, eligible_time=NOW + 121)],
+                  nodes(n1=N("n1", "down")), mem)
+    assert [a.kind for a in acts] == ["unknown"]
+
+
+def test_first_sight_of_an_old_requeue_is_not_acted_on() -> None:
+    acts, mem = run([J("4", "PENDING", "BeginTime", restart_count=2, eligible_time=NOW + 50)],
+                    nodes(n1=N("n1", "down")))
+    assert acts == [] and mem["4"].handled == 2
+
+
+def test_memory_forgets_finished_jobs() -> None:
+    _, mem = run([J("1", "RUNNING", nodes="n1"), J("2", "RUNNING", nodes="n2")], HEALTHY)
+    _, mem = run([J("2", "RUNNING", nodes="n2")], HEALTHY, mem)
+    assert set(mem) == {"2"}
+
+
+def test_missing_node_counts_as_failed() -> None:
+    assert node_failed(None)
+    assert not node_failed(N("n1"))
+
+
+@given(st.lists(st.tuples(st.sampled_from(["RUNNING", "PENDING", "COMPLETED"]),
+                          st.integers(0, 6), st.booleans()), max_size=12),
+       st.integers(0, 4))
+def test_never_expedites_more_than_cap(history: list[tuple[str, int, bool]], cap: int) -> None:
+    mem: dict[str, JobMemory] = {}
+    down = nodes(n1=N("n1", "down"))
+    expedited = 0
+    restarts = 0
+    for state, bump, held in history:
+        restarts += bump
+        job = J("1", state, "launch_failed_requeued_held" if held else "BeginTime",
+                nodes="n1" if state == "RUNNING" else "", restart_count=restarts,
+                eligible_time=NOW + 100, priority=0 if held else 10)
+        acts, mem = plan([job], down, mem, NOW, cap)
+        expedited += sum(a.kind == "expedite" for a in acts)
+        assert all(a.exclude == "n1" for a in acts if a.kind == "expedite")
+    assert expedited <= cap

@@ -1,0 +1,323 @@
+"""The Slurm adapter's pure side: parsers on real captured output, garbage, hostile input.
+
+The captured files (tests/data/slurm/, Slurm 22.05.8) come from tests/data/slurm/capture.py.
+Tests against a running cluster are in test_slurm_cluster.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurmguard.adapters.slurm import (
+    REASON_MAX,
+    SlurmCLI,
+    format_reason,
+    job_info_from_json,
+    job_info_from_show,
+    node_info_from_show,
+    parse_show_job_oneliner,
+    parse_show_node_oneliner,
+    parse_sinfo_json,
+    parse_squeue_json,
+    validate_node_name,
+)
+from slurmguard.adapters.slurm_parse import parse_node_state
+from slurmguard.errors import InputError, ParseError
+
+DATA = Path(__file__).parent / "data" / "slurm"
+V = "22.05.8"
+OUR_XID = "slurmguard: gpu-xid: Xid=79 on GPU 3 (pci=0000:3b:00.0) fell off the bus"
+
+
+def _nodes(name: str) -> dict[str, object]:
+    text = (DATA / name).read_text()
+    return {n.name: n for n in map(node_info_from_show, parse_show_node_oneliner(text))}
+
+
+def test_show_node_idle() -> None:
+    nodes = _nodes(f"show-node-idle-{V}.txt")
+    assert sorted(nodes) == ["n1", "n2", "n3", "n4", "n5", "n6"]
+    for n in nodes.values():
+        assert (n.state, n.flags, n.reason) == ("idle", frozenset(), "")
+        assert n.partitions == ("gpu",) and n.features == ("sgtest",)
+        # A value with spaces stays whole; a value with '=' signs stays whole.
+        assert n.raw["OS"].startswith("Linux ") and " " in n.raw["OS"]
+        assert n.raw["CfgTRES"] == "cpu=2,mem=1000M,billing=2"
+
+
+def test_show_node_states() -> None:
+    nodes = _nodes(f"show-node-alloc-mixed-{V}.txt")
+    assert nodes["n1"].state == "allocated" and not nodes["n1"].drained
+    assert nodes["n2"].state == "mixed"
+    n3 = nodes["n3"]
+    assert (n3.state, n3.flags, n3.reason, n3.reason_user) == (
+        "idle", frozenset({"DRAIN"}), OUR_XID, "root")
+    assert n3.ours and n3.drained and not n3.draining and not n3.down
+    assert len(n3.reason_time) == 19 and n3.reason_time[10] == "T"
+    assert nodes["n4"].reason == "maintenance" and not nodes["n4"].ours
+
+    nodes = _nodes(f"show-node-states-{V}.txt")
+    n2 = nodes["n2"]
+    assert n2.state == "mixed" and n2.draining and n2.ours
+    n5 = nodes["n5"]
+    assert (n5.state, n5.flags, n5.reason) == ("down", frozenset({"NOT_RESPONDING"}),
+                                               "Not responding")
+    assert n5.down and n5.not_responding and not n5.ours
+    assert nodes["n6"].reason == "slurmguard: test: prolog failed" and nodes["n6"].drained
+
+
+@pytest.mark.parametrize("stem", ["idle", "states"])
+def test_sinfo_json_agrees_with_scontrol(stem: str) -> None:
+    by_json = {n.name: n for n in parse_sinfo_json((DATA / f"sinfo-{stem}-{V}.json").read_text())}
+    text_name = "show-node-idle" if stem == "idle" else "show-node-states"
+    by_text = _nodes(f"{text_name}-{V}.txt")
+    assert by_json.keys() == by_text.keys()
+    for name, n in by_text.items():
+        j = by_json[name]
+        assert (j.state, j.flags, j.reason, j.reason_user, j.reason_time, j.partitions,
+                j.features) == (n.state, n.flags, n.reason, n.reason_user, n.reason_time,
+                                n.partitions, n.features), name
+
+
+def test_sinfo_json_2411_handmade() -> None:
+    nodes = {n.name: n for n in parse_sinfo_json((DATA / "sinfo-24.11-handmade.json").read_text())}
+    assert nodes["n1"].state == "idle" and not nodes["n1"].flags
+    assert nodes["n2"].draining and nodes["n2"].ours
+    assert nodes["n3"].reason == OUR_XID and nodes["n3"].drained
+    assert nodes["n4"].drained and not nodes["n4"].ours
+    assert nodes["n5"].down and nodes["n5"].flags == {"NOT_RESPONDING"}
+    assert nodes["n6"].state == "allocated"
+    assert nodes["n3"].features == ("sgtest",) and nodes["n3"].reason_time
+
+
+def test_show_job_variants() -> None:
+    running = job_info_from_show(parse_show_job_oneliner(
+        (DATA / f"show-job-running-{V}.txt").read_text())[0])
+    assert (running.state, running.nodes, running.batch_host, running.requeue) == (
+        "RUNNING", "n1", "n1", True)
+    assert running.restart_count == 0 and not running.held and running.eligible_time
+
+    pending = job_info_from_show(parse_show_job_oneliner(
+        (DATA / f"show-job-pending-requeued-{V}.txt").read_text())[0])
+    assert (pending.state, pending.restart_count, pending.held, pending.nodes) == (
+        "PENDING", 1, False, "")
+    submit = job_info_from_show({**pending.raw, "EligibleTime": pending.raw["SubmitTime"]})
+    # The ~121 s a requeued job waits (cred_expire=120): what the requeue watcher removes.
+    assert 100 < pending.eligible_time - submit.eligible_time < 200
+
+    held = job_info_from_show(parse_show_job_oneliner(
+        (DATA / f"show-job-requeued-held-{V}.txt").read_text())[0])
+    assert held.held and held.priority == 0 and held.reason == "job_requeued_in_held_state"
+
+    every = parse_show_job_oneliner((DATA / f"show-job-all-{V}.txt").read_text())
+    assert {f["JobId"] for f in every} == {"1", "2", "3"}
+
+
+def test_squeue_json_agrees_with_scontrol() -> None:
+    jobs = {j.job_id: j for j in parse_squeue_json((DATA / f"squeue-{V}.json").read_text())}
+    text = {f["JobId"]: job_info_from_show(f)
+            for f in parse_show_job_oneliner((DATA / f"show-job-all-{V}.txt").read_text())}
+    assert jobs.keys() == text.keys()
+    for jid, t in text.items():
+        j = jobs[jid]
+        assert (j.state, j.restart_count, j.requeue, j.held, j.nodes) == (
+            t.state, t.restart_count, t.requeue, t.held, t.nodes), jid
+
+
+def test_job_name_with_spaces_and_equals() -> None:
+    line = (DATA / f"show-job-running-{V}.txt").read_text()
+    line = line.replace("JobName=job-", "JobName=my job a=b UserId x=", 1)
+    f = parse_show_job_oneliner(line)[0]
+    assert f["JobName"].startswith("my job a=b UserId x=") and f["UserId"] == "root(0)"
+
+
+def test_reason_with_newline_rejoined() -> None:
+    # What scontrol printed here for a reason set with an embedded newline.
+    line = ("NodeName=n3 State=IDLE+DRAIN Partitions=gpu "
+            'Reason=has "quotes" and [root@2026-12-02T15:34:58]\n        newline\n')
+    (f,) = parse_show_node_oneliner(line)
+    assert f["Reason"] == 'has "quotes" and newline' and f["ReasonUser"] == "root"
+
+
+@pytest.mark.parametrize("state,base,flags", [
+    ("IDLE", "idle", set()), ("IDLE+DRAIN", "idle", {"DRAIN"}),
+    ("DOWN*+DRAIN", "down", {"DRAIN", "NOT_RESPONDING"}), ("MIXED~", "mixed", {"POWERED_DOWN"}),
+    (["DRAIN", "IDLE"], "idle", {"DRAIN"}), ("ALLOCATED+COMPLETING", "allocated", {"COMPLETING"}),
+])
+def test_node_states(state: object, base: str, flags: set[str]) -> None:
+    assert parse_node_state(state) == (base, frozenset(flags))
+
+
+@pytest.mark.parametrize("bad", ["", "IDLE+", "IDLE DRAIN", "42", [], [1], None, {"a": 1}])
+def test_bad_node_states(bad: object) -> None:
+    with pytest.raises(ParseError, match="node state"):
+        parse_node_state(bad)
+
+
+def test_garbage_messages_name_the_field() -> None:
+    with pytest.raises(ParseError, match=r"^scontrol show node: expected a record starting"):
+        parse_show_node_oneliner("Segmentation fault\n")
+    with pytest.raises(ParseError, match=r"no State field"):
+        node_info_from_show(parse_show_node_oneliner("NodeName=n1 Arch=x86_64\n")[0])
+    with pytest.raises(ParseError, match=r"Restarts: expected an integer, got 'many'"):
+        job_info_from_show({"JobId": "1", "JobState": "RUNNING", "Restarts": "many"})
+    with pytest.raises(ParseError, match=r"sinfo --json: not valid JSON"):
+        parse_sinfo_json('{"nodes": [')
+    with pytest.raises(ParseError, match=r"sinfo --json: node n1: reason: expected a string"):
+        parse_sinfo_json('{"nodes": [{"name": "n1", "state": "idle", "reason": 7}]}')
+
+
+# --- Hypothesis: garbage in -> ParseError (never another exception) ---------------------------
+
+KEYS = ["NodeName", "State", "Reason", "Partitions", "ActiveFeatures", "OS", "JobId", "JobState",
+        "Restarts", "EligibleTime", "Priority", "Requeue", "JobName", "UserId", "x"]
+soup = st.lists(st.tuples(st.sampled_from(KEYS), st.text(max_size=30)), max_size=12).map(
+    lambda kvs: " ".join(f"{k}={v}" for k, v in kvs))
+
+
+def _parse_everything(text: str) -> None:
+    for parse, build in ((parse_show_node_oneliner, node_info_from_show),
+                         (parse_show_job_oneliner, job_info_from_show)):
+        try:
+            for rec in parse(text):
+                assert isinstance(rec, dict)
+                build(rec)
+        except ParseError as exc:
+            assert "\n" not in str(exc) and str(exc)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.text(), soup, soup.map(lambda s: "NodeName=n1 " + s),
+                 soup.map(lambda s: "JobId=1 " + s)))
+def test_text_parsers_never_crash(text: str) -> None:
+    _parse_everything(text)
+
+
+_SINFO = (DATA / f"sinfo-states-{V}.json").read_text()
+_SQUEUE = (DATA / f"squeue-{V}.json").read_text()
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(), c, max_size=3),
+                           max_leaves=8)
+
+
+@settings(max_examples=200)
+@given(st.integers(min_value=0, max_value=len(_SINFO) - 2), st.sampled_from([_SINFO, _SQUEUE]))
+def test_truncated_json_is_a_parse_error(cut: int, doc: str) -> None:
+    parse = parse_sinfo_json if doc is _SINFO else parse_squeue_json
+    with pytest.raises(ParseError):
+        parse(doc[: min(cut, len(doc) - 2)])
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_wrong_types_in_json(data: st.DataObject) -> None:
+    for doc, key, parse in ((_SINFO, "nodes", parse_sinfo_json), (_SQUEUE, "jobs", parse_squeue_json)):
+        obj = json.loads(doc)
+        item = obj[key][data.draw(st.integers(0, len(obj[key]) - 1))]
+        field = data.draw(st.sampled_from(sorted(item)))
+        item[field] = data.draw(json_values)
+        try:
+            out = parse(json.dumps(obj))
+            assert len(out) >= 1
+        except ParseError as exc:
+            assert "\n" not in str(exc)
+    with pytest.raises(ParseError):
+        parse_sinfo_json(json.dumps(data.draw(json_values.filter(lambda v: not isinstance(v, dict)))))
+    try:
+        job_info_from_json(data.draw(json_values))
+    except ParseError:
+        pass
+
+
+reason_text = st.text(st.characters(codec="ascii", categories=["L", "N", "P", "S", "Zs"]),
+                      min_size=1, max_size=60).map(lambda s: " ".join(s.split())).filter(
+    lambda s: s and "[" not in s and s.lower() not in ("none", "n/a", "unknown", "(null)"))
+
+
+@settings(max_examples=200)
+@given(reason_text, st.sampled_from(["IDLE+DRAIN", "MIXED+DRAIN", "DOWN+DRAIN+NOT_RESPONDING"]))
+def test_reason_roundtrip(reason: str, state: str) -> None:
+    """Whatever the reason (spaces, '=' signs, 'Key=' look-alikes), it comes back whole."""
+    line = (f"NodeName=n7 Arch=x86_64 OS=Linux 6.1 #1 SMP State={state} Partitions=gpu "
+            f"CfgTRES=cpu=2 Reason={reason} [slurm@2026-12-02T15:34:33]\n")
+    (node,) = [node_info_from_show(f) for f in parse_show_node_oneliner(line)]
+    assert (node.reason, node.reason_user, node.reason_time) == (
+        reason, "slurm", "2026-12-02T15:34:33")
+    assert node.raw["OS"] == "Linux 6.1 #1 SMP" and node.partitions == ("gpu",)
+
+
+# --- hostile input --------------------------------------------------------------------------
+
+HOSTILE = ["n1;rm -rf /", "-x", "--help", "n 1", "n1\nn2", "", "x" * 300, "n1$(id)", "n[1-2]",
+           "../n1", "n1\x00", "ñ1", None, 7, "n1 ", "\tn1"]
+
+
+@pytest.fixture
+def recording_cli(tmp_path: Path) -> tuple[SlurmCLI, Path]:
+    """A SlurmCLI whose every tool is a real script that records that it ran."""
+    marker = tmp_path / "ran"
+    tool = tmp_path / "tool"
+    tool.write_text(f'#!/bin/sh\necho "$@" >> {marker}\nexit 1\n')
+    tool.chmod(0o755)
+    section = {t: str(tool) for t in ("scontrol", "sinfo", "squeue", "sacct", "sbatch")}
+    return SlurmCLI({**section, "timeout": 5}), marker
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_node_names_refused_before_any_command(name: object, recording_cli) -> None:
+    cli, marker = recording_cli
+    for call in (lambda: cli.node(name), lambda: cli.drain(name, "slurmguard: t: x"),
+                 lambda: cli.undrain(name), lambda: validate_node_name(name)):
+        with pytest.raises(InputError, match=r"^node name: not a valid Slurm node name"):
+            call()
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: c.drain("n1", "maintenance"),  # not our prefix
+    lambda c: c.nodes("n1;id"), lambda c: c.job("1;id"), lambda c: c.job("-1"),
+    lambda c: c.update_job(1, **{"Eligible Time": "now"}),
+    lambda c: c.update_job(1, EligibleTime="now\nx"), lambda c: c.update_job(1),
+    lambda c: c.requeue("1 2"), lambda c: c.release(True),
+])
+def test_other_hostile_input(call, recording_cli) -> None:
+    cli, marker = recording_cli
+    with pytest.raises(InputError):
+        call(cli)
+    assert not marker.exists()
+
+
+def test_commands_use_configured_tools_and_timeout(tmp_path: Path) -> None:
+    slow = tmp_path / "slow-scontrol"
+    slow.write_text("#!/bin/sh\nsleep 30\n")
+    slow.chmod(0o755)
+    cli = SlurmCLI({"scontrol": str(slow), "timeout": 0.5})
+    from slurmguard.errors import CommandError
+
+    with pytest.raises(CommandError, match="timed out after 0.5s"):
+        cli.node("n1")
+    assert cli.ping() is False
+
+
+@pytest.mark.parametrize("text", ["Xid 79\non GPU 3", "a\x1b[31mred\x07", "tab\there", "x" * 1000])
+def test_format_reason_one_line_capped(text: str) -> None:
+    r = format_reason("gpu-xid", text)
+    assert r.startswith("slurmguard: gpu-xid: ") and r.isprintable() and len(r) <= REASON_MAX
+
+
+def test_no_heavy_imports() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, slurmguard.adapters.slurm; "
+            "print(sorted(m for m in ('sqlalchemy','kubernetes','paramiko','tabulate','psycopg') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert out.stdout.strip() == "[]", out.stderr

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""A training-like program for the requeue tests (no GPU, standard library + slurmguard.progress).
+
+Numbered steps; a deterministic "model state" (a hash chain over the steps), so a run that
+resumed correctly ends in exactly the state of an uninterrupted one; a checkpoint every K steps
+in slurmguard's manifest format; one log line per step. Only rank 0 (SLURM_PROCID) writes
+checkpoints, the log and the final state; every rank reports progress.
+
+Fault switches (each fires only on the run whose SLURM_RESTART_COUNT matches --fault-restart):
+  --fail-at N     exit 1 at step N (an application bug)
+  --bus-at N      die by SIGBUS at step N (a hardware memory error)
+  --nccl-at N     print an NCCL system error and exit 1 at step N
+  --stall-at N    stop making progress at step N (sleep)
+SIGUSR1: write a checkpoint now and exit 75 (asks the wrapper for a requeue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's slurmguard
+from slurmguard import progress  # noqa: E402
+from slurmguard.checkpoint import write_manifest  # noqa: E402
+
+
+def advance(state: str, step: int) -> str:
+    return hashlib.sha256(f"{state}:{step}".encode()).hexdigest()
+
+
+def save(root: Path, step: int, state: str) -> Path:
+    d = root / f"step-{step:06d}"
+    tmp = root / f".tmp-step-{step:06d}-{os.getpid()}"
+    tmp.mkdir(parents=True)
+    (tmp / "state.json").write_text(json.dumps({"step": step, "state": state}))
+    for i in range(2):  # two "shards", as a sharded save would have
+        (tmp / f"shard{i}.bin").write_bytes(hashlib.sha256(f"{state}/{i}".encode()).digest() * 64)
+    if d.exists():  # a step redone after a crash: replace its old save
+        for p in d.iterdir():
+            p.unlink()
+        d.rmdir()
+    os.rename(tmp, d)
+    write_manifest(d, step)  # last: the save is complete only once this exists
+    return d
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--every", type=int, default=5)
+    ap.add_argument("--sleep", type=float, default=0.1)
+    ap.add_argument("--ckpt-dir", required=True)
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--final", required=True)
+    for f in ("fail", "bus", "nccl", "stall"):
+        ap.add_argument(f"--{f}-at", type=int, default=-1)
+    ap.add_argument("--fault-restart", type=int, default=0)
+    a = ap.parse_args()
+    rank = int(os.environ.get("SLURM_PROCID", "0"))
+    restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    faulty = restart == a.fault_restart
+    root = Path(a.ckpt_dir)
+    state, step = "init", 0
+    if progress.resume_from():
+        saved = json.loads((Path(progress.resume_from()) / "state.json").read_text())
+        state, step = saved["state"], saved["step"]
+        assert progress.resume_step() == step
+    usr1 = []
+    signal.signal(signal.SIGUSR1, lambda *_: usr1.append(1))
+    while step < a.steps:
+        step += 1
+        state = advance(state, step)
+        time.sleep(a.sleep)
+        if faulty and step == a.stall_at:
+            time.sleep(3600)
+        if faulty and step == a.fail_at:
+            print(f"train_job: ValueError at step {step}", file=sys.stderr)
+            return 1
+        if faulty and step == a.bus_at:
+            os.kill(os.getpid(), signal.SIGBUS)
+        if faulty and step == a.nccl_at:
+            print("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error",
+                  file=sys.stderr, flush=True)
+            return 1
+        if rank == 0:
+            with open(a.log, "a") as fh:
+                fh.write(f"{step} {restart} {os.environ.get('SLURMD_NODENAME', '-')}\n")
+        progress.step(step)
+        if rank == 0 and (step % a.every == 0 or usr1):
+            d = save(root, step, state)
+            progress.checkpoint_saved(str(d), step)
+        if usr1:
+            return 75
+    if rank == 0:
+        Path(a.final).write_text(json.dumps({"step": step, "state": state}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
