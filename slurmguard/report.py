@@ -80,6 +80,30 @@ def deliver(record: dict[str, Any], cfg: Any, *, replay: bool = True) -> str:
     return "sent"
 
 
+def drain_permit(node: str, check: str, reason: str, cfg: Any) -> tuple[bool, str]:
+    """Ask serve whether this node may drain itself now (the blast-radius guard).
+
+    Returns (allowed, why). Fails open: when serve is not configured or cannot be reached in
+    ``hooks.report_timeout`` the answer is (True, ...), because a node with a fault must not
+    take jobs just because the controller is busy; the cap then holds for serve's own drains
+    and the ledger shows the drain when the record is replayed.
+    """
+    hooks = cfg.section("hooks")
+    url = str(hooks.get("report_url") or "")
+    if not url:
+        return True, "no report_url"
+    permit_url = url.rsplit("/", 1)[0] + "/permit"
+    try:
+        token = read_token(str(hooks["token_file"]))
+        answer = _post_json(permit_url, token, {"node": node, "check": check, "reason": reason},
+                            float(hooks.get("report_timeout", 2.0)))
+    except DeliveryError as exc:
+        return True, f"serve unreachable: {exc}"
+    if answer.get("allow") is False:
+        return False, str(answer.get("alert") or "refused by the blast-radius guard")
+    return True, "allowed"
+
+
 def _spool_or_say(record: dict[str, Any], hooks: Any) -> str:
     try:
         spool(record, str(hooks["spool_dir"]), int(hooks["spool_max"]))
@@ -105,13 +129,17 @@ def post_records(url: str, token: str, records: list[dict[str, Any]], timeout: f
     Raises DeliveryError when serve is unreachable or answers anything but 2xx/4xx-for-a-
     record (401/403/5xx mean "try again later", so the records stay spooled).
     """
+    return _post_json(url, token, {"records": records}, timeout)
+
+
+def _post_json(url: str, token: str, obj: dict[str, Any], timeout: float) -> dict[str, Any]:
     import http.client
     import urllib.parse
 
     u = urllib.parse.urlsplit(url)
     if u.scheme not in ("http", "https") or not u.hostname:
         raise DeliveryError(f"report_url: not an http(s) URL: {url!r}")
-    body = json.dumps({"records": records}, separators=(",", ":")).encode()
+    body = json.dumps(obj, separators=(",", ":")).encode()
     conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
     conn = conn_cls(u.hostname, u.port, timeout=max(0.05, timeout))
     try:

@@ -197,3 +197,10 @@ def test_worst_health_and_windows() -> None:
     assert worst_health(["unsupported"]) == H
     assert worst_health([H, D]) == D
     assert [human_window(s) for s in (3600, 5400, 86400, 45, 90)] == ["1h", "90m", "1d", "45s", "90s"]
+
+
+def test_history_before_an_admin_return_is_forgiven() -> None:
+    v = view((3000, U), (2000, U), (100, U), reset_at=NOW - 50)
+    assert lemon_verdict(v, NOW, P) is None
+    v = view((3000, U), (2000, U), (100, U), (40, U), (30, U), (20, U), reset_at=NOW - 50)
+    assert lemon_verdict(v, NOW, P).reason == "slurmguard: lemon: 3 failures in 1h (gpu-xid)"

@@ -37,19 +37,24 @@ def judged(samples: tuple[Sample, ...], since: float) -> list[Sample]:
             if s.at >= since and s.health not in (ERROR, UNSUPPORTED)]
 
 
+def _since(view: NodeView, now: float, window: float) -> float:
+    # History from before an admin or a burn-in returned the node is forgiven.
+    return max(now - window, view.reset_at or float("-inf"))
+
+
 def failures(view: NodeView, now: float, window: float) -> int:
-    since = now - window
+    since = _since(view, now, window)
     runs = sum(1 for s in judged(view.samples, since) if s.health == UNHEALTHY)
     return runs + sum(1 for t in view.foreign_drains if t >= since)
 
 
 def transitions(view: NodeView, now: float, window: float) -> int:
-    states = [s.health == UNHEALTHY for s in judged(view.samples, now - window)]
+    states = [s.health == UNHEALTHY for s in judged(view.samples, _since(view, now, window))]
     return sum(1 for a, b in zip(states, states[1:], strict=False) if a != b)
 
 
 def top_checks(view: NodeView, now: float, window: float, limit: int = 2) -> str:
-    counts = Counter(c for s in judged(view.samples, now - window) if s.health == UNHEALTHY
+    counts = Counter(c for s in judged(view.samples, _since(view, now, window)) if s.health == UNHEALTHY
                      for c in s.checks)
     return ", ".join(name for name, _ in counts.most_common(limit))
 
@@ -66,7 +71,7 @@ def lemon_verdict(view: NodeView, now: float, p: PolicyParams,
     flips = transitions(view, now, p.window)
     if flips >= p.flap_transitions:
         return Verdict("flapping", f"{flips} pass/fail changes in {w}{suffix}")
-    runs = judged(view.samples, now - p.window)
+    runs = judged(view.samples, _since(view, now, p.window))
     if fleet_rate is not None and len(runs) >= p.lemon_rate_min_runs:
         bad = sum(1 for s in runs if s.health == UNHEALTHY)
         rate = bad / len(runs)

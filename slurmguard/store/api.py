@@ -423,6 +423,9 @@ class Store:
                 drains = conn.execute(select(Event.node_id, Event.at).where(and_(
                     Event.node_id.in_(list(by_id)), Event.at >= since, Event.kind == "drain",
                     Event.actor_kind != "slurmguard")).order_by(Event.at)).all()
+                resets = dict(conn.execute(select(Event.node_id, func.max(Event.at)).where(
+                    Event.node_id.in_(list(by_id)),
+                    Event.kind.in_(["lemon_cleared", "probation_start"])).group_by(Event.node_id)).all())
                 samples: dict[int, list[Sample]] = {}
                 for r in runs:
                     samples.setdefault(r.node_id, []).append(Sample(
@@ -435,8 +438,16 @@ class Store:
                         name=n.name, samples=tuple(samples.get(nid, ())),
                         foreign_drains=tuple(foreign.get(nid, ())), lemon=bool(n.lemon),
                         lemon_reason=n.lemon_reason or "", burnin_required=bool(n.burnin_required),
-                        probation=bool(n.probation), probation_passes=n.probation_passes or 0)
+                        probation=bool(n.probation), probation_passes=n.probation_passes or 0,
+                        reset_at=resets.get(nid))
         return out
+
+    def active_nodes(self, since: float) -> list[str]:
+        """Nodes with a run since ``since``, or flagged lemon, burn-in or probation."""
+        stmt = select(Node.name).where((Node.last_seen >= since) | Node.lemon.is_(True)
+                                       | Node.probation.is_(True) | Node.burnin_required.is_(True))
+        with guard(self.engine, "active nodes"), self.engine.connect() as conn:
+            return sorted(conn.execute(stmt).scalars())
 
     def drained_by_us_since(self, since: float) -> dict[str, list[tuple[float, str]]]:
         """Nodes slurmguard drained since ``since``: name -> [(time, source)]."""
