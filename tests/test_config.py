@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -110,7 +109,9 @@ def _toml(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+        # a TOML basic string: control characters (U+007F too) must be escaped, the rest raw
+        return '"' + "".join(c if c >= " " and c not in '"\\\x7f' else f"\\u{ord(c):04x}"
+                             for c in v) + '"'
     if isinstance(v, list):
         return "[" + ", ".join(map(str, v)) + "]"
     return repr(v)

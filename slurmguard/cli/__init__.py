@@ -27,9 +27,15 @@ COMMANDS: dict[str, str] = {
     "config": "slurmguard.cli.hooks:config_cmd",
     "db": "slurmguard.cli.db:db_cmd",
     "serve": "slurmguard.cli.serve:serve_cmd",
+    "nodes": "slurmguard.cli.admin:nodes_cmd",
+    "node": "slurmguard.cli.admin:node_cmd",
+    "drain": "slurmguard.cli.admin:drain_cmd",
+    "resume": "slurmguard.cli.admin:resume_cmd",
+    "events": "slurmguard.cli.admin:events_cmd",
     "triage": "slurmguard.cli.triage:triage_cmd",
     "run": "slurmguard.cli.run:run_cmd",
     "requeue": "slurmguard.cli.requeue:requeue_grp",
+    "reconcile": "slurmguard.cli.reconcile:reconcile_cmd",
 }
 
 
