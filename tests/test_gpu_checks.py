@@ -21,10 +21,11 @@ from fakehw.nvml import (
     SW_THERMAL_SLOWDOWN,
     build_fake_nvml,
     default_config,
+    nvml_env,
     with_fault,
     write_config,
 )
-from helpers import require, sg_env
+from helpers import require, sg_argv, sg_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -447,3 +448,49 @@ def test_nothing_supported_is_never_unhealthy(snap: NvmlSnapshot) -> None:
             continue
         r = c.run(CheckContext(params=DEFAULTS, sources={"nvml": snap}))
         assert r.health in (Health.UNSUPPORTED, Health.HEALTHY), r
+
+
+# ---- through the hook, as slurmd runs it ------------------------------------------------------
+
+
+def test_prolog_drains_only_the_node_with_the_faulty_gpu(tmp_path: Path, libdir: Path) -> None:
+    """`slurmguard prolog` in a child process: pynvml finds the stand-in via LD_LIBRARY_PATH,
+    one config dir serves two nodes, only n2's GPU is lost. No Slurm here (scontrol points
+    nowhere): the verdict and the exit code are what is checked; draining is the lead's test."""
+    d = tmp_path / "nvml"
+    write_config(d / "default.json", default_config())
+    write_config(d / "n2.json", with_fault(default_config(), 2, lost=True))
+    drv = tmp_path / "proc-gpus"
+    for b in BUS:
+        (drv / b.lower()).mkdir(parents=True)
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f"""
+[slurm]
+scontrol = "{tmp_path}/no-scontrol"
+[hooks]
+state_dir = "{tmp_path}/state"
+prolog = ["gpu-count", "gpu-lost", "gpu-ecc", "gpu-remap", "gpu-thermal", "gpu-nvlink"]
+[checks.gpu]
+expected_count = 8
+driver_gpus_dir = "{drv}"
+""")
+    out = {}
+    for node in ("n1", "n2"):
+        env = nvml_env(libdir, d, sg_env(SLURMGUARD_CONFIG=str(cfg), SLURMD_NODENAME=node))
+        p = subprocess.run(sg_argv("prolog", "--json"), env=env, capture_output=True, text=True, timeout=60)
+        out[node] = (p.returncode, json.loads(p.stdout))
+    rc1, rec1 = out["n1"]
+    assert rc1 == 0 and rec1["decision"]["action"] == "pass"
+    assert [r["health"] for r in rec1["results"]] == ["healthy"] * 6
+    rc2, rec2 = out["n2"]
+    assert rc2 == 1
+    assert rec2["decision"]["reason"] == "slurmguard: gpu-lost: GPU 2 (0000:3A:00.0) is lost (GPU is lost)"
+    assert {r["name"]: r["health"] for r in rec2["results"]}["gpu-ecc"] == "healthy"
+
+
+def test_check_modules_do_not_load_pynvml_or_ctypes() -> None:
+    code = ("import sys, slurmguard.checks, slurmguard.config as c; c.load('/dev/null', env={}); "
+            "print(sorted(m for m in ('pynvml', 'ctypes') if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code], env=sg_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
