@@ -37,9 +37,9 @@ IMAGE = "slurmguard-node"
 DOCKER_FILES = ("Dockerfile", "entrypoint.sh", "sg-fault", "slurm.conf.in")
 FAKEHW = REPO / "tests" / "fakehw"
 # tests/fakehw modules copied into the image for sg-fault (the suite's own record writers).
-FAKEHW_MODULES = ("kmsg.py", "nvml.py", "libnvml.c", "minijson.h")
+FAKEHW_MODULES = ("kmsg.py", "nvml.py")
 RUNTIME_GLOBS = ("prolog/*", "epilog/*", "pyproject.toml", "README.md", "docker-slurm/etc/**/*",
-                 *(f"tests/fakehw/{m}" for m in FAKEHW_MODULES))
+                 "tests/fakehw/*.py", "tests/fakehw/*.c", "tests/fakehw/*.h")
 PACKAGE_GLOBS = ("slurmguard/**/*",)
 
 

@@ -1,9 +1,10 @@
 """Faults on real (containerized) nodes: a bad GPU, a node lost, hung, or cut off.
 
 What each test shows:
-- a GPU fault (the NVIDIA driver's Xid 79 line in the node's kernel log) makes the prolog
-  drain the node with a `slurmguard: gpu-xid: ...` reason; the job runs elsewhere; once the
-  GPU is good again (a reboot: new boot id) `slurmguard healthcheck` returns the node;
+- a GPU fault (the driver's Xid 79 line in the kernel log, or NVML: a GPU off the bus)
+  makes the prolog drain the node with a `slurmguard: gpu-...` reason naming the GPU; the
+  job runs elsewhere; once the GPU is good again (a reboot: new boot id)
+  `slurmguard healthcheck` returns the node;
 - a node killed, frozen, or partitioned mid-job is marked DOWN by Slurm, the `--requeue` job
   is requeued and completes on another node, and when the node comes back it returns to
   service by itself (ReturnToService=2) with no leftover job processes, and runs a job.
@@ -30,15 +31,26 @@ def _no_job_processes(cluster: DockerCluster, node: str) -> bool:
     return rc == 1
 
 
-def test_gpu_xid_drains_node_job_completes_elsewhere(cluster: DockerCluster) -> None:
+GPU_FAULTS = {
+    # name: (sg-fault arguments on n1, expected start of the drain reason, words in it)
+    "xid": (["xid", "2", "79", "GPU has fallen off the bus."], "slurmguard: gpu-xid: ",
+            ["GPU 2", "79"]),
+    "nvml-off-bus": (["nvml", "2", "off_bus=true"], "slurmguard: gpu-", ["GPU 2"]),
+}
+
+
+@pytest.mark.parametrize("fault", list(GPU_FAULTS))
+def test_gpu_fault_drains_node_job_completes_elsewhere(cluster: DockerCluster,
+                                                         fault: str) -> None:
+    args, prefix, words = GPU_FAULTS[fault]
     # n1 is the node Slurm picks first on an idle cluster (equal weights, node order), so
     # the job's first start meets the fault; the drain below proves it did.
-    cluster.exec("n1", ["sg-fault", "xid", "2", "79", "GPU has fallen off the bus."])
+    cluster.exec("n1", ["sg-fault", *args])
     job_id = cluster.sbatch("--requeue", "-N1", "--wrap", "sleep 2; hostname")
     node = cluster.wait_node("n1", lambda n: "DRAIN" in n["State"], "drained", timeout=60)
     reason = node.get("Reason", "")
-    assert reason.startswith("slurmguard: gpu-xid: "), reason
-    assert "GPU 2" in reason and "79" in reason, reason
+    assert reason.startswith(prefix), reason
+    assert all(w in reason for w in words), reason
     job = cluster.wait_job(job_id, {"COMPLETED"}, timeout=120)
     assert job["NodeList"] != "n1" and int(job["Restarts"]) >= 1, job
 
