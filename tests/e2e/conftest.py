@@ -66,7 +66,8 @@ def docker_cluster(e2e_image: str) -> Iterator[DockerCluster]:
 
 
 def heal(cluster: DockerCluster) -> None:
-    """Undo any fault a test left: containers running and connected, no jobs, no drains."""
+    """Undo any fault a test left: containers running and connected, healthy simulated
+    hardware, no jobs, no drains."""
     for name in cluster.gpus:
         w = cluster.wrapped(name)
         w.reload()
@@ -79,6 +80,8 @@ def heal(cluster: DockerCluster) -> None:
             cluster.reconnect(name)
     cluster.sh("ctl", "scancel --full $(squeue -h -o %i) 2>/dev/null; true", check=False)
     for name in cluster.gpus:
+        # Simulated hardware healthy again (and a new boot id, which ends the Xid latch).
+        cluster.exec(name, ["sg-fault", "clear"], check=False)
         node = cluster.node(name)
         if node.get("Reason", "").startswith("slurmguard:") or "DOWN" in node.get("State", ""):
             cluster.exec("ctl", ["scontrol", "update", f"nodename={name}", "state=resume"],

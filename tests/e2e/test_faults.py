@@ -35,7 +35,9 @@ GPU_FAULTS = {
     # name: (sg-fault arguments on n1, expected start of the drain reason, words in it)
     "xid": (["xid", "2", "79", "GPU has fallen off the bus."], "slurmguard: gpu-xid: ",
             ["GPU 2", "79"]),
-    "nvml-off-bus": (["nvml", "2", "off_bus=true"], "slurmguard: gpu-", ["GPU 2"]),
+    # NVML no longer enumerates GPU 2: gpu-count is the first check to fail (n1 has 4).
+    "nvml-off-bus": (["nvml", "2", "off_bus=true"], "slurmguard: gpu-count: ",
+                     ["3 of 4 GPUs"]),
 }
 
 
