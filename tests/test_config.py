@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -110,7 +109,10 @@ def _toml(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+        # TOML basic string: escape quote, backslash and control characters (DEL included)
+        return '"' + "".join(
+            f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F or c in '"\\' else c
+            for c in v) + '"'
     if isinstance(v, list):
         return "[" + ", ".join(map(str, v)) + "]"
     return repr(v)
