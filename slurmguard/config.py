@@ -120,6 +120,44 @@ _HOOKS: Schema = {
     "log_file": Str("", "append one line per hook run here (empty: stderr only)"),
 }
 
+def _regex(value: str) -> str | None:
+    import re
+
+    try:
+        re.compile(value)
+    except re.error as exc:
+        return f"not a regular expression ({exc})"
+    return None
+
+
+_RECONCILE: Schema = {  # slurmguard reconcile (docs/reconcile.md)
+    "api_url": Str("", "Kubernetes API URL; empty: kubeconfig, or in-cluster config in a pod"),
+    "kubeconfig": Str("", "kubeconfig file (empty: $KUBECONFIG or ~/.kube/config)"),
+    "context": Str("", "kubeconfig context (empty: the current one)"),
+    "token_file": Str("", "bearer token file, with api_url"),
+    "ca_file": Str("", "CA bundle for the API server, with api_url"),
+    "verify_tls": Bool(True, "verify the API server's certificate"),
+    "timeout": Float(10.0, "seconds per Kubernetes request", minimum=0.1),
+    "label_selector": Str("", "reconcile only Nodes matching this label selector"),
+    "nodes": Str("", "reconcile only these Slurm nodes (NodeSet; empty: all)"),
+    "name_mapping": Choice("same", ("same", "label", "pattern"),
+                           "how a Node name maps to a Slurm node name"),
+    "name_label": Str("slurmguard.io/slurm-node", "Node label holding the Slurm name (label mode)"),
+    "name_pattern": Field("str", "", "regex on the Node name; group 'name' (or 1) is the Slurm name",
+                          validate=_regex),
+    "not_ready_grace": Float(300.0, "seconds a Node must be NotReady before Slurm drains it"),
+    "problem_conditions": StrList(["KernelDeadlock", "ReadonlyFilesystem"],
+                                  "Node conditions that drain the Slurm node when True"),
+    "min_hold": Float(300.0, "seconds a mark stays at least (hysteresis against flapping)"),
+    "max_nodes": Int(10, "new marks per window at most (blast-radius cap)"),
+    "max_percent": Float(10.0, "new marks per window at most, % of nodes (blast-radius cap)"),
+    "window": Float(3600.0, "seconds of the blast-radius window", minimum=1),
+    "set_condition": Bool(True, "maintain the Node condition SlurmguardHealthy"),
+    "interval": Float(30.0, "--watch: seconds between Slurm polls", minimum=1),
+    "resync": Float(300.0, "--watch: seconds between full Kubernetes relists", minimum=1),
+    "metrics_file": Str("", "Prometheus text file of action counters (empty: none)"),
+}
+
 _REQUEUE: Schema = {
     "interval": Float(2.0, "seconds between polls of the requeue watcher", minimum=0.2),
     "max_requeues": Int(3, "node-fault recoveries per job at most (then left to Slurm)"),
@@ -192,6 +230,7 @@ _TRIAGE: Schema = {
 SCHEMA: dict[str, Any] = {
     "slurm": _SLURM,
     "hooks": _HOOKS,
+    "reconcile": _RECONCILE,
     "requeue": _REQUEUE,
     "store": _STORE,
     "serve": _SERVE,

@@ -109,10 +109,9 @@ def _toml(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
-        # TOML basic string: escape quote, backslash and control characters (DEL included)
-        return '"' + "".join(
-            f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F or c in '"\\' else c
-            for c in v) + '"'
+        # a TOML basic string: control characters (U+007F too) must be escaped, the rest raw
+        return '"' + "".join(c if c >= " " and c not in '"\\\x7f' else f"\\u{ord(c):04x}"
+                             for c in v) + '"'
     if isinstance(v, list):
         return "[" + ", ".join(map(str, v)) + "]"
     return repr(v)

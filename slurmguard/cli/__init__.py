@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "triage": "slurmguard.cli.triage:triage_cmd",
     "run": "slurmguard.cli.run:run_cmd",
     "requeue": "slurmguard.cli.requeue:requeue_grp",
+    "reconcile": "slurmguard.cli.reconcile:reconcile_cmd",
 }
 
 

@@ -1,0 +1,190 @@
+"""One reconcile round: read both views, plan, apply; and the ``--watch`` loop.
+
+The only part of the reconciler with side effects, and it has them only through the two
+adapters (the Slurm adapter and :mod:`slurmguard.adapters.k8s`). A side that cannot be read
+yields ``None`` for its view and the planner plans nothing (fail closed). A Kubernetes write
+that meets 409 re-reads the Node, re-plans that node and tries again (3 tries at most).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmguard.errors import SlurmguardError
+
+from .metrics import Metrics
+from .plan import (
+    K8S_MARK,
+    K8S_UNMARK,
+    K8S_UPDATE,
+    REFUSED,
+    SLURM_DRAIN,
+    SLURM_UNDRAIN,
+    Action,
+    Plan,
+    Rules,
+    plan,
+    plan_node,
+)
+from .views import KubeView, NameMapping, SlurmView, kube_view, map_kube_names, slurm_view
+
+K8S_KINDS = (K8S_MARK, K8S_UPDATE, K8S_UNMARK)
+CONFLICT_TRIES = 3
+
+
+def rules_from(section: Mapping[str, Any]) -> Rules:
+    """The planner's rules from the ``[reconcile]`` config section."""
+    return Rules(not_ready_grace=float(section["not_ready_grace"]),
+                 problem_conditions=tuple(section["problem_conditions"]),
+                 min_hold=float(section["min_hold"]), max_nodes=int(section["max_nodes"]),
+                 max_percent=float(section["max_percent"]), window=float(section["window"]),
+                 set_condition=bool(section["set_condition"]))
+
+
+def mapping_from(section: Mapping[str, Any]) -> NameMapping:
+    return NameMapping(mode=section["name_mapping"], label=section["name_label"],
+                       pattern=section["name_pattern"])
+
+
+@dataclass
+class Outcome:
+    action: Action
+    ok: bool
+    changed: bool = False
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.action.to_dict(), "ok": self.ok, "changed": self.changed,
+                **({"error": self.error} if self.error else {})}
+
+
+@dataclass
+class Round:
+    plan: Plan
+    outcomes: list[Outcome] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # why a side could not be read
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and all(o.ok for o in self.outcomes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.plan.to_dict(), "errors": self.errors,
+                "outcomes": [o.to_dict() for o in self.outcomes]}
+
+
+class Reconciler:
+    """Reads both sides, plans and applies. ``slurm`` is a ``SlurmCLI``, ``kube`` a ``KubeNodes``."""
+
+    def __init__(self, section: Mapping[str, Any], slurm: Any, kube: Any, *,
+                 nodeset: str | None = None, clock: Callable[[], float] = time.time,
+                 log: Callable[[str], None] = lambda _line: None,
+                 metrics: Metrics | None = None) -> None:
+        self.section = section
+        self.slurm, self.kube = slurm, kube
+        self.nodeset = nodeset or section.get("nodes") or None
+        self.rules, self.mapping = rules_from(section), mapping_from(section)
+        self.clock, self.log = clock, log
+        self.metrics = metrics or Metrics()
+        self._members: Any = None
+        if self.nodeset:
+            from ClusterShell.NodeSet import NodeSet
+
+            self._members = set(NodeSet(self.nodeset))
+
+    # -- views --------------------------------------------------------------------------------
+
+    def read_slurm(self, errors: list[str]) -> dict[str, SlurmView] | None:
+        try:
+            infos = self.slurm.nodes(self.nodeset)
+            return {v.name: v for v in map(slurm_view, infos)}
+        except SlurmguardError as exc:
+            errors.append(f"slurm: {exc}")
+            return None
+
+    def read_kube(self, errors: list[str]) -> list[dict[str, Any]] | None:
+        try:
+            items, _rv = self.kube.list(self.section.get("label_selector") or "")
+            return items
+        except SlurmguardError as exc:
+            errors.append(str(exc))
+            return None
+
+    def kube_views(self, objs: Iterable[Mapping[str, Any]]) -> tuple[dict[str, KubeView], list[str]]:
+        mapped, unmapped = map_kube_names((kube_view(o) for o in objs), self.mapping)
+        if self._members is not None:
+            mapped = {n: v for n, v in mapped.items() if n in self._members}
+        return mapped, unmapped
+
+    # -- one round ------------------------------------------------------------------------------
+
+    def round(self, *, apply: bool, kube_objs: list[dict[str, Any]] | None = None,
+              kube_failed: str = "") -> Round:
+        """Read (Kubernetes from ``kube_objs`` when the watch loop has them), plan, apply."""
+        errors: list[str] = []
+        now = self.clock()
+        if kube_failed:
+            errors.append(kube_failed)
+            kobjs = None
+        else:
+            kobjs = kube_objs if kube_objs is not None else self.read_kube(errors)
+        sviews = self.read_slurm(errors)
+        kviews, unmapped = self.kube_views(kobjs) if kobjs is not None else (None, [])
+        p = plan(sviews, kviews, self.rules, now, unmapped=unmapped)
+        r = Round(plan=p, errors=errors)
+        if p.failed:
+            self.metrics.round("failed_closed")
+            self.log(f"reconcile: round failed closed, nothing changed: {'; '.join(errors)}")
+            return r
+        for a in p.actions:
+            if a.kind == REFUSED:
+                self.metrics.action(REFUSED, "refused")
+        for alert in p.alerts:
+            self.log(f"reconcile: ALERT: {alert}")
+        if apply:
+            assert sviews is not None and kviews is not None
+            for a in p.changes:
+                r.outcomes.append(self._apply(a, sviews[a.node], kviews[a.node], now))
+        self.metrics.round("ok" if r.ok else "errors")
+        return r
+
+    def _apply(self, a: Action, s: SlurmView, k: KubeView, now: float) -> Outcome:
+        try:
+            if a.kind in K8S_KINDS:
+                out = self._apply_k8s(a, s, k, now)
+            elif a.kind == SLURM_DRAIN:
+                out = Outcome(a, True, bool(self.slurm.drain(a.node, a.reason)))
+            elif a.kind == SLURM_UNDRAIN:
+                out = Outcome(a, True, bool(self.slurm.undrain(a.node)))
+            else:  # pragma: no cover - plan.changes holds only the kinds above
+                raise AssertionError(a.kind)
+        except SlurmguardError as exc:
+            out = Outcome(a, False, error=str(exc))
+        self.metrics.action(a.kind, "ok" if out.ok else "failed")
+        state = ("done" if out.changed else "no change") if out.ok else f"FAILED: {out.error}"
+        self.log(f"reconcile: {a.node}: {a.kind}: {state} ({a.why})")
+        return out
+
+    def _apply_k8s(self, a: Action, s: SlurmView, k: KubeView, now: float) -> Outcome:
+        from slurmguard.adapters.k8s import KubeConflict
+
+        cond = self.rules.set_condition
+        for _ in range(CONFLICT_TRIES):
+            try:
+                if a.kind == K8S_UNMARK:
+                    self.kube.unmark(k.raw, condition=cond, now=now)
+                else:
+                    self.kube.mark(k.raw, taint=a.taint, reason=a.reason, cordon=a.cordon,
+                                   condition=cond, now=now)
+                return Outcome(a, True, True)
+            except KubeConflict:
+                # Someone changed the Node since we read it: read it again and re-plan.
+                k = kube_view(self.kube.get(k.name))
+                again = [x for x in plan_node(s, k, self.rules, now) if x.kind in K8S_KINDS]
+                if not again:
+                    return Outcome(a, True, False)
+                a = again[0]
+        return Outcome(a, False, error=f"kubernetes: node {k.name} kept changing (409 x{CONFLICT_TRIES})")
