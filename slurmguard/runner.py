@@ -220,6 +220,30 @@ def _save_state(path: Path, state: dict[str, Any]) -> str | None:
         return one_line(f"cannot save check state to {path}: {exc.strerror or exc}")
 
 
+def forget_state(cfg: Config, names: Sequence[str]) -> list[str]:
+    """Drop the saved state of these checks (e.g. latched Xids after a GPU reset).
+
+    The read cursor (key ``cursor``) is kept so already-read log lines are not read again.
+    Returns the names that had state. Unknown names are refused with a ConfigError.
+    """
+    known = {c.name for c in registry(cfg)[0]}
+    for n in names:
+        if n not in known:
+            raise ConfigError(f"--forget: unknown check {n!r} (see `slurmguard checks`)")
+    path = Path(cfg["hooks.state_dir"]) / STATE_FILE
+    state = _load_state(path)
+    had = [n for n in names if n in state]
+    for n in had:
+        # Keep the read cursor: forgetting it would make the check read old log lines again.
+        kept = {k: v for k, v in state[n].items() if k == "cursor"} if isinstance(state[n], dict) else {}
+        state[n] = kept
+    if had:
+        problem = _save_state(path, state)
+        if problem:
+            raise ConfigError(problem)
+    return had
+
+
 def worst(results: Iterable[CheckResult]) -> Health:
     order = [Health.HEALTHY, Health.UNSUPPORTED, Health.DEGRADED, Health.ERROR, Health.UNHEALTHY]
     return max((r.health for r in results), key=order.index, default=Health.HEALTHY)

@@ -130,3 +130,16 @@ def test_hook_fast_path_skips_click_but_help_still_works(tmp_path):
     assert h.returncode == 0 and "Example:" in h.stdout
     bad = run_sg("prolog", "--bogus", env=env)
     assert bad.returncode == 2 and "No such option" in bad.stderr
+
+
+def test_forget_drops_saved_state(tmp_path):
+    cfg = write_cfg(tmp_path, ["fault-counter"])
+    env = env_for(cfg)
+    for expected in (1, 2):
+        p = run_sg("check", "--json", env=env)
+        assert json.loads(p.stdout)["results"][0]["details"]["runs"] == expected
+    p = run_sg("check", "--forget", "fault-counter", "--json", env=env)
+    assert "forgot saved state of: fault-counter" in p.stderr
+    assert json.loads(p.stdout)["results"][0]["details"]["runs"] == 1
+    bad = run_sg("check", "--forget", "nope", env=env)
+    assert bad.returncode == 3 and "--forget: unknown check 'nope'" in bad.stderr

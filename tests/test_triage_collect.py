@@ -215,3 +215,32 @@ def test_existing_output_not_overwritten(node_env, tmp_path) -> None:
     r = collect(node_env, "n1", "--out", str(out))
     assert r.returncode == 6 and "not an empty directory" in r.stderr
     assert (out / "keep").read_text() == "precious" and len(os.listdir(out)) == 1
+
+
+def test_recent_results_from_the_store(node_env, tmp_path) -> None:
+    pytest.importorskip("sqlalchemy")
+    from slurmguard.health import CheckResult, Health
+    from slurmguard.report import make_record
+    from slurmguard.store import Store
+    from slurmguard.store.engine import make_engine
+    from slurmguard.store.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path}/sg.db"
+    upgrade(make_engine({"url": url}))
+    store = Store.open(url=url)
+    store.record_results(make_record("n1", "healthcheck",
+                                     [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")],
+                                     "drain", "slurmguard: gpu-xid: Xid 79"))
+    store.record_event("n1", "drain", "admin:alice", "checking", source="admin")
+    store.close()
+    cfg = tmp_path / "with-store.toml"
+    text = node_env["cfg"].read_text().replace("[triage.host_map]", f'[store]\nurl = "{url}"\n'
+                                               "[triage.host_map]")
+    cfg.write_text(text)
+    out = tmp_path / "b"
+    r = run_sg("-c", str(cfg), "triage", "collect", "n1", "--out", str(out), timeout=180)
+    assert r.returncode == 0, r.stderr
+    recent = json.loads((out / "n1" / "results.json").read_text())
+    assert [(x["kind"], x["health"] or x["actor"]) for x in recent] == [
+        ("drain", "admin:alice"), ("result", "unhealthy")]
+    assert recent[1]["checks"] == ["gpu-xid"]

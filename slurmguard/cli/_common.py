@@ -36,3 +36,47 @@ def warn(message: str) -> None:
 
 def is_tty() -> bool:
     return sys.stderr.isatty()
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """``90s``/``30m``/``1h``/``7d``/``2w`` ago, or an ISO 8601 time (UTC when no zone) -> epoch."""
+    import re
+    import time
+    from datetime import UTC, datetime
+
+    from slurmguard.errors import InputError
+
+    now = time.time() if now is None else now
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if m:
+        return now - float(m.group(1)) * _UNITS[m.group(2)]
+    try:
+        dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(f"--since: expected a duration like 1h, 30m, 7d or an ISO time, got {text!r}") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def iso(ts: float | None) -> str | None:
+    """Epoch seconds -> ``2026-12-02T15:40:00Z`` (None stays None)."""
+    import time
+
+    return None if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def ago(ts: float | None, now: float | None = None) -> str:
+    """A short relative age for tables: ``42s``, ``5m``, ``3h``, ``2d`` ago; ``-`` for never."""
+    import time
+
+    if ts is None:
+        return "-"
+    d = max(0.0, (time.time() if now is None else now) - ts)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if d >= size:
+            return f"{int(d // size)}{unit} ago"
+    return f"{int(d)}s ago"

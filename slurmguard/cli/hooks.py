@@ -26,8 +26,11 @@ def _finish(code: int) -> None:
 @_node_opt
 @click.option("--json", "as_json", is_flag=True, help="Print the result record as JSON.")
 @click.option("--only", multiple=True, metavar="CHECK", help="Run only these checks (repeatable).")
+@click.option("--forget", multiple=True, metavar="CHECK",
+              help="First drop this check's saved state (e.g. latched Xids after a GPU reset).")
 @click.pass_obj
-def check_cmd(obj: dict, node: str | None, as_json: bool, only: tuple[str, ...]) -> None:
+def check_cmd(obj: dict, node: str | None, as_json: bool, only: tuple[str, ...],
+              forget: tuple[str, ...]) -> None:
     """Check this node now and print each result; never drains.
 
     Exit 0 when healthy (unsupported checks are fine), 1 when a check is unhealthy, 8 when
@@ -37,7 +40,16 @@ def check_cmd(obj: dict, node: str | None, as_json: bool, only: tuple[str, ...])
     Example:
       slurmguard check
       slurmguard check --only gpu-xid --only ib-link --json
+      slurmguard check --forget gpu-xid      # after `nvidia-smi -r` fixed the GPU
     """
+    if forget:
+        from slurmguard import config
+        from slurmguard.hooks import node_identity
+        from slurmguard.runner import forget_state
+
+        cfg = config.load(obj.get("config_path")).for_node(node_identity(node))
+        had = forget_state(cfg, forget)
+        click.echo(f"forgot saved state of: {', '.join(had) or 'nothing (none saved)'}", err=True)
     code = run_hook("check", node_flag=node, config_path=obj.get("config_path"), only=only,
                     as_json=as_json)
     _finish(code)

@@ -7,18 +7,53 @@ from typing import Any
 
 import click
 
-from slurmguard.cli._common import echo_json, load_config, table, warn
-from slurmguard.errors import EXIT_EXTERNAL, EXIT_OK, ConfigError
+from slurmguard.cli._common import echo_json, iso, load_config, table, warn
+from slurmguard.errors import EXIT_EXTERNAL, EXIT_OK, ConfigError, SlurmguardError
 
 
-@click.group("triage")
-def triage_cmd() -> None:
-    """Find the nodes that cost GPU time, and collect evidence from them.
+@click.group("triage", invoke_without_command=True)
+@click.option("--limit", type=click.IntRange(1, 100000), default=20, show_default=True,
+              help="Suspects shown at most.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.pass_context
+def triage_cmd(ctx: click.Context, limit: int, as_json: bool) -> None:
+    """Rank suspect nodes with the evidence; `triage collect` gathers evidence from nodes.
+
+    Without a subcommand: open fleet alerts (suspected shared causes) first, then suspects
+    ranked by score: lemon and burn-in marks, unhealthy runs in 7 days (repeat offenders),
+    failing now, hooks much slower than the fleet's. Members of a fleet alert count half:
+    the shared cause is the better suspect. Scoring: docs/triage.md.
 
     \b
     Example:
+      slurmguard triage
+      slurmguard triage --json --limit 5
       slurmguard triage collect 'gpu[001-004]' --tar /tmp/evidence.tar.gz
     """
+    if ctx.invoked_subcommand is not None:
+        return
+    from slurmguard.store import Store
+    from slurmguard.triage.rank import hook_speeds, rank
+
+    store = Store.open(load_config(ctx))
+    now = time.time()
+    alerts = store.alerts(open_only=True)
+    suspects = rank(store.node_summary(), alerts, hook_speeds(store, since=now - 86400))[:limit]
+    if as_json:
+        echo_json({"alerts": [{"id": a.id, "cause": a.cause, "scope": a.scope, "nodes": a.nodes,
+                               "count": a.count, "message": a.message} for a in alerts],
+                   "suspects": [dict(s.to_dict(), rank=i + 1) for i, s in enumerate(suspects)]})
+        return
+    if alerts:
+        click.echo("Suspected shared causes (open fleet alerts):")
+        click.echo(table([[f"#{a.id}", a.cause, a.scope, a.count, a.nodes, a.message] for a in alerts],
+                         ["alert", "cause", "scope", "nodes", "nodeset", "message"]))
+        click.echo()
+    if not suspects:
+        click.echo("No suspects: no node has failures, marks or slow hooks on record.")
+        return
+    click.echo(table([[i + 1, s.node, f"{s.score:g}", "; ".join(s.evidence)]
+                      for i, s in enumerate(suspects)], ["rank", "node", "score", "evidence"]))
 
 
 @triage_cmd.command("collect")
@@ -103,5 +138,24 @@ def _print_summary(location: str, manifest: dict[str, Any]) -> None:
 
 
 def _recent_results(cfg: Any) -> Any:
-    """A function node -> recent results from the store, or None without a store."""
-    return None
+    """A function node -> its recent results and events from the store, or None when no
+    store is configured or it cannot be opened (the bundle is still worth having)."""
+    import os
+
+    section = cfg.section("store")
+    if not section.get("url") and not os.path.exists(section.get("path", "")):
+        return None
+    try:
+        from slurmguard.store import Store
+
+        store = Store.open(cfg)
+    except (ImportError, SlurmguardError) as exc:
+        warn(f"warning: no recent results in the bundle: {getattr(exc, 'message', exc)}")
+        return None
+
+    def recent(node: str) -> list[dict[str, Any]]:
+        return [{"at": iso(i.at), "kind": i.kind, "health": i.health, "actor": i.actor,
+                 "source": i.source, "reason": i.reason, "checks": list(i.checks)}
+                for i in store.history(node, limit=100)]
+
+    return recent

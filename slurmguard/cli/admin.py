@@ -1,0 +1,304 @@
+"""Admin commands: `nodes`, `node show`, `drain`, `resume`, `events`.
+
+Thin over the store API (slurmguard.store), the Slurm adapter and slurmguard.triage.admin.
+SQLAlchemy and tabulate are imported only when these commands run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from slurmguard.cli._common import ago, echo_json, iso, load_config, parse_since, table, warn
+from slurmguard.errors import EXIT_OK, EXIT_REFUSED, SlurmguardError
+
+
+def _store(cfg: Any) -> Any:
+    from slurmguard.store import Store
+
+    return Store.open(cfg)
+
+
+def _slurm(cfg: Any) -> Any:
+    from slurmguard.adapters.slurm import SlurmCLI
+
+    return SlurmCLI(cfg.section("slurm"))
+
+
+def _state(info: Any) -> str:
+    if info is None:
+        return "?"
+    flags = sorted(f.lower() for f in info.flags)
+    return "+".join([info.state, *flags])
+
+
+def _alert_lines(alerts: list[Any]) -> list[str]:
+    return [f"FLEET ALERT #{a.id} ({a.scope}): {a.message} [cause {a.cause}; nodes {a.nodes}; "
+            f"since {iso(a.opened)}]" for a in alerts]
+
+
+def _alert_dict(a: Any) -> dict[str, Any]:
+    return {"id": a.id, "opened": iso(a.opened), "updated": iso(a.updated), "cause": a.cause,
+            "scope": a.scope, "nodes": a.nodes, "count": a.count, "message": a.message}
+
+
+def _matches(states: set[str], info: Any, s: Any) -> bool:
+    if not states:
+        return True
+    have = set()
+    if info is not None:
+        have |= {info.state, *(f.lower() for f in info.flags)}
+        if info.drained:
+            have.add("drained")
+    if s is not None:
+        have |= {k for k, v in (("lemon", s.lemon), ("probation", s.probation),
+                                ("burnin", s.burnin_required)) if v}
+        if s.last_health:
+            have.add(s.last_health)
+    return bool(states & have)
+
+
+@click.command("nodes")
+@click.argument("nodeset", required=False)
+@click.option("--state", "states", metavar="STATE[,STATE]", multiple=True,
+              help="Only nodes in one of these states: a Slurm state (idle, down, ...), a flag "
+                   "(drain, drained, not_responding), lemon, probation, burnin, or a health "
+                   "(unhealthy, degraded). Repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], as_json: bool) -> None:
+    """List nodes: Slurm state, last check, failing checks, failures in 7 days, flags.
+
+    Open fleet alerts (a shared cause that stopped draining) are shown above the table. If
+    Slurm cannot be asked, the store's view is shown with a warning.
+
+    \b
+    Example:
+      slurmguard nodes
+      slurmguard nodes 'gpu[001-064]' --state drained --state lemon
+      slurmguard nodes --json | jq '.nodes[] | select(.lemon)'
+    """
+    from slurmguard.triage import expand_nodes
+
+    names = expand_nodes(nodeset) if nodeset else None
+    cfg = load_config(ctx)
+    store = _store(cfg)
+    infos: dict[str, Any] = {}
+    try:
+        slurm_nodes = _slurm(cfg).nodes(nodeset)
+        infos = {i.name: i for i in slurm_nodes}
+    except SlurmguardError as exc:
+        warn(f"warning: Slurm state unavailable ({exc.message}); showing the store only")
+    summaries = {s.name: s for s in store.node_summary(names)}
+    all_names = names or sorted(set(infos) | set(summaries))
+    wanted = {w.strip().lower() for s in states for w in s.split(",") if w.strip()}
+    alerts = store.alerts(open_only=True)
+    rows = []
+    for name in all_names:
+        info, s = infos.get(name), summaries.get(name)
+        if not _matches(wanted, info, s):
+            continue
+        rows.append(_node_dict(name, info, s))
+    if as_json:
+        for r in rows:
+            r.pop("_last_seen")
+        echo_json({"alerts": [_alert_dict(a) for a in alerts], "nodes": rows})
+        return
+    for line in _alert_lines(alerts):
+        click.echo(line)
+    if alerts:
+        click.echo()
+    click.echo(table([[r["name"], r["state"], _cut(r["reason"], 40), ago(r["_last_seen"]),
+                       r["last_health"] or "-", ",".join(r["failing_checks"]) or "-",
+                       r["failures_7d"], ",".join(r["flags"]) or "-"] for r in rows],
+                     ["node", "state", "reason", "last check", "health", "failing", "fail/7d",
+                      "flags"]))
+
+
+def _node_dict(name: str, info: Any, s: Any) -> dict[str, Any]:
+    flags = []
+    if s is not None:
+        if s.lemon:
+            flags.append("lemon")
+        if s.burnin_required:
+            flags.append("burnin")
+        if s.probation:
+            flags.append(f"probation({s.probation_passes})")
+    return {
+        "name": name, "state": _state(info),
+        "reason": (info.reason or "") if info is not None else "",
+        "reason_user": getattr(info, "reason_user", None) if info is not None else None,
+        "last_check": iso(s.last_seen) if s else None, "_last_seen": s.last_seen if s else None,
+        "last_hook": s.last_hook if s else None, "last_health": s.last_health if s else None,
+        "failing_checks": list(s.failing_checks) if s else [],
+        "failures_7d": s.failures if s else 0, "lemon": bool(s and s.lemon),
+        "lemon_reason": s.lemon_reason if s else None,
+        "burnin_required": bool(s and s.burnin_required), "probation": bool(s and s.probation),
+        "probation_passes": s.probation_passes if s else 0, "flags": flags,
+        "in_slurm": info is not None,
+    }
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+@click.group("node")
+def node_cmd() -> None:
+    """Look at one node.
+
+    \b
+    Example:
+      slurmguard node show gpu017
+    """
+
+
+@node_cmd.command("show")
+@click.argument("node")
+@click.option("--since", metavar="WHEN", help="Only history since then: 1h, 7d or an ISO time.")
+@click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True,
+              help="Timeline entries at most.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.pass_context
+def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, as_json: bool) -> None:
+    """Show one node: Slurm state, flags, and a timeline of its results and events.
+
+    \b
+    Example:
+      slurmguard node show gpu017
+      slurmguard node show gpu017 --since 24h --json
+    """
+    from slurmguard.triage import validate_node_name
+
+    validate_node_name(node)
+    cfg = load_config(ctx)
+    store = _store(cfg)
+    info = None
+    try:
+        info = _slurm(cfg).node(node)
+    except SlurmguardError as exc:
+        warn(f"warning: Slurm state unavailable ({exc.message})")
+    summary = next(iter(store.node_summary([node])), None)
+    items = store.history(node, since=parse_since(since) if since else None, limit=limit)
+    data = _node_dict(node, info, summary)
+    data.pop("_last_seen")
+    timeline = [{"at": iso(i.at), "kind": i.kind, "health": i.health, "actor": i.actor,
+                 "source": i.source, "reason": i.reason, "checks": list(i.checks)} for i in items]
+    if as_json:
+        echo_json({"node": data, "timeline": timeline})
+        return
+    click.echo(f"node:        {node}")
+    click.echo(f"slurm state: {data['state']}" + (f"  reason: {data['reason']}" if data["reason"] else ""))
+    click.echo(f"last check:  {data['last_check'] or '-'} {data['last_health'] or ''}".rstrip())
+    click.echo(f"failing:     {', '.join(data['failing_checks']) or '-'}")
+    click.echo(f"fail/7d:     {data['failures_7d']}   flags: {', '.join(data['flags']) or '-'}")
+    if data["lemon_reason"]:
+        click.echo(f"lemon:       {data['lemon_reason']}")
+    click.echo()
+    click.echo(table([[t["at"], t["kind"], t["health"] or "-", t["actor"] or "-", t["source"] or "-",
+                       _cut(t["reason"] + (f" [{', '.join(t['checks'])}]" if t["checks"] else ""), 70)]
+                      for t in timeline],
+                     ["time", "kind", "health", "actor", "source", "reason"]))
+
+
+@click.command("drain")
+@click.argument("nodeset")
+@click.option("--reason", required=True, metavar="TEXT", help="Why (one line); stored with your name.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome per node as JSON.")
+@click.pass_context
+def drain_cmd(ctx: click.Context, nodeset: str, reason: str, as_json: bool) -> int:
+    """Drain nodes with the reason `slurmguard: admin: TEXT` and record who did it.
+
+    The actor recorded in the event ledger is $SUDO_USER, else your login name. DOWN nodes and
+    nodes already drained by someone else are left alone (exit 7).
+
+    \b
+    Example:
+      sudo slurmguard drain 'gpu[017,023]' --reason "fans replaced, needs burn-in"
+    """
+    from slurmguard.triage import expand_nodes
+    from slurmguard.triage.admin import admin_name, check_reason, drain_nodes
+
+    nodes = expand_nodes(nodeset)
+    check_reason(reason)
+    cfg = load_config(ctx)
+    store = _store(cfg)  # before Slurm: a change must never go unrecorded
+    outcomes = drain_nodes(_slurm(cfg), store, nodes, reason, f"admin:{admin_name()}")
+    return _report(outcomes, as_json)
+
+
+@click.command("resume")
+@click.argument("nodeset")
+@click.option("--force", is_flag=True,
+              help="Resume even if the node still fails, is a lemon or awaits burn-in.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome per node as JSON.")
+@click.pass_context
+def resume_cmd(ctx: click.Context, nodeset: str, force: bool, as_json: bool) -> int:
+    """Return drained nodes to service (UNDRAIN), only where the drain is slurmguard's.
+
+    Refused (exit 7) while a node's last result is unhealthy, it is a lemon or awaits
+    burn-in, unless --force; a forced resume clears the lemon mark and starts probation. Never
+    touches DOWN nodes or drains set by others, even with --force. The admin ($SUDO_USER or
+    login name) is recorded in the event.
+
+    \b
+    Example:
+      sudo slurmguard resume gpu017
+      sudo slurmguard resume gpu017 --force     # a lemon, after a hardware swap
+    """
+    from slurmguard.triage import expand_nodes
+    from slurmguard.triage.admin import admin_name, resume_nodes
+
+    nodes = expand_nodes(nodeset)
+    cfg = load_config(ctx)
+    store = _store(cfg)
+    outcomes = resume_nodes(_slurm(cfg), store, nodes, f"admin:{admin_name()}", force=force)
+    return _report(outcomes, as_json)
+
+
+def _report(outcomes: list[Any], as_json: bool) -> int:
+    if as_json:
+        echo_json([o.to_dict() for o in outcomes])
+    else:
+        click.echo(table([[o.node, o.result, o.message] for o in outcomes],
+                         ["node", "result", "detail"]))
+    refused = [o for o in outcomes if o.refused]
+    for o in refused:
+        warn(f"refused: {o.node}: {o.message}")
+    return EXIT_REFUSED if refused else EXIT_OK
+
+
+@click.command("events")
+@click.option("--since", default="7d", show_default=True, metavar="WHEN",
+              help="A duration (90s, 30m, 1h, 7d, 2w) or an ISO time (UTC unless a zone is given).")
+@click.option("--node", metavar="NODE", help="Only this node.")
+@click.option("--kind", "kinds", multiple=True, metavar="KIND",
+              help="Only these kinds (drain, clear, lemon, ...); repeatable.")
+@click.option("--limit", type=click.IntRange(1, 1000000), default=1000, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def events_cmd(ctx: click.Context, since: str, node: str | None, kinds: tuple[str, ...],
+               limit: int, as_json: bool) -> None:
+    """The drain ledger: every drain, clear and flag change, by any actor, newest first.
+
+    Actors: slurmguard (checks and policy), admin:NAME, kubernetes, slurm.
+
+    \b
+    Example:
+      slurmguard events --since 1h
+      slurmguard events --node gpu017 --since 2026-12-01T00:00 --json
+    """
+    from slurmguard.triage import validate_node_name
+
+    if node:
+        validate_node_name(node)
+    start = parse_since(since)
+    store = _store(load_config(ctx))
+    rows = store.events(since=start, node=node, kinds=list(kinds) or None, limit=limit)
+    if as_json:
+        echo_json([{"id": e.id, "at": iso(e.at), "node": e.node, "kind": e.kind, "actor": e.who,
+                    "source": e.source, "reason": e.reason, "details": e.details} for e in rows])
+        return
+    click.echo(table([[iso(e.at), e.node, e.kind, e.who, e.source or "-", _cut(e.reason, 70)]
+                      for e in rows], ["time", "node", "kind", "actor", "source", "reason"]))
