@@ -1,11 +1,23 @@
 """Result records: build them on the node, deliver them to `slurmguard serve`, spool on failure.
 
-The node side uses the standard library only. (Delivery and spooling land with the store
-issue; until then records are only built and logged.)
+The node side uses the standard library only (it runs in every prolog). Delivery:
+
+1. POST the record to ``hooks.report_url`` with the shared token
+   (``Authorization: Bearer ...``) and wait at most ``hooks.report_timeout`` seconds.
+2. If serve cannot be reached (or answers 5xx, or the token is unreadable), write the record
+   to the spool: one file per record in ``hooks.spool_dir``, written to a temp name, fsync'd,
+   renamed, and the directory fsync'd, so a crash or power loss leaves either the whole record
+   or nothing. The spool keeps at most ``hooks.spool_max`` records, dropping the oldest.
+3. After a successful send, replay the spool in batches (oldest first) within the same time
+   budget; a file is deleted only after serve answered that its record is stored (or was a
+   duplicate, or was refused as malformed). Ingest is exactly-once by record ``id``, so a
+   record sent twice (a crash between the answer and the unlink) is stored once.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -15,6 +27,8 @@ from slurmguard import __version__
 from slurmguard.health import CheckResult
 
 RECORD_VERSION = 1
+_BATCH = 200  # records per replay request
+_SUFFIX = ".json"
 
 
 def make_record(node: str, hook: str, results: Sequence[CheckResult], action: str, reason: str,
@@ -35,6 +49,222 @@ def make_record(node: str, hook: str, results: Sequence[CheckResult], action: st
     }
 
 
-def deliver(record: dict[str, Any], cfg: Any) -> str:
-    """Send a record to serve, or spool it. Returns "sent", "spooled" or "skipped"."""
-    return "skipped"
+class DeliveryError(Exception):
+    """serve could not take the records now (unreachable, 5xx, no token): spool and retry."""
+
+
+def deliver(record: dict[str, Any], cfg: Any, *, replay: bool = True) -> str:
+    """Send a record to serve, or spool it. Returns "sent", "spooled" or "skipped".
+
+    Never raises for delivery problems (they must not change a hook's verdict); the caller
+    may log the returned word. After a successful send the spool is replayed.
+    """
+    hooks = cfg.section("hooks")
+    url = str(hooks.get("report_url") or "")
+    if not url:
+        return "skipped"
+    timeout = float(hooks.get("report_timeout", 2.0))
+    deadline = time.monotonic() + timeout
+    try:
+        token = read_token(str(hooks["token_file"]))
+        answer = post_records(url, token, [record], timeout)
+    except DeliveryError:
+        return _spool_or_say(record, hooks)
+    if record.get("id") in answer.get("retry", ()):
+        return _spool_or_say(record, hooks)
+    if replay:
+        try:
+            replay_spool(url, token, str(hooks["spool_dir"]), deadline=deadline)
+        except OSError:
+            pass  # the spool is kept; the next run tries again
+    return "sent"
+
+
+def drain_permit(node: str, check: str, reason: str, cfg: Any) -> tuple[bool, str]:
+    """Ask serve whether this node may drain itself now (the blast-radius guard).
+
+    Returns (allowed, why). Fails open: when serve is not configured or cannot be reached in
+    ``hooks.report_timeout`` the answer is (True, ...), because a node with a fault must not
+    take jobs just because the controller is busy; the cap then holds for serve's own drains
+    and the ledger shows the drain when the record is replayed.
+    """
+    hooks = cfg.section("hooks")
+    url = str(hooks.get("report_url") or "")
+    if not url:
+        return True, "no report_url"
+    permit_url = url.rsplit("/", 1)[0] + "/permit"
+    try:
+        token = read_token(str(hooks["token_file"]))
+        answer = _post_json(permit_url, token, {"node": node, "check": check, "reason": reason},
+                            float(hooks.get("report_timeout", 2.0)))
+    except DeliveryError as exc:
+        return True, f"serve unreachable: {exc}"
+    if answer.get("allow") is False:
+        return False, str(answer.get("alert") or "refused by the blast-radius guard")
+    return True, "allowed"
+
+
+def _spool_or_say(record: dict[str, Any], hooks: Any) -> str:
+    try:
+        spool(record, str(hooks["spool_dir"]), int(hooks["spool_max"]))
+    except OSError as exc:  # a full or read-only disk: the record is lost, the hook goes on
+        return f"lost: spool {hooks['spool_dir']}: {exc.strerror or exc}"
+    return "spooled"
+
+
+def read_token(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except OSError as exc:
+        raise DeliveryError(f"token {path}: {exc.strerror}") from None
+    if not token:
+        raise DeliveryError(f"token {path}: empty")
+    return token
+
+
+def post_records(url: str, token: str, records: list[dict[str, Any]], timeout: float) -> dict[str, Any]:
+    """POST records to serve's ingest URL; returns serve's JSON answer.
+
+    Raises DeliveryError when serve is unreachable or answers anything but 2xx/4xx-for-a-
+    record (401/403/5xx mean "try again later", so the records stay spooled).
+    """
+    return _post_json(url, token, {"records": records}, timeout)
+
+
+def _post_json(url: str, token: str, obj: dict[str, Any], timeout: float) -> dict[str, Any]:
+    import http.client
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise DeliveryError(f"report_url: not an http(s) URL: {url!r}")
+    body = json.dumps(obj, separators=(",", ":")).encode()
+    conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    conn = conn_cls(u.hostname, u.port, timeout=max(0.05, timeout))
+    try:
+        conn.request("POST", u.path or "/ingest", body=body, headers={
+            "Authorization": f"Bearer {token}", "Content-Type": "application/json",
+            "User-Agent": f"slurmguard/{__version__}"})
+        resp = conn.getresponse()
+        data = resp.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise DeliveryError(f"{url}: {exc}") from None
+    finally:
+        conn.close()
+    if resp.status != 200:
+        raise DeliveryError(f"{url}: HTTP {resp.status}")
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        raise DeliveryError(f"{url}: answer is not JSON") from None
+    return answer if isinstance(answer, dict) else {}
+
+
+def spool(record: dict[str, Any], spool_dir: str, spool_max: int) -> str:
+    """Write one record durably to the spool; drop the oldest beyond ``spool_max``."""
+    os.makedirs(spool_dir, mode=0o700, exist_ok=True)
+    # Names sort by time, so the oldest is first and replay keeps the order of events.
+    name = f"{time.time_ns():020d}-{record.get('id') or uuid.uuid4().hex}{_SUFFIX}"
+    path = os.path.join(spool_dir, name)
+    tmp = os.path.join(spool_dir, "." + name + ".tmp")
+    data = json.dumps(record, separators=(",", ":")).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    _fsync_dir(spool_dir)
+    _trim(spool_dir, spool_max)
+    return path
+
+
+def spooled(spool_dir: str) -> list[str]:
+    """Spooled record files, oldest first."""
+    try:
+        names = os.listdir(spool_dir)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n.endswith(_SUFFIX) and not n.startswith("."))
+
+
+def _trim(spool_dir: str, spool_max: int) -> None:
+    names = spooled(spool_dir)
+    for name in names[: max(0, len(names) - spool_max)]:
+        try:
+            os.unlink(os.path.join(spool_dir, name))
+        except FileNotFoundError:
+            pass
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replay_spool(url: str, token: str, spool_dir: str, *, deadline: float,
+                 batch: int = _BATCH) -> int:
+    """Send spooled records (oldest first) until the spool is empty or ``deadline``
+    (time.monotonic()) passes; returns how many files were settled and removed.
+
+    Only one process replays at a time (an flock on the spool's lock file): a prolog and an
+    epilog finishing together do not send the same files twice.
+    """
+    import fcntl
+
+    if not os.path.isdir(spool_dir):
+        return 0
+    lock_fd = os.open(os.path.join(spool_dir, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0
+        done = 0
+        while time.monotonic() < deadline:
+            names = spooled(spool_dir)[:batch]
+            if not names:
+                break
+            records, files = [], {}
+            for name in names:
+                path = os.path.join(spool_dir, name)
+                try:
+                    with open(path, "rb") as fh:
+                        rec = json.loads(fh.read())
+                except (OSError, ValueError):
+                    _unlink(path)  # a torn or vanished file: nothing to send
+                    continue
+                if not isinstance(rec, dict) or not rec.get("id"):
+                    _unlink(path)
+                    continue
+                records.append(rec)
+                files[str(rec["id"])] = path
+            if not records:
+                continue
+            try:
+                answer = post_records(url, token, records,
+                                      max(0.05, deadline - time.monotonic()))
+            except DeliveryError:
+                break
+            retry = set(answer.get("retry", ()))
+            for rid, path in files.items():
+                if rid not in retry:
+                    _unlink(path)
+                    done += 1
+            if retry and retry >= set(files):
+                break  # serve takes nothing now; try on a later run
+        return done
+    finally:
+        os.close(lock_fd)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

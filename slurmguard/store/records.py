@@ -98,4 +98,7 @@ def validate_record(rec: Any) -> dict[str, Any]:
         "decision": {"action": action, "reason": reason[:1000]},
         "results": out_results,
         "slurmguard_version": str(rec.get("slurmguard_version", ""))[:32],
+        # What the hook did about its decision ("drained", "already drained or down", ...):
+        # serve ledgers node-side drains from it.
+        "applied": str(rec.get("applied", ""))[:64],
     }

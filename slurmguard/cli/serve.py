@@ -1,0 +1,83 @@
+"""`slurmguard serve`: ingest results from nodes, run fleet policy, drain flagged nodes."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+import click
+
+
+@click.command("serve")
+@click.option("--host", metavar="ADDR", help="Listen address (default serve.host).")
+@click.option("--port", type=int, metavar="PORT", help="Listen port (default serve.port; 0 = any free).")
+@click.option("--no-policy", is_flag=True, help="Only ingest; do not run fleet policy or drain.")
+@click.pass_context
+def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy: bool) -> None:
+    """Run the ingest endpoint (POST /ingest, GET /healthz) and the fleet policy on the controller.
+
+    Nodes send result records with the shared token of serve.token_file (mode 0600; serve
+    refuses to start when it is world-readable). Records are written to the store in batches,
+    exactly once per record id; flagged nodes (lemons, flapping) are drained through Slurm
+    within the blast-radius caps of the [policy] section.
+
+    \b
+    Example:
+      slurmguard db upgrade && slurmguard serve
+      slurmguard serve --port 8742 --no-policy     # ingest only
+    """
+    from slurmguard import config
+    from slurmguard.serve.ingest import IngestServer
+    from slurmguard.serve.token import load_token
+    from slurmguard.store.api import Store
+
+    obj = ctx.find_root().obj or {}
+    cfg = config.load(obj.get("config_path"))
+    scfg = cfg.section("serve")
+    logging.basicConfig(level=logging.DEBUG if obj.get("verbose") else logging.INFO,
+                        format="slurmguard serve: %(levelname)s %(message)s", stream=sys.stderr)
+    token = load_token(str(scfg["token_file"]))
+    if scfg["upgrade"]:
+        from slurmguard.store.engine import make_engine
+        from slurmguard.store.migrate import upgrade
+
+        engine = make_engine(cfg.section("store"))
+        upgrade(engine)
+        engine.dispose()
+    store = Store.open(cfg)
+    fleet: Any = None
+    on_commit = None
+    routes = {}
+    if scfg["policy"] and not no_policy:
+        from slurmguard.serve.fleet import Fleet
+
+        fleet = Fleet(cfg, store)
+        on_commit = fleet.after_ingest
+        routes["/permit"] = fleet.permit
+    server = IngestServer(store, token, host=host or str(scfg["host"]),
+                          port=int(scfg["port"]) if port is None else port,
+                          batch_size=int(scfg["batch_size"]),
+                          batch_interval=float(scfg["batch_interval"]),
+                          max_body=int(scfg["max_body"]), on_commit=on_commit, routes=routes)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    if fleet is not None:
+        fleet.start()
+    h, p = server.address
+    click.echo(f"slurmguard serve: listening on http://{h}:{p} (store {store.engine.url.render_as_string(hide_password=True)})",
+               err=True)
+    sys.stderr.flush()
+    stop.wait()
+    if fleet is not None:
+        fleet.stop()
+    server.shutdown()
+    store.close()

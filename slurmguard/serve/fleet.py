@@ -1,0 +1,222 @@
+"""Fleet policy inside `slurmguard serve`: after each ingest batch and every
+``serve.policy_interval`` seconds, evaluate the nodes concerned and act through Slurm.
+
+The decisions are pure (:mod:`slurmguard.policy`); this module only gathers their inputs
+(store history, Slurm node states and partitions, config groups), carries out the actions
+(drain through the Slurm adapter, flags, events, fleet alerts), and answers ``/permit``: a node
+about to drain itself asks first, so the blast-radius guard also covers node-side drains.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from slurmguard.errors import InputError, SlurmguardError
+from slurmguard.policy.blast import DrainRequest, guard
+from slurmguard.policy.engine import SlurmState, plan
+from slurmguard.policy.params import PolicyParams
+from slurmguard.policy.types import Action
+from slurmguard.store.api import Store
+from slurmguard.store.records import validate_node
+
+log = logging.getLogger("slurmguard.serve")
+
+ACTOR = "slurmguard"
+_SCOPES_TTL = 30.0
+
+
+class Fleet:
+    def __init__(self, cfg: Any, store: Store, slurm: Any = None) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.pcfg = cfg.section("policy")
+        self.params = PolicyParams.from_section(self.pcfg)
+        self.interval = float(cfg["serve.policy_interval"])
+        if slurm is None:
+            from slurmguard.adapters.slurm import SlurmCLI
+
+            slurm = SlurmCLI(cfg.section("slurm"))
+        self.slurm = slurm
+        self.lock = threading.RLock()
+        self._scopes: tuple[float, dict[str, frozenset[str]]] = (float("-inf"), {})
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- life cycle
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="sg-policy", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.evaluate(self.store.active_nodes(time.time() - self.params.window))
+            except Exception:
+                log.exception("policy pass failed")
+
+    # -- inputs
+    def _slurm_view(self) -> tuple[dict[str, frozenset[str]], dict[str, Any]]:
+        """Scopes (fleet, partitions, config groups) and each node's NodeInfo, from Slurm."""
+        infos = {n.name: n for n in self.slurm.nodes()}
+        scopes: dict[str, set[str]] = {"fleet": set(infos)}
+        for info in infos.values():
+            for part in info.partitions:
+                scopes.setdefault(f"partition:{part}", set()).add(info.name)
+        groups = self.pcfg.get("groups") or {}
+        if groups:
+            from ClusterShell.NodeSet import NodeSet
+
+            for name, pattern in groups.items():
+                scopes[f"group:{name}"] = set(NodeSet(pattern))
+        frozen = {k: frozenset(v) for k, v in scopes.items()}
+        self._scopes = (time.monotonic(), frozen)
+        return frozen, infos
+
+    def _cached_scopes(self) -> dict[str, frozenset[str]]:
+        """Scopes for /permit: partitions change rarely, and a permit must answer fast (a
+        node waits for it inside its prolog), so a view up to _SCOPES_TTL old is used."""
+        at, scopes = self._scopes
+        if time.monotonic() - at > _SCOPES_TTL:
+            scopes, _ = self._slurm_view()
+        return scopes
+
+    # -- ingest hook
+    def after_ingest(self, records: list[dict[str, Any]]) -> None:
+        """Ledger the drains/undrains nodes did themselves, then evaluate those nodes."""
+        from slurmguard.decide import reason_check
+
+        for r in records:
+            applied = str(r.get("applied", ""))
+            reason = r["decision"]["reason"]
+            if applied == "drained":
+                recent = self.store.events(node=r["node"], kinds=["drain"], since=r["started"] - 120,
+                                           limit=1)
+                if not any(e.details.get("via") == "permit" for e in recent):  # not via /permit
+                    self.store.record_event(r["node"], "drain", ACTOR, reason,
+                                            source=reason_check(reason) or r["hook"],
+                                            at=r["started"], details={"hook": r["hook"]})
+            elif applied == "undrained":
+                self.store.record_event(r["node"], "clear", ACTOR, reason, source=r["hook"],
+                                        at=r["started"], details={"hook": r["hook"]})
+        self.evaluate({r["node"] for r in records})
+
+    # -- the policy pass
+    def evaluate(self, nodes: Iterable[str], now: float | None = None) -> list[Action]:
+        nodes = sorted(set(nodes))
+        if not nodes:
+            return []
+        now = time.time() if now is None else now
+        try:
+            scopes, infos = self._slurm_view()  # outside the lock: /permit must not wait on it
+        except SlurmguardError as exc:
+            # Without Slurm's view nothing is drained (fail safe); lemons are still marked.
+            log.warning("policy: Slurm unavailable, no drains this pass: %s", exc)
+            scopes, infos = {}, {}
+        with self.lock:
+            views = self.store.policy_views(nodes, window=self.params.window, now=now)
+            bad, judged = self.store.fleet_failure_rate(window=self.params.window, now=now)
+            states = {n: SlurmState(drained=i.drained, ours=i.ours, down=i.down or i.not_responding)
+                      for n, i in infos.items() if n in views}
+            recent = self.store.drained_by_us_since(now - self.params.blast_window)
+            actions = plan(views, now, self.params, fleet_rate=(bad / judged) if judged else None,
+                           slurm=states, scopes=scopes, recent=recent)
+            for a in actions:
+                try:
+                    self._apply(a, now, infos)
+                except SlurmguardError as exc:
+                    log.error("policy: %s %s failed: %s", a.kind, a.node or a.source, exc)
+            self._probation_marks(views, infos)
+            return actions
+
+    def _apply(self, a: Action, now: float, infos: dict[str, Any]) -> None:
+        if a.kind == "lemon":
+            self.store.set_flags(a.node, lemon=True, lemon_reason=a.reason, lemon_since=now,
+                                 burnin_required=bool(self.params.burnin_after_lemon))
+            self.store.record_event(a.node, "lemon", ACTOR, a.reason, source=a.source, at=now)
+            log.warning("policy: %s is a lemon: %s", a.node, a.reason)
+        elif a.kind == "drain":
+            if self.slurm.drain(a.node, a.reason):
+                self.store.record_event(a.node, "drain", ACTOR, a.reason, source=a.source, at=now,
+                                        details={"via": "policy"})
+                log.warning("policy: drained %s: %s", a.node, a.reason)
+        elif a.kind == "refuse":
+            self.store.record_event(a.node, "drain_refused", ACTOR, a.reason, source=a.source,
+                                    at=now, details={"scope": a.scope})
+        elif a.kind == "alert":
+            alert, created = self.store.open_alert(a.source, a.scope, a.nodes, a.reason, now=now,
+                                                   window=self.params.blast_window)
+            if alert.count != len(a.nodes):  # merged with earlier refusals: say the total
+                self.store.open_alert(a.source, a.scope, (), re.sub(
+                    r"failing on \d+ nodes", f"failing on {alert.count} nodes", a.reason),
+                    now=now, window=self.params.blast_window)
+            if created:
+                log.error("fleet alert: %s", a.reason)
+        elif a.kind == "probation_end":
+            self._end_probation(a.node, infos.get(a.node), a.reason, now)
+
+    # -- probation marks
+    def _probation_marks(self, views: dict[str, Any], infos: dict[str, Any]) -> None:
+        mark = str(self.pcfg.get("probation_mark", "feature"))
+        if mark == "none":
+            return
+        from slurmguard.adapters import slurm_marks
+
+        for name, v in views.items():
+            info = infos.get(name)
+            if info is None or not v.probation:
+                continue
+            if mark == "feature":
+                slurm_marks.set_feature(self.slurm, info, str(self.pcfg["probation_feature"]), True)
+            else:
+                slurm_marks.set_weight(self.slurm, info, int(self.pcfg["probation_weight"]))
+
+    def _end_probation(self, node: str, info: Any, reason: str, now: float) -> None:
+        mark = str(self.pcfg.get("probation_mark", "feature"))
+        if info is not None and mark == "feature":
+            from slurmguard.adapters import slurm_marks
+
+            slurm_marks.set_feature(self.slurm, info, str(self.pcfg["probation_feature"]), False)
+        elif info is not None and mark == "weight":
+            # The configured weight comes back with the next `scontrol reconfigure`; until
+            # then 1 (Slurm's default) puts the node back in the normal order.
+            from slurmguard.adapters import slurm_marks
+
+            slurm_marks.set_weight(self.slurm, info, 1)
+        self.store.set_flags(node, probation=False, probation_since=None)
+        self.store.record_event(node, "probation_end", ACTOR, reason, source="probation", at=now)
+
+    # -- /permit
+    def permit(self, body: Any) -> dict[str, Any]:
+        """May ``node`` drain itself for ``check``? Counts it against the caps if so."""
+        if not isinstance(body, dict):
+            raise InputError("permit: expected an object {node, check, reason}")
+        node = validate_node(body.get("node"))
+        check = str(body.get("check") or "")[:64] or "unknown"
+        reason = str(body.get("reason") or f"slurmguard: {check}: failed")[:1000]
+        now = time.time()
+        scopes = self._cached_scopes()
+        with self.lock:
+            if node not in scopes.get("fleet", frozenset()):
+                scopes = {**scopes, "fleet": scopes.get("fleet", frozenset()) | {node}}
+            recent = self.store.drained_by_us_since(now - self.params.blast_window)
+            same_cause = [n for n, evs in recent.items() if any(src == check for _, src in evs)]
+            allowed, actions = guard([DrainRequest(node, check, reason)], recent, scopes,
+                                     self.params, failing={check: same_cause})
+            if allowed:
+                self.store.record_event(node, "drain", ACTOR, reason, source=check, at=now,
+                                        details={"via": "permit"})
+                return {"allow": True}
+            for a in actions:
+                self._apply(a, now, {})
+            alert = next((a.reason for a in actions if a.kind == "alert"), "")
+            return {"allow": False, "alert": alert}

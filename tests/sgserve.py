@@ -1,0 +1,99 @@
+"""Run a real `slurmguard serve` subprocess for tests and benchmarks (torn down by pid)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from helpers import sg_argv, sg_env
+from pgserver import free_port
+
+TOKEN = "test-token-0123456789abcdef"
+
+
+def write_config(d: Path, *, store_url: str, port: int, extra: str = "",
+                 spool_max: int = 10000) -> Path:
+    """A config with the store, serve and node-side report settings of a test setup."""
+    token = d / "token"
+    if not token.exists():
+        token.write_text(TOKEN + "\n")
+        token.chmod(0o600)
+    cfg = d / "sg.toml"
+    cfg.write_text(f"""
+[store]
+url = "{store_url}"
+
+[serve]
+host = "127.0.0.1"
+port = {port}
+token_file = "{token}"
+batch_interval = 0.05
+
+[hooks]
+report_url = "http://127.0.0.1:{port}/ingest"
+token_file = "{token}"
+spool_dir = "{d}/spool"
+spool_max = {spool_max}
+report_timeout = 5.0
+state_dir = "{d}/state"
+{extra}
+""")
+    return cfg
+
+
+class Serve:
+    def __init__(self, cfg: Path, port: int, *args: str, env: dict[str, str] | None = None) -> None:
+        self.cfg = cfg
+        self.port = port
+        self.args = args
+        self.env = env or {}
+        self.proc: subprocess.Popen[str] | None = None
+        self.log = cfg.parent / f"serve-{port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30) -> Serve:
+        logf = open(self.log, "a")
+        self.proc = subprocess.Popen(sg_argv("-c", str(self.cfg), "serve", *self.args),
+                                     env=sg_env(**self.env), stdout=logf, stderr=logf, text=True,
+                                     start_new_session=True)
+        logf.close()
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"serve exited {self.proc.returncode}: {self.log.read_text()}")
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"serve did not come up: {self.log.read_text()}")
+
+    def healthz(self) -> dict:
+        with urllib.request.urlopen(self.url + "/healthz", timeout=5) as r:
+            return json.loads(r.read())
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
+
+
+def new_port() -> int:
+    return free_port()

@@ -1,0 +1,206 @@
+"""Fleet policy: table tests of every rule, and Hypothesis properties of the guard."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmguard.policy.blast import DrainRequest, caps, guard
+from slurmguard.policy.engine import SlurmState, plan
+from slurmguard.policy.lemon import failures, lemon_verdict, transitions
+from slurmguard.policy.params import PolicyParams, human_window
+from slurmguard.policy.types import NodeView, Sample, worst_health
+
+NOW = 1_800_000_000.0
+P = PolicyParams()
+U, H, E, D = "unhealthy", "healthy", "error", "degraded"
+
+
+def view(*runs: tuple[float, str], name: str = "n1", foreign: tuple[float, ...] = (),
+         check: str = "gpu-xid", **kw) -> NodeView:
+    samples = tuple(Sample(NOW - ago, h, (check,) if h == U else ()) for ago, h in runs)
+    return NodeView(name, samples, foreign, **kw)
+
+
+@pytest.mark.parametrize("runs, foreign, expected", [
+    # 3 failures in the hour -> lemon, reason names the count, the window and the check
+    ([(3000, U), (2000, U), (100, U)], (), "slurmguard: lemon: 3 failures in 1h (gpu-xid)"),
+    # a passing run in between does not matter: it is the count in the window
+    ([(3000, U), (2000, H), (1000, U), (10, U)], (), "slurmguard: lemon: 3 failures in 1h (gpu-xid)"),
+    # two failures are not enough
+    ([(3000, U), (100, U)], (), None),
+    # an old failure is outside the window
+    ([(4000, U), (2000, U), (100, U)], (), None),
+    # checker errors never count
+    ([(3000, E), (2000, E), (100, U), (50, E)], (), None),
+    # drains by an admin/Kubernetes/Slurm count as failures
+    ([(100, U)], (NOW - 50, NOW - 30), "slurmguard: lemon: 3 failures in 1h (gpu-xid)"),
+    ([(100, U)], (NOW - 5000, NOW - 30), None),
+    # flapping: pass/fail/pass/fail/pass = 4 changes -> counts as failing
+    ([(3000, H), (2500, U), (2000, H), (1500, U), (1000, H)], (),
+     "slurmguard: flapping: 4 pass/fail changes in 1h (gpu-xid)"),
+    # errors between runs do not create or hide changes
+    ([(3000, H), (2900, E), (2500, U), (2000, H), (1900, E), (1000, H)], (), None),
+    # degraded is a pass
+    ([(3000, D), (2500, D), (100, D)], (), None),
+])
+def test_lemon_table(runs, foreign, expected) -> None:
+    v = view(*runs, foreign=foreign)
+    got = lemon_verdict(v, NOW, P)
+    assert (got.reason if got else None) == expected
+
+
+@pytest.mark.parametrize("bad, total, fleet, expected", [
+    (6, 10, 0.05, "slurmguard: lemon: failure rate 60% vs fleet 5% in 1h (gpu-xid)"),
+    (6, 10, 0.20, None),  # 60 % is only 3x the fleet's 20 %
+    (4, 10, 0.01, None),  # below the 50 % floor
+    (5, 9, 0.01, None),  # too few runs to judge a rate
+])
+def test_failure_rate_rule(bad, total, fleet, expected) -> None:
+    # Spread failures so that neither the count rule (K=3 -> set K high) nor flapping fires.
+    p = PolicyParams(lemon_failures=100, flap_transitions=100)
+    runs = [(3000 - i * 10, U if i < bad else H) for i in range(total)]
+    got = lemon_verdict(view(*runs), NOW, p, fleet)
+    assert (got.reason if got else None) == expected
+
+
+@pytest.mark.parametrize("scopes, pct, max_nodes, expected", [
+    ({"fleet": 100, "partition:gpu": 20}, 10.0, 50, {"fleet": 50, "partition:gpu": 2}),
+    ({"fleet": 5, "partition:tiny": 5}, 10.0, 50, {"fleet": 50, "partition:tiny": 1}),
+    ({"fleet": 1000, "partition:big": 1000}, 10.0, 50, {"fleet": 50, "partition:big": 50}),
+    ({"fleet": 40, "group:rack1": 40}, 25.0, 50, {"fleet": 50, "group:rack1": 10}),
+])
+def test_caps(scopes, pct, max_nodes, expected) -> None:
+    sc = {k: frozenset(f"x{i}" for i in range(n)) for k, n in scopes.items()}
+    assert caps(sc, PolicyParams(blast_max_percent=pct, blast_max_nodes=max_nodes)) == expected
+
+
+def _nodes(n: int, prefix: str = "n") -> frozenset[str]:
+    return frozenset(f"{prefix}{i}" for i in range(1, n + 1))
+
+
+def test_twenty_nodes_failing_fs_mount_drain_two_and_raise_one_alert() -> None:
+    part = _nodes(20)
+    scopes = {"fleet": part, "partition:gpu": part}
+    reqs = [DrainRequest(n, "fs-mount", "slurmguard: fs-mount: /shared missing") for n in part]
+    allowed, actions = guard(reqs, [], scopes, P)
+    assert len(allowed) == 2
+    alerts = [a for a in actions if a.kind == "alert"]
+    assert len(alerts) == 1 and alerts[0].source == "fs-mount" and alerts[0].scope == "partition:gpu"
+    assert "fs-mount failing on 20 nodes of partition:gpu (cap 2 drains per 1h)" in alerts[0].reason
+    assert len([a for a in actions if a.kind == "refuse"]) == 18
+
+
+def test_recent_drains_count_and_a_node_already_counted_is_free() -> None:
+    part = _nodes(20)
+    scopes = {"fleet": part, "partition:gpu": part}
+    allowed, _ = guard([DrainRequest("n3", "gpu-xid", "r")], ["n1", "n2"], scopes, P)
+    assert allowed == []
+    allowed, _ = guard([DrainRequest("n1", "lemon", "r")], ["n1", "n2"], scopes, P)
+    assert [a.node for a in allowed] == ["n1"]
+
+
+def test_group_cap_is_narrower_than_the_partition() -> None:
+    part = _nodes(100)
+    rack = frozenset(f"n{i}" for i in range(1, 11))
+    scopes = {"fleet": part, "partition:gpu": part, "group:rack1": rack}
+    reqs = [DrainRequest(f"n{i}", "ib-link", "r") for i in range(1, 6)]
+    allowed, actions = guard(reqs, [], scopes, P)
+    assert [a.node for a in allowed] == ["n1"]  # 10 % of a 10-node rack
+    (alert,) = [a for a in actions if a.kind == "alert"]
+    assert alert.scope == "group:rack1"
+
+
+def test_fleet_cap_in_absolute_nodes() -> None:
+    part = _nodes(1000)
+    scopes = {"fleet": part, "partition:gpu": part}
+    reqs = [DrainRequest(n, "gpu-xid", "r") for n in sorted(part)][:80]
+    allowed, _ = guard(reqs, [], scopes, PolicyParams(blast_max_nodes=30))
+    assert len(allowed) == 30
+
+
+@settings(max_examples=200, deadline=None)
+@given(size=st.integers(1, 60), pct=st.floats(0, 100), max_nodes=st.integers(1, 40),
+       recent=st.sets(st.integers(1, 60), max_size=30), wanted=st.sets(st.integers(1, 60)),
+       causes=st.lists(st.sampled_from(["fs-mount", "gpu-xid", "lemon"]), min_size=1))
+def test_guard_never_exceeds_any_cap(size, pct, max_nodes, recent, wanted, causes) -> None:
+    part = _nodes(size)
+    scopes = {"fleet": part, "partition:p": part}
+    p = PolicyParams(blast_max_percent=pct, blast_max_nodes=max_nodes)
+    recent_nodes = {f"n{i}" for i in recent if i <= size}
+    reqs = [DrainRequest(f"n{i}", causes[i % len(causes)], "r") for i in wanted if i <= size]
+    allowed, actions = guard(reqs, recent_nodes, scopes, p)
+    cap = caps(scopes, p)
+    for scope, members in scopes.items():
+        after = (recent_nodes | {a.node for a in allowed}) & members
+        assert len(after - recent_nodes) == 0 or len(after) <= cap[scope]
+    refused = {a.node for a in actions if a.kind == "refuse"}
+    assert refused | {a.node for a in allowed} == {r.node for r in reqs}
+    assert not refused & {a.node for a in allowed}
+    # one alert per (cause, scope), and only when something was refused
+    keys = [(a.source, a.scope) for a in actions if a.kind == "alert"]
+    assert len(keys) == len(set(keys)) and bool(keys) == bool(refused)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7200), st.sampled_from([U, H, E, D, "unsupported"])),
+                max_size=30))
+def test_checker_errors_never_change_the_verdict(runs) -> None:
+    with_errors = view(*runs)
+    without = view(*[(a, h) for a, h in runs if h != E])
+    a, b = lemon_verdict(with_errors, NOW, P), lemon_verdict(without, NOW, P)
+    assert (a.reason if a else None) == (b.reason if b else None)
+    assert failures(with_errors, NOW, P.window) == failures(without, NOW, P.window)
+    assert transitions(with_errors, NOW, P.window) == transitions(without, NOW, P.window)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3599), st.sampled_from([U, H])), max_size=20))
+def test_more_failures_never_unmake_a_lemon(runs) -> None:
+    base = lemon_verdict(view(*runs), NOW, P)
+    more = lemon_verdict(view(*runs, (1, U), (2, U), (3, U)), NOW, P)
+    assert more is not None
+    if base is not None and base.source == "lemon":
+        assert more.source == "lemon"
+
+
+def test_plan_marks_lemon_and_drains_when_slurm_shows_it_running() -> None:
+    v = view((3000, U), (2000, U), (100, U))
+    acts = plan({"n1": v}, NOW, P, slurm={"n1": SlurmState(drained=False, ours=False)},
+                scopes={"partition:gpu": _nodes(20)})
+    assert [(a.kind, a.node, a.reason) for a in acts] == [
+        ("lemon", "n1", "slurmguard: lemon: 3 failures in 1h (gpu-xid)"),
+        ("drain", "n1", "slurmguard: lemon: 3 failures in 1h (gpu-xid)")]
+
+
+def test_plan_keeps_a_lemon_drained_after_a_passing_run_and_an_undrain() -> None:
+    v = view((10, H), lemon=True, lemon_reason="slurmguard: lemon: 3 failures in 1h (gpu-xid)")
+    acts = plan({"n1": v}, NOW, P, slurm={"n1": SlurmState(drained=False, ours=False)})
+    assert [(a.kind, a.reason) for a in acts] == [
+        ("drain", "slurmguard: lemon: 3 failures in 1h (gpu-xid)")]
+    # already drained (by us or anyone), DOWN, or unknown to Slurm: nothing to do
+    for st_ in (SlurmState(True, True), SlurmState(True, False), SlurmState(False, False, down=True)):
+        assert plan({"n1": v}, NOW, P, slurm={"n1": st_}) == []
+    assert plan({"n1": v}, NOW, P, slurm={}) == []
+
+
+@pytest.mark.parametrize("passes, expected", [(2, []), (3, ["probation_end"]), (5, ["probation_end"])])
+def test_probation_ends_after_m_passing_jobs(passes, expected) -> None:
+    v = view((10, H), probation=True, probation_passes=passes)
+    assert [a.kind for a in plan({"n1": v}, NOW, P)] == expected
+
+
+def test_worst_health_and_windows() -> None:
+    assert worst_health([H, U, E]) == U
+    assert worst_health([E, E]) == E
+    assert worst_health(["unsupported"]) == H
+    assert worst_health([H, D]) == D
+    assert [human_window(s) for s in (3600, 5400, 86400, 45, 90)] == ["1h", "90m", "1d", "45s", "90s"]
+
+
+def test_history_before_an_admin_return_is_forgiven() -> None:
+    v = view((3000, U), (2000, U), (100, U), reset_at=NOW - 50)
+    assert lemon_verdict(v, NOW, P) is None
+    v = view((3000, U), (2000, U), (100, U), (40, U), (30, U), (20, U), reset_at=NOW - 50)
+    assert lemon_verdict(v, NOW, P).reason == "slurmguard: lemon: 3 failures in 1h (gpu-xid)"

@@ -1,0 +1,149 @@
+"""Fleet policy against a real Slurm cluster: lemons re-drained by serve, the blast-radius cap.
+
+Records arrive the way the hooks send them (report.deliver, report.drain_permit); serve is a
+real `slurmguard serve` subprocess with the cluster's SLURM_CONF; Slurm state is read back
+through the adapter.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from sgserve import Serve, new_port, write_config
+
+from slurmguard import config, report
+from slurmguard.health import CheckResult, Health
+from slurmguard.store import Store
+
+pytestmark = pytest.mark.slurm
+
+LEMON = "slurmguard: lemon: 3 failures in 1h (gpu-xid)"
+
+
+def _store(tmp_path: Path) -> str:
+    from slurmguard.store.engine import make_engine
+    from slurmguard.store.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path}/store.db"
+    engine = make_engine({"url": url})
+    upgrade(engine)
+    engine.dispose()
+    return url
+
+
+def _rec(node: str, hook: str, fail: str | None, applied: str, job: str | None = None) -> dict:
+    results = [CheckResult("gpu-count", Health.HEALTHY)]
+    reason = ""
+    if fail:
+        results.append(CheckResult(fail, Health.UNHEALTHY, "broken"))
+        reason = f"slurmguard: {fail}: broken"
+    r = report.make_record(node, hook, results, "drain" if fail else "pass", reason, job_id=job)
+    r["applied"] = applied
+    return r
+
+
+def _wait(pred, timeout: float = 30.0, what: str = ""):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_lemon_is_drained_again_after_a_plain_undrain(slurm_cluster_factory, tmp_path: Path) -> None:
+    cluster = slurm_cluster_factory(nodes=4)
+    cli = cluster.cli()
+    url = _store(tmp_path)
+    port = new_port()
+    cfg_path = write_config(tmp_path, store_url=url, port=port)
+    text = cfg_path.read_text().replace("batch_interval = 0.05", "batch_interval = 0.05\npolicy_interval = 1.0")
+    cfg_path.write_text(text)
+    cfg = config.load(str(cfg_path), env={})
+    serve = Serve(cfg_path, port, env={"SLURM_CONF": cluster.env["SLURM_CONF"]}).start()
+    try:
+        # Three prolog failures within the hour, each drained by the node and cleared again by
+        # its healthcheck once gpu-xid passed (what the hooks do).
+        for i in range(3):
+            assert cli.drain("n1", "slurmguard: gpu-xid: broken")
+            assert report.deliver(_rec("n1", "prolog", "gpu-xid", "drained", str(10 + i)), cfg) == "sent"
+            if i < 2:
+                assert cli.undrain("n1")
+                assert report.deliver(_rec("n1", "healthcheck", None, "undrained"), cfg) == "sent"
+        store = Store.open(url=url)
+        (s,) = _wait(lambda: [x for x in store.node_summary(["n1"]) if x.lemon], what="lemon flag")
+        assert s.lemon_reason == LEMON and s.burnin_required
+        # The node is still drained for gpu-xid (ours): serve leaves that drain as it is.
+        assert cluster.node("n1").reason == "slurmguard: gpu-xid: broken"
+        # An admin's plain undrain: serve drains the lemon again, naming the policy.
+        cluster.run("scontrol", "update", "nodename=n1", "state=undrain")
+        t0 = time.monotonic()
+        info = cluster.wait_node("n1", lambda n: n.drained, timeout=30, what="drained again")
+        redrain = time.monotonic() - t0
+        assert info.reason == LEMON, info
+        ev = store.events(node="n1", kinds=["drain"])
+        assert ev[0].reason == LEMON and ev[0].who == "slurmguard" and ev[0].details["via"] == "policy"
+        # The nodes' own drains are in the ledger too (from the records' "applied").
+        assert sum(1 for e in ev if e.reason == "slurmguard: gpu-xid: broken") == 3
+        # An admin returns it on purpose (what `slurmguard resume --force` does): it stays up,
+        # on probation with the sg_probation feature, until 3 passing jobs.
+        store.return_node("n1", "admin:alice", "resume --force: replaced GPU")
+        assert cli.undrain("n1")
+        info = cluster.wait_node("n1", lambda n: "sg_probation" in n.features, timeout=30,
+                                 what="probation feature")
+        assert not info.drained
+        time.sleep(2.5)  # two policy passes: no re-drain
+        assert not cluster.node("n1").drained
+        kinds = {(e.kind, e.who) for e in store.events(node="n1")}
+        assert ("lemon_cleared", "admin:alice") in kinds and ("probation_start", "admin:alice") in kinds
+        for j in range(3):
+            assert report.deliver(_rec("n1", "epilog", None, "none", str(100 + j)), cfg) == "sent"
+        cluster.wait_node("n1", lambda n: "sg_probation" not in n.features, timeout=30,
+                          what="probation feature removed")
+        (s,) = store.node_summary(["n1"])
+        assert not s.probation and s.probation_passes == 3
+        store.close()
+        print(f"lemon re-drained {redrain:.1f} s after the admin's undrain")
+    finally:
+        serve.stop()
+
+
+def test_twenty_nodes_failing_fs_mount_drain_at_most_the_cap(slurm_cluster_factory,
+                                                             tmp_path: Path) -> None:
+    cluster = slurm_cluster_factory(nodes=20, timeout=120)
+    cli = cluster.cli()
+    url = _store(tmp_path)
+    port = new_port()
+    cfg_path = write_config(tmp_path, store_url=url, port=port)
+    cfg = config.load(str(cfg_path), env={})
+    serve = Serve(cfg_path, port, env={"SLURM_CONF": cluster.env["SLURM_CONF"]}).start()
+    reason = "slurmguard: fs-mount: /shared is not mounted"
+    try:
+        def node_hook(node: str) -> str:
+            # What the prolog does on a fs-mount failure: ask, drain if allowed, report.
+            allowed, _why = report.drain_permit(node, "fs-mount", reason, cfg)
+            applied = "drained" if allowed and cli.drain(node, reason) else "refused by guard"
+            report.deliver(_rec(node, "prolog", "fs-mount", applied), cfg)
+            return applied
+
+        with ThreadPoolExecutor(20) as pool:  # all at once
+            applied = list(pool.map(node_hook, cluster.nodes))
+        drained = [n.name for n in cli.nodes() if n.drained]
+        assert len(drained) == 2 == applied.count("drained"), (drained, applied)
+        store = Store.open(url=url)
+        alerts = store.alerts()
+        assert len(alerts) == 1, alerts
+        (a,) = alerts
+        assert a.cause == "fs-mount" and a.scope == "partition:gpu" and a.count == 20
+        assert "fs-mount failing on" in a.message and "shared cause" in a.message
+        assert len(store.events(kinds=["drain_refused"])) == 18
+        # Later policy passes do not drain more for the same cause.
+        time.sleep(1.5)
+        assert len([n for n in cli.nodes() if n.drained]) == 2
+        store.close()
+    finally:
+        serve.stop()
