@@ -37,6 +37,9 @@ from slurmguard.errors import SlurmguardError
 log = logging.getLogger("slurmguard.requeue")
 
 ACTIVE = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"}
+# States of a run that is ending: Slurm may already have released (or lost) some of its nodes,
+# so what they show is added to what we saw, never a replacement.
+ENDING = {"COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"}
 
 
 class JobLike(Protocol):
@@ -72,6 +75,7 @@ class JobMemory:
     """What the watcher knows about a job across polls (and restarts of the watcher)."""
 
     nodes: str = ""  # nodes of its last run (Slurm clears NodeList at requeue)
+    run_of: int = -1  # the restart count of the run that ``nodes`` belongs to
     restarts: int = 0  # restart count when last seen
     handled: int = -1  # restart count already acted upon (or judged not ours)
     hold_handled: int = -1  # restart count at which a launch-failure hold was acted upon
@@ -131,10 +135,15 @@ def plan(jobs: Iterable[JobLike], nodes: Mapping[str, NodeLike], memory: dict[st
         jid = str(job.job_id)
         seen.add(jid)
         m = mem.setdefault(jid, JobMemory(restarts=job.restart_count, handled=job.restart_count))
-        if job.state in ACTIVE:
+        if job.state in ACTIVE | ENDING:
             if job.nodes:
-                m.nodes = job.nodes
-            m.restarts = job.restart_count
+                if job.state in ENDING or job.restart_count == m.run_of:
+                    m.nodes = fold([*expand(m.nodes), *expand(job.nodes)])
+                else:  # a new run: forget the nodes of the previous one
+                    m.nodes = job.nodes
+                    m.run_of = job.restart_count
+            if job.state not in ENDING:
+                m.restarts = job.restart_count
             continue
         if job.state != "PENDING":
             continue

@@ -148,3 +148,16 @@ def test_never_expedites_more_than_cap(history: list[tuple[str, int, bool]], cap
         expedited += sum(a.kind == "expedite" for a in acts)
         assert all(a.exclude == "n1" for a in acts if a.kind == "expedite")
     assert expedited <= cap
+
+
+def test_nodes_of_an_ending_run_are_added_not_replaced() -> None:
+    # The batch host lingers in COMPLETING after the other node died: the dead one must count.
+    _, mem = run([J("8", "RUNNING", nodes="n[1-2]")], HEALTHY)
+    _, mem = run([J("8", "COMPLETING", nodes="n1", restart_count=1)], HEALTHY, mem)
+    assert mem["8"].nodes == "n[1-2]"
+    acts, mem = run([J("8", "PENDING", "BeginTime", restart_count=1, eligible_time=NOW + 121)],
+                    nodes(n2=N("n2", "down")), mem)
+    assert [a.failed_nodes for a in acts] == [("n2",)]
+    # The next run on other nodes replaces the memory.
+    _, mem = run([J("8", "RUNNING", nodes="n[1,3]", restart_count=1)], HEALTHY, mem)
+    assert mem["8"].nodes == "n[1,3]"

@@ -321,3 +321,16 @@ def test_no_heavy_imports() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     assert out.stdout.strip() == "[]", out.stderr
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=140))
+def test_node_name_validator_property(name: str) -> None:
+    """Anything accepted is one safe token: no whitespace, shell or option characters."""
+    try:
+        assert validate_node_name(name) == name
+    except InputError as exc:
+        assert str(exc).startswith("node name: ") and "\n" not in str(exc)
+        return
+    assert name and not name.startswith("-") and len(name) <= 128
+    assert all(ch.isascii() and (ch.isalnum() or ch in "-_.") for ch in name)

@@ -151,3 +151,24 @@ def test_requeue_release_and_teardown(slurm_cluster_factory) -> None:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert c._stray_pids() == []
+
+
+def test_epilog_and_healthcheck_hooks(slurm_cluster_factory, tmp_path) -> None:
+    """What the Epilog and HealthCheckProgram see: which node, and whether node_env reaches them."""
+    body = f'env > {tmp_path}/$1-${{SLURMD_NODENAME:-none}}.env\nexit 0'
+    epilog = write_shell_hook(tmp_path / "epilog.sh", body.replace("$1", "epilog"))
+    health = write_shell_hook(tmp_path / "health.sh", body.replace("$1", "health"))
+    c = slurm_cluster_factory(nodes=2, epilog=epilog, health_check_program=health,
+                              health_check_interval=5, node_env={"SG_NODE_ENV": "1"})
+    jid = c.sbatch("true\n", "-w", "n2")
+    c.wait_job(jid)
+    deadline = time.monotonic() + 30
+    while not ((tmp_path / "epilog-n2.env").exists() and (tmp_path / "health-n1.env").exists()):
+        assert time.monotonic() < deadline, sorted(p.name for p in tmp_path.iterdir())
+        time.sleep(0.2)
+    epi = dict(line.split("=", 1) for line in (tmp_path / "epilog-n2.env").read_text().splitlines()
+               if "=" in line)
+    assert epi["SLURM_JOB_ID"] == jid and epi["SLURM_SCRIPT_CONTEXT"] == "epilog_slurmd"
+    assert "SG_NODE_ENV" not in epi  # the daemons' environment does not reach Prolog/Epilog
+    hc = (tmp_path / "health-n1.env").read_text()
+    assert "SLURMD_NODENAME=n1" in hc

@@ -50,6 +50,24 @@ def save(root: Path, step: int, state: str) -> Path:
     return d
 
 
+def barrier(d: Path, rank: int, ntasks: int, step: int) -> None:
+    """Wait until every rank finished ``step``, as an all-reduce would: a dead peer blocks all."""
+    mine = d / f"r{rank}"
+    tmp = d / f".r{rank}.tmp"
+    tmp.write_text(str(step))
+    os.replace(tmp, mine)
+    while True:
+        done = 0
+        for r in range(ntasks):
+            try:
+                done += int((d / f"r{r}").read_text() or -1) >= step
+            except (OSError, ValueError):
+                pass
+        if done == ntasks:
+            return
+        time.sleep(0.01)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
@@ -71,6 +89,10 @@ def main() -> int:
         saved = json.loads((Path(progress.resume_from()) / "state.json").read_text())
         state, step = saved["state"], saved["step"]
         assert progress.resume_step() == step
+    ntasks = int(os.environ.get("SLURM_NTASKS", "1"))
+    bdir = root / f".barrier-{os.environ.get('SLURM_JOB_ID', 'local')}-{restart}"
+    if ntasks > 1:
+        bdir.mkdir(parents=True, exist_ok=True)
     usr1 = []
     signal.signal(signal.SIGUSR1, lambda *_: usr1.append(1))
     while step < a.steps:
@@ -88,6 +110,8 @@ def main() -> int:
             print("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error",
                   file=sys.stderr, flush=True)
             return 1
+        if ntasks > 1:
+            barrier(bdir, rank, ntasks, step)
         if rank == 0:
             with open(a.log, "a") as fh:
                 fh.write(f"{step} {restart} {os.environ.get('SLURMD_NODENAME', '-')}\n")

@@ -195,7 +195,7 @@ def gather(cfg: Any, ctx: Any) -> NvmlSnapshot:
             pass  # nothing to undo; the next nvmlInit starts afresh
     driver_ids = _driver_bus_ids(str(cfg["checks.gpu.driver_gpus_dir"] or ""))
     gpus = _name_lost_gpus(gpus, driver_ids, count)
-    return NvmlSnapshot(driver_version=str(driver), count=count, gpus=tuple(gpus),
+    return NvmlSnapshot(driver_version=_text(driver), count=count, gpus=tuple(gpus),
                         driver_bus_ids=driver_ids, duration=time.monotonic() - t0)
 
 
@@ -243,8 +243,8 @@ def _one_gpu(nv: Any, index: int) -> GpuInfo:
             return None
 
     try:
-        values["name"] = read("name", nv.nvmlDeviceGetName) or ""
-        values["uuid"] = read("uuid", nv.nvmlDeviceGetUUID) or ""
+        values["name"] = _text(read("name", nv.nvmlDeviceGetName) or "")
+        values["uuid"] = _text(read("uuid", nv.nvmlDeviceGetUUID) or "")
         pci = read("pci_info", nv.nvmlDeviceGetPciInfo_v3)
         values["pci_bus_id"] = normalize_bus_id(_text(pci.busId)) if pci is not None else ""
         values["temperature"] = read("temperature", nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU)

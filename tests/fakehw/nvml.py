@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-SOURCES = (HERE / "libnvml.c", HERE / "minijson.h")
+SOURCES = (HERE / "libnvml.c", HERE / "nvml_state.h", HERE / "minijson.h")
 LIBNAME = "libnvidia-ml.so.1"
 
 # The H100 HGX baseboard's GPU bus ids, in NVML index order (PCI order). The kmsg/XID fixture
