@@ -244,3 +244,18 @@ def test_recent_results_from_the_store(node_env, tmp_path) -> None:
     assert [(x["kind"], x["health"] or x["actor"]) for x in recent] == [
         ("drain", "admin:alice"), ("result", "unhealthy")]
     assert recent[1]["checks"] == ["gpu-xid"]
+
+
+def test_progress_bar_when_asked(node_env, sshd, tmp_path, capsys) -> None:
+    """The library draws tqdm's bar on stderr when asked (the CLI asks only on a tty)."""
+    from slurmguard.triage.bundle import Bundle
+    from slurmguard.triage.collect import CollectOptions, collect
+
+    opts = CollectOptions(identity=str(sshd.identity), known_hosts=(str(sshd.known_hosts),),
+                          host_map={"n[1-2]": f"127.0.0.1:{sshd.port}"},
+                          remote_slurmguard=("/bin/sh", "-c", "echo {}"), remote_sysfs=str(tmp_path))
+    manifest = collect(["n1", "n2"], opts, Bundle(str(tmp_path / "b")), progress=True)
+    err = capsys.readouterr().err
+    assert "collect: 100%" in err and "2/2" in err
+    assert manifest["summary"]["failed"] == 0
+    assert json.loads((tmp_path / "b/n1/check.json").read_text()) == {}

@@ -34,7 +34,14 @@ def expand_nodes(nodeset: str) -> list[str]:
 
 
 def validate_node_name(name: str) -> str:
-    """Return ``name`` if it is a plausible Slurm node name, else raise InputError."""
+    """Return ``name`` if it is a plausible Slurm node name, else raise InputError.
+
+    The Slurm adapter's rule, narrowed: no leading '_' and no '..', since here the name also
+    becomes a directory in an evidence bundle.
+    """
+    from slurmguard.adapters.slurm import validate_node_name as slurm_rule
+
+    slurm_rule(name)
     if not _NODE_NAME.match(name) or ".." in name:
         raise InputError(f"node name: refused hostile or malformed name {name!r}")
     return name
