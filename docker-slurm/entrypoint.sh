@@ -56,7 +56,9 @@ start_sshd() {
         install -d -m 0700 /root/.ssh
         install -m 0600 "$SHARED/authorized_keys" /root/.ssh/authorized_keys
     fi
-    /usr/sbin/sshd -o PasswordAuthentication=no -o PermitRootLogin=prohibit-password
+    # SetEnv: SSH sessions (triage collect) see the simulated GPUs, as the hooks do.
+    /usr/sbin/sshd -o PasswordAuthentication=no -o PermitRootLogin=prohibit-password \
+        -o SetEnv=FAKE_NVML_CONFIG=/var/lib/fakehw/nvml.json
 }
 
 render_slurm_conf() {

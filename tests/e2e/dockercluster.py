@@ -17,6 +17,8 @@ removes them and then asserts that nothing with that label is left.
 from __future__ import annotations
 
 import shlex
+import shutil
+import subprocess
 import tempfile
 import time
 import uuid
@@ -91,6 +93,14 @@ class DockerCluster:
     def __post_init__(self) -> None:
         self.client = docker.from_env()
         self.shared = Path(tempfile.mkdtemp(prefix=f"sg-e2e-{self.run_id}."))
+        # A test key for root over SSH (triage collect); the nodes' entrypoint installs
+        # shared/authorized_keys. The private half stays outside the shared directory.
+        self.keydir = Path(tempfile.mkdtemp(prefix=f"sg-e2e-{self.run_id}-key."))
+        self.identity = self.keydir / "id_ed25519"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sg-e2e",
+                        "-f", str(self.identity)], check=True, capture_output=True)
+        (self.shared / "authorized_keys").write_text(
+            self.identity.with_suffix(".pub").read_text())
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -167,10 +177,9 @@ class DockerCluster:
             except docker.errors.NotFound:
                 pass
             self.network = None
-        if self.shared.exists():
-            # Files written by root in containers; this suite runs as root too.
-            import shutil
-            shutil.rmtree(self.shared, ignore_errors=True)
+        # Files written by root in containers; this suite runs as root too.
+        shutil.rmtree(self.shared, ignore_errors=True)
+        shutil.rmtree(self.keydir, ignore_errors=True)
         if check:
             self.assert_nothing_left()
 
@@ -229,6 +238,23 @@ class DockerCluster:
 
     def describe(self) -> str:
         return self.sh("ctl", "sinfo -N -o '%N %T %E'; squeue -o '%i %T %N %r'", check=False)
+
+    def address(self, name: str) -> str:
+        """The container's address on the cluster network (what the host reaches it at)."""
+        assert self.network is not None
+        w = self.wrapped(name)
+        w.reload()
+        return str(w.attrs["NetworkSettings"]["Networks"][self.network.name]["IPAddress"])
+
+    def known_hosts(self, path: Path, names: list[str]) -> Path:
+        """known_hosts for the nodes' addresses, with the host keys read inside the nodes
+        (trusted through `docker exec`, never scanned over the network)."""
+        lines = []
+        for name in names:
+            key = self.sh(name, "cat /etc/ssh/ssh_host_ed25519_key.pub").split()
+            lines.append(f"{self.address(name)} {key[0]} {key[1]}")
+        path.write_text("\n".join(lines) + "\n")
+        return path
 
     # -- faults --------------------------------------------------------------------------
 
