@@ -65,3 +65,21 @@ def test_requeue_exit_in_real_slurm(slurm_cluster_factory: Any, tmp_path: Path) 
     assert done["Restarts"] == "0" and done["ExitCode"] == "7:0"
     out = (c.root / "log" / f"job-{capped}.out").read_text()
     assert "NCCL error" in out and "not requeueing again" in out
+
+
+def test_failure_on_a_node_we_drained_is_infra(slurm_cluster_factory: Any, tmp_path: Path) -> None:
+    c = slurm_cluster_factory(nodes=2, extra_conf=["RequeueExit=75"])
+    c.env["PYTHONPATH"] = str(REPO)
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    go = tmp_path / "go"
+    script = (f"#!/bin/sh\nexec {sys.executable} -m slurmguard run --checkpoint-dir {ck} -- "
+              f"sh -c 'while [ ! -e {go} ]; do sleep 0.1; done; exit 1'\n")
+    jid = c.sbatch(script, "-N1", "--requeue")
+    node = c.wait_job(jid, ["RUNNING"], timeout=60)["NodeList"]
+    assert c.cli().drain(node, "slurmguard: gpu-xid: Xid 79 on GPU 0")
+    go.touch()  # the program now fails, on a node slurmguard drained under it
+    _wait(lambda: c.job(jid)["Restarts"] == "1", 60)
+    run = json.loads((ck / ".slurmguard" / "runs.jsonl").read_text().splitlines()[0])
+    assert (run["verdict"], run["exit_code"]) == ("infra", 75)
+    assert "this node was drained during the run: slurmguard: gpu-xid: Xid 79" in run["reason"]
