@@ -30,7 +30,7 @@ class Job:
     def run(self, *train_args: str, restart: int | None = None, wrapper: tuple[str, ...] = (),
             env_extra: dict[str, str] | None = None, flags: bool = True,
             timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        env = sg_env(SLURMGUARD_PROGRESS_INTERVAL="0", **(env_extra or {}))
+        env = sg_env(SLURMGUARD_PROGRESS_INTERVAL="0", SLURM_JOB_ID="4242", **(env_extra or {}))
         env.pop("SLURM_RESTART_COUNT", None)
         if restart is not None:
             env["SLURM_RESTART_COUNT"] = str(restart)
@@ -75,6 +75,8 @@ def test_infra_fault_requeues_and_resumes(tmp_path: Path, fault: str,
     record = [json.loads(x) for x in (job.ckpt / ".slurmguard" / "runs.jsonl").read_text().splitlines()]
     assert [x["verdict"] for x in record] == ["infra", "success"]
     assert record[1]["resumed_from"]["step"] == 10 and record[0]["last_step"] == 12
+    assert record[1]["recovery"]["steps_lost_at_least"] == 2
+    assert "recovering: previous run reached step 12, resuming from 10" in r.stderr
 
 
 def test_torn_checkpoint_resumes_from_the_one_before(tmp_path: Path,
