@@ -259,3 +259,10 @@ def test_progress_bar_when_asked(node_env, sshd, tmp_path, capsys) -> None:
     assert "collect: 100%" in err and "2/2" in err
     assert manifest["summary"]["failed"] == 0
     assert json.loads((tmp_path / "b/n1/check.json").read_text()) == {}
+
+
+def test_missing_key_files_fail_once_up_front(node_env, tmp_path) -> None:
+    for flag in ("--known-hosts", "--identity"):
+        r = collect(node_env, "n[1-2]", "--out", str(tmp_path / flag), flag, str(tmp_path / "nope"))
+        assert r.returncode == 6 and r.stderr.count("\n") == 1 and "no such file" in r.stderr
+        assert not (tmp_path / flag).exists()
