@@ -343,3 +343,24 @@ def test_check_modules_do_not_load_pynvml_or_ctypes() -> None:
     p = subprocess.run([sys.executable, "-c", code], env=sg_env(), capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
+
+
+def test_gpu_lost_inventory_survives_until_forgotten(tmp_path: Path, libdir: Path) -> None:
+    """The documented recovery after removing a GPU on purpose: `check --forget gpu-lost`."""
+    nv = write_config(tmp_path / "n.json", default_config())
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[slurm]\nscontrol = "{tmp_path}/no-scontrol"\n'
+                   f'[hooks]\nstate_dir = "{tmp_path}/state"\n[checks.gpu]\ndriver_gpus_dir = ""\n')
+    env = nvml_env(libdir, nv, sg_env(SLURMGUARD_CONFIG=str(cfg), SLURMD_NODENAME="n1"))
+
+    def check(*extra: str) -> tuple[int, str]:
+        p = subprocess.run(sg_argv("check", "--only", "gpu-lost", "--json", *extra), env=env,
+                           capture_output=True, text=True, timeout=60)
+        return p.returncode, json.loads(p.stdout)["results"][0]["reason"]
+
+    assert check() == (0, "")
+    write_config(nv, with_fault(default_config(), 2, off_bus=True))
+    assert check() == (1, "GPU 2 (0000:3A:00.0) fell off the bus")
+    assert check() == (1, "GPU 2 (0000:3A:00.0) fell off the bus")
+    assert check("--forget", "gpu-lost") == (0, "")
+    assert check() == (0, "")
