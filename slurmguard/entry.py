@@ -39,6 +39,14 @@ def _parse_fast(argv: list[str]) -> dict | None:
 
 
 def main() -> None:
+    if "gate" in sys.argv[1:4]:  # PrologSlurmctld: once per job, so skip click as well
+        from slurmguard.gate import fast_argv
+
+        code = fast_argv(sys.argv[1:])
+        if code is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
     opts = _parse_fast(sys.argv[1:])
     if opts is None:
         from slurmguard.cli import main as cli_main

@@ -121,8 +121,13 @@ def node_failed(node: NodeLike | None) -> bool:
 
 
 def _launch_failed_hold(job: JobLike) -> bool:
-    r = job.reason.lower().replace("_", " ")
-    return job.held and "launch failed" in r
+    """Held by Slurm after a launch (Prolog) failure. scontrol says so in Reason
+    (``launch_failed_requeued_held``); squeue --json in ``state_description`` (its
+    ``state_reason`` then reads JobHeldUser)."""
+    raw = getattr(job, "raw", None) or {}
+    desc = raw.get("state_description", "") if isinstance(raw, dict) else ""
+    text = f"{job.reason} {desc}".lower().replace("_", " ")
+    return job.held and "launch failed" in text
 
 
 def plan(jobs: Iterable[JobLike], nodes: Mapping[str, NodeLike], memory: dict[str, JobMemory],

@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -145,7 +146,7 @@ def test_leftover_procs_table(tmp_path: Path, procs: list, mode: str, health: He
     proc.mkdir()
     for pid, uid, comm, state, job in procs:
         write_proc(proc, pid, uid, comm, state=state, job_id=job)
-    params: dict[str, Any] = {"proc_root": str(proc)}
+    params: dict[str, Any] = {"proc_root": str(proc), "leftover_grace": 0.0}
     if mode:
         params["leftover_health"] = mode
     r, _ = run(checks.host_leftover_procs, "procs", cfg_for(tmp_path, **params),
@@ -166,8 +167,10 @@ def test_leftover_real_process(tmp_path: Path) -> None:
                              env={"SLURM_JOB_ID": "77"})
     try:
         time.sleep(0.1)
-        cfg = cfg_for(tmp_path)
+        cfg = cfg_for(tmp_path, leftover_grace=0.3)
+        t0 = time.monotonic()
         r, _ = run(checks.host_leftover_procs, "procs", cfg, job_uid=uid, job_id="77")
+        assert 0.3 <= time.monotonic() - t0 < 3  # waited out the grace, then counted it
         assert r.health is Health.UNHEALTHY
         assert r.details["pids"] == [child.pid] and "sleep" in r.reason
         r, _ = run(checks.host_leftover_procs, "procs", cfg, job_uid=uid, job_id="78")
@@ -249,3 +252,24 @@ def test_chrony_parser_raises_only_value_error(text: str) -> None:
     except ValueError:
         return
     assert ts.offset is not None and ts.offset >= 0
+
+
+def test_leftover_exiting_within_grace_is_not_counted(tmp_path: Path) -> None:
+    """A job process still exiting when the epilog starts (gone 0.5 s later) is no fault."""
+    require(os.geteuid() == 0, "needs root to start a process as another uid")
+    uid = 54322
+    child = subprocess.Popen(["/bin/sleep", "0.5"], user=uid, group=uid)
+    try:
+        time.sleep(0.05)
+        cfg = cfg_for(tmp_path, leftover_grace=5.0)
+        t0 = time.monotonic()
+        # the reaper thread stands in for slurmstepd collecting its killed child
+        threading.Thread(target=child.wait, daemon=True).start()
+        r, _ = run(checks.host_leftover_procs, "procs", cfg, job_uid=uid, job_id="9")
+        took = time.monotonic() - t0
+        assert r.health is Health.HEALTHY, r.reason
+        assert took < 4.0  # returned as soon as the process was gone, not after the grace
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()

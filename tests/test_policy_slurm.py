@@ -125,14 +125,14 @@ def test_twenty_nodes_failing_fs_mount_drain_at_most_the_cap(slurm_cluster_facto
     try:
         def node_hook(node: str) -> str:
             # What the prolog does on a fs-mount failure: ask, drain if allowed, report.
-            allowed, _why = report.drain_permit(node, "fs-mount", reason, cfg)
+            allowed, why = report.drain_permit(node, "fs-mount", reason, cfg)
             applied = "drained" if allowed and cli.drain(node, reason) else "refused by guard"
             report.deliver(_rec(node, "prolog", "fs-mount", applied), cfg)
-            return applied
+            return applied if not allowed or why == "allowed" else f"{applied} ({why})"
 
         with ThreadPoolExecutor(20) as pool:  # all at once
             applied = list(pool.map(node_hook, cluster.nodes))
-        drained = [n.name for n in cli.nodes() if n.drained]
+        drained = [(n.name, n.reason) for n in cli.nodes() if n.drained]
         assert len(drained) == 2 == applied.count("drained"), (drained, applied)
         store = Store.open(url=url)
         alerts = store.alerts()

@@ -111,3 +111,36 @@ def test_watch_events_gone_and_drop(k8sapi: NodeAPIServer) -> None:
     threading.Timer(0.3, k8sapi.drop_watches).start()
     with pytest.raises(KubeError):
         list(k.watch(rv, 10))
+
+
+def test_cli_slurm_unreadable_fails_closed(k8sapi: NodeAPIServer, tmp_path) -> None:
+    import json
+
+    from helpers import run_sg
+
+    k8sapi.add_node("n1", ready=False, unschedulable=True)  # would drain Slurm if Slurm were read
+    before = k8sapi.node("n1")
+    conf = tmp_path / "sg.toml"
+    conf.write_text(f'[slurm]\nscontrol = "/bin/false"\n\n[reconcile]\napi_url = "{k8sapi.url}"\n')
+    r = run_sg("-c", str(conf), "reconcile", "--once", "--json")
+    assert r.returncode == 4, r.stderr
+    out = json.loads(r.stdout)
+    assert out["failed"] == ["slurm"] and out["actions"] == [] and out["outcomes"] == []
+    assert "round failed closed" in r.stderr
+    assert k8sapi.node("n1") == before
+    assert all(m == "GET" for m, _, _ in k8sapi.faults.requests)
+    r = run_sg("-c", str(conf), "reconcile")
+    assert r.returncode == 4 and "FAILED CLOSED (nothing changed): slurm:" in r.stdout
+
+
+def test_cli_bad_config_names_the_key(tmp_path) -> None:
+    from helpers import run_sg
+
+    conf = tmp_path / "sg.toml"
+    conf.write_text('[reconcile]\nname_mapping = "pattern"\nname_pattern = "(["\n')
+    r = run_sg("-c", str(conf), "reconcile")
+    assert r.returncode == 3
+    assert r.stderr.startswith("slurmguard: error: reconcile.name_pattern: not a regular expression")
+    conf.write_text('[reconcile]\nmax_nodes = "ten"\n')
+    r = run_sg("-c", str(conf), "reconcile")
+    assert r.returncode == 3 and 'reconcile.max_nodes: expected an integer, got "ten"' in r.stderr

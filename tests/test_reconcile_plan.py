@@ -262,3 +262,17 @@ def test_a_failed_or_missing_lookup_is_never_read_as_drained(s: SlurmView, k: Ku
     # a Slurm node without any DRAIN/DOWN/FAIL never gets a new Kubernetes mark
     if not s.bad:
         assert K8S_MARK not in {a.kind for a in plan_node(s, k, R, NOW)}
+
+
+def test_reconcile_modules_do_not_import_kubernetes() -> None:
+    import subprocess
+    import sys
+
+    from helpers import sg_env
+
+    code = ("import sys, slurmguard.reconcile.plan, slurmguard.reconcile.apply, "
+            "slurmguard.reconcile.watch, slurmguard.cli.reconcile; "
+            "bad = [m for m in ('kubernetes', 'urllib3', 'sqlalchemy') if m in sys.modules]; "
+            "assert not bad, bad")
+    r = subprocess.run([sys.executable, "-c", code], env=sg_env(), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

@@ -22,6 +22,7 @@ class J:
     eligible_time: float | None = None
     exc_nodes: str = ""
     priority: int = 100
+    raw: dict | None = None
 
     @property
     def held(self) -> bool:
@@ -105,6 +106,11 @@ def test_launch_failure_hold_on_our_drain_is_released() -> None:
     acts, mem = run([held], drained, mem)
     assert len(acts) == 1 and acts[0].release and acts[0].exclude == "n4"
     assert run([held], drained, mem)[0] == []  # released once per hold
+    # squeue --json says it in state_description (state_reason: JobHeldUser).
+    _, mem = run([J("9", "CONFIGURING", nodes="n4")], HEALTHY)
+    held = J("9", "PENDING", "JobHeldUser", restart_count=1, priority=0,
+             raw={"state_description": "launch failed requeued held"})
+    assert [a.release for a in run([held], drained, mem)[0]] == [True]
 
 
 def test_unknown_history_is_reported_not_guessed() -> None:

@@ -142,7 +142,27 @@ def _job_of(pdir: Path) -> str | None:
 
 
 def gather_procs(cfg: Config, ctx: GatherContext) -> ProcSnapshot:
-    """Every process's pid, uid, comm and state; job ids for the job uid's processes."""
+    """Every process's pid, uid, comm and state; job ids for the job uid's processes.
+
+    In a job context (the epilog), processes of the job's uid that would count as leftovers
+    get up to ``checks.host.leftover_grace`` seconds to finish exiting: the scan is repeated
+    until they are gone or the grace (bounded by the deadline) runs out.
+    """
+    from slurmguard.checks.host import leftovers
+
+    snap = _scan_procs(cfg, ctx)
+    uid = ctx.job_uid
+    if uid is None or uid < int(cfg["checks.host.leftover_min_uid"]):
+        return snap
+    ignore = cfg["checks.host.leftover_ignore"]
+    until = min(time.monotonic() + float(cfg["checks.host.leftover_grace"]), ctx.deadline - 0.5)
+    while leftovers(snap.procs, uid, ctx.job_id, ignore, snap.self_pid) and time.monotonic() < until:
+        time.sleep(0.1)
+        snap = _scan_procs(cfg, ctx)
+    return snap
+
+
+def _scan_procs(cfg: Config, ctx: GatherContext) -> ProcSnapshot:
     proc = Path(cfg["checks.host.proc_root"])
     out: list[ProcInfo] = []
     try:

@@ -23,6 +23,7 @@ PARAMS: dict[str, Any] = {
     "leftover_min_uid": Int(1000, "uids below this are system accounts: never leftovers"),
     "leftover_ignore": StrList(["systemd", "(sd-pam)", "dbus-daemon"],
                                "process names of the job's uid that are not leftovers"),
+    "leftover_grace": Float(2.0, "seconds to let leftover processes finish exiting before counting"),
     "leftover_health": Choice("unhealthy", ("unhealthy", "degraded"),
                               "what leftover job processes mean"),
     "chronyc": AbsPath("/usr/bin/chronyc", "chronyc (host-timesync)"),
@@ -120,12 +121,24 @@ def host_daemons(ctx: CheckContext) -> CheckResult:
     return healthy("host-daemons", required=want)
 
 
+def leftovers(procs: Any, uid: int, job_id: str | None, ignore: Any, self_pid: int) -> list[Any]:
+    """Processes of ``uid`` that count as leftovers of job ``job_id`` (see below)."""
+    skip = set(ignore)
+    return [
+        p for p in procs
+        if p.uid == uid and p.state != "Z" and p.comm not in skip and p.pid != self_pid
+        and not (p.job_id and job_id and p.job_id != job_id)
+    ]
+
+
 # host-leftover-procs (epilog). Fault: processes of the finished job that survived it -
 # unkillable (D state on a hung filesystem or a wedged GPU) or escaped the job's cgroup - and
 # keep GPU memory, CPUs or files the next job needs. Reads /proc/*/status (real uid, state)
 # and /proc/<pid>/cgroup (the job_<id> of Slurm's cgroup hierarchy). Counted: processes of
 # SLURM_JOB_UID, not zombies, not in leftover_ignore, and not known to belong to another job
-# of the same user still running on this node. uid < leftover_min_uid is never counted.
+# of the same user still running on this node. uid < leftover_min_uid is never counted. The
+# gather waits up to leftover_grace (2 s) for such processes to go away first: the epilog can
+# start while killed processes are still exiting, and those are not a fault.
 @check("host-leftover-procs", AREA, ("procs",), "no processes of the finished job's user left")
 def host_leftover_procs(ctx: CheckContext) -> CheckResult:
     snap = ctx.sources["procs"]
@@ -134,12 +147,7 @@ def host_leftover_procs(ctx: CheckContext) -> CheckResult:
         return unsupported("host-leftover-procs", "no job uid (only meaningful in the epilog)")
     if uid < int(ctx.params["leftover_min_uid"]):
         return healthy("host-leftover-procs", note=f"uid {uid} is a system account")
-    ignore = set(ctx.params["leftover_ignore"])
-    left = [
-        p for p in snap.procs
-        if p.uid == uid and p.state != "Z" and p.comm not in ignore and p.pid != snap.self_pid
-        and not (p.job_id and snap.job_id and p.job_id != snap.job_id)
-    ]
+    left = leftovers(snap.procs, uid, snap.job_id, ctx.params["leftover_ignore"], snap.self_pid)
     if not left:
         return healthy("host-leftover-procs", uid=uid)
     shown = ", ".join(f"{p.comm} ({p.pid}{', D state' if p.state == 'D' else ''})" for p in left[:3])

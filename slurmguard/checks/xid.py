@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmguard.checks.base import Check, CheckContext, check
-from slurmguard.checks.xid_table import XID_TABLE, XidClass, classify
+from slurmguard.checks.xid_table import ACTIONS, XID_TABLE, XidClass, classify
 from slurmguard.config import AbsPath, Bool, Choice, Float, Int, IntList
 from slurmguard.health import CheckResult, degraded, healthy, unhealthy
 
@@ -165,7 +165,8 @@ def gpu_xid(ctx: CheckContext) -> CheckResult:
         label = gpu_label(ev.pci, gpus)
         line = f"{label} Xid {ev.code}: {what}"
         events.append({"gpu": gpus.get(ev.pci), "pci": ev.pci, "xid": ev.code,
-                       "class": klass.value, "process": ev.process, "message": ev.message[:200]})
+                       "class": klass.value, "action": ACTIONS[klass], "process": ev.process,
+                       "message": ev.message[:200]})
         if klass is XidClass.DRAIN:
             bad.append(line)
         elif klass in (XidClass.DEGRADED, XidClass.UNKNOWN):

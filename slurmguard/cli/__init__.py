@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "config": "slurmguard.cli.hooks:config_cmd",
     "db": "slurmguard.cli.db:db_cmd",
     "serve": "slurmguard.cli.serve:serve_cmd",
+    "gate": "slurmguard.cli.gate:gate_cmd",
     "nodes": "slurmguard.cli.admin:nodes_cmd",
     "node": "slurmguard.cli.admin:node_cmd",
     "drain": "slurmguard.cli.admin:drain_cmd",

@@ -44,23 +44,43 @@ class Fleet:
         self.slurm = slurm
         self.lock = threading.RLock()
         self._scopes: tuple[float, dict[str, frozenset[str]]] = (float("-inf"), {})
+        self._scopes_lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._pending: set[str] = set()
         self._thread: threading.Thread | None = None
 
     # -- life cycle
     def start(self) -> None:
+        try:
+            self._cached_scopes()  # warm: the first /permit answers without waiting on Slurm
+        except SlurmguardError as exc:
+            log.warning("policy: Slurm unavailable at start: %s", exc)
         self._thread = threading.Thread(target=self._loop, name="sg-policy", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        # Nodes of fresh records are evaluated as soon as the writer hands them over; all
+        # active nodes every `interval`. The writer never waits for Slurm.
+        next_full = time.monotonic() + self.interval
+        while not self._stop.is_set():
+            self._wake.wait(max(0.0, next_full - time.monotonic()))
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            with self.lock:
+                nodes, self._pending = self._pending, set()
             try:
-                self.evaluate(self.store.active_nodes(time.time() - self.params.window))
+                if time.monotonic() >= next_full:
+                    next_full = time.monotonic() + self.interval
+                    nodes |= set(self.store.active_nodes(time.time() - self.params.window))
+                self.evaluate(nodes)
             except Exception:
                 log.exception("policy pass failed")
 
@@ -85,10 +105,11 @@ class Fleet:
     def _cached_scopes(self) -> dict[str, frozenset[str]]:
         """Scopes for /permit: partitions change rarely, and a permit must answer fast (a
         node waits for it inside its prolog), so a view up to _SCOPES_TTL old is used."""
-        at, scopes = self._scopes
-        if time.monotonic() - at > _SCOPES_TTL:
-            scopes, _ = self._slurm_view()
-        return scopes
+        with self._scopes_lock:  # one refresh at a time, not one scontrol per waiting node
+            at, scopes = self._scopes
+            if time.monotonic() - at > _SCOPES_TTL:
+                scopes, _ = self._slurm_view()
+            return scopes
 
     # -- ingest hook
     def after_ingest(self, records: list[dict[str, Any]]) -> None:
@@ -108,7 +129,17 @@ class Fleet:
             elif applied == "undrained":
                 self.store.record_event(r["node"], "clear", ACTOR, reason, source=r["hook"],
                                         at=r["started"], details={"hook": r["hook"]})
-        self.evaluate({r["node"] for r in records})
+        with self.lock:
+            self._pending.update(r["node"] for r in records)
+        if self._thread is None:  # not started (tests, one-shot use): evaluate inline
+            self.evaluate(self._take_pending())
+        else:
+            self._wake.set()
+
+    def _take_pending(self) -> set[str]:
+        with self.lock:
+            nodes, self._pending = self._pending, set()
+        return nodes
 
     # -- the policy pass
     def evaluate(self, nodes: Iterable[str], now: float | None = None) -> list[Action]:

@@ -105,6 +105,13 @@ class BatchWriter(threading.Thread):
                 log.exception("post-ingest hook failed")
 
 
+class _Server(ThreadingHTTPServer):
+    # The stdlib default backlog of 5 refuses connections when many nodes start jobs (or
+    # replay their spools) at once; refused nodes would spool or, for /permit, fail open.
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 class IngestServer:
     """The HTTP server and its writer; ``start()`` runs it on a background thread."""
 
@@ -118,7 +125,7 @@ class IngestServer:
         self.routes = routes or {}
         self.writer = BatchWriter(store, batch_size=batch_size, interval=batch_interval,
                                   on_commit=on_commit)
-        self.httpd = ThreadingHTTPServer((host, port), _make_handler(self))
+        self.httpd = _Server((host, port), _make_handler(self))
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 

@@ -1,0 +1,252 @@
+"""`slurmguard gate`: the PrologSlurmctld backstop at allocation time.
+
+slurmctld runs it once per job before the job starts, with SLURM_JOB_ID and
+SLURM_JOB_NODELIST set. For each node of the allocation the store is asked whether the node
+must not run jobs:
+
+* it is a lemon (fleet policy) -> the lemon's reason;
+* it awaits a burn-in -> ``slurmguard: burn-in: awaiting burn-in``;
+* its newest result is unhealthy and fresher than ``gate.fresh`` seconds (default 900) ->
+  that result's reason.
+
+Such nodes are drained with the reason (``gate.drain``) and the gate exits 1, so Slurm
+requeues the job onto other nodes (with ``SchedulerParameters=nohold_on_prolog_fail``). A node
+the store does not know is allowed. When the store cannot be read, ``gate.on_store_error``
+decides: ``open`` (default) logs one line and lets the job run; ``closed`` exits 5
+(EXIT_STORE) so the job is requeued, and drains nothing: a store fault is never a node fault.
+
+The SQLite path uses the standard library's sqlite3 only (one indexed query on
+``nodes.name``); SQLAlchemy is imported only for PostgreSQL stores and for recording the
+drain events of refused nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slurmguard.errors import EXIT_OK, EXIT_STORE, EXIT_UNHEALTHY, StoreError
+
+_CHUNK = 500
+_COLUMNS = "name, last_seen, last_health, last_reason, lemon, lemon_reason, burnin_required"
+GATE_QUERY = f"SELECT {_COLUMNS} FROM nodes WHERE name IN ({{marks}})"
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    name: str
+    last_seen: float | None
+    last_health: str | None
+    last_reason: str | None
+    lemon: bool
+    lemon_reason: str | None
+    burnin_required: bool
+
+
+def refusal(row: NodeRow | None, now: float, fresh: float) -> str | None:
+    """Why this node must not start a job now (a Slurm drain reason), or None. Pure."""
+    if row is None:
+        return None
+    if row.lemon:
+        return row.lemon_reason or "slurmguard: lemon: flagged by fleet policy"
+    if row.burnin_required:
+        return "slurmguard: burn-in: awaiting burn-in"
+    if (row.last_health == "unhealthy" and row.last_seen is not None
+            and now - row.last_seen <= fresh):
+        reason = (row.last_reason or "").strip()
+        if reason.startswith("slurmguard:"):
+            return reason
+        return f"slurmguard: gate: unhealthy result {int(now - row.last_seen)}s ago: {reason or 'unhealthy'}"
+    return None
+
+
+def read_sqlite(path: str, nodes: Sequence[str], busy_timeout: float) -> dict[str, NodeRow]:
+    """The gate's rows from a SQLite store, read-only, with the stdlib driver."""
+    import sqlite3
+
+    from slurmguard.store.version import schema_problem
+
+    if not os.path.exists(path):
+        raise StoreError(f"store {path}: no such file")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_timeout)
+    except sqlite3.Error as exc:
+        raise StoreError(f"store {path}: {exc}") from None
+    try:
+        try:
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        except sqlite3.Error:
+            row = None
+        problem = schema_problem(row[0] if row else None, path)
+        if problem:
+            raise StoreError(problem)
+        out: dict[str, NodeRow] = {}
+        for i in range(0, len(nodes), _CHUNK):
+            chunk = list(nodes[i:i + _CHUNK])
+            sql = GATE_QUERY.format(marks=",".join("?" * len(chunk)))
+            for r in conn.execute(sql, chunk):
+                out[r[0]] = NodeRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]))
+        return out
+    except sqlite3.Error as exc:
+        raise StoreError(f"store {path}: {exc}") from None
+    finally:
+        conn.close()
+
+
+def read_store(section: Mapping[str, Any], nodes: Sequence[str]) -> dict[str, NodeRow]:
+    """The gate's rows for ``nodes`` from the configured store."""
+    url = str(section.get("url") or "")
+    if not url or url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):] if url else str(section.get("path"))
+        return read_sqlite(path, nodes, float(section.get("busy_timeout", 5.0)))
+    from sqlalchemy import text
+
+    from slurmguard.store.api import Store
+    from slurmguard.store.engine import guard
+
+    store = Store.open(section=section)
+    try:
+        out: dict[str, NodeRow] = {}
+        with guard(store.engine, "gate"), store.engine.connect() as conn:
+            for i in range(0, len(nodes), _CHUNK):
+                chunk = list(nodes[i:i + _CHUNK])
+                marks = ",".join(f":n{j}" for j in range(len(chunk)))
+                rows = conn.execute(text(GATE_QUERY.format(marks=marks)),
+                                    {f"n{j}": n for j, n in enumerate(chunk)})
+                for r in rows:
+                    out[r[0]] = NodeRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]))
+        return out
+    finally:
+        store.close()
+
+
+def expand(nodelist: str) -> list[str]:
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+    try:
+        return list(NodeSet(nodelist))
+    except (NodeSetParseError, ValueError) as exc:
+        from slurmguard.errors import InputError
+
+        raise InputError(f"SLURM_JOB_NODELIST: not a node list: {nodelist!r} ({exc})") from None
+
+
+@dataclass
+class GateOutcome:
+    code: int
+    refused: dict[str, str]
+    drained: list[str]
+    message: str
+
+
+def run_gate(cfg: Any, env: Mapping[str, str], *, dry_run: bool = False,
+             now: float | None = None) -> GateOutcome:
+    """Check the job's nodes; drain the refused ones; return the exit code and what was done."""
+    gcfg = cfg.section("gate")
+    job = env.get("SLURM_JOB_ID", "?")
+    nodelist = env.get("SLURM_JOB_NODELIST", "")
+    if not nodelist:
+        return GateOutcome(EXIT_OK, {}, [], f"job {job}: no SLURM_JOB_NODELIST; nothing to check")
+    nodes = expand(nodelist)
+    now = time.time() if now is None else now
+    try:
+        rows = read_store(cfg.section("store"), nodes)
+    except StoreError as exc:
+        if gcfg["on_store_error"] == "closed":
+            return GateOutcome(EXIT_STORE, {}, [], f"job {job}: store unreadable, refusing (fail-closed): {exc}")
+        return GateOutcome(EXIT_OK, {}, [], f"job {job}: store unreadable, allowing (fail-open): {exc}")
+    refused = {}
+    for n in nodes:
+        why = refusal(rows.get(n), now, float(gcfg["fresh"]))
+        if why:
+            refused[n] = why
+    if not refused:
+        return GateOutcome(EXIT_OK, {}, [], "")
+    drained = [] if dry_run or not gcfg["drain"] else _drain(cfg, refused, job)
+    what = "; ".join(f"{n}: {r}" for n, r in sorted(refused.items()))
+    return GateOutcome(EXIT_UNHEALTHY, refused, drained,
+                       f"job {job}: refused {len(refused)} of {len(nodes)} nodes: {what}")
+
+
+def _drain(cfg: Any, refused: Mapping[str, str], job: str) -> list[str]:
+    from slurmguard.adapters.slurm import SlurmCLI
+    from slurmguard.errors import SlurmguardError
+
+    cli = SlurmCLI(cfg.section("slurm"))
+    drained = []
+    for node, reason in sorted(refused.items()):
+        try:
+            if cli.drain(node, reason):
+                drained.append(node)
+        except SlurmguardError as exc:
+            log_line(cfg, f"drain {node} failed: {exc}")
+    if drained:
+        try:  # the ledger; a store problem here must not change the verdict
+            from slurmguard.store.api import Store
+
+            store = Store.open(section=cfg.section("store"))
+            for node in drained:
+                store.record_event(node, "drain", "slurmguard", refused[node], source="gate",
+                                   details={"job": job})
+            store.close()
+        except Exception as exc:  # noqa: BLE001
+            log_line(cfg, f"could not record gate drains: {exc}")
+    return drained
+
+
+def log_line(cfg: Any, line: str) -> None:
+    """One line to stderr (slurmctld's log) and to gate.log_file when set."""
+    text = f"slurmguard gate: {line}"
+    print(text, file=sys.stderr)
+    path = str(cfg.section("gate").get("log_file") or "")
+    if path:
+        try:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(time.strftime("%Y-%m-%dT%H:%M:%S ") + text + "\n")
+        except OSError:
+            pass
+
+
+def main(config_path: str | None, *, dry_run: bool = False,
+         env: Mapping[str, str] | None = None) -> int:
+    """The whole gate: load config, check, drain, log; returns the exit code."""
+    from slurmguard import config
+
+    cfg = config.load(config_path)
+    outcome = run_gate(cfg, os.environ if env is None else env, dry_run=dry_run)
+    if outcome.message:
+        log_line(cfg, outcome.message + (f" (drained {','.join(outcome.drained)})"
+                                         if outcome.drained else ""))
+    return outcome.code
+
+
+def fast_argv(argv: Iterable[str]) -> int | None:
+    """``[-c PATH] gate [--dry-run]`` without click (PrologSlurmctld runs once per job);
+    None when the command line needs the full CLI (``--help``, other commands)."""
+    args = list(argv)
+    config_path = os.environ.get("SLURMGUARD_CONFIG") or None
+    if args[:1] in (["-c"], ["--config"]) and len(args) >= 2:
+        config_path = args[1]
+        args = args[2:]
+    if args == ["gate"]:
+        return _safe_main(config_path, False)
+    if args == ["gate", "--dry-run"]:
+        return _safe_main(config_path, True)
+    return None
+
+
+def _safe_main(config_path: str | None, dry_run: bool) -> int:
+    from slurmguard.errors import EXIT_CHECKER, SlurmguardError
+
+    try:
+        return main(config_path, dry_run=dry_run)
+    except SlurmguardError as exc:
+        print(f"slurmguard: error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - a bug in the gate must not block every job
+        print(f"slurmguard: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_CHECKER

@@ -1,0 +1,183 @@
+"""The allocation gate: verdicts (table), the store read on SQLite and PostgreSQL, fail-open /
+fail-closed, the real process, and a real slurmctld running it as PrologSlurmctld."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from helpers import run_sg, sg_argv, sg_env
+from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
+
+from slurmguard import config, gate, report
+from slurmguard.errors import EXIT_INPUT, EXIT_OK, EXIT_STORE, EXIT_UNHEALTHY, InputError
+from slurmguard.gate import NodeRow, refusal
+from slurmguard.health import CheckResult, Health
+from slurmguard.store import Store
+
+NOW = 1_800_000_000.0
+LEMON = "slurmguard: lemon: 3 failures in 1h (gpu-xid)"
+
+
+def row(**kw) -> NodeRow:
+    base = dict(name="n1", last_seen=NOW - 10, last_health="healthy", last_reason="",
+                lemon=False, lemon_reason=None, burnin_required=False)
+    base.update(kw)
+    return NodeRow(**base)
+
+
+@pytest.mark.parametrize("r, expected", [
+    (None, None),  # unknown to the store: allowed
+    (row(), None),
+    (row(lemon=True, lemon_reason=LEMON), LEMON),
+    (row(lemon=True, lemon_reason=None), "slurmguard: lemon: flagged by fleet policy"),
+    (row(burnin_required=True), "slurmguard: burn-in: awaiting burn-in"),
+    (row(last_health="unhealthy", last_reason="slurmguard: gpu-xid: Xid 79"), "slurmguard: gpu-xid: Xid 79"),
+    (row(last_health="unhealthy", last_reason="gpu-ecc: DBE"),
+     "slurmguard: gate: unhealthy result 10s ago: gpu-ecc: DBE"),
+    (row(last_health="unhealthy", last_seen=NOW - 901), None),  # stale
+    (row(last_health="error"), None),  # checker errors never block a node
+    (row(last_health="degraded"), None),
+])
+def test_refusal_table(r, expected) -> None:
+    assert refusal(r, NOW, 900.0) == expected
+
+
+def _cfg(tmp_path: Path, store_url: str, extra: str = "") -> config.Config:  # noqa: F811
+    p = tmp_path / "sg.toml"
+    p.write_text(f'[store]\nurl = "{store_url}"\n[gate]\ndrain = false\n{extra}')
+    return config.load(str(p), env={})
+
+
+def _fill(url: str) -> None:
+    s = Store.open(url=url)
+    now = time.time()
+    ok = [CheckResult("gpu-count", Health.HEALTHY)]
+    bad = ok + [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")]
+    s.record_many([report.make_record("n1", "prolog", ok, "pass", "", started=now - 5),
+                   report.make_record("n2", "prolog", bad, "drain", "slurmguard: gpu-xid: Xid 79",
+                                      started=now - 5),
+                   report.make_record("n3", "prolog", ok, "pass", "", started=now - 5)])
+    s.set_flags("n3", lemon=True, lemon_reason=LEMON)
+    s.close()
+
+
+@pytest.mark.postgres
+def test_gate_reads_the_store_and_refuses(store_url: str, tmp_path: Path) -> None:  # noqa: F811
+    _fill(store_url)
+    cfg = _cfg(tmp_path, store_url)
+    out = gate.run_gate(cfg, {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-4]"})
+    assert out.code == EXIT_UNHEALTHY
+    assert out.refused == {"n2": "slurmguard: gpu-xid: Xid 79", "n3": LEMON}
+    assert out.drained == []  # gate.drain = false
+    assert "job 7: refused 2 of 4 nodes" in out.message
+    ok = gate.run_gate(cfg, {"SLURM_JOB_ID": "8", "SLURM_JOB_NODELIST": "n1,n4"})
+    assert ok.code == EXIT_OK and ok.refused == {}
+
+
+def test_store_unreadable_fail_open_and_fail_closed(tmp_path: Path) -> None:
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "n1"}
+    missing = f"sqlite:///{tmp_path}/none.db"
+    out = gate.run_gate(_cfg(tmp_path, missing), env)
+    assert out.code == EXIT_OK and "fail-open" in out.message and "no such file" in out.message
+    out = gate.run_gate(_cfg(tmp_path, missing, 'on_store_error = "closed"\n'), env)
+    assert out.code == EXIT_STORE and "fail-closed" in out.message and out.drained == []
+    # a store of a newer schema is unreadable too
+    import sqlite3
+
+    db = tmp_path / "new.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32))")
+        conn.execute("INSERT INTO alembic_version VALUES ('9999')")
+    out = gate.run_gate(_cfg(tmp_path, f"sqlite:///{db}"), env)
+    assert out.code == EXIT_OK and "newer than this slurmguard" in out.message
+
+
+def test_hostile_nodelist_is_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="SLURM_JOB_NODELIST"):
+        gate.run_gate(_cfg(tmp_path, "sqlite:////x"), {"SLURM_JOB_NODELIST": "n[1-"})
+
+
+def test_gate_process_exit_codes_and_log(tmp_path: Path) -> None:
+    from slurmguard.store.engine import make_engine
+    from slurmguard.store.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    e = make_engine({"url": url})
+    upgrade(e)
+    e.dispose()
+    _fill(url)
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[store]\nurl = "{url}"\n[gate]\ndrain = false\nlog_file = "{tmp_path}/gate.log"\n')
+    env = sg_env(SLURMGUARD_CONFIG=str(cfg), SLURM_JOB_ID="11", SLURM_JOB_NODELIST="n[1-3]")
+    p = run_sg("gate", env=env)
+    assert p.returncode == EXIT_UNHEALTHY, p.stderr
+    assert p.stderr.count("\n") == 1 and "refused 2 of 3 nodes" in p.stderr
+    assert "n3: " + LEMON in (tmp_path / "gate.log").read_text()
+    p = run_sg("gate", env={**env, "SLURM_JOB_NODELIST": "n1"})
+    assert p.returncode == EXIT_OK and p.stderr == ""
+    p = run_sg("gate", env={**env, "SLURM_JOB_NODELIST": "n[1-"})
+    assert p.returncode == EXIT_INPUT and p.stderr.startswith("slurmguard: error: SLURM_JOB_NODELIST")
+    p = run_sg("gate", "--help", env=env)
+    assert p.returncode == 0 and "PrologSlurmctld" in p.stdout and "Example" in p.stdout
+
+
+def test_gate_does_not_import_sqlalchemy_on_the_sqlite_path(tmp_path: Path) -> None:
+    import subprocess
+
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[store]\npath = "{tmp_path}/none.db"\n')
+    code = ("import sys, runpy; sys.argv=['slurmguard','gate'];\n"
+            "import slurmguard.gate as g, os\n"
+            "from slurmguard import config\n"
+            "g.run_gate(config.load(), {'SLURM_JOB_NODELIST': 'n1'})\n"
+            "bad = [m for m in ('sqlalchemy', 'alembic', 'psycopg', 'click') if m in sys.modules]\n"
+            "print(bad)")
+    p = subprocess.run([sg_argv()[0], "-c", code], env=sg_env(SLURMGUARD_CONFIG=str(cfg)),
+                       capture_output=True, text=True, timeout=60)
+    assert p.stdout.strip() == "[]", p.stderr
+
+
+@pytest.mark.slurm
+def test_prolog_slurmctld_gate_refuses_a_lemon_and_slurm_requeues(slurm_cluster_factory,
+                                                                 tmp_path: Path) -> None:
+    import slurmcluster
+
+    from slurmguard.store.engine import make_engine
+    from slurmguard.store.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    e = make_engine({"url": url})
+    upgrade(e)
+    e.dispose()
+    s = Store.open(url=url)
+    for n in ("n1", "n2"):
+        s.set_flags(n, lemon=True, lemon_reason=LEMON)
+    s.close()
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[store]\nurl = "{url}"\n[gate]\nlog_file = "{tmp_path}/gate.log"\n')
+    env = sg_env(SLURMGUARD_CONFIG=str(cfg))
+    import shlex
+
+    # The gate's scontrol needs this cluster's SLURM_CONF, known only once it runs: the hook
+    # reads it from a file written after the start.
+    hook = slurmcluster.write_shell_hook(tmp_path / "gate.sh", f"""
+. {tmp_path}/gate.env
+export SLURMGUARD_CONFIG={shlex.quote(str(cfg))} PYTHONPATH={shlex.quote(env["PYTHONPATH"])}
+exec {" ".join(shlex.quote(a) for a in sg_argv("gate"))}
+""")
+    (tmp_path / "gate.env").write_text("")
+    cluster = slurm_cluster_factory(nodes=3, prolog_slurmctld=hook)
+    (tmp_path / "gate.env").write_text(f"export SLURM_CONF={shlex.quote(cluster.env['SLURM_CONF'])}\n")
+    job = cluster.sbatch("sleep 1", "-N2")
+    for n in ("n1", "n2"):
+        info = cluster.wait_node(n, lambda i: i.drained, timeout=60, what="drained by the gate")
+        assert info.reason == LEMON
+    j = cluster.wait_job(job, states=("PENDING", "COMPLETED", "RUNNING"), timeout=60)
+    assert j.get("JobState") in ("PENDING", "COMPLETED", "RUNNING")
+    log = (tmp_path / "gate.log").read_text()
+    assert f"job {job}: refused 2 of 2 nodes" in log
+    ev = Store.open(url=url).events(kinds=["drain"])
+    assert {e.node for e in ev} == {"n1", "n2"} and all(e.source == "gate" for e in ev)
+    assert not cluster.node("n3").drained

@@ -1,0 +1,57 @@
+"""`slurmguard requeue watch` against the real cluster: a Prolog that drains its node and fails
+leaves the job "launch failed requeued held" (without nohold_on_prolog_fail); the watcher
+releases it, excludes the node and makes it eligible at once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import sg_argv, sg_env
+from slurmcluster import write_shell_hook
+
+pytestmark = pytest.mark.slurm
+
+
+def test_launch_failure_hold_on_our_drain_is_released(slurm_cluster_factory: Any,
+                                                      tmp_path: Path) -> None:
+    conf_env = tmp_path / "conf.env"  # written once the cluster (and its conf path) exists
+    prolog = write_shell_hook(tmp_path / "prolog.sh", f"""
+if [ "$SLURMD_NODENAME" = n1 ]; then
+  sleep 2
+  . {conf_env}
+  /usr/bin/scontrol update nodename=n1 state=drain reason="slurmguard: test-check: bad GPU"
+  exit 1
+fi
+exit 0
+""")
+    # The later SchedulerParameters line wins: no nohold_on_prolog_fail, so Slurm holds the job.
+    c = slurm_cluster_factory(nodes=2, prolog=prolog, extra_conf=["SchedulerParameters=defer"])
+    conf_env.write_text(f"export SLURM_CONF={c.conf_path}\n")
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[requeue]\nstate_file = "{tmp_path / "w.json"}"\n'
+                   f'[store]\npath = "{tmp_path / "none.db"}"\n')
+    env = sg_env(SLURM_CONF=str(c.conf_path), SLURMGUARD_CONFIG=str(cfg))
+    jid = c.sbatch("#!/bin/sh\necho ran on $SLURMD_NODENAME\n", "-N1", "--requeue")  # lands on n1 first
+    events: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not any(e["event"] == "requeue-expedite" for e in events):
+        r = subprocess.run(sg_argv("requeue", "watch", "--once", "--json"), env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        events += [json.loads(x) for x in r.stdout.splitlines()]
+        time.sleep(0.3)
+    exp = [e for e in events if e["event"] == "requeue-expedite"]
+    assert exp, (events, c.job(jid))
+    # released: the watcher saw the launch-failure hold (it acts in the same poll, so the
+    # held state is rarely visible from outside).
+    assert exp[0]["failed_nodes"] == ["n1"] and exp[0]["released"] is True
+    done = c.wait_job(jid, ["COMPLETED"], timeout=60)
+    assert done["ExcNodeList"] == "n1" and done["NodeList"] == "n2"
+    assert "ran on n2" in (c.root / "log" / f"job-{jid}.out").read_text()
+    node = c.node("n1")
+    assert node.drained and node.reason == "slurmguard: test-check: bad GPU"  # left as it was
