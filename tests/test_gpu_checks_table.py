@@ -83,6 +83,14 @@ TABLE: list[tuple[str, NvmlSnapshot, dict[str, Any], tuple[str, str]]] = [
     ("gpu-nvlink", snap_of(replace(EIGHT[0], nvlink=((0, True), (1, False), (2, False)))), {"nvlink_expected": 2},
      ("unhealthy", "GPU 0 (0000:18:00.0) has 1 of 2 NVLinks active (down: 1,2)")),
     ("gpu-nvlink", snap_of(replace(EIGHT[0], nvlink=((0, False),))), {"nvlink_expected": 0}, ("healthy", "")),
+    # PCIe boards: links reported, none cabled on any GPU -> not judged by default ...
+    ("gpu-nvlink", snap_of(*(replace(g, nvlink=tuple((n, False) for n in range(18))) for g in EIGHT[:2])), {},
+     ("healthy", "")),
+    # ... but required when asked for, and one GPU dark among cabled ones is a fault
+    ("gpu-nvlink", snap_of(*(replace(g, nvlink=tuple((n, False) for n in range(18))) for g in EIGHT[:2])),
+     {"nvlink_expected": 18}, ("unhealthy", "GPU 0 (0000:18:00.0) has 0 of 18 NVLinks active (down: 0,1,2,3,4,5,6,7,...); 1 more")),
+    ("gpu-nvlink", snap_of(EIGHT[0], replace(EIGHT[1], nvlink=tuple((n, False) for n in range(18)))), {},
+     ("unhealthy", "GPU 1 (0000:2A:00.0) has NVLink 0,1,2,3,4,5,6,7,... down (0 of 18 active)")),
     ("gpu-nvlink", snap_of(replace(EIGHT[0], nvlink=None)), {"nvlink_expected": 18}, ("unsupported", "no GPU reports NVLink")),
     ("gpu-pcie", snap_of(replace(EIGHT[3], pcie_width=8)), {}, ("degraded", "GPU 3 (0000:5D:00.0) PCIe link is x8 (max x16)")),
     ("gpu-pcie", snap_of(replace(EIGHT[3], pcie_gen=1)), {}, ("healthy", "")),

@@ -29,9 +29,10 @@ LONG_AGO = "2020-01-01T00:00:00Z"
 
 def write_config(path: Path, cluster: Any, api_url: str, **extra: Any) -> str:
     rec = {"api_url": api_url, "timeout": 3.0, "not_ready_grace": 30.0, "min_hold": 0.0,
-           "max_nodes": 10, "max_percent": 100.0, "interval": 2.0, **extra}
+           "interval": 2.0, **extra}
     lines = ["[slurm]"] + [f"{k} = {json.dumps(v)}" for k, v in cluster.slurm_section.items()]
     lines += ["", "[reconcile]"] + [f"{k} = {json.dumps(v)}" for k, v in rec.items()]
+    lines += ["", "[policy]", "blast_max_percent = 100.0"]  # the guard: 4 of the 4 test nodes
     path.write_text("\n".join(lines) + "\n")
     return str(path)
 
@@ -166,7 +167,7 @@ def test_conflict_rereads_and_keeps_the_other_writer(slurm_cluster: Any, k8sapi:
     for n in c.nodes:
         k8sapi.add_node(n)
     section = {**config.defaults()["reconcile"], "api_url": k8sapi.url, "min_hold": 0.0}
-    rec = Reconciler(section, c.cli(), KubeNodes(section))
+    rec = Reconciler(section, c.cli(), KubeNodes(section), policy=config.defaults()["policy"])
     stale = k8sapi.list()["items"]  # what a watch cache held ...
     assert c.cli().drain("n2", "slurmguard: ib-link: mlx5_0 port 1 down")
     k8sapi.edit("n2", lambda o: o["metadata"]["labels"].update(team="infra"))  # ... then a write
@@ -190,10 +191,11 @@ def test_watch_loop_follows_events(slurm_cluster: Any, k8sapi: NodeAPIServer, tm
         k8sapi.add_node(n)
     metrics = tmp_path / "reconcile.prom"
     section = {**config.defaults()["reconcile"], "api_url": k8sapi.url, "min_hold": 0.0,
-               "not_ready_grace": 0.0, "max_percent": 100.0, "metrics_file": str(metrics)}
+               "not_ready_grace": 0.0, "metrics_file": str(metrics)}
     from slurmguard.reconcile.metrics import Metrics
 
-    rec = Reconciler(section, c.cli(), KubeNodes(section), metrics=Metrics(str(metrics)))
+    rec = Reconciler(section, c.cli(), KubeNodes(section), metrics=Metrics(str(metrics)),
+                     policy={"blast_max_percent": 100.0})
     stop = threading.Event()
     rounds: list[Any] = []
     t = threading.Thread(target=watch_loop, args=(rec,), daemon=True,

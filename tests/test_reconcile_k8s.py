@@ -141,6 +141,6 @@ def test_cli_bad_config_names_the_key(tmp_path) -> None:
     r = run_sg("-c", str(conf), "reconcile")
     assert r.returncode == 3
     assert r.stderr.startswith("slurmguard: error: reconcile.name_pattern: not a regular expression")
-    conf.write_text('[reconcile]\nmax_nodes = "ten"\n')
+    conf.write_text('[reconcile]\nmin_hold = "ten"\n')
     r = run_sg("-c", str(conf), "reconcile")
-    assert r.returncode == 3 and 'reconcile.max_nodes: expected an integer, got "ten"' in r.stderr
+    assert r.returncode == 3 and 'reconcile.min_hold: expected a number, got "ten"' in r.stderr

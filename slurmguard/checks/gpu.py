@@ -290,18 +290,22 @@ def gpu_thermal(ctx: CheckContext) -> CheckResult:
 
 # gpu-nvlink -- catches NVLinks that did not train or went down (bad cable/connector,
 # NVSwitch fault): collective traffic then falls back to PCIe or hangs. Reads
-# nvmlDeviceGetNvLinkState for every link the GPU has. Threshold: by default every link the
-# GPU reports must be active (an HGX H100 has 18, all cabled); checks.gpu.nvlink_expected
-# asks for a count instead (boards with uncabled links), 0 turns the check off.
+# nvmlDeviceGetNvLinkState for every link the GPU has. Threshold: by default (-1) every link
+# the GPU reports must be active (an HGX H100 has 18, all cabled), except on a node where no
+# GPU has any link active: PCIe boards report their links but have nothing cabled, and
+# draining every such node would be wrong (a whole HGX with every link down is caught by
+# setting nvlink_expected). nvlink_expected = N asks for N active links per GPU; 0 is off.
 @_gpu_check("gpu-nvlink", "every NVLink each GPU reports is active")
 def gpu_nvlink(ctx: CheckContext) -> CheckResult:
     f, expected = _Findings("gpu-nvlink"), int(ctx.params.get("nvlink_expected", -1))
-    for g in _live(_snap(ctx)):
+    live = list(_live(_snap(ctx)))
+    uncabled = expected < 0 and not any(up for g in live for _, up in (g.nvlink or ()))
+    for g in live:
         links = g.nvlink
         f.gpu(g, links_active=None if links is None else sum(up for _, up in links),
               links_down=None if links is None else [n for n, up in links if not up])
         f.failed(g, "nvlink")
-        if links is None or expected == 0:
+        if links is None or expected == 0 or uncabled:
             continue
         f.checked += 1
         down = [n for n, up in links if not up]
@@ -313,6 +317,9 @@ def gpu_nvlink(ctx: CheckContext) -> CheckResult:
             f.add(Health.UNHEALTHY, g, f"has NVLink {_links(down)} down ({active} of {len(links)} active)")
     if expected == 0:
         return f.result(note="checks.gpu.nvlink_expected = 0: not checked")
+    if uncabled and any(g.nvlink for g in live):
+        return f.result(note="no GPU has an active NVLink (PCIe boards): not checked; "
+                        "set checks.gpu.nvlink_expected to require links")
     return f.result("no GPU reports NVLink")
 
 

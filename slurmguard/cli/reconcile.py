@@ -76,7 +76,8 @@ def reconcile_cmd(ctx: click.Context, mode: str, nodes: str | None, as_json: boo
     def log(line: str) -> None:
         click.echo(line, err=True)
 
-    rec = Reconciler(section, SlurmCLI(cfg.section("slurm")), KubeNodes(section), nodeset=nodes,
+    rec = Reconciler(section, SlurmCLI(cfg.section("slurm")), KubeNodes(section),
+                     policy=cfg.section("policy"), nodeset=nodes,
                      log=log, metrics=Metrics(section["metrics_file"]))
     if mode != "watch":
         r = rec.round(apply=mode == "once")

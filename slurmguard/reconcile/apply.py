@@ -35,13 +35,17 @@ K8S_KINDS = (K8S_MARK, K8S_UPDATE, K8S_UNMARK)
 CONFLICT_TRIES = 3
 
 
-def rules_from(section: Mapping[str, Any]) -> Rules:
-    """The planner's rules from the ``[reconcile]`` config section."""
+def rules_from(section: Mapping[str, Any], policy: Mapping[str, Any] | None = None) -> Rules:
+    """The planner's rules from ``[reconcile]``, and the blast-radius guard's from ``[policy]``."""
+    pol = policy or {}
+    d = Rules()
     return Rules(not_ready_grace=float(section["not_ready_grace"]),
                  problem_conditions=tuple(section["problem_conditions"]),
-                 min_hold=float(section["min_hold"]), max_nodes=int(section["max_nodes"]),
-                 max_percent=float(section["max_percent"]), window=float(section["window"]),
-                 set_condition=bool(section["set_condition"]))
+                 min_hold=float(section["min_hold"]), set_condition=bool(section["set_condition"]),
+                 blast_window=float(pol.get("blast_window", d.blast_window)),
+                 blast_max_nodes=int(pol.get("blast_max_nodes", d.blast_max_nodes)),
+                 blast_max_percent=float(pol.get("blast_max_percent", d.blast_max_percent)),
+                 groups=tuple(sorted((pol.get("groups") or {}).items())))
 
 
 def mapping_from(section: Mapping[str, Any]) -> NameMapping:
@@ -80,13 +84,13 @@ class Reconciler:
     """Reads both sides, plans and applies. ``slurm`` is a ``SlurmCLI``, ``kube`` a ``KubeNodes``."""
 
     def __init__(self, section: Mapping[str, Any], slurm: Any, kube: Any, *,
-                 nodeset: str | None = None, clock: Callable[[], float] = time.time,
+                 policy: Mapping[str, Any] | None = None, nodeset: str | None = None, clock: Callable[[], float] = time.time,
                  log: Callable[[str], None] = lambda _line: None,
                  metrics: Metrics | None = None) -> None:
         self.section = section
         self.slurm, self.kube = slurm, kube
         self.nodeset = nodeset or section.get("nodes") or None
-        self.rules, self.mapping = rules_from(section), mapping_from(section)
+        self.rules, self.mapping = rules_from(section, policy), mapping_from(section)
         self.clock, self.log = clock, log
         self.metrics = metrics or Metrics()
         self._members: Any = None

@@ -15,15 +15,16 @@ Rules (docs/reconcile.md has the full table):
 - Hysteresis: a mark is not removed until ``min_hold`` seconds after it was set (the Node
   annotation ``slurmguard.io/marked-at``, Slurm's ReasonTime); NotReady must last
   ``not_ready_grace`` seconds before it drains.
-- Blast radius: new marks touch at most ``max_nodes`` nodes, and at most ``max_percent`` % of
-  the nodes, within ``window`` seconds (marks already placed in the window count); the rest
-  are refused and one alert names how many.
+- Blast radius: new marks go through the health path's guard
+  (:func:`slurmguard.policy.blast.guard`, the ``[policy] blast_*`` settings): per window, at
+  most ``blast_max_nodes`` nodes of the fleet and ``blast_max_percent`` % of each partition
+  and configured group; nodes slurmguard marked or drained in the window count. The rest
+  are refused and one alert per cause and scope names the suspect shared cause.
 - Fail closed: when either side could not be read this round (``None``), nothing is planned.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,10 +54,12 @@ class Rules:
     not_ready_grace: float = 300.0
     problem_conditions: tuple[str, ...] = ("KernelDeadlock", "ReadonlyFilesystem")
     min_hold: float = 300.0
-    max_nodes: int = 10
-    max_percent: float = 10.0
-    window: float = 3600.0
     set_condition: bool = True
+    # the blast-radius guard's settings, shared with the health path ([policy] blast_*)
+    blast_window: float = 3600.0
+    blast_max_nodes: int = 50
+    blast_max_percent: float = 10.0
+    groups: tuple[tuple[str, str], ...] = ()  # (name, NodeSet pattern)
 
 
 @dataclass(frozen=True)
@@ -219,28 +222,48 @@ def plan(slurm: Mapping[str, SlurmView] | None, kube: Mapping[str, KubeView] | N
 
 def _cap(rows: list[Action], slurm: Mapping[str, SlurmView], kube: Mapping[str, KubeView],
          rules: Rules, now: float, alerts: list[str]) -> list[Action]:
-    """Refuse new marks beyond the blast-radius cap (nodes, not actions, are counted)."""
-    total = len(set(slurm) | set(kube))
-    limit = min(rules.max_nodes, max(1, math.floor(total * rules.max_percent / 100)))
-    recent = {n for n, k in kube.items()
-              if k.marked and (k.marked_at or 0) > now - rules.window}
+    """Send new marks through the health path's blast-radius guard; refuse what it refuses."""
+    from slurmguard.policy.blast import DrainRequest, guard
+    from slurmguard.policy.params import PolicyParams
+
+    wanted = [a for a in rows if a.kind in NEW_MARKS]
+    if not wanted:
+        return rows
+    params = PolicyParams(blast_window=rules.blast_window, blast_max_nodes=rules.blast_max_nodes,
+                          blast_max_percent=rules.blast_max_percent)
+    since = now - rules.blast_window
+    # Nodes slurmguard marked (Kubernetes) or drained (any slurmguard reason) in the window:
+    # they count against the cap, and marking them again costs nothing more.
+    recent = {n for n, k in kube.items() if k.marked and (k.marked_at or 0) > since}
     recent |= {n for n, s in slurm.items()
-               if s.from_k8s and (s.reason_time or 0) > now - rules.window}
-    budget_nodes: set[str] = set()
-    out: list[Action] = []
-    refused: set[str] = set()
-    for a in rows:
-        if a.kind not in NEW_MARKS or a.node in budget_nodes:
-            out.append(a)
-        elif len(recent | budget_nodes) < limit or a.node in recent:
-            budget_nodes.add(a.node)
-            out.append(a)
-        else:
-            refused.add(a.node)
-            out.append(Action(node=a.node, kind=REFUSED, k8s_name=a.k8s_name, slurm=a.slurm,
-                              kube=a.kube, why=f"blast radius: {a.kind} refused ({a.why})"))
-    if refused:
-        alerts.append(f"blast radius: {len(refused)} node(s) not marked: limit {limit} node(s) "
-                      f"per {rules.window:g}s ({rules.max_nodes} nodes / {rules.max_percent:g}% "
-                      f"of {total}), {len(recent)} marked recently")
-    return out
+               if s.drained and s.reason.startswith(REASON_PREFIX) and (s.reason_time or 0) > since}
+    requests = [DrainRequest(a.node, _cause(a), a.reason) for a in wanted]
+    _allowed, refusals = guard(requests, recent, _scopes(slurm, kube, rules), params)
+    refused = {r.node for r in refusals if r.kind == "refuse"}
+    alerts += [r.reason for r in refusals if r.kind == "alert"]
+    return [a if a.kind not in NEW_MARKS or a.node not in refused else
+            Action(node=a.node, kind=REFUSED, k8s_name=a.k8s_name, slurm=a.slurm, kube=a.kube,
+                   why=f"blast radius: {a.kind} refused ({a.why})")
+            for a in rows]
+
+
+def _cause(a: Action) -> str:
+    """The guard's cause: the check behind a mirrored Slurm drain, or what Kubernetes says."""
+    if a.kind == SLURM_DRAIN:
+        return "k8s-" + a.reason.removeprefix("slurmguard: k8s: ").split(",")[0].strip()
+    return a.taint or "slurm-drain"
+
+
+def _scopes(slurm: Mapping[str, SlurmView], kube: Mapping[str, KubeView],
+            rules: Rules) -> dict[str, frozenset[str]]:
+    """Fleet, Slurm partitions and configured groups, as the health path's guard sees them."""
+    scopes: dict[str, set[str]] = {"fleet": set(slurm) | set(kube)}
+    for s in slurm.values():
+        for part in s.partitions:
+            scopes.setdefault(f"partition:{part}", set()).add(s.name)
+    if rules.groups:
+        from ClusterShell.NodeSet import NodeSet
+
+        for name, pattern in rules.groups:
+            scopes[f"group:{name}"] = set(NodeSet(pattern))
+    return {k: frozenset(v) for k, v in scopes.items()}

@@ -52,6 +52,7 @@ class SlurmView:
     flags: frozenset[str] = frozenset()
     reason: str = ""
     reason_time: float | None = None  # epoch seconds the reason was set, None if unknown
+    partitions: tuple[str, ...] = ()
 
     @property
     def down(self) -> bool:
@@ -81,7 +82,8 @@ def slurm_view(info: Any) -> SlurmView:
     return SlurmView(name=info.name, state=str(info.state).lower(),
                      flags=frozenset(str(f).upper() for f in info.flags),
                      reason=info.reason or "",
-                     reason_time=parse_time(getattr(info, "reason_time", "") or "", local=True))
+                     reason_time=parse_time(getattr(info, "reason_time", "") or "", local=True),
+                     partitions=tuple(getattr(info, "partitions", ()) or ()))
 
 
 @dataclass(frozen=True)

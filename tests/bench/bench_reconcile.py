@@ -41,7 +41,8 @@ def synth(n: int, now: float, seed: int = 1) -> tuple[dict[str, SlurmView], list
             flags, reason = frozenset({"DRAIN"}), "maintenance"
         elif r < 0.06:
             state, reason = "down", "Not responding"
-        slurm[name] = SlurmView(name, state, flags, reason, now - rnd.uniform(0, 7200))
+        slurm[name] = SlurmView(name, state, flags, reason, now - rnd.uniform(0, 7200),
+                                partitions=(f"gpu{i // 500}",))
         ready = "False" if rnd.random() < 0.02 else "True"
         ann = {}
         spec: dict = {}
@@ -64,7 +65,7 @@ def main() -> None:
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 7
     now = time.time()
     slurm, raw = synth(n, now)
-    rules = Rules(max_nodes=1_000_000, max_percent=100)
+    rules = Rules(blast_max_nodes=1_000_000, blast_max_percent=100)
     plan_t, full_t = [], []
     for _ in range(runs):
         t0 = time.perf_counter()
