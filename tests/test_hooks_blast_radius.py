@@ -5,6 +5,7 @@ let their jobs run (exit 0, "not drained: ..."), and one fleet alert names the c
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -40,14 +41,23 @@ site_modules = ["faultsite"]
     serve = Serve(cfg, port, env={"SLURM_CONF": str(c.conf_path)}).start()
     try:
         ids = [c.sbatch("#!/bin/sh\ntrue\n", "-w", n, "--output=/dev/null") for n in c.nodes]
+        log_path = tmp_path / "hooks.log"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:  # every node's prolog has run once
+            log = log_path.read_text() if log_path.exists() else ""
+            if len({ln.split("node=")[1].split()[0] for ln in log.splitlines() if "node=" in ln}) == NODES:
+                break
+            time.sleep(0.5)
         # Jobs on nodes the guard spared run to completion (their prolog exited 0).
-        for jid in ids:
-            c.wait_job(jid, states={"COMPLETED", "PENDING"}, timeout=180)
+        # (the one job whose prolog drained its node was requeued: Restarts=1, pending)
+        done = [c.wait_job(jid, states={"COMPLETED"}, timeout=120) for jid in ids
+                if c.job(jid).get("Restarts") == "0"]
+        assert len(done) == NODES - 1
         drained = {n: c.node(n).reason for n in c.nodes if c.node(n).drained}
-        assert len(drained) == 1, drained
+        log = log_path.read_text()
+        assert len(drained) == 1, (drained, log)
         (reason,) = drained.values()
         assert reason == "slurmguard: fault-value: injected node fault"
-        log = (tmp_path / "hooks.log").read_text()
         assert log.count("not drained: ") == NODES - 1, log
         store = Store.open(url=url)
         try:
