@@ -69,7 +69,7 @@ class Progress:
     last_node: str | None = None
     last_ckpt: dict[str, Any] | None = None
     steps: int = 0
-    _prev: dict[tuple[str, Any], float] = field(default_factory=dict)
+    _prev: dict[tuple[str, Any], tuple[float, int]] = field(default_factory=dict)
     intervals: dict[str, list[float]] = field(default_factory=dict)
 
     def feed(self, ev: dict[str, Any]) -> None:
@@ -84,9 +84,15 @@ class Progress:
         self.last_event = max(self.last_event, time.time())
         self.last_step, self.last_node = ev.get("step"), node
         key = (node, ev.get("rank"))
+        try:
+            n = int(ev.get("step"))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return
         if key in self._prev:
-            self.intervals.setdefault(node, []).append(max(0.0, t - self._prev[key]))
-        self._prev[key] = t
+            pt, pn = self._prev[key]
+            if n > pn:  # reports are throttled: the time per step between two of them
+                self.intervals.setdefault(node, []).append(max(0.0, t - pt) / (n - pn))
+        self._prev[key] = (t, n)
 
     def node_medians(self) -> dict[str, float]:
         return {n: statistics.median(v) for n, v in self.intervals.items() if len(v) >= _MIN_SAMPLES}

@@ -158,7 +158,10 @@ def parse_show_node_oneliner(text: str) -> list[dict[str, str]]:
         head, tail = (rec[: m.start()], rec[m.end():]) if m else (rec, "")
         _fields(head, what, fields)
         if m:
-            suffix = _REASON_SUFFIX_RE.search(tail)
+            # The last `[user@time]` is Slurm's: a reason may itself quote such a suffix.
+            suffix = None
+            for suffix in _REASON_SUFFIX_RE.finditer(tail):
+                pass
             if suffix:
                 reason, rest = tail[: suffix.start()], tail[suffix.end():]
                 fields["ReasonUser"], fields["ReasonTime"] = suffix.group(1), suffix.group(2)
