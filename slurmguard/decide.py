@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from slurmguard.health import CheckResult, Health, one_line
 
@@ -25,15 +25,12 @@ REASON_PREFIX = "slurmguard:"
 REASON_MAX = 160  # long enough to say what broke, short enough for `sinfo -R`
 
 
-class Action(str, Enum):
+class Action(StrEnum):
     PASS = "pass"
     DRAIN = "drain"
     UNDRAIN = "undrain"
     CHECKER_ERROR = "checker-error"
     LEAVE = "leave"  # the node is DOWN: not ours to touch
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

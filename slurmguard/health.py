@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class Health(str, Enum):
+class Health(StrEnum):
     HEALTHY = "healthy"
     DEGRADED = "degraded"  # worth a look, not worth a drain (by default)
     UNHEALTHY = "unhealthy"  # a node fault: drain
     UNSUPPORTED = "unsupported"  # the source does not exist here (no NVML, no IB)
     ERROR = "error"  # the checker itself failed: never a drain
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

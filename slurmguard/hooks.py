@@ -137,9 +137,21 @@ def _run(cfg: Any, hook: str, node: str, only: tuple[str, ...], acting: bool, t0
         node_checks=frozenset(c.name for c in available),
     )
 
+    from slurmguard import report as report_mod
+
     applied = "none"
     exit_code = EXIT_OK
-    if decision.action is Action.DRAIN:
+    refused = False
+    if decision.action is Action.DRAIN and acting and hooks_cfg["report_url"]:
+        # The fleet's blast-radius guard: when many nodes fail the same check at once the
+        # cause is shared (a filesystem, a fabric) and draining them all would empty the
+        # partition. serve answers; unreachable serve fails open (report.drain_permit).
+        allowed, why = report_mod.drain_permit(node, decision.failing[0], decision.reason, cfg)
+        if not allowed:
+            # Exit 0: a non-zero prolog would make Slurm drain the node anyway.
+            refused = True
+            applied = one_line(f"not drained: {why}")
+    if decision.action is Action.DRAIN and not refused:
         exit_code = EXIT_UNHEALTHY
         if slurm is None:
             applied = f"drain failed: {slurm_problem or 'no Slurm adapter'}"
@@ -155,8 +167,6 @@ def _run(cfg: Any, hook: str, node: str, only: tuple[str, ...], acting: bool, t0
             applied = f"undrain failed: {exc.message}"
     elif decision.action is Action.CHECKER_ERROR and not acting:
         exit_code = EXIT_CHECKER
-
-    from slurmguard import report as report_mod
 
     record = report_mod.make_record(
         node, hook, report.results, decision.action.value, decision.reason, job_id=job_id,

@@ -17,6 +17,10 @@ an ``O_APPEND`` descriptor is atomic, so every rank on every node can share one 
 file system (or a FIFO). The line carries the node (``SLURMD_NODENAME``) and rank
 (``SLURM_PROCID``) so the wrapper can tell a slow node from a slow job.
 
+``step()`` writes at most once per ``SLURMGUARD_PROGRESS_INTERVAL`` seconds per process
+(default 1; 0 writes every step), so thousands of ranks doing fast steps do not flood the
+shared file system; the wrapper divides the time between two reports by the steps between them.
+
 Monitoring must never take training down: a failed write is reported once on stderr and the
 calls carry on.
 """
@@ -29,6 +33,8 @@ import sys
 import time
 
 ENV_FILE = "SLURMGUARD_PROGRESS"
+ENV_INTERVAL = "SLURMGUARD_PROGRESS_INTERVAL"
+_last_step_write = 0.0
 _fd: int | None = None
 _fd_path: str | None = None
 _warned = False
@@ -61,9 +67,21 @@ def _int_env(name: str) -> int | None:
         return None
 
 
+def _interval() -> float:
+    try:
+        return max(0.0, float(os.environ.get(ENV_INTERVAL, "1")))
+    except ValueError:
+        return 1.0
+
+
 def step(n: int) -> None:
     """Report that training step ``n`` finished (resets the wrapper's stall timer)."""
-    _emit({"ev": "step", "step": int(n)})
+    global _last_step_write
+    now = time.time()
+    if now - _last_step_write < _interval():
+        return
+    _last_step_write = now
+    _emit({"ev": "step", "step": int(n), "t": now})
 
 
 def checkpoint_saved(path: str, step: int) -> None:

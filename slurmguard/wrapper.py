@@ -69,7 +69,7 @@ class Progress:
     last_node: str | None = None
     last_ckpt: dict[str, Any] | None = None
     steps: int = 0
-    _prev: dict[tuple[str, Any], float] = field(default_factory=dict)
+    _prev: dict[tuple[str, Any], tuple[float, int]] = field(default_factory=dict)
     intervals: dict[str, list[float]] = field(default_factory=dict)
 
     def feed(self, ev: dict[str, Any]) -> None:
@@ -84,9 +84,15 @@ class Progress:
         self.last_event = max(self.last_event, time.time())
         self.last_step, self.last_node = ev.get("step"), node
         key = (node, ev.get("rank"))
+        try:
+            n = int(ev.get("step"))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return
         if key in self._prev:
-            self.intervals.setdefault(node, []).append(max(0.0, t - self._prev[key]))
-        self._prev[key] = t
+            pt, pn = self._prev[key]
+            if n > pn:  # reports are throttled: the time per step between two of them
+                self.intervals.setdefault(node, []).append(max(0.0, t - pt) / (n - pn))
+        self._prev[key] = (t, n)
 
     def node_medians(self) -> dict[str, float]:
         return {n: statistics.median(v) for n, v in self.intervals.items() if len(v) >= _MIN_SAMPLES}
@@ -194,6 +200,7 @@ def run(opts: RunOptions) -> int:
     if opts.checkpoint_dir and opts.resume == "auto":
         _say(f"resuming from {best.path} (step {best.step}, {best.layout})" if best
              else f"no complete checkpoint in {opts.checkpoint_dir}: starting from the beginning")
+    recovery = _recovery(opts, env, best, restart)
     ppath = _progress_path(opts, env)
     env["SLURMGUARD_PROGRESS"] = ppath
     tail = _Tail(ppath)
@@ -275,9 +282,34 @@ def run(opts: RunOptions) -> int:
         "resumed_from": best.to_dict() if best else None, "returncode": rc,
         "verdict": verdict.kind, "exit_code": verdict.exit_code, "reason": verdict.reason,
         "last_step": prog.last_step, "last_checkpoint": prog.last_ckpt, "stalled": stalled,
-        "node_median_step_s": prog.node_medians(), "slow_nodes": slow,
+        "node_median_step_s": prog.node_medians(), "slow_nodes": slow, "recovery": recovery,
     })
     return verdict.exit_code
+
+
+def _recovery(opts: RunOptions, env: dict[str, str], best: checkpoint.Checkpoint | None,
+              restart: int) -> dict[str, Any] | None:
+    """What the requeue cost, from the previous run's record of this job (when it left one)."""
+    job = env.get("SLURM_JOB_ID")
+    if restart == 0 or not job or not opts.checkpoint_dir:
+        return None
+    prev = last_run(opts.checkpoint_dir, job)
+    if prev is None:
+        return None
+    rec: dict[str, Any] = {"previous_restart": prev.get("restart"),
+                           "previous_last_step": prev.get("last_step")}
+    ended = prev.get("ended")
+    if isinstance(ended, (int, float)):
+        rec["seconds_since_previous_run"] = round(time.time() - ended, 1)
+    last = prev.get("last_step")
+    if isinstance(last, int):
+        # Progress reports are throttled, so this is a lower bound.
+        rec["steps_lost_at_least"] = max(0, last - ((best.step or 0) if best else 0))
+    _say(f"recovering: previous run reached step {last}, resuming from "
+         f"{best.step if best else 'the beginning'}; "
+         f"{rec.get('steps_lost_at_least', '?')}+ steps to redo, "
+         f"{rec.get('seconds_since_previous_run', '?')}s since the previous run ended")
+    return rec
 
 
 def _signal_group(pid: int, sig: int) -> None:

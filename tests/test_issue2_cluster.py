@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from fakehw.kmsg import inject_xid, write_gpu_tree
 from fakehw.nvml import build_fake_nvml, default_config, write_config
-from helpers import REPO, run_sg, sg_argv, sg_env
+from helpers import REPO, sg_argv, sg_env
 from slurmcluster import write_hook_script
 
 pytestmark = pytest.mark.slurm

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers import run_sg, sg_env
 from sgserve import Serve, new_port, write_config
 
 from slurmguard import config, report
@@ -91,8 +92,13 @@ def test_lemon_is_drained_again_after_a_plain_undrain(slurm_cluster_factory, tmp
         assert sum(1 for e in ev if e.reason == "slurmguard: gpu-xid: broken") == 3
         # An admin returns it on purpose (what `slurmguard resume --force` does): it stays up,
         # on probation with the sg_probation feature, until 3 passing jobs.
-        store.return_node("n1", "admin:alice", "resume --force: replaced GPU")
-        assert cli.undrain("n1")
+        sg = sg_env(SLURMGUARD_CONFIG=str(cfg_path), SLURM_CONF=cluster.env["SLURM_CONF"],
+                    SUDO_USER="alice")
+        p = run_sg("resume", "n1", env=sg)  # a plain resume of a lemon is refused
+        assert p.returncode == 7 and "lemon" in (p.stdout + p.stderr), p
+        assert cluster.node("n1").drained
+        p = run_sg("resume", "n1", "--force", env=sg)
+        assert p.returncode == 0, p
         info = cluster.wait_node("n1", lambda n: "sg_probation" in n.features, timeout=30,
                                  what="probation feature")
         assert not info.drained

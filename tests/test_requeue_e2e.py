@@ -144,8 +144,13 @@ def run_scenario(factory: Any, tmp: Path, mode: str) -> None:
     assert victim in expand(done["ExcNodeList"])
     # Resumed from the newest complete checkpoint (the one before it when that one was torn).
     runs = [json.loads(x) for x in (ck / ".slurmguard" / "runs.jsonl").read_text().splitlines()]
-    resumed = [x for x in runs if x["restart"] == 1][-1]["resumed_from"]
+    second = [x for x in runs if x["restart"] == 1][-1]
+    resumed = second["resumed_from"]
     assert resumed["step"] == expect, out
+    # The resumed run recorded what the requeue cost (from the first run's record).
+    lost = second["recovery"]
+    assert 0 <= lost["steps_lost_at_least"] <= max(run0) - expect
+    assert lost["seconds_since_previous_run"] < 15
     if mode == "torn":
         assert "skipping checkpoint" in out and "shard1.bin is missing" in out
     # No step lost twice: the resumed run did exactly the steps after that checkpoint.

@@ -259,3 +259,23 @@ def test_progress_bar_when_asked(node_env, sshd, tmp_path, capsys) -> None:
     assert "collect: 100%" in err and "2/2" in err
     assert manifest["summary"]["failed"] == 0
     assert json.loads((tmp_path / "b/n1/check.json").read_text()) == {}
+
+
+def test_missing_key_files_fail_once_up_front(node_env, tmp_path) -> None:
+    for flag in ("--known-hosts", "--identity"):
+        r = collect(node_env, "n[1-2]", "--out", str(tmp_path / flag), flag, str(tmp_path / "nope"))
+        assert r.returncode == 6 and r.stderr.count("\n") == 1 and "no such file" in r.stderr
+        assert not (tmp_path / flag).exists()
+
+
+def test_hashed_known_hosts(node_env, sshd, tmp_path) -> None:
+    import shutil
+    import subprocess
+
+    kh = tmp_path / "known_hosts"
+    shutil.copyfile(sshd.known_hosts, kh)
+    subprocess.run([sshserver.SSH_KEYGEN, "-H", "-f", str(kh)], check=True, capture_output=True)
+    assert kh.read_text().startswith("|1|"), "ssh-keygen -H hashed the host names"
+    r = collect(node_env, "n1", "--json", "--out", str(tmp_path / "b"), "--known-hosts", str(kh))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["nodes"]["n1"]["error"] is None

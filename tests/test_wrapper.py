@@ -30,7 +30,7 @@ class Job:
     def run(self, *train_args: str, restart: int | None = None, wrapper: tuple[str, ...] = (),
             env_extra: dict[str, str] | None = None, flags: bool = True,
             timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        env = sg_env(**(env_extra or {}))
+        env = sg_env(SLURMGUARD_PROGRESS_INTERVAL="0", SLURM_JOB_ID="4242", **(env_extra or {}))
         env.pop("SLURM_RESTART_COUNT", None)
         if restart is not None:
             env["SLURM_RESTART_COUNT"] = str(restart)
@@ -75,6 +75,8 @@ def test_infra_fault_requeues_and_resumes(tmp_path: Path, fault: str,
     record = [json.loads(x) for x in (job.ckpt / ".slurmguard" / "runs.jsonl").read_text().splitlines()]
     assert [x["verdict"] for x in record] == ["infra", "success"]
     assert record[1]["resumed_from"]["step"] == 10 and record[0]["last_step"] == 12
+    assert record[1]["recovery"]["steps_lost_at_least"] == 2
+    assert "recovering: previous run reached step 12, resuming from 10" in r.stderr
 
 
 def test_torn_checkpoint_resumes_from_the_one_before(tmp_path: Path,
@@ -187,3 +189,17 @@ def test_progress_is_silent_without_wrapper(tmp_path: Path) -> None:
     env["SLURMGUARD_PROGRESS"] = str(tmp_path / "nodir" / "p.jsonl")  # unwritable: warn once
     r = subprocess.run([sys.executable, "-c", code], env=env, timeout=30, capture_output=True, text=True)
     assert r.returncode == 0 and r.stderr.count("cannot report") == 1
+
+
+def test_progress_reports_are_throttled(tmp_path: Path) -> None:
+    out = tmp_path / "p.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    env.update(PYTHONPATH=str(REPO), SLURMGUARD_PROGRESS=str(out), SLURMGUARD_PROGRESS_INTERVAL="30",
+               SLURMD_NODENAME="n7", SLURM_PROCID="3")
+    code = ("from slurmguard import progress\n"
+            "for i in range(1, 1001): progress.step(i)\n"
+            "progress.checkpoint_saved('/c/1000', 1000)\n")
+    subprocess.run([sys.executable, "-c", code], env=env, timeout=30, check=True)
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(x["ev"], x["step"]) for x in lines] == [("step", 1), ("ckpt", 1000)]
+    assert lines[0]["node"] == "n7" and lines[0]["rank"] == 3

@@ -79,3 +79,13 @@ def test_slow_node_is_named() -> None:
     for i in range(10):
         q.feed({"ev": "step", "step": i, "t": float(i), "node": "n1", "rank": 0})
     assert q.slow_nodes() == []  # one node: nothing to compare with
+
+
+def test_throttled_reports_give_time_per_step() -> None:
+    p = Progress(last_event=0.0)
+    for i, t in enumerate([0.0, 10.0, 20.0, 30.0]):
+        p.feed({"ev": "step", "step": i * 10, "t": t, "node": "n1", "rank": 0})
+        p.feed({"ev": "step", "step": i * 5, "t": t, "node": "n2", "rank": 0})
+    assert p.node_medians() == {"n1": pytest.approx(1.0), "n2": pytest.approx(2.0)}
+    p.feed({"ev": "step", "step": "garbage", "t": 40.0, "node": "n1", "rank": 0})  # ignored
+    assert p.node_medians()["n1"] == pytest.approx(1.0)

@@ -11,8 +11,8 @@ the hook goes on.
 
 from __future__ import annotations
 
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from slurmguard.checks.base import GatherContext
@@ -143,8 +143,14 @@ def gather(cfg: Config, ctx: GatherContext) -> FsSnapshot:
     if paths:
         # Threads only wait on pipes of child processes: they never enter the filesystem
         # themselves, so they always finish (run_command kills and abandons stuck children).
-        with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
-            futures = {path: pool.submit(probe_one, list(p["probe"]), path, timeout)
-                       for path in paths}
-            probes = {path: f.result() for path, f in futures.items()}
-    return FsSnapshot(mounts, probes)
+        # Plain threads, not concurrent.futures: that import (and logging with it) costs the
+        # hook path several milliseconds on every job start.
+        def work(path: str) -> None:
+            probes[path] = probe_one(list(p["probe"]), path, timeout)
+
+        threads = [threading.Thread(target=work, args=(path,), daemon=True) for path in paths]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    return FsSnapshot(mounts, {path: probes[path] for path in paths if path in probes})

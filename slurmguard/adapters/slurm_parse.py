@@ -160,8 +160,8 @@ def parse_show_node_oneliner(text: str) -> list[dict[str, str]]:
         if m:
             # The last `[user@time]` is Slurm's: a reason may itself quote such a suffix.
             suffix = None
-            for suffix in _REASON_SUFFIX_RE.finditer(tail):
-                pass
+            for found in _REASON_SUFFIX_RE.finditer(tail):
+                suffix = found
             if suffix:
                 reason, rest = tail[: suffix.start()], tail[suffix.end():]
                 fields["ReasonUser"], fields["ReasonTime"] = suffix.group(1), suffix.group(2)

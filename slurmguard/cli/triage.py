@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import click
 
 from slurmguard.cli._common import echo_json, iso, load_config, table, warn
-from slurmguard.errors import EXIT_EXTERNAL, EXIT_OK, ConfigError, SlurmguardError
+from slurmguard.errors import EXIT_EXTERNAL, EXIT_OK, ConfigError, InputError, SlurmguardError
 
 
 @click.group("triage", invoke_without_command=True)
@@ -86,7 +87,7 @@ def collect_cmd(ctx: click.Context, nodeset: str, out_dir: str | None, tar_file:
     timeout) is recorded in the manifest and the summary; the others still complete.
 
     Exit status: 0 when every node answered, 4 when at least one failed (the bundle is still
-    written), 6 for a bad NODESET or output path.
+    written), 6 for a bad NODESET, output path, host map or missing key file.
 
     \b
     Example:
@@ -111,6 +112,12 @@ def collect_cmd(ctx: click.Context, nodeset: str, out_dir: str | None, tar_file:
         known_hosts=tuple(known_hosts) or None, parallel=parallel, command_timeout=timeout,
         host_map=parse_host_map(host_map) if host_map else None,
     )
+    # Fail once, up front, rather than once per node for a typo in a path.
+    for path in opts.known_hosts:
+        if not os.path.isfile(os.path.expanduser(path)):
+            raise InputError(f"--known-hosts / triage.known_hosts: no such file: {path}")
+    if opts.identity and not os.path.isfile(os.path.expanduser(opts.identity)):
+        raise InputError(f"--identity / triage.identity: no such file: {opts.identity}")
     if not out_dir and not tar_file:
         out_dir = "slurmguard-triage-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     bundle = Bundle(out_dir, tar_file)
@@ -140,8 +147,6 @@ def _print_summary(location: str, manifest: dict[str, Any]) -> None:
 def _recent_results(cfg: Any) -> Any:
     """A function node -> its recent results and events from the store, or None when no
     store is configured or it cannot be opened (the bundle is still worth having)."""
-    import os
-
     section = cfg.section("store")
     if not section.get("url") and not os.path.exists(section.get("path", "")):
         return None

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Build the slurmguard test-cluster image, tagged by a hash of everything that goes in it.
+
+    python docker-slurm/build_image.py            # build if missing; print the tag
+    python docker-slurm/build_image.py --force    # build even if the tag exists
+
+The tag is ``slurmguard-node:<first 12 hex of sha256>`` over the Dockerfile, the files of
+docker-slurm/, the package sources, pyproject.toml, the hook scripts and the stand-in NVML
+source; ``slurmguard-node:latest`` points at the newest build (compose uses it). A build
+whose tag already exists is skipped, so the e2e suite and CI build once and reuse.
+
+The context is assembled in a temporary directory: wheels of slurmguard and its
+dependencies built on the host (pip inside a container cannot reach PyPI where TLS is
+intercepted; sites without internet pass ``--find-links DIR``), the stand-in
+``libnvidia-ml.so.1`` compiled with the host's gcc by tests/fakehw/nvml.py (Debian 12's
+glibc, the same as bookworm's), the fixture writers of tests/fakehw for ``sg-fault``, and
+the checkout's prolog/ and epilog/ entry scripts. The build runs with ``--network host`` because the
+engine may run without a default bridge (see docs/docker.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+IMAGE = "slurmguard-node"
+# What goes into the image; any change to these files gives a new tag.
+DOCKER_FILES = ("Dockerfile", "entrypoint.sh", "sg-fault", "slurm.conf.in")
+FAKEHW = REPO / "tests" / "fakehw"
+# tests/fakehw modules copied into the image for sg-fault (the suite's own record writers).
+FAKEHW_MODULES = ("kmsg.py", "nvml.py")
+RUNTIME_GLOBS = ("prolog/*", "epilog/*", "pyproject.toml", "README.md", "docker-slurm/etc/**/*",
+                 "tests/fakehw/*.py", "tests/fakehw/*.c", "tests/fakehw/*.h")
+PACKAGE_GLOBS = ("slurmguard/**/*",)
+
+
+def _inputs(include_package: bool) -> list[Path]:
+    files = {HERE / name for name in DOCKER_FILES}
+    for pattern in RUNTIME_GLOBS + (PACKAGE_GLOBS if include_package else ()):
+        files.update(p for p in REPO.glob(pattern)
+                     if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    return sorted(files)
+
+
+def content_hash(include_package: bool = True) -> str:
+    """sha256 over (relative path, mode bit x, bytes) of every input file, in path order.
+
+    Without the package sources (``include_package=False``) the hash covers the runtime
+    only: Slurm, munge, sshd, the dependencies, the stand-in NVML, the hook scripts. The e2e
+    suite uses that tag and bind-mounts the checkout's ``slurmguard/`` over the installed
+    copy, so editing Python code does not cost a rebuild.
+    """
+    h = hashlib.sha256()
+    for path in _inputs(include_package):
+        h.update(str(path.relative_to(REPO)).encode() + b"\0")
+        h.update(b"x" if os.access(path, os.X_OK) else b"-")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+def image_tag(include_package: bool = True) -> str:
+    prefix = "" if include_package else "rt-"
+    return f"{IMAGE}:{prefix}{content_hash(include_package)}"
+
+
+def image_exists(tag: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
+
+
+def _run(argv: list[str], **kw: object) -> None:
+    print("+", " ".join(argv), file=sys.stderr, flush=True)
+    subprocess.run(argv, check=True, **kw)  # type: ignore[call-overload]
+
+
+def assemble_context(ctx: Path, find_links: list[str]) -> None:
+    """Fill CTX with what the Dockerfile copies from ctx/."""
+    inner = ctx / "ctx"
+    inner.mkdir(parents=True)
+    shutil.copy2(HERE / "Dockerfile", ctx / "Dockerfile")
+    for name in DOCKER_FILES[1:]:
+        shutil.copy2(HERE / name, inner / name)
+    # Wheels from a clean copy of the package: setuptools reuses a build/ directory in the
+    # source tree, which could smuggle deleted modules into the wheel.
+    src = ctx / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        if (REPO / name).exists():
+            shutil.copy2(REPO / name, src / name)
+    shutil.copytree(REPO / "slurmguard", src / "slurmguard",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    pip = [sys.executable, "-m", "pip", "wheel", "--quiet", f"{src}[server]",
+           "--wheel-dir", str(inner / "wheels")]
+    for link in find_links:
+        pip += ["--find-links", link]
+    _run(pip, cwd=str(ctx))
+    shutil.rmtree(src)
+    fakehw = inner / "fakehw"
+    fakehw.mkdir()
+    for name in FAKEHW_MODULES:
+        if (FAKEHW / name).exists():
+            shutil.copy2(FAKEHW / name, fakehw / name)
+    if (FAKEHW / "libnvml.c").exists():
+        # The suite's own build recipe (flags, soname) when it is there.
+        sys.path.insert(0, str(REPO / "tests"))
+        from fakehw.nvml import build_fake_nvml  # type: ignore[import-not-found]
+        libdir = build_fake_nvml(ctx / "nvml-build")
+        shutil.copy2(Path(libdir) / "libnvidia-ml.so.1", inner / "libnvidia-ml.so.1")
+    hooks = inner / "hooks"
+    for hook in ("prolog", "epilog"):
+        (hooks / hook).mkdir(parents=True)
+        if (REPO / hook).is_dir():
+            for f in sorted((REPO / hook).iterdir()):
+                if f.is_file():
+                    shutil.copy2(f, hooks / hook / f.name)
+    shutil.copytree(HERE / "etc", inner / "etc")
+
+
+def build(force: bool = False, find_links: list[str] | None = None, quiet: bool = False,
+          include_package: bool = True) -> str:
+    """Build the image unless its content tag exists; return the tag.
+
+    ``include_package=False`` gives the runtime-tagged image of the e2e suite (see
+    :func:`content_hash`); only full builds move ``slurmguard-node:latest``.
+    """
+    tag = image_tag(include_package)
+    tags = [tag, f"{IMAGE}:latest"] if include_package else [tag]
+    if not force and image_exists(tag):
+        if not quiet:
+            print(f"build_image: {tag} exists; not rebuilding", file=sys.stderr)
+        if include_package:
+            _run(["docker", "tag", tag, f"{IMAGE}:latest"])
+        return tag
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="slurmguard-ctx.") as tmp:
+        ctx = Path(tmp)
+        assemble_context(ctx, find_links or [])
+        argv = ["docker", "build", "--network", "host", "--force-rm"]
+        for t in tags:
+            argv += ["-t", t]
+        _run([*argv, str(ctx)], stdout=sys.stderr if quiet else None)
+    print(f"build_image: built {tag} in {time.monotonic() - start:.0f}s", file=sys.stderr)
+    return tag
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--force", action="store_true", help="build even if the tag exists")
+    ap.add_argument("--find-links", action="append", default=[], metavar="DIR",
+                    help="extra wheel directory for pip (offline sites)")
+    ap.add_argument("--print-tag", action="store_true", help="only print the tag")
+    ap.add_argument("--runtime", action="store_true",
+                    help="tag by the runtime only (the e2e suite's image; see content_hash)")
+    args = ap.parse_args()
+    if args.print_tag:
+        print(image_tag(not args.runtime))
+        return 0
+    print(build(args.force, args.find_links, include_package=not args.runtime))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Fixtures of the end-to-end suite: one dockerized Slurm cluster per session, healed per test.
+
+Run it with:  python -m pytest tests/e2e -m e2e     (needs a running Docker engine;
+docker-slurm/start-dockerd.sh starts Debian's dockerd when none answers)
+
+Why one cluster per session: with the vfs storage driver (the only one that works on these
+machines) creating a container copies the whole image, tens of seconds on 2 busy cores. The
+cluster is started once; the ``cluster`` fixture checks before each test that every node is
+idle and, after it, undoes what the test did (revives killed nodes, unpauses, reconnects,
+cancels jobs, clears our drains) so that tests stay independent. At the end of the session
+every container and the network are removed, and the teardown asserts that none is left.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dockercluster import REPO, DockerCluster
+from helpers import require
+
+sys.path.insert(0, str(REPO / "docker-slurm"))
+import build_image  # noqa: E402
+
+# Node name -> simulated GPUs. Three nodes: a faulted node, and two that can take its job.
+NODES = {"n1": 4, "n2": 4, "n3": 8}
+# Short timeouts keep the suite inside its budget: a lost node is DOWN after
+# SG_SLURMD_TIMEOUT s, and a requeued job may start again after SG_CRED_EXPIRE s
+# (Slurm's default is 120 s: the delay slurmguard's requeue watcher removes).
+CLUSTER_ENV = {"SG_CRED_EXPIRE": "10", "SG_SLURMD_TIMEOUT": "10"}
+
+
+def _engine_answers() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def e2e_image() -> str:
+    """The runtime-tagged test image, built (once) when its tag is missing."""
+    require(_engine_answers(),
+            "no Docker engine answers (start one with docker-slurm/start-dockerd.sh)")
+    if not build_image.image_exists("debian:bookworm"):
+        subprocess.run([str(REPO / "docker-slurm" / "build-base-image.sh")], check=True)
+    start = time.monotonic()
+    tag = build_image.build(include_package=False, quiet=True)
+    print(f"\ne2e image {tag} ready in {time.monotonic() - start:.0f}s", file=sys.stderr)
+    return tag
+
+
+@pytest.fixture(scope="session")
+def docker_cluster(e2e_image: str) -> Iterator[DockerCluster]:
+    start = time.monotonic()
+    cluster = DockerCluster(e2e_image, dict(NODES), env=dict(CLUSTER_ENV)).start()
+    print(f"\ne2e cluster up in {time.monotonic() - start:.0f}s", file=sys.stderr)
+    try:
+        yield cluster
+    finally:
+        cluster.stop(check=True)
+
+
+def heal(cluster: DockerCluster) -> None:
+    """Undo any fault a test left: containers running and connected, healthy simulated
+    hardware, no jobs, no drains."""
+    for name in cluster.gpus:
+        w = cluster.wrapped(name)
+        w.reload()
+        if w.status == "paused":
+            w.unpause()
+        elif w.status != "running":
+            w.start()
+        if cluster.network and cluster.network.name not in (
+                w.attrs["NetworkSettings"]["Networks"] or {}):
+            cluster.reconnect(name)
+    cluster.sh("ctl", "scancel --full $(squeue -h -o %i) 2>/dev/null; true", check=False)
+    for name in cluster.gpus:
+        # Simulated hardware healthy again (and a new boot id, which ends the Xid latch).
+        cluster.exec(name, ["sg-fault", "clear"], check=False)
+        node = cluster.node(name)
+        if node.get("Reason", "").startswith("slurmguard:") or "DOWN" in node.get("State", ""):
+            cluster.exec("ctl", ["scontrol", "update", f"nodename={name}", "state=resume"],
+                         check=False)
+    cluster.wait_ready(timeout=120)
+
+
+@pytest.fixture
+def cluster(docker_cluster: DockerCluster) -> Iterator[DockerCluster]:
+    """The session cluster, all nodes idle before the test; faults undone after it."""
+    docker_cluster.wait_ready(timeout=120)
+    try:
+        yield docker_cluster
+    finally:
+        heal(docker_cluster)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)
