@@ -335,3 +335,9 @@ def test_node_name_validator_property(name: str) -> None:
         return
     assert name and not name.startswith("-") and len(name) <= 128
     assert all(ch.isascii() and (ch.isalnum() or ch in "-_.") for ch in name)
+
+
+def test_empty_job_list_is_not_garbage():
+    from slurmguard.adapters.slurm_parse import parse_show_job_oneliner
+
+    assert parse_show_job_oneliner("No jobs in the system\n") == []

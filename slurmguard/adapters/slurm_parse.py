@@ -182,7 +182,9 @@ def parse_show_node_oneliner(text: str) -> list[dict[str, str]]:
 def parse_show_job_oneliner(text: str) -> list[dict[str, str]]:
     """``scontrol show job -o`` -> one dict per job (``JobName`` may hold spaces and ``=``)."""
     what = "scontrol show job"
-    out = []
+    out: list[dict[str, str]] = []
+    if text.strip() == "No jobs in the system":  # scontrol's answer when the queue is empty
+        return out
     for rec in _records(text, "JobId", what):
         fields: dict[str, str] = {}
         name = re.search(r"\sJobName=(.*?)\s+UserId=", rec)
