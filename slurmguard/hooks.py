@@ -153,7 +153,9 @@ def _run(cfg: Any, hook: str, node: str, only: tuple[str, ...], acting: bool, t0
             applied = one_line(f"not drained: {why}")
     if decision.action is Action.DRAIN and not refused:
         exit_code = EXIT_UNHEALTHY
-        if slurm is None:
+        if not acting:
+            applied = "none (check only)" if hook == "check" else "none (dry run)"
+        elif slurm is None:
             applied = f"drain failed: {slurm_problem or 'no Slurm adapter'}"
         else:
             try:
@@ -195,7 +197,7 @@ def _print_human(out: TextIO, o: HookOutcome, hook: str, node: str) -> None:
     line = f"verdict: {verdict}"
     if o.decision.reason:
         line += f": {o.decision.reason}"
-    if o.applied not in ("none",):
+    if not o.applied.startswith("none"):
         line += f" [{o.applied}]"
     out.write(line + "\n")
 

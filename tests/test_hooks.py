@@ -143,3 +143,14 @@ def test_forget_drops_saved_state(tmp_path):
     assert json.loads(p.stdout)["results"][0]["details"]["runs"] == 1
     bad = run_sg("check", "--forget", "nope", env=env)
     assert bad.returncode == 3 and "--forget: unknown check 'nope'" in bad.stderr
+
+
+def test_check_and_dry_run_never_try_to_drain(tmp_path):
+    cfg = write_cfg(tmp_path, ["fault-value"])
+    env = env_for(cfg, FAULT_VALUE="bad")
+    p = run_sg("check", "--json", env=env)
+    assert p.returncode == 1
+    assert json.loads(p.stdout)["applied"] == "none (check only)"
+    d = run_sg("prolog", "--dry-run", "--json", env=env)
+    assert d.returncode == 1
+    assert json.loads(d.stdout)["applied"] == "none (dry run)"
