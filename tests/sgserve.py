@@ -17,7 +17,7 @@ TOKEN = "test-token-0123456789abcdef"
 
 
 def write_config(d: Path, *, store_url: str, port: int, extra: str = "",
-                 spool_max: int = 10000) -> Path:
+                 spool_max: int = 10000, report_timeout: float = 5.0) -> Path:
     """A config with the store, serve and node-side report settings of a test setup."""
     token = d / "token"
     if not token.exists():
@@ -39,7 +39,7 @@ report_url = "http://127.0.0.1:{port}/ingest"
 token_file = "{token}"
 spool_dir = "{d}/spool"
 spool_max = {spool_max}
-report_timeout = 5.0
+report_timeout = {report_timeout}
 state_dir = "{d}/state"
 {extra}
 """)

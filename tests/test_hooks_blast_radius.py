@@ -27,7 +27,7 @@ def test_shared_fault_drains_at_most_the_cap(slurm_cluster_factory, tmp_path: Pa
     upgrade(engine)
     engine.dispose()
     port = new_port()
-    cfg = write_config(tmp_path, store_url=url, port=port, extra=f"""
+    cfg = write_config(tmp_path, store_url=url, port=port, report_timeout=60.0, extra=f"""
 log_file = "{tmp_path}/hooks.log"
 prolog = ["fault-value"]
 [checks]

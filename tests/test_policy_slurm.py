@@ -124,7 +124,9 @@ def test_twenty_nodes_failing_fs_mount_drain_at_most_the_cap(slurm_cluster_facto
     cli = cluster.cli()
     url = _store(tmp_path)
     port = new_port()
-    cfg_path = write_config(tmp_path, store_url=url, port=port)
+    # A permit that does not answer in report_timeout fails open (by design): on a loaded
+    # 2-core CI machine 20 simultaneous permits can take seconds, so give them time here.
+    cfg_path = write_config(tmp_path, store_url=url, port=port, report_timeout=60.0)
     cfg = config.load(str(cfg_path), env={})
     serve = Serve(cfg_path, port, env={"SLURM_CONF": cluster.env["SLURM_CONF"]}).start()
     reason = "slurmguard: fs-mount: /shared is not mounted"
