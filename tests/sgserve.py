@@ -16,6 +16,18 @@ from pgserver import free_port
 TOKEN = "test-token-0123456789abcdef"
 
 
+def new_store(d: Path, name: str = "store.db") -> str:
+    """A migrated, empty SQLite store under ``d``; returns its URL."""
+    from slurmguard.store.engine import make_engine
+    from slurmguard.store.migrate import upgrade
+
+    url = f"sqlite:///{d}/{name}"
+    engine = make_engine({"url": url})
+    upgrade(engine)
+    engine.dispose()
+    return url
+
+
 def write_config(d: Path, *, store_url: str, port: int, extra: str = "",
                  spool_max: int = 10000, report_timeout: float = 5.0) -> Path:
     """A config with the store, serve and node-side report settings of a test setup."""

@@ -143,14 +143,9 @@ def test_gate_does_not_import_sqlalchemy_on_the_sqlite_path(tmp_path: Path) -> N
 def test_prolog_slurmctld_gate_refuses_a_lemon_and_slurm_requeues(slurm_cluster_factory,
                                                                  tmp_path: Path) -> None:
     import slurmcluster
+    from sgserve import new_store
 
-    from slurmguard.store.engine import make_engine
-    from slurmguard.store.migrate import upgrade
-
-    url = f"sqlite:///{tmp_path}/s.db"
-    e = make_engine({"url": url})
-    upgrade(e)
-    e.dispose()
+    url = new_store(tmp_path, "s.db")
     s = Store.open(url=url)
     for n in ("n1", "n2"):
         s.set_flags(n, lemon=True, lemon_reason=LEMON)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO, sg_argv
-from sgserve import Serve, new_port, write_config
+from sgserve import Serve, new_port, new_store, write_config
 from slurmcluster import write_hook_script
 
 pytestmark = pytest.mark.slurm
@@ -19,13 +19,7 @@ NODES = 10
 
 def test_shared_fault_drains_at_most_the_cap(slurm_cluster_factory, tmp_path: Path) -> None:
     from slurmguard.store import Store
-    from slurmguard.store.engine import make_engine
-    from slurmguard.store.migrate import upgrade
-
-    url = f"sqlite:///{tmp_path}/store.db"
-    engine = make_engine({"url": url})
-    upgrade(engine)
-    engine.dispose()
+    url = new_store(tmp_path)
     port = new_port()
     cfg = write_config(tmp_path, store_url=url, port=port, report_timeout=60.0, extra=f"""
 log_file = "{tmp_path}/hooks.log"

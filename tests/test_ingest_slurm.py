@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers import sg_argv, sg_env
-from sgserve import Serve, new_port, write_config
+from sgserve import Serve, new_port, new_store, write_config
 
 from slurmguard import report
 from slurmguard.store import Store
@@ -23,13 +23,7 @@ def test_prologs_spool_while_serve_is_down_and_replay_exactly_once(slurm_cluster
                                                                    tmp_path: Path) -> None:
     import slurmcluster
 
-    from slurmguard.store.engine import make_engine
-    from slurmguard.store.migrate import upgrade
-
-    url = f"sqlite:///{tmp_path}/store.db"
-    e = make_engine({"url": url})
-    upgrade(e)
-    e.dispose()
+    url = new_store(tmp_path)
     port = new_port()
     cfg = write_config(tmp_path, store_url=url, port=port)
     # Only checks that mean something on a GPU-less CI box; the hook path is the real one.

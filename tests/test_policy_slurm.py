@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers import run_sg, sg_env
-from sgserve import Serve, new_port, write_config
+from sgserve import Serve, new_port, new_store, write_config
 
 from slurmguard import config, report
 from slurmguard.health import CheckResult, Health
@@ -25,14 +25,7 @@ LEMON = "slurmguard: lemon: 3 failures in 1h (gpu-xid)"
 
 
 def _store(tmp_path: Path) -> str:
-    from slurmguard.store.engine import make_engine
-    from slurmguard.store.migrate import upgrade
-
-    url = f"sqlite:///{tmp_path}/store.db"
-    engine = make_engine({"url": url})
-    upgrade(engine)
-    engine.dispose()
-    return url
+    return new_store(tmp_path)
 
 
 def _rec(node: str, hook: str, fail: str | None, applied: str, job: str | None = None) -> dict:
