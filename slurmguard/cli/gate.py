@@ -20,7 +20,7 @@ def gate_cmd(ctx: click.Context, dry_run: bool) -> None:
 
     \b
     Example:
-      # slurm.conf:  PrologSlurmctld=/usr/local/bin/slurmguard gate
+      # slurm.conf:  PrologSlurmctld=/usr/lib/slurmguard/prolog/slurmguard-gate
       SLURM_JOB_ID=42 SLURM_JOB_NODELIST='gpu[001-004]' slurmguard gate --dry-run
     """
     from slurmguard.gate import main
