@@ -273,3 +273,17 @@ def test_leftover_exiting_within_grace_is_not_counted(tmp_path: Path) -> None:
         if child.poll() is None:
             child.kill()
         child.wait()
+
+
+def test_unreadable_meminfo_and_cpu_list_are_checker_errors(tmp_path: Path) -> None:
+    """What the checker cannot read says nothing about the node: `error`, never a drain."""
+    proc, sys = tmp_path / "proc", tmp_path / "sys"
+    proc.mkdir()
+    (proc / "meminfo").write_text("MemFree: 1 kB\n")  # no MemTotal line
+    (sys / "devices/system/cpu").mkdir(parents=True)  # no online file
+    cfg = cfg_for(tmp_path, proc_root=str(proc), sys_root=str(sys), expected_memory_gib=64,
+                  expected_cpus=8)
+    mem, _ = run(checks.host_memory, "host", cfg)
+    cpus, _ = run(checks.host_cpus, "host", cfg)
+    assert (mem.health, mem.reason) == (Health.ERROR, "MemTotal missing from meminfo")
+    assert (cpus.health, cpus.reason) == (Health.ERROR, "cannot read the online CPU list")

@@ -9,7 +9,7 @@ from typing import Any
 
 from slurmguard.checks.base import Check, CheckContext, check
 from slurmguard.config import AbsPath, Choice, Float, Int, Str, StrList
-from slurmguard.health import CheckResult, degraded, healthy, unhealthy, unsupported
+from slurmguard.health import CheckResult, degraded, error, healthy, unhealthy, unsupported
 
 AREA = "host"
 PARAMS: dict[str, Any] = {
@@ -48,7 +48,8 @@ def host_memory(ctx: CheckContext) -> CheckResult:
     snap = ctx.sources["host"]
     expected = float(ctx.params["expected_memory_gib"])
     if snap.mem_total_kib is None:
-        return unhealthy("host-memory", "MemTotal missing from meminfo")
+        # An unreadable meminfo says nothing about the node's DIMMs: a checker error.
+        return error("host-memory", "MemTotal missing from meminfo")
     have = snap.mem_total_kib / _GIB
     if expected <= 0:
         return healthy("host-memory", mem_total_gib=round(have, 1), note="expected_memory_gib not set")
@@ -67,7 +68,7 @@ def host_cpus(ctx: CheckContext) -> CheckResult:
     snap = ctx.sources["host"]
     expected = int(ctx.params["expected_cpus"])
     if snap.cpus_online is None:
-        return unhealthy("host-cpus", "cannot read the online CPU list")
+        return error("host-cpus", "cannot read the online CPU list")
     if expected and snap.cpus_online < expected:
         return unhealthy("host-cpus", f"{snap.cpus_online} of {expected} CPUs online",
                          online=snap.cpus_online, present=snap.cpus_present)
