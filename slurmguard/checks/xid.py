@@ -29,7 +29,7 @@ from typing import Any
 
 from slurmguard.checks.base import Check, CheckContext, check
 from slurmguard.checks.xid_table import ACTIONS, XID_TABLE, XidClass, classify
-from slurmguard.config import AbsPath, Bool, Choice, Float, Int, IntList
+from slurmguard.fieldtypes import AbsPath, Bool, Choice, Float, Int, IntList
 from slurmguard.health import CheckResult, degraded, healthy, unhealthy
 
 AREA = "xid"
