@@ -24,11 +24,12 @@ import re
 import shlex
 import sys
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
+from slurmguard.install.paths import data_dir, under
 from slurmguard.install.steps import ROOT, ActionStep, DirStep, FileStep, Owner, Step
+
+__all__ = ["Plan", "build", "data_dir", "under"]
 
 ROLES = ("node", "controller")
 LIB_DIR = "/usr/lib/slurmguard"
@@ -42,20 +43,6 @@ HOOK_SCRIPTS = {"prolog": ("slurmguard-prolog", "slurmguard-healthcheck", "slurm
 # the prefix so that a whole installation can live (and be tested) in one directory.
 _DEFAULTS_LINE = re.compile(rb"^SLURMGUARD_DEFAULTS=.*$", re.M)
 _ROLE_LINE = re.compile(r"^#\s*slurmguard-role:\s*(\w+)", re.M)
-PLUGIN_DIRS = ("/usr/lib/x86_64-linux-gnu/slurm-wlm", "/usr/lib/aarch64-linux-gnu/slurm-wlm",
-               "/usr/lib64/slurm", "/usr/lib/slurm", "/usr/local/lib/slurm")
-
-
-def data_dir() -> Path:
-    """The package data (entry scripts, units, SPANK source) of this installed slurmguard."""
-    return Path(str(resources.files("slurmguard") / "data"))
-
-
-def under(prefix: str, path: str) -> str:
-    """``path`` below ``prefix`` (``/`` leaves it as is)."""
-    if prefix in ("", "/"):
-        return path
-    return os.path.join(os.path.abspath(prefix), path.lstrip("/"))
 
 
 def slurmguard_executable() -> str:

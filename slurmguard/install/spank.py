@@ -27,7 +27,7 @@ def find_toolchain() -> tuple[str | None, str | None]:
 
 def plugin_dir(conf: dict[str, str], prefix: str) -> str:
     """Where slurmd and srun look for plugins: PluginDir, else the first existing default."""
-    from slurmguard.install.plan import PLUGIN_DIRS, under
+    from slurmguard.install.paths import PLUGIN_DIRS, under
 
     value = conf.get("plugindir", "").split(":")[0]
     if not value:
@@ -38,7 +38,7 @@ def plugin_dir(conf: dict[str, str], prefix: str) -> str:
 def build_plugin(cc: str, include: str) -> bytes:
     """Compile the packaged slurmguard_spank.c; returns the shared object's bytes."""
     from slurmguard.errors import SlurmguardError
-    from slurmguard.install.plan import data_dir
+    from slurmguard.install.paths import data_dir
     from slurmguard.proc import run_command
 
     src = data_dir() / "spank" / "slurmguard_spank.c"
