@@ -19,6 +19,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -54,7 +55,9 @@ def run_hook(hook: str, *, node_flag: str | None = None, config_path: str | None
              dry_run: bool = False) -> int:
     """Run one hook end to end and return its exit code. Never raises for checker faults."""
     out = out or sys.stdout
-    t0 = time.monotonic()
+    # A thin client (agent-client, docs/agent.md) that gave up on the agent hands over the
+    # time it already spent, so the whole hook still ends inside hooks.budget.
+    t0 = time.monotonic() - _spent_before()
     acting = hook != "check" and not dry_run
     node = node_identity(node_flag)
     try:
@@ -69,44 +72,78 @@ def run_hook(hook: str, *, node_flag: str | None = None, config_path: str | None
         return EXIT_OK
 
     budget = float(cfg["hooks.budget"])
-    _arm_watchdog(budget, hook, node, cfg)
+    _arm_watchdog(max(0.1, budget - (time.monotonic() - t0)), budget, hook, node, cfg)
+    uid = os.environ.get("SLURM_JOB_UID")
     try:
-        outcome = _run(cfg, hook, node, only, acting, t0, budget)
+        return execute(cfg, hook, node, only=only, as_json=as_json, out=out, err=sys.stderr,
+                       dry_run=dry_run, t0=t0, job_id=os.environ.get("SLURM_JOB_ID") or None,
+                       job_uid=int(uid) if uid and uid.isdigit() else None)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def execute(cfg: Any, hook: str, node: str, *, only: tuple[str, ...] = (), as_json: bool = False,
+            out: TextIO, err: TextIO, dry_run: bool = False, t0: float,
+            job_id: str | None = None, job_uid: int | None = None,
+            sources: Mapping[str, Any] | None = None,
+            extra: Mapping[str, Any] | None = None) -> int:
+    """Gather, evaluate, decide, act, report, print and log one hook run; the exit code.
+
+    The one definition of a hook run: `slurmguard prolog` calls it in its own process, the
+    resident agent (slurmguard/agent.py) calls it with its cached and live ``sources`` and
+    sends back what was written to ``out`` and ``err``. ``extra`` goes into the record
+    (the agent's source ages and boot id).
+    """
+    acting = hook != "check" and not dry_run
+    budget = float(cfg["hooks.budget"])
+    try:
+        outcome = _run(cfg, hook, node, only, acting, t0, budget, job_id=job_id,
+                       job_uid=job_uid, sources=sources, extra=extra)
     except SlurmguardError as exc:
         if not acting:
             raise
-        _log_line(cfg, hook, node, f"checker error: {exc.message}")
+        _log_line(cfg, hook, node, f"checker error: {exc.message}", err)
         return EXIT_OK
     except Exception as exc:  # a bug in slurmguard must not fail the job or drain the node
         if not acting:
             raise
-        _log_line(cfg, hook, node, f"internal error: {type(exc).__name__}: {exc}")
+        _log_line(cfg, hook, node, f"internal error: {type(exc).__name__}: {exc}", err)
         return EXIT_OK
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
 
     if as_json:
         json.dump(outcome.record, out, indent=2, sort_keys=True)
         out.write("\n")
     else:
         _print_human(out, outcome, hook, node)
-    _log_line(cfg, hook, node, f"{outcome.decision.action}: {outcome.decision.reason or 'ok'}; {outcome.applied}")
+    _log_line(cfg, hook, node, f"{outcome.decision.action}: {outcome.decision.reason or 'ok'}; {outcome.applied}", err)
     return outcome.exit_code
 
 
+def _spent_before() -> float:
+    """Seconds since $SLURMGUARD_HOOK_STARTED (epoch), set by the thin client; 0 if unset."""
+    started = os.environ.get("SLURMGUARD_HOOK_STARTED")
+    if not started:
+        return 0.0
+    try:
+        return min(max(0.0, time.time() - float(started)), 60.0)
+    except ValueError:
+        return 0.0
+
+
 def _run(cfg: Any, hook: str, node: str, only: tuple[str, ...], acting: bool, t0: float,
-         budget: float) -> HookOutcome:
+         budget: float, *, job_id: str | None = None, job_uid: int | None = None,
+         sources: Mapping[str, Any] | None = None,
+         extra: Mapping[str, Any] | None = None) -> HookOutcome:
     from slurmguard.runner import registry, run_checks, select_checks
 
-    available, sources = registry(cfg)
+    available, table = registry(cfg)
+    if sources:
+        table = {**table, **sources}
     checks = select_checks(cfg, hook, only, available)
     reserve = min(float(cfg["slurm.timeout"]), budget * _RESERVE_FRACTION)
     deadline = t0 + max(0.1, budget - reserve)
-    job_id = os.environ.get("SLURM_JOB_ID") or None
-    uid = os.environ.get("SLURM_JOB_UID")
-    report = run_checks(cfg, checks, hook=hook, node=node, job_id=job_id,
-                        job_uid=int(uid) if uid and uid.isdigit() else None, deadline=deadline,
-                        sources=sources)
+    report = run_checks(cfg, checks, hook=hook, node=node, job_id=job_id, job_uid=job_uid,
+                        deadline=deadline, sources=table)
 
     hooks_cfg = cfg.section("hooks")
     has_unhealthy = any(r.health is Health.UNHEALTHY for r in report.results)
@@ -175,6 +212,8 @@ def _run(cfg: Any, hook: str, node: str, only: tuple[str, ...], acting: bool, t0
         started=report.started, duration=time.monotonic() - t0,
     )
     record["applied"] = applied
+    if extra:
+        record.update(extra)
     if acting and hooks_cfg["report_url"]:
         try:
             record["delivery"] = report_mod.deliver(record, cfg)
@@ -202,10 +241,10 @@ def _print_human(out: TextIO, o: HookOutcome, hook: str, node: str) -> None:
     out.write(line + "\n")
 
 
-def _log_line(cfg: Any, hook: str, node: str, text: str) -> None:
+def _log_line(cfg: Any, hook: str, node: str, text: str, err: TextIO | None = None) -> None:
     line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} slurmguard {hook} node={node} {one_line(text, 400)}\n"
     if hook != "check":
-        sys.stderr.write(line)
+        (err or sys.stderr).write(line)
     path = None
     try:
         path = cfg["hooks.log_file"] if cfg is not None else None
@@ -219,7 +258,7 @@ def _log_line(cfg: Any, hook: str, node: str, text: str) -> None:
             pass
 
 
-def _arm_watchdog(budget: float, hook: str, node: str, cfg: Any) -> None:
+def _arm_watchdog(left: float, budget: float, hook: str, node: str, cfg: Any) -> None:
     """Backstop: if anything overruns the budget, log and leave with 'job may run'."""
 
     def fire(signum: int, frame: Any) -> None:
@@ -228,4 +267,4 @@ def _arm_watchdog(budget: float, hook: str, node: str, cfg: Any) -> None:
         os._exit(EXIT_OK if hook != "check" else EXIT_CHECKER)
 
     signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, budget + 0.5)
+    signal.setitimer(signal.ITIMER_REAL, left + 0.5)
