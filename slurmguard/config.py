@@ -21,66 +21,26 @@ from __future__ import annotations
 import copy
 import os
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from slurmguard.errors import ConfigError
+from slurmguard.fieldtypes import (  # re-exported: sections below and callers use them
+    AbsPath,
+    Bool,
+    Choice,
+    Field,
+    Float,
+    Int,
+    IntList,  # noqa: F401  (re-exported for new sections)
+    Schema,
+    Str,
+    StrList,
+    Table,
+)
 
 DEFAULT_PATH = "/etc/slurmguard/slurmguard.toml"
-
-
-@dataclass(frozen=True)
-class Field:
-    """One config key: its type name, default, and an optional extra check."""
-
-    kind: str  # str, int, float, bool, list[str], list[int], choice, path, table
-    default: Any
-    doc: str = ""
-    choices: tuple[str, ...] = ()
-    minimum: float | None = None
-    validate: Callable[[Any], str | None] | None = None  # returns a problem or None
-
-
-def Str(default: str, doc: str = "") -> Field:
-    return Field("str", default, doc)
-
-
-def AbsPath(default: str, doc: str = "") -> Field:
-    return Field("path", default, doc)
-
-
-def Int(default: int, doc: str = "", minimum: float | None = 0) -> Field:
-    return Field("int", default, doc, minimum=minimum)
-
-
-def Float(default: float, doc: str = "", minimum: float | None = 0) -> Field:
-    return Field("float", default, doc, minimum=minimum)
-
-
-def Bool(default: bool, doc: str = "") -> Field:
-    return Field("bool", default, doc)
-
-
-def StrList(default: Iterable[str], doc: str = "") -> Field:
-    return Field("list[str]", list(default), doc)
-
-
-def IntList(default: Iterable[int], doc: str = "") -> Field:
-    return Field("list[int]", list(default), doc)
-
-
-def Choice(default: str, choices: Iterable[str], doc: str = "") -> Field:
-    return Field("choice", default, doc, choices=tuple(choices))
-
-
-def Table(doc: str = "") -> Field:
-    """A free-form table (e.g. a name mapping); values must be strings."""
-    return Field("table", {}, doc)
-
-
-Schema = Mapping[str, "Field | Schema"]
 
 # ---------------------------------------------------------------------------------------------
 # The schema. Check areas add theirs from slurmguard.checks (each area module's PARAMS).

@@ -100,38 +100,79 @@ def run_hook(hook: str, *, node_flag: str | None = None, config_path: str | None
 
 def _run(cfg: Any, hook: str, node: str, only: tuple[str, ...], acting: bool, t0: float,
          budget: float) -> HookOutcome:
+    """One hook run, step by step: gather + evaluate, look at Slurm, decide, act, report."""
+    job_id, job_uid = _job_from_env()
+    available, report = _gather_and_evaluate(cfg, hook, node, only, job_id, job_uid,
+                                             deadline=_checks_deadline(cfg, t0, budget))
+    slurm = _slurm_view(cfg, hook, node, acting, report)
+    decision = _decide(cfg, hook, report, available, slurm)
+    applied, exit_code = _act(cfg, hook, node, decision, acting, slurm)
+    record = _report(cfg, hook, node, report, decision, applied, acting, job_id, t0)
+    return HookOutcome(exit_code, decision, record, applied)
+
+
+@dataclass
+class _SlurmView:
+    """What the hook knows of Slurm: the adapter (None when it could not be made, and why)
+    and, in healthcheck mode, the node's state."""
+
+    cli: Any = None  # slurmguard.adapters.slurm.SlurmCLI, imported only when needed
+    info: Any = None  # NodeInfo | None
+    problem: str = ""
+
+
+def _job_from_env() -> tuple[str | None, int | None]:
+    job_id = os.environ.get("SLURM_JOB_ID") or None
+    uid = os.environ.get("SLURM_JOB_UID")
+    return job_id, int(uid) if uid and uid.isdigit() else None
+
+
+def _checks_deadline(cfg: Any, t0: float, budget: float) -> float:
+    """When gathering must end: the budget less what the drain and the report need."""
+    reserve = min(float(cfg["slurm.timeout"]), budget * _RESERVE_FRACTION)
+    return t0 + max(0.1, budget - reserve)
+
+
+def _gather_and_evaluate(cfg: Any, hook: str, node: str, only: tuple[str, ...],
+                         job_id: str | None, job_uid: int | None,
+                         deadline: float) -> tuple[list[Any], Any]:
+    """Steps 1-2 (slurmguard.runner): gather the sources once, run the pure checks.
+    Returns every check this node knows and the run's RunReport."""
     from slurmguard.runner import registry, run_checks, select_checks
 
     available, sources = registry(cfg)
     checks = select_checks(cfg, hook, only, available)
-    reserve = min(float(cfg["slurm.timeout"]), budget * _RESERVE_FRACTION)
-    deadline = t0 + max(0.1, budget - reserve)
-    job_id = os.environ.get("SLURM_JOB_ID") or None
-    uid = os.environ.get("SLURM_JOB_UID")
-    report = run_checks(cfg, checks, hook=hook, node=node, job_id=job_id,
-                        job_uid=int(uid) if uid and uid.isdigit() else None, deadline=deadline,
-                        sources=sources)
+    report = run_checks(cfg, checks, hook=hook, node=node, job_id=job_id, job_uid=job_uid,
+                        deadline=deadline, sources=sources)
+    return available, report
 
-    hooks_cfg = cfg.section("hooks")
+
+def _slurm_view(cfg: Any, hook: str, node: str, acting: bool, report: Any) -> _SlurmView:
+    """Ask Slurm about the node only when the answer matters: to drain (the adapter checks
+    DOWN and foreign drains itself) or, in healthcheck mode, to see whether our drain can go."""
+    view = _SlurmView()
     has_unhealthy = any(r.health is Health.UNHEALTHY for r in report.results)
-    slurm = None
-    info = None
-    # Ask Slurm about the node only when the answer matters: to drain (the adapter checks
-    # DOWN and foreign drains itself) or, in healthcheck mode, to see whether our drain can go.
-    slurm_problem = ""
-    if acting and (has_unhealthy or hook == "healthcheck"):
-        try:
-            from slurmguard.adapters.slurm import SlurmCLI
+    if not (acting and (has_unhealthy or hook == "healthcheck")):
+        return view
+    try:
+        from slurmguard.adapters.slurm import SlurmCLI
 
-            slurm = SlurmCLI(cfg.section("slurm"))
-        except Exception as exc:  # keep the verdict; say why Slurm was not told
-            slurm_problem = one_line(f"{type(exc).__name__}: {exc}")
-        if slurm is not None and hook == "healthcheck":
-            try:
-                info = slurm.node(node)
-            except SlurmguardError:
-                info = None
-    decision = decide(
+        view.cli = SlurmCLI(cfg.section("slurm"))
+    except Exception as exc:  # keep the verdict; say why Slurm was not told
+        view.problem = one_line(f"{type(exc).__name__}: {exc}")
+    if view.cli is not None and hook == "healthcheck":
+        try:
+            view.info = view.cli.node(node)
+        except SlurmguardError:
+            view.info = None
+    return view
+
+
+def _decide(cfg: Any, hook: str, report: Any, available: list[Any], slurm: _SlurmView) -> Decision:
+    """Step 3: the pure rule (slurmguard.decide) over the results and the node's state."""
+    hooks_cfg = cfg.section("hooks")
+    info = slurm.info
+    return decide(
         report.results,
         hook=hook,
         drain_on_degraded=bool(hooks_cfg["drain_on_degraded"]),
@@ -141,53 +182,67 @@ def _run(cfg: Any, hook: str, node: str, only: tuple[str, ...], acting: bool, t0
         node_checks=frozenset(c.name for c in available),
     )
 
-    from slurmguard import report as report_mod
 
-    applied = "none"
-    exit_code = EXIT_OK
-    refused = False
-    if decision.action is Action.DRAIN and acting and hooks_cfg["report_url"]:
-        # The fleet's blast-radius guard: when many nodes fail the same check at once the
-        # cause is shared (a filesystem, a fabric) and draining them all would empty the
-        # partition. serve answers; unreachable serve fails open (report.drain_permit).
-        allowed, why = report_mod.drain_permit(node, decision.failing[0], decision.reason, cfg)
-        if not allowed:
-            # Exit 0: a non-zero prolog would make Slurm drain the node anyway.
-            refused = True
-            applied = one_line(f"not drained: {why}")
-    if decision.action is Action.DRAIN and not refused:
-        exit_code = EXIT_UNHEALTHY
+def _permit(cfg: Any, node: str, decision: Decision) -> str | None:
+    """The fleet's blast-radius guard: when many nodes fail the same check at once the cause
+    is shared (a filesystem, a fabric) and draining them all would empty the partition. serve
+    answers; unreachable serve fails open. Returns why the drain is refused, or None."""
+    from slurmguard.adapters.serve_client import drain_permit
+
+    allowed, why = drain_permit(node, decision.failing[0], decision.reason, cfg)
+    return None if allowed else why
+
+
+def _act(cfg: Any, hook: str, node: str, decision: Decision, acting: bool,
+         slurm: _SlurmView) -> tuple[str, int]:
+    """Step 4: drain or undrain in Slurm. Returns (what was done, the hook's exit code)."""
+    if decision.action is Action.DRAIN:
+        if acting and cfg["hooks.report_url"]:
+            refused = _permit(cfg, node, decision)
+            if refused is not None:
+                # Exit 0: a non-zero prolog would make Slurm drain the node anyway.
+                return one_line(f"not drained: {refused}"), EXIT_OK
         if not acting:
-            applied = "none (check only)" if hook == "check" else "none (dry run)"
-        elif slurm is None:
-            applied = f"drain failed: {slurm_problem or 'no Slurm adapter'}"
-        else:
-            try:
-                applied = "drained" if slurm.drain(node, decision.reason) else "already drained or down"
-            except SlurmguardError as exc:
-                applied = f"drain failed: {exc.message}"
-    elif decision.action is Action.UNDRAIN and slurm is not None:
+            return ("none (check only)" if hook == "check" else "none (dry run)"), EXIT_UNHEALTHY
+        if slurm.cli is None:
+            return f"drain failed: {slurm.problem or 'no Slurm adapter'}", EXIT_UNHEALTHY
         try:
-            applied = "undrained" if slurm.undrain(node) else "not undrained (state changed)"
+            drained = slurm.cli.drain(node, decision.reason)
         except SlurmguardError as exc:
-            applied = f"undrain failed: {exc.message}"
-    elif decision.action is Action.CHECKER_ERROR and not acting:
-        exit_code = EXIT_CHECKER
+            return f"drain failed: {exc.message}", EXIT_UNHEALTHY
+        return ("drained" if drained else "already drained or down"), EXIT_UNHEALTHY
+    if decision.action is Action.UNDRAIN and slurm.cli is not None:
+        try:
+            undrained = slurm.cli.undrain(node)
+        except SlurmguardError as exc:
+            return f"undrain failed: {exc.message}", EXIT_OK
+        return ("undrained" if undrained else "not undrained (state changed)"), EXIT_OK
+    if decision.action is Action.CHECKER_ERROR and not acting:
+        return "none", EXIT_CHECKER
+    return "none", EXIT_OK
 
-    record = report_mod.make_record(
+
+def _report(cfg: Any, hook: str, node: str, report: Any, decision: Decision, applied: str,
+            acting: bool, job_id: str | None, t0: float) -> dict[str, Any]:
+    """Step 5: the result record, delivered to serve (or spooled) when one is configured."""
+    from slurmguard.record import make_record
+
+    record = make_record(
         node, hook, report.results, decision.action.value, decision.reason, job_id=job_id,
         started=report.started, duration=time.monotonic() - t0,
     )
     record["applied"] = applied
-    if acting and hooks_cfg["report_url"]:
+    if acting and cfg["hooks.report_url"]:
+        from slurmguard.delivery import deliver
+
         try:
-            record["delivery"] = report_mod.deliver(record, cfg)
+            record["delivery"] = deliver(record, cfg)
         except Exception as exc:  # delivery problems never change the hook's verdict
             record["delivery"] = one_line(f"failed: {exc}")
     if report.abandoned:
         # A source thread may be stuck in the kernel; do not let interpreter shutdown wait.
         record["abandoned_sources"] = list(report.abandoned)
-    return HookOutcome(exit_code, decision, record, applied)
+    return record
 
 
 def _write_metrics(cfg: Any, hook: str, node: str, t0: float, o: HookOutcome | None) -> None:

@@ -1,4 +1,4 @@
-"""Validation of result records (the JSON that hooks send; see slurmguard.report.make_record).
+"""Validation of result records (the JSON that hooks send; see slurmguard.record.make_record).
 
 Bad input is refused with one line naming the field and the value; nothing else is stored
 from that record.
