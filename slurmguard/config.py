@@ -120,6 +120,14 @@ _REQUEUE: Schema = {
     "max_requeues": Int(3, "node-fault recoveries per job at most (then left to Slurm)"),
     "state_file": Str("/var/lib/slurmguard/requeue-watch.json",
                       "where the watcher remembers where jobs ran ('' for memory only)"),
+    "metrics_file": Str("", "Prometheus text file of requeues and recovery latency, rewritten "
+                            "after each poll (empty: none)"),
+}
+
+_METRICS: Schema = {  # docs/metrics.md
+    "textfile_dir": Str("", "node_exporter textfile directory; each hook run writes "
+                            "slurmguard_hook_<hook>.prom there (empty: off)"),
+    "require_token": Bool(False, "serve's GET /metrics needs the ingest token too"),
 }
 
 _STORE: Schema = {
@@ -202,6 +210,7 @@ SCHEMA: dict[str, Any] = {
     "hooks": _HOOKS,
     "reconcile": _RECONCILE,
     "requeue": _REQUEUE,
+    "metrics": _METRICS,
     "store": _STORE,
     "serve": _SERVE,
     "policy": _POLICY,

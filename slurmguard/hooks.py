@@ -102,12 +102,16 @@ def execute(cfg: Any, hook: str, node: str, *, only: tuple[str, ...] = (), as_js
         if not acting:
             raise
         _log_line(cfg, hook, node, f"checker error: {exc.message}", err)
+        _write_metrics(cfg, hook, node, t0, None)
         return EXIT_OK
     except Exception as exc:  # a bug in slurmguard must not fail the job or drain the node
         if not acting:
             raise
         _log_line(cfg, hook, node, f"internal error: {type(exc).__name__}: {exc}", err)
+        _write_metrics(cfg, hook, node, t0, None)
         return EXIT_OK
+    if acting:
+        _write_metrics(cfg, hook, node, t0, outcome)
 
     if as_json:
         json.dump(outcome.record, out, indent=2, sort_keys=True)
@@ -282,6 +286,26 @@ def _report(cfg: Any, hook: str, node: str, report: Any, decision: Decision, app
         # A source thread may be stuck in the kernel; do not let interpreter shutdown wait.
         record["abandoned_sources"] = list(report.abandoned)
     return record
+
+
+def _write_metrics(cfg: Any, hook: str, node: str, t0: float, o: HookOutcome | None) -> None:
+    """The node_exporter textfile of this run (``metrics.textfile_dir``; off when empty).
+
+    ``o`` None: slurmguard itself failed (verdict ``internal-error``, no check results)."""
+    directory = str(cfg["metrics.textfile_dir"] or "")
+    if not directory:
+        return
+    from slurmguard.metrics import textfile
+
+    rec = (o.record or {}) if o is not None else {}
+    results = [(r["name"], r["health"]) for r in rec.get("results", ())]
+    verdict = o.decision.action.value if o is not None else "internal-error"
+    check = o.decision.failing[0] if o is not None and o.decision.failing else ""
+    problem = textfile.write_hook(directory, hook, results=results, verdict=verdict,
+                                  reason=o.decision.reason if o is not None else "",
+                                  check=check, duration=time.monotonic() - t0)
+    if problem:
+        _log_line(cfg, hook, node, f"warning: {problem}")
 
 
 def _print_human(out: TextIO, o: HookOutcome, hook: str, node: str) -> None:
