@@ -170,3 +170,27 @@ def test_unwritable_state_dir_still_exits_0(tmp_path) -> None:
     assert p.returncode == 0 and "runs unchecked" in p.stderr
 
 
+
+
+@pytest.mark.parametrize("script,hook", [("prolog/slurmguard-prolog", "prolog"),
+                                         ("prolog/slurmguard-healthcheck", "healthcheck"),
+                                         ("epilog/slurmguard-epilog", "epilog")])
+@pytest.mark.parametrize("rc", [0, 1, 127])
+def test_agent_client_is_asked_first_and_its_exit_is_judged_the_same(tmp_path, script, hook, rc) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    exe = fake_slurmguard(tmp_path, "#!/bin/sh\nexit 0\n")
+    client = tmp_path / "client"
+    client.write_text(f'#!/bin/sh\necho "client $*"\nexit {rc}\n')
+    client.chmod(0o755)
+    path = install(tmp_path, script, f"SLURMGUARD={exe}\nSLURMGUARD_STATE_DIR={state}\n"
+                   f"SLURMGUARD_AGENT_CLIENT={client}\n")
+    p = subprocess.run([str(path)], env={}, capture_output=True, text=True, timeout=30)
+    assert p.stdout.strip() == f"client {hook} -- {exe} {hook}"
+    assert p.returncode == (rc if rc in (0, 1) else 0)
+    assert (state / "hook-unrunnable.log").exists() == (rc == 127)
+    # An empty SLURMGUARD_AGENT_CLIENT never asks the agent.
+    path = install(tmp_path, script, f"SLURMGUARD={exe}\nSLURMGUARD_STATE_DIR={state}\n"
+                   "SLURMGUARD_AGENT_CLIENT=\n")
+    p = subprocess.run([str(path)], env={}, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and "client" not in p.stdout

@@ -14,7 +14,8 @@ from helpers import REPO, run_sg
 
 from slurmguard.install.plan import HOOK_SCRIPTS, data_dir
 
-PACKAGED = [("prolog", n) for n in (*HOOK_SCRIPTS["prolog"], "slurm.conf.snippet")] + \
+PACKAGED = [("prolog", n) for n in (*HOOK_SCRIPTS["prolog"], "slurm.conf.snippet", "Makefile",
+                                     "sg_agent_client.c")] + \
            [("epilog", n) for n in (*HOOK_SCRIPTS["epilog"], "slurm.conf.snippet")]
 VENV_SG = str(Path(sys.executable).parent / "slurmguard")
 

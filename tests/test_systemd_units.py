@@ -57,7 +57,8 @@ def test_verify_catches_a_broken_unit(tmp_path) -> None:
     tool = shutil.which("systemd-analyze")
     require(tool is not None, "systemd-analyze (package systemd) is not installed")
     bad = tmp_path / "slurmguard-bad.service"
-    bad.write_text(UNITS[0].read_text().replace("@SLURMGUARD@", SG)
+    serve = next(u for u in UNITS if u.name == "slurmguard-serve.service")
+    bad.write_text(serve.read_text().replace("@SLURMGUARD@", SG)
                    .replace("ProtectSystem=strict", "ProtectSytem=strict"))
     r = subprocess.run([tool, "verify", "--man=no", str(bad)], capture_output=True, text=True,
                        timeout=60)

@@ -11,7 +11,8 @@ Where things go (below ``prefix``, ``/`` by default; docs/install.md):
 | state, spool | hooks.state_dir (group SlurmUser), hooks.spool_dir | 0770 / 0700 |
 | SPANK plugin | PluginDir/slurmguard_spank.so | 0755 |
 | man page | /usr/local/share/man/man1/slurmguard.1 | 0644 |
-| controller: service units | /etc/systemd/system/slurmguard-*.{service,timer} | 0644 |
+| agent hook client (built with gcc) | /usr/lib/slurmguard/prolog/slurmguard-agent-client | 0755 |
+| service units of the role | /etc/systemd/system/slurmguard-*.{service,timer} | 0644 |
 | controller: serve token (only when absent) | serve.token_file | 0600 |
 """
 
@@ -108,7 +109,8 @@ def owner_of(user: str) -> Owner:
         return ROOT
 
 
-def defaults_text(exe: str, config_file: str, state_dir: str, textfile_dir: str) -> bytes:
+def defaults_text(exe: str, config_file: str, state_dir: str, textfile_dir: str,
+                  agent_client: str = "") -> bytes:
     lines = [
         "# Read by the slurmguard entry scripts (Prolog, Epilog, HealthCheckProgram,",
         "# PrologSlurmctld) and by the slurmguard systemd units. Written by `slurmguard setup`,",
@@ -119,6 +121,8 @@ def defaults_text(exe: str, config_file: str, state_dir: str, textfile_dir: str)
     ]
     if textfile_dir:
         lines.append(f"SLURMGUARD_TEXTFILE_DIR={shlex.quote(textfile_dir)}")
+    if agent_client:
+        lines.append(f"SLURMGUARD_AGENT_CLIENT={shlex.quote(agent_client)}")
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -197,9 +201,15 @@ def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: by
         plan.steps.append(FileStep(f"{lib}/{sub}/slurm.conf.snippet",
                                    snippet.replace(LIB_DIR, lib).encode(), 0o644,
                                    what="slurm.conf lines"))
+    # The agent's hook client (docs/agent.md), built on both roles so that the defaults file
+    # is the same whichever setup ran last on a host.
+    client = spank.agent_client()
+    client_path = f"{lib}/prolog/slurmguard-agent-client" if client is not None else ""
+    if client is not None:
+        plan.steps.append(FileStep(client_path, client, 0o755, what="agent hook client"))
     plan.steps.append(DirStep(os.path.dirname(defaults_file), 0o755))
     plan.steps.append(FileStep(defaults_file, defaults_text(exe, config_file, hooks["state_dir"],
-                                                            textfile_dir), 0o644,
+                                                            textfile_dir, client_path), 0o644,
                                what="what the entry scripts run"))
     # On the controller the state dir also holds the SQLite store that the gate
     # (PrologSlurmctld, run as SlurmUser) reads: group SlurmUser, group-writable for SQLite's
@@ -220,6 +230,13 @@ def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: by
                               "the controller's serve token there (root, mode 0600)")
     else:
         _controller_steps(plan, cfg, slurm_owner)
+    unit_dir = under(plan.prefix, UNIT_DIR)
+    names = []
+    for name, content in unit_files(role, plan.exe):
+        plan.steps.append(FileStep(f"{unit_dir}/{name}", content, 0o644, what="systemd unit"))
+        names.append(name)
+    if names:
+        plan.enable = ["systemctl daemon-reload", "systemctl enable --now " + " ".join(names)]
     seen: set[str] = set()
     unique: list[Step] = []
     for step in plan.steps:  # one directory may serve several purposes (state = store dir)
@@ -270,14 +287,6 @@ def _controller_steps(plan: Plan, cfg: Any, slurm_owner: Owner) -> None:
     if state_file:
         plan.steps.append(DirStep(os.path.dirname(state_file), 0o770, slurm_owner))
     plan.steps.append(_db_upgrade_step(store))
-    unit_dir = under(plan.prefix, UNIT_DIR)
-    names = []
-    for name, content in unit_files("controller", plan.exe):
-        plan.steps.append(FileStep(f"{unit_dir}/{name}", content, 0o644, what="systemd unit"))
-        names.append(name)
-    if names:
-        plan.enable = ["systemctl daemon-reload",
-                       "systemctl enable --now " + " ".join(names)]
 
 
 def _db_upgrade_step(section: dict[str, Any]) -> ActionStep:

@@ -35,23 +35,39 @@ def plugin_dir(conf: dict[str, str], prefix: str) -> str:
     return under(prefix, value)
 
 
-def build_plugin(cc: str, include: str) -> bytes:
-    """Compile the packaged slurmguard_spank.c; returns the shared object's bytes."""
+def compile_c(cc: str, src: str, flags: list[str], what: str) -> bytes:
+    """Compile one packaged C file in a temp dir; returns the output's bytes."""
     from slurmguard.errors import SlurmguardError
-    from slurmguard.install.paths import data_dir
     from slurmguard.proc import run_command
 
-    src = data_dir() / "spank" / "slurmguard_spank.c"
-    with tempfile.TemporaryDirectory(prefix="sg-spank-") as tmp:
-        out = os.path.join(tmp, PLUGIN)
-        res = run_command([cc, "-O2", "-std=gnu11", "-Wall", "-fPIC", "-shared", f"-I{include}",
-                           "-o", out, str(src)], timeout=120, check=False)
+    with tempfile.TemporaryDirectory(prefix="sg-build-") as tmp:
+        out = os.path.join(tmp, "out")
+        res = run_command([cc, "-O2", "-std=gnu11", "-Wall", *flags, "-o", out, src],
+                          timeout=120, check=False)
         if res.rc != 0:
             last = (res.stderr.strip().splitlines() or ["no output"])[-1]
-            raise SlurmguardError(f"setup: building the SPANK plugin failed ({cc} exited "
-                                  f"{res.rc}: {last})")
+            raise SlurmguardError(f"setup: building {what} failed ({cc} exited {res.rc}: {last})")
         with open(out, "rb") as fh:
             return fh.read()
+
+
+def build_plugin(cc: str, include: str) -> bytes:
+    """Compile the packaged slurmguard_spank.c; returns the shared object's bytes."""
+    from slurmguard.install.paths import data_dir
+
+    return compile_c(cc, str(data_dir() / "spank" / "slurmguard_spank.c"),
+                     ["-fPIC", "-shared", f"-I{include}"], "the SPANK plugin")
+
+
+def agent_client() -> bytes | None:
+    """The compiled hook client of the node agent (docs/agent.md); None without a compiler."""
+    from slurmguard.install.paths import data_dir
+
+    cc, _ = find_toolchain()
+    src = data_dir() / "hooks" / "prolog" / "sg_agent_client.c"
+    if cc is None or not src.exists():
+        return None
+    return compile_c(cc, str(src), [], "the agent client")
 
 
 def add_steps(plan: Any, conf: dict[str, str], conf_path: str) -> None:
