@@ -174,6 +174,19 @@ _GATE: Schema = {
     "log_file": Str("", "append one line per refusal or store error here (empty: stderr)"),
 }
 
+_AGENT: Schema = {  # slurmguard agent, the resident node agent (docs/agent.md)
+    "socket": Str("/run/slurmguard/agent.sock",
+                  "unix socket the agent answers on (mode 0600); %n = node name"),
+    "max_age": Float(10.0, "seconds a background source's value may be old; older is re-run",
+                     minimum=0.0),
+    "refresh": Float(5.0, "seconds between background runs of the slow sources", minimum=0.5),
+    "background": StrList(["fs", "ib", "procs", "timesync", "munge"],
+                          "sources run in the background (the rest are read at ask time)"),
+    "healthcheck_interval": Float(0.0, "run `healthcheck` (and drain) every N s: only as "
+                                  "HealthCheckProgram's replacement; 0 = never", minimum=0.0),
+    "nvml_events": Bool(True, "keep an NVML event set for Xid critical errors"),
+}
+
 _TRIAGE: Schema = {
     "user": Str("root", "login user for `triage collect` over SSH"),
     "port": Int(22, "SSH port (a host_map entry may name another)", minimum=1),
@@ -208,6 +221,7 @@ SCHEMA: dict[str, Any] = {
             [], "Python modules with site-specific checks: each exports CHECKS (and SOURCES)"),
     },
     "triage": _TRIAGE,
+    "agent": _AGENT,
 }
 
 
