@@ -69,6 +69,20 @@ def test_setup_writes_a_working_installation(installed) -> None:
     assert r.returncode == 0 and "slurmguard" in r.stdout, r.stderr
     assert f"Prolog={prolog}" in out and "nohold_on_prolog_fail" in out
     assert (prefix / "usr/local/share/man/man1/slurmguard.1").read_text().startswith(".TH SLURMGUARD 1")
+    completion = prefix / "usr/share/bash-completion/completions/slurmguard"
+    assert "_SLURMGUARD_COMPLETE=bash_complete" in completion.read_text()
+
+
+def test_bash_completion_completes_commands_and_roles() -> None:
+    import os as _os
+
+    def complete(words: str, cword: int) -> str:
+        env = dict(_os.environ, COMP_WORDS=words, COMP_CWORD=str(cword),
+                   _SLURMGUARD_COMPLETE="bash_complete")
+        return subprocess.run([VENV_SG], env=env, capture_output=True, text=True, timeout=60).stdout
+
+    assert "plain,doctor" in complete("slurmguard do", 1).splitlines()
+    assert complete("slurmguard setup ", 2).splitlines() == ["plain,node", "plain,controller"]
 
 
 def test_setup_controller_units_token_and_store(installed) -> None:
