@@ -159,3 +159,14 @@ def test_pyproject_package_data_carries_every_data_file() -> None:
                and not any(p.relative_to(pkg).match(g) and len(p.relative_to(pkg).parts) == len(Path(g).parts)
                            for g in globs)]
     assert not missing, f"add a package-data glob to pyproject.toml for: {missing}"
+
+
+def test_errors_of_a_missing_installation_name_the_setup_command(tmp_path) -> None:
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[store]\npath = "{tmp_path}/var/lib/slurmguard/slurmguard.db"\n')
+    r = run_sg("-c", str(cfg), "events")
+    assert r.returncode == 5
+    assert (f"directory {tmp_path}/var/lib/slurmguard does not exist; run: slurmguard setup "
+            "controller") in r.stderr
+    r = run_sg("-c", str(cfg), "requeue", "watch", "--once", "--state-file", f"{tmp_path}/no/s.json")
+    assert r.returncode == 3 and "run: slurmguard setup controller" in r.stderr, r.stderr
