@@ -121,6 +121,14 @@ _REQUEUE: Schema = {
     "max_requeues": Int(3, "node-fault recoveries per job at most (then left to Slurm)"),
     "state_file": Str("/var/lib/slurmguard/requeue-watch.json",
                       "where the watcher remembers where jobs ran ('' for memory only)"),
+    "metrics_file": Str("", "Prometheus text file of requeues and recovery latency, rewritten "
+                            "after each poll (empty: none)"),
+}
+
+_METRICS: Schema = {  # docs/metrics.md
+    "textfile_dir": Str("", "node_exporter textfile directory; each hook run writes "
+                            "slurmguard_hook_<hook>.prom there (empty: off)"),
+    "require_token": Bool(False, "serve's GET /metrics needs the ingest token too"),
 }
 
 _STORE: Schema = {
@@ -149,6 +157,19 @@ _GATE: Schema = {
     "log_file": Str("", "append one line per refusal or store error here (empty: stderr)"),
 }
 
+_AGENT: Schema = {  # slurmguard agent, the resident node agent (docs/agent.md)
+    "socket": Str("/run/slurmguard/agent.sock",
+                  "unix socket the agent answers on (mode 0600); %n = node name"),
+    "max_age": Float(10.0, "seconds a background source's value may be old; older is re-run",
+                     minimum=0.0),
+    "refresh": Float(5.0, "seconds between background runs of the slow sources", minimum=0.5),
+    "background": StrList(["fs", "ib", "procs", "timesync", "munge"],
+                          "sources run in the background (the rest are read at ask time)"),
+    "healthcheck_interval": Float(0.0, "run `healthcheck` (and drain) every N s: only as "
+                                  "HealthCheckProgram's replacement; 0 = never", minimum=0.0),
+    "nvml_events": Bool(True, "keep an NVML event set for Xid critical errors"),
+}
+
 _TRIAGE: Schema = {
     "user": Str("root", "login user for `triage collect` over SSH"),
     "port": Int(22, "SSH port (a host_map entry may name another)", minimum=1),
@@ -172,6 +193,7 @@ SCHEMA: dict[str, Any] = {
     "hooks": _HOOKS,
     "reconcile": _RECONCILE,
     "requeue": _REQUEUE,
+    "metrics": _METRICS,
     "store": _STORE,
     "serve": _SERVE,
     "policy": dict(POLICY_SECTION),  # declared with its thresholds in slurmguard/policy/params.py
@@ -182,6 +204,7 @@ SCHEMA: dict[str, Any] = {
             [], "Python modules with site-specific checks: each exports CHECKS (and SOURCES)"),
     },
     "triage": _TRIAGE,
+    "agent": _AGENT,
 }
 
 
@@ -316,7 +339,9 @@ def _validate(raw: Mapping[str, Any], schema: Mapping[str, Any], prefix: str, f:
         path = f"{prefix}{key}"
         spec = schema.get(key)
         if spec is None:
-            raise ConfigError(f"{path}: unknown key (in {f})")
+            section = f"[{prefix.rstrip('.')}]" if prefix else "the top level"
+            raise ConfigError(f"{path}: unknown key (in {f}); valid keys of {section}: "
+                              + ", ".join(sorted(schema)))
         if isinstance(spec, Field):
             out[key] = _coerce(spec, value, path, f)
         else:

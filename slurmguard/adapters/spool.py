@@ -26,7 +26,8 @@ def write(record: dict[str, Any], spool_dir: str, spool_max: int) -> str:
     name = f"{time.time_ns():020d}-{record.get('id') or uuid.uuid4().hex}{_SUFFIX}"
     path = os.path.join(spool_dir, name)
     tmp = os.path.join(spool_dir, "." + name + ".tmp")
-    data = json.dumps(record, separators=(",", ":")).encode()
+    # "spooled": when it was spooled, so serve can count replays (slurmguard_spool_replayed_*).
+    data = json.dumps({**record, "spooled": time.time()}, separators=(",", ":")).encode()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.write(fd, data)
