@@ -90,7 +90,10 @@ def run_hook(hook: str, *, node_flag: str | None = None, config_path: str | None
         out.write("\n")
     else:
         _print_human(out, outcome, hook, node)
-    _log_line(cfg, hook, node, f"{outcome.decision.action}: {outcome.decision.reason or 'ok'}; {outcome.applied}")
+    delivery = str((outcome.record or {}).get("delivery") or "")
+    report_note = "" if delivery in ("", "sent", "skipped", "spooled") else f"; report {delivery}"
+    _log_line(cfg, hook, node, f"{outcome.decision.action}: {outcome.decision.reason or 'ok'}; "
+                               f"{outcome.applied}{report_note}")
     return outcome.exit_code
 
 

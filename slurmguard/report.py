@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -106,10 +108,10 @@ def drain_permit(node: str, check: str, reason: str, cfg: Any) -> tuple[bool, st
 
 def _spool_or_say(record: dict[str, Any], hooks: Any) -> str:
     try:
-        spool(record, str(hooks["spool_dir"]), int(hooks["spool_max"]))
+        _, dropped = _spool(record, str(hooks["spool_dir"]), int(hooks["spool_max"]))
     except OSError as exc:  # a full or read-only disk: the record is lost, the hook goes on
         return f"lost: spool {hooks['spool_dir']}: {exc.strerror or exc}"
-    return "spooled"
+    return f"spooled; {dropped}" if dropped else "spooled"
 
 
 def read_token(path: str) -> str:
@@ -152,7 +154,9 @@ def _post_json(url: str, token: str, obj: dict[str, Any], timeout: float) -> dic
         raise DeliveryError(f"{url}: {exc}") from None
     finally:
         conn.close()
-    if resp.status != 200:
+    # 422: every record of the request was malformed; the answer's "rejected" settles them
+    # (they are dropped, not retried: sending them again cannot make them valid).
+    if resp.status not in (200, 422):
         raise DeliveryError(f"{url}: HTTP {resp.status}")
     try:
         answer = json.loads(data)
@@ -161,24 +165,97 @@ def _post_json(url: str, token: str, obj: dict[str, Any], timeout: float) -> dic
     return answer if isinstance(answer, dict) else {}
 
 
+DROPPED_FILE = ".dropped"  # in the spool: how many records spool_max has dropped, ever
+
+
+def check_spool_dir(spool_dir: str) -> None:
+    """Refuse a spool that others could plant files or symlinks in: it must be a real
+    directory (not a symlink), owned by this user, not writable by group or others."""
+    st = os.lstat(spool_dir)
+    why = ""
+    if stat.S_ISLNK(st.st_mode):
+        why = "is a symlink"
+    elif not stat.S_ISDIR(st.st_mode):
+        why = "is not a directory"
+    elif st.st_uid != os.geteuid():
+        why = f"is owned by uid {st.st_uid}, not {os.geteuid()}"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = f"is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    if why:
+        raise OSError(f"{spool_dir} {why}: not used (it must be 0700 and ours)")
+
+
 def spool(record: dict[str, Any], spool_dir: str, spool_max: int) -> str:
-    """Write one record durably to the spool; drop the oldest beyond ``spool_max``."""
+    """Write one record durably to the spool; drop the oldest beyond ``spool_max``.
+
+    Returns the file's path. Raises OSError when the record could not be written (a full or
+    read-only disk, an unsafe spool directory). Dropping old records is said on stderr and
+    counted in ``spool_dir/.dropped``.
+    """
+    return _spool(record, spool_dir, spool_max)[0]
+
+
+def _spool(record: dict[str, Any], spool_dir: str, spool_max: int) -> tuple[str, str]:
+    """spool(), also returning the line that says what was dropped ("" when nothing)."""
     os.makedirs(spool_dir, mode=0o700, exist_ok=True)
+    check_spool_dir(spool_dir)
     # Names sort by time, so the oldest is first and replay keeps the order of events.
     name = f"{time.time_ns():020d}-{record.get('id') or uuid.uuid4().hex}{_SUFFIX}"
     path = os.path.join(spool_dir, name)
     tmp = os.path.join(spool_dir, "." + name + ".tmp")
     data = json.dumps(record, separators=(",", ":")).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:  # os.write may write less than asked (a nearly full disk)
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except OSError:
+        _unlink(tmp)  # no partial file left behind on a full disk
+        raise
     _fsync_dir(spool_dir)
-    _trim(spool_dir, spool_max)
-    return path
+    dropped = _trim(spool_dir, spool_max)
+    if dropped:
+        total = _count_dropped(spool_dir, len(dropped))
+        msg = (f"spool {spool_dir} full (spool_max {spool_max}): dropped the oldest "
+               f"{len(dropped)} record(s) {', '.join(_rid(n) for n in dropped[:3])}"
+               f"{' ...' if len(dropped) > 3 else ''} ({total} dropped in all)")
+        print(f"slurmguard: warning: {msg}", file=sys.stderr)
+        return path, msg
+    return path, ""
+
+
+def _rid(name: str) -> str:
+    return name[:-len(_SUFFIX)].split("-", 1)[-1]
+
+
+def _count_dropped(spool_dir: str, n: int) -> int:
+    """Add ``n`` to the spool's dropped-records counter (a small file); returns the total."""
+    path = os.path.join(spool_dir, DROPPED_FILE)
+    total = n + dropped_count(spool_dir)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{total}\n")
+        os.replace(tmp, path)
+    except OSError:
+        _unlink(tmp)
+    return total
+
+
+def dropped_count(spool_dir: str) -> int:
+    """Records ever dropped from this spool because it was full (0 when none)."""
+    try:
+        fd = os.open(os.path.join(spool_dir, DROPPED_FILE), os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as fh:
+            return int(fh.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
 
 
 def spooled(spool_dir: str) -> list[str]:
@@ -190,13 +267,16 @@ def spooled(spool_dir: str) -> list[str]:
     return sorted(n for n in names if n.endswith(_SUFFIX) and not n.startswith("."))
 
 
-def _trim(spool_dir: str, spool_max: int) -> None:
+def _trim(spool_dir: str, spool_max: int) -> list[str]:
     names = spooled(spool_dir)
+    dropped = []
     for name in names[: max(0, len(names) - spool_max)]:
         try:
             os.unlink(os.path.join(spool_dir, name))
+            dropped.append(name)
         except FileNotFoundError:
             pass
+    return dropped
 
 
 def _fsync_dir(path: str) -> None:
@@ -219,7 +299,9 @@ def replay_spool(url: str, token: str, spool_dir: str, *, deadline: float,
 
     if not os.path.isdir(spool_dir):
         return 0
-    lock_fd = os.open(os.path.join(spool_dir, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    check_spool_dir(spool_dir)
+    lock_fd = os.open(os.path.join(spool_dir, ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
+                      0o600)
     try:
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -234,7 +316,8 @@ def replay_spool(url: str, token: str, spool_dir: str, *, deadline: float,
             for name in names:
                 path = os.path.join(spool_dir, name)
                 try:
-                    with open(path, "rb") as fh:
+                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                    with os.fdopen(fd, "rb") as fh:
                         rec = json.loads(fh.read())
                 except (OSError, ValueError):
                     _unlink(path)  # a torn or vanished file: nothing to send

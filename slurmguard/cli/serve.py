@@ -61,7 +61,11 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
                           port=int(scfg["port"]) if port is None else port,
                           batch_size=int(scfg["batch_size"]),
                           batch_interval=float(scfg["batch_interval"]),
-                          max_body=int(scfg["max_body"]), on_commit=on_commit, routes=routes)
+                          max_body=int(scfg["max_body"]), on_commit=on_commit, routes=routes,
+                          workers=int(scfg["workers"]),
+                          max_connections=int(scfg["max_connections"]),
+                          idle_timeout=float(scfg["idle_timeout"]),
+                          request_timeout=float(scfg["request_timeout"]))
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:

@@ -400,6 +400,11 @@ class Store:
                 out.setdefault(name, []).append((at, source))
         return out
 
+    def ping(self) -> None:
+        """One trivial query: raises StoreError when the store does not answer."""
+        with guard(self.engine, "ping"), self.engine.connect() as conn:
+            conn.execute(select(1)).scalar_one()
+
     def counts(self) -> dict[str, int]:
         """Row counts per table (for `db current` and tests)."""
         with guard(self.engine, "counts"), self.engine.connect() as conn:
