@@ -11,6 +11,8 @@
     GET  /healthz  no token: 200 {"status": "ok"} when the store answers, 503 {"status":
                    "store unavailable"} otherwise, nothing more; with the token also the
                    counts, the writer's queue, the connection figures and the store's error.
+    GET  /metrics  Prometheus text format (slurmguard.metrics.registry.ServeMetrics); no token
+                   unless metrics.require_token (docs/metrics.md).
 
 Connections are served by :mod:`slurmguard.serve.httpd` (one dispatcher thread, a bounded
 pool of ``serve.workers`` threads, idle and request timeouts, a connection cap); one writer
@@ -34,6 +36,7 @@ from typing import Any
 
 from slurmguard import __version__
 from slurmguard.errors import InputError, SlurmguardError, StoreError
+from slurmguard.metrics.registry import CONTENT_TYPE, ServeMetrics
 from slurmguard.serve.httpd import PooledHTTPServer
 from slurmguard.store.api import Store
 from slurmguard.store.records import validate_record
@@ -48,9 +51,11 @@ class BatchWriter(threading.Thread):
     """Collects validated records from request threads and writes them in batches."""
 
     def __init__(self, store: Store, *, batch_size: int, interval: float,
-                 on_commit: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+                 on_commit: Callable[[list[dict[str, Any]]], None] | None = None,
+                 metrics: ServeMetrics | None = None) -> None:
         super().__init__(name="sg-writer", daemon=True)
         self.store = store
+        self.metrics = metrics or ServeMetrics()
         self.batch_size = batch_size
         self.interval = interval
         self.on_commit = on_commit
@@ -90,6 +95,7 @@ class BatchWriter(threading.Thread):
 
     def _write(self, pending: list[tuple[list[dict[str, Any]], Future[list[str]]]]) -> None:
         records = [r for recs, _ in pending for r in recs]
+        t0 = time.monotonic()
         try:
             fresh = set(self.store.record_many(records))
         except Exception as exc:
@@ -102,6 +108,7 @@ class BatchWriter(threading.Thread):
                 for one in pending:
                     self._write([one])
                 return
+            self.metrics.write_errors.inc()
             if isinstance(exc, SlurmguardError):
                 log.error("store write failed (%d records kept on the nodes): %s", len(records), exc)
                 err = exc
@@ -113,6 +120,13 @@ class BatchWriter(threading.Thread):
             return
         self.batches += 1
         self.stored += len(fresh)
+        now = time.time()
+        self.metrics.batch_duration.observe(time.monotonic() - t0)
+        for r in records:
+            if r["id"] in fresh:
+                self.metrics.ingest_lag.observe(max(0.0, now - r["started"] - r["duration"]))
+                if r.get("spooled"):
+                    self.metrics.replays.inc()
         for recs, fut in pending:
             fut.set_result([r["id"] for r in recs if r["id"] in fresh])
         if self.on_commit is not None and fresh:
@@ -130,13 +144,16 @@ class IngestServer:
                  on_commit: Callable[[list[dict[str, Any]]], None] | None = None,
                  routes: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
                  workers: int = 64, max_connections: int = 1024, idle_timeout: float = 15.0,
-                 request_timeout: float = 30.0) -> None:
+                 request_timeout: float = 30.0,
+                 metrics: ServeMetrics | None = None, metrics_token: bool = False) -> None:
         self.store = store
         self.token = token
         self.max_body = max_body
         self.routes = routes or {}
+        self.metrics = metrics or ServeMetrics()
+        self.metrics_token = metrics_token
         self.writer = BatchWriter(store, batch_size=batch_size, interval=batch_interval,
-                                  on_commit=on_commit)
+                                  on_commit=on_commit, metrics=self.metrics)
         self.httpd = PooledHTTPServer(
             (host, port), _make_handler(self), workers=workers, max_connections=max_connections,
             idle_timeout=idle_timeout, request_timeout=request_timeout, max_body=max_body,
@@ -185,6 +202,19 @@ class IngestServer:
         return None
 
     def ingest(self, body: Any) -> tuple[int, dict[str, Any]]:
+        t0 = time.monotonic()
+        try:
+            code, answer = self._ingest(body)
+        finally:
+            self.metrics.ingest_duration.observe(time.monotonic() - t0)
+        m = self.metrics.ingest_records
+        if code in (200, 422):
+            for key in ("stored", "duplicate", "rejected"):
+                if answer[key]:
+                    m.labels(result=key).inc(len(answer[key]))
+        return code, answer
+
+    def _ingest(self, body: Any) -> tuple[int, dict[str, Any]]:
         raw = body.get("records") if isinstance(body, dict) and "records" in body else body
         if isinstance(raw, dict):
             raw = [raw]
@@ -215,8 +245,10 @@ class IngestServer:
             try:
                 stored = self.writer.submit(good).result(timeout=_WAIT)
             except StoreError as exc:
+                self.metrics.ingest_records.labels(result="failed").inc(len(good))
                 return 503, {"error": exc.message}
             except TimeoutError:
+                self.metrics.ingest_records.labels(result="failed").inc(len(good))
                 return 503, {"error": "store write timed out"}
         fresh = set(stored)
         code = 422 if rejected and not good and not duplicate_in_request else 200
@@ -274,10 +306,14 @@ def _make_handler(server: IngestServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             log.debug("%s " + format, self.address_string(), *args)
 
-        def _send(self, code: int, obj: dict[str, Any]) -> None:
-            data = json.dumps(obj).encode()
+        def _send(self, code: int, obj: dict[str, Any] | bytes,
+                  ctype: str = "application/json") -> None:
+            data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+            path = self.path.split("?")[0]
+            known = path in ("/ingest", "/healthz", "/metrics") or path in server.routes
+            server.metrics.http_requests.labels(path=path if known else "other", code=str(code)).inc()
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -296,8 +332,14 @@ def _make_handler(server: IngestServer) -> type[BaseHTTPRequestHandler]:
                 pass
 
         def do_GET(self) -> None:  # noqa: N802
-            if self.path.split("?")[0] == "/healthz":
+            path = self.path.split("?")[0]
+            if path == "/healthz":
                 self._send(*server.healthz(server.authorized(self.headers.get("Authorization"))))
+            elif path == "/metrics":
+                if server.metrics_token and not server.authorized(self.headers.get("Authorization")):
+                    self._send(401, {"error": "missing or wrong token"})
+                    return
+                self._send(200, server.metrics.exposition(), CONTENT_TYPE)
             else:
                 self._send(404, {"error": f"not found: GET {self.path[:80]}"})
 

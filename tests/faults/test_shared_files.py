@@ -6,7 +6,6 @@ case plants a symlink to a victim file and checks the victim is untouched.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess
