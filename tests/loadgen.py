@@ -1,9 +1,9 @@
 """Node clients for the soak and fault tests: threads that act like nodes posting to serve.
 
-Each client is one node: it builds result records with the real ``report.make_record``,
-POSTs them in batches with the real ``report.post_records``, spools a batch it could not
-deliver with the real ``report.spool`` and, after each success, replays its spool with the
-real ``report.replay_spool``, exactly as a node's hooks do. Every loop is bounded in count
+Each client is one node: it builds result records with the real ``slurmguard.record.make_record``,
+POSTs them in batches with the real ``serve_client.post_records``, spools a batch it could not
+deliver with the real ``adapters.spool.write`` and, after each success, replays its spool with the
+real ``delivery.replay_spool``, exactly as a node's hooks do. Every loop is bounded in count
 and time; only loopback is used.
 
 Afterwards :func:`count_in_store` counts, in the store itself, every record id the clients
@@ -18,8 +18,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmguard import report
+from slurmguard import delivery
+from slurmguard.adapters import serve_client, spool
 from slurmguard.health import CheckResult, Health
+from slurmguard.record import make_record
 
 RESULTS_PER_RECORD = 2
 
@@ -54,7 +56,7 @@ class Load:
 
 def _records(node: str, n: int) -> list[dict]:
     results = [CheckResult("gpu-count", Health.HEALTHY), CheckResult("ib-link", Health.HEALTHY)]
-    return [report.make_record(node, "healthcheck", results, "pass", "") for _ in range(n)]
+    return [make_record(node, "healthcheck", results, "pass", "") for _ in range(n)]
 
 
 def run_clients(url: str, token: str, *, clients: int, seconds: float, batch: int,
@@ -67,7 +69,7 @@ def run_clients(url: str, token: str, *, clients: int, seconds: float, batch: in
 
     def client(i: int) -> None:
         node = f"{prefix}{i:04d}"
-        spool = str(spool_root / node)
+        sdir = str(spool_root / node)
         start_gate.wait()
         for _ in range(max_requests):
             if time.monotonic() >= end:
@@ -77,10 +79,10 @@ def run_clients(url: str, token: str, *, clients: int, seconds: float, batch: in
                 load.made.update(r["id"] for r in recs)
             t0 = time.monotonic()
             try:
-                ans = report.post_records(url, token, recs, timeout)
-            except report.DeliveryError:
+                ans = serve_client.post_records(url, token, recs, timeout)
+            except serve_client.DeliveryError:
                 for r in recs:
-                    report.spool(r, spool, 1_000_000)
+                    spool.write(r, sdir, 1_000_000)
                 with load.lock:
                     load.failures += 1
                     load.spooled += len(recs)
@@ -92,9 +94,9 @@ def run_clients(url: str, token: str, *, clients: int, seconds: float, batch: in
                 load.latencies.append(dt)
                 load.acked += len(ans.get("stored", [])) + len(ans.get("duplicate", []))
                 load.rejected.extend(ans.get("rejected", {}))
-            if report.spooled(spool):
+            if spool.pending(sdir):
                 try:
-                    report.replay_spool(url, token, spool, deadline=time.monotonic() + timeout)
+                    delivery.replay_spool(url, token, sdir, deadline=time.monotonic() + timeout)
                 except OSError:
                     pass
 
@@ -118,12 +120,12 @@ def drain_spools(url: str, token: str, spool_root: Path, *, seconds: float = 60.
     for _ in range(1000):
         left = 0
         for d in sorted(p for p in spool_root.iterdir() if p.is_dir()) if spool_root.exists() else []:
-            if report.spooled(str(d)):
+            if spool.pending(str(d)):
                 try:
-                    report.replay_spool(url, token, str(d), deadline=time.monotonic() + 10)
+                    delivery.replay_spool(url, token, str(d), deadline=time.monotonic() + 10)
                 except OSError:
                     pass
-                left += len(report.spooled(str(d)))
+                left += len(spool.pending(str(d)))
         if left == 0 or time.monotonic() > end:
             break
     return left

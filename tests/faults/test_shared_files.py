@@ -16,8 +16,10 @@ import pytest
 from helpers import sg_argv, sg_env
 from reliability import record
 
-from slurmguard import report
+from slurmguard import delivery
+from slurmguard.adapters import spool
 from slurmguard.errors import InputError
+from slurmguard.record import make_record
 
 CHILD = ("import os; from slurmguard import progress; "
          "print(os.environ['SLURMGUARD_PROGRESS']); progress.step(1); progress.step(2)")
@@ -113,7 +115,7 @@ def _spool_cfg(spool_dir: Path) -> dict:
 
 
 def _rec() -> dict:
-    return report.make_record("n1", "prolog", [], "pass", "")
+    return make_record("n1", "prolog", [], "pass", "")
 
 
 def test_spool_dir_symlink_or_shared_is_refused(tmp_path: Path, victim: Path) -> None:
@@ -121,37 +123,37 @@ def test_spool_dir_symlink_or_shared_is_refused(tmp_path: Path, victim: Path) ->
     target.mkdir()
     link = tmp_path / "spool-link"
     os.symlink(target, link)
-    out = report.deliver(_rec(), _spool_cfg(link))
+    out = delivery.deliver(_rec(), _spool_cfg(link))
     assert out.startswith("lost: spool") and "is a symlink" in out
     assert not any(target.iterdir())
     shared = tmp_path / "spool-shared"
     shared.mkdir()
     shared.chmod(0o1777)
-    out = report.deliver(_rec(), _spool_cfg(shared))
+    out = delivery.deliver(_rec(), _spool_cfg(shared))
     assert out.startswith("lost: spool") and "writable by others" in out
     assert not any(shared.iterdir())
     CASES.append("spool dir a symlink / world-writable")
 
 
 def test_spool_lock_and_record_symlinks_are_not_followed(tmp_path: Path, victim: Path) -> None:
-    spool = tmp_path / "spool"
-    report.spool(_rec(), str(spool), 100)
-    os.symlink(victim, spool / ".lock")
+    sdir = tmp_path / "sdir"
+    spool.write(_rec(), str(sdir), 100)
+    os.symlink(victim, sdir / ".lock")
     with pytest.raises(OSError):
-        report.replay_spool("http://127.0.0.1:9/ingest", "t", str(spool), deadline=1e18)
-    os.unlink(spool / ".lock")
-    os.symlink(victim, spool / "00000000000000000000-planted.json")
+        delivery.replay_spool("http://127.0.0.1:9/ingest", "t", str(sdir), deadline=1e18)
+    os.unlink(sdir / ".lock")
+    os.symlink(victim, sdir / "00000000000000000000-planted.json")
     # A planted record file is not read (so never sent to serve), only removed; serve is
     # unreachable here, so the real record stays spooled.
     import time
 
-    n = report.replay_spool("http://127.0.0.1:9/ingest", "t", str(spool),
+    n = delivery.replay_spool("http://127.0.0.1:9/ingest", "t", str(sdir),
                             deadline=time.monotonic() + 2)
     assert n == 0 and victim.read_text() == "precious\n"
-    assert not os.path.lexists(spool / "00000000000000000000-planted.json")
-    assert len(report.spooled(str(spool))) == 1
-    os.symlink(victim, spool / ".dropped")
-    assert report.dropped_count(str(spool)) == 0
+    assert not os.path.lexists(sdir / "00000000000000000000-planted.json")
+    assert len(spool.pending(str(sdir))) == 1
+    os.symlink(victim, sdir / ".dropped")
+    assert spool.dropped_count(str(sdir)) == 0
     CASES.append("spool .lock, record and .dropped symlinks")
 
 
