@@ -122,7 +122,7 @@ def owner_of(user: str) -> Owner:
 
 
 def defaults_text(exe: str, config_file: str, state_dir: str, textfile_dir: str,
-                  agent_client: str = "") -> bytes:
+                  agent_client: str = "", scontrol: str = "/usr/bin/scontrol") -> bytes:
     lines = [
         "# Read by the slurmguard entry scripts (Prolog, Epilog, HealthCheckProgram,",
         "# PrologSlurmctld) and by the slurmguard systemd units. Written by `slurmguard setup`,",
@@ -130,6 +130,7 @@ def defaults_text(exe: str, config_file: str, state_dir: str, textfile_dir: str,
         f"SLURMGUARD={shlex.quote(exe)}",
         f"SLURMGUARD_CONFIG={shlex.quote(config_file)}",
         f"SLURMGUARD_STATE_DIR={shlex.quote(state_dir)}",
+        f"SLURMGUARD_SCONTROL={shlex.quote(scontrol)}",
     ]
     if textfile_dir:
         lines.append(f"SLURMGUARD_TEXTFILE_DIR={shlex.quote(textfile_dir)}")
@@ -221,7 +222,8 @@ def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: by
         plan.steps.append(FileStep(client_path, client, 0o755, what="agent hook client"))
     plan.steps.append(DirStep(os.path.dirname(defaults_file), 0o755))
     plan.steps.append(FileStep(defaults_file, defaults_text(exe, config_file, hooks["state_dir"],
-                                                            textfile_dir, client_path), 0o644,
+                                                            textfile_dir, client_path,
+                                                            str(cfg["slurm.scontrol"])), 0o644,
                                what="what the entry scripts run"))
     # On the controller the state dir also holds the SQLite store that the gate
     # (PrologSlurmctld, run as SlurmUser) reads: group SlurmUser, group-writable for SQLite's
