@@ -147,6 +147,10 @@ _SERVE: Schema = {
     "policy": Bool(True, "run fleet policy after ingest and drain flagged nodes"),
     "policy_interval": Float(60.0, "seconds between full policy passes", minimum=1.0),
     "upgrade": Bool(False, "run `db upgrade` at start instead of refusing an old schema"),
+    "gate_socket": Str("", "unix socket answering the compiled gate client (PrologSlurmctld "
+                       "fast path, docs/serve.md), e.g. /run/slurmguard/gate.sock; empty: off"),
+    "gate_socket_user": Str("", "owner of gate_socket (mode 0600): the SlurmUser that runs "
+                            "PrologSlurmctld, when serve runs as root"),
 }
 
 _POLICY: Schema = {
