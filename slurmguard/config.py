@@ -431,7 +431,9 @@ def _validate(raw: Mapping[str, Any], schema: Mapping[str, Any], prefix: str, f:
         path = f"{prefix}{key}"
         spec = schema.get(key)
         if spec is None:
-            raise ConfigError(f"{path}: unknown key (in {f})")
+            section = f"[{prefix.rstrip('.')}]" if prefix else "the top level"
+            raise ConfigError(f"{path}: unknown key (in {f}); valid keys of {section}: "
+                              + ", ".join(sorted(schema)))
         if isinstance(spec, Field):
             out[key] = _coerce(spec, value, path, f)
         else:

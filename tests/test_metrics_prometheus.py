@@ -56,7 +56,7 @@ def _wait(pred: Any, timeout: float, what: str) -> Any:
     while time.monotonic() < end:
         try:
             last = pred()
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             last = exc
         else:
             if last:
@@ -158,7 +158,8 @@ scrape_configs:
         job = c.wait_job(jid, ["RUNNING"], timeout=60)
         assert job["NodeList"] == "n1"
         c.run("scontrol", "update", "nodename=n2", "state=resume")
-        time.sleep(1.5)  # the watcher sees the job running on n1
+        _wait(lambda: json.loads((d / "requeue.json").read_text()).get(jid, {}).get("nodes") == "n1",
+              60, "the watcher seeing the job run on n1")
 
         hc = subprocess.run(sg_argv("healthcheck"), env={**env, "SLURMD_NODENAME": "n1",
                                                          "FAULT_VALUE": "bad"},

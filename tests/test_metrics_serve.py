@@ -141,6 +141,22 @@ def families(text: str) -> dict[str, tuple[str, set[str]]]:
     return out
 
 
+def declared_labels() -> dict[str, set[str]]:
+    """Label names of the controller metrics as declared (for families without a sample)."""
+    from slurmguard.metrics.registry import ReconcileMetrics, RequeueMetrics, ServeMetrics
+
+    out = {}
+    for m in (ServeMetrics(), RequeueMetrics(), ReconcileMetrics()):
+        for fam in m.registry.collect():
+            c = {"counter": "_total"}.get(fam.type, "")
+            out[fam.name + c] = {n for n in getattr(_collector(m, fam.name), "_labelnames", ())}
+    return out
+
+
+def _collector(m, name: str):
+    return next((c for c in m.registry._collector_to_names if getattr(c, "_name", None) == name), None)
+
+
 def test_doc_lists_exactly_the_metrics_of_real_scrapes(served, tmp_path):
     from slurmguard.metrics.registry import RequeueMetrics
     from slurmguard.reconcile.metrics import Metrics as ReconcileFile
@@ -192,9 +208,12 @@ textfile_dir = "{tdir}"
         scraped.setdefault("slurmguard_hook_unrunnable_total", ("counter", {"hook"}))
     assert sorted(set(scraped) - set(doc)) == [], "scraped but not in docs/metrics.md"
     assert sorted(set(doc) - set(scraped)) == [], "in docs/metrics.md but in no scrape"
+    declared = declared_labels()
     for name, (kind, labels) in doc.items():
         assert scraped[name][0] == kind, f"{name}: doc says {kind}, scrape {scraped[name][0]}"
         seen = scraped[name][1]
         if seen:  # a labelled family with samples: its label names are the documented ones
             assert seen == set(labels), f"{name}: doc labels {sorted(labels)}, scrape {sorted(seen)}"
+        elif name in declared:  # no sample in these scrapes: the labels it is declared with
+            assert declared[name] == set(labels), f"{name}: doc {sorted(labels)}, declared {sorted(declared[name])}"
     assert json.loads(json.dumps(sorted(doc)))  # the table is not empty

@@ -220,7 +220,7 @@ def test_unreachable_store_is_one_line_and_exit_store(tmp_path) -> None:
 
 
 def test_sqlite_store_in_missing_directory_is_store_error(tmp_path) -> None:
-    with pytest.raises(StoreError, match="does not exist"):
+    with pytest.raises(StoreError, match="does not exist; run: slurmguard setup controller"):
         Store.open(url=f"sqlite:///{tmp_path}/no/such/dir/s.db")
 
 

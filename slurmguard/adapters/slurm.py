@@ -231,3 +231,9 @@ class SlurmCLI:
         except CommandError:
             return False
         return res.rc == 0 and " is UP" in res.stdout
+
+    def show_config(self) -> dict[str, str]:
+        """The running slurmctld's config (``scontrol show config``), lower-case keys."""
+        from slurmguard.adapters.slurm_conf import parse_show_config
+
+        return parse_show_config(self._run("scontrol", "show", "config").stdout)

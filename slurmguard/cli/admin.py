@@ -100,14 +100,16 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
         if not _matches(wanted, info, s):
             continue
         rows.append(_node_dict(name, info, s))
+    marker = _hook_unrunnable(cfg)
     if as_json:
         for r in rows:
             r.pop("_last_seen")
-        echo_json({"alerts": [_alert_dict(a) for a in alerts], "nodes": rows})
+        echo_json({"alerts": [_alert_dict(a) for a in alerts], "nodes": rows,
+                   "hook_unrunnable": marker})
         return
-    for line in _alert_lines(alerts):
+    for line in _alert_lines(alerts) + ([_marker_line(marker)] if marker else []):
         click.echo(line)
-    if alerts:
+    if alerts or marker:
         click.echo()
     click.echo(table([[r["name"], r["state"], _cut(r["reason"], 40), ago(r["_last_seen"]),
                        r["last_health"] or "-", ",".join(r["failing_checks"]) or "-",
@@ -138,6 +140,29 @@ def _node_dict(name: str, info: Any, s: Any) -> dict[str, Any]:
         "probation_passes": s.probation_passes if s else 0, "flags": flags,
         "in_slurm": info is not None,
     }
+
+
+def _hook_unrunnable(cfg: Any) -> dict[str, Any] | None:
+    """This host's hook-unrunnable marker (docs/install.md "Loud fail-open"), or None.
+
+    The marker is written by an entry script that could not run slurmguard, on the host where
+    it ran; the fleet-wide view is the textfile metric slurmguard_hook_unrunnable_total."""
+    import os
+    import socket
+
+    from slurmguard.doctor import MARKER, read_marker
+
+    path = os.path.join(str(cfg["hooks.state_dir"]), MARKER)
+    lines = read_marker(path)
+    if not lines:
+        return None
+    return {"host": socket.gethostname(), "path": path, "count": len(lines), "last": lines[-1]}
+
+
+def _marker_line(m: dict[str, Any]) -> str:
+    return (f"HOOK UNRUNNABLE on this host ({m['host']}): {m['count']} entry-script run(s) could "
+            f"not run slurmguard, jobs ran unchecked; last: {m['last']} ({m['path']}; "
+            "run `slurmguard doctor`)")
 
 
 def _cut(text: str, n: int) -> str:
@@ -185,9 +210,12 @@ def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, 
     data.pop("_last_seen")
     timeline = [{"at": iso(i.at), "kind": i.kind, "health": i.health, "actor": i.actor,
                  "source": i.source, "reason": i.reason, "checks": list(i.checks)} for i in items]
+    marker = _hook_unrunnable(cfg)
     if as_json:
-        echo_json({"node": data, "timeline": timeline})
+        echo_json({"node": data, "timeline": timeline, "hook_unrunnable": marker})
         return
+    if marker:
+        click.echo(_marker_line(marker))
     click.echo(f"node:        {node}")
     click.echo(f"slurm state: {data['state']}" + (f"  reason: {data['reason']}" if data["reason"] else ""))
     click.echo(f"last check:  {data['last_check'] or '-'} {data['last_health'] or ''}".rstrip())
