@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from slurmguard.errors import ConfigError
+from slurmguard.errors import ConfigError, InputError
 from slurmguard.fieldtypes import (  # re-exported: sections below and callers use them
     AbsPath,
     Bool,
@@ -40,9 +39,9 @@ from slurmguard.fieldtypes import (  # re-exported: sections below and callers u
     StrList,
     Table,
 )
+from slurmguard.policy.params import SECTION as POLICY_SECTION
 
 DEFAULT_PATH = "/etc/slurmguard/slurmguard.toml"
-_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
 
 # ---------------------------------------------------------------------------------------------
 # The schema. Check areas add theirs from slurmguard.checks (each area module's PARAMS).
@@ -155,24 +154,6 @@ _SERVE: Schema = {
                             "PrologSlurmctld, when serve runs as root"),
 }
 
-_POLICY: Schema = {
-    "window": Float(3600.0, "seconds of history the lemon and flapping rules look at", minimum=1.0),
-    "lemon_failures": Int(3, "failures (unhealthy runs or foreign drains) in window => lemon", minimum=1),
-    "lemon_rate_factor": Float(5.0, "lemon when the node's failure rate is this many times the fleet's", minimum=1.0),
-    "lemon_rate_min_runs": Int(10, "runs a node needs in window before the rate rule applies", minimum=1),
-    "lemon_rate_floor": Float(0.5, "and its failure rate is at least this", minimum=0.0),
-    "flap_transitions": Int(4, "pass<->fail changes in window => flapping (counts as failing)", minimum=2),
-    "burnin_after_lemon": Bool(True, "a lemon needs a burn-in (or an admin) before it runs jobs"),
-    "blast_window": Float(3600.0, "seconds over which drains are counted for the cap", minimum=1.0),
-    "blast_max_nodes": Int(50, "never drain more than this many nodes per scope in blast_window", minimum=1),
-    "blast_max_percent": Float(10.0, "... nor more than this percent of a partition or group", minimum=0.0),
-    "groups": Table("named topology groups (rack, switch): name = \"NodeSet\""),
-    "probation_jobs": Int(3, "passing jobs a returned node needs to leave probation", minimum=0),
-    "probation_mark": Choice("feature", ["feature", "weight", "none"], "how Slurm marks probation"),
-    "probation_feature": Str("sg_probation", "feature added while on probation"),
-    "probation_weight": Int(65000, "node Weight while on probation (higher = picked last)", minimum=1),
-}
-
 _GATE: Schema = {
     "on_store_error": Choice("open", ["open", "closed"], "store unreadable: let jobs run (open) or refuse (closed)"),
     "fresh": Float(900.0, "seconds an unhealthy result keeps a node from new jobs", minimum=0.0),
@@ -219,7 +200,7 @@ SCHEMA: dict[str, Any] = {
     "metrics": _METRICS,
     "store": _STORE,
     "serve": _SERVE,
-    "policy": _POLICY,
+    "policy": dict(POLICY_SECTION),  # declared with its thresholds in slurmguard/policy/params.py
     "gate": _GATE,
     "checks": {
         "disabled": StrList([], "check names never run"),
@@ -273,9 +254,11 @@ class Config:
         """The config with every ``[[group]]`` whose ``nodes`` pattern holds ``node`` applied."""
         if not node or not self._groups:
             return self
+        from slurmguard.nodeset import contains  # only when groups exist
+
         data = copy.deepcopy(self._data)
         for pattern, overrides in self._groups:
-            if _in_pattern(node, pattern):
+            if contains(pattern, node):
                 _merge(data, overrides)
         return Config(data, [], self.sources)
 
@@ -327,84 +310,13 @@ def _read_toml(f: Path) -> dict[str, Any]:
         raise ConfigError(f"{f}: cannot read: {exc.strerror}") from None
 
 
-def _simple_pattern(pattern: str) -> list[tuple[str, list[tuple[str, str]] | None, str]] | None:
-    """The common NodeSet forms, parsed without ClusterShell (its import costs the hook path
-    about 10 ms): comma-separated ``name`` or ``prefix[1-4,07-09]suffix`` items. None for
-    anything else (several bracket groups, @groups, operators), which ClusterShell handles."""
-    items: list[tuple[str, list[tuple[str, str]] | None, str]] = []
-    depth, start = 0, 0
-    parts: list[str] = []
-    for i, ch in enumerate(pattern):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(pattern[start:i])
-            start = i + 1
-        if depth not in (0, 1):
-            return None
-    parts.append(pattern[start:])
-    if depth != 0:
-        return None
-    for part in parts:
-        head, sep, rest = part.partition("[")
-        if not sep:
-            if not _NAME_RE.fullmatch(part):
-                return None
-            items.append((part, None, ""))
-            continue
-        body, _, tail = rest.partition("]")
-        if (not _NAME_RE.fullmatch(head) or (tail and not _NAME_RE.fullmatch(tail))
-                or "[" in tail or "]" in tail):
-            return None
-        ranges = []
-        for r in body.split(","):
-            lo, dash, hi = r.partition("-")
-            hi = hi if dash else lo
-            if not (lo.isdigit() and hi.isascii() and hi.isdigit() and lo.isascii()):
-                return None
-            if int(lo) > int(hi) or (lo[0] == "0" and len(lo) > 1 and len(hi) < len(lo)):
-                return None
-            ranges.append((lo, hi))
-        items.append((head, ranges, tail))
-    return items
-
-
-def _in_pattern(node: str, pattern: str) -> bool:
-    """``node in NodeSet(pattern)``; ClusterShell only for patterns outside the common forms."""
-    items = _simple_pattern(pattern)
-    if items is None:
-        from ClusterShell.NodeSet import NodeSet
-
-        return node in NodeSet(pattern)
-    for head, ranges, tail in items:
-        if ranges is None:
-            if node == head:
-                return True
-            continue
-        if not (node.startswith(head) and node.endswith(tail)) or len(node) <= len(head) + len(tail):
-            continue
-        digits = node[len(head):len(node) - len(tail)]
-        if not (digits.isascii() and digits.isdigit()):
-            continue
-        v = int(digits)
-        for lo, hi in ranges:
-            pad = len(lo) if lo[0] == "0" and len(lo) > 1 else 0
-            if int(lo) <= v <= int(hi) and digits == str(v).zfill(pad):
-                return True
-    return False
-
-
 def _check_nodeset(f: Path, where: str, pattern: str) -> None:
-    if _simple_pattern(pattern) is not None:
-        return
-    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+    from slurmguard.nodeset import check
 
     try:
-        NodeSet(pattern)
-    except (NodeSetParseError, ValueError) as exc:
-        raise ConfigError(f"{f}: {where}.nodes: not a NodeSet pattern: {_show(pattern)} ({exc})") from None
+        check(pattern, source=f"{where}.nodes")
+    except InputError as exc:
+        raise ConfigError(f"{f}: {where}.nodes: not a NodeSet pattern: {_show(pattern)} ({exc.message})") from None
 
 
 def _defaults_of(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""[[group]] node patterns: the hook path's own parser of the common NodeSet forms agrees with
-ClusterShell (which the hook path no longer imports for them), property-tested."""
+"""[[group]] node patterns on the hook path: slurmguard.nodeset's own parser of the common forms
+agrees with ClusterShell (which the hook path no longer imports for them), property-tested."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmguard.config import _in_pattern, _simple_pattern
+from slurmguard.nodeset import check, contains, parse_simple
 
 prefix = st.sampled_from(["n", "gpu", "node-", "a1b", "dgx.h100-", "c"])
 suffix = st.sampled_from(["", "", "-ib", "a"])
@@ -45,16 +45,16 @@ def a_node(draw) -> str:
 @settings(max_examples=400, deadline=None)
 @given(a_pattern(), st.lists(a_node(), min_size=1, max_size=6))
 def test_membership_matches_clustershell(pattern: str, nodes: list[str]) -> None:
-    assert _simple_pattern(pattern) is not None, pattern
+    assert parse_simple(pattern) is not None, pattern
     ns = NodeSet(pattern)
     for node in nodes + list(ns)[:3]:
-        assert _in_pattern(node, pattern) == (node in ns), (node, pattern)
+        assert contains(pattern, node) == (node in ns), (node, pattern)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet="n0123456789[]-,@!&^ ab", min_size=1, max_size=16))
 def test_whatever_the_simple_parser_accepts_clustershell_accepts(pattern: str) -> None:
-    if _simple_pattern(pattern) is None:
+    if parse_simple(pattern) is None:
         return
     try:
         NodeSet(pattern)
@@ -63,7 +63,18 @@ def test_whatever_the_simple_parser_accepts_clustershell_accepts(pattern: str) -
 
 
 def test_other_forms_go_to_clustershell() -> None:
-    assert _simple_pattern("n[1-2]x[3-4]") is None
-    assert _simple_pattern("@rack1") is None
-    assert _simple_pattern("n[1-8]!n3") is None
-    assert _in_pattern("n1x3", "n[1-2]x[3-4]") and not _in_pattern("n3", "n[1-8]!n3")
+    assert parse_simple("n[1-2]x[3-4]") is None
+    assert parse_simple("@rack1") is None
+    assert parse_simple("n[1-8]!n3") is None
+    assert contains("n[1-2]x[3-4]", "n1x3") and not contains("n[1-8]!n3", "n3")
+
+
+def test_check_refuses_what_expand_refuses() -> None:
+    import pytest
+
+    from slurmguard.errors import InputError
+
+    check("gpu[001-064],cpu7", source="group[0].nodes")
+    for bad in ("n[1-", "-x[1-2]", "a..b[1-2]", "n[3-1]"):
+        with pytest.raises(InputError):
+            check(bad, source="group[0].nodes")

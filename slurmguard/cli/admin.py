@@ -79,9 +79,9 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
       slurmguard nodes 'gpu[001-064]' --state drained --state lemon
       slurmguard nodes --json | jq '.nodes[] | select(.lemon)'
     """
-    from slurmguard.triage import expand_nodes
+    from slurmguard.nodeset import expand
 
-    names = expand_nodes(nodeset) if nodeset else None
+    names = expand(nodeset) if nodeset else None
     cfg = load_config(ctx)
     store = _store(cfg)
     infos: dict[str, Any] = {}
@@ -194,7 +194,7 @@ def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, 
       slurmguard node show gpu017
       slurmguard node show gpu017 --since 24h --json
     """
-    from slurmguard.triage import validate_node_name
+    from slurmguard.nodeset import validate_node_name
 
     validate_node_name(node)
     cfg = load_config(ctx)
@@ -245,10 +245,10 @@ def drain_cmd(ctx: click.Context, nodeset: str, reason: str, as_json: bool) -> i
     Example:
       sudo slurmguard drain 'gpu[017,023]' --reason "fans replaced, needs burn-in"
     """
-    from slurmguard.triage import expand_nodes
+    from slurmguard.nodeset import expand
     from slurmguard.triage.admin import admin_name, check_reason, drain_nodes
 
-    nodes = expand_nodes(nodeset)
+    nodes = expand(nodeset)
     check_reason(reason)
     cfg = load_config(ctx)
     store = _store(cfg)  # before Slurm: a change must never go unrecorded
@@ -275,10 +275,10 @@ def resume_cmd(ctx: click.Context, nodeset: str, force: bool, as_json: bool) -> 
       sudo slurmguard resume gpu017
       sudo slurmguard resume gpu017 --force     # a lemon, after a hardware swap
     """
-    from slurmguard.triage import expand_nodes
+    from slurmguard.nodeset import expand
     from slurmguard.triage.admin import admin_name, resume_nodes
 
-    nodes = expand_nodes(nodeset)
+    nodes = expand(nodeset)
     cfg = load_config(ctx)
     store = _store(cfg)
     outcomes = resume_nodes(_slurm(cfg), store, nodes, f"admin:{admin_name()}", force=force)
@@ -317,7 +317,7 @@ def events_cmd(ctx: click.Context, since: str, node: str | None, kinds: tuple[st
       slurmguard events --since 1h
       slurmguard events --node gpu017 --since 2026-12-01T00:00 --json
     """
-    from slurmguard.triage import validate_node_name
+    from slurmguard.nodeset import validate_node_name
 
     if node:
         validate_node_name(node)

@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from slurmguard import config, gate  # noqa: E402
+from slurmguard.nodeset import expand  # noqa: E402
 
 NOW = time.time()
 
@@ -124,7 +125,7 @@ def main() -> int:
         out = gate.run_gate(cfg, env, dry_run=True)
         inproc.append(time.perf_counter() - t)
         refused += bool(out.refused)
-        nodes = gate.expand(env["SLURM_JOB_NODELIST"])
+        nodes = expand(env["SLURM_JOB_NODELIST"], source="SLURM_JOB_NODELIST")
         t = time.perf_counter()
         gate.read_sqlite(str(db), nodes, 5.0)
         query.append(time.perf_counter() - t)
