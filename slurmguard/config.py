@@ -21,66 +21,26 @@ from __future__ import annotations
 import copy
 import os
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from slurmguard.errors import ConfigError
+from slurmguard.fieldtypes import (  # re-exported: sections below and callers use them
+    AbsPath,
+    Bool,
+    Choice,
+    Field,
+    Float,
+    Int,
+    IntList,  # noqa: F401  (re-exported for new sections)
+    Schema,
+    Str,
+    StrList,
+    Table,
+)
 
 DEFAULT_PATH = "/etc/slurmguard/slurmguard.toml"
-
-
-@dataclass(frozen=True)
-class Field:
-    """One config key: its type name, default, and an optional extra check."""
-
-    kind: str  # str, int, float, bool, list[str], list[int], choice, path, table
-    default: Any
-    doc: str = ""
-    choices: tuple[str, ...] = ()
-    minimum: float | None = None
-    validate: Callable[[Any], str | None] | None = None  # returns a problem or None
-
-
-def Str(default: str, doc: str = "") -> Field:
-    return Field("str", default, doc)
-
-
-def AbsPath(default: str, doc: str = "") -> Field:
-    return Field("path", default, doc)
-
-
-def Int(default: int, doc: str = "", minimum: float | None = 0) -> Field:
-    return Field("int", default, doc, minimum=minimum)
-
-
-def Float(default: float, doc: str = "", minimum: float | None = 0) -> Field:
-    return Field("float", default, doc, minimum=minimum)
-
-
-def Bool(default: bool, doc: str = "") -> Field:
-    return Field("bool", default, doc)
-
-
-def StrList(default: Iterable[str], doc: str = "") -> Field:
-    return Field("list[str]", list(default), doc)
-
-
-def IntList(default: Iterable[int], doc: str = "") -> Field:
-    return Field("list[int]", list(default), doc)
-
-
-def Choice(default: str, choices: Iterable[str], doc: str = "") -> Field:
-    return Field("choice", default, doc, choices=tuple(choices))
-
-
-def Table(doc: str = "") -> Field:
-    """A free-form table (e.g. a name mapping); values must be strings."""
-    return Field("table", {}, doc)
-
-
-Schema = Mapping[str, "Field | Schema"]
 
 # ---------------------------------------------------------------------------------------------
 # The schema. Check areas add theirs from slurmguard.checks (each area module's PARAMS).
@@ -160,6 +120,14 @@ _REQUEUE: Schema = {
     "max_requeues": Int(3, "node-fault recoveries per job at most (then left to Slurm)"),
     "state_file": Str("/var/lib/slurmguard/requeue-watch.json",
                       "where the watcher remembers where jobs ran ('' for memory only)"),
+    "metrics_file": Str("", "Prometheus text file of requeues and recovery latency, rewritten "
+                            "after each poll (empty: none)"),
+}
+
+_METRICS: Schema = {  # docs/metrics.md
+    "textfile_dir": Str("", "node_exporter textfile directory; each hook run writes "
+                            "slurmguard_hook_<hook>.prom there (empty: off)"),
+    "require_token": Bool(False, "serve's GET /metrics needs the ingest token too"),
 }
 
 _STORE: Schema = {
@@ -213,6 +181,19 @@ _GOODPUT: Schema = {  # slurmguard goodput (docs/goodput.md)
     "stall_factor": Float(5.0, "steps this many times slower than the run's median count as stalled", minimum=1.0),
 }
 
+_AGENT: Schema = {  # slurmguard agent, the resident node agent (docs/agent.md)
+    "socket": Str("/run/slurmguard/agent.sock",
+                  "unix socket the agent answers on (mode 0600); %n = node name"),
+    "max_age": Float(10.0, "seconds a background source's value may be old; older is re-run",
+                     minimum=0.0),
+    "refresh": Float(5.0, "seconds between background runs of the slow sources", minimum=0.5),
+    "background": StrList(["fs", "ib", "procs", "timesync", "munge"],
+                          "sources run in the background (the rest are read at ask time)"),
+    "healthcheck_interval": Float(0.0, "run `healthcheck` (and drain) every N s: only as "
+                                  "HealthCheckProgram's replacement; 0 = never", minimum=0.0),
+    "nvml_events": Bool(True, "keep an NVML event set for Xid critical errors"),
+}
+
 _TRIAGE: Schema = {
     "user": Str("root", "login user for `triage collect` over SSH"),
     "port": Int(22, "SSH port (a host_map entry may name another)", minimum=1),
@@ -236,6 +217,7 @@ SCHEMA: dict[str, Any] = {
     "hooks": _HOOKS,
     "reconcile": _RECONCILE,
     "requeue": _REQUEUE,
+    "metrics": _METRICS,
     "store": _STORE,
     "serve": _SERVE,
     "policy": _POLICY,
@@ -247,6 +229,7 @@ SCHEMA: dict[str, Any] = {
     },
     "triage": _TRIAGE,
     "goodput": _GOODPUT,
+    "agent": _AGENT,
 }
 
 

@@ -197,8 +197,12 @@ class Watcher:
     """Polls Slurm, plans, applies, remembers (in ``state_path`` when given)."""
 
     def __init__(self, slurm: SlurmJobs, *, max_requeues: int = 3, state_path: str | None = None,
-                 record: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 record: Callable[[dict[str, Any]], None] | None = None,
+                 metrics: Any = None, metrics_path: str = "") -> None:
         self.slurm = slurm
+        # slurmguard.metrics.registry.RequeueMetrics (prometheus_client), or None: no metrics
+        self.metrics = metrics
+        self.metrics_path = metrics_path
         self.max_requeues = max_requeues
         self.state_path = state_path
         self.record = record or (lambda ev: log.info("%s", json.dumps(ev)))
@@ -242,9 +246,21 @@ class Watcher:
                 self.record({"event": "requeue-recovered", "job_id": str(j.job_id),
                              "nodes": j.nodes, "restart": j.restart_count,
                              "seconds": round(now - m.requeued_at, 3), "failed": m.failed})
+                if self.metrics is not None:
+                    self.metrics.recovery.observe(max(0.0, now - m.requeued_at))
                 m.requeued_at = None
         self._save()
+        if self.metrics is not None:
+            self.metrics.polls.labels(result="ok").inc()
+            self.metrics.last_poll.set(now)
+            self._write_metrics()
         return actions
+
+    def _write_metrics(self) -> None:
+        try:
+            self.metrics.write(self.metrics_path)
+        except OSError as exc:
+            log.warning("requeue watcher: metrics file %s: %s", self.metrics_path, exc)
 
     def _apply(self, a: Action, now: float) -> None:
         ev: dict[str, Any] = {"event": f"requeue-{a.kind}", "job_id": a.job_id, "time": now,
@@ -259,6 +275,8 @@ class Watcher:
             except SlurmguardError as exc:  # the job may have ended meanwhile
                 ev["event"], ev["error"] = "requeue-failed", exc.message
             ev.update(exclude=a.exclude, released=a.release)
+        if self.metrics is not None:
+            self.metrics.requeues.labels(action=ev["event"].removeprefix("requeue-")).inc()
         self.record(ev)
 
     def watch(self, interval: float = 2.0, stop: Callable[[], bool] = lambda: False) -> None:
@@ -269,4 +287,7 @@ class Watcher:
                 self.poll()
             except SlurmguardError as exc:
                 log.warning("requeue watcher: %s", exc.message)
+                if self.metrics is not None:
+                    self.metrics.polls.labels(result="failed").inc()
+                    self._write_metrics()
             time.sleep(max(0.0, interval - (time.monotonic() - t0)))

@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "prolog": "slurmguard.cli.hooks:prolog_cmd",
     "epilog": "slurmguard.cli.hooks:epilog_cmd",
     "healthcheck": "slurmguard.cli.hooks:healthcheck_cmd",
+    "agent": "slurmguard.cli.agent:agent_cmd",
     "checks": "slurmguard.cli.hooks:checks_cmd",
     "config": "slurmguard.cli.hooks:config_cmd",
     "db": "slurmguard.cli.db:db_cmd",

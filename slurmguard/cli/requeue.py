@@ -98,7 +98,15 @@ def watch_cmd(ctx: click.Context, once: bool, interval: float | None, max_requeu
         if store_record is not None:
             store_record(ev)
 
-    w = Watcher(SlurmCLI(cfg.section("slurm")),
+    metrics = None
+    if sec["metrics_file"]:
+        try:
+            from slurmguard.metrics.registry import RequeueMetrics
+        except ImportError as exc:
+            raise SlurmguardError(f"requeue.metrics_file: needs prometheus_client (the server "
+                                  f"extra): {exc}") from None
+        metrics = RequeueMetrics()
+    w = Watcher(SlurmCLI(cfg.section("slurm")), metrics=metrics, metrics_path=sec["metrics_file"],
                 max_requeues=sec["max_requeues"] if max_requeues is None else max_requeues,
                 state_path=(sec["state_file"] if state_file is None else state_file) or None,
                 record=record)

@@ -7,6 +7,8 @@
                    413 for a body over serve.max_body, 503 when the store cannot be written
                    (the node keeps its records spooled and retries later).
     GET  /healthz  200 {"status": "ok", ...} when the store answers, 503 otherwise (no token).
+    GET  /metrics  Prometheus text format (slurmguard.metrics.registry.ServeMetrics); no token
+                   unless metrics.require_token (docs/metrics.md).
 
 Requests are handled on threads; one writer thread drains a queue into transactions of up to
 ``serve.batch_size`` records, so 1,000 nodes replaying spools at once cost a few dozen
@@ -28,6 +30,7 @@ from typing import Any
 
 from slurmguard import __version__
 from slurmguard.errors import InputError, SlurmguardError, StoreError
+from slurmguard.metrics.registry import CONTENT_TYPE, ServeMetrics
 from slurmguard.store.api import Store
 from slurmguard.store.records import validate_record
 
@@ -40,9 +43,11 @@ class BatchWriter(threading.Thread):
     """Collects validated records from request threads and writes them in batches."""
 
     def __init__(self, store: Store, *, batch_size: int, interval: float,
-                 on_commit: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+                 on_commit: Callable[[list[dict[str, Any]]], None] | None = None,
+                 metrics: ServeMetrics | None = None) -> None:
         super().__init__(name="sg-writer", daemon=True)
         self.store = store
+        self.metrics = metrics or ServeMetrics()
         self.batch_size = batch_size
         self.interval = interval
         self.on_commit = on_commit
@@ -82,20 +87,30 @@ class BatchWriter(threading.Thread):
 
     def _write(self, pending: list[tuple[list[dict[str, Any]], Future[list[str]]]]) -> None:
         records = [r for recs, _ in pending for r in recs]
+        t0 = time.monotonic()
         try:
             fresh = set(self.store.record_many(records))
         except SlurmguardError as exc:
+            self.metrics.write_errors.inc()
             log.error("store write failed (%d records kept on the nodes): %s", len(records), exc)
             for _, fut in pending:
                 fut.set_exception(exc)
             return
         except Exception as exc:  # a bug: the records stay spooled on the nodes
+            self.metrics.write_errors.inc()
             log.exception("store write failed")
             for _, fut in pending:
                 fut.set_exception(StoreError(f"internal error: {type(exc).__name__}: {exc}"))
             return
         self.batches += 1
         self.stored += len(fresh)
+        now = time.time()
+        self.metrics.batch_duration.observe(time.monotonic() - t0)
+        for r in records:
+            if r["id"] in fresh:
+                self.metrics.ingest_lag.observe(max(0.0, now - r["started"] - r["duration"]))
+                if r.get("spooled"):
+                    self.metrics.replays.inc()
         for recs, fut in pending:
             fut.set_result([r["id"] for r in recs if r["id"] in fresh])
         if self.on_commit is not None and fresh:
@@ -118,13 +133,16 @@ class IngestServer:
     def __init__(self, store: Store, token: str, *, host: str = "127.0.0.1", port: int = 0,
                  batch_size: int = 200, batch_interval: float = 0.2, max_body: int = 4 << 20,
                  on_commit: Callable[[list[dict[str, Any]]], None] | None = None,
-                 routes: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None) -> None:
+                 routes: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+                 metrics: ServeMetrics | None = None, metrics_token: bool = False) -> None:
         self.store = store
         self.token = token
         self.max_body = max_body
         self.routes = routes or {}
+        self.metrics = metrics or ServeMetrics()
+        self.metrics_token = metrics_token
         self.writer = BatchWriter(store, batch_size=batch_size, interval=batch_interval,
-                                  on_commit=on_commit)
+                                  on_commit=on_commit, metrics=self.metrics)
         self.httpd = _Server((host, port), _make_handler(self))
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -156,6 +174,19 @@ class IngestServer:
         return hmac.compare_digest(header[7:].strip().encode(), self.token.encode())
 
     def ingest(self, body: Any) -> tuple[int, dict[str, Any]]:
+        t0 = time.monotonic()
+        try:
+            code, answer = self._ingest(body)
+        finally:
+            self.metrics.ingest_duration.observe(time.monotonic() - t0)
+        m = self.metrics.ingest_records
+        if code == 200:
+            for key in ("stored", "duplicate", "rejected"):
+                if answer[key]:
+                    m.labels(result=key).inc(len(answer[key]))
+        return code, answer
+
+    def _ingest(self, body: Any) -> tuple[int, dict[str, Any]]:
         raw = body.get("records") if isinstance(body, dict) and "records" in body else body
         if isinstance(raw, dict):
             raw = [raw]
@@ -183,8 +214,10 @@ class IngestServer:
             try:
                 stored = self.writer.submit(good).result(timeout=_WAIT)
             except StoreError as exc:
+                self.metrics.ingest_records.labels(result="failed").inc(len(good))
                 return 503, {"error": exc.message}
             except TimeoutError:
+                self.metrics.ingest_records.labels(result="failed").inc(len(good))
                 return 503, {"error": "store write timed out"}
         fresh = set(stored)
         return 200, {"stored": stored,
@@ -209,17 +242,27 @@ def _make_handler(server: IngestServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             log.debug("%s " + format, self.address_string(), *args)
 
-        def _send(self, code: int, obj: dict[str, Any]) -> None:
-            data = json.dumps(obj).encode()
+        def _send(self, code: int, obj: dict[str, Any] | bytes,
+                  ctype: str = "application/json") -> None:
+            data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+            path = self.path.split("?")[0]
+            known = path in ("/ingest", "/healthz", "/metrics") or path in server.routes
+            server.metrics.http_requests.labels(path=path if known else "other", code=str(code)).inc()
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
 
         def do_GET(self) -> None:  # noqa: N802
-            if self.path.split("?")[0] == "/healthz":
+            path = self.path.split("?")[0]
+            if path == "/healthz":
                 self._send(*server.healthz())
+            elif path == "/metrics":
+                if server.metrics_token and not server.authorized(self.headers.get("Authorization")):
+                    self._send(401, {"error": "missing or wrong token"})
+                    return
+                self._send(200, server.metrics.exposition(), CONTENT_TYPE)
             else:
                 self._send(404, {"error": "not found"})
 

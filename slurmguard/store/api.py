@@ -447,6 +447,21 @@ class Store:
 
         return goodput.node_faults(self.engine, nodes, since=since, until=until)
 
+    def state_counts(self) -> dict[str, dict[str, int]]:
+        """Known nodes per last health (``unknown``: never reported), per flag (lemon,
+        burnin_required, probation), and open fleet alerts: the fleet gauges of /metrics."""
+        with guard(self.engine, "state counts"), self.engine.connect() as conn:
+            health: dict[str, int] = {}
+            for h, n in conn.execute(select(Node.last_health, func.count()).group_by(Node.last_health)):
+                health[h or "unknown"] = health.get(h or "unknown", 0) + int(n)
+            flags = {name: int(conn.execute(select(func.count()).select_from(Node).where(
+                col.is_(True))).scalar_one()) for name, col in (
+                ("lemon", Node.lemon), ("burnin_required", Node.burnin_required),
+                ("probation", Node.probation))}
+            alerts = int(conn.execute(select(func.count()).select_from(FleetAlert).where(
+                FleetAlert.closed.is_(None))).scalar_one())
+        return {"health": health, "flags": flags, "alerts": {"open": alerts}}
+
     def counts(self) -> dict[str, int]:
         """Row counts per table (for `db current` and tests)."""
         with guard(self.engine, "counts"), self.engine.connect() as conn:

@@ -1,4 +1,4 @@
-"""Validation of result records (the JSON that hooks send; see slurmguard.report.make_record).
+"""Validation of result records (the JSON that hooks send; see slurmguard.record.make_record).
 
 Bad input is refused with one line naming the field and the value; nothing else is stored
 from that record.
@@ -101,4 +101,11 @@ def validate_record(rec: Any) -> dict[str, Any]:
         # What the hook did about its decision ("drained", "already drained or down", ...):
         # serve ledgers node-side drains from it.
         "applied": str(rec.get("applied", ""))[:64],
+        # Set by the node's spool (slurmguard.report.spool): the record was replayed.
+        "spooled": _spooled(rec.get("spooled")),
     }
+
+
+def _spooled(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
