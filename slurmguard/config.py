@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from slurmguard.errors import ConfigError
+from slurmguard.errors import ConfigError, InputError
 from slurmguard.fieldtypes import (  # re-exported: sections below and callers use them
     AbsPath,
     Bool,
@@ -39,6 +39,7 @@ from slurmguard.fieldtypes import (  # re-exported: sections below and callers u
     StrList,
     Table,
 )
+from slurmguard.policy.params import SECTION as POLICY_SECTION
 
 DEFAULT_PATH = "/etc/slurmguard/slurmguard.toml"
 
@@ -149,24 +150,6 @@ _SERVE: Schema = {
     "upgrade": Bool(False, "run `db upgrade` at start instead of refusing an old schema"),
 }
 
-_POLICY: Schema = {
-    "window": Float(3600.0, "seconds of history the lemon and flapping rules look at", minimum=1.0),
-    "lemon_failures": Int(3, "failures (unhealthy runs or foreign drains) in window => lemon", minimum=1),
-    "lemon_rate_factor": Float(5.0, "lemon when the node's failure rate is this many times the fleet's", minimum=1.0),
-    "lemon_rate_min_runs": Int(10, "runs a node needs in window before the rate rule applies", minimum=1),
-    "lemon_rate_floor": Float(0.5, "and its failure rate is at least this", minimum=0.0),
-    "flap_transitions": Int(4, "pass<->fail changes in window => flapping (counts as failing)", minimum=2),
-    "burnin_after_lemon": Bool(True, "a lemon needs a burn-in (or an admin) before it runs jobs"),
-    "blast_window": Float(3600.0, "seconds over which drains are counted for the cap", minimum=1.0),
-    "blast_max_nodes": Int(50, "never drain more than this many nodes per scope in blast_window", minimum=1),
-    "blast_max_percent": Float(10.0, "... nor more than this percent of a partition or group", minimum=0.0),
-    "groups": Table("named topology groups (rack, switch): name = \"NodeSet\""),
-    "probation_jobs": Int(3, "passing jobs a returned node needs to leave probation", minimum=0),
-    "probation_mark": Choice("feature", ["feature", "weight", "none"], "how Slurm marks probation"),
-    "probation_feature": Str("sg_probation", "feature added while on probation"),
-    "probation_weight": Int(65000, "node Weight while on probation (higher = picked last)", minimum=1),
-}
-
 _GATE: Schema = {
     "on_store_error": Choice("open", ["open", "closed"], "store unreadable: let jobs run (open) or refuse (closed)"),
     "fresh": Float(900.0, "seconds an unhealthy result keeps a node from new jobs", minimum=0.0),
@@ -220,7 +203,7 @@ SCHEMA: dict[str, Any] = {
     "metrics": _METRICS,
     "store": _STORE,
     "serve": _SERVE,
-    "policy": _POLICY,
+    "policy": dict(POLICY_SECTION),  # declared with its thresholds in slurmguard/policy/params.py
     "gate": _GATE,
     "checks": {
         "disabled": StrList([], "check names never run"),
@@ -275,11 +258,11 @@ class Config:
         """The config with every ``[[group]]`` whose ``nodes`` pattern holds ``node`` applied."""
         if not node or not self._groups:
             return self
-        from ClusterShell.NodeSet import NodeSet  # only when groups exist
+        from slurmguard.nodeset import contains  # only when groups exist
 
         data = copy.deepcopy(self._data)
         for pattern, overrides in self._groups:
-            if node in NodeSet(pattern):
+            if contains(pattern, node):
                 _merge(data, overrides)
         return Config(data, [], self.sources)
 
@@ -332,12 +315,12 @@ def _read_toml(f: Path) -> dict[str, Any]:
 
 
 def _check_nodeset(f: Path, where: str, pattern: str) -> None:
-    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+    from slurmguard.nodeset import expand
 
     try:
-        NodeSet(pattern)
-    except (NodeSetParseError, ValueError) as exc:
-        raise ConfigError(f"{f}: {where}.nodes: not a NodeSet pattern: {_show(pattern)} ({exc})") from None
+        expand(pattern, source=f"{where}.nodes")
+    except InputError as exc:
+        raise ConfigError(f"{f}: {where}.nodes: not a NodeSet pattern: {_show(pattern)} ({exc.message})") from None
 
 
 def _defaults_of(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -364,7 +347,9 @@ def _validate(raw: Mapping[str, Any], schema: Mapping[str, Any], prefix: str, f:
         path = f"{prefix}{key}"
         spec = schema.get(key)
         if spec is None:
-            raise ConfigError(f"{path}: unknown key (in {f})")
+            section = f"[{prefix.rstrip('.')}]" if prefix else "the top level"
+            raise ConfigError(f"{path}: unknown key (in {f}); valid keys of {section}: "
+                              + ", ".join(sorted(schema)))
         if isinstance(spec, Field):
             out[key] = _coerce(spec, value, path, f)
         else:

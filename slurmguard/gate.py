@@ -32,7 +32,9 @@ from typing import Any
 from slurmguard.errors import EXIT_OK, EXIT_STORE, EXIT_UNHEALTHY, StoreError
 
 _CHUNK = 500
-_COLUMNS = "name, last_seen, last_health, last_reason, lemon, lemon_reason, burnin_required"
+_COLUMN_NAMES = ("name", "last_seen", "last_health", "last_reason", "lemon", "lemon_reason",
+                 "burnin_required")
+_COLUMNS = ", ".join(_COLUMN_NAMES)
 GATE_QUERY = f"SELECT {_COLUMNS} FROM nodes WHERE name IN ({{marks}})"
 
 
@@ -103,36 +105,14 @@ def read_store(section: Mapping[str, Any], nodes: Sequence[str]) -> dict[str, No
     if not url or url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):] if url else str(section.get("path"))
         return read_sqlite(path, nodes, float(section.get("busy_timeout", 5.0)))
-    from sqlalchemy import text
-
     from slurmguard.store.api import Store
-    from slurmguard.store.engine import guard
 
     store = Store.open(section=section)
     try:
-        out: dict[str, NodeRow] = {}
-        with guard(store.engine, "gate"), store.engine.connect() as conn:
-            for i in range(0, len(nodes), _CHUNK):
-                chunk = list(nodes[i:i + _CHUNK])
-                marks = ",".join(f":n{j}" for j in range(len(chunk)))
-                rows = conn.execute(text(GATE_QUERY.format(marks=marks)),
-                                    {f"n{j}": n for j, n in enumerate(chunk)})
-                for r in rows:
-                    out[r[0]] = NodeRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]))
-        return out
+        return {r[0]: NodeRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]))
+                for r in store.node_columns(nodes, _COLUMN_NAMES)}
     finally:
         store.close()
-
-
-def expand(nodelist: str) -> list[str]:
-    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
-
-    try:
-        return list(NodeSet(nodelist))
-    except (NodeSetParseError, ValueError) as exc:
-        from slurmguard.errors import InputError
-
-        raise InputError(f"SLURM_JOB_NODELIST: not a node list: {nodelist!r} ({exc})") from None
 
 
 @dataclass
@@ -151,7 +131,9 @@ def run_gate(cfg: Any, env: Mapping[str, str], *, dry_run: bool = False,
     nodelist = env.get("SLURM_JOB_NODELIST", "")
     if not nodelist:
         return GateOutcome(EXIT_OK, {}, [], f"job {job}: no SLURM_JOB_NODELIST; nothing to check")
-    nodes = expand(nodelist)
+    from slurmguard.nodeset import expand
+
+    nodes = expand(nodelist, source="SLURM_JOB_NODELIST")
     now = time.time() if now is None else now
     try:
         rows = read_store(cfg.section("store"), nodes)

@@ -93,8 +93,9 @@ def test_prolog_writes_health_verdict_reason_and_keeps_the_scripts_file(tmp_path
     # one file per hook; the entry scripts' file untouched; no temporary file left behind
     p = run_sg("healthcheck", env=env_for(cfg))
     assert p.returncode == 0, p.stderr
-    assert sorted(os.listdir(tdir)) == ["slurmguard_hook_healthcheck.prom",
-                                        "slurmguard_hook_prolog.prom", textfile.UNRUNNABLE_FILE]
+    assert sorted(f for f in os.listdir(tdir) if not f.endswith(".lock")) == [
+        "slurmguard_hook_healthcheck.prom", "slurmguard_hook_prolog.prom", textfile.UNRUNNABLE_FILE]
+    assert not [f for f in os.listdir(tdir) if f.endswith(".tmp")]
     assert theirs.read_text() == 'slurmguard_hook_unrunnable_total{hook="prolog"} 3\n'
     assert theirs.stat().st_mtime_ns == before.st_mtime_ns
     assert oct((tdir / "slurmguard_hook_prolog.prom").stat().st_mode & 0o777) == "0o644"
@@ -135,7 +136,8 @@ def test_textfile_off_by_default_and_no_prometheus_client_on_the_hook_path(tmp_p
     assert not [m for m in imported if m.startswith("prometheus_client")]
     off = tmp_path / "off.toml"
     off.write_text(Path(cfg).read_text().replace(f'textfile_dir = "{tdir}"', ""))
-    os.unlink(tdir / "slurmguard_hook_prolog.prom")
+    for f in os.listdir(tdir):
+        os.unlink(tdir / f)
     assert run_sg("prolog", env=env_for(str(off))).returncode == 0
     assert os.listdir(tdir) == []
 
@@ -156,3 +158,27 @@ def test_render_is_valid_exposition_for_any_label_text(reason, check, health, ve
     if verdict == "drain":
         assert value(got, "slurmguard_hook_drain_reason", hook="prolog", check=check, reason=reason) == 1
     assert value(got, "slurmguard_hook_runs_total", hook="prolog", verdict=verdict) == 2
+
+
+@given(runs=st.dictionaries(st.sampled_from(textfile.VERDICTS), st.integers(0, 2**53), min_size=1))
+def test_the_runs_counter_reads_back_what_was_written(runs, tmp_path_factory):
+    d = tmp_path_factory.mktemp("runs")
+    (d / "slurmguard_hook_epilog.prom").write_text(
+        textfile.render("epilog", [], "pass", "", 0.1, now=1.8e9, runs=runs))
+    assert textfile.previous_runs(str(d / "slurmguard_hook_epilog.prom")) == runs
+
+
+def test_concurrent_runs_of_one_hook_lose_no_count(tmp_path):
+    """Eight processes writing at once, five times each (jobs starting together): no count lost."""
+    import subprocess
+    import sys
+
+    tdir = tmp_path / "textfile"
+    tdir.mkdir()
+    code = ("import sys; from slurmguard.metrics import textfile\n"
+            "for _ in range(5):\n"
+            "    assert textfile.write_hook(sys.argv[1], 'prolog', results=[('gpu-xid', 'healthy')],"
+            " verdict='pass', duration=0.1) is None\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tdir)], env=sg_env()) for _ in range(8)]
+    assert [p.wait(timeout=120) for p in procs] == [0] * 8
+    assert textfile.previous_runs(str(tdir / "slurmguard_hook_prolog.prom")) == {"pass": 40}

@@ -41,12 +41,7 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
                         format="slurmguard serve: %(levelname)s %(message)s", stream=sys.stderr)
     token = load_token(str(scfg["token_file"]))
     if scfg["upgrade"]:
-        from slurmguard.store.engine import make_engine
-        from slurmguard.store.migrate import upgrade
-
-        engine = make_engine(cfg.section("store"))
-        upgrade(engine)
-        engine.dispose()
+        Store.upgrade(cfg.section("store"))
     store = Store.open(cfg)
     from slurmguard.metrics.registry import ServeMetrics
     from slurmguard.serve.gauges import add_store_gauges
@@ -79,7 +74,7 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
     if fleet is not None:
         fleet.start()
     h, p = server.address
-    click.echo(f"slurmguard serve: listening on http://{h}:{p} (store {store.engine.url.render_as_string(hide_password=True)})",
+    click.echo(f"slurmguard serve: listening on http://{h}:{p} (store {store.where})",
                err=True)
     sys.stderr.flush()
     stop.wait()

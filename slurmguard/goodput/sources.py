@@ -129,11 +129,13 @@ def read_runs(files: Iterable[Path], job_ids: set[str] | None = None) -> dict[st
 
 
 def expand_nodes(nodeset: str) -> tuple[str, ...]:
-    if not nodeset:
-        return ()
-    from ClusterShell.NodeSet import NodeSet
+    from slurmguard.errors import InputError
+    from slurmguard.nodeset import expand
 
-    return tuple(NodeSet(nodeset))
+    try:
+        return tuple(expand(nodeset, source="sacct NodeList", allow_empty=True))
+    except InputError:
+        return ()  # a node list we cannot trust: the nodes are unknown, the times still count
 
 
 def job_inputs(job_id: str, acct: Sequence[Any] | None, records: Sequence[Mapping[str, Any]],

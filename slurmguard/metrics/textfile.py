@@ -16,7 +16,8 @@ the same time never write the same file)::
 The file is written under a temporary name that node_exporter ignores (``.``-prefixed, not
 ending in ``.prom``) and renamed over the old one, so a scrape sees the old file or the new
 one, never half of one. No fsync: after a power loss the next run rewrites it. The
-``_total`` counter continues from the file the previous run left.
+``_total`` counter continues from the file the previous run left; two runs of the same hook
+at once take turns on ``.slurmguard_hook_<hook>.lock`` (waiting at most ~200 ms).
 
 ``slurmguard_hook_unrunnable.prom`` belongs to the entry scripts (prolog/, epilog/: they write
 it when they cannot run slurmguard at all); nothing here writes or removes it, and no
@@ -121,6 +122,7 @@ def write_hook(directory: str, hook: str, *, results: Iterable[tuple[str, str]],
     caller logs it: a metrics file that cannot be written is never a node fault)."""
     path = hook_file(directory, hook)
     tmp = os.path.join(directory, f".slurmguard_hook_{hook}.{os.getpid()}.tmp")
+    lock = _lock(directory, hook)
     try:
         runs = previous_runs(path)
         runs[verdict] = runs.get(verdict, 0) + 1
@@ -136,4 +138,30 @@ def write_hook(directory: str, hook: str, *, results: Iterable[tuple[str, str]],
         except OSError:
             pass
         return f"metrics textfile {path}: {exc.strerror or exc}"
+    finally:
+        if lock is not None:
+            os.close(lock)  # releases the flock
+    return None
+
+
+def _lock(directory: str, hook: str) -> int | None:
+    """Serialize two runs of the same hook on a node (two jobs starting at once), so the
+    runs counter loses no increment. Waits at most ~200 ms, then goes on without the lock
+    (the count may then miss one run): a metrics file never holds up a job for long."""
+    import fcntl
+
+    try:
+        fd = os.open(os.path.join(directory, f".slurmguard_hook_{hook}.lock"),
+                     os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return None
+    for _ in range(40):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            time.sleep(0.005)
+        except OSError:
+            break
+    os.close(fd)
     return None

@@ -99,10 +99,10 @@ class Fleet:
                 scopes.setdefault(f"partition:{part}", set()).add(info.name)
         groups = self.pcfg.get("groups") or {}
         if groups:
-            from ClusterShell.NodeSet import NodeSet
+            from slurmguard.nodeset import expand
 
             for name, pattern in groups.items():
-                scopes[f"group:{name}"] = set(NodeSet(pattern))
+                scopes[f"group:{name}"] = set(expand(pattern, source=f"policy.groups.{name}"))
         frozen = {k: frozenset(v) for k, v in scopes.items()}
         self._scopes = (time.monotonic(), frozen)
         states = {"up": 0, "drained_slurmguard": 0, "drained_other": 0, "down": 0}

@@ -51,7 +51,8 @@ def make_engine(section: Mapping[str, Any]) -> Engine:
         if path and path != ":memory:":
             parent = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(parent):
-                raise StoreError(f"store {path}: directory {parent} does not exist")
+                raise StoreError(f"store {path}: directory {parent} does not exist; "
+                                 "run: slurmguard setup controller")
         engine = create_engine(url, connect_args={"timeout": busy})
         event.listen(engine, "connect", _sqlite_pragmas(busy))
         return engine

@@ -178,12 +178,9 @@ def node_faults(engine: Engine, nodes: Iterable[str], *, since: float,
 
 
 def _nodeset(nodes: Iterable[str]) -> str:
-    names = sorted(set(nodes))
-    if not names:
-        return ""
-    from ClusterShell.NodeSet import NodeSet
+    from slurmguard.nodeset import fold
 
-    return str(NodeSet.fromlist(names))
+    return fold(sorted(set(nodes)))
 
 
 def _chunks(items: Sequence[Any]) -> Iterable[list[Any]]:

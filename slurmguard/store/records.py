@@ -11,8 +11,8 @@ import re
 from typing import Any
 
 from slurmguard.errors import InputError
+from slurmguard.nodeset import is_node_name
 
-_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _ID = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
 _CHECK = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 HEALTHS = ("healthy", "degraded", "unhealthy", "unsupported", "error")
@@ -28,8 +28,8 @@ def _bad(field: str, value: Any, expected: str) -> InputError:
 
 
 def validate_node(name: Any, field: str = "node") -> str:
-    """A node name as Slurm and NodeSet accept it; InputError otherwise."""
-    if not isinstance(name, str) or not _NODE.match(name):
+    """A node name by the one rule (slurmguard.nodeset); InputError otherwise."""
+    if not is_node_name(name):
         raise _bad(field, name, "a node name") if field != "node" else InputError(
             f"node: expected a node name, got {_show(name)}")
     return name
@@ -43,7 +43,7 @@ def validate_record(rec: Any) -> dict[str, Any]:
     if not isinstance(rid, str) or not _ID.match(rid):
         raise _bad("id", rid, "a record id (8-64 of [A-Za-z0-9_-])")
     node = rec.get("node")
-    if not isinstance(node, str) or not _NODE.match(node):
+    if not is_node_name(node):
         raise _bad("node", node, "a node name")
     hook = rec.get("hook")
     if not isinstance(hook, str) or not _CHECK.match(hook):
