@@ -536,6 +536,11 @@ class Store:
 
         return goodput.node_faults(self.engine, nodes, since=since, until=until)
 
+    def ping(self) -> None:
+        """One trivial query: raises StoreError when the store does not answer."""
+        with guard(self.engine, "ping"), self.engine.connect() as conn:
+            conn.execute(select(1)).scalar_one()
+
     def state_counts(self) -> dict[str, dict[str, int]]:
         """Known nodes per last health (``unknown``: never reported), per flag (lemon,
         burnin_required, probation), and open fleet alerts: the fleet gauges of /metrics."""
