@@ -170,3 +170,14 @@ def test_errors_of_a_missing_installation_name_the_setup_command(tmp_path) -> No
             "controller") in r.stderr
     r = run_sg("-c", str(cfg), "requeue", "watch", "--once", "--state-file", f"{tmp_path}/no/s.json")
     assert r.returncode == 3 and "run: slurmguard setup controller" in r.stderr, r.stderr
+
+
+def test_without_a_compiler_setup_says_how_to_get_the_plugin(tmp_path) -> None:
+    if not os.access(VENV_SG, os.X_OK):
+        pytest.skip(f"{VENV_SG}: slurmguard is not installed beside this interpreter")
+    r = subprocess.run([VENV_SG, "setup", "node", "--prefix", str(tmp_path / "root"), "--dry-run"],
+                       env={"PATH": str(tmp_path)}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "SPANK plugin not built: missing a C compiler (apt-get install gcc)" in r.stdout
+    assert "slurmguard_spank.so" not in r.stdout.split("slurm.conf (")[0]  # no plugin file step
+    assert f"SLURMGUARD_AGENT_CLIENT={tmp_path}" not in r.stdout  # no client built either

@@ -306,40 +306,28 @@ def _controller_steps(plan: Plan, cfg: Any, slurm_owner: Owner) -> None:
 def _db_upgrade_step(section: dict[str, Any]) -> ActionStep:
     """`db upgrade` of the configured store, only when it is not at this slurmguard's head."""
 
-    def where() -> str:
-        from slurmguard.store.engine import describe, store_url
-
-        return describe(store_url(section))
-
     def probe() -> str | None:
         try:
-            from slurmguard.store.engine import current_revision, make_engine
+            from slurmguard.store.api import Store, describe_section
             from slurmguard.store.version import HEAD
         except ImportError:
             return "db upgrade: not possible: SQLAlchemy is missing; install slurmguard[server]"
+        where = describe_section(section)
         if not section["url"] and not os.path.exists(section["path"]):
-            return f"db upgrade: create the store {where()} at schema {HEAD}"
-        engine = make_engine(section)
-        try:
-            rev = current_revision(engine)
-        finally:
-            engine.dispose()
-        return None if rev == HEAD else f"db upgrade: {where()} schema {rev or '(empty)'} -> {HEAD}"
+            return f"db upgrade: create the store {where} at schema {HEAD}"
+        st = Store.status(section)
+        return None if st.revision == HEAD else \
+            f"db upgrade: {where} schema {st.revision or '(empty)'} -> {HEAD}"
 
     def run() -> str:
         from slurmguard.errors import SlurmguardError
 
         try:
-            from slurmguard.store.engine import make_engine
-            from slurmguard.store.migrate import upgrade
+            from slurmguard.store.api import Store, describe_section
         except ImportError:
             raise SlurmguardError("setup controller: the store needs the server extra: "
                                   "pip install 'slurmguard[server]'") from None
-        engine = make_engine(section)
-        try:
-            before, after = upgrade(engine)
-        finally:
-            engine.dispose()
-        return f"db upgrade: {where()} schema {before or '(empty)'} -> {after}"
+        before, after = Store.upgrade(section)
+        return f"db upgrade: {describe_section(section)} schema {before or '(empty)'} -> {after}"
 
     return ActionStep("store schema", probe, run)
