@@ -286,20 +286,15 @@ class Doctor:
 
     def check_store(self) -> None:
         try:
-            from slurmguard.store.engine import current_revision, describe, make_engine, store_url
+            from slurmguard.store.api import Store
         except ImportError:
             self.add("store", False, "SQLAlchemy is not installed",
                      "pip install 'slurmguard[server]' into this slurmguard's environment")
             return
-        from slurmguard.store.version import HEAD, schema_problem
+        from slurmguard.store.version import HEAD
 
-        section = self.cfg.section("store")
-        where = describe(store_url(section))
-        engine = make_engine(section)
-        try:
-            problem = schema_problem(current_revision(engine), where)
-        finally:
-            engine.dispose()
+        st = Store.status(self.cfg.section("store"), counts=False)
+        where, problem = st.where, st.problem
         self.add("store", problem is None, problem or f"{where} at schema {HEAD}",
                  "run: slurmguard setup controller (or: slurmguard db upgrade)")
 

@@ -293,39 +293,30 @@ def _db_upgrade_step(section: dict[str, Any]) -> ActionStep:
     """`db upgrade` of the configured store, only when it is not at this slurmguard's head."""
 
     def where() -> str:
-        from slurmguard.store.engine import describe, store_url
+        from slurmguard.store.api import describe_section
 
-        return describe(store_url(section))
+        return describe_section(section)
 
     def probe() -> str | None:
         try:
-            from slurmguard.store.engine import current_revision, make_engine
+            from slurmguard.store.api import Store
             from slurmguard.store.version import HEAD
         except ImportError:
             return "db upgrade: not possible: SQLAlchemy is missing; install slurmguard[server]"
         if not section["url"] and not os.path.exists(section["path"]):
             return f"db upgrade: create the store {where()} at schema {HEAD}"
-        engine = make_engine(section)
-        try:
-            rev = current_revision(engine)
-        finally:
-            engine.dispose()
+        rev = Store.status(section, counts=False).revision
         return None if rev == HEAD else f"db upgrade: {where()} schema {rev or '(empty)'} -> {HEAD}"
 
     def run() -> str:
         from slurmguard.errors import SlurmguardError
 
         try:
-            from slurmguard.store.engine import make_engine
-            from slurmguard.store.migrate import upgrade
+            from slurmguard.store.api import Store
         except ImportError:
             raise SlurmguardError("setup controller: the store needs the server extra: "
                                   "pip install 'slurmguard[server]'") from None
-        engine = make_engine(section)
-        try:
-            before, after = upgrade(engine)
-        finally:
-            engine.dispose()
+        before, after = Store.upgrade(section)
         return f"db upgrade: {where()} schema {before or '(empty)'} -> {after}"
 
     return ActionStep("store schema", probe, run)
