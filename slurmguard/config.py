@@ -148,6 +148,10 @@ _SERVE: Schema = {
     "policy": Bool(True, "run fleet policy after ingest and drain flagged nodes"),
     "policy_interval": Float(60.0, "seconds between full policy passes", minimum=1.0),
     "upgrade": Bool(False, "run `db upgrade` at start instead of refusing an old schema"),
+    "workers": Int(64, "threads that handle complete requests (slow clients never hold one)", minimum=1),
+    "max_connections": Int(1024, "open connections at most (the oldest idle one is closed first)", minimum=8),
+    "idle_timeout": Float(15.0, "seconds a connection may stay open with no request", minimum=0.1),
+    "request_timeout": Float(30.0, "seconds a request may take to arrive completely (else 408)", minimum=0.1),
 }
 
 _GATE: Schema = {

@@ -291,11 +291,8 @@ class Doctor:
             self.add("store", False, "SQLAlchemy is not installed",
                      "pip install 'slurmguard[server]' into this slurmguard's environment")
             return
-        from slurmguard.store.version import HEAD
-
-        st = Store.status(self.cfg.section("store"), counts=False)
-        where, problem = st.where, st.problem
-        self.add("store", problem is None, problem or f"{where} at schema {HEAD}",
+        st = Store.status(self.cfg.section("store"))
+        self.add("store", st.problem is None, st.problem or f"{st.where} at schema {st.head}",
                  "run: slurmguard setup controller (or: slurmguard db upgrade)")
 
 

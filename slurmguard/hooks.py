@@ -118,7 +118,10 @@ def execute(cfg: Any, hook: str, node: str, *, only: tuple[str, ...] = (), as_js
         out.write("\n")
     else:
         _print_human(out, outcome, hook, node)
-    _log_line(cfg, hook, node, f"{outcome.decision.action}: {outcome.decision.reason or 'ok'}; {outcome.applied}", err)
+    delivery = str((outcome.record or {}).get("delivery") or "")
+    report_note = "" if delivery in ("", "sent", "skipped", "spooled") else f"; report {delivery}"
+    _log_line(cfg, hook, node, f"{outcome.decision.action}: {outcome.decision.reason or 'ok'}; "
+                               f"{outcome.applied}{report_note}", err)
     return outcome.exit_code
 
 

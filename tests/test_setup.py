@@ -69,6 +69,20 @@ def test_setup_writes_a_working_installation(installed) -> None:
     assert r.returncode == 0 and "slurmguard" in r.stdout, r.stderr
     assert f"Prolog={prolog}" in out and "nohold_on_prolog_fail" in out
     assert (prefix / "usr/local/share/man/man1/slurmguard.1").read_text().startswith(".TH SLURMGUARD 1")
+    completion = prefix / "usr/share/bash-completion/completions/slurmguard"
+    assert "_SLURMGUARD_COMPLETE=bash_complete" in completion.read_text()
+
+
+def test_bash_completion_completes_commands_and_roles() -> None:
+    import os as _os
+
+    def complete(words: str, cword: int) -> str:
+        env = dict(_os.environ, COMP_WORDS=words, COMP_CWORD=str(cword),
+                   _SLURMGUARD_COMPLETE="bash_complete")
+        return subprocess.run([VENV_SG], env=env, capture_output=True, text=True, timeout=60).stdout
+
+    assert "plain,doctor" in complete("slurmguard do", 1).splitlines()
+    assert complete("slurmguard setup ", 2).splitlines() == ["plain,node", "plain,controller"]
 
 
 def test_setup_controller_units_token_and_store(installed) -> None:
@@ -145,3 +159,25 @@ def test_pyproject_package_data_carries_every_data_file() -> None:
                and not any(p.relative_to(pkg).match(g) and len(p.relative_to(pkg).parts) == len(Path(g).parts)
                            for g in globs)]
     assert not missing, f"add a package-data glob to pyproject.toml for: {missing}"
+
+
+def test_errors_of_a_missing_installation_name_the_setup_command(tmp_path) -> None:
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[store]\npath = "{tmp_path}/var/lib/slurmguard/slurmguard.db"\n')
+    r = run_sg("-c", str(cfg), "events")
+    assert r.returncode == 5
+    assert (f"directory {tmp_path}/var/lib/slurmguard does not exist; run: slurmguard setup "
+            "controller") in r.stderr
+    r = run_sg("-c", str(cfg), "requeue", "watch", "--once", "--state-file", f"{tmp_path}/no/s.json")
+    assert r.returncode == 3 and "run: slurmguard setup controller" in r.stderr, r.stderr
+
+
+def test_without_a_compiler_setup_says_how_to_get_the_plugin(tmp_path) -> None:
+    if not os.access(VENV_SG, os.X_OK):
+        pytest.skip(f"{VENV_SG}: slurmguard is not installed beside this interpreter")
+    r = subprocess.run([VENV_SG, "setup", "node", "--prefix", str(tmp_path / "root"), "--dry-run"],
+                       env={"PATH": str(tmp_path)}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "SPANK plugin not built: missing a C compiler (apt-get install gcc)" in r.stdout
+    assert "slurmguard_spank.so" not in r.stdout.split("slurm.conf (")[0]  # no plugin file step
+    assert f"SLURMGUARD_AGENT_CLIENT={tmp_path}" not in r.stdout  # no client built either

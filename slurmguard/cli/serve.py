@@ -62,6 +62,10 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
                           batch_size=int(scfg["batch_size"]),
                           batch_interval=float(scfg["batch_interval"]),
                           max_body=int(scfg["max_body"]), on_commit=on_commit, routes=routes,
+                          workers=int(scfg["workers"]),
+                          max_connections=int(scfg["max_connections"]),
+                          idle_timeout=float(scfg["idle_timeout"]),
+                          request_timeout=float(scfg["request_timeout"]),
                           metrics=metrics, metrics_token=bool(cfg["metrics.require_token"]))
     stop = threading.Event()
 

@@ -11,6 +11,7 @@ Where things go (below ``prefix``, ``/`` by default; docs/install.md):
 | state, spool | hooks.state_dir (group SlurmUser), hooks.spool_dir | 0770 / 0700 |
 | SPANK plugin | PluginDir/slurmguard_spank.so | 0755 |
 | man page | /usr/local/share/man/man1/slurmguard.1 | 0644 |
+| bash completion | /usr/share/bash-completion/completions/slurmguard | 0644 |
 | agent hook client (built with gcc) | /usr/lib/slurmguard/prolog/slurmguard-agent-client | 0755 |
 | service units of the role | /etc/systemd/system/slurmguard-*.{service,timer} | 0644 |
 | controller: serve token (only when absent) | serve.token_file | 0600 |
@@ -38,6 +39,7 @@ DEFAULTS_FILE = "/etc/default/slurmguard"
 CONFIG_FILE = "/etc/slurmguard/slurmguard.toml"
 UNIT_DIR = "/etc/systemd/system"
 MAN_FILE = "/usr/local/share/man/man1/slurmguard.1"
+COMPLETION_FILE = "/usr/share/bash-completion/completions/slurmguard"
 HOOK_SCRIPTS = {"prolog": ("slurmguard-prolog", "slurmguard-healthcheck", "slurmguard-gate"),
                 "epilog": ("slurmguard-epilog",)}
 # The line of every entry script that names the defaults file; setup --prefix points it below
@@ -96,6 +98,16 @@ def unit_files(role: str, exe: str) -> list[tuple[str, bytes]]:
         if unit_role(text) == role:
             out.append((p.name, text.replace("@SLURMGUARD@", exe).encode()))
     return out
+
+
+def bash_completion() -> str:
+    """click's bash completion script for `slurmguard` (docs/cli.md "Shell completion")."""
+    from click.shell_completion import BashComplete
+
+    from slurmguard.cli import cli
+
+    comp = BashComplete(cli, {}, "slurmguard", "_SLURMGUARD_COMPLETE")
+    return comp.source_template % comp.source_vars()  # source() would also run bash to check
 
 
 def owner_of(user: str) -> Owner:
@@ -222,6 +234,8 @@ def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: by
 
     plan.steps.append(FileStep(under(prefix, MAN_FILE), mangen.render().encode(), 0o644,
                                what="man page"))
+    plan.steps.append(FileStep(under(prefix, COMPLETION_FILE), bash_completion().encode(), 0o644,
+                               what="bash completion"))
     plan.conf_lines = conf_lines(lib, float(hooks["budget"]), role)
     if role == "node":
         spank.add_steps(plan, conf, conf_path)
@@ -292,31 +306,28 @@ def _controller_steps(plan: Plan, cfg: Any, slurm_owner: Owner) -> None:
 def _db_upgrade_step(section: dict[str, Any]) -> ActionStep:
     """`db upgrade` of the configured store, only when it is not at this slurmguard's head."""
 
-    def where() -> str:
-        from slurmguard.store.api import describe_section
-
-        return describe_section(section)
-
     def probe() -> str | None:
         try:
-            from slurmguard.store.api import Store
+            from slurmguard.store.api import Store, describe_section
             from slurmguard.store.version import HEAD
         except ImportError:
             return "db upgrade: not possible: SQLAlchemy is missing; install slurmguard[server]"
+        where = describe_section(section)
         if not section["url"] and not os.path.exists(section["path"]):
-            return f"db upgrade: create the store {where()} at schema {HEAD}"
-        rev = Store.status(section, counts=False).revision
-        return None if rev == HEAD else f"db upgrade: {where()} schema {rev or '(empty)'} -> {HEAD}"
+            return f"db upgrade: create the store {where} at schema {HEAD}"
+        st = Store.status(section)
+        return None if st.revision == HEAD else \
+            f"db upgrade: {where} schema {st.revision or '(empty)'} -> {HEAD}"
 
     def run() -> str:
         from slurmguard.errors import SlurmguardError
 
         try:
-            from slurmguard.store.api import Store
+            from slurmguard.store.api import Store, describe_section
         except ImportError:
             raise SlurmguardError("setup controller: the store needs the server extra: "
                                   "pip install 'slurmguard[server]'") from None
         before, after = Store.upgrade(section)
-        return f"db upgrade: {where()} schema {before or '(empty)'} -> {after}"
+        return f"db upgrade: {describe_section(section)} schema {before or '(empty)'} -> {after}"
 
     return ActionStep("store schema", probe, run)

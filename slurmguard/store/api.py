@@ -489,6 +489,11 @@ class Store:
                 out.setdefault(name, []).append((at, source))
         return out
 
+    def ping(self) -> None:
+        """One trivial query: raises StoreError when the store does not answer."""
+        with guard(self.engine, "ping"), self.engine.connect() as conn:
+            conn.execute(select(1)).scalar_one()
+
     def state_counts(self) -> dict[str, dict[str, int]]:
         """Known nodes per last health (``unknown``: never reported), per flag (lemon,
         burnin_required, probation), and open fleet alerts: the fleet gauges of /metrics."""
