@@ -161,6 +161,13 @@ _GATE: Schema = {
     "log_file": Str("", "append one line per refusal or store error here (empty: stderr)"),
 }
 
+_GOODPUT: Schema = {  # slurmguard goodput (docs/goodput.md)
+    "run_dirs": StrList([], "glob patterns of checkpoint dirs holding the wrapper's .slurmguard/runs.jsonl"),
+    "drain_window": Float(3600.0, "seconds after a run's end in which a node fault still counts against it"),
+    "straggler_factor": Float(1.2, "a run this many times slower than the job's best pace straggles", minimum=1.0),
+    "stall_factor": Float(5.0, "steps this many times slower than the run's median count as stalled", minimum=1.0),
+}
+
 _AGENT: Schema = {  # slurmguard agent, the resident node agent (docs/agent.md)
     "socket": Str("/run/slurmguard/agent.sock",
                   "unix socket the agent answers on (mode 0600); %n = node name"),
@@ -208,6 +215,7 @@ SCHEMA: dict[str, Any] = {
             [], "Python modules with site-specific checks: each exports CHECKS (and SOURCES)"),
     },
     "triage": _TRIAGE,
+    "goodput": _GOODPUT,
     "agent": _AGENT,
 }
 
