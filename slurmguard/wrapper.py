@@ -42,6 +42,8 @@ from slurmguard.errors import InputError, RefusedError
 STATE_DIR = ".slurmguard"  # inside the checkpoint dir: shared by every node of the job
 SLOW_FACTOR = 1.5  # a node whose median step time is 1.5x the job's median is named slow
 _MIN_SAMPLES = 3
+MAX_CHECKPOINTS = 200  # checkpoint events kept in a run record (the newest)
+MAX_STALLS = 100
 
 
 def _say(msg: str) -> None:
@@ -65,7 +67,9 @@ class RunOptions:
 
 @dataclass
 class Progress:
-    """What the progress file said: last step, per-node step intervals, checkpoints."""
+    """What the progress file said: last step, per-node step intervals, checkpoints, and the
+    job's step frontier (the highest step any rank reported, and when), which goodput
+    accounting reads from the run record."""
 
     last_event: float
     last_step: int | None = None
@@ -74,12 +78,22 @@ class Progress:
     steps: int = 0
     _prev: dict[tuple[str, Any], tuple[float, int]] = field(default_factory=dict)
     intervals: dict[str, list[float]] = field(default_factory=dict)
+    first_step: tuple[float, int] | None = None  # (t, step) of the first step reported
+    frontier: tuple[float, int] | None = None  # (t, step) when the highest step was first seen
+    step_times: list[float] = field(default_factory=list)  # seconds per step along the frontier
+    checkpoints: list[list[Any]] = field(default_factory=list)  # [t, step, seconds or None]
+    stalls: list[list[float]] = field(default_factory=list)  # [from, to]: no step in between
 
     def feed(self, ev: dict[str, Any]) -> None:
         t = float(ev.get("t") or time.time())
         node = str(ev.get("node") or "?")
         if ev.get("ev") == "ckpt":
             self.last_ckpt = {"path": ev.get("path"), "step": ev.get("step")}
+            secs = ev.get("seconds")
+            if isinstance(ev.get("step"), int):
+                self.checkpoints.append([t, ev["step"], float(secs) if isinstance(
+                    secs, (int, float)) and not isinstance(secs, bool) else None])
+                del self.checkpoints[:-MAX_CHECKPOINTS]
             return
         if ev.get("ev") != "step":
             return
@@ -91,11 +105,20 @@ class Progress:
             n = int(ev.get("step"))  # type: ignore[arg-type]
         except (TypeError, ValueError):
             return
+        if self.first_step is None or t < self.first_step[0]:
+            self.first_step = (t, n)
+        if self.frontier is None or n > self.frontier[1]:
+            if self.frontier is not None and t > self.frontier[0]:
+                self.step_times.append((t - self.frontier[0]) / (n - self.frontier[1]))
+            self.frontier = (t, n)
         if key in self._prev:
             pt, pn = self._prev[key]
             if n > pn:  # reports are throttled: the time per step between two of them
                 self.intervals.setdefault(node, []).append(max(0.0, t - pt) / (n - pn))
         self._prev[key] = (t, n)
+
+    def median_step(self) -> float | None:
+        return statistics.median(self.step_times) if self.step_times else None
 
     def node_medians(self) -> dict[str, float]:
         return {n: statistics.median(v) for n, v in self.intervals.items() if len(v) >= _MIN_SAMPLES}
@@ -281,6 +304,7 @@ def run(opts: RunOptions) -> int:
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
     stalled = False
+    stall_from: float | None = None  # the current stall began after this step report
     kill_at: float | None = None
     try:
         while True:
@@ -294,8 +318,16 @@ def run(opts: RunOptions) -> int:
             now = time.time()
             if kill_at is None and got and got[-1] in (signal.SIGTERM, signal.SIGINT):
                 kill_at = now + opts.grace
-            if not stalled and opts.stall_timeout > 0 and now - prog.last_event > opts.stall_timeout:
+            if stall_from is not None and prog.frontier is not None \
+                    and prog.frontier[0] > stall_from:  # steps again: the stall ended
+                prog.stalls.append([stall_from, prog.frontier[0]])
+                del prog.stalls[:-MAX_STALLS]
+                stall_from = None
+                _say(f"stall over: step {prog.frontier[1]} reported")
+            if stall_from is None and opts.stall_timeout > 0 \
+                    and now - prog.last_event > opts.stall_timeout:
                 stalled = True
+                stall_from = prog.frontier[0] if prog.frontier else started
                 _say(f"stall: no step reported for {opts.stall_timeout:g}s "
                      f"(last step {prog.last_step} from {prog.last_node})")
                 if opts.stall_action == "requeue":
@@ -312,6 +344,12 @@ def run(opts: RunOptions) -> int:
         pump.join(timeout=2)
     for ev in tail.read():
         prog.feed(ev)
+    ended = time.time()
+    if stall_from is not None:
+        if prog.frontier is not None and prog.frontier[0] > stall_from:
+            prog.stalls.append([stall_from, prog.frontier[0]])
+        else:
+            prog.stalls.append([stall_from, ended])
     if private:
         shutil.rmtree(private, ignore_errors=True)
 
@@ -333,11 +371,19 @@ def run(opts: RunOptions) -> int:
         _say(verdict.reason)
     _record(opts, env, {
         "job_id": env.get("SLURM_JOB_ID"), "node": env.get("SLURMD_NODENAME"),
-        "restart": restart, "started": started, "ended": time.time(),
+        "restart": restart, "started": started, "ended": ended,
         "resumed_from": best.to_dict() if best else None, "returncode": rc,
         "verdict": verdict.kind, "exit_code": verdict.exit_code, "reason": verdict.reason,
         "last_step": prog.last_step, "last_checkpoint": prog.last_ckpt, "stalled": stalled,
         "node_median_step_s": prog.node_medians(), "slow_nodes": slow, "recovery": recovery,
+        # For goodput accounting (slurmguard.goodput): the step frontier, saves, stalls.
+        "progress_file": ppath, "steps_reported": prog.steps,
+        "first_step": list(prog.first_step) if prog.first_step else None,
+        "last_step_t": prog.frontier[0] if prog.frontier else None,
+        "frontier_step": prog.frontier[1] if prog.frontier else None,
+        "median_step_s": prog.median_step(), "step_samples": len(prog.step_times),
+        "checkpoints": prog.checkpoints,
+        "stalls": prog.stalls,
     })
     return verdict.exit_code
 
