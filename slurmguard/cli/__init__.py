@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "run": "slurmguard.cli.run:run_cmd",
     "requeue": "slurmguard.cli.requeue:requeue_grp",
     "reconcile": "slurmguard.cli.reconcile:reconcile_cmd",
+    "burnin": "slurmguard.cli.burnin:burnin_grp",
 }
 
 

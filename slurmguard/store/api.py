@@ -22,8 +22,19 @@ from sqlalchemy import Engine, and_, bindparam, func, insert, select, update
 
 from slurmguard.errors import InputError
 from slurmguard.policy.types import UNHEALTHY, NodeView, Sample, worst_health
+from slurmguard.store.burnin import BurninMixin
 from slurmguard.store.engine import check_schema, guard, make_engine
-from slurmguard.store.models import EVENT_KINDS, Event, FleetAlert, Node, Result, Run
+from slurmguard.store.models import (
+    EVENT_KINDS,
+    BurninResult,
+    BurninRun,
+    BurninSeries,
+    Event,
+    FleetAlert,
+    Node,
+    Result,
+    Run,
+)
 from slurmguard.store.records import validate_node, validate_record
 from slurmguard.store.rows import (
     AlertRow,
@@ -43,7 +54,7 @@ _A = FleetAlert.__table__
 _CHUNK = 500  # rows per IN (...) list: below SQLite's and PostgreSQL's parameter limits
 
 
-class Store:
+class Store(BurninMixin):
     """A handle on the node-state store. Cheap to create; thread-safe like its Engine."""
 
     def __init__(self, engine: Engine) -> None:
@@ -404,7 +415,8 @@ class Store:
         """Row counts per table (for `db current` and tests)."""
         with guard(self.engine, "counts"), self.engine.connect() as conn:
             return {t.__tablename__: int(conn.execute(select(func.count()).select_from(t)).scalar_one())
-                    for t in (Node, Run, Result, Event, FleetAlert)}
+                    for t in (Node, Run, Result, Event, FleetAlert, BurninRun, BurninResult,
+                              BurninSeries)}
 
 
 def _node_name(node: str) -> str:
