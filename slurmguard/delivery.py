@@ -54,10 +54,10 @@ def deliver(record: dict[str, Any], cfg: Any, *, replay: bool = True) -> str:
 
 def _spool_or_say(record: dict[str, Any], hooks: Any) -> str:
     try:
-        spool.write(record, str(hooks["spool_dir"]), int(hooks["spool_max"]))
+        _, dropped = spool.write_and_say(record, str(hooks["spool_dir"]), int(hooks["spool_max"]))
     except OSError as exc:  # a full or read-only disk: the record is lost, the hook goes on
         return f"lost: spool {hooks['spool_dir']}: {exc.strerror or exc}"
-    return "spooled"
+    return f"spooled; {dropped}" if dropped else "spooled"
 
 
 def replay_spool(url: str, token: str, spool_dir: str, *, deadline: float,
@@ -66,6 +66,7 @@ def replay_spool(url: str, token: str, spool_dir: str, *, deadline: float,
     (time.monotonic()) passes; returns how many files were settled and removed.
 
     Only one process replays at a time (:func:`slurmguard.adapters.spool.replay_lock`).
+    Raises OSError for a spool that is unsafe to use (a symlink, shared with others).
     """
     with spool.replay_lock(spool_dir) as mine:
         if not mine:

@@ -19,6 +19,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -54,7 +55,9 @@ def run_hook(hook: str, *, node_flag: str | None = None, config_path: str | None
              dry_run: bool = False) -> int:
     """Run one hook end to end and return its exit code. Never raises for checker faults."""
     out = out or sys.stdout
-    t0 = time.monotonic()
+    # A thin client (slurmguard-agent-client, docs/agent.md) that gave up on the agent hands
+    # over the time it already spent, so the whole hook still ends inside hooks.budget.
+    t0 = time.monotonic() - _spent_before()
     acting = hook != "check" and not dry_run
     node = node_identity(node_flag)
     try:
@@ -69,41 +72,82 @@ def run_hook(hook: str, *, node_flag: str | None = None, config_path: str | None
         return EXIT_OK
 
     budget = float(cfg["hooks.budget"])
-    _arm_watchdog(budget, hook, node, cfg)
+    _arm_watchdog(max(0.1, budget - (time.monotonic() - t0)), budget, hook, node, cfg)
+    job_id, job_uid = _job_from_env()
     try:
-        outcome = _run(cfg, hook, node, only, acting, t0, budget)
+        return execute(cfg, hook, node, only=only, as_json=as_json, out=out, err=sys.stderr,
+                       dry_run=dry_run, t0=t0, job_id=job_id, job_uid=job_uid)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def execute(cfg: Any, hook: str, node: str, *, only: tuple[str, ...] = (), as_json: bool = False,
+            out: TextIO, err: TextIO, dry_run: bool = False, t0: float,
+            job_id: str | None = None, job_uid: int | None = None,
+            sources: Mapping[str, Any] | None = None,
+            extra: Mapping[str, Any] | None = None) -> int:
+    """One hook run (gather, evaluate, decide, act, report), printed and logged; its exit code.
+
+    The one definition of a hook run: `slurmguard prolog` calls it in its own process; the
+    resident agent (slurmguard/agent.py) calls it with its cached and live ``sources`` and
+    sends back what was written to ``out`` and ``err``. ``extra`` goes into the record (the
+    agent's source ages and boot id).
+    """
+    acting = hook != "check" and not dry_run
+    budget = float(cfg["hooks.budget"])
+    try:
+        outcome = _run(cfg, hook, node, only, acting, t0, budget, job_id=job_id,
+                       job_uid=job_uid, sources=sources, extra=extra)
     except SlurmguardError as exc:
         if not acting:
             raise
-        _log_line(cfg, hook, node, f"checker error: {exc.message}")
+        _log_line(cfg, hook, node, f"checker error: {exc.message}", err)
+        _write_metrics(cfg, hook, node, t0, None)
         return EXIT_OK
     except Exception as exc:  # a bug in slurmguard must not fail the job or drain the node
         if not acting:
             raise
-        _log_line(cfg, hook, node, f"internal error: {type(exc).__name__}: {exc}")
+        _log_line(cfg, hook, node, f"internal error: {type(exc).__name__}: {exc}", err)
+        _write_metrics(cfg, hook, node, t0, None)
         return EXIT_OK
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+    if acting:
+        _write_metrics(cfg, hook, node, t0, outcome)
 
     if as_json:
         json.dump(outcome.record, out, indent=2, sort_keys=True)
         out.write("\n")
     else:
         _print_human(out, outcome, hook, node)
-    _log_line(cfg, hook, node, f"{outcome.decision.action}: {outcome.decision.reason or 'ok'}; {outcome.applied}")
+    delivery = str((outcome.record or {}).get("delivery") or "")
+    report_note = "" if delivery in ("", "sent", "skipped", "spooled") else f"; report {delivery}"
+    _log_line(cfg, hook, node, f"{outcome.decision.action}: {outcome.decision.reason or 'ok'}; "
+                               f"{outcome.applied}{report_note}", err)
     return outcome.exit_code
 
 
+def _spent_before() -> float:
+    """Seconds since $SLURMGUARD_HOOK_STARTED (epoch), set by the thin client; 0 if unset."""
+    started = os.environ.get("SLURMGUARD_HOOK_STARTED")
+    if not started:
+        return 0.0
+    try:
+        return min(max(0.0, time.time() - float(started)), 60.0)
+    except ValueError:
+        return 0.0
+
+
 def _run(cfg: Any, hook: str, node: str, only: tuple[str, ...], acting: bool, t0: float,
-         budget: float) -> HookOutcome:
+         budget: float, *, job_id: str | None = None, job_uid: int | None = None,
+         sources: Mapping[str, Any] | None = None,
+         extra: Mapping[str, Any] | None = None) -> HookOutcome:
     """One hook run, step by step: gather + evaluate, look at Slurm, decide, act, report."""
-    job_id, job_uid = _job_from_env()
     available, report = _gather_and_evaluate(cfg, hook, node, only, job_id, job_uid,
-                                             deadline=_checks_deadline(cfg, t0, budget))
+                                             deadline=_checks_deadline(cfg, t0, budget),
+                                             sources=sources)
     slurm = _slurm_view(cfg, hook, node, acting, report)
     decision = _decide(cfg, hook, report, available, slurm)
     applied, exit_code = _act(cfg, hook, node, decision, acting, slurm)
-    record = _report(cfg, hook, node, report, decision, applied, acting, job_id, t0)
+    record = _report(cfg, hook, node, report, decision, applied, acting, job_id, t0, extra)
     return HookOutcome(exit_code, decision, record, applied)
 
 
@@ -130,16 +174,19 @@ def _checks_deadline(cfg: Any, t0: float, budget: float) -> float:
 
 
 def _gather_and_evaluate(cfg: Any, hook: str, node: str, only: tuple[str, ...],
-                         job_id: str | None, job_uid: int | None,
-                         deadline: float) -> tuple[list[Any], Any]:
+                         job_id: str | None, job_uid: int | None, deadline: float,
+                         sources: Mapping[str, Any] | None = None) -> tuple[list[Any], Any]:
     """Steps 1-2 (slurmguard.runner): gather the sources once, run the pure checks.
-    Returns every check this node knows and the run's RunReport."""
+    Returns every check this node knows and the run's RunReport. ``sources`` replaces
+    entries of the source table (the agent's cached and live sources)."""
     from slurmguard.runner import registry, run_checks, select_checks
 
-    available, sources = registry(cfg)
+    available, table = registry(cfg)
+    if sources:
+        table = {**table, **sources}
     checks = select_checks(cfg, hook, only, available)
     report = run_checks(cfg, checks, hook=hook, node=node, job_id=job_id, job_uid=job_uid,
-                        deadline=deadline, sources=sources)
+                        deadline=deadline, sources=table)
     return available, report
 
 
@@ -219,7 +266,8 @@ def _act(cfg: Any, hook: str, node: str, decision: Decision, acting: bool,
 
 
 def _report(cfg: Any, hook: str, node: str, report: Any, decision: Decision, applied: str,
-            acting: bool, job_id: str | None, t0: float) -> dict[str, Any]:
+            acting: bool, job_id: str | None, t0: float,
+            extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Step 5: the result record, delivered to serve (or spooled) when one is configured."""
     from slurmguard.record import make_record
 
@@ -228,6 +276,8 @@ def _report(cfg: Any, hook: str, node: str, report: Any, decision: Decision, app
         started=report.started, duration=time.monotonic() - t0,
     )
     record["applied"] = applied
+    if extra:
+        record.update(extra)
     if acting and cfg["hooks.report_url"]:
         from slurmguard.delivery import deliver
 
@@ -239,6 +289,26 @@ def _report(cfg: Any, hook: str, node: str, report: Any, decision: Decision, app
         # A source thread may be stuck in the kernel; do not let interpreter shutdown wait.
         record["abandoned_sources"] = list(report.abandoned)
     return record
+
+
+def _write_metrics(cfg: Any, hook: str, node: str, t0: float, o: HookOutcome | None) -> None:
+    """The node_exporter textfile of this run (``metrics.textfile_dir``; off when empty).
+
+    ``o`` None: slurmguard itself failed (verdict ``internal-error``, no check results)."""
+    directory = str(cfg["metrics.textfile_dir"] or "")
+    if not directory:
+        return
+    from slurmguard.metrics import textfile
+
+    rec = (o.record or {}) if o is not None else {}
+    results = [(r["name"], r["health"]) for r in rec.get("results", ())]
+    verdict = o.decision.action.value if o is not None else "internal-error"
+    check = o.decision.failing[0] if o is not None and o.decision.failing else ""
+    problem = textfile.write_hook(directory, hook, results=results, verdict=verdict,
+                                  reason=o.decision.reason if o is not None else "",
+                                  check=check, duration=time.monotonic() - t0)
+    if problem:
+        _log_line(cfg, hook, node, f"warning: {problem}")
 
 
 def _print_human(out: TextIO, o: HookOutcome, hook: str, node: str) -> None:
@@ -257,10 +327,10 @@ def _print_human(out: TextIO, o: HookOutcome, hook: str, node: str) -> None:
     out.write(line + "\n")
 
 
-def _log_line(cfg: Any, hook: str, node: str, text: str) -> None:
+def _log_line(cfg: Any, hook: str, node: str, text: str, err: TextIO | None = None) -> None:
     line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} slurmguard {hook} node={node} {one_line(text, 400)}\n"
     if hook != "check":
-        sys.stderr.write(line)
+        (err or sys.stderr).write(line)
     path = None
     try:
         path = cfg["hooks.log_file"] if cfg is not None else None
@@ -274,7 +344,7 @@ def _log_line(cfg: Any, hook: str, node: str, text: str) -> None:
             pass
 
 
-def _arm_watchdog(budget: float, hook: str, node: str, cfg: Any) -> None:
+def _arm_watchdog(left: float, budget: float, hook: str, node: str, cfg: Any) -> None:
     """Backstop: if anything overruns the budget, log and leave with 'job may run'."""
 
     def fire(signum: int, frame: Any) -> None:
@@ -283,4 +353,4 @@ def _arm_watchdog(budget: float, hook: str, node: str, cfg: Any) -> None:
         os._exit(EXIT_OK if hook != "check" else EXIT_CHECKER)
 
     signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, budget + 0.5)
+    signal.setitimer(signal.ITIMER_REAL, left + 0.5)

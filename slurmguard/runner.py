@@ -91,8 +91,17 @@ def select_checks(cfg: Config, hook: str, only: Sequence[str] = (),
     return [c for c in chosen if c.name not in disabled]
 
 
+def resolve_source(target: Any) -> Any:
+    """A source table entry as a function of (cfg, ctx): "module:function" is imported; a
+    callable (the resident agent's cached and live sources, slurmguard/agent.py) is itself."""
+    if callable(target):
+        return target
+    module, fn = str(target).split(":")
+    return getattr(importlib.import_module(module), fn)
+
+
 class _Gather(threading.Thread):
-    def __init__(self, name: str, target: str, cfg: Config, ctx: GatherContext) -> None:
+    def __init__(self, name: str, target: str | Any, cfg: Config, ctx: GatherContext) -> None:
         super().__init__(name=f"gather-{name}", daemon=True)
         self.target, self.cfg, self.ctx = target, cfg, ctx
         self.value: Any = None
@@ -100,8 +109,7 @@ class _Gather(threading.Thread):
 
     def run(self) -> None:
         try:
-            module, fn = self.target.split(":")
-            self.value = getattr(importlib.import_module(module), fn)(self.cfg, self.ctx)
+            self.value = resolve_source(self.target)(self.cfg, self.ctx)
         except BaseException as exc:  # reported as the source's outcome, never raised
             self.exc = exc
 
@@ -115,13 +123,15 @@ def run_checks(
     job_id: str | None = None,
     job_uid: int | None = None,
     deadline: float | None = None,
-    sources: Mapping[str, str] | None = None,
+    sources: Mapping[str, Any] | None = None,
 ) -> RunReport:
     """Gather the sources ``checks`` need, run them, and return every result.
 
     ``deadline`` (a ``time.monotonic()`` value) bounds the gathering; by default it is the
     per-source timeout ``hooks.check_timeout`` from now. ``sources`` overrides the source
-    table (tests use it to plug in fault-injecting sources).
+    table: "module:function" strings, or callables taking (cfg, ctx) (the resident agent
+    plugs in its cached and live sources this way, so the checks, their timeouts and the
+    error handling are the very same code as in a hook process).
     """
     started_wall, t0 = time.time(), time.monotonic()
     per_source = float(cfg["hooks.check_timeout"])

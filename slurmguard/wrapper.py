@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
+import stat
 import statistics
 import subprocess
 import sys
@@ -39,6 +42,8 @@ from slurmguard.errors import InputError, RefusedError
 STATE_DIR = ".slurmguard"  # inside the checkpoint dir: shared by every node of the job
 SLOW_FACTOR = 1.5  # a node whose median step time is 1.5x the job's median is named slow
 _MIN_SAMPLES = 3
+MAX_CHECKPOINTS = 200  # checkpoint events kept in a run record (the newest)
+MAX_STALLS = 100
 
 
 def _say(msg: str) -> None:
@@ -62,7 +67,9 @@ class RunOptions:
 
 @dataclass
 class Progress:
-    """What the progress file said: last step, per-node step intervals, checkpoints."""
+    """What the progress file said: last step, per-node step intervals, checkpoints, and the
+    job's step frontier (the highest step any rank reported, and when), which goodput
+    accounting reads from the run record."""
 
     last_event: float
     last_step: int | None = None
@@ -71,12 +78,22 @@ class Progress:
     steps: int = 0
     _prev: dict[tuple[str, Any], tuple[float, int]] = field(default_factory=dict)
     intervals: dict[str, list[float]] = field(default_factory=dict)
+    first_step: tuple[float, int] | None = None  # (t, step) of the first step reported
+    frontier: tuple[float, int] | None = None  # (t, step) when the highest step was first seen
+    step_times: list[float] = field(default_factory=list)  # seconds per step along the frontier
+    checkpoints: list[list[Any]] = field(default_factory=list)  # [t, step, seconds or None]
+    stalls: list[list[float]] = field(default_factory=list)  # [from, to]: no step in between
 
     def feed(self, ev: dict[str, Any]) -> None:
         t = float(ev.get("t") or time.time())
         node = str(ev.get("node") or "?")
         if ev.get("ev") == "ckpt":
             self.last_ckpt = {"path": ev.get("path"), "step": ev.get("step")}
+            secs = ev.get("seconds")
+            if isinstance(ev.get("step"), int):
+                self.checkpoints.append([t, ev["step"], float(secs) if isinstance(
+                    secs, (int, float)) and not isinstance(secs, bool) else None])
+                del self.checkpoints[:-MAX_CHECKPOINTS]
             return
         if ev.get("ev") != "step":
             return
@@ -88,11 +105,20 @@ class Progress:
             n = int(ev.get("step"))  # type: ignore[arg-type]
         except (TypeError, ValueError):
             return
+        if self.first_step is None or t < self.first_step[0]:
+            self.first_step = (t, n)
+        if self.frontier is None or n > self.frontier[1]:
+            if self.frontier is not None and t > self.frontier[0]:
+                self.step_times.append((t - self.frontier[0]) / (n - self.frontier[1]))
+            self.frontier = (t, n)
         if key in self._prev:
             pt, pn = self._prev[key]
             if n > pn:  # reports are throttled: the time per step between two of them
                 self.intervals.setdefault(node, []).append(max(0.0, t - pt) / (n - pn))
         self._prev[key] = (t, n)
+
+    def median_step(self) -> float | None:
+        return statistics.median(self.step_times) if self.step_times else None
 
     def node_medians(self) -> dict[str, float]:
         return {n: statistics.median(v) for n, v in self.intervals.items() if len(v) >= _MIN_SAMPLES}
@@ -178,18 +204,66 @@ def prepare_env(opts: RunOptions) -> tuple[dict[str, str], checkpoint.Checkpoint
     return env, best, restart
 
 
-def _progress_path(opts: RunOptions, env: dict[str, str]) -> str:
+_JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _safe_dir(d: Path) -> bool:
+    """A directory we may create files in: a real directory (not a symlink) that is ours, or
+    that nobody but its owner can write to (a shared checkpoint tree of our group)."""
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    return st.st_uid == os.geteuid() or not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def open_progress(path: str, *, exclusive: bool = False) -> int:
+    """Create or open the progress file for appending without following a symlink planted
+    at its name (O_NOFOLLOW; with ``exclusive`` also O_EXCL); only a regular file or a FIFO
+    is accepted. Returns the descriptor."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    if exclusive:
+        flags |= os.O_EXCL
+    fd = os.open(path, flags, 0o600)
+    st = os.fstat(fd)
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+        os.close(fd)
+        raise OSError(f"{path}: not a regular file or FIFO")
+    return fd
+
+
+def _progress_path(opts: RunOptions, env: dict[str, str]) -> tuple[str, str | None]:
+    """Where progress goes, and the private directory made for it (removed at the end).
+
+    The file is never at a predictable name in a directory others can write to: in the
+    checkpoint directory's ``.slurmguard/`` (ours, not a symlink), else in a fresh
+    ``mkdtemp`` directory (mode 0700). A symlink planted at the name is refused
+    (O_NOFOLLOW), not followed.
+    """
     if opts.progress_file:
-        return opts.progress_file
-    job = env.get("SLURM_JOB_ID") or f"pid{os.getpid()}"
+        return opts.progress_file, None
+    job = env.get("SLURM_JOB_ID") or ""
+    if not _JOB_ID.fullmatch(job) or job in (".", ".."):
+        job = f"pid{os.getpid()}"  # a hostile SLURM_JOB_ID never becomes part of a path
     if opts.checkpoint_dir:
         d = Path(opts.checkpoint_dir) / STATE_DIR
         try:
-            d.mkdir(exist_ok=True)
-            return str(d / f"progress-{job}.jsonl")
+            d.mkdir(mode=0o700, exist_ok=True)
         except OSError:
             pass
-    return os.path.join(tempfile.gettempdir(), f"slurmguard-progress-{job}-{os.getpid()}.jsonl")
+        if _safe_dir(d):
+            path = str(d / f"progress-{job}.jsonl")
+            try:
+                os.close(open_progress(path))
+                return path, None
+            except OSError as exc:
+                _say(f"cannot use {path} for progress ({exc.strerror or exc}); using a private one")
+    private = tempfile.mkdtemp(prefix="slurmguard-run-")
+    path = os.path.join(private, f"progress-{job}.jsonl")
+    os.close(open_progress(path, exclusive=True))
+    return path, private
 
 
 def run(opts: RunOptions) -> int:
@@ -201,7 +275,7 @@ def run(opts: RunOptions) -> int:
         _say(f"resuming from {best.path} (step {best.step}, {best.layout})" if best
              else f"no complete checkpoint in {opts.checkpoint_dir}: starting from the beginning")
     recovery = _recovery(opts, env, best, restart)
-    ppath = _progress_path(opts, env)
+    ppath, private = _progress_path(opts, env)
     env["SLURMGUARD_PROGRESS"] = ppath
     tail = _Tail(ppath)
     started = time.time()
@@ -212,6 +286,8 @@ def run(opts: RunOptions) -> int:
         child = subprocess.Popen(list(opts.command), env=env, start_new_session=True,
                                  stderr=subprocess.PIPE if opts.scan_stderr else None)
     except OSError as exc:
+        if private:
+            shutil.rmtree(private, ignore_errors=True)
         raise InputError(f"cannot start {opts.command[0]!r}: {exc.strerror or exc}") from None
     infra: list[str] = []
     pump = None
@@ -228,6 +304,7 @@ def run(opts: RunOptions) -> int:
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
     stalled = False
+    stall_from: float | None = None  # the current stall began after this step report
     kill_at: float | None = None
     try:
         while True:
@@ -241,8 +318,16 @@ def run(opts: RunOptions) -> int:
             now = time.time()
             if kill_at is None and got and got[-1] in (signal.SIGTERM, signal.SIGINT):
                 kill_at = now + opts.grace
-            if not stalled and opts.stall_timeout > 0 and now - prog.last_event > opts.stall_timeout:
+            if stall_from is not None and prog.frontier is not None \
+                    and prog.frontier[0] > stall_from:  # steps again: the stall ended
+                prog.stalls.append([stall_from, prog.frontier[0]])
+                del prog.stalls[:-MAX_STALLS]
+                stall_from = None
+                _say(f"stall over: step {prog.frontier[1]} reported")
+            if stall_from is None and opts.stall_timeout > 0 \
+                    and now - prog.last_event > opts.stall_timeout:
                 stalled = True
+                stall_from = prog.frontier[0] if prog.frontier else started
                 _say(f"stall: no step reported for {opts.stall_timeout:g}s "
                      f"(last step {prog.last_step} from {prog.last_node})")
                 if opts.stall_action == "requeue":
@@ -259,6 +344,14 @@ def run(opts: RunOptions) -> int:
         pump.join(timeout=2)
     for ev in tail.read():
         prog.feed(ev)
+    ended = time.time()
+    if stall_from is not None:
+        if prog.frontier is not None and prog.frontier[0] > stall_from:
+            prog.stalls.append([stall_from, prog.frontier[0]])
+        else:
+            prog.stalls.append([stall_from, ended])
+    if private:
+        shutil.rmtree(private, ignore_errors=True)
 
     drained = None
     if rc != 0 and opts.node_probe is not None:
@@ -278,11 +371,19 @@ def run(opts: RunOptions) -> int:
         _say(verdict.reason)
     _record(opts, env, {
         "job_id": env.get("SLURM_JOB_ID"), "node": env.get("SLURMD_NODENAME"),
-        "restart": restart, "started": started, "ended": time.time(),
+        "restart": restart, "started": started, "ended": ended,
         "resumed_from": best.to_dict() if best else None, "returncode": rc,
         "verdict": verdict.kind, "exit_code": verdict.exit_code, "reason": verdict.reason,
         "last_step": prog.last_step, "last_checkpoint": prog.last_ckpt, "stalled": stalled,
         "node_median_step_s": prog.node_medians(), "slow_nodes": slow, "recovery": recovery,
+        # For goodput accounting (slurmguard.goodput): the step frontier, saves, stalls.
+        "progress_file": ppath, "steps_reported": prog.steps,
+        "first_step": list(prog.first_step) if prog.first_step else None,
+        "last_step_t": prog.frontier[0] if prog.frontier else None,
+        "frontier_step": prog.frontier[1] if prog.frontier else None,
+        "median_step_s": prog.median_step(), "step_samples": len(prog.step_times),
+        "checkpoints": prog.checkpoints,
+        "stalls": prog.stalls,
     })
     return verdict.exit_code
 
@@ -325,8 +426,11 @@ def _record(opts: RunOptions, env: dict[str, str], rec: dict[str, Any]) -> None:
         return
     try:
         path = Path(opts.checkpoint_dir) / STATE_DIR / "runs.jsonl"
-        path.parent.mkdir(exist_ok=True)
-        with open(path, "a") as fh:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        if not _safe_dir(path.parent):
+            raise OSError(f"{path.parent} is a symlink or writable by others")
+        fd = open_progress(str(path))  # the same rules: O_NOFOLLOW, a regular file
+        with os.fdopen(fd, "a") as fh:
             fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
     except OSError as exc:
         _say(f"could not record the run: {exc}")

@@ -19,7 +19,7 @@ from helpers import REPO, sg_argv, sg_env
 from requeue_support import lose_node
 from test_spank import build_plugin
 
-from slurmguard.requeue import expand
+from slurmguard.nodeset import expand
 
 pytestmark = pytest.mark.slurm
 
@@ -77,7 +77,7 @@ def log_lines(path: Path) -> list[tuple[int, int, str]]:
         return []
     out = []
     for line in path.read_text().splitlines():
-        s, r, n = line.split()
+        s, r, n = line.split()[:3]  # then the time the step ended
         out.append((int(s), int(r), n))
     return out
 

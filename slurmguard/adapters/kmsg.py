@@ -64,8 +64,6 @@ class KernelLog:
 def gather(cfg: Config, ctx: GatherContext) -> KernelLog:
     """Read the configured kernel log once; Unsupported where there is no NVIDIA driver."""
     p = cfg.section("checks.xid")
-    gpus_root = Path(p["nvidia_proc_root"])
-    gpus = read_gpu_map(gpus_root)
     source = p["source"]
     if source == "kmsg":
         log = _read_kmsg(p)
@@ -73,8 +71,16 @@ def gather(cfg: Config, ctx: GatherContext) -> KernelLog:
         log = _read_file(p)
     else:
         log = _read_journal(p, ctx)
+    return finish(p, log)
+
+
+def finish(p: Mapping[str, object], log: KernelLog) -> KernelLog:
+    """Add the GPU map and the boot id to what a reader read (the hook's own read, or the
+    agent's follower, slurmguard/agent.py); Unsupported on a node without NVIDIA driver."""
+    gpus_root = Path(str(p["nvidia_proc_root"]))
+    gpus = read_gpu_map(gpus_root)
     log = KernelLog(log.kind, log.identity, log.end_pos, log.records, gpus, log.scanned,
-                    _boot_id(p["boot_id_path"]))
+                    _boot_id(str(p["boot_id_path"])))
     if not gpus_root.is_dir() and not any(_is_fault(r.text) for r in log.records):
         # No driver loaded and no Xid ever logged: a CPU node. (With Xids present we report
         # them even without the /proc tree: a driver that failed to come back is a fault.)
@@ -146,40 +152,52 @@ def parse_kmsg_record(raw: str) -> tuple[int, int, str] | None:
 
 def _read_kmsg(p: Mapping[str, object]) -> KernelLog:
     path = str(p["kmsg_path"])
-    btime = boot_time(str(p["stat_path"]))
+    fd = open_kmsg(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        records, last, scanned = read_kmsg_records(fd, path, boot_time(str(p["stat_path"])))
+    finally:
+        os.close(fd)
+    return KernelLog("kmsg", _boot_id(str(p["boot_id_path"])), last, tuple(records), {}, scanned)
+
+
+def open_kmsg(path: str) -> int:
+    """Open the kernel log device non-blocking (Unsupported when it does not exist)."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise Unsupported(f"{path}: no such device") from None
     except OSError as exc:
         raise SlurmguardError(f"{path}: cannot open: {exc.strerror}") from None
+
+
+def read_kmsg_records(fd: int, path: str, btime: float | None) -> tuple[list[LogRecord], int, int]:
+    """Read records from ``fd`` up to the end of the ring buffer (EAGAIN): the marked
+    records, the last sequence number read (-1: none) and how many records were looked at.
+    The hook reads once; the agent's follower keeps ``fd`` open and calls this again."""
     records: list[LogRecord] = []
     last = -1
     scanned = 0
-    try:
-        while True:
-            try:
-                chunk = os.read(fd, 16384)
-            except BlockingIOError:
-                break  # EAGAIN: read everything in the ring buffer
-            except OSError as exc:
-                if exc.errno == errno.EPIPE:
-                    continue  # overwritten while we read: the next read returns the next one
-                raise SlurmguardError(f"{path}: read failed: {exc.strerror}") from None
-            if not chunk:
-                break
-            parsed = parse_kmsg_record(chunk.decode("utf-8", "replace"))
-            if parsed is None:
-                continue
-            seq, usec, msg = parsed
-            scanned += 1
-            last = max(last, seq)
-            if _marked(msg):
-                wall = btime + usec / 1e6 if btime is not None else None
-                records.append(LogRecord(seq, wall, msg))
-    finally:
-        os.close(fd)
-    return KernelLog("kmsg", _boot_id(str(p["boot_id_path"])), last, tuple(records), {}, scanned)
+    while True:
+        try:
+            chunk = os.read(fd, 16384)
+        except BlockingIOError:
+            break  # EAGAIN: read everything in the ring buffer
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                continue  # overwritten while we read: the next read returns the next one
+            raise SlurmguardError(f"{path}: read failed: {exc.strerror}") from None
+        if not chunk:
+            break
+        parsed = parse_kmsg_record(chunk.decode("utf-8", "replace"))
+        if parsed is None:
+            continue
+        seq, usec, msg = parsed
+        scanned += 1
+        last = max(last, seq)
+        if _marked(msg):
+            wall = btime + usec / 1e6 if btime is not None else None
+            records.append(LogRecord(seq, wall, msg))
+    return records, last, scanned
 
 
 def _marked_lines(data: bytes, end: int) -> list[tuple[int, int]]:
@@ -298,7 +316,9 @@ def _bsd_time(text: str, now: float) -> float | None:
     return None
 
 
-def _read_file(p: Mapping[str, object]) -> KernelLog:
+def _read_file(p: Mapping[str, object], since: tuple[str, int] | None = None) -> KernelLog:
+    """The last ``max_bytes`` of the file; with ``since`` = (identity, end_pos) of an earlier
+    read of the same file (the agent's follower), only the lines appended after it."""
     path = str(p["file"])
     max_bytes = int(p["max_bytes"])  # type: ignore[call-overload]
     btime = boot_time(str(p["stat_path"]))
@@ -306,14 +326,16 @@ def _read_file(p: Mapping[str, object]) -> KernelLog:
     try:
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())
-            start = max(0, st.st_size - max_bytes)
+            follow = (since is not None and since[0] == f"{st.st_dev}:{st.st_ino}"
+                      and since[1] <= st.st_size)
+            start = since[1] if follow and since else max(0, st.st_size - max_bytes)
             fh.seek(start)
             data = fh.read(st.st_size - start)
     except FileNotFoundError:
         raise Unsupported(f"{path}: no such file") from None
     except OSError as exc:
         raise SlurmguardError(f"{path}: cannot read: {exc.strerror}") from None
-    if start:
+    if start and not follow:
         cut = data.find(b"\n") + 1  # drop the partial first line
         start, data = start + cut, data[cut:]
     records: list[LogRecord] = []

@@ -82,7 +82,9 @@ def post_json(url: str, token: str, obj: dict[str, Any], timeout: float) -> dict
         raise DeliveryError(f"{url}: {exc}") from None
     finally:
         conn.close()
-    if resp.status != 200:
+    # 422: every record of the request was malformed; the answer's "rejected" settles them
+    # (they are dropped, not retried: sending them again cannot make them valid).
+    if resp.status not in (200, 422):
         raise DeliveryError(f"{url}: HTTP {resp.status}")
     try:
         answer = json.loads(data)

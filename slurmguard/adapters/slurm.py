@@ -20,12 +20,16 @@ import re
 from collections.abc import Mapping
 
 from slurmguard.adapters.slurm_parse import (
+    SACCT_FIELDS,
+    AcctRecord,
     JobInfo,
     NodeInfo,
     job_info_from_json,
     job_info_from_show,
     node_info_from_json,
     node_info_from_show,
+    parse_sacct_json,
+    parse_sacct_parsable,
     parse_show_job_oneliner,
     parse_show_node_oneliner,
     parse_sinfo_json,
@@ -33,9 +37,11 @@ from slurmguard.adapters.slurm_parse import (
 )
 from slurmguard.errors import CommandError, InputError, ParseError
 from slurmguard.health import one_line
+from slurmguard.nodeset import validate_node_name, validate_nodeset  # the one rule
 from slurmguard.proc import CommandResult, run_command
 
 __all__ = [
+    "AcctRecord", "parse_sacct_json", "parse_sacct_parsable",
     "REASON_PREFIX", "REASON_MAX", "JobInfo", "NodeInfo", "SlurmCLI", "format_reason",
     "job_info_from_json", "job_info_from_show", "node_info_from_json", "node_info_from_show",
     "parse_show_job_oneliner", "parse_show_node_oneliner", "parse_sinfo_json",
@@ -47,27 +53,8 @@ REASON_PREFIX = "slurmguard:"
 # reason readable in `scontrol show node` and in the store without truncating useful detail.
 REASON_MAX = 200
 
-# A Slurm node name is a host name: letters, digits, '-', '_', '.', not starting with '-'
-# (it would read as an option) and of sane length.
-_NODE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
-# A node set as Slurm writes it: n[1-4,7],gpu001 -- no spaces, no shell characters.
-_NODESET_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,\-\[\]]{0,4095}")
 _JOB_RE = re.compile(r"[0-9]{1,12}(_[0-9]{1,9})?(\+[0-9]{1,6})?")
 _FIELD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
-
-
-def validate_node_name(name: object) -> str:
-    """Return ``name`` when it is a plausible Slurm node name, else raise InputError."""
-    if not isinstance(name, str) or not _NODE_RE.fullmatch(name):
-        raise InputError(f"node name: not a valid Slurm node name: {_show(name)}")
-    return name
-
-
-def validate_nodeset(nodeset: object) -> str:
-    """Return ``nodeset`` (``gpu[001-064],cpu1``) when plausible, else raise InputError."""
-    if not isinstance(nodeset, str) or not _NODESET_RE.fullmatch(nodeset):
-        raise InputError(f"node set: not a valid Slurm node list: {_show(nodeset)}")
-    return nodeset
 
 
 def validate_job_id(job_id: object) -> str:
@@ -224,6 +211,29 @@ class SlurmCLI:
         """Requeue a batch job (``scontrol requeue ID``)."""
         self._run("scontrol", "requeue", validate_job_id(job_id))
 
+    def accounting(self, job_ids: list[str] | None = None, *, since: float | None = None,
+                   until: float | None = None) -> list[AcctRecord]:
+        """Allocations from Slurm accounting: ``sacct -D -X --json`` (every run of a requeued
+        job), or ``sacct -D -X -P`` where ``--json`` is missing (before 21.08) or fails.
+
+        Raises CommandError when sacct cannot answer (no slurmdbd: "Slurm accounting
+        storage is disabled").
+        """
+        import time as _time
+
+        args = ["-D", "-X", "--allusers"]
+        if job_ids:
+            args += ["-j", ",".join(validate_job_id(j) for j in job_ids)]
+        if since is not None:
+            args += ["-S", _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(since)),
+                     "-E", _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(
+                         _time.time() if until is None else until))]
+        res = self._run("sacct", *args, "--json", check=False)
+        if res.rc == 0 and res.stdout.lstrip().startswith("{"):
+            return parse_sacct_json(res.stdout)
+        res = self._run("sacct", *args, "-P", "-n", f"--format={SACCT_FIELDS}")
+        return parse_sacct_parsable(res.stdout)
+
     def ping(self) -> bool:
         """True when the primary slurmctld answers ``scontrol ping`` as UP."""
         try:
@@ -231,3 +241,9 @@ class SlurmCLI:
         except CommandError:
             return False
         return res.rc == 0 and " is UP" in res.stdout
+
+    def show_config(self) -> dict[str, str]:
+        """The running slurmctld's config (``scontrol show config``), lower-case keys."""
+        from slurmguard.adapters.slurm_conf import parse_show_config
+
+        return parse_show_config(self._run("scontrol", "show", "config").stdout)

@@ -6,14 +6,15 @@ this to refuse a store of a newer schema without importing Alembic.
 
 from __future__ import annotations
 
-KNOWN_REVISIONS: tuple[str, ...] = ("0001", "0002")
+KNOWN_REVISIONS: tuple[str, ...] = ("0001", "0002", "0003")
 HEAD = KNOWN_REVISIONS[-1]
 
 
 def schema_problem(revision: str | None, where: str) -> str | None:
     """Why a store at schema ``revision`` cannot be used by this slurmguard, or None."""
     if revision is None:
-        return f"store {where} has no slurmguard schema; run `slurmguard db upgrade`"
+        return (f"store {where} has no slurmguard schema; run `slurmguard db upgrade` "
+                "(on a new controller: `slurmguard setup controller`)")
     if revision not in KNOWN_REVISIONS:
         return (f"store {where} has schema revision {revision}, newer than this slurmguard "
                 f"knows (head {HEAD}); upgrade slurmguard on this host")
