@@ -49,9 +49,10 @@ def config_groups(cfg: Any, nodes: Iterable[str]) -> dict[str, str]:
     groups = cfg["burnin.groups"] or {}
     if not groups:
         return {}
-    from ClusterShell.NodeSet import NodeSet
+    from slurmguard.nodeset import expand
 
-    sets = [(name, NodeSet(pattern)) for name, pattern in groups.items()]
+    sets = [(name, set(expand(pattern, source=f"burnin.groups.{name}")))
+            for name, pattern in groups.items()]
     out = {}
     for n in nodes:
         for name, ns in sets:
@@ -114,10 +115,10 @@ def _scopes(cfg: Any, infos: Mapping[str, Any]) -> dict[str, frozenset[str]]:
             scopes.setdefault(f"partition:{part}", set()).add(info.name)
     groups = cfg["policy.groups"] or {}
     if groups:
-        from ClusterShell.NodeSet import NodeSet
+        from slurmguard.nodeset import expand
 
         for name, pattern in groups.items():
-            scopes[f"group:{name}"] = set(NodeSet(pattern))
+            scopes[f"group:{name}"] = set(expand(pattern, source=f"policy.groups.{name}"))
     return {k: frozenset(v) for k, v in scopes.items()}
 
 

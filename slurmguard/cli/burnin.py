@@ -84,7 +84,7 @@ def report_cmd(ctx: click.Context, since: str, node: str | None, metric: str | N
     """
     from slurmguard.burnin import apply as ap
     from slurmguard.burnin.progress import bar
-    from slurmguard.triage import validate_node_name
+    from slurmguard.nodeset import validate_node_name
 
     if node:
         validate_node_name(node)
