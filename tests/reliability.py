@@ -46,6 +46,9 @@ SCENARIOS: dict[str, str] = {
     "connection-cap": "tests/faults/test_faults_serve.py::test_connection_cap_evicts_idle_first",
     "kill-9-serve": "tests/faults/test_faults_serve.py::test_kill_9_serve_mid_load",
     "store-locked-ingest": "tests/faults/test_faults_serve.py::test_store_locked_during_ingest",
+    "hostile-requests-sqlite": "tests/faults/test_hostile_serve.py::test_hostile_requests[sqlite]",
+    "hostile-requests-postgresql": "tests/faults/test_hostile_serve.py::test_hostile_requests[postgresql]",
+    "hostile-bodies": "tests/faults/test_hostile_serve.py::test_huge_and_broken_bodies",
     "planted-symlinks": "tests/faults/test_shared_files.py",
 }
 
