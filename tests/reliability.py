@@ -49,6 +49,12 @@ SCENARIOS: dict[str, str] = {
     "hostile-requests-sqlite": "tests/faults/test_hostile_serve.py::test_hostile_requests[sqlite]",
     "hostile-requests-postgresql": "tests/faults/test_hostile_serve.py::test_hostile_requests[postgresql]",
     "hostile-bodies": "tests/faults/test_hostile_serve.py::test_huge_and_broken_bodies",
+    "spool-full": "tests/faults/test_faults_node.py::test_spool_bound_drops_oldest_and_says_so",
+    "spool-read-only": "tests/faults/test_faults_node.py::test_hook_with_read_only_spool",
+    "spool-disk-full": "tests/faults/test_faults_node.py::test_hook_with_full_disk",
+    "gate-store-locked-wal": "tests/faults/test_faults_store.py::test_gate_with_locked_store[writer]",
+    "gate-store-locked": "tests/faults/test_faults_store.py::test_gate_with_locked_store[exclusive]",
+    "gate-store-corrupt": "tests/faults/test_faults_store.py::test_gate_and_admin_with_corrupt_store",
     "planted-symlinks": "tests/faults/test_shared_files.py",
 }
 

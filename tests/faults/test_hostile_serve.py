@@ -17,7 +17,6 @@ import json
 import re
 import socket
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
