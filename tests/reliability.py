@@ -55,6 +55,7 @@ SCENARIOS: dict[str, str] = {
     "gate-store-locked-wal": "tests/faults/test_faults_store.py::test_gate_with_locked_store[writer]",
     "gate-store-locked": "tests/faults/test_faults_store.py::test_gate_with_locked_store[exclusive]",
     "gate-store-corrupt": "tests/faults/test_faults_store.py::test_gate_and_admin_with_corrupt_store",
+    "hostile-names": "tests/faults/test_hostile_names.py",
     "planted-symlinks": "tests/faults/test_shared_files.py",
 }
 

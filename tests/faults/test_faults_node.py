@@ -116,7 +116,7 @@ def test_spool_bound_drops_oldest_and_says_so(tmp_path: Path) -> None:
     eng.dispose()
     assert len(stored) == 4 and early[2]["id"] in stored
     assert early[0]["id"] not in stored and early[1]["id"] not in stored
-    lost, dup, _ = count_in_store(url, {early[2]["id"]})
+    lost, dup, _ = count_in_store(url, {early[2]["id"]}, results_per_record=0)
     assert not calls.exists() or calls.read_text() == ""
     record("spool-full", store="SQLite", load="serve down, spool_max 3, 5 records",
            faults="spool at its bound",
