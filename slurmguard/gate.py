@@ -180,10 +180,11 @@ def _drain(cfg: Any, refused: Mapping[str, str], job: str) -> list[str]:
     return drained
 
 
-def log_line(cfg: Any, line: str) -> None:
-    """One line to stderr (slurmctld's log) and to gate.log_file when set."""
+def log_line(cfg: Any, line: str, err: Any = None) -> None:
+    """One line to stderr (slurmctld's log; ``err``: the fast path's answer) and to
+    gate.log_file when set."""
     text = f"slurmguard gate: {line}"
-    print(text, file=sys.stderr)
+    print(text, file=err or sys.stderr)
     path = str(cfg.section("gate").get("log_file") or "")
     if path:
         try:
@@ -199,11 +200,50 @@ def main(config_path: str | None, *, dry_run: bool = False,
     from slurmguard import config
 
     cfg = config.load(config_path)
-    outcome = run_gate(cfg, os.environ if env is None else env, dry_run=dry_run)
+    return answer_job(cfg, os.environ if env is None else env, dry_run=dry_run)
+
+
+def answer_job(cfg: Any, env: Mapping[str, str], *, dry_run: bool = False,
+               err: Any = None) -> int:
+    """The gate's whole answer for one job: check, drain, log; the exit code. The one
+    definition, run by `slurmguard gate` and by serve's gate socket (slurmguard/gatesock.py)."""
+    outcome = run_gate(cfg, env, dry_run=dry_run)
     if outcome.message:
         log_line(cfg, outcome.message + (f" (drained {','.join(outcome.drained)})"
-                                         if outcome.drained else ""))
+                                         if outcome.drained else ""), err)
+    if not dry_run and cfg["metrics.textfile_dir"]:
+        _count(cfg, outcome)
     return outcome.code
+
+
+GATE_FILE = "slurmguard_gate.prom"
+_GATE_HELP = {
+    "slurmguard_gate_jobs_total": "Jobs the allocation gate checked, by result (allowed, refused, store_unreadable).",
+    "slurmguard_gate_refusals_total": "Nodes the allocation gate refused a job, by cause (lemon, burn-in, or the check).",
+    # The same family as serve's: `sum by (cause) (slurmguard_drains_total)` counts both.
+    "slurmguard_drains_total": "Nodes drained by slurmguard, by cause and by who drained (source gate: the allocation gate).",
+}
+
+
+def _count(cfg: Any, o: GateOutcome) -> None:
+    """The gate's counters in <metrics.textfile_dir>/slurmguard_gate.prom (the controller's
+    node_exporter; standard library only, as the rest of the gate)."""
+    from slurmguard.decide import reason_check
+    from slurmguard.metrics.textfile import bump_counters, labels
+
+    result = "refused" if o.refused else (
+        "store_unreadable" if "store unreadable" in o.message else "allowed")
+    add: dict[tuple[str, str], int] = {("slurmguard_gate_jobs_total", labels(result=result)): 1}
+    for node, reason in o.refused.items():
+        key = ("slurmguard_gate_refusals_total", labels(cause=reason_check(reason) or "unknown"))
+        add[key] = add.get(key, 0) + 1
+        if node in o.drained:
+            key = ("slurmguard_drains_total",
+                   labels(cause=reason_check(reason) or "unknown", source="gate"))
+            add[key] = add.get(key, 0) + 1
+    problem = bump_counters(str(cfg["metrics.textfile_dir"]), GATE_FILE, _GATE_HELP, add)
+    if problem:
+        log_line(cfg, f"warning: {problem}")
 
 
 def fast_argv(argv: Iterable[str]) -> int | None:

@@ -3,6 +3,9 @@
 One scenario for the module, on a real 2-node Slurm cluster:
 
 - `slurmguard serve` (fleet policy on) exposes /metrics;
+- slurmd's Prolog is the real `prolog/slurmguard-prolog`, installed with a slurmguard binary
+  that is gone: every job start is let through unchecked and counted in the entry script's
+  textfile counter;
 - node_exporter runs only its textfile collector on the directory where n1's hooks write
   `slurmguard_hook_<hook>.prom` and where the requeue watcher writes its metrics file
   (on a real cluster: each node's node_exporter, and the controller's);
@@ -10,7 +13,8 @@ One scenario for the module, on a real 2-node Slurm cluster:
   HealthCheckProgram would) drains it with "slurmguard: fault-value: ...", after asking serve
   for a permit and reporting the record; Slurm then requeues the job (`scontrol requeue`,
   as it does after a node failure) and `slurmguard requeue watch` excludes n1 and makes the
-  job eligible; it runs again on n2: one recovery in the latency histogram;
+  job eligible; it runs again on n2: one recovery in the latency histogram; the allocation
+  gate refuses n1 to another job (its textfile counter, on the controller);
 - Prometheus (a config written here, free ports, a temp dir) scrapes serve and node_exporter
   every second and is asked through its HTTP API.
 
@@ -35,14 +39,13 @@ from typing import Any
 import pytest
 from helpers import REPO, require, sg_argv, sg_env
 from sgserve import Serve, new_port, new_store, write_config
+from test_metrics_serve import install_prolog
 
 pytestmark = pytest.mark.slurm
 
 PROMETHEUS = "/usr/bin/prometheus"
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 DASHBOARD = REPO / "docs" / "grafana" / "slurmguard.json"
-# Written by the entry scripts (prolog/, epilog/), not by the processes scraped here.
-SCRIPT_ONLY = {"slurmguard_hook_unrunnable_total"}
 
 
 def _get(url: str, timeout: float = 10) -> bytes:
@@ -106,10 +109,11 @@ def scenario(tmp_path_factory):
     d = tmp_path_factory.mktemp("metrics-prom")
     stop: list[Any] = []
     try:
-        c = slurmcluster.Cluster.start(d, nodes=2)
-        stop.append(c)
         tdir = d / "textfile"
         tdir.mkdir()
+        # slurmd's Prolog: the real entry script, installed with a slurmguard that is gone
+        c = slurmcluster.Cluster.start(d, nodes=2, prolog=str(install_prolog(d, tdir)))
+        stop.append(c)
         port = new_port()
         cfg = write_config(d, store_url=new_store(d), port=port, extra=f"""
 healthcheck = ["fault-value"]
@@ -118,9 +122,8 @@ site_modules = ["faultsite"]
 [requeue]
 state_file = "{d}/requeue.json"
 metrics_file = "{tdir}/slurmguard_requeue.prom"
-[[group]]
-nodes = "n1"
-metrics.textfile_dir = "{tdir}"
+[metrics]
+textfile_dir = "{tdir}"
 """)
         cfg.write_text(cfg.read_text().replace("batch_interval = 0.05",
                                                "batch_interval = 0.05\npolicy_interval = 1.0"))
@@ -166,6 +169,11 @@ scrape_configs:
                             capture_output=True, text=True, timeout=60)
         assert hc.returncode == 1, hc.stderr
         assert c.node("n1").reason == "slurmguard: fault-value: injected node fault"
+        # the allocation gate (PrologSlurmctld) of a job sent to n1 now: refused (fresh result)
+        g = subprocess.run(sg_argv("gate"), env={**env, "SLURM_JOB_ID": "999",
+                                                 "SLURM_JOB_NODELIST": "n1"},
+                           capture_output=True, text=True, timeout=60)
+        assert g.returncode == 1, g.stderr
         c.run("scontrol", "requeue", jid)
         job = c.wait_job(jid, ["RUNNING"], timeout=90)
         assert job["NodeList"] == "n2" and job["ExcNodeList"] == "n1", job
@@ -189,6 +197,8 @@ def test_prometheus_sees_the_drain_by_cause_and_the_recovery_histogram(scenario)
     assert [(r["metric"]["node"], r["metric"]["check"], r["metric"]["reason"]) for r in reason] == [
         ("n1", "fault-value", "slurmguard: fault-value: injected node fault")]
     assert p.query('slurmguard_check_health{check="fault-value",health="unhealthy"} == 1')
+    gate = p.query('slurmguard_gate_refusals_total{cause="fault-value"}')
+    assert [r["value"][1] for r in gate] == ["1"]
     # one recovery, in the histogram, with its latency
     count = _wait(lambda: p.query("slurmguard_requeue_recovery_seconds_count > 0"), 30,
                   "the recovery in Prometheus")
@@ -198,6 +208,10 @@ def test_prometheus_sees_the_drain_by_cause_and_the_recovery_histogram(scenario)
     assert len(buckets) == 12 and buckets[float("inf")] == 1
     assert buckets[30.0] == 1  # seconds: the watcher recovers within seconds, not minutes
     assert p.query('slurmguard_requeues_total{action="expedite"}')[0]["value"][1] == "1"
+    # the prolog that could not run slurmguard: both job starts (n1, then n2 after the requeue)
+    unrun = _wait(lambda: [r for r in p.query('slurmguard_hook_unrunnable_total{hook="prolog"}')
+                           if r["value"][1] == "2"], 30, "two unrunnable prologs in Prometheus")
+    assert unrun[0]["metric"]["node"] == "n1"  # the textfile directory node_exporter reads
     slurm = {r["metric"]["state"]: r["value"][1] for r in _wait(
         lambda: p.query('slurmguard_slurm_nodes{state="drained_slurmguard"} == 1'), 30,
         "the policy pass seeing n1 drained") and p.query("slurmguard_slurm_nodes")}
@@ -225,13 +239,10 @@ def test_every_dashboard_query_names_scraped_metrics_and_runs(scenario):
     for want in ("fleet health", "drains by cause", "recovery latency"):
         assert want in titles
     scraped = _scraped_names(scenario)
-    script_only = SCRIPT_ONLY
-    if "slurmguard_hook_unrunnable" in (REPO / "prolog" / "slurmguard-prolog").read_text():
-        script_only = set()  # the entry scripts write it: it must be scraped like the rest
     for title, expr in exprs:
         names = set(re.findall(r"\bslurmguard_\w+", expr))
         assert names, f"{title}: no slurmguard metric in {expr!r}"
-        unknown = names - scraped - script_only
+        unknown = names - scraped
         assert not unknown, f"panel {title!r} queries {sorted(unknown)}, not in a real scrape"
         q = expr.replace("$__rate_interval", "1m").replace("$__range", "5m")
         p.query(q)  # Prometheus parses and evaluates it (status success)

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from helpers import REPO, run_sg, sg_env
@@ -141,6 +143,31 @@ def families(text: str) -> dict[str, tuple[str, set[str]]]:
     return out
 
 
+def install_prolog(tmp: Path, textfile_dir: Path) -> Path:
+    """prolog/slurmguard-prolog as `slurmguard setup` installs it, but reading its defaults
+    from ``tmp`` and naming a slurmguard that does not exist."""
+    (tmp / "hookstate").mkdir(exist_ok=True)
+    defaults = tmp / "default"
+    defaults.write_text(f"SLURMGUARD={tmp}/gone/slurmguard\nSLURMGUARD_STATE_DIR={tmp}/hookstate\n"
+                        f"SLURMGUARD_TEXTFILE_DIR={textfile_dir}\n")
+    text = (REPO / "prolog" / "slurmguard-prolog").read_text()
+    assert "SLURMGUARD_DEFAULTS=/etc/default/slurmguard" in text
+    path = tmp / "slurmguard-prolog"
+    path.write_text(text.replace("SLURMGUARD_DEFAULTS=/etc/default/slurmguard",
+                                 f"SLURMGUARD_DEFAULTS={defaults}"))
+    path.chmod(0o755)
+    return path
+
+
+def unrunnable_prolog(tmp: Path, textfile_dir: Path) -> str:
+    p = subprocess.run([str(install_prolog(tmp, textfile_dir))], env={}, capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 0, p.stderr  # fail-open: the job runs
+    text = (textfile_dir / "slurmguard_hook_unrunnable.prom").read_text()
+    assert 'slurmguard_hook_unrunnable_total{hook="prolog"} 1\n' in text
+    return text
+
+
 def declared_labels() -> dict[str, set[str]]:
     """Label names of the controller metrics as declared (for families without a sample)."""
     from slurmguard.metrics.registry import ReconcileMetrics, RequeueMetrics, ServeMetrics
@@ -182,6 +209,25 @@ textfile_dir = "{tdir}"
     env["PYTHONPATH"] += os.pathsep + str(REPO / "tests")
     assert run_sg("prolog", env=env).returncode == 1
     texts.append((tdir / "slurmguard_hook_prolog.prom").read_text())
+    # a real gate refusing a lemon (drain = false: no Slurm here)
+    from slurmguard.store import Store
+
+    gurl = new_store(tmp_path, "gate.db")
+    st = Store.open(url=gurl)
+    st.set_flags("n1", lemon=True, lemon_reason="slurmguard: lemon: 3 failures in 1h (gpu-xid)")
+    st.close()
+    gcfg = tmp_path / "gate.toml"
+    gcfg.write_text(f'[store]\nurl = "{gurl}"\n[gate]\ndrain = false\n'
+                    f'[metrics]\ntextfile_dir = "{tdir}"\n')
+    g = run_sg("gate", env=sg_env(SLURMGUARD_CONFIG=str(gcfg), SLURM_JOB_ID="5",
+                                  SLURM_JOB_NODELIST="n[1-2]"))
+    assert g.returncode == 1, g.stderr
+    gate = (tdir / "slurmguard_gate.prom").read_text()
+    assert 'slurmguard_gate_jobs_total{result="refused"} 1\n' in gate
+    assert 'slurmguard_gate_refusals_total{cause="lemon"} 1\n' in gate
+    texts.append(gate)
+    # the real prolog entry script when it cannot run slurmguard (a missing binary)
+    texts.append(unrunnable_prolog(tmp_path, tdir))
     # the files the requeue watcher and the reconciler write, through their own classes
     rq = RequeueMetrics()
     rq.requeues.labels(action="expedite").inc()
@@ -201,11 +247,6 @@ textfile_dir = "{tdir}"
             assert k == kind, name
             ls.update(labels)
     doc = documented()
-    script_only = {"slurmguard_hook_unrunnable_total"}  # written by prolog/, epilog/ scripts
-    if "slurmguard_hook_unrunnable" not in (REPO / "prolog" / "slurmguard-prolog").read_text():
-        doc = {k: v for k, v in doc.items() if k not in script_only}
-    else:
-        scraped.setdefault("slurmguard_hook_unrunnable_total", ("counter", {"hook"}))
     assert sorted(set(scraped) - set(doc)) == [], "scraped but not in docs/metrics.md"
     assert sorted(set(doc) - set(scraped)) == [], "in docs/metrics.md but in no scrape"
     declared = declared_labels()
@@ -217,3 +258,29 @@ textfile_dir = "{tdir}"
         elif name in declared:  # no sample in these scrapes: the labels it is declared with
             assert declared[name] == set(labels), f"{name}: doc {sorted(labels)}, declared {sorted(declared[name])}"
     assert json.loads(json.dumps(sorted(doc)))  # the table is not empty
+
+
+def test_store_outage_leaves_the_fleet_gauges_out_but_the_scrape_answers(tmp_path):
+    from slurmguard.metrics.registry import ServeMetrics
+    from slurmguard.serve.gauges import add_store_gauges
+    from slurmguard.store import Store
+
+    url = new_store(tmp_path)
+    store = Store.open(url=url)
+    store.set_flags("n1", lemon=True)
+    m = ServeMetrics(cache_seconds=0)
+    add_store_gauges(m, store)
+    smp = samples(m.exposition().decode())
+    assert value(smp, "slurmguard_nodes_flagged", flag="lemon") == 1
+    assert value(smp, "slurmguard_nodes", health="unknown") == 1
+    store.close()
+    (tmp_path / "store.db").rename(tmp_path / "moved.db")  # the store is gone
+    (tmp_path / "store.db").mkdir()  # ... and cannot be recreated in its place
+    import time
+
+    time.sleep(1.1)  # past the gauges' shared 1 s query cache
+    smp = samples(m.exposition().decode())
+    assert not [k for k in smp if k[0] in ("slurmguard_nodes", "slurmguard_nodes_flagged")]
+    assert value(smp, "slurmguard_metrics_collect_errors_total", gauge="slurmguard_nodes") == 1
+    assert value(smp, "slurmguard_ingest_records_total", result="stored") is None  # rest intact
+    assert "slurmguard_ingest_records_total" in m.exposition().decode()

@@ -182,3 +182,18 @@ def test_concurrent_runs_of_one_hook_lose_no_count(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tdir)], env=sg_env()) for _ in range(8)]
     assert [p.wait(timeout=120) for p in procs] == [0] * 8
     assert textfile.previous_runs(str(tdir / "slurmguard_hook_prolog.prom")) == {"pass": 40}
+
+
+def test_bump_counters_adds_and_keeps_every_series(tmp_path):
+    helps = {"slurmguard_gate_jobs_total": "Jobs.", "slurmguard_drains_total": "Drains."}
+    k = ("slurmguard_drains_total", textfile.labels(cause='we"ird\\', source="gate"))
+    assert textfile.bump_counters(str(tmp_path), "g.prom", helps, {k: 2}) is None
+    assert textfile.bump_counters(str(tmp_path), "g.prom", helps, {
+        ("slurmguard_gate_jobs_total", textfile.labels(result="allowed")): 1}) is None
+    text = (tmp_path / "g.prom").read_text()
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert got == {("slurmguard_drains_total", (("cause", 'we"ird\\'), ("source", "gate"))): 2,
+                   ("slurmguard_gate_jobs_total", (("result", "allowed"),)): 1}
+    assert textfile.bump_counters(str(tmp_path / "missing"), "g.prom", helps, {k: 1}).startswith(
+        "metrics textfile")

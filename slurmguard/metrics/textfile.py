@@ -144,6 +144,66 @@ def write_hook(directory: str, hook: str, *, results: Iterable[tuple[str, str]],
     return None
 
 
+def labels(**kw: str) -> str:
+    """``a="x",b="y"`` with values escaped (the key of :func:`bump_counters`)."""
+    return ",".join(f'{k}="{escape(str(v))}"' for k, v in kw.items())
+
+
+def read_counters(path: str, names: Iterable[str]) -> dict[tuple[str, str], float]:
+    """Samples of the families ``names`` in a textfile: (name, labels text) -> value."""
+    wanted = set(names)
+    out: dict[tuple[str, str], float] = {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read(1 << 20)
+    except OSError:
+        return out
+    for line in text.splitlines():
+        if line.startswith("#") or "{" not in line:
+            continue
+        name, _, rest = line.partition("{")
+        lbl, _, value = rest.rpartition("} ")
+        if name in wanted:
+            try:
+                out[(name, lbl)] = float(value)
+            except ValueError:
+                continue
+    return out
+
+
+def bump_counters(directory: str, filename: str, helps: Mapping[str, str],
+                  add: Mapping[tuple[str, str], int]) -> str | None:
+    """Add ``add`` ((family, :func:`labels` text) -> n) to the counters kept in
+    ``<directory>/<filename>``, rewriting it atomically under a lock (for commands that run
+    once per job, like the gate). Families: ``helps`` (name -> HELP text); every series the
+    file had is kept. Returns None or a one-line problem, never raises."""
+    path = os.path.join(directory, filename)
+    tmp = os.path.join(directory, f".{filename}.{os.getpid()}.tmp")
+    lock = _lock(directory, filename)
+    try:
+        counts = read_counters(path, helps)
+        for key, n in add.items():
+            counts[key] = counts.get(key, 0) + n
+        out = []
+        for name, text in helps.items():
+            out += [f"# HELP {name} {text}", f"# TYPE {name} counter"]
+            out += [f"{name}{{{lbl}}} {int(v)}" for (n, lbl), v in sorted(counts.items()) if n == name]
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(out) + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return f"metrics textfile {path}: {exc.strerror or exc}"
+    finally:
+        if lock is not None:
+            os.close(lock)
+    return None
+
+
 def _lock(directory: str, hook: str) -> int | None:
     """Serialize two runs of the same hook on a node (two jobs starting at once), so the
     runs counter loses no increment. Waits at most ~200 ms, then goes on without the lock
@@ -151,7 +211,8 @@ def _lock(directory: str, hook: str) -> int | None:
     import fcntl
 
     try:
-        fd = os.open(os.path.join(directory, f".slurmguard_hook_{hook}.lock"),
+        name = hook if hook.endswith(".prom") else f"slurmguard_hook_{hook}"
+        fd = os.open(os.path.join(directory, f".{name}.lock"),
                      os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
         return None
