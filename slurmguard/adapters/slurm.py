@@ -26,10 +26,12 @@ from slurmguard.adapters.slurm_parse import (
     job_info_from_show,
     node_info_from_json,
     node_info_from_show,
+    parse_scontrol_nodes_json,
     parse_show_job_oneliner,
     parse_show_node_oneliner,
     parse_sinfo_json,
     parse_squeue_json,
+    parse_version,
 )
 from slurmguard.errors import CommandError, InputError, ParseError
 from slurmguard.health import one_line
@@ -38,8 +40,9 @@ from slurmguard.proc import CommandResult, run_command
 __all__ = [
     "REASON_PREFIX", "REASON_MAX", "JobInfo", "NodeInfo", "SlurmCLI", "format_reason",
     "job_info_from_json", "job_info_from_show", "node_info_from_json", "node_info_from_show",
-    "parse_show_job_oneliner", "parse_show_node_oneliner", "parse_sinfo_json",
-    "parse_squeue_json", "validate_job_id", "validate_node_name", "validate_nodeset",
+    "parse_scontrol_nodes_json", "parse_show_job_oneliner", "parse_show_node_oneliner",
+    "parse_sinfo_json", "parse_squeue_json", "parse_version", "validate_job_id",
+    "validate_node_name", "validate_nodeset",
 ]
 
 REASON_PREFIX = "slurmguard:"
@@ -112,6 +115,7 @@ class SlurmCLI:
                       for t in ("scontrol", "sinfo", "squeue", "sacct", "sbatch")}
         self.timeout = float(section.get("timeout", 10.0))  # type: ignore[arg-type]
         self.env = dict(env) if env is not None else None
+        self._version: tuple[int, int, int] | None = None
 
     def _run(self, tool: str, *args: str, check: bool = True) -> CommandResult:
         return run_command([self.tools[tool], *args], timeout=self.timeout, check=check,
@@ -174,8 +178,21 @@ class SlurmCLI:
         self._run("scontrol", "update", f"nodename={name}", "state=UNDRAIN")
         return True
 
+    def version(self) -> tuple[int, int, int]:
+        """Slurm's version as ``scontrol -V`` prints it, e.g. (24, 11, 5); asked once."""
+        if self._version is None:
+            self._version = parse_version(self._run("scontrol", "-V").stdout)
+        return self._version
+
     def nodes_json(self) -> list[NodeInfo]:
-        """All nodes through ``sinfo --json`` (22.05+); the same NodeInfo as :meth:`nodes`."""
+        """All nodes through Slurm's JSON output; the same NodeInfo as :meth:`nodes`.
+
+        ``scontrol --json show nodes`` from 23.02 on (one object per node, each with its
+        own reason); ``sinfo --json`` on 22.05, whose scontrol has no ``--json``. (23.11+
+        ``sinfo --json`` groups nodes and keeps one reason per group: not used here.)
+        """
+        if self.version() >= (23, 2, 0):
+            return parse_scontrol_nodes_json(self._run("scontrol", "--json", "show", "nodes").stdout)
         return parse_sinfo_json(self._run("sinfo", "--json").stdout)
 
     # -- jobs ----------------------------------------------------------------------------------
