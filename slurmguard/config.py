@@ -21,66 +21,27 @@ from __future__ import annotations
 import copy
 import os
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from slurmguard.errors import ConfigError
+from slurmguard.errors import ConfigError, InputError
+from slurmguard.fieldtypes import (  # re-exported: sections below and callers use them
+    AbsPath,
+    Bool,
+    Choice,
+    Field,
+    Float,
+    Int,
+    IntList,  # noqa: F401  (re-exported for new sections)
+    Schema,
+    Str,
+    StrList,
+    Table,
+)
+from slurmguard.policy.params import SECTION as POLICY_SECTION
 
 DEFAULT_PATH = "/etc/slurmguard/slurmguard.toml"
-
-
-@dataclass(frozen=True)
-class Field:
-    """One config key: its type name, default, and an optional extra check."""
-
-    kind: str  # str, int, float, bool, list[str], list[int], choice, path, table
-    default: Any
-    doc: str = ""
-    choices: tuple[str, ...] = ()
-    minimum: float | None = None
-    validate: Callable[[Any], str | None] | None = None  # returns a problem or None
-
-
-def Str(default: str, doc: str = "") -> Field:
-    return Field("str", default, doc)
-
-
-def AbsPath(default: str, doc: str = "") -> Field:
-    return Field("path", default, doc)
-
-
-def Int(default: int, doc: str = "", minimum: float | None = 0) -> Field:
-    return Field("int", default, doc, minimum=minimum)
-
-
-def Float(default: float, doc: str = "", minimum: float | None = 0) -> Field:
-    return Field("float", default, doc, minimum=minimum)
-
-
-def Bool(default: bool, doc: str = "") -> Field:
-    return Field("bool", default, doc)
-
-
-def StrList(default: Iterable[str], doc: str = "") -> Field:
-    return Field("list[str]", list(default), doc)
-
-
-def IntList(default: Iterable[int], doc: str = "") -> Field:
-    return Field("list[int]", list(default), doc)
-
-
-def Choice(default: str, choices: Iterable[str], doc: str = "") -> Field:
-    return Field("choice", default, doc, choices=tuple(choices))
-
-
-def Table(doc: str = "") -> Field:
-    """A free-form table (e.g. a name mapping); values must be strings."""
-    return Field("table", {}, doc)
-
-
-Schema = Mapping[str, "Field | Schema"]
 
 # ---------------------------------------------------------------------------------------------
 # The schema. Check areas add theirs from slurmguard.checks (each area module's PARAMS).
@@ -160,6 +121,14 @@ _REQUEUE: Schema = {
     "max_requeues": Int(3, "node-fault recoveries per job at most (then left to Slurm)"),
     "state_file": Str("/var/lib/slurmguard/requeue-watch.json",
                       "where the watcher remembers where jobs ran ('' for memory only)"),
+    "metrics_file": Str("", "Prometheus text file of requeues and recovery latency, rewritten "
+                            "after each poll (empty: none)"),
+}
+
+_METRICS: Schema = {  # docs/metrics.md
+    "textfile_dir": Str("", "node_exporter textfile directory; each hook run writes "
+                            "slurmguard_hook_<hook>.prom there (empty: off)"),
+    "require_token": Bool(False, "serve's GET /metrics needs the ingest token too"),
 }
 
 _STORE: Schema = {
@@ -179,24 +148,10 @@ _SERVE: Schema = {
     "policy": Bool(True, "run fleet policy after ingest and drain flagged nodes"),
     "policy_interval": Float(60.0, "seconds between full policy passes", minimum=1.0),
     "upgrade": Bool(False, "run `db upgrade` at start instead of refusing an old schema"),
-}
-
-_POLICY: Schema = {
-    "window": Float(3600.0, "seconds of history the lemon and flapping rules look at", minimum=1.0),
-    "lemon_failures": Int(3, "failures (unhealthy runs or foreign drains) in window => lemon", minimum=1),
-    "lemon_rate_factor": Float(5.0, "lemon when the node's failure rate is this many times the fleet's", minimum=1.0),
-    "lemon_rate_min_runs": Int(10, "runs a node needs in window before the rate rule applies", minimum=1),
-    "lemon_rate_floor": Float(0.5, "and its failure rate is at least this", minimum=0.0),
-    "flap_transitions": Int(4, "pass<->fail changes in window => flapping (counts as failing)", minimum=2),
-    "burnin_after_lemon": Bool(True, "a lemon needs a burn-in (or an admin) before it runs jobs"),
-    "blast_window": Float(3600.0, "seconds over which drains are counted for the cap", minimum=1.0),
-    "blast_max_nodes": Int(50, "never drain more than this many nodes per scope in blast_window", minimum=1),
-    "blast_max_percent": Float(10.0, "... nor more than this percent of a partition or group", minimum=0.0),
-    "groups": Table("named topology groups (rack, switch): name = \"NodeSet\""),
-    "probation_jobs": Int(3, "passing jobs a returned node needs to leave probation", minimum=0),
-    "probation_mark": Choice("feature", ["feature", "weight", "none"], "how Slurm marks probation"),
-    "probation_feature": Str("sg_probation", "feature added while on probation"),
-    "probation_weight": Int(65000, "node Weight while on probation (higher = picked last)", minimum=1),
+    "workers": Int(64, "threads that handle complete requests (slow clients never hold one)", minimum=1),
+    "max_connections": Int(1024, "open connections at most (the oldest idle one is closed first)", minimum=8),
+    "idle_timeout": Float(15.0, "seconds a connection may stay open with no request", minimum=0.1),
+    "request_timeout": Float(30.0, "seconds a request may take to arrive completely (else 408)", minimum=0.1),
 }
 
 _GATE: Schema = {
@@ -204,6 +159,19 @@ _GATE: Schema = {
     "fresh": Float(900.0, "seconds an unhealthy result keeps a node from new jobs", minimum=0.0),
     "drain": Bool(True, "drain refused nodes (with the reason) so Slurm picks others"),
     "log_file": Str("", "append one line per refusal or store error here (empty: stderr)"),
+}
+
+_AGENT: Schema = {  # slurmguard agent, the resident node agent (docs/agent.md)
+    "socket": Str("/run/slurmguard/agent.sock",
+                  "unix socket the agent answers on (mode 0600); %n = node name"),
+    "max_age": Float(10.0, "seconds a background source's value may be old; older is re-run",
+                     minimum=0.0),
+    "refresh": Float(5.0, "seconds between background runs of the slow sources", minimum=0.5),
+    "background": StrList(["fs", "ib", "procs", "timesync", "munge"],
+                          "sources run in the background (the rest are read at ask time)"),
+    "healthcheck_interval": Float(0.0, "run `healthcheck` (and drain) every N s: only as "
+                                  "HealthCheckProgram's replacement; 0 = never", minimum=0.0),
+    "nvml_events": Bool(True, "keep an NVML event set for Xid critical errors"),
 }
 
 _TRIAGE: Schema = {
@@ -229,9 +197,10 @@ SCHEMA: dict[str, Any] = {
     "hooks": _HOOKS,
     "reconcile": _RECONCILE,
     "requeue": _REQUEUE,
+    "metrics": _METRICS,
     "store": _STORE,
     "serve": _SERVE,
-    "policy": _POLICY,
+    "policy": dict(POLICY_SECTION),  # declared with its thresholds in slurmguard/policy/params.py
     "gate": _GATE,
     "checks": {
         "disabled": StrList([], "check names never run"),
@@ -239,6 +208,7 @@ SCHEMA: dict[str, Any] = {
             [], "Python modules with site-specific checks: each exports CHECKS (and SOURCES)"),
     },
     "triage": _TRIAGE,
+    "agent": _AGENT,
 }
 
 
@@ -284,11 +254,11 @@ class Config:
         """The config with every ``[[group]]`` whose ``nodes`` pattern holds ``node`` applied."""
         if not node or not self._groups:
             return self
-        from ClusterShell.NodeSet import NodeSet  # only when groups exist
+        from slurmguard.nodeset import contains  # only when groups exist
 
         data = copy.deepcopy(self._data)
         for pattern, overrides in self._groups:
-            if node in NodeSet(pattern):
+            if contains(pattern, node):
                 _merge(data, overrides)
         return Config(data, [], self.sources)
 
@@ -341,12 +311,12 @@ def _read_toml(f: Path) -> dict[str, Any]:
 
 
 def _check_nodeset(f: Path, where: str, pattern: str) -> None:
-    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+    from slurmguard.nodeset import expand
 
     try:
-        NodeSet(pattern)
-    except (NodeSetParseError, ValueError) as exc:
-        raise ConfigError(f"{f}: {where}.nodes: not a NodeSet pattern: {_show(pattern)} ({exc})") from None
+        expand(pattern, source=f"{where}.nodes")
+    except InputError as exc:
+        raise ConfigError(f"{f}: {where}.nodes: not a NodeSet pattern: {_show(pattern)} ({exc.message})") from None
 
 
 def _defaults_of(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -373,7 +343,9 @@ def _validate(raw: Mapping[str, Any], schema: Mapping[str, Any], prefix: str, f:
         path = f"{prefix}{key}"
         spec = schema.get(key)
         if spec is None:
-            raise ConfigError(f"{path}: unknown key (in {f})")
+            section = f"[{prefix.rstrip('.')}]" if prefix else "the top level"
+            raise ConfigError(f"{path}: unknown key (in {f}); valid keys of {section}: "
+                              + ", ".join(sorted(schema)))
         if isinstance(spec, Field):
             out[key] = _coerce(spec, value, path, f)
         else:

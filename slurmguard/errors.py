@@ -83,9 +83,14 @@ class InputError(SlurmguardError):
 
 
 class StoreError(SlurmguardError):
-    """The node-state store is down, unreadable, or of a newer schema."""
+    """The node-state store is down, unreadable, or of a newer schema.
+
+    ``transient``: True when trying again later may succeed (locked, down, unreachable),
+    False for bad data or a bug (serve then writes the requests of a failed batch one by one).
+    """
 
     exit_code = EXIT_STORE
+    transient = False
 
 
 class RefusedError(SlurmguardError):

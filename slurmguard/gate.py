@@ -32,7 +32,9 @@ from typing import Any
 from slurmguard.errors import EXIT_OK, EXIT_STORE, EXIT_UNHEALTHY, StoreError
 
 _CHUNK = 500
-_COLUMNS = "name, last_seen, last_health, last_reason, lemon, lemon_reason, burnin_required"
+_COLUMN_NAMES = ("name", "last_seen", "last_health", "last_reason", "lemon", "lemon_reason",
+                 "burnin_required")
+_COLUMNS = ", ".join(_COLUMN_NAMES)
 GATE_QUERY = f"SELECT {_COLUMNS} FROM nodes WHERE name IN ({{marks}})"
 
 
@@ -103,36 +105,14 @@ def read_store(section: Mapping[str, Any], nodes: Sequence[str]) -> dict[str, No
     if not url or url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):] if url else str(section.get("path"))
         return read_sqlite(path, nodes, float(section.get("busy_timeout", 5.0)))
-    from sqlalchemy import text
-
     from slurmguard.store.api import Store
-    from slurmguard.store.engine import guard
 
     store = Store.open(section=section)
     try:
-        out: dict[str, NodeRow] = {}
-        with guard(store.engine, "gate"), store.engine.connect() as conn:
-            for i in range(0, len(nodes), _CHUNK):
-                chunk = list(nodes[i:i + _CHUNK])
-                marks = ",".join(f":n{j}" for j in range(len(chunk)))
-                rows = conn.execute(text(GATE_QUERY.format(marks=marks)),
-                                    {f"n{j}": n for j, n in enumerate(chunk)})
-                for r in rows:
-                    out[r[0]] = NodeRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]))
-        return out
+        return {r[0]: NodeRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]))
+                for r in store.node_columns(nodes, _COLUMN_NAMES)}
     finally:
         store.close()
-
-
-def expand(nodelist: str) -> list[str]:
-    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
-
-    try:
-        return list(NodeSet(nodelist))
-    except (NodeSetParseError, ValueError) as exc:
-        from slurmguard.errors import InputError
-
-        raise InputError(f"SLURM_JOB_NODELIST: not a node list: {nodelist!r} ({exc})") from None
 
 
 @dataclass
@@ -151,7 +131,9 @@ def run_gate(cfg: Any, env: Mapping[str, str], *, dry_run: bool = False,
     nodelist = env.get("SLURM_JOB_NODELIST", "")
     if not nodelist:
         return GateOutcome(EXIT_OK, {}, [], f"job {job}: no SLURM_JOB_NODELIST; nothing to check")
-    nodes = expand(nodelist)
+    from slurmguard.nodeset import expand
+
+    nodes = expand(nodelist, source="SLURM_JOB_NODELIST")
     now = time.time() if now is None else now
     try:
         rows = read_store(cfg.section("store"), nodes)
@@ -221,7 +203,39 @@ def main(config_path: str | None, *, dry_run: bool = False,
     if outcome.message:
         log_line(cfg, outcome.message + (f" (drained {','.join(outcome.drained)})"
                                          if outcome.drained else ""))
+    if not dry_run and cfg["metrics.textfile_dir"]:
+        _count(cfg, outcome)
     return outcome.code
+
+
+GATE_FILE = "slurmguard_gate.prom"
+_GATE_HELP = {
+    "slurmguard_gate_jobs_total": "Jobs the allocation gate checked, by result (allowed, refused, store_unreadable).",
+    "slurmguard_gate_refusals_total": "Nodes the allocation gate refused a job, by cause (lemon, burn-in, or the check).",
+    # The same family as serve's: `sum by (cause) (slurmguard_drains_total)` counts both.
+    "slurmguard_drains_total": "Nodes drained by slurmguard, by cause and by who drained (source gate: the allocation gate).",
+}
+
+
+def _count(cfg: Any, o: GateOutcome) -> None:
+    """The gate's counters in <metrics.textfile_dir>/slurmguard_gate.prom (the controller's
+    node_exporter; standard library only, as the rest of the gate)."""
+    from slurmguard.decide import reason_check
+    from slurmguard.metrics.textfile import bump_counters, labels
+
+    result = "refused" if o.refused else (
+        "store_unreadable" if "store unreadable" in o.message else "allowed")
+    add: dict[tuple[str, str], int] = {("slurmguard_gate_jobs_total", labels(result=result)): 1}
+    for node, reason in o.refused.items():
+        key = ("slurmguard_gate_refusals_total", labels(cause=reason_check(reason) or "unknown"))
+        add[key] = add.get(key, 0) + 1
+        if node in o.drained:
+            key = ("slurmguard_drains_total",
+                   labels(cause=reason_check(reason) or "unknown", source="gate"))
+            add[key] = add.get(key, 0) + 1
+    problem = bump_counters(str(cfg["metrics.textfile_dir"]), GATE_FILE, _GATE_HELP, add)
+    if problem:
+        log_line(cfg, f"warning: {problem}")
 
 
 def fast_argv(argv: Iterable[str]) -> int | None:

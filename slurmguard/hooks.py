@@ -19,6 +19,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -54,7 +55,9 @@ def run_hook(hook: str, *, node_flag: str | None = None, config_path: str | None
              dry_run: bool = False) -> int:
     """Run one hook end to end and return its exit code. Never raises for checker faults."""
     out = out or sys.stdout
-    t0 = time.monotonic()
+    # A thin client (slurmguard-agent-client, docs/agent.md) that gave up on the agent hands
+    # over the time it already spent, so the whole hook still ends inside hooks.budget.
+    t0 = time.monotonic() - _spent_before()
     acting = hook != "check" and not dry_run
     node = node_identity(node_flag)
     try:
@@ -69,65 +72,150 @@ def run_hook(hook: str, *, node_flag: str | None = None, config_path: str | None
         return EXIT_OK
 
     budget = float(cfg["hooks.budget"])
-    _arm_watchdog(budget, hook, node, cfg)
+    _arm_watchdog(max(0.1, budget - (time.monotonic() - t0)), budget, hook, node, cfg)
+    job_id, job_uid = _job_from_env()
     try:
-        outcome = _run(cfg, hook, node, only, acting, t0, budget)
+        return execute(cfg, hook, node, only=only, as_json=as_json, out=out, err=sys.stderr,
+                       dry_run=dry_run, t0=t0, job_id=job_id, job_uid=job_uid)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def execute(cfg: Any, hook: str, node: str, *, only: tuple[str, ...] = (), as_json: bool = False,
+            out: TextIO, err: TextIO, dry_run: bool = False, t0: float,
+            job_id: str | None = None, job_uid: int | None = None,
+            sources: Mapping[str, Any] | None = None,
+            extra: Mapping[str, Any] | None = None) -> int:
+    """One hook run (gather, evaluate, decide, act, report), printed and logged; its exit code.
+
+    The one definition of a hook run: `slurmguard prolog` calls it in its own process; the
+    resident agent (slurmguard/agent.py) calls it with its cached and live ``sources`` and
+    sends back what was written to ``out`` and ``err``. ``extra`` goes into the record (the
+    agent's source ages and boot id).
+    """
+    acting = hook != "check" and not dry_run
+    budget = float(cfg["hooks.budget"])
+    try:
+        outcome = _run(cfg, hook, node, only, acting, t0, budget, job_id=job_id,
+                       job_uid=job_uid, sources=sources, extra=extra)
     except SlurmguardError as exc:
         if not acting:
             raise
-        _log_line(cfg, hook, node, f"checker error: {exc.message}")
+        _log_line(cfg, hook, node, f"checker error: {exc.message}", err)
+        _write_metrics(cfg, hook, node, t0, None)
         return EXIT_OK
     except Exception as exc:  # a bug in slurmguard must not fail the job or drain the node
         if not acting:
             raise
-        _log_line(cfg, hook, node, f"internal error: {type(exc).__name__}: {exc}")
+        _log_line(cfg, hook, node, f"internal error: {type(exc).__name__}: {exc}", err)
+        _write_metrics(cfg, hook, node, t0, None)
         return EXIT_OK
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+    if acting:
+        _write_metrics(cfg, hook, node, t0, outcome)
 
     if as_json:
         json.dump(outcome.record, out, indent=2, sort_keys=True)
         out.write("\n")
     else:
         _print_human(out, outcome, hook, node)
-    _log_line(cfg, hook, node, f"{outcome.decision.action}: {outcome.decision.reason or 'ok'}; {outcome.applied}")
+    delivery = str((outcome.record or {}).get("delivery") or "")
+    report_note = "" if delivery in ("", "sent", "skipped", "spooled") else f"; report {delivery}"
+    _log_line(cfg, hook, node, f"{outcome.decision.action}: {outcome.decision.reason or 'ok'}; "
+                               f"{outcome.applied}{report_note}", err)
     return outcome.exit_code
 
 
-def _run(cfg: Any, hook: str, node: str, only: tuple[str, ...], acting: bool, t0: float,
-         budget: float) -> HookOutcome:
-    from slurmguard.runner import registry, run_checks, select_checks
+def _spent_before() -> float:
+    """Seconds since $SLURMGUARD_HOOK_STARTED (epoch), set by the thin client; 0 if unset."""
+    started = os.environ.get("SLURMGUARD_HOOK_STARTED")
+    if not started:
+        return 0.0
+    try:
+        return min(max(0.0, time.time() - float(started)), 60.0)
+    except ValueError:
+        return 0.0
 
-    available, sources = registry(cfg)
-    checks = select_checks(cfg, hook, only, available)
-    reserve = min(float(cfg["slurm.timeout"]), budget * _RESERVE_FRACTION)
-    deadline = t0 + max(0.1, budget - reserve)
+
+def _run(cfg: Any, hook: str, node: str, only: tuple[str, ...], acting: bool, t0: float,
+         budget: float, *, job_id: str | None = None, job_uid: int | None = None,
+         sources: Mapping[str, Any] | None = None,
+         extra: Mapping[str, Any] | None = None) -> HookOutcome:
+    """One hook run, step by step: gather + evaluate, look at Slurm, decide, act, report."""
+    available, report = _gather_and_evaluate(cfg, hook, node, only, job_id, job_uid,
+                                             deadline=_checks_deadline(cfg, t0, budget),
+                                             sources=sources)
+    slurm = _slurm_view(cfg, hook, node, acting, report)
+    decision = _decide(cfg, hook, report, available, slurm)
+    applied, exit_code = _act(cfg, hook, node, decision, acting, slurm)
+    record = _report(cfg, hook, node, report, decision, applied, acting, job_id, t0, extra)
+    return HookOutcome(exit_code, decision, record, applied)
+
+
+@dataclass
+class _SlurmView:
+    """What the hook knows of Slurm: the adapter (None when it could not be made, and why)
+    and, in healthcheck mode, the node's state."""
+
+    cli: Any = None  # slurmguard.adapters.slurm.SlurmCLI, imported only when needed
+    info: Any = None  # NodeInfo | None
+    problem: str = ""
+
+
+def _job_from_env() -> tuple[str | None, int | None]:
     job_id = os.environ.get("SLURM_JOB_ID") or None
     uid = os.environ.get("SLURM_JOB_UID")
-    report = run_checks(cfg, checks, hook=hook, node=node, job_id=job_id,
-                        job_uid=int(uid) if uid and uid.isdigit() else None, deadline=deadline,
-                        sources=sources)
+    return job_id, int(uid) if uid and uid.isdigit() else None
 
-    hooks_cfg = cfg.section("hooks")
+
+def _checks_deadline(cfg: Any, t0: float, budget: float) -> float:
+    """When gathering must end: the budget less what the drain and the report need."""
+    reserve = min(float(cfg["slurm.timeout"]), budget * _RESERVE_FRACTION)
+    return t0 + max(0.1, budget - reserve)
+
+
+def _gather_and_evaluate(cfg: Any, hook: str, node: str, only: tuple[str, ...],
+                         job_id: str | None, job_uid: int | None, deadline: float,
+                         sources: Mapping[str, Any] | None = None) -> tuple[list[Any], Any]:
+    """Steps 1-2 (slurmguard.runner): gather the sources once, run the pure checks.
+    Returns every check this node knows and the run's RunReport. ``sources`` replaces
+    entries of the source table (the agent's cached and live sources)."""
+    from slurmguard.runner import registry, run_checks, select_checks
+
+    available, table = registry(cfg)
+    if sources:
+        table = {**table, **sources}
+    checks = select_checks(cfg, hook, only, available)
+    report = run_checks(cfg, checks, hook=hook, node=node, job_id=job_id, job_uid=job_uid,
+                        deadline=deadline, sources=table)
+    return available, report
+
+
+def _slurm_view(cfg: Any, hook: str, node: str, acting: bool, report: Any) -> _SlurmView:
+    """Ask Slurm about the node only when the answer matters: to drain (the adapter checks
+    DOWN and foreign drains itself) or, in healthcheck mode, to see whether our drain can go."""
+    view = _SlurmView()
     has_unhealthy = any(r.health is Health.UNHEALTHY for r in report.results)
-    slurm = None
-    info = None
-    # Ask Slurm about the node only when the answer matters: to drain (the adapter checks
-    # DOWN and foreign drains itself) or, in healthcheck mode, to see whether our drain can go.
-    slurm_problem = ""
-    if acting and (has_unhealthy or hook == "healthcheck"):
-        try:
-            from slurmguard.adapters.slurm import SlurmCLI
+    if not (acting and (has_unhealthy or hook == "healthcheck")):
+        return view
+    try:
+        from slurmguard.adapters.slurm import SlurmCLI
 
-            slurm = SlurmCLI(cfg.section("slurm"))
-        except Exception as exc:  # keep the verdict; say why Slurm was not told
-            slurm_problem = one_line(f"{type(exc).__name__}: {exc}")
-        if slurm is not None and hook == "healthcheck":
-            try:
-                info = slurm.node(node)
-            except SlurmguardError:
-                info = None
-    decision = decide(
+        view.cli = SlurmCLI(cfg.section("slurm"))
+    except Exception as exc:  # keep the verdict; say why Slurm was not told
+        view.problem = one_line(f"{type(exc).__name__}: {exc}")
+    if view.cli is not None and hook == "healthcheck":
+        try:
+            view.info = view.cli.node(node)
+        except SlurmguardError:
+            view.info = None
+    return view
+
+
+def _decide(cfg: Any, hook: str, report: Any, available: list[Any], slurm: _SlurmView) -> Decision:
+    """Step 3: the pure rule (slurmguard.decide) over the results and the node's state."""
+    hooks_cfg = cfg.section("hooks")
+    info = slurm.info
+    return decide(
         report.results,
         hook=hook,
         drain_on_degraded=bool(hooks_cfg["drain_on_degraded"]),
@@ -137,53 +225,90 @@ def _run(cfg: Any, hook: str, node: str, only: tuple[str, ...], acting: bool, t0
         node_checks=frozenset(c.name for c in available),
     )
 
-    from slurmguard import report as report_mod
 
-    applied = "none"
-    exit_code = EXIT_OK
-    refused = False
-    if decision.action is Action.DRAIN and acting and hooks_cfg["report_url"]:
-        # The fleet's blast-radius guard: when many nodes fail the same check at once the
-        # cause is shared (a filesystem, a fabric) and draining them all would empty the
-        # partition. serve answers; unreachable serve fails open (report.drain_permit).
-        allowed, why = report_mod.drain_permit(node, decision.failing[0], decision.reason, cfg)
-        if not allowed:
-            # Exit 0: a non-zero prolog would make Slurm drain the node anyway.
-            refused = True
-            applied = one_line(f"not drained: {why}")
-    if decision.action is Action.DRAIN and not refused:
-        exit_code = EXIT_UNHEALTHY
+def _permit(cfg: Any, node: str, decision: Decision) -> str | None:
+    """The fleet's blast-radius guard: when many nodes fail the same check at once the cause
+    is shared (a filesystem, a fabric) and draining them all would empty the partition. serve
+    answers; unreachable serve fails open. Returns why the drain is refused, or None."""
+    from slurmguard.adapters.serve_client import drain_permit
+
+    allowed, why = drain_permit(node, decision.failing[0], decision.reason, cfg)
+    return None if allowed else why
+
+
+def _act(cfg: Any, hook: str, node: str, decision: Decision, acting: bool,
+         slurm: _SlurmView) -> tuple[str, int]:
+    """Step 4: drain or undrain in Slurm. Returns (what was done, the hook's exit code)."""
+    if decision.action is Action.DRAIN:
+        if acting and cfg["hooks.report_url"]:
+            refused = _permit(cfg, node, decision)
+            if refused is not None:
+                # Exit 0: a non-zero prolog would make Slurm drain the node anyway.
+                return one_line(f"not drained: {refused}"), EXIT_OK
         if not acting:
-            applied = "none (check only)" if hook == "check" else "none (dry run)"
-        elif slurm is None:
-            applied = f"drain failed: {slurm_problem or 'no Slurm adapter'}"
-        else:
-            try:
-                applied = "drained" if slurm.drain(node, decision.reason) else "already drained or down"
-            except SlurmguardError as exc:
-                applied = f"drain failed: {exc.message}"
-    elif decision.action is Action.UNDRAIN and slurm is not None:
+            return ("none (check only)" if hook == "check" else "none (dry run)"), EXIT_UNHEALTHY
+        if slurm.cli is None:
+            return f"drain failed: {slurm.problem or 'no Slurm adapter'}", EXIT_UNHEALTHY
         try:
-            applied = "undrained" if slurm.undrain(node) else "not undrained (state changed)"
+            drained = slurm.cli.drain(node, decision.reason)
         except SlurmguardError as exc:
-            applied = f"undrain failed: {exc.message}"
-    elif decision.action is Action.CHECKER_ERROR and not acting:
-        exit_code = EXIT_CHECKER
+            return f"drain failed: {exc.message}", EXIT_UNHEALTHY
+        return ("drained" if drained else "already drained or down"), EXIT_UNHEALTHY
+    if decision.action is Action.UNDRAIN and slurm.cli is not None:
+        try:
+            undrained = slurm.cli.undrain(node)
+        except SlurmguardError as exc:
+            return f"undrain failed: {exc.message}", EXIT_OK
+        return ("undrained" if undrained else "not undrained (state changed)"), EXIT_OK
+    if decision.action is Action.CHECKER_ERROR and not acting:
+        return "none", EXIT_CHECKER
+    return "none", EXIT_OK
 
-    record = report_mod.make_record(
+
+def _report(cfg: Any, hook: str, node: str, report: Any, decision: Decision, applied: str,
+            acting: bool, job_id: str | None, t0: float,
+            extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Step 5: the result record, delivered to serve (or spooled) when one is configured."""
+    from slurmguard.record import make_record
+
+    record = make_record(
         node, hook, report.results, decision.action.value, decision.reason, job_id=job_id,
         started=report.started, duration=time.monotonic() - t0,
     )
     record["applied"] = applied
-    if acting and hooks_cfg["report_url"]:
+    if extra:
+        record.update(extra)
+    if acting and cfg["hooks.report_url"]:
+        from slurmguard.delivery import deliver
+
         try:
-            record["delivery"] = report_mod.deliver(record, cfg)
+            record["delivery"] = deliver(record, cfg)
         except Exception as exc:  # delivery problems never change the hook's verdict
             record["delivery"] = one_line(f"failed: {exc}")
     if report.abandoned:
         # A source thread may be stuck in the kernel; do not let interpreter shutdown wait.
         record["abandoned_sources"] = list(report.abandoned)
-    return HookOutcome(exit_code, decision, record, applied)
+    return record
+
+
+def _write_metrics(cfg: Any, hook: str, node: str, t0: float, o: HookOutcome | None) -> None:
+    """The node_exporter textfile of this run (``metrics.textfile_dir``; off when empty).
+
+    ``o`` None: slurmguard itself failed (verdict ``internal-error``, no check results)."""
+    directory = str(cfg["metrics.textfile_dir"] or "")
+    if not directory:
+        return
+    from slurmguard.metrics import textfile
+
+    rec = (o.record or {}) if o is not None else {}
+    results = [(r["name"], r["health"]) for r in rec.get("results", ())]
+    verdict = o.decision.action.value if o is not None else "internal-error"
+    check = o.decision.failing[0] if o is not None and o.decision.failing else ""
+    problem = textfile.write_hook(directory, hook, results=results, verdict=verdict,
+                                  reason=o.decision.reason if o is not None else "",
+                                  check=check, duration=time.monotonic() - t0)
+    if problem:
+        _log_line(cfg, hook, node, f"warning: {problem}")
 
 
 def _print_human(out: TextIO, o: HookOutcome, hook: str, node: str) -> None:
@@ -202,10 +327,10 @@ def _print_human(out: TextIO, o: HookOutcome, hook: str, node: str) -> None:
     out.write(line + "\n")
 
 
-def _log_line(cfg: Any, hook: str, node: str, text: str) -> None:
+def _log_line(cfg: Any, hook: str, node: str, text: str, err: TextIO | None = None) -> None:
     line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} slurmguard {hook} node={node} {one_line(text, 400)}\n"
     if hook != "check":
-        sys.stderr.write(line)
+        (err or sys.stderr).write(line)
     path = None
     try:
         path = cfg["hooks.log_file"] if cfg is not None else None
@@ -219,7 +344,7 @@ def _log_line(cfg: Any, hook: str, node: str, text: str) -> None:
             pass
 
 
-def _arm_watchdog(budget: float, hook: str, node: str, cfg: Any) -> None:
+def _arm_watchdog(left: float, budget: float, hook: str, node: str, cfg: Any) -> None:
     """Backstop: if anything overruns the budget, log and leave with 'job may run'."""
 
     def fire(signum: int, frame: Any) -> None:
@@ -228,4 +353,4 @@ def _arm_watchdog(budget: float, hook: str, node: str, cfg: Any) -> None:
         os._exit(EXIT_OK if hook != "check" else EXIT_CHECKER)
 
     signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, budget + 0.5)
+    signal.setitimer(signal.ITIMER_REAL, left + 0.5)

@@ -51,7 +51,9 @@ def _emit(event: dict[str, object]) -> None:
     line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
     try:
         if _fd is None or _fd_path != path:
-            _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # O_NOFOLLOW: a symlink planted at the name is refused, never written through.
+            _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                          | os.O_NOFOLLOW, 0o644)
             _fd_path = path
         os.write(_fd, line)
     except OSError as exc:

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from slurmguard.errors import SlurmguardError
+from slurmguard.nodeset import expand, fold
 
 log = logging.getLogger("slurmguard.requeue")
 
@@ -95,22 +96,9 @@ class Action:
     reason: str = ""
 
 
-def expand(nodeset: str) -> list[str]:
-    """Node names of a Slurm node list (``n[1-3,7]``) via ClusterShell."""
-    if not nodeset:
-        return []
-    from ClusterShell.NodeSet import NodeSet
-
-    return list(NodeSet(nodeset))
-
-
-def fold(names: Iterable[str]) -> str:
-    from ClusterShell.NodeSet import NodeSet
-
-    ns = NodeSet()
-    for n in names:
-        ns.update(n)
-    return str(ns)
+def _nodes(nodeset: str, source: str) -> list[str]:
+    """Node names of a job's node list as Slurm wrote it (empty is a normal answer)."""
+    return expand(nodeset, source=source, allow_empty=True)
 
 
 def node_failed(node: NodeLike | None) -> bool:
@@ -143,7 +131,7 @@ def plan(jobs: Iterable[JobLike], nodes: Mapping[str, NodeLike], memory: dict[st
         if job.state in ACTIVE | ENDING:
             if job.nodes:
                 if job.state in ENDING or job.restart_count == m.run_of:
-                    m.nodes = fold([*expand(m.nodes), *expand(job.nodes)])
+                    m.nodes = fold([*_nodes(m.nodes, "NodeList"), *_nodes(job.nodes, "NodeList")])
                 else:  # a new run: forget the nodes of the previous one
                     m.nodes = job.nodes
                     m.run_of = job.restart_count
@@ -165,7 +153,7 @@ def plan(jobs: Iterable[JobLike], nodes: Mapping[str, NodeLike], memory: dict[st
             actions.append(Action(jid, "unknown", reason="requeued, but the watcher never saw "
                                   "where it ran: cause unknown, left alone"))
             continue
-        failed = tuple(n for n in expand(m.nodes) if node_failed(nodes.get(n)))
+        failed = tuple(n for n in _nodes(m.nodes, "NodeList") if node_failed(nodes.get(n)))
         if not failed:
             continue  # requeued for another reason (user, preemption, app): not ours to speed up
         if m.expedited >= max_requeues:
@@ -175,7 +163,7 @@ def plan(jobs: Iterable[JobLike], nodes: Mapping[str, NodeLike], memory: dict[st
         m.expedited += 1
         m.requeued_at = now
         m.failed = list(failed)
-        exclude = fold([*expand(job.exc_nodes), *failed])
+        exclude = fold([*_nodes(job.exc_nodes, "ExcNodeList"), *failed])
         eligible_now = job.eligible_time is None or job.eligible_time > now
         actions.append(Action(jid, "expedite", failed, exclude=exclude, release=held,
                               eligible_now=eligible_now or held,
@@ -197,8 +185,12 @@ class Watcher:
     """Polls Slurm, plans, applies, remembers (in ``state_path`` when given)."""
 
     def __init__(self, slurm: SlurmJobs, *, max_requeues: int = 3, state_path: str | None = None,
-                 record: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 record: Callable[[dict[str, Any]], None] | None = None,
+                 metrics: Any = None, metrics_path: str = "") -> None:
         self.slurm = slurm
+        # slurmguard.metrics.registry.RequeueMetrics (prometheus_client), or None: no metrics
+        self.metrics = metrics
+        self.metrics_path = metrics_path
         self.max_requeues = max_requeues
         self.state_path = state_path
         self.record = record or (lambda ev: log.info("%s", json.dumps(ev)))
@@ -242,9 +234,21 @@ class Watcher:
                 self.record({"event": "requeue-recovered", "job_id": str(j.job_id),
                              "nodes": j.nodes, "restart": j.restart_count,
                              "seconds": round(now - m.requeued_at, 3), "failed": m.failed})
+                if self.metrics is not None:
+                    self.metrics.recovery.observe(max(0.0, now - m.requeued_at))
                 m.requeued_at = None
         self._save()
+        if self.metrics is not None:
+            self.metrics.polls.labels(result="ok").inc()
+            self.metrics.last_poll.set(now)
+            self._write_metrics()
         return actions
+
+    def _write_metrics(self) -> None:
+        try:
+            self.metrics.write(self.metrics_path)
+        except OSError as exc:
+            log.warning("requeue watcher: metrics file %s: %s", self.metrics_path, exc)
 
     def _apply(self, a: Action, now: float) -> None:
         ev: dict[str, Any] = {"event": f"requeue-{a.kind}", "job_id": a.job_id, "time": now,
@@ -259,6 +263,8 @@ class Watcher:
             except SlurmguardError as exc:  # the job may have ended meanwhile
                 ev["event"], ev["error"] = "requeue-failed", exc.message
             ev.update(exclude=a.exclude, released=a.release)
+        if self.metrics is not None:
+            self.metrics.requeues.labels(action=ev["event"].removeprefix("requeue-")).inc()
         self.record(ev)
 
     def watch(self, interval: float = 2.0, stop: Callable[[], bool] = lambda: False) -> None:
@@ -269,4 +275,7 @@ class Watcher:
                 self.poll()
             except SlurmguardError as exc:
                 log.warning("requeue watcher: %s", exc.message)
+                if self.metrics is not None:
+                    self.metrics.polls.labels(result="failed").inc()
+                    self._write_metrics()
             time.sleep(max(0.0, interval - (time.monotonic() - t0)))

@@ -91,8 +91,17 @@ def select_checks(cfg: Config, hook: str, only: Sequence[str] = (),
     return [c for c in chosen if c.name not in disabled]
 
 
+def resolve_source(target: Any) -> Any:
+    """A source table entry as a function of (cfg, ctx): "module:function" is imported; a
+    callable (the resident agent's cached and live sources, slurmguard/agent.py) is itself."""
+    if callable(target):
+        return target
+    module, fn = str(target).split(":")
+    return getattr(importlib.import_module(module), fn)
+
+
 class _Gather(threading.Thread):
-    def __init__(self, name: str, target: str, cfg: Config, ctx: GatherContext) -> None:
+    def __init__(self, name: str, target: str | Any, cfg: Config, ctx: GatherContext) -> None:
         super().__init__(name=f"gather-{name}", daemon=True)
         self.target, self.cfg, self.ctx = target, cfg, ctx
         self.value: Any = None
@@ -100,8 +109,7 @@ class _Gather(threading.Thread):
 
     def run(self) -> None:
         try:
-            module, fn = self.target.split(":")
-            self.value = getattr(importlib.import_module(module), fn)(self.cfg, self.ctx)
+            self.value = resolve_source(self.target)(self.cfg, self.ctx)
         except BaseException as exc:  # reported as the source's outcome, never raised
             self.exc = exc
 
@@ -115,59 +123,27 @@ def run_checks(
     job_id: str | None = None,
     job_uid: int | None = None,
     deadline: float | None = None,
-    sources: Mapping[str, str] | None = None,
+    sources: Mapping[str, Any] | None = None,
 ) -> RunReport:
     """Gather the sources ``checks`` need, run them, and return every result.
 
     ``deadline`` (a ``time.monotonic()`` value) bounds the gathering; by default it is the
     per-source timeout ``hooks.check_timeout`` from now. ``sources`` overrides the source
-    table (tests use it to plug in fault-injecting sources).
+    table: "module:function" strings, or callables taking (cfg, ctx) (the resident agent
+    plugs in its cached and live sources this way, so the checks, their timeouts and the
+    error handling are the very same code as in a hook process).
     """
     started_wall, t0 = time.time(), time.monotonic()
-    table = dict(SOURCES if sources is None else sources)
     per_source = float(cfg["hooks.check_timeout"])
     gather_deadline = min(t0 + per_source, deadline) if deadline else t0 + per_source
     ctx = GatherContext(node=node, hook=hook, deadline=gather_deadline, job_id=job_id,
                         job_uid=job_uid)
-
-    needed = sorted({s for c in checks for s in c.sources})
-    threads = {s: _Gather(s, table[s], cfg, ctx) for s in needed}
-    for t in threads.values():
-        t.start()
-    for t in threads.values():
-        t.join(max(0.0, gather_deadline - time.monotonic()))
-    abandoned = tuple(s for s, t in threads.items() if t.is_alive())
-    gathered_at = time.monotonic()
+    gathered = gather(cfg, checks, ctx, SOURCES if sources is None else sources)
 
     state_path = Path(cfg["hooks.state_dir"]) / STATE_FILE
     previous_state = _load_state(state_path)
-    new_state: dict[str, Any] = {}
-    results: list[CheckResult] = []
-    values = {s: t.value for s, t in threads.items() if not t.is_alive() and t.exc is None}
-    for c in checks:
-        r = _source_problem(c, threads, gather_deadline - t0)
-        if r is None:
-            cctx = CheckContext(
-                params=_params(cfg, c.area),
-                sources={s: values[s] for s in c.sources},
-                previous=previous_state.get(c.name, {}),
-                now=started_wall,
-                hook=hook,
-                node=node,
-            )
-            t_check = time.monotonic()
-            try:
-                r = c.run(cctx)
-                if not isinstance(r, CheckResult):
-                    r = error(c.name, f"check returned {type(r).__name__}, not a CheckResult")
-            except Exception as exc:  # a bug in a check: an error result, never a crash
-                r = error(c.name, f"check raised {type(exc).__name__}: {exc}")
-            r = replace(r, name=c.name, duration=time.monotonic() - t_check)
-            if cctx.new_state:
-                new_state[c.name] = cctx.new_state
-        else:
-            r = replace(r, duration=gathered_at - t0)
-        results.append(r)
+    results, new_state = evaluate(cfg, checks, gathered, previous_state, now=started_wall,
+                                  hook=hook, node=node, t0=t0)
 
     warnings: list[str] = []
     if new_state:
@@ -175,7 +151,72 @@ def run_checks(
         if problem:
             warnings.append(problem)
     return RunReport(node, hook, tuple(results), started_wall, time.monotonic() - t0,
-                     abandoned, tuple(warnings))
+                     gathered.abandoned, tuple(warnings))
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """The outcome of gathering: one finished or abandoned thread per source."""
+
+    threads: Mapping[str, _Gather]
+    deadline: float  # the time.monotonic() gathering was bounded by
+    done_at: float  # time.monotonic() when gathering ended
+    abandoned: tuple[str, ...]  # sources whose threads were still running then
+
+    def values(self) -> dict[str, Any]:
+        return {s: t.value for s, t in self.threads.items() if not t.is_alive() and t.exc is None}
+
+
+def gather(cfg: Config, checks: Sequence[Check], ctx: GatherContext,
+           table: Mapping[str, str]) -> Gathered:
+    """Step 1: read every source ``checks`` need once, concurrently, until ``ctx.deadline``."""
+    needed = sorted({s for c in checks for s in c.sources})
+    threads = {s: _Gather(s, table[s], cfg, ctx) for s in needed}
+    for t in threads.values():
+        t.start()
+    for t in threads.values():
+        t.join(max(0.0, ctx.deadline - time.monotonic()))
+    abandoned = tuple(s for s, t in threads.items() if t.is_alive())
+    return Gathered(threads, ctx.deadline, time.monotonic(), abandoned)
+
+
+def evaluate(cfg: Config, checks: Sequence[Check], gathered: Gathered,
+             previous_state: Mapping[str, Any], *, now: float, hook: str, node: str,
+             t0: float) -> tuple[list[CheckResult], dict[str, Any]]:
+    """Step 2: run each pure check on what was gathered. Returns the results and the state
+    the checks want kept for the next run. A check that raises, or whose source failed, is
+    an ``error``/``unsupported`` result, never a crash."""
+    values = gathered.values()
+    new_state: dict[str, Any] = {}
+    results: list[CheckResult] = []
+    for c in checks:
+        r = _source_problem(c, gathered.threads, gathered.deadline - t0)
+        if r is not None:
+            results.append(replace(r, duration=gathered.done_at - t0))
+            continue
+        cctx = CheckContext(
+            params=_params(cfg, c.area),
+            sources={s: values[s] for s in c.sources},
+            previous=previous_state.get(c.name, {}),
+            now=now,
+            hook=hook,
+            node=node,
+        )
+        results.append(_run_one(c, cctx))
+        if cctx.new_state:
+            new_state[c.name] = cctx.new_state
+    return results, new_state
+
+
+def _run_one(c: Check, cctx: CheckContext) -> CheckResult:
+    t_check = time.monotonic()
+    try:
+        r = c.run(cctx)
+        if not isinstance(r, CheckResult):
+            r = error(c.name, f"check returned {type(r).__name__}, not a CheckResult")
+    except Exception as exc:  # a bug in a check: an error result, never a crash
+        r = error(c.name, f"check raised {type(exc).__name__}: {exc}")
+    return replace(r, name=c.name, duration=time.monotonic() - t_check)
 
 
 def _source_problem(c: Check, threads: Mapping[str, _Gather], timeout: float) -> CheckResult | None:

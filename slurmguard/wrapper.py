@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
+import stat
 import statistics
 import subprocess
 import sys
@@ -178,18 +181,66 @@ def prepare_env(opts: RunOptions) -> tuple[dict[str, str], checkpoint.Checkpoint
     return env, best, restart
 
 
-def _progress_path(opts: RunOptions, env: dict[str, str]) -> str:
+_JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _safe_dir(d: Path) -> bool:
+    """A directory we may create files in: a real directory (not a symlink) that is ours, or
+    that nobody but its owner can write to (a shared checkpoint tree of our group)."""
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    return st.st_uid == os.geteuid() or not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def open_progress(path: str, *, exclusive: bool = False) -> int:
+    """Create or open the progress file for appending without following a symlink planted
+    at its name (O_NOFOLLOW; with ``exclusive`` also O_EXCL); only a regular file or a FIFO
+    is accepted. Returns the descriptor."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    if exclusive:
+        flags |= os.O_EXCL
+    fd = os.open(path, flags, 0o600)
+    st = os.fstat(fd)
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+        os.close(fd)
+        raise OSError(f"{path}: not a regular file or FIFO")
+    return fd
+
+
+def _progress_path(opts: RunOptions, env: dict[str, str]) -> tuple[str, str | None]:
+    """Where progress goes, and the private directory made for it (removed at the end).
+
+    The file is never at a predictable name in a directory others can write to: in the
+    checkpoint directory's ``.slurmguard/`` (ours, not a symlink), else in a fresh
+    ``mkdtemp`` directory (mode 0700). A symlink planted at the name is refused
+    (O_NOFOLLOW), not followed.
+    """
     if opts.progress_file:
-        return opts.progress_file
-    job = env.get("SLURM_JOB_ID") or f"pid{os.getpid()}"
+        return opts.progress_file, None
+    job = env.get("SLURM_JOB_ID") or ""
+    if not _JOB_ID.fullmatch(job) or job in (".", ".."):
+        job = f"pid{os.getpid()}"  # a hostile SLURM_JOB_ID never becomes part of a path
     if opts.checkpoint_dir:
         d = Path(opts.checkpoint_dir) / STATE_DIR
         try:
-            d.mkdir(exist_ok=True)
-            return str(d / f"progress-{job}.jsonl")
+            d.mkdir(mode=0o700, exist_ok=True)
         except OSError:
             pass
-    return os.path.join(tempfile.gettempdir(), f"slurmguard-progress-{job}-{os.getpid()}.jsonl")
+        if _safe_dir(d):
+            path = str(d / f"progress-{job}.jsonl")
+            try:
+                os.close(open_progress(path))
+                return path, None
+            except OSError as exc:
+                _say(f"cannot use {path} for progress ({exc.strerror or exc}); using a private one")
+    private = tempfile.mkdtemp(prefix="slurmguard-run-")
+    path = os.path.join(private, f"progress-{job}.jsonl")
+    os.close(open_progress(path, exclusive=True))
+    return path, private
 
 
 def run(opts: RunOptions) -> int:
@@ -201,7 +252,7 @@ def run(opts: RunOptions) -> int:
         _say(f"resuming from {best.path} (step {best.step}, {best.layout})" if best
              else f"no complete checkpoint in {opts.checkpoint_dir}: starting from the beginning")
     recovery = _recovery(opts, env, best, restart)
-    ppath = _progress_path(opts, env)
+    ppath, private = _progress_path(opts, env)
     env["SLURMGUARD_PROGRESS"] = ppath
     tail = _Tail(ppath)
     started = time.time()
@@ -212,6 +263,8 @@ def run(opts: RunOptions) -> int:
         child = subprocess.Popen(list(opts.command), env=env, start_new_session=True,
                                  stderr=subprocess.PIPE if opts.scan_stderr else None)
     except OSError as exc:
+        if private:
+            shutil.rmtree(private, ignore_errors=True)
         raise InputError(f"cannot start {opts.command[0]!r}: {exc.strerror or exc}") from None
     infra: list[str] = []
     pump = None
@@ -259,6 +312,8 @@ def run(opts: RunOptions) -> int:
         pump.join(timeout=2)
     for ev in tail.read():
         prog.feed(ev)
+    if private:
+        shutil.rmtree(private, ignore_errors=True)
 
     drained = None
     if rc != 0 and opts.node_probe is not None:
@@ -325,8 +380,11 @@ def _record(opts: RunOptions, env: dict[str, str], rec: dict[str, Any]) -> None:
         return
     try:
         path = Path(opts.checkpoint_dir) / STATE_DIR / "runs.jsonl"
-        path.parent.mkdir(exist_ok=True)
-        with open(path, "a") as fh:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        if not _safe_dir(path.parent):
+            raise OSError(f"{path.parent} is a symlink or writable by others")
+        fd = open_progress(str(path))  # the same rules: O_NOFOLLOW, a regular file
+        with os.fdopen(fd, "a") as fh:
             fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
     except OSError as exc:
         _say(f"could not record the run: {exc}")

@@ -29,7 +29,8 @@ def new_store(d: Path, name: str = "store.db") -> str:
 
 
 def write_config(d: Path, *, store_url: str, port: int, extra: str = "",
-                 spool_max: int = 10000, report_timeout: float = 5.0) -> Path:
+                 spool_max: int = 10000, report_timeout: float = 5.0,
+                 serve_extra: str = "") -> Path:
     """A config with the store, serve and node-side report settings of a test setup."""
     token = d / "token"
     if not token.exists():
@@ -45,6 +46,7 @@ host = "127.0.0.1"
 port = {port}
 token_file = "{token}"
 batch_interval = 0.05
+{serve_extra}
 
 [hooks]
 report_url = "http://127.0.0.1:{port}/ingest"
@@ -90,8 +92,13 @@ class Serve:
         self.stop()
         raise RuntimeError(f"serve did not come up: {self.log.read_text()}")
 
-    def healthz(self) -> dict:
-        with urllib.request.urlopen(self.url + "/healthz", timeout=5) as r:
+    def healthz(self, token: str | None = TOKEN) -> dict:
+        """serve's /healthz; with the token (the default) the figures, without it only the
+        status (what an unauthenticated liveness probe may learn)."""
+        req = urllib.request.Request(self.url + "/healthz")
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        with urllib.request.urlopen(req, timeout=5) as r:
             return json.loads(r.read())
 
     def stop(self) -> None:

@@ -11,7 +11,7 @@ import pytest
 from helpers import require, run_sg, sg_env
 
 from slurmguard.health import CheckResult, Health
-from slurmguard.report import make_record
+from slurmguard.record import make_record
 
 pytestmark = pytest.mark.slurm
 

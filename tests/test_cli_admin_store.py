@@ -11,7 +11,7 @@ from helpers import run_sg, sg_env
 from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
 from slurmguard.health import CheckResult, Health
-from slurmguard.report import make_record
+from slurmguard.record import make_record
 from slurmguard.store import Store
 
 pytestmark = pytest.mark.postgres

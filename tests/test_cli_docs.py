@@ -49,3 +49,30 @@ def test_generator_runs_as_documented(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-m", "slurmguard.cli.docgen"], env=sg_env(),
                          capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert out == docgen.render() and "## slurmguard triage collect" in out
+
+
+def test_man_page_is_current() -> None:
+    from slurmguard.cli import mangen
+
+    page = REPO / "docs" / "slurmguard.1"
+    assert page.exists() and page.read_text() == mangen.render(), (
+        f"docs/slurmguard.1 is stale (a command or its --help changed). Regenerate it with:\n\n"
+        f"    {mangen.REGENERATE}\n")
+
+
+def test_man_page_renders_every_command(tmp_path) -> None:
+    import shutil
+    import subprocess
+
+    from slurmguard.cli import mangen
+
+    text = mangen.render()
+    for path, _, _ in docgen.walk():
+        if path != "slurmguard":
+            assert f'.SS "{path}"' in text
+    if shutil.which("man"):
+        page = tmp_path / "slurmguard.1"
+        page.write_text(text)
+        r = subprocess.run(["man", "-l", str(page)], capture_output=True, text=True, timeout=60,
+                           env={"MANWIDTH": "100", "PATH": "/usr/bin:/bin"})
+        assert r.returncode == 0 and "slurmguard setup" in r.stdout, r.stderr

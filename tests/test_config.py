@@ -132,3 +132,19 @@ def test_any_value_is_accepted_or_refused_with_its_key(tmp_path_factory, key, va
         assert "\n" not in str(exc)
     else:
         assert cfg[key] is not None
+
+
+def test_unknown_key_lists_the_valid_keys_of_its_section(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("[hooks]\nbudgte = 5\n")
+    with pytest.raises(ConfigError) as exc:
+        config.load(str(f))
+    msg = exc.value.message
+    assert msg.startswith("hooks.budgte: unknown key") and "valid keys of [hooks]: " in msg
+    assert "budget, check, check_timeout," in msg and "\n" not in msg
+    f.write_text("[checks.gpu]\nexpected = 8\n")
+    with pytest.raises(ConfigError, match=r"valid keys of \[checks\.gpu\]: .*expected_count"):
+        config.load(str(f))
+    f.write_text("[hookz]\nbudget = 5\n")
+    with pytest.raises(ConfigError, match=r"^hookz: unknown key .*valid keys of the top level: .*hooks"):
+        config.load(str(f))

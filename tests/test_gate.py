@@ -151,7 +151,9 @@ def test_prolog_slurmctld_gate_refuses_a_lemon_and_slurm_requeues(slurm_cluster_
         s.set_flags(n, lemon=True, lemon_reason=LEMON)
     s.close()
     cfg = tmp_path / "sg.toml"
-    cfg.write_text(f'[store]\nurl = "{url}"\n[gate]\nlog_file = "{tmp_path}/gate.log"\n')
+    (tmp_path / "textfile").mkdir()
+    cfg.write_text(f'[store]\nurl = "{url}"\n[gate]\nlog_file = "{tmp_path}/gate.log"\n'
+                   f'[metrics]\ntextfile_dir = "{tmp_path}/textfile"\n')
     env = sg_env(SLURMGUARD_CONFIG=str(cfg))
     import shlex
 
@@ -176,3 +178,8 @@ exec {" ".join(shlex.quote(a) for a in sg_argv("gate"))}
     ev = Store.open(url=url).events(kinds=["drain"])
     assert {e.node for e in ev} == {"n1", "n2"} and all(e.source == "gate" for e in ev)
     assert not cluster.node("n3").drained
+    # the controller's textfile (docs/metrics.md): the drains by cause, the refused job
+    prom = (tmp_path / "textfile" / "slurmguard_gate.prom").read_text()
+    assert 'slurmguard_drains_total{cause="lemon",source="gate"} 2\n' in prom
+    assert 'slurmguard_gate_refusals_total{cause="lemon"} ' in prom
+    assert 'slurmguard_gate_jobs_total{result="refused"} ' in prom

@@ -1,4 +1,4 @@
-"""Ingest end to end: a real `slurmguard serve`, the node-side report.deliver(), the spool."""
+"""Ingest end to end: a real `slurmguard serve`, the node-side delivery.deliver(), the spool."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from helpers import run_sg, sg_env
 from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 from sgserve import TOKEN, Serve, new_port, write_config
 
-from slurmguard import config, report
+from slurmguard import config, delivery
+from slurmguard.adapters import spool as spool_files
 from slurmguard.health import CheckResult, Health
+from slurmguard.record import make_record
 from slurmguard.store import Store
 
 pytestmark = pytest.mark.postgres
@@ -23,7 +25,7 @@ pytestmark = pytest.mark.postgres
 def _rec(node: str = "n1", *fails: str) -> dict:
     results = [CheckResult("gpu-count", Health.HEALTHY)] + [
         CheckResult(f, Health.UNHEALTHY, "broken") for f in fails]
-    return report.make_record(node, "prolog", results, "drain" if fails else "pass", "")
+    return make_record(node, "prolog", results, "drain" if fails else "pass", "")
 
 
 def _post(url: str, body: bytes, token: str | None = TOKEN) -> tuple[int, dict]:
@@ -51,7 +53,7 @@ def test_deliver_sends_and_ingest_is_exactly_once(setup) -> None:
     d, cfg, serve, url = setup
     serve.start()
     r = _rec("n1", "gpu-xid")
-    assert report.deliver(r, cfg) == "sent"
+    assert delivery.deliver(r, cfg) == "sent"
     status, ans = _post(serve.url, json.dumps({"records": [r, r]}).encode())
     assert status == 200 and ans["stored"] == [] and ans["duplicate"] == [r["id"], r["id"]]
     store = Store.open(url=url)
@@ -105,18 +107,18 @@ def test_serve_refuses_a_store_without_schema(tmp_path: Path) -> None:
 def test_spool_when_serve_is_down_then_replay_exactly_once(setup) -> None:
     d, cfg, serve, url = setup
     recs = [_rec(f"n{i % 7}", *(("fs-mount",) if i % 3 == 0 else ())) for i in range(120)]
-    assert {report.deliver(r, cfg) for r in recs} == {"spooled"}
+    assert {delivery.deliver(r, cfg) for r in recs} == {"spooled"}
     spool = str(d / "spool")
-    assert len(report.spooled(spool)) == 120
+    assert len(spool_files.pending(spool)) == 120
     assert oct(os.stat(spool).st_mode & 0o777) == "0o700"
     serve.start()
     last = _rec("n1")
-    assert report.deliver(last, cfg) == "sent"
-    assert report.spooled(spool) == []
+    assert delivery.deliver(last, cfg) == "sent"
+    assert spool_files.pending(spool) == []
     # A second replay of the same records (a crash after the answer, before the unlink).
     for r in recs[:10]:
-        report.spool(r, spool, 100)
-    assert report.deliver(_rec("n2"), cfg) == "sent"
+        spool_files.write(r, spool, 100)
+    assert delivery.deliver(_rec("n2"), cfg) == "sent"
     store = Store.open(url=url)
     assert store.counts()["runs"] == 122
     store.close()
@@ -126,8 +128,8 @@ def test_spool_is_bounded_oldest_dropped(tmp_path: Path) -> None:
     spool = str(tmp_path / "sp")
     recs = [_rec() for _ in range(15)]
     for r in recs:
-        report.spool(r, spool, 10)
-    names = report.spooled(spool)
+        spool_files.write(r, spool, 10)
+    names = spool_files.pending(spool)
     assert len(names) == 10
     kept = {json.loads((tmp_path / "sp" / n).read_text())["id"] for n in names}
     assert kept == {r["id"] for r in recs[5:]}
@@ -137,12 +139,12 @@ def test_unreadable_token_spools_and_bad_spool_dir_does_not_raise(tmp_path: Path
     cfg_path = write_config(tmp_path, store_url="sqlite:////nonexistent", port=new_port())
     cfg = config.load(str(cfg_path), env={})
     (tmp_path / "token").unlink()
-    assert report.deliver(_rec(), cfg) == "spooled"
+    assert delivery.deliver(_rec(), cfg) == "spooled"
     (tmp_path / "blocker").write_text("")
     cfg_path.write_text(cfg_path.read_text().replace(f'spool_dir = "{tmp_path}/spool"',
                                                      f'spool_dir = "{tmp_path}/blocker/spool"'))
     cfg = config.load(str(cfg_path), env={})
-    assert report.deliver(_rec(), cfg).startswith("lost: spool")
+    assert delivery.deliver(_rec(), cfg).startswith("lost: spool")
 
 
 def test_torn_spool_file_is_dropped_not_sent(setup) -> None:
@@ -151,8 +153,8 @@ def test_torn_spool_file_is_dropped_not_sent(setup) -> None:
     spool.mkdir(mode=0o700)
     (spool / "00000000000000000001-torn.json").write_text('{"id": "abc')
     serve.start()
-    assert report.deliver(_rec(), cfg) == "sent"
-    assert report.spooled(str(spool)) == []
+    assert delivery.deliver(_rec(), cfg) == "sent"
+    assert spool_files.pending(str(spool)) == []
 
 
 def test_store_down_answers_503_and_nodes_keep_their_records(tmp_path: Path) -> None:
@@ -172,8 +174,8 @@ def test_store_down_answers_503_and_nodes_keep_their_records(tmp_path: Path) -> 
         with sqlite3.connect(db) as conn:  # break the store under the running server
             conn.execute("DROP TABLE results")
         cfg = config.load(str(cfg_path), env={})
-        assert report.deliver(_rec(), cfg) == "spooled"
-        assert len(report.spooled(str(tmp_path / "spool"))) == 1
+        assert delivery.deliver(_rec(), cfg) == "spooled"
+        assert len(spool_files.pending(str(tmp_path / "spool"))) == 1
     finally:
         serve.stop()
     assert "store write failed" in serve.log.read_text()

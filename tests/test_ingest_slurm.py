@@ -11,7 +11,7 @@ import pytest
 from helpers import sg_argv, sg_env
 from sgserve import Serve, new_port, new_store, write_config
 
-from slurmguard import report
+from slurmguard.adapters import spool as spool_files
 from slurmguard.store import Store
 
 pytestmark = pytest.mark.slurm
@@ -39,14 +39,14 @@ exec {" ".join(shlex.quote(a) for a in sg_argv("prolog"))}
     jobs = [cluster.sbatch("true") for _ in range(JOBS)]
     for j in jobs:
         cluster.wait_job(j, timeout=120)
-    assert len(report.spooled(spool)) == JOBS, cluster.log_tail("slurmd-n1.log")
+    assert len(spool_files.pending(spool)) == JOBS, cluster.log_tail("slurmd-n1.log")
     serve = Serve(cfg, port, "--no-policy").start()
     try:
         t0 = time.monotonic()
         last = cluster.sbatch("true")
         cluster.wait_job(last, timeout=120)
         end = time.monotonic() + 60
-        while report.spooled(spool) and time.monotonic() < end:  # a replay is time-boxed
+        while spool_files.pending(spool) and time.monotonic() < end:  # a replay is time-boxed
             extra = cluster.sbatch("true")
             cluster.wait_job(extra, timeout=120)
             jobs.append(extra)
@@ -54,7 +54,7 @@ exec {" ".join(shlex.quote(a) for a in sg_argv("prolog"))}
     finally:
         serve.stop()
     jobs.append(last)
-    assert report.spooled(spool) == []
+    assert spool_files.pending(spool) == []
     store = Store.open(url=url)
     from sqlalchemy import func, select
 

@@ -19,7 +19,7 @@ from helpers import REPO, sg_argv, sg_env
 from requeue_support import lose_node
 from test_spank import build_plugin
 
-from slurmguard.requeue import expand
+from slurmguard.nodeset import expand
 
 pytestmark = pytest.mark.slurm
 

@@ -22,7 +22,9 @@ def test_launch_failure_hold_on_our_drain_is_released(slurm_cluster_factory: Any
     conf_env = tmp_path / "conf.env"  # written once the cluster (and its conf path) exists
     prolog = write_shell_hook(tmp_path / "prolog.sh", f"""
 if [ "$SLURMD_NODENAME" = n1 ]; then
-  sleep 2
+  # long enough for a watcher poll (a Python start, slow on a loaded CI box) to see the job
+  # on n1 before the prolog fails; with 2 s a loaded machine saw only "requeue-unknown"
+  sleep 8
   . {conf_env}
   /usr/bin/scontrol update nodename=n1 state=drain reason="slurmguard: test-check: bad GPU"
   exit 1

@@ -11,7 +11,9 @@ from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
 from slurmguard.errors import EXIT_STORE, InputError, StoreError
 from slurmguard.health import CheckResult, Health
-from slurmguard.report import make_record
+from slurmguard.policy.lemon import lemon_verdict
+from slurmguard.policy.params import PolicyParams
+from slurmguard.record import make_record
 from slurmguard.store import Store
 
 pytestmark = pytest.mark.postgres
@@ -66,7 +68,7 @@ def test_checker_errors_are_not_failures(store: Store) -> None:
                                      "checker-error", "", started=T0))
     (s,) = store.node_summary(["n2"], now=T0 + 1)
     assert s.last_health == "error" and s.failures == 0
-    assert store.lemon_candidates(window=10, k=1, now=T0 + 1) == []
+    assert store.lemon_candidates(PolicyParams(window=10, lemon_failures=1), now=T0 + 1) == []
 
 
 def test_events_ledger_with_actors(store: Store) -> None:
@@ -100,7 +102,7 @@ def test_history_merges_results_and_events_newest_first(store: Store) -> None:
     assert store.history("nope") == []
 
 
-def test_lemon_candidates_and_sql_file_agree(store: Store) -> None:
+def test_lemon_candidates_are_the_policy_verdict_and_drain_history_sql_runs(store: Store) -> None:
     from pathlib import Path
 
     from sqlalchemy import text
@@ -109,11 +111,18 @@ def test_lemon_candidates_and_sql_file_agree(store: Store) -> None:
         store.record_results(rec("bad", T0 + i * 60, "gpu-xid"))
     store.record_results(rec("ok", T0, "gpu-xid"))
     store.record_results(rec("ok", T0 + 60))
-    assert store.lemon_candidates(window=3600, k=3, now=T0 + 600) == [("bad", 3)]
-    sql = (Path(__file__).resolve().parents[1] / "sql" / "lemon_candidates.sql").read_text()
-    with store.engine.connect() as conn:
-        rows = conn.execute(text(sql), {"since": T0 - 1, "k": 3}).all()
-    assert [(r[0], r[1]) for r in rows] == [("bad", 3)]
+    now = T0 + 600
+    # The thresholds are the policy's (policy/params.py), and the verdict is lemon_verdict's.
+    assert store.lemon_candidates(now=now) == [("bad", "slurmguard: lemon: 3 failures in 1h (gpu-xid)")]
+    p = PolicyParams(lemon_failures=4)
+    views = store.policy_views(["bad", "ok"], window=p.window, now=now)
+    assert lemon_verdict(views["bad"], now, p) is None
+    assert store.lemon_candidates(p, now=now) == []
+    assert store.lemon_candidates(PolicyParams(lemon_failures=1), now=now) == [
+        ("bad", "slurmguard: lemon: 3 failures in 1h (gpu-xid)"),
+        ("ok", "slurmguard: lemon: 1 failures in 1h (gpu-xid)")]
+    store.set_flags("bad", lemon=True, lemon_reason="x")
+    assert store.lemon_candidates(now=now) == []  # already marked: not a candidate
     hist = (Path(__file__).resolve().parents[1] / "sql" / "drain_history.sql").read_text()
     store.record_event("bad", "drain", "admin:bob", "flaky", at=T0)
     with store.engine.connect() as conn:
@@ -220,7 +229,7 @@ def test_unreachable_store_is_one_line_and_exit_store(tmp_path) -> None:
 
 
 def test_sqlite_store_in_missing_directory_is_store_error(tmp_path) -> None:
-    with pytest.raises(StoreError, match="does not exist"):
+    with pytest.raises(StoreError, match="does not exist; run: slurmguard setup controller"):
         Store.open(url=f"sqlite:///{tmp_path}/no/such/dir/s.db")
 
 

@@ -76,6 +76,7 @@ def test_db_upgrade_cli_creates_then_is_idempotent(tmp_path: Path) -> None:
     env = sg_env(SLURMGUARD_CONFIG=str(cfg))
     p = run_sg("db", "current", env=env)
     assert p.returncode == 5 and "run `slurmguard db upgrade`" in p.stderr
+    assert "(on a new controller: `slurmguard setup controller`)" in p.stderr
     p = run_sg("db", "upgrade", env=env)
     assert p.returncode == 0 and f"(empty) -> {HEAD}" in p.stdout, p.stderr
     p = run_sg("db", "upgrade", env=env)

@@ -220,7 +220,7 @@ def test_existing_output_not_overwritten(node_env, tmp_path) -> None:
 def test_recent_results_from_the_store(node_env, tmp_path) -> None:
     pytest.importorskip("sqlalchemy")
     from slurmguard.health import CheckResult, Health
-    from slurmguard.report import make_record
+    from slurmguard.record import make_record
     from slurmguard.store import Store
     from slurmguard.store.engine import make_engine
     from slurmguard.store.migrate import upgrade

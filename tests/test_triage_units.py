@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slurmguard.errors import InputError
-from slurmguard.triage import expand_nodes, validate_node_name
+from slurmguard.nodeset import expand, validate_node_name
 from slurmguard.triage.collect import (
     CollectOptions,
     _ib_ports,
@@ -22,7 +22,7 @@ from slurmguard.triage.collect import (
 
 
 def test_expand_nodes_in_order() -> None:
-    assert expand_nodes("gpu[001-003],cpu7") == ["cpu7", "gpu001", "gpu002", "gpu003"]
+    assert expand("gpu[001-003],cpu7") == ["cpu7", "gpu001", "gpu002", "gpu003"]
 
 
 @given(st.text(min_size=1, max_size=30))

@@ -29,12 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmguard.checks.base import GatherContext
-from slurmguard.checks.xid import normalize_pci, parse_xid_line
+from slurmguard.checks.xid import MARKERS, normalize_pci, parse_kernel_line
 from slurmguard.config import Config
 from slurmguard.errors import CommandError, SlurmguardError, Unsupported
 from slurmguard.proc import run_command
 
-_MARK = "Xid"  # cheap pre-filter; the check parses the survivors
+# Cheap pre-filter (substring tests in C); the check parses the survivors.
+_MARKS = MARKERS
+_BMARKS = tuple(m.encode() for m in MARKERS)
+
+
+def _marked(text: str) -> bool:
+    return any(m in text for m in _MARKS)
 
 
 @dataclass(frozen=True)
@@ -58,8 +64,6 @@ class KernelLog:
 def gather(cfg: Config, ctx: GatherContext) -> KernelLog:
     """Read the configured kernel log once; Unsupported where there is no NVIDIA driver."""
     p = cfg.section("checks.xid")
-    gpus_root = Path(p["nvidia_proc_root"])
-    gpus = read_gpu_map(gpus_root)
     source = p["source"]
     if source == "kmsg":
         log = _read_kmsg(p)
@@ -67,13 +71,26 @@ def gather(cfg: Config, ctx: GatherContext) -> KernelLog:
         log = _read_file(p)
     else:
         log = _read_journal(p, ctx)
+    return finish(p, log)
+
+
+def finish(p: Mapping[str, object], log: KernelLog) -> KernelLog:
+    """Add the GPU map and the boot id to what a reader read (the hook's own read, or the
+    agent's follower, slurmguard/agent.py); Unsupported on a node without NVIDIA driver."""
+    gpus_root = Path(str(p["nvidia_proc_root"]))
+    gpus = read_gpu_map(gpus_root)
     log = KernelLog(log.kind, log.identity, log.end_pos, log.records, gpus, log.scanned,
-                    _boot_id(p["boot_id_path"]))
-    if not gpus_root.is_dir() and not any(parse_xid_line(r.text) for r in log.records):
+                    _boot_id(str(p["boot_id_path"])))
+    if not gpus_root.is_dir() and not any(_is_fault(r.text) for r in log.records):
         # No driver loaded and no Xid ever logged: a CPU node. (With Xids present we report
         # them even without the /proc tree: a driver that failed to come back is a fault.)
         raise Unsupported(f"no NVIDIA driver ({gpus_root} absent)")
     return log
+
+
+def _is_fault(text: str) -> bool:
+    ev = parse_kernel_line(text)
+    return ev is not None and ev.kind != "unreadable"
 
 
 def read_gpu_map(root: Path) -> dict[str, int]:
@@ -135,67 +152,118 @@ def parse_kmsg_record(raw: str) -> tuple[int, int, str] | None:
 
 def _read_kmsg(p: Mapping[str, object]) -> KernelLog:
     path = str(p["kmsg_path"])
-    btime = boot_time(str(p["stat_path"]))
+    fd = open_kmsg(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise Unsupported(f"{path}: no such device") from None
-    except OSError as exc:
-        raise SlurmguardError(f"{path}: cannot open: {exc.strerror}") from None
-    records: list[LogRecord] = []
-    last = -1
-    scanned = 0
-    try:
-        while True:
-            try:
-                chunk = os.read(fd, 16384)
-            except BlockingIOError:
-                break  # EAGAIN: read everything in the ring buffer
-            except OSError as exc:
-                if exc.errno == errno.EPIPE:
-                    continue  # overwritten while we read: the next read returns the next one
-                raise SlurmguardError(f"{path}: read failed: {exc.strerror}") from None
-            if not chunk:
-                break
-            parsed = parse_kmsg_record(chunk.decode("utf-8", "replace"))
-            if parsed is None:
-                continue
-            seq, usec, msg = parsed
-            scanned += 1
-            last = max(last, seq)
-            if _MARK in msg:
-                wall = btime + usec / 1e6 if btime is not None else None
-                records.append(LogRecord(seq, wall, msg))
+        records, last, scanned = read_kmsg_records(fd, path, boot_time(str(p["stat_path"])))
     finally:
         os.close(fd)
     return KernelLog("kmsg", _boot_id(str(p["boot_id_path"])), last, tuple(records), {}, scanned)
 
 
+def open_kmsg(path: str) -> int:
+    """Open the kernel log device non-blocking (Unsupported when it does not exist)."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise Unsupported(f"{path}: no such device") from None
+    except OSError as exc:
+        raise SlurmguardError(f"{path}: cannot open: {exc.strerror}") from None
+
+
+def read_kmsg_records(fd: int, path: str, btime: float | None) -> tuple[list[LogRecord], int, int]:
+    """Read records from ``fd`` up to the end of the ring buffer (EAGAIN): the marked
+    records, the last sequence number read (-1: none) and how many records were looked at.
+    The hook reads once; the agent's follower keeps ``fd`` open and calls this again."""
+    records: list[LogRecord] = []
+    last = -1
+    scanned = 0
+    while True:
+        try:
+            chunk = os.read(fd, 16384)
+        except BlockingIOError:
+            break  # EAGAIN: read everything in the ring buffer
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                continue  # overwritten while we read: the next read returns the next one
+            raise SlurmguardError(f"{path}: read failed: {exc.strerror}") from None
+        if not chunk:
+            break
+        parsed = parse_kmsg_record(chunk.decode("utf-8", "replace"))
+        if parsed is None:
+            continue
+        seq, usec, msg = parsed
+        scanned += 1
+        last = max(last, seq)
+        if _marked(msg):
+            wall = btime + usec / 1e6 if btime is not None else None
+            records.append(LogRecord(seq, wall, msg))
+    return records, last, scanned
+
+
+def _marked_lines(data: bytes, end: int) -> list[tuple[int, int]]:
+    """(start, end) of each complete line in data[:end] holding a marker, in file order.
+
+    Searches for the markers with bytes.find (C speed) instead of looking at every line in
+    Python: a 100,000-line log with a handful of Xids costs a few finds, not 100,000 loops.
+    """
+    spans: set[tuple[int, int]] = set()
+    for mark in _BMARKS:
+        i = data.find(mark, 0, end)
+        while i >= 0:
+            lo = data.rfind(b"\n", 0, i) + 1
+            hi = data.find(b"\n", i, end)
+            if hi < 0:
+                break
+            spans.add((lo, hi))
+            i = data.find(mark, hi, end)
+    return sorted(spans)
+
+
+# Every line shape a kernel log file can have (docs/checks.md, "Kernel-log line formats"):
+#   4,1234,5678901,-;NVRM: ...                       raw /dev/kmsg record (usec since boot)
+#   <4>[ 5678.901234] NVRM: ...                       dmesg -r (syslog priority prefix)
+#   kern  :warn  : [ 5678.901234] NVRM: ...          dmesg -x (facility:level prefix)
+#   [ 5678.901234] NVRM: ...                          dmesg (seconds since boot)
+#   [Fri Aug 30 11:43:09 2024] NVRM: ...              dmesg -T / --time-format=ctime (local)
+#   2024-08-30T11:43:09,123456+02:00 NVRM: ...        dmesg --time-format=iso
+#   Aug 30 11:43:09 host kernel: NVRM: ...            syslog, journalctl -o short (local)
+#   Aug 30 11:43:09.123456 host kernel: ...           journalctl -o short-precise
+#   2024-08-30T11:43:09+0200 host kernel: ...         journalctl -o short-iso(-precise), rsyslog
+#   [2026-07-15T04:18:55.513286+00:00] ...            Fabric Manager's log (SXid lines)
+# A syslog/journal header's time wins over a dmesg stamp after "kernel:".
+_PRIO_RE = re.compile(r"^<\d{1,3}>")
+_LEVEL_RE = re.compile(r"^[a-z]{2,8}\s*:[a-z]{3,6}\s*:\s?")
 _DMESG_RE = re.compile(r"^\[\s*(\d+\.\d+)\]\s?")
-_ISO_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+\S+\s+")
-_BSD_RE = re.compile(r"^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s+\S+\s+")
+_CTIME_RE = re.compile(r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?")
+_ISO_RE = re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d(?::?\d\d)?)?)"
+                     r"\s+")
+_BSD_RE = re.compile(r"^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)(\.\d{1,9})?\s+\S+\s+")
+_HOST_KERNEL_RE = re.compile(r"^\S+\s+kernel:\s?")
+# Fabric Manager's log: "[2026-07-15T04:18:55.513286+00:00] nvidia-nvswitch0: SXid ..."
+_BRACKET_ISO_RE = re.compile(r"^\[(\d{4}-\d\d-\d\dT[^\]]{8,40})\]\s?")
 
 
 def parse_log_line(line: str, btime: float | None, now: float) -> tuple[float | None, str]:
-    """(wall time or None, message) of one file line: kmsg record, dmesg line or syslog line."""
+    """(wall time or None, message) of one file line in any of the shapes above."""
     rec = parse_kmsg_record(line) if ";" in line[:40] else None
     if rec is not None:
         return (btime + rec[1] / 1e6 if btime is not None else None), rec[2]
+    line = _PRIO_RE.sub("", line, count=1)
+    line = _LEVEL_RE.sub("", line, count=1)
     wall: float | None = None
     m = _ISO_RE.match(line)
     if m:
-        try:
-            t = dt.datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
-            if t.tzinfo is None:
-                t = t.astimezone()
-            wall = t.timestamp()
-        except ValueError:
-            wall = None
+        wall = _iso_time(m.group(1))
         line = line[m.end():]
+        h = _HOST_KERNEL_RE.match(line)  # syslog/journal: "host kernel: "; dmesg iso: none
+        if h:
+            line = line[h.end():]
     else:
         m = _BSD_RE.match(line)
         if m:
             wall = _bsd_time(m.group(1), now)
+            if wall is not None and m.group(2):
+                wall += float(m.group(2))
             line = line[m.end():]
     if line.startswith("kernel:"):
         line = line[len("kernel:"):].lstrip()
@@ -204,7 +272,35 @@ def parse_log_line(line: str, btime: float | None, now: float) -> tuple[float | 
         if wall is None and btime is not None:
             wall = btime + float(m.group(1))
         line = line[m.end():]
+    else:
+        m = _CTIME_RE.match(line) or _BRACKET_ISO_RE.match(line)
+        if m:
+            if wall is None:
+                wall = _ctime(m.group(1)) if m.re is _CTIME_RE else _iso_time(m.group(1))
+            line = line[m.end():]
     return wall, line
+
+
+def _iso_time(text: str) -> float | None:
+    text = text.replace(",", ".").replace(" ", "T", 1).replace("Z", "+00:00")
+    frac = re.search(r"\.(\d+)", text)
+    if frac and len(frac.group(1)) > 6:  # nanoseconds: fromisoformat takes at most 6 digits
+        text = text.replace(frac.group(0), "." + frac.group(1)[:6], 1)
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.astimezone()
+    return t.timestamp()
+
+
+def _ctime(text: str) -> float | None:
+    # "Fri Aug 30 11:43:09 2024" in the node's local time (what dmesg -T prints)
+    try:
+        return time.mktime(time.strptime(text, "%a %b %d %H:%M:%S %Y"))
+    except (ValueError, OverflowError):
+        return None
 
 
 def _bsd_time(text: str, now: float) -> float | None:
@@ -213,14 +309,16 @@ def _bsd_time(text: str, now: float) -> float | None:
     for y in (year, year - 1):
         try:
             t = time.mktime(time.strptime(f"{y} {text}", "%Y %b %d %H:%M:%S"))
-        except ValueError:
+        except (ValueError, OverflowError):
             return None
         if t <= now + 86400:
             return t
     return None
 
 
-def _read_file(p: Mapping[str, object]) -> KernelLog:
+def _read_file(p: Mapping[str, object], since: tuple[str, int] | None = None) -> KernelLog:
+    """The last ``max_bytes`` of the file; with ``since`` = (identity, end_pos) of an earlier
+    read of the same file (the agent's follower), only the lines appended after it."""
     path = str(p["file"])
     max_bytes = int(p["max_bytes"])  # type: ignore[call-overload]
     btime = boot_time(str(p["stat_path"]))
@@ -228,26 +326,25 @@ def _read_file(p: Mapping[str, object]) -> KernelLog:
     try:
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())
-            start = max(0, st.st_size - max_bytes)
+            follow = (since is not None and since[0] == f"{st.st_dev}:{st.st_ino}"
+                      and since[1] <= st.st_size)
+            start = since[1] if follow and since else max(0, st.st_size - max_bytes)
             fh.seek(start)
             data = fh.read(st.st_size - start)
     except FileNotFoundError:
         raise Unsupported(f"{path}: no such file") from None
     except OSError as exc:
         raise SlurmguardError(f"{path}: cannot read: {exc.strerror}") from None
-    if start:
+    if start and not follow:
         cut = data.find(b"\n") + 1  # drop the partial first line
         start, data = start + cut, data[cut:]
     records: list[LogRecord] = []
-    pos = start
-    scanned = 0
-    for raw in data.split(b"\n")[:-1]:  # the last piece has no newline yet: not complete
-        pos += len(raw) + 1
-        scanned += 1
-        if _MARK.encode() not in raw:
-            continue
-        wall, msg = parse_log_line(raw.decode("utf-8", "replace"), btime, now)
-        records.append(LogRecord(pos, wall, msg))
+    end = data.rfind(b"\n") + 1  # the piece after the last newline is not complete yet
+    scanned = data.count(b"\n", 0, end)
+    for lo, hi in _marked_lines(data, end):
+        wall, msg = parse_log_line(data[lo:hi].decode("utf-8", "replace"), btime, now)
+        records.append(LogRecord(start + hi + 1, wall, msg))
+    pos = start + end
     return KernelLog("file", f"{st.st_dev}:{st.st_ino}", pos, tuple(records), {}, scanned)
 
 
@@ -266,7 +363,14 @@ def _read_journal(p: Mapping[str, object], ctx: GatherContext) -> KernelLog:
     last = 0
     scanned = 0
     boot = _boot_id(str(p["boot_id_path"]))
-    for line in res.stdout.splitlines():
+    lines = res.stdout.splitlines()
+    for i, line in enumerate(lines):
+        # json.loads only where it can matter: a marked line, a byte-array MESSAGE (journald's
+        # form for non-UTF-8 text), and the last line (the cursor). The rest is only counted.
+        last_line = i == len(lines) - 1
+        if not (last_line or _marked(line) or '"MESSAGE":[' in line or '"MESSAGE": [' in line):
+            scanned += 1
+            continue
         try:
             entry = json.loads(line)
             usec = int(entry["__REALTIME_TIMESTAMP"])
@@ -277,6 +381,6 @@ def _read_journal(p: Mapping[str, object], ctx: GatherContext) -> KernelLog:
         msg = entry.get("MESSAGE")
         if isinstance(msg, list):  # journald stores non-UTF-8 messages as byte arrays
             msg = bytes(b & 0xFF for b in msg if isinstance(b, int)).decode("utf-8", "replace")
-        if isinstance(msg, str) and _MARK in msg:
+        if isinstance(msg, str) and _marked(msg):
             records.append(LogRecord(usec, usec / 1e6, msg))
     return KernelLog("journal", boot, last, tuple(records), {}, scanned)

@@ -35,6 +35,7 @@ from slurmguard.adapters.slurm_parse import (
 )
 from slurmguard.errors import CommandError, InputError, ParseError
 from slurmguard.health import one_line
+from slurmguard.nodeset import validate_node_name, validate_nodeset  # the one rule
 from slurmguard.proc import CommandResult, run_command
 
 __all__ = [
@@ -50,27 +51,8 @@ REASON_PREFIX = "slurmguard:"
 # reason readable in `scontrol show node` and in the store without truncating useful detail.
 REASON_MAX = 200
 
-# A Slurm node name is a host name: letters, digits, '-', '_', '.', not starting with '-'
-# (it would read as an option) and of sane length.
-_NODE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
-# A node set as Slurm writes it: n[1-4,7],gpu001 -- no spaces, no shell characters.
-_NODESET_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,\-\[\]]{0,4095}")
 _JOB_RE = re.compile(r"[0-9]{1,12}(_[0-9]{1,9})?(\+[0-9]{1,6})?")
 _FIELD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
-
-
-def validate_node_name(name: object) -> str:
-    """Return ``name`` when it is a plausible Slurm node name, else raise InputError."""
-    if not isinstance(name, str) or not _NODE_RE.fullmatch(name):
-        raise InputError(f"node name: not a valid Slurm node name: {_show(name)}")
-    return name
-
-
-def validate_nodeset(nodeset: object) -> str:
-    """Return ``nodeset`` (``gpu[001-064],cpu1``) when plausible, else raise InputError."""
-    if not isinstance(nodeset, str) or not _NODESET_RE.fullmatch(nodeset):
-        raise InputError(f"node set: not a valid Slurm node list: {_show(nodeset)}")
-    return nodeset
 
 
 def validate_job_id(job_id: object) -> str:
@@ -248,3 +230,9 @@ class SlurmCLI:
         except CommandError:
             return False
         return res.rc == 0 and " is UP" in res.stdout
+
+    def show_config(self) -> dict[str, str]:
+        """The running slurmctld's config (``scontrol show config``), lower-case keys."""
+        from slurmguard.adapters.slurm_conf import parse_show_config
+
+        return parse_show_config(self._run("scontrol", "show", "config").stdout)

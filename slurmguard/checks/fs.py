@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from slurmguard.checks.base import Check, CheckContext, check
-from slurmguard.config import AbsPath, Float, StrList
+from slurmguard.fieldtypes import AbsPath, Float, StrList
 from slurmguard.health import CheckResult, degraded, healthy, unhealthy
 
 AREA = "fs"

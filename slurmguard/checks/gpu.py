@@ -21,7 +21,7 @@ from typing import Any
 
 from slurmguard.adapters.nvml import GpuInfo, NvmlSnapshot, normalize_bus_id
 from slurmguard.checks.base import Check, CheckContext, check
-from slurmguard.config import Choice, Field, Int, StrList
+from slurmguard.fieldtypes import Choice, Field, Int, StrList
 from slurmguard.health import CheckResult, Health, one_line
 
 AREA = "gpu"

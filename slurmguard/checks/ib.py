@@ -24,7 +24,7 @@ import fnmatch
 from typing import Any
 
 from slurmguard.checks.base import Check, CheckContext, check
-from slurmguard.config import AbsPath, Field, Float, Int, StrList
+from slurmguard.fieldtypes import AbsPath, Field, Float, Int, StrList
 from slurmguard.health import CheckResult, degraded, healthy, unhealthy
 
 

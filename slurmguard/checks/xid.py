@@ -1,4 +1,4 @@
-"""Checks of area 'xid': NVIDIA Xid errors in the kernel log.
+"""Checks of area 'xid': NVIDIA GPU (Xid) and NVSwitch (SXid) errors in the kernel log.
 
 Fault caught: a GPU that the driver reported as broken (fallen off the bus, double-bit ECC,
 GSP timeout, fatal NVLink error...). NVML counters miss many of these, and a GPU that fell
@@ -8,7 +8,11 @@ direct evidence. The line read is the NVIDIA driver's ``NVRM: Xid`` message, e.g
     NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.
     NVRM: Xid (0000:3b:00): 13, Graphics Exception: ...            (drivers before ~450)
     NVRM: Xid (PCI:0000:01:00): 144, SAW_MVB Nonfatal XC0 i0 Link 0 (0x00000001 ...)
+    NVRM: GPU 0000:a1:00.0: GPU has fallen off the bus.            (no Xid: same as Xid 79)
+    nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 20034, Fatal, Link 31 LTSSM Fault Up
 
+A line that names an Xid or SXid but fits no known shape is reported (degraded, with the
+line), never dropped: a new driver format must not hide a dead GPU.
 Only Xids logged since the last run count (the cursor is kept in the check's state: kmsg
 sequence number + boot id, file inode + offset, or journal timestamp + boot id); on the first
 run, only those within ``window`` seconds, so installing slurmguard on a node with an old,
@@ -28,8 +32,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmguard.checks.base import Check, CheckContext, check
-from slurmguard.checks.xid_table import ACTIONS, XID_TABLE, XidClass, classify
-from slurmguard.config import AbsPath, Bool, Choice, Float, Int, IntList
+from slurmguard.checks.xid_table import (
+    ACTIONS,
+    SXID_ACTION,
+    XID_TABLE,
+    XidClass,
+    classify,
+    classify_sxid,
+    nvlink_words,
+)
+from slurmguard.fieldtypes import AbsPath, Bool, Choice, Float, Int, IntList
 from slurmguard.health import CheckResult, degraded, healthy, unhealthy
 
 AREA = "xid"
@@ -49,27 +61,63 @@ PARAMS: dict[str, Any] = {
     "window": Float(3600.0, "first run (no cursor): count Xids of the last N seconds", minimum=0),
     "drain_codes": IntList([], "extra Xid codes that drain (added to the built-in table)"),
     "ignore_codes": IntList([], "Xid codes never acted on"),
+    "sxid_ignore_codes": IntList([], "NVSwitch SXid codes never acted on"),
     "app_error_repeat": Int(3, "app-error Xids on one GPU within app_error_window -> degraded", minimum=1),
     "app_error_window": Float(3600.0, "seconds over which app-error Xids are counted", minimum=1),
     "latch": Bool(True, "a drain-class Xid keeps the check unhealthy until the node reboots"),
 }
 
 # `NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.`
-# The domain is 4 hex digits on current drivers; accept up to 8 (nvidia-smi style).
+# The address is domain:bus:device (4 hex digits of domain on current drivers; accept up to 8,
+# nvidia-smi style, and a function suffix), or the two-field bus:device of old drivers
+# (`NVRM: Xid (0003:00): 8, Channel 00000001`, domain 0).
+_ADDR = r"(?P<addr>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2})?(?:\.[0-7])?)"
 XID_RE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<dom>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
-    r"(?:\.[0-7])?\): (?P<code>\d{1,5}),[ \t]*(?P<rest>[^\n]*)"
+    r"NVRM:\s*Xid\s*\((?:PCI:)?" + _ADDR + r"\):\s*(?P<code>\d{1,5}),[ \t]*(?P<rest>[^\n]*)"
 )
+# `nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 20034, Fatal, Link 31 LTSSM Fault Up`
+SXID_RE = re.compile(
+    r"(?:nvidia-nvswitch(?P<switch>\d{1,4}):\s*)?SXid\s*\((?:PCI:)?" + _ADDR
+    + r"\):\s*(?P<code>\d{1,6}),?[ \t]*(?P<rest>[^\n]*)"
+)
+# `NVRM: GPU 0000:a1:00.0: GPU has fallen off the bus.` (no Xid: the driver lost the GPU
+# before it could report one); also `NVRM: GPU at PCI:0000:a1:00: ...`.
+_BUS_TEXT = "fallen off the bus"
+_BUS_RE = re.compile(r"NVRM:.*?\bGPU\s+(?:at\s+)?(?:PCI:)?(?P<addr>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:"
+                     r"[0-9a-fA-F]{2}(?:\.[0-7])?)")
+# A line "names an Xid" when it holds the word Xid or SXid: such a line is classified or
+# reported as unreadable, never dropped.
+_NAMES_XID_RE = re.compile(r"\bS?Xid\b")
 _PID_RE = re.compile(r"pid=(?P<pid>'<unknown>'|<unknown>|\d+),\s*name=(?P<name>[^,]*),\s*")
+
+# Markers that make a kernel-log line worth parsing (the adapters pre-filter on them).
+MARKERS: tuple[str, ...] = ("Xid", _BUS_TEXT)
 
 
 @dataclass(frozen=True)
 class XidEvent:
-    pci: str  # normalised "0000:3b:00" (domain:bus:device, lower case)
-    code: int
+    pci: str  # normalised "0000:3b:00" (domain:bus:device, lower case); "" when unknown
+    code: int  # the Xid or SXid; 79 for a bare "fallen off the bus"; 0 when unreadable
     pid: int | None
     process: str | None
     message: str
+    kind: str = "xid"  # xid | sxid | bus (fallen off the bus, no Xid) | unreadable
+    switch: int | None = None  # N of nvidia-nvswitchN (kind sxid)
+
+
+def _addr(text: str) -> str | None:
+    """'0000:3b:00' / '0000:3B:00.0' / two-field '0003:00' -> '0000:3b:00'; None if not hex."""
+    parts = text.split(".")[0].split(":")
+    try:
+        nums = [int(x, 16) for x in parts]
+    except ValueError:
+        return None
+    if len(nums) == 2:
+        nums = [0, *nums]
+    dom, bus, dev = nums
+    if bus > 0xFF or dev > 0x1F:
+        return None
+    return f"{dom:04x}:{bus:02x}:{dev:02x}"
 
 
 def normalize_pci(text: str) -> str:
@@ -88,25 +136,51 @@ def normalize_pci(text: str) -> str:
         return text.lower()
 
 
+def _split_pid(rest: str) -> tuple[int | None, str | None, str]:
+    pm = _PID_RE.match(rest)
+    if not pm:
+        return None, None, rest
+    raw_pid = pm.group("pid")
+    name = pm.group("name").strip()
+    return (int(raw_pid) if raw_pid.isdigit() else None,
+            None if name == "<unknown>" else name, rest[pm.end():])
+
+
 def parse_xid_line(text: str) -> XidEvent | None:
-    """Parse one kernel log message; None when it holds no Xid. Never raises."""
+    """Parse one kernel log message; None when it holds no readable Xid. Never raises."""
     if "Xid" not in text:
         return None
     m = XID_RE.search(text)
     if not m:
         return None
-    rest = m.group("rest").strip()
-    pid: int | None = None
-    process: str | None = None
-    pm = _PID_RE.match(rest)
-    if pm:
-        raw_pid = pm.group("pid")
-        pid = int(raw_pid) if raw_pid.isdigit() else None
-        name = pm.group("name").strip()
-        process = None if name == "<unknown>" else name
-        rest = rest[pm.end():]
-    pci = f"{int(m.group('dom'), 16):04x}:{m.group('bus').lower()}:{m.group('dev').lower()}"
+    pci = _addr(m.group("addr"))
+    if pci is None:
+        return None
+    pid, process, rest = _split_pid(m.group("rest").strip())
     return XidEvent(pci, int(m.group("code")), pid, process, rest.strip())
+
+
+def parse_kernel_line(text: str) -> XidEvent | None:
+    """Every GPU/NVSwitch fault shape of one message: an Xid, an SXid, a bare "fallen off the
+    bus", or (a line that names an Xid but cannot be read) kind ``unreadable``. None when the
+    line is about neither. Never raises."""
+    ev = parse_xid_line(text)
+    if ev is not None:
+        return ev
+    if "SXid" in text:
+        m = SXID_RE.search(text)
+        pci = _addr(m.group("addr")) if m else None
+        if m and pci is not None:
+            sw = m.group("switch")
+            return XidEvent(pci, int(m.group("code")), None, None, m.group("rest").strip(),
+                            "sxid", int(sw) if sw else None)
+    if _BUS_TEXT in text and "NVRM" in text:
+        m = _BUS_RE.search(text)
+        pci = (_addr(m.group("addr")) if m else None) or ""
+        return XidEvent(pci, 79, None, None, "GPU has fallen off the bus", "bus")
+    if _NAMES_XID_RE.search(text):
+        return XidEvent("", 0, None, None, text.strip()[:200], "unreadable")
+    return None
 
 
 def format_xid_line(pci: str, code: int, message: str, pid: int | None = None,
@@ -119,7 +193,18 @@ def format_xid_line(pci: str, code: int, message: str, pid: int | None = None,
 
 def gpu_label(pci: str, gpus: dict[str, int]) -> str:
     index = gpus.get(pci)
-    return f"GPU {index if index is not None else '?'} (PCI {pci})"
+    return f"GPU {index if index is not None else '?'} (PCI {pci or '?'})"
+
+
+def switch_label(ev: XidEvent) -> str:
+    return f"NVSwitch {ev.switch if ev.switch is not None else '?'} (PCI {ev.pci})"
+
+
+def _sxid_tail(message: str) -> str:
+    """What an SXid line says after its severity: `Fatal, Link 31 LTSSM Fault Up` -> `Link 31 ...`."""
+    head, sep, tail = message.partition(",")
+    text = tail if sep and re.match(r"\s*(?:always\s+)?(?:non-?)?fatal\s*$", head, re.I) else message
+    return text.strip()[:60]
 
 
 def _new_records(log: Any, previous: dict[str, Any], now: float, window: float) -> list[Any]:
@@ -149,6 +234,7 @@ def gpu_xid(ctx: CheckContext) -> CheckResult:
     records = _new_records(log, dict(ctx.previous), ctx.now, float(p["window"]))
     ctx.new_state["cursor"] = {"kind": log.kind, "identity": log.identity, "pos": log.end_pos}
     drain, ignore = frozenset(p["drain_codes"]), frozenset(p["ignore_codes"])
+    sxid_ignore = frozenset(p["sxid_ignore_codes"])
     window_app = float(p["app_error_window"])
     history: dict[str, list[float]] = {
         k: [t for t in v if t >= ctx.now - window_app]
@@ -158,21 +244,43 @@ def gpu_xid(ctx: CheckContext) -> CheckResult:
     warn: list[str] = []
     events: list[dict[str, Any]] = []
     for rec in records:
-        ev = parse_xid_line(rec.text)
+        ev = parse_kernel_line(rec.text)
         if ev is None:
             continue
-        klass, what = classify(ev.code, ev.message, drain_codes=drain, ignore_codes=ignore)
-        label = gpu_label(ev.pci, gpus)
-        line = f"{label} Xid {ev.code}: {what}"
-        events.append({"gpu": gpus.get(ev.pci), "pci": ev.pci, "xid": ev.code,
-                       "class": klass.value, "action": ACTIONS[klass], "process": ev.process,
-                       "message": ev.message[:200]})
+        event: dict[str, Any] = {"kind": ev.kind, "pci": ev.pci, "xid": ev.code,
+                                 "message": ev.message[:200]}
+        events.append(event)
+        if ev.kind == "unreadable":
+            event.update({"class": XidClass.UNKNOWN.value, "action": ACTIONS[XidClass.UNKNOWN]})
+            warn.append(f"unreadable Xid line: {ev.message[:80]}")
+            continue
+        if ev.kind == "sxid":
+            klass, what = classify_sxid(ev.code, ev.message, ignore_codes=sxid_ignore)
+            tail = _sxid_tail(ev.message)
+            line = f"{switch_label(ev)} SXid {ev.code}: {what}" + (f": {tail}" if tail else "")
+            event.update({"switch": ev.switch, "class": klass.value,
+                          "action": SXID_ACTION if klass is XidClass.DRAIN else ACTIONS[klass]})
+        else:
+            if ev.kind == "bus":  # the driver lost the GPU before it logged an Xid 79
+                klass, what = classify(79, "", drain_codes=drain, ignore_codes=ignore)
+                line = f"{gpu_label(ev.pci, gpus)}: GPU has fallen off the bus"
+            else:
+                klass, what = classify(ev.code, ev.message, drain_codes=drain, ignore_codes=ignore)
+                line = f"{gpu_label(ev.pci, gpus)} Xid {ev.code}: {what}"
+                if klass is XidClass.UNKNOWN:
+                    line = f"{gpu_label(ev.pci, gpus)} Xid {ev.code}: unknown Xid"
+            event.update({"gpu": gpus.get(ev.pci), "class": klass.value,
+                          "action": ACTIONS[klass], "process": ev.process})
+            if ev.code == 74 and ev.kind == "xid":
+                event["nvlink_words"] = nvlink_words(ev.message)
         if klass is XidClass.DRAIN:
             bad.append(line)
-        elif klass in (XidClass.DEGRADED, XidClass.UNKNOWN):
-            warn.append(line if klass is XidClass.DEGRADED else f"{label} Xid {ev.code}: unknown Xid")
+        elif klass in (XidClass.DEGRADED, XidClass.UNKNOWN, XidClass.UNUSED):
+            warn.append(line)
         elif klass is XidClass.APP:
             history.setdefault(ev.pci, []).append(rec.wall if rec.wall is not None else ctx.now)
+    bad = list(dict.fromkeys(bad))  # a lost GPU logs both its Xid 79 and the bare line
+    warn = list(dict.fromkeys(warn))
     ctx.new_state["app_errors"] = {k: v[-50:] for k, v in history.items() if v}
     for pci, times in sorted(history.items()):
         if len(times) >= int(p["app_error_repeat"]):
@@ -196,5 +304,5 @@ def gpu_xid(ctx: CheckContext) -> CheckResult:
 
 CHECKS: list[Check] = [gpu_xid]
 
-__all__ = ["AREA", "CHECKS", "PARAMS", "XID_TABLE", "XidEvent", "format_xid_line",
-           "normalize_pci", "parse_xid_line"]
+__all__ = ["AREA", "CHECKS", "MARKERS", "PARAMS", "XID_TABLE", "XidEvent", "format_xid_line",
+           "normalize_pci", "parse_kernel_line", "parse_xid_line"]

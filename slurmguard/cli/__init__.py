@@ -19,10 +19,13 @@ from slurmguard.errors import EXIT_CHECKER, SlurmguardError
 
 # command name -> "module:attribute". One line per command; order is the help order.
 COMMANDS: dict[str, str] = {
+    "setup": "slurmguard.cli.setup:setup_cmd",
+    "doctor": "slurmguard.cli.doctor:doctor_cmd",
     "check": "slurmguard.cli.hooks:check_cmd",
     "prolog": "slurmguard.cli.hooks:prolog_cmd",
     "epilog": "slurmguard.cli.hooks:epilog_cmd",
     "healthcheck": "slurmguard.cli.hooks:healthcheck_cmd",
+    "agent": "slurmguard.cli.agent:agent_cmd",
     "checks": "slurmguard.cli.hooks:checks_cmd",
     "config": "slurmguard.cli.hooks:config_cmd",
     "db": "slurmguard.cli.db:db_cmd",

@@ -79,9 +79,9 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
       slurmguard nodes 'gpu[001-064]' --state drained --state lemon
       slurmguard nodes --json | jq '.nodes[] | select(.lemon)'
     """
-    from slurmguard.triage import expand_nodes
+    from slurmguard.nodeset import expand
 
-    names = expand_nodes(nodeset) if nodeset else None
+    names = expand(nodeset) if nodeset else None
     cfg = load_config(ctx)
     store = _store(cfg)
     infos: dict[str, Any] = {}
@@ -100,14 +100,16 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
         if not _matches(wanted, info, s):
             continue
         rows.append(_node_dict(name, info, s))
+    marker = _hook_unrunnable(cfg)
     if as_json:
         for r in rows:
             r.pop("_last_seen")
-        echo_json({"alerts": [_alert_dict(a) for a in alerts], "nodes": rows})
+        echo_json({"alerts": [_alert_dict(a) for a in alerts], "nodes": rows,
+                   "hook_unrunnable": marker})
         return
-    for line in _alert_lines(alerts):
+    for line in _alert_lines(alerts) + ([_marker_line(marker)] if marker else []):
         click.echo(line)
-    if alerts:
+    if alerts or marker:
         click.echo()
     click.echo(table([[r["name"], r["state"], _cut(r["reason"], 40), ago(r["_last_seen"]),
                        r["last_health"] or "-", ",".join(r["failing_checks"]) or "-",
@@ -140,6 +142,29 @@ def _node_dict(name: str, info: Any, s: Any) -> dict[str, Any]:
     }
 
 
+def _hook_unrunnable(cfg: Any) -> dict[str, Any] | None:
+    """This host's hook-unrunnable marker (docs/install.md "Loud fail-open"), or None.
+
+    The marker is written by an entry script that could not run slurmguard, on the host where
+    it ran; the fleet-wide view is the textfile metric slurmguard_hook_unrunnable_total."""
+    import os
+    import socket
+
+    from slurmguard.doctor import MARKER, read_marker
+
+    path = os.path.join(str(cfg["hooks.state_dir"]), MARKER)
+    lines = read_marker(path)
+    if not lines:
+        return None
+    return {"host": socket.gethostname(), "path": path, "count": len(lines), "last": lines[-1]}
+
+
+def _marker_line(m: dict[str, Any]) -> str:
+    return (f"HOOK UNRUNNABLE on this host ({m['host']}): {m['count']} entry-script run(s) could "
+            f"not run slurmguard, jobs ran unchecked; last: {m['last']} ({m['path']}; "
+            "run `slurmguard doctor`)")
+
+
 def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
@@ -169,7 +194,7 @@ def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, 
       slurmguard node show gpu017
       slurmguard node show gpu017 --since 24h --json
     """
-    from slurmguard.triage import validate_node_name
+    from slurmguard.nodeset import validate_node_name
 
     validate_node_name(node)
     cfg = load_config(ctx)
@@ -185,9 +210,12 @@ def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, 
     data.pop("_last_seen")
     timeline = [{"at": iso(i.at), "kind": i.kind, "health": i.health, "actor": i.actor,
                  "source": i.source, "reason": i.reason, "checks": list(i.checks)} for i in items]
+    marker = _hook_unrunnable(cfg)
     if as_json:
-        echo_json({"node": data, "timeline": timeline})
+        echo_json({"node": data, "timeline": timeline, "hook_unrunnable": marker})
         return
+    if marker:
+        click.echo(_marker_line(marker))
     click.echo(f"node:        {node}")
     click.echo(f"slurm state: {data['state']}" + (f"  reason: {data['reason']}" if data["reason"] else ""))
     click.echo(f"last check:  {data['last_check'] or '-'} {data['last_health'] or ''}".rstrip())
@@ -217,10 +245,10 @@ def drain_cmd(ctx: click.Context, nodeset: str, reason: str, as_json: bool) -> i
     Example:
       sudo slurmguard drain 'gpu[017,023]' --reason "fans replaced, needs burn-in"
     """
-    from slurmguard.triage import expand_nodes
+    from slurmguard.nodeset import expand
     from slurmguard.triage.admin import admin_name, check_reason, drain_nodes
 
-    nodes = expand_nodes(nodeset)
+    nodes = expand(nodeset)
     check_reason(reason)
     cfg = load_config(ctx)
     store = _store(cfg)  # before Slurm: a change must never go unrecorded
@@ -247,10 +275,10 @@ def resume_cmd(ctx: click.Context, nodeset: str, force: bool, as_json: bool) -> 
       sudo slurmguard resume gpu017
       sudo slurmguard resume gpu017 --force     # a lemon, after a hardware swap
     """
-    from slurmguard.triage import expand_nodes
+    from slurmguard.nodeset import expand
     from slurmguard.triage.admin import admin_name, resume_nodes
 
-    nodes = expand_nodes(nodeset)
+    nodes = expand(nodeset)
     cfg = load_config(ctx)
     store = _store(cfg)
     outcomes = resume_nodes(_slurm(cfg), store, nodes, f"admin:{admin_name()}", force=force)
@@ -289,7 +317,7 @@ def events_cmd(ctx: click.Context, since: str, node: str | None, kinds: tuple[st
       slurmguard events --since 1h
       slurmguard events --node gpu017 --since 2026-12-01T00:00 --json
     """
-    from slurmguard.triage import validate_node_name
+    from slurmguard.nodeset import validate_node_name
 
     if node:
         validate_node_name(node)

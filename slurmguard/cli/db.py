@@ -37,18 +37,13 @@ def upgrade_cmd(ctx: click.Context, url: str | None) -> None:
       slurmguard db upgrade
       slurmguard db upgrade --url postgresql+psycopg://slurmguard@db/slurmguard
     """
-    from slurmguard.store.engine import describe, make_engine, store_url
-    from slurmguard.store.migrate import upgrade
+    from slurmguard.store.api import Store, describe_section
 
     section = dict(_cfg(ctx).section("store"))  # type: ignore[attr-defined]
     if url:
         section["url"] = url
-    engine = make_engine(section)
-    try:
-        before, after = upgrade(engine)
-    finally:
-        engine.dispose()
-    where = describe(store_url(section))
+    before, after = Store.upgrade(section)
+    where = describe_section(section)
     if before == after:
         click.echo(f"{where}: already at schema {after}")
     else:
@@ -68,26 +63,18 @@ def current_cmd(ctx: click.Context, url: str | None, as_json: bool) -> None:
       slurmguard db current --json
     """
     from slurmguard.store.api import Store
-    from slurmguard.store.engine import current_revision, describe, make_engine, store_url
-    from slurmguard.store.version import HEAD, schema_problem
 
     section = dict(_cfg(ctx).section("store"))  # type: ignore[attr-defined]
     if url:
         section["url"] = url
-    engine = make_engine(section)
-    try:
-        where = describe(store_url(section))
-        rev = current_revision(engine)
-        problem = schema_problem(rev, where)
-        counts = Store(engine).counts() if problem is None else {}
-    finally:
-        engine.dispose()
+    st = Store.status(section)
+    where, rev, head, problem, counts = st.where, st.revision, st.head, st.problem, st.counts
     if as_json:
-        click.echo(json.dumps({"store": where, "revision": rev, "head": HEAD,
+        click.echo(json.dumps({"store": where, "revision": rev, "head": head,
                                "current": problem is None, "problem": problem, "rows": counts},
                               indent=2))
     else:
-        click.echo(f"store:    {where}\nrevision: {rev or '(none)'} (head {HEAD})")
+        click.echo(f"store:    {where}\nrevision: {rev or '(none)'} (head {head})")
         for table, n in counts.items():
             click.echo(f"{table + ':':<13} {n}")
     if problem is not None:

@@ -25,7 +25,24 @@ _HEADER = f"""# slurmguard command-line reference
      Do not edit by hand: tests/test_cli_docs.py fails when this file is stale. -->
 
 Every command takes the global options of `slurmguard` (`-c/--config PATH`, `-v/--verbose`)
-before its name, e.g. `slurmguard -c /etc/slurmguard/test.toml nodes`.
+before its name, e.g. `slurmguard -c /etc/slurmguard/test.toml nodes`. `man slurmguard` shows
+the same reference (docs/slurmguard.1, installed by `slurmguard setup`).
+
+## Shell completion
+
+Commands, subcommands, options and choices (`setup node|controller`, ...) complete in bash,
+zsh and fish through click. `slurmguard setup` installs the bash script as
+`/usr/share/bash-completion/completions/slurmguard` (bash-completion loads it on first use);
+by hand, for the current user:
+
+```
+eval "$(_SLURMGUARD_COMPLETE=bash_source slurmguard)"          # ~/.bashrc
+eval "$(_SLURMGUARD_COMPLETE=zsh_source slurmguard)"           # ~/.zshrc
+_SLURMGUARD_COMPLETE=fish_source slurmguard > ~/.config/fish/completions/slurmguard.fish
+```
+
+The script calls `slurmguard` on PATH with `_SLURMGUARD_COMPLETE` set; it needs the
+executable on PATH (e.g. a symlink /usr/local/bin/slurmguard to the venv's).
 """
 
 

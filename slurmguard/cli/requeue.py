@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -98,10 +99,24 @@ def watch_cmd(ctx: click.Context, once: bool, interval: float | None, max_requeu
         if store_record is not None:
             store_record(ev)
 
-    w = Watcher(SlurmCLI(cfg.section("slurm")),
+    metrics = None
+    if sec["metrics_file"]:
+        try:
+            from slurmguard.metrics.registry import RequeueMetrics
+        except ImportError as exc:
+            raise SlurmguardError(f"requeue.metrics_file: needs prometheus_client (the server "
+                                  f"extra): {exc}") from None
+        metrics = RequeueMetrics()
+    state_path = (sec["state_file"] if state_file is None else state_file) or None
+    if state_path and not os.path.isdir(os.path.dirname(os.path.abspath(state_path))):
+        from slurmguard.errors import ConfigError
+
+        raise ConfigError(f"requeue.state_file: directory {os.path.dirname(state_path)} does "
+                              "not exist; run: slurmguard setup controller (or --state-file '' "
+                              "to keep the watcher's memory in the process only)")
+    w = Watcher(SlurmCLI(cfg.section("slurm")), metrics=metrics, metrics_path=sec["metrics_file"],
                 max_requeues=sec["max_requeues"] if max_requeues is None else max_requeues,
-                state_path=(sec["state_file"] if state_file is None else state_file) or None,
-                record=record)
+                state_path=state_path, record=record)
     if once:
         w.poll()
         return 0

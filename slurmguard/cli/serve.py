@@ -17,7 +17,7 @@ import click
 @click.option("--no-policy", is_flag=True, help="Only ingest; do not run fleet policy or drain.")
 @click.pass_context
 def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy: bool) -> None:
-    """Run the ingest endpoint (POST /ingest, GET /healthz) and the fleet policy on the controller.
+    """Run the ingest endpoint (POST /ingest, GET /healthz, GET /metrics) and the fleet policy.
 
     Nodes send result records with the shared token of serve.token_file (mode 0600; serve
     refuses to start when it is world-readable). Records are written to the store in batches,
@@ -41,27 +41,32 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
                         format="slurmguard serve: %(levelname)s %(message)s", stream=sys.stderr)
     token = load_token(str(scfg["token_file"]))
     if scfg["upgrade"]:
-        from slurmguard.store.engine import make_engine
-        from slurmguard.store.migrate import upgrade
-
-        engine = make_engine(cfg.section("store"))
-        upgrade(engine)
-        engine.dispose()
+        Store.upgrade(cfg.section("store"))
     store = Store.open(cfg)
+    from slurmguard.metrics.registry import ServeMetrics
+    from slurmguard.serve.gauges import add_store_gauges
+
+    metrics = ServeMetrics()
+    add_store_gauges(metrics, store)
     fleet: Any = None
     on_commit = None
     routes = {}
     if scfg["policy"] and not no_policy:
         from slurmguard.serve.fleet import Fleet
 
-        fleet = Fleet(cfg, store)
+        fleet = Fleet(cfg, store, metrics=metrics)
         on_commit = fleet.after_ingest
         routes["/permit"] = fleet.permit
     server = IngestServer(store, token, host=host or str(scfg["host"]),
                           port=int(scfg["port"]) if port is None else port,
                           batch_size=int(scfg["batch_size"]),
                           batch_interval=float(scfg["batch_interval"]),
-                          max_body=int(scfg["max_body"]), on_commit=on_commit, routes=routes)
+                          max_body=int(scfg["max_body"]), on_commit=on_commit, routes=routes,
+                          workers=int(scfg["workers"]),
+                          max_connections=int(scfg["max_connections"]),
+                          idle_timeout=float(scfg["idle_timeout"]),
+                          request_timeout=float(scfg["request_timeout"]),
+                          metrics=metrics, metrics_token=bool(cfg["metrics.require_token"]))
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -73,7 +78,7 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
     if fleet is not None:
         fleet.start()
     h, p = server.address
-    click.echo(f"slurmguard serve: listening on http://{h}:{p} (store {store.engine.url.render_as_string(hide_password=True)})",
+    click.echo(f"slurmguard serve: listening on http://{h}:{p} (store {store.where})",
                err=True)
     sys.stderr.flush()
     stop.wait()

@@ -34,12 +34,12 @@ def triage_cmd(ctx: click.Context, limit: int, as_json: bool) -> None:
     if ctx.invoked_subcommand is not None:
         return
     from slurmguard.store import Store
-    from slurmguard.triage.rank import hook_speeds, rank
+    from slurmguard.triage.rank import rank
 
     store = Store.open(load_config(ctx))
     now = time.time()
     alerts = store.alerts(open_only=True)
-    suspects = rank(store.node_summary(), alerts, hook_speeds(store, since=now - 86400))[:limit]
+    suspects = rank(store.node_summary(), alerts, store.hook_speeds(since=now - 86400))[:limit]
     if as_json:
         echo_json({"alerts": [{"id": a.id, "cause": a.cause, "scope": a.scope, "nodes": a.nodes,
                                "count": a.count, "message": a.message} for a in alerts],
@@ -95,10 +95,10 @@ def collect_cmd(ctx: click.Context, nodeset: str, out_dir: str | None, tar_file:
       slurmguard triage collect gpu007 --tar gpu007.tar.gz --known-hosts /etc/ssh/ssh_known_hosts
       slurmguard triage collect 'n[1-2]' --host-map 'n[1-2]=127.0.0.1:2222' --identity ~/.ssh/id_ed25519
     """
-    from slurmguard.triage import expand_nodes
+    from slurmguard.nodeset import expand
     from slurmguard.triage.bundle import Bundle
 
-    nodes = expand_nodes(nodeset)
+    nodes = expand(nodeset)
     try:
         import paramiko  # noqa: F401  (fail early with a clear message)
         import tqdm  # noqa: F401

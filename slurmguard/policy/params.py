@@ -1,4 +1,9 @@
-"""Policy parameters, read once from the ``[policy]`` config section."""
+"""Policy parameters: the ``[policy]`` config section, declared here once with every
+threshold (lemon, flapping, blast radius, probation), and read once into PolicyParams.
+
+Nothing else states a threshold: config registers :data:`SECTION`, PolicyParams takes its
+defaults from it, and ``Store.lemon_candidates`` asks :func:`slurmguard.policy.lemon.lemon_verdict`.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +11,45 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurmguard.fieldtypes import Bool, Choice, Float, Int, Schema, Str, Table
+
+SECTION: Schema = {
+    "window": Float(3600.0, "seconds of history the lemon and flapping rules look at", minimum=1.0),
+    "lemon_failures": Int(3, "failures (unhealthy runs or foreign drains) in window => lemon", minimum=1),
+    "lemon_rate_factor": Float(5.0, "lemon when the node's failure rate is this many times the fleet's", minimum=1.0),
+    "lemon_rate_min_runs": Int(10, "runs a node needs in window before the rate rule applies", minimum=1),
+    "lemon_rate_floor": Float(0.5, "and its failure rate is at least this", minimum=0.0),
+    "flap_transitions": Int(4, "pass<->fail changes in window => flapping (counts as failing)", minimum=2),
+    "burnin_after_lemon": Bool(True, "a lemon needs a burn-in (or an admin) before it runs jobs"),
+    "blast_window": Float(3600.0, "seconds over which drains are counted for the cap", minimum=1.0),
+    "blast_max_nodes": Int(50, "never drain more than this many nodes per scope in blast_window", minimum=1),
+    "blast_max_percent": Float(10.0, "... nor more than this percent of a partition or group", minimum=0.0),
+    "groups": Table("named topology groups (rack, switch): name = \"NodeSet\""),
+    "probation_jobs": Int(3, "passing jobs a returned node needs to leave probation", minimum=0),
+    "probation_mark": Choice("feature", ["feature", "weight", "none"], "how Slurm marks probation"),
+    "probation_feature": Str("sg_probation", "feature added while on probation"),
+    "probation_weight": Int(65000, "node Weight while on probation (higher = picked last)", minimum=1),
+}
+
+
+def _default(key: str) -> Any:
+    return SECTION[key].default  # type: ignore[union-attr]
+
 
 @dataclass(frozen=True)
 class PolicyParams:
-    window: float = 3600.0
-    lemon_failures: int = 3
-    lemon_rate_factor: float = 5.0
-    lemon_rate_min_runs: int = 10
-    lemon_rate_floor: float = 0.5
-    flap_transitions: int = 4
-    burnin_after_lemon: bool = True
-    blast_window: float = 3600.0
-    blast_max_nodes: int = 50
-    blast_max_percent: float = 10.0
+    window: float = _default("window")
+    lemon_failures: int = _default("lemon_failures")
+    lemon_rate_factor: float = _default("lemon_rate_factor")
+    lemon_rate_min_runs: int = _default("lemon_rate_min_runs")
+    lemon_rate_floor: float = _default("lemon_rate_floor")
+    flap_transitions: int = _default("flap_transitions")
+    burnin_after_lemon: bool = _default("burnin_after_lemon")
+    blast_window: float = _default("blast_window")
+    blast_max_nodes: int = _default("blast_max_nodes")
+    blast_max_percent: float = _default("blast_max_percent")
     groups: Mapping[str, str] = field(default_factory=dict)  # name -> NodeSet pattern
-    probation_jobs: int = 3
+    probation_jobs: int = _default("probation_jobs")
 
     @classmethod
     def from_section(cls, section: Mapping[str, Any]) -> PolicyParams:

@@ -95,9 +95,9 @@ class Reconciler:
         self.metrics = metrics or Metrics()
         self._members: Any = None
         if self.nodeset:
-            from ClusterShell.NodeSet import NodeSet
+            from slurmguard.nodeset import expand
 
-            self._members = set(NodeSet(self.nodeset))
+            self._members = set(expand(self.nodeset, source="reconcile.nodes"))
 
     # -- views --------------------------------------------------------------------------------
 

@@ -262,8 +262,8 @@ def _scopes(slurm: Mapping[str, SlurmView], kube: Mapping[str, KubeView],
         for part in s.partitions:
             scopes.setdefault(f"partition:{part}", set()).add(s.name)
     if rules.groups:
-        from ClusterShell.NodeSet import NodeSet
+        from slurmguard.nodeset import expand
 
         for name, pattern in rules.groups:
-            scopes[f"group:{name}"] = set(NodeSet(pattern))
+            scopes[f"group:{name}"] = set(expand(pattern, source=f"policy.groups.{name}"))
     return {k: frozenset(v) for k, v in scopes.items()}

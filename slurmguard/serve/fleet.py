@@ -31,9 +31,12 @@ _SCOPES_TTL = 30.0
 
 
 class Fleet:
-    def __init__(self, cfg: Any, store: Store, slurm: Any = None) -> None:
+    def __init__(self, cfg: Any, store: Store, slurm: Any = None, metrics: Any = None) -> None:
+        from slurmguard.metrics.registry import ServeMetrics
+
         self.cfg = cfg
         self.store = store
+        self.metrics: ServeMetrics = metrics or ServeMetrics()
         self.pcfg = cfg.section("policy")
         self.params = PolicyParams.from_section(self.pcfg)
         self.interval = float(cfg["serve.policy_interval"])
@@ -81,7 +84,9 @@ class Fleet:
                     next_full = time.monotonic() + self.interval
                     nodes |= set(self.store.active_nodes(time.time() - self.params.window))
                 self.evaluate(nodes)
+                self.metrics.policy_passes.labels(result="ok").inc()
             except Exception:
+                self.metrics.policy_passes.labels(result="failed").inc()
                 log.exception("policy pass failed")
 
     # -- inputs
@@ -94,12 +99,19 @@ class Fleet:
                 scopes.setdefault(f"partition:{part}", set()).add(info.name)
         groups = self.pcfg.get("groups") or {}
         if groups:
-            from ClusterShell.NodeSet import NodeSet
+            from slurmguard.nodeset import expand
 
             for name, pattern in groups.items():
-                scopes[f"group:{name}"] = set(NodeSet(pattern))
+                scopes[f"group:{name}"] = set(expand(pattern, source=f"policy.groups.{name}"))
         frozen = {k: frozenset(v) for k, v in scopes.items()}
         self._scopes = (time.monotonic(), frozen)
+        states = {"up": 0, "drained_slurmguard": 0, "drained_other": 0, "down": 0}
+        for i in infos.values():
+            key = ("down" if i.down or i.not_responding else
+                   ("drained_slurmguard" if i.ours else "drained_other") if i.drained else "up")
+            states[key] += 1
+        for key, n in states.items():
+            self.metrics.slurm_nodes.labels(state=key).set(n)
         return frozen, infos
 
     def _cached_scopes(self) -> dict[str, frozenset[str]]:
@@ -120,6 +132,8 @@ class Fleet:
             applied = str(r.get("applied", ""))
             reason = r["decision"]["reason"]
             if applied == "drained":
+                self.metrics.drains.labels(cause=reason_check(reason) or "unknown",
+                                           source=r["hook"]).inc()
                 recent = self.store.events(node=r["node"], kinds=["drain"], since=r["started"] - 120,
                                            limit=1)
                 if not any(e.details.get("via") == "permit" for e in recent):  # not via /permit
@@ -127,6 +141,8 @@ class Fleet:
                                             source=reason_check(reason) or r["hook"],
                                             at=r["started"], details={"hook": r["hook"]})
             elif applied == "undrained":
+                # reason: "<check> passes again" (decide.py): the check whose drain was cleared
+                self.metrics.undrains.labels(cause=(reason.split() or ["unknown"])[0]).inc()
                 self.store.record_event(r["node"], "clear", ACTOR, reason, source=r["hook"],
                                         at=r["started"], details={"hook": r["hook"]})
         with self.lock:
@@ -169,18 +185,22 @@ class Fleet:
             self._probation_marks(views, infos)
             return actions
 
-    def _apply(self, a: Action, now: float, infos: dict[str, Any]) -> None:
+    def _apply(self, a: Action, now: float, infos: dict[str, Any], via_permit: bool = False) -> None:
         if a.kind == "lemon":
             self.store.set_flags(a.node, lemon=True, lemon_reason=a.reason, lemon_since=now,
                                  burnin_required=bool(self.params.burnin_after_lemon))
             self.store.record_event(a.node, "lemon", ACTOR, a.reason, source=a.source, at=now)
+            self.metrics.lemons.labels(cause=a.source or "unknown").inc()
             log.warning("policy: %s is a lemon: %s", a.node, a.reason)
         elif a.kind == "drain":
             if self.slurm.drain(a.node, a.reason):
                 self.store.record_event(a.node, "drain", ACTOR, a.reason, source=a.source, at=now,
                                         details={"via": "policy"})
+                self.metrics.drains.labels(cause=a.source or "unknown", source="policy").inc()
                 log.warning("policy: drained %s: %s", a.node, a.reason)
         elif a.kind == "refuse":
+            self.metrics.drains_refused.labels(cause=a.source or "unknown",
+                                               via="permit" if via_permit else "policy").inc()
             self.store.record_event(a.node, "drain_refused", ACTOR, a.reason, source=a.source,
                                     at=now, details={"scope": a.scope})
         elif a.kind == "alert":
@@ -191,6 +211,7 @@ class Fleet:
                     r"failing on \d+ nodes", f"failing on {alert.count} nodes", a.reason),
                     now=now, window=self.params.blast_window)
             if created:
+                self.metrics.blast_trips.labels(cause=a.source or "unknown", scope=a.scope).inc()
                 log.error("fleet alert: %s", a.reason)
         elif a.kind == "probation_end":
             self._end_probation(a.node, infos.get(a.node), a.reason, now)
@@ -246,8 +267,10 @@ class Fleet:
             if allowed:
                 self.store.record_event(node, "drain", ACTOR, reason, source=check, at=now,
                                         details={"via": "permit"})
+                self.metrics.permits.labels(cause=check, result="allowed").inc()
                 return {"allow": True}
+            self.metrics.permits.labels(cause=check, result="refused").inc()
             for a in actions:
-                self._apply(a, now, {})
+                self._apply(a, now, {}, via_permit=True)
             alert = next((a.reason for a in actions if a.kind == "alert"), "")
             return {"allow": False, "alert": alert}

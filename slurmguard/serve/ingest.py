@@ -3,14 +3,21 @@
     POST /ingest   body {"records": [record, ...]} (or one record), header
                    "Authorization: Bearer <token>"; answer 200
                    {"stored": [ids], "duplicate": [ids], "rejected": {id: "one line"}}
-                   only after the batch holding them has committed. 401 without the token,
-                   413 for a body over serve.max_body, 503 when the store cannot be written
-                   (the node keeps its records spooled and retries later).
-    GET  /healthz  200 {"status": "ok", ...} when the store answers, 503 otherwise (no token).
+                   only after the batch holding them has committed; 422 with the same
+                   fields when every record of the request was rejected. 401 without the
+                   token, 413 for a body over serve.max_body, 400 for a body that is not
+                   JSON, 503 when the store cannot be written (the node keeps its records
+                   spooled and retries later).
+    GET  /healthz  no token: 200 {"status": "ok"} when the store answers, 503 {"status":
+                   "store unavailable"} otherwise, nothing more; with the token also the
+                   counts, the writer's queue, the connection figures and the store's error.
+    GET  /metrics  Prometheus text format (slurmguard.metrics.registry.ServeMetrics); no token
+                   unless metrics.require_token (docs/metrics.md).
 
-Requests are handled on threads; one writer thread drains a queue into transactions of up to
-``serve.batch_size`` records, so 1,000 nodes replaying spools at once cost a few dozen
-commits, not thousands.
+Connections are served by :mod:`slurmguard.serve.httpd` (one dispatcher thread, a bounded
+pool of ``serve.workers`` threads, idle and request timeouts, a connection cap); one writer
+thread drains a queue into transactions of up to ``serve.batch_size`` records, so 1,000 nodes
+replaying spools at once cost a few dozen commits, not thousands.
 """
 
 from __future__ import annotations
@@ -23,26 +30,32 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from email.message import Message
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from slurmguard import __version__
 from slurmguard.errors import InputError, SlurmguardError, StoreError
+from slurmguard.metrics.registry import CONTENT_TYPE, ServeMetrics
+from slurmguard.serve.httpd import PooledHTTPServer
 from slurmguard.store.api import Store
 from slurmguard.store.records import validate_record
 
 log = logging.getLogger("slurmguard.serve")
 
 _WAIT = 30.0  # seconds a request waits for its batch to commit
+_MAX_RECORDS = 10000  # records in one request at most (a node replays 200 at a time)
 
 
 class BatchWriter(threading.Thread):
     """Collects validated records from request threads and writes them in batches."""
 
     def __init__(self, store: Store, *, batch_size: int, interval: float,
-                 on_commit: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+                 on_commit: Callable[[list[dict[str, Any]]], None] | None = None,
+                 metrics: ServeMetrics | None = None) -> None:
         super().__init__(name="sg-writer", daemon=True)
         self.store = store
+        self.metrics = metrics or ServeMetrics()
         self.batch_size = batch_size
         self.interval = interval
         self.on_commit = on_commit
@@ -82,20 +95,38 @@ class BatchWriter(threading.Thread):
 
     def _write(self, pending: list[tuple[list[dict[str, Any]], Future[list[str]]]]) -> None:
         records = [r for recs, _ in pending for r in recs]
+        t0 = time.monotonic()
         try:
             fresh = set(self.store.record_many(records))
-        except SlurmguardError as exc:
-            log.error("store write failed (%d records kept on the nodes): %s", len(records), exc)
+        except Exception as exc:
+            if len(pending) > 1 and not getattr(exc, "transient", False):
+                # Something in one request broke the batch (data the validation let through,
+                # a bug): write each request alone, so one bad request cannot make every
+                # node in the batch retry forever.
+                log.warning("batch of %d requests failed (%s); writing them one by one",
+                            len(pending), exc)
+                for one in pending:
+                    self._write([one])
+                return
+            self.metrics.write_errors.inc()
+            if isinstance(exc, SlurmguardError):
+                log.error("store write failed (%d records kept on the nodes): %s", len(records), exc)
+                err = exc
+            else:  # a bug: the records stay spooled on the nodes
+                log.exception("store write failed")
+                err = StoreError(f"internal error: {type(exc).__name__}: {exc}")
             for _, fut in pending:
-                fut.set_exception(exc)
-            return
-        except Exception as exc:  # a bug: the records stay spooled on the nodes
-            log.exception("store write failed")
-            for _, fut in pending:
-                fut.set_exception(StoreError(f"internal error: {type(exc).__name__}: {exc}"))
+                fut.set_exception(err)
             return
         self.batches += 1
         self.stored += len(fresh)
+        now = time.time()
+        self.metrics.batch_duration.observe(time.monotonic() - t0)
+        for r in records:
+            if r["id"] in fresh:
+                self.metrics.ingest_lag.observe(max(0.0, now - r["started"] - r["duration"]))
+                if r.get("spooled"):
+                    self.metrics.replays.inc()
         for recs, fut in pending:
             fut.set_result([r["id"] for r in recs if r["id"] in fresh])
         if self.on_commit is not None and fresh:
@@ -105,29 +136,31 @@ class BatchWriter(threading.Thread):
                 log.exception("post-ingest hook failed")
 
 
-class _Server(ThreadingHTTPServer):
-    # The stdlib default backlog of 5 refuses connections when many nodes start jobs (or
-    # replay their spools) at once; refused nodes would spool or, for /permit, fail open.
-    request_queue_size = 1024
-    daemon_threads = True
-
-
 class IngestServer:
     """The HTTP server and its writer; ``start()`` runs it on a background thread."""
 
     def __init__(self, store: Store, token: str, *, host: str = "127.0.0.1", port: int = 0,
                  batch_size: int = 200, batch_interval: float = 0.2, max_body: int = 4 << 20,
                  on_commit: Callable[[list[dict[str, Any]]], None] | None = None,
-                 routes: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None) -> None:
+                 routes: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+                 workers: int = 64, max_connections: int = 1024, idle_timeout: float = 15.0,
+                 request_timeout: float = 30.0,
+                 metrics: ServeMetrics | None = None, metrics_token: bool = False) -> None:
         self.store = store
         self.token = token
         self.max_body = max_body
         self.routes = routes or {}
+        self.metrics = metrics or ServeMetrics()
+        self.metrics_token = metrics_token
         self.writer = BatchWriter(store, batch_size=batch_size, interval=batch_interval,
-                                  on_commit=on_commit)
-        self.httpd = _Server((host, port), _make_handler(self))
-        self.httpd.daemon_threads = True
+                                  on_commit=on_commit, metrics=self.metrics)
+        self.httpd = PooledHTTPServer(
+            (host, port), _make_handler(self), workers=workers, max_connections=max_connections,
+            idle_timeout=idle_timeout, request_timeout=request_timeout, max_body=max_body,
+            early=self.early)
         self._thread: threading.Thread | None = None
+        self._ping: tuple[float, bool] = (float("-inf"), False)
+        self._ping_lock = threading.Lock()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -153,21 +186,50 @@ class IngestServer:
     def authorized(self, header: str | None) -> bool:
         if not header or not header.startswith("Bearer "):
             return False
-        return hmac.compare_digest(header[7:].strip().encode(), self.token.encode())
+        given = header[7:].strip().encode("utf-8", "replace")
+        return hmac.compare_digest(given, self.token.encode())
+
+    def early(self, method: str, path: str, headers: Message) -> tuple[int, dict[str, Any]] | None:
+        """Refuse from the request head alone (before any body is read), or None."""
+        if method == "POST":
+            if path != "/ingest" and path not in self.routes:
+                return 404, {"error": f"not found: POST {path[:80]}"}
+            if not self.authorized(headers.get("Authorization")):
+                return 401, {"error": "missing or wrong token"}
+            return None
+        if method in ("GET", "HEAD") and headers.get("Content-Length", "0").strip() not in ("", "0"):
+            return 400, {"error": f"{method} with a body"}
+        return None
 
     def ingest(self, body: Any) -> tuple[int, dict[str, Any]]:
+        t0 = time.monotonic()
+        try:
+            code, answer = self._ingest(body)
+        finally:
+            self.metrics.ingest_duration.observe(time.monotonic() - t0)
+        m = self.metrics.ingest_records
+        if code in (200, 422):
+            for key in ("stored", "duplicate", "rejected"):
+                if answer[key]:
+                    m.labels(result=key).inc(len(answer[key]))
+        return code, answer
+
+    def _ingest(self, body: Any) -> tuple[int, dict[str, Any]]:
         raw = body.get("records") if isinstance(body, dict) and "records" in body else body
         if isinstance(raw, dict):
             raw = [raw]
         if not isinstance(raw, list):
             return 400, {"error": "body: expected {\"records\": [...]} or a record"}
+        if len(raw) > _MAX_RECORDS:
+            return 413, {"error": f"body: {len(raw)} records, more than {_MAX_RECORDS} in one request"}
+        now = time.time()
         good: list[dict[str, Any]] = []
         rejected: dict[str, str] = {}
         seen: set[str] = set()
         duplicate_in_request: list[str] = []
         for i, rec in enumerate(raw):
             try:
-                v = validate_record(rec)
+                v = validate_record(rec, now=now)
             except InputError as exc:
                 rid = rec.get("id") if isinstance(rec, dict) and isinstance(rec.get("id"), str) else f"#{i}"
                 rejected[rid] = exc.message
@@ -183,22 +245,57 @@ class IngestServer:
             try:
                 stored = self.writer.submit(good).result(timeout=_WAIT)
             except StoreError as exc:
+                self.metrics.ingest_records.labels(result="failed").inc(len(good))
                 return 503, {"error": exc.message}
             except TimeoutError:
+                self.metrics.ingest_records.labels(result="failed").inc(len(good))
                 return 503, {"error": "store write timed out"}
         fresh = set(stored)
-        return 200, {"stored": stored,
-                     "duplicate": [r["id"] for r in good if r["id"] not in fresh] + duplicate_in_request,
-                     "rejected": rejected}
+        code = 422 if rejected and not good and not duplicate_in_request else 200
+        answer = {"stored": stored,
+                  "duplicate": [r["id"] for r in good if r["id"] not in fresh] + duplicate_in_request,
+                  "rejected": rejected}
+        if code == 422:
+            answer["error"] = next(iter(rejected.values()))
+        return code, answer
 
-    def healthz(self) -> tuple[int, dict[str, Any]]:
+    def healthz(self, authorized: bool = False) -> tuple[int, dict[str, Any]]:
+        """Liveness. Without the token: only whether the store answers (a cached ping, at most
+        one query a second however often a probe asks); with it: the figures and the error."""
+        if not authorized:
+            ok = self._store_alive()
+            return (200, {"status": "ok"}) if ok else (503, {"status": "store unavailable"})
         try:
             counts = self.store.counts()
         except SlurmguardError as exc:
             return 503, {"status": "store unavailable", "error": exc.message}
         return 200, {"status": "ok", "version": __version__, "runs": counts["runs"],
                      "nodes": counts["nodes"], "batches": self.writer.batches,
-                     "queued": self.writer.q.qsize()}
+                     "queued": self.writer.q.qsize(),
+                     "connections": self.httpd.open_connections, **self.httpd.stats}
+
+    def _store_alive(self) -> bool:
+        with self._ping_lock:
+            at, ok = self._ping
+            if time.monotonic() - at < 1.0:
+                return ok
+            try:
+                self.store.ping()
+                ok = True
+            except SlurmguardError as exc:
+                log.warning("healthz: %s", exc.message)
+                ok = False
+            self._ping = (time.monotonic(), ok)
+            return ok
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _make_handler(server: IngestServer) -> type[BaseHTTPRequestHandler]:
@@ -209,19 +306,42 @@ def _make_handler(server: IngestServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             log.debug("%s " + format, self.address_string(), *args)
 
-        def _send(self, code: int, obj: dict[str, Any]) -> None:
-            data = json.dumps(obj).encode()
+        def _send(self, code: int, obj: dict[str, Any] | bytes,
+                  ctype: str = "application/json") -> None:
+            data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+            path = self.path.split("?")[0]
+            known = path in ("/ingest", "/healthz", "/metrics") or path in server.routes
+            server.metrics.http_requests.labels(path=path if known else "other", code=str(code)).inc()
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
 
+        def send_error(self, code: int, message: str | None = None,
+                       explain: str | None = None) -> None:
+            # The stdlib answers in HTML; clients of serve read one JSON line. An unknown
+            # method is the client's mistake (405), not a server fault (501).
+            if code == 501:
+                code = 405
+            self.close_connection = True
+            try:
+                self._send(code, {"error": one_line(message or explain or self.responses.get(
+                    code, ("error",))[0])})
+            except OSError:
+                pass
+
         def do_GET(self) -> None:  # noqa: N802
-            if self.path.split("?")[0] == "/healthz":
-                self._send(*server.healthz())
+            path = self.path.split("?")[0]
+            if path == "/healthz":
+                self._send(*server.healthz(server.authorized(self.headers.get("Authorization"))))
+            elif path == "/metrics":
+                if server.metrics_token and not server.authorized(self.headers.get("Authorization")):
+                    self._send(401, {"error": "missing or wrong token"})
+                    return
+                self._send(200, server.metrics.exposition(), CONTENT_TYPE)
             else:
-                self._send(404, {"error": "not found"})
+                self._send(404, {"error": f"not found: GET {self.path[:80]}"})
 
         def do_POST(self) -> None:  # noqa: N802
             path = self.path.split("?")[0]
@@ -241,9 +361,9 @@ def _make_handler(server: IngestServer) -> type[BaseHTTPRequestHandler]:
                 self._send(413, {"error": f"body over {server.max_body} bytes"})
                 return
             try:
-                body = json.loads(self.rfile.read(length) or b"null")
-            except ValueError as exc:
-                self._send(400, {"error": f"body: not JSON: {exc}"})
+                body = json.loads(self.rfile.read(length) or b"null", parse_constant=_no_constant)
+            except (ValueError, RecursionError) as exc:
+                self._send(400, {"error": one_line(f"body: not JSON: {exc}")})
                 return
             if path == "/ingest":
                 self._send(*server.ingest(body))

@@ -16,13 +16,23 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, and_, bindparam, func, insert, select, update
 
 from slurmguard.errors import InputError
+from slurmguard.nodeset import expand, fold
+from slurmguard.policy.params import PolicyParams
 from slurmguard.policy.types import UNHEALTHY, NodeView, Sample, worst_health
-from slurmguard.store.engine import check_schema, guard, make_engine
+from slurmguard.store.engine import (
+    check_schema,
+    current_revision,
+    describe,
+    guard,
+    make_engine,
+    store_url,
+)
 from slurmguard.store.models import EVENT_KINDS, Event, FleetAlert, Node, Result, Run
 from slurmguard.store.records import validate_node, validate_record
 from slurmguard.store.rows import (
@@ -41,6 +51,20 @@ _N = Node.__table__
 _E = Event.__table__
 _A = FleetAlert.__table__
 _CHUNK = 500  # rows per IN (...) list: below SQLite's and PostgreSQL's parameter limits
+
+
+def describe_section(section: Mapping[str, Any]) -> str:
+    """The store a ``[store]`` section names, without its password, for messages."""
+    return describe(store_url(section))
+
+
+@dataclass(frozen=True)
+class StoreStatus:
+    where: str  # the URL without its password
+    revision: str | None
+    head: str
+    problem: str | None  # None: the schema is current
+    counts: dict[str, int]
 
 
 class Store:
@@ -66,6 +90,40 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    @property
+    def where(self) -> str:
+        """The store's URL without its password, for messages."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    # ------------------------------------------------------------------ schema
+
+    @staticmethod
+    def upgrade(section: Mapping[str, Any]) -> tuple[str | None, str]:
+        """Create or migrate the store of a ``[store]`` section; (revision before, after)."""
+        from slurmguard.store.migrate import upgrade
+
+        engine = make_engine(section)
+        try:
+            return upgrade(engine)
+        finally:
+            engine.dispose()
+
+    @classmethod
+    def status(cls, section: Mapping[str, Any]) -> StoreStatus:
+        """The schema revision of a ``[store]`` section's store, whether it is current (the
+        problem when not), and its row counts when it is."""
+        from slurmguard.store.version import HEAD, schema_problem
+
+        where = describe_section(section)
+        engine = make_engine(section)
+        try:
+            rev = current_revision(engine)
+            problem = schema_problem(rev, where)
+            counts = cls(engine).counts() if problem is None else {}
+        finally:
+            engine.dispose()
+        return StoreStatus(where, rev, HEAD, problem, counts)
 
     # ------------------------------------------------------------------ writes
 
@@ -217,14 +275,14 @@ class Store:
                 FleetAlert.updated >= now - window).order_by(FleetAlert.id.desc()).limit(1)).first()
             if row is not None:
                 alert = row
-                merged = _nodeset(set(_expand(alert.nodes)) | set(nodes))
-                count = len(_expand(merged))
+                merged = fold(sorted(set(expand(alert.nodes, source="alert.nodes", allow_empty=True)) | set(nodes)))
+                count = len(expand(merged, source="alert.nodes", allow_empty=True))
                 conn.execute(update(FleetAlert).where(FleetAlert.id == alert.id).values(
                     updated=now, nodes=merged, count=count, message=message))
                 created = False
                 alert_id = alert.id
             else:
-                ns = _nodeset(nodes)
+                ns = fold(sorted(set(nodes)))
                 alert_id = conn.execute(insert(FleetAlert).values(
                     opened=now, updated=now, closed=None, cause=cause, scope=scope, nodes=ns,
                     count=len(set(nodes)), message=message).returning(FleetAlert.id)).scalar_one()
@@ -320,15 +378,37 @@ class Store:
         with guard(self.engine, "alerts"), self.engine.connect() as conn:
             return [_alert_row(a) for a in conn.execute(stmt.order_by(FleetAlert.opened.desc()))]
 
-    def lemon_candidates(self, *, window: float = 3600.0, k: int = 3,
-                         now: float | None = None) -> list[tuple[str, int]]:
-        """Nodes with at least ``k`` unhealthy runs in ``window`` seconds (sql/lemon_candidates.sql)."""
+    def lemon_candidates(self, params: PolicyParams | None = None, *,
+                         now: float | None = None) -> list[tuple[str, str]]:
+        """Nodes the fleet policy calls lemons (or flapping) now, not yet marked: [(node,
+        reason)]. The one definition of a lemon is :func:`slurmguard.policy.lemon.lemon_verdict`
+        with the thresholds of ``params`` (the ``[policy]`` section; PolicyParams() defaults),
+        over the same views serve's policy pass reads."""
+        from slurmguard.policy.lemon import lemon_verdict
+
+        p = params or PolicyParams()
         now = time.time() if now is None else now
-        stmt = (select(Node.name, func.count().label("n")).join(Run, Run.node_id == Node.id)
-                .where(Run.health == UNHEALTHY, Run.started >= now - window)
-                .group_by(Node.name).having(func.count() >= k).order_by(func.count().desc(), Node.name))
-        with guard(self.engine, "lemon candidates"), self.engine.connect() as conn:
-            return [(n, int(c)) for n, c in conn.execute(stmt)]
+        views = self.policy_views(self.active_nodes(now - p.window), window=p.window, now=now)
+        bad, judged = self.fleet_failure_rate(window=p.window, now=now)
+        rate = bad / judged if judged else None
+        out = []
+        for name in sorted(views):
+            verdict = None if views[name].lemon else lemon_verdict(views[name], now, p, rate)
+            if verdict is not None:
+                out.append((name, verdict.reason))
+        return out
+
+    def hook_speeds(self, *, since: float) -> dict[str, dict[str, float]]:
+        """{hook: {node: mean duration of its runs since ``since``}} (checker errors left out)."""
+        stmt = (select(Run.hook, Node.name, func.avg(Run.duration))
+                .join(Node, Node.id == Run.node_id)
+                .where(Run.started >= since, Run.health != "error")
+                .group_by(Run.hook, Node.name))
+        out: dict[str, dict[str, float]] = {}
+        with guard(self.engine, "hook speeds"), self.engine.connect() as conn:
+            for hook, node, mean in conn.execute(stmt):
+                out.setdefault(hook, {})[node] = float(mean or 0.0)
+        return out
 
     def fleet_failure_rate(self, *, window: float, now: float | None = None) -> tuple[int, int]:
         """(unhealthy runs, all judged runs) across the fleet within ``window``."""
@@ -383,6 +463,15 @@ class Store:
                         reset_at=resets.get(nid))
         return out
 
+    def node_columns(self, nodes: Sequence[str], columns: Sequence[str]) -> list[tuple[Any, ...]]:
+        """``columns`` of the ``nodes`` rows of these names (unknown names: no row)."""
+        cols = [_N.c[c] for c in columns]
+        out: list[tuple[Any, ...]] = []
+        with guard(self.engine, "node rows"), self.engine.connect() as conn:
+            for chunk in _chunks(list(nodes)):
+                out += [tuple(r) for r in conn.execute(select(*cols).where(_N.c.name.in_(chunk)))]
+        return out
+
     def active_nodes(self, since: float) -> list[str]:
         """Nodes with a run since ``since``, or flagged lemon, burn-in or probation."""
         stmt = select(Node.name).where((Node.last_seen >= since) | Node.lemon.is_(True)
@@ -399,6 +488,26 @@ class Store:
             for name, at, source in conn.execute(stmt):
                 out.setdefault(name, []).append((at, source))
         return out
+
+    def ping(self) -> None:
+        """One trivial query: raises StoreError when the store does not answer."""
+        with guard(self.engine, "ping"), self.engine.connect() as conn:
+            conn.execute(select(1)).scalar_one()
+
+    def state_counts(self) -> dict[str, dict[str, int]]:
+        """Known nodes per last health (``unknown``: never reported), per flag (lemon,
+        burnin_required, probation), and open fleet alerts: the fleet gauges of /metrics."""
+        with guard(self.engine, "state counts"), self.engine.connect() as conn:
+            health: dict[str, int] = {}
+            for h, n in conn.execute(select(Node.last_health, func.count()).group_by(Node.last_health)):
+                health[h or "unknown"] = health.get(h or "unknown", 0) + int(n)
+            flags = {name: int(conn.execute(select(func.count()).select_from(Node).where(
+                col.is_(True))).scalar_one()) for name, col in (
+                ("lemon", Node.lemon), ("burnin_required", Node.burnin_required),
+                ("probation", Node.probation))}
+            alerts = int(conn.execute(select(func.count()).select_from(FleetAlert).where(
+                FleetAlert.closed.is_(None))).scalar_one())
+        return {"health": health, "flags": flags, "alerts": {"open": alerts}}
 
     def counts(self) -> dict[str, int]:
         """Row counts per table (for `db current` and tests)."""
@@ -417,13 +526,3 @@ def _chunks(items: Sequence[Any]) -> Iterable[list[Any]]:
         yield items[i:i + _CHUNK]
 
 
-def _nodeset(nodes: Iterable[str]) -> str:
-    from ClusterShell.NodeSet import NodeSet
-
-    return str(NodeSet.fromlist(sorted(set(nodes)))) if nodes else ""
-
-
-def _expand(ns: str) -> list[str]:
-    from ClusterShell.NodeSet import NodeSet
-
-    return list(NodeSet(ns)) if ns else []

@@ -14,7 +14,8 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as TimeoutError_
 
 from slurmguard.errors import StoreError
 from slurmguard.store.version import schema_problem
@@ -51,7 +52,8 @@ def make_engine(section: Mapping[str, Any]) -> Engine:
         if path and path != ":memory:":
             parent = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(parent):
-                raise StoreError(f"store {path}: directory {parent} does not exist")
+                raise StoreError(f"store {path}: directory {parent} does not exist; "
+                                 "run: slurmguard setup controller")
         engine = create_engine(url, connect_args={"timeout": busy})
         event.listen(engine, "connect", _sqlite_pragmas(busy))
         return engine
@@ -104,10 +106,15 @@ def guard(engine: Engine | None = None, what: str = "") -> Iterator[None]:
     except StoreError:
         raise
     except SQLAlchemyError as exc:
-        raise StoreError(one_line_error(exc, engine, what)) from None
+        err = StoreError(one_line_error(exc, engine, what))
+        # Locked, down, unreachable: retrying later helps. Bad data or a bug does not.
+        err.transient = isinstance(exc, (OperationalError, InterfaceError, TimeoutError_))
+        raise err from None
     except OSError as exc:  # e.g. an unreadable SQLite file
         where = describe(str(engine.url)) if engine is not None else "store"
-        raise StoreError(f"store {where}: {exc.strerror or exc}") from None
+        err = StoreError(f"store {where}: {exc.strerror or exc}")
+        err.transient = True
+        raise err from None
 
 
 def one_line_error(exc: SQLAlchemyError, engine: Engine | None, what: str = "") -> str:

@@ -1,4 +1,4 @@
-"""Validation of result records (the JSON that hooks send; see slurmguard.report.make_record).
+"""Validation of result records (the JSON that hooks send; see slurmguard.record.make_record).
 
 Bad input is refused with one line naming the field and the value; nothing else is stored
 from that record.
@@ -11,15 +11,20 @@ import re
 from typing import Any
 
 from slurmguard.errors import InputError
+from slurmguard.nodeset import is_node_name
 
-_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _ID = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
 _CHECK = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 HEALTHS = ("healthy", "degraded", "unhealthy", "unsupported", "error")
+EPOCH_MIN = 946_684_800.0  # 2000-01-01: anything earlier is a broken clock, not a run
+FUTURE_SLACK = 86_400.0  # a node's clock may run ahead of serve's by a day at most
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond sys.get_int_max_str_digits()
+        return f"<{type(value).__name__} too large to show>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -27,45 +32,83 @@ def _bad(field: str, value: Any, expected: str) -> InputError:
     return InputError(f"record.{field}: expected {expected}, got {_show(value)}")
 
 
+def _text(field: str, value: Any, limit: int, *, default: str = "") -> str:
+    """A string field: absent -> default; not a string, a NUL or unencodable text -> InputError.
+
+    PostgreSQL refuses NUL in text and both engines refuse lone surrogates (JSON's "\\ud800"),
+    so such a record would fail the whole write batch it was in: it is refused here instead.
+    """
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise _bad(field, value, "a string")
+    if "\x00" in value:
+        raise _bad(field, value, "text without NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _bad(field, value, "valid UTF-8 text") from None
+    return value[:limit]
+
+
+def _number(field: str, value: Any, expected: str, lo: float = -math.inf,
+            hi: float = math.inf) -> float:
+    """A finite JSON number within [lo, hi] as a float; InputError otherwise (also for an
+    integer too large for a float, which float() would raise OverflowError on)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _bad(field, value, expected)
+    try:
+        f = float(value)
+    except OverflowError:
+        raise _bad(field, value, expected) from None
+    if not math.isfinite(f) or not lo <= f <= hi:
+        raise _bad(field, value, expected)
+    return f
+
+
 def validate_node(name: Any, field: str = "node") -> str:
-    """A node name as Slurm and NodeSet accept it; InputError otherwise."""
-    if not isinstance(name, str) or not _NODE.match(name):
+    """A node name by the one rule (slurmguard.nodeset); InputError otherwise."""
+    if not is_node_name(name):
         raise _bad(field, name, "a node name") if field != "node" else InputError(
             f"node: expected a node name, got {_show(name)}")
     return name
 
 
-def validate_record(rec: Any) -> dict[str, Any]:
-    """Check a decoded record; returns it normalized or raises InputError naming the field."""
+def validate_record(rec: Any, *, now: float | None = None) -> dict[str, Any]:
+    """Check a decoded record; returns it normalized or raises InputError naming the field.
+
+    With ``now`` (serve's clock at receipt) ``started`` must also be plausible: after
+    2000-01-01 and at most a day ahead of ``now``; a run from the future would stay the
+    node's "newest" and hide every later one.
+    """
     if not isinstance(rec, dict):
         raise InputError(f"record: expected a JSON object, got {_show(rec)}")
     rid = rec.get("id")
-    if not isinstance(rid, str) or not _ID.match(rid):
+    if not isinstance(rid, str) or not _ID.fullmatch(rid):
         raise _bad("id", rid, "a record id (8-64 of [A-Za-z0-9_-])")
     node = rec.get("node")
-    if not isinstance(node, str) or not _NODE.match(node):
+    if not is_node_name(node):
         raise _bad("node", node, "a node name")
     hook = rec.get("hook")
-    if not isinstance(hook, str) or not _CHECK.match(hook):
+    if not isinstance(hook, str) or not _CHECK.fullmatch(hook):
         raise _bad("hook", hook, "a hook name")
-    started = rec.get("started")
-    if isinstance(started, bool) or not isinstance(started, (int, float)) or not math.isfinite(started):
-        raise _bad("started", started, "epoch seconds")
-    duration = rec.get("duration", 0.0)
-    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not math.isfinite(duration):
-        raise _bad("duration", duration, "seconds")
+    started = _number("started", rec.get("started"), "epoch seconds")
+    if now is not None and not EPOCH_MIN <= started <= now + FUTURE_SLACK:
+        raise _bad("started", started, f"epoch seconds between {EPOCH_MIN:.0f} and now + 1 day")
+    duration = _number("duration", rec.get("duration", 0.0), "seconds (0 to 1e7)", 0.0, 1e7)
     job_id = rec.get("job_id")
-    if job_id is not None and not isinstance(job_id, (str, int)):
+    if isinstance(job_id, bool) or (job_id is not None and not isinstance(job_id, (str, int))):
         raise _bad("job_id", job_id, "a job id or null")
+    if isinstance(job_id, str):
+        job_id = _text("job_id", job_id, 64)
     decision = rec.get("decision") or {}
     if not isinstance(decision, dict):
         raise _bad("decision", decision, "an object")
     action = decision.get("action", "pass")
     if not isinstance(action, str) or len(action) > 32:
         raise _bad("decision.action", action, "a string")
-    reason = decision.get("reason", "")
-    if not isinstance(reason, str):
-        raise _bad("decision.reason", reason, "a string")
+    action = _text("decision.action", action, 32)
+    reason = _text("decision.reason", decision.get("reason", ""), 1000)
     results = rec.get("results", [])
     if not isinstance(results, list):
         raise _bad("results", results, "a list")
@@ -74,7 +117,7 @@ def validate_record(rec: Any) -> dict[str, Any]:
         if not isinstance(r, dict):
             raise _bad(f"results[{i}]", r, "an object")
         name = r.get("name")
-        if not isinstance(name, str) or not _CHECK.match(name):
+        if not isinstance(name, str) or not _CHECK.fullmatch(name):
             raise _bad(f"results[{i}].name", name, "a check name")
         health = r.get("health")
         if health not in HEALTHS:
@@ -82,23 +125,30 @@ def validate_record(rec: Any) -> dict[str, Any]:
         details = r.get("details") or {}
         if not isinstance(details, dict):
             raise _bad(f"results[{i}].details", details, "an object")
-        rdur = r.get("duration", 0.0)
-        if isinstance(rdur, bool) or not isinstance(rdur, (int, float)):
-            raise _bad(f"results[{i}].duration", rdur, "seconds")
-        out_results.append({"name": name, "health": health, "reason": str(r.get("reason", ""))[:1000],
-                            "details": details, "duration": float(rdur)})
+        rdur = _number(f"results[{i}].duration", r.get("duration", 0.0), "seconds (0 to 1e7)",
+                       0.0, 1e7)
+        rreason = _text(f"results[{i}].reason", r.get("reason", ""), 1000)
+        out_results.append({"name": name, "health": health, "reason": rreason,
+                            "details": details, "duration": rdur})
     return {
         "version": rec.get("version", 1),
         "id": rid,
         "node": node,
         "hook": hook,
         "job_id": None if job_id is None else str(job_id)[:64],
-        "started": float(started),
-        "duration": float(duration),
+        "started": started,
+        "duration": duration,
         "decision": {"action": action, "reason": reason[:1000]},
         "results": out_results,
-        "slurmguard_version": str(rec.get("slurmguard_version", ""))[:32],
+        "slurmguard_version": _text("slurmguard_version", rec.get("slurmguard_version"), 32),
         # What the hook did about its decision ("drained", "already drained or down", ...):
         # serve ledgers node-side drains from it.
-        "applied": str(rec.get("applied", ""))[:64],
+        "applied": _text("applied", rec.get("applied"), 64),
+        # Set by the node's spool (slurmguard.report.spool): the record was replayed.
+        "spooled": _spooled(rec.get("spooled")),
     }
+
+
+def _spooled(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None

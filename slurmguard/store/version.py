@@ -13,7 +13,8 @@ HEAD = KNOWN_REVISIONS[-1]
 def schema_problem(revision: str | None, where: str) -> str | None:
     """Why a store at schema ``revision`` cannot be used by this slurmguard, or None."""
     if revision is None:
-        return f"store {where} has no slurmguard schema; run `slurmguard db upgrade`"
+        return (f"store {where} has no slurmguard schema; run `slurmguard db upgrade` "
+                "(on a new controller: `slurmguard setup controller`)")
     if revision not in KNOWN_REVISIONS:
         return (f"store {where} has schema revision {revision}, newer than this slurmguard "
                 f"knows (head {HEAD}); upgrade slurmguard on this host")

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
 import threading
@@ -74,6 +75,26 @@ class NodeEvidence:
         self.files[name] = (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode()
 
 
+def _check_own_empty_dir(path: Path) -> None:
+    """--out may name an existing directory only if it is empty, ours, not a symlink and not
+    writable by others: otherwise someone else could plant files or symlinks in it."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError(f"--out {path}: is a symlink (not followed)")
+    if not stat.S_ISDIR(st.st_mode) or any(path.iterdir()):
+        raise InputError(f"--out {path}: exists and is not an empty directory")
+    if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise InputError(f"--out {path}: owned by uid {st.st_uid} or writable by others "
+                         f"(mode {stat.S_IMODE(st.st_mode):04o}); give a new directory")
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Create ``path`` (never an existing file, never through a symlink) and write ``data``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
 class Bundle:
     """Writes evidence into a fresh directory, or a tarball once finished. Thread-safe."""
 
@@ -96,9 +117,10 @@ class Bundle:
             self.root.mkdir()
         else:
             self.root = Path(str(out_dir))
-            if self.root.exists() and (not self.root.is_dir() or any(self.root.iterdir())):
-                raise InputError(f"--out {self.root}: exists and is not an empty directory")
-            self.root.mkdir(parents=True, exist_ok=True)
+            if os.path.lexists(self.root):
+                _check_own_empty_dir(self.root)
+            else:
+                self.root.mkdir(parents=True, mode=0o755)
         self.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self._nodes: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
@@ -106,11 +128,13 @@ class Bundle:
     def add(self, ev: NodeEvidence) -> None:
         """Write one node's files and remember its manifest entry."""
         files: dict[str, dict[str, Any]] = {}
+        if "/" in ev.node or ev.node in ("", ".", "..") or "\0" in ev.node:
+            raise InputError(f"node name {ev.node!r}: not usable as a directory name")
         if ev.files:
             node_dir = self.root / ev.node  # node names were validated: no "/" or ".."
             node_dir.mkdir(exist_ok=True)
             for name, data in sorted(ev.files.items()):
-                (node_dir / name).write_bytes(data)
+                _write_new(node_dir / name, data)
                 files[f"{ev.node}/{name}"] = {"bytes": len(data),
                                               "sha256": hashlib.sha256(data).hexdigest()}
         entry = {"status": ev.status, "host": ev.host, "port": ev.port,
@@ -129,15 +153,24 @@ class Bundle:
     def finish(self) -> dict[str, Any]:
         """Write manifest.json; for --tar, pack the tree and remove the staging directory."""
         manifest = self.manifest()
-        tmp = self.root / ".manifest.json.tmp"
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, self.root / "manifest.json")
+        _write_new(self.root / "manifest.json",
+                   (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
         if self.tar_file is not None:
-            part = self.tar_file.with_name(self.tar_file.name + ".part")
+            # A fresh, unpredictable name (mkstemp: O_EXCL, mode 0600) in the target's
+            # directory, then a hard link to the final name, which fails rather than replace
+            # anything that appeared there meanwhile (a planted file or symlink).
+            fd, part_name = tempfile.mkstemp(prefix=f".{self.tar_file.name}.", suffix=".part",
+                                             dir=self.tar_file.parent)
+            part = Path(part_name)
             try:
-                with tarfile.open(part, "w:gz") as tar:
+                with os.fdopen(fd, "wb") as fh, tarfile.open(fileobj=fh, mode="w:gz") as tar:
                     tar.add(self.root, arcname=self.root.name)
-                os.replace(part, self.tar_file)
+                os.chmod(part, 0o644)
+                try:
+                    os.link(part, self.tar_file)
+                except FileExistsError:
+                    raise InputError(f"--tar {self.tar_file}: appeared while collecting "
+                                     "(not overwritten)") from None
             finally:
                 part.unlink(missing_ok=True)
                 shutil.rmtree(self._staging, ignore_errors=True)

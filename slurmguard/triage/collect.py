@@ -115,16 +115,15 @@ def resolve_targets(nodes: Sequence[str], opts: CollectOptions) -> list[Any]:
     Map keys are NodeSet patterns; the first that holds the node wins; unmapped nodes are
     reached by their own name on ``opts.port``.
     """
-    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
-
     from slurmguard.adapters.ssh import SSHTarget
+    from slurmguard.nodeset import expand
 
     patterns: list[tuple[Any, str]] = []
     for pattern, address in opts.host_map.items():
         try:
-            patterns.append((NodeSet(pattern), address))
-        except (NodeSetParseError, ValueError) as exc:
-            raise ConfigError(f"triage.host_map: key {pattern!r} is not a NodeSet ({exc})") from None
+            patterns.append((set(expand(pattern, source="triage.host_map")), address))
+        except InputError as exc:
+            raise ConfigError(f"triage.host_map: key {pattern!r} is not a NodeSet ({exc.message})") from None
     targets = []
     for node in nodes:
         address = next((a for ns, a in patterns if node in ns), node)

@@ -1,7 +1,8 @@
 """`slurmguard triage`: rank suspect nodes with the evidence behind each rank.
 
-:func:`rank` is pure (table-tested in tests/test_triage_rank.py); :func:`hook_speeds` reads
-the store. Scoring (documented in docs/triage.md) favours what predicts lost GPU time:
+:func:`rank` is pure (table-tested in tests/test_triage_rank.py); its inputs come from the
+store's API (``Store.node_summary``, ``Store.alerts``, ``Store.hook_speeds``). Scoring
+(documented in docs/triage.md) favours what predicts lost GPU time:
 
 - a lemon mark (+50) or a pending burn-in (+20): policy already judged the node;
 - unhealthy runs in the last 7 days (+10 each, at most +100): repeat offenders;
@@ -65,13 +66,13 @@ def rank(summaries: Iterable[Any], alerts: Sequence[Any] = (),
     """Suspects, highest score first (ties by name); nodes with nothing against them left out.
 
     ``summaries``: store NodeSummary objects; ``alerts``: open AlertRow objects;
-    ``speeds``: {hook: {node: mean seconds}} from :func:`hook_speeds`.
+    ``speeds``: {hook: {node: mean seconds}} from ``Store.hook_speeds``.
     """
-    from ClusterShell.NodeSet import NodeSet
+    from slurmguard.nodeset import expand
 
     members: dict[str, list[Any]] = {}
     for a in alerts:
-        for node in NodeSet(a.nodes) if a.nodes else ():
+        for node in expand(a.nodes, source="alert.nodes", allow_empty=True):
             members.setdefault(node, []).append(a)
     slow = slow_nodes(speeds or {})
     by_name = {s.name: s for s in summaries}
@@ -110,20 +111,3 @@ def rank(summaries: Iterable[Any], alerts: Sequence[Any] = (),
     suspects.sort(key=lambda x: (-x.score, x.node))
     return suspects
 
-
-def hook_speeds(store: Any, *, since: float) -> dict[str, dict[str, float]]:
-    """{hook: {node: mean duration of its runs since ``since``}} (checker errors left out)."""
-    from sqlalchemy import func, select
-
-    from slurmguard.store.engine import guard
-    from slurmguard.store.models import Node, Run
-
-    stmt = (select(Run.hook, Node.name, func.avg(Run.duration))
-            .join(Node, Node.id == Run.node_id)
-            .where(Run.started >= since, Run.health != "error")
-            .group_by(Run.hook, Node.name))
-    out: dict[str, dict[str, float]] = {}
-    with guard(store.engine, "hook speeds"), store.engine.connect() as conn:
-        for hook, node, mean in conn.execute(stmt):
-            out.setdefault(hook, {})[node] = float(mean or 0.0)
-    return out

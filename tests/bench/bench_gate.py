@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from slurmguard import config, gate  # noqa: E402
+from slurmguard.nodeset import expand  # noqa: E402
 
 NOW = time.time()
 
@@ -120,7 +121,7 @@ def main() -> int:
         out = gate.run_gate(cfg, env, dry_run=True)
         inproc.append(time.perf_counter() - t)
         refused += bool(out.refused)
-        nodes = gate.expand(env["SLURM_JOB_NODELIST"])
+        nodes = expand(env["SLURM_JOB_NODELIST"], source="SLURM_JOB_NODELIST")
         t = time.perf_counter()
         gate.read_sqlite(str(db), nodes, 5.0)
         query.append(time.perf_counter() - t)

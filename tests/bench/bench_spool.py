@@ -2,7 +2,7 @@
 
     python tests/bench/bench_spool.py [--n 1000] [--pg]
 
-Drives the real node-side ``report.deliver()`` (fsync'd spool) N times with serve down, then
+Drives the real node-side ``delivery.deliver()`` (fsync'd spool) N times with serve down, then
 starts a real `slurmguard serve` and lets later deliveries replay the spool (default
 ``hooks.report_timeout`` of 2 s bounds each replay). Prints medians and checks that exactly
 N + replays records end in the store, each once.
@@ -22,8 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sgserve import Serve, new_port, write_config  # noqa: E402
 
-from slurmguard import config, report  # noqa: E402
+from slurmguard import config, delivery  # noqa: E402
+from slurmguard.adapters import spool as spool_files  # noqa: E402
 from slurmguard.health import CheckResult, Health  # noqa: E402
+from slurmguard.record import make_record  # noqa: E402
 
 
 def main() -> int:
@@ -58,26 +60,26 @@ def main() -> int:
     ids: set[str] = set()
     spool_times = []
     for i in range(args.n):
-        rec = report.make_record(f"gpu{i % 64:03d}", "prolog", results, "pass", "",
+        rec = make_record(f"gpu{i % 64:03d}", "prolog", results, "pass", "",
                                  job_id=str(1000 + i))
         ids.add(rec["id"])
         t = time.perf_counter()
-        assert report.deliver(rec, cfg) == "spooled"
+        assert delivery.deliver(rec, cfg) == "spooled"
         spool_times.append(time.perf_counter() - t)
     spool_dir = str(d / "spool")
     print(f"serve down: {args.n} deliveries spooled, median {statistics.median(spool_times)*1e3:.2f} ms "
           f"(p90 {sorted(spool_times)[int(0.9*len(spool_times))]*1e3:.2f} ms) per record, "
-          f"{len(report.spooled(spool_dir))} files in the spool")
+          f"{len(spool_files.pending(spool_dir))} files in the spool")
     serve = Serve(cfg_path, port, "--no-policy").start()
     try:
         runs = 0
         replay_times = []
         t_all = time.perf_counter()
-        while report.spooled(spool_dir) and runs < 100:
-            rec = report.make_record("gpu000", "prolog", results, "pass", "")
+        while spool_files.pending(spool_dir) and runs < 100:
+            rec = make_record("gpu000", "prolog", results, "pass", "")
             ids.add(rec["id"])
             t = time.perf_counter()
-            assert report.deliver(rec, cfg) == "sent"
+            assert delivery.deliver(rec, cfg) == "sent"
             replay_times.append(time.perf_counter() - t)
             runs += 1
         total = time.perf_counter() - t_all

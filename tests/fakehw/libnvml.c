@@ -334,9 +334,7 @@ API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dev, unsigned long long t
     return NVML_SUCCESS;
 }
 
-static nvmlReturn_t wait_event(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms, int v2) {
-    REQUIRE_INIT(); OUT(data);
-    if (!valid_set(set)) return NVML_ERROR_INVALID_ARGUMENT;
+static int next_event(nvmlEventSet_t set, nvmlEventData_t *data, int v2) {
     for (int i = 0; i < n_gpus; i++) {
         fake_gpu *g = &gpus[i];
         if ((set->mask[i] & NVML_EVENT_XID) && set->cursor[i] < g->n_xids) {
@@ -344,11 +342,29 @@ static nvmlReturn_t wait_event(nvmlEventSet_t set, nvmlEventData_t *data, unsign
             data->eventType = NVML_EVENT_XID;
             data->eventData = (unsigned long long)g->xids[set->cursor[i]++];
             if (v2) data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFFu;
-            return NVML_SUCCESS;
+            return 1;
         }
     }
-    usleep(timeout_ms * 1000u); /* nothing pending: block for the timeout, as NVML does */
-    return NVML_ERROR_TIMEOUT;
+    return 0;
+}
+
+/* Deliver the next pending Xid; else block up to timeout_ms, as NVML does, returning as soon
+   as one arrives (a rewrite of the config file appending to "xid_events"). */
+static nvmlReturn_t wait_event(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms, int v2) {
+    unsigned waited = 0;
+    REQUIRE_INIT(); OUT(data);
+    if (!valid_set(set)) return NVML_ERROR_INVALID_ARGUMENT;
+    for (;;) {
+        int got;
+        pthread_mutex_lock(&lock);
+        if (config_changed()) reload_xids();
+        got = valid_set(set) && next_event(set, data, v2);
+        pthread_mutex_unlock(&lock);
+        if (got) return NVML_SUCCESS;
+        if (waited >= timeout_ms) return NVML_ERROR_TIMEOUT;
+        usleep(2000);
+        waited += 2;
+    }
 }
 
 /* v1's struct stops after eventData; both share the leading fields. */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "minijson.h"
 
@@ -90,6 +91,8 @@ static int n_gpus;               /* slots in the config */
 static int present[MAX_GPUS];    /* NVML index -> slot */
 static int n_present;
 static fake_event_set event_sets[MAX_EVENT_SETS];
+static struct timespec config_mtime; /* of the file last loaded: waits notice a rewrite */
+static char config_file[4096];
 
 static const struct { int code; const char *name, *text; } errors[] = {
     {0, "SUCCESS", "Success"},
@@ -239,6 +242,11 @@ static nvmlReturn_t load_config(void) {
     if (config_path(path, sizeof path) != 0) return NVML_ERROR_DRIVER_NOT_LOADED;
     f = fopen(path, "rb");
     if (!f) return NVML_ERROR_DRIVER_NOT_LOADED;
+    {
+        struct stat st;
+        if (fstat(fileno(f), &st) == 0) config_mtime = st.st_mtim;
+        copy_str(config_file, sizeof config_file, path);
+    }
     fseek(f, 0, SEEK_END);
     size = ftell(f);
     rewind(f);
@@ -276,9 +284,53 @@ static nvmlReturn_t load_config(void) {
         }
         n_gpus++;
     }
-    memset(event_sets, 0, sizeof event_sets);
+    /* As in NVML, event sets live until freed or until the last nvmlShutdown: a reload
+       (another nvmlInit while initialised) keeps them and their delivery cursors. */
+    if (refcount == 0) memset(event_sets, 0, sizeof event_sets);
     j_free(root);
     return NVML_SUCCESS;
+}
+
+/* The config file was rewritten since it was loaded (a test injected something). */
+static int config_changed(void) {
+    struct stat st;
+    if (!config_file[0] || stat(config_file, &st) != 0) return 0;
+    return st.st_mtim.tv_sec != config_mtime.tv_sec || st.st_mtim.tv_nsec != config_mtime.tv_nsec;
+}
+
+/* Re-read only the Xid lists of a rewritten config, so that a waiting event set sees Xids
+   that "happen" while NVML stays initialised; the other fields change at the next nvmlInit
+   (a query running in another thread never sees a half-reloaded GPU). Called under lock. */
+static void reload_xids(void) {
+    FILE *f = fopen(config_file, "rb");
+    long size;
+    char *text;
+    const char *err = NULL;
+    jnode *root, *list, *g, *v, *e;
+    struct stat st;
+    int slot = 0;
+    if (!f) return;
+    if (fstat(fileno(f), &st) == 0) config_mtime = st.st_mtim;
+    fseek(f, 0, SEEK_END);
+    size = ftell(f);
+    rewind(f);
+    text = malloc((size_t)size + 1);
+    if (!text || fread(text, 1, (size_t)size, f) != (size_t)size) { fclose(f); free(text); return; }
+    fclose(f);
+    text[size] = 0;
+    root = j_parse(text, &err);
+    free(text);
+    if (!root) return;
+    list = j_get(root, "gpus");
+    for (g = list && list->type == J_ARR ? list->child : NULL; g && slot < n_gpus; g = g->next, slot++) {
+        fake_gpu *gp = &gpus[slot];
+        int n = 0;
+        v = j_get(g, "xid_events");
+        for (e = v && v->type == J_ARR ? v->child : NULL; e && n < MAX_XIDS; e = e->next)
+            if (e->type == J_NUM) gp->xids[n++] = (int)e->num;
+        gp->n_xids = n;
+    }
+    j_free(root);
 }
 
 #endif

@@ -1,0 +1,93 @@
+"""The node's HTTP client of `slurmguard serve`: POST result records, ask for a drain permit.
+
+Standard library only (``http.client``): it runs in every prolog. Every call is bounded by a
+timeout; an unreachable serve, a non-200 answer or an unreadable token raise
+:class:`DeliveryError`, which callers turn into "spool and retry" (records) or "fail open"
+(permits).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from slurmguard import __version__
+
+
+class DeliveryError(Exception):
+    """serve could not take the records now (unreachable, 5xx, no token): spool and retry."""
+
+
+def read_token(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except OSError as exc:
+        raise DeliveryError(f"token {path}: {exc.strerror}") from None
+    if not token:
+        raise DeliveryError(f"token {path}: empty")
+    return token
+
+
+def post_records(url: str, token: str, records: list[dict[str, Any]], timeout: float) -> dict[str, Any]:
+    """POST records to serve's ingest URL; returns serve's JSON answer.
+
+    Raises DeliveryError when serve is unreachable or answers anything but 2xx/4xx-for-a-
+    record (401/403/5xx mean "try again later", so the records stay spooled).
+    """
+    return post_json(url, token, {"records": records}, timeout)
+
+
+def drain_permit(node: str, check: str, reason: str, cfg: Any) -> tuple[bool, str]:
+    """Ask serve whether this node may drain itself now (the blast-radius guard).
+
+    Returns (allowed, why). Fails open: when serve is not configured or cannot be reached in
+    ``hooks.report_timeout`` the answer is (True, ...), because a node with a fault must not
+    take jobs just because the controller is busy; the cap then holds for serve's own drains
+    and the ledger shows the drain when the record is replayed.
+    """
+    hooks = cfg.section("hooks")
+    url = str(hooks.get("report_url") or "")
+    if not url:
+        return True, "no report_url"
+    permit_url = url.rsplit("/", 1)[0] + "/permit"
+    try:
+        token = read_token(str(hooks["token_file"]))
+        answer = post_json(permit_url, token, {"node": node, "check": check, "reason": reason},
+                           float(hooks.get("report_timeout", 2.0)))
+    except DeliveryError as exc:
+        return True, f"serve unreachable: {exc}"
+    if answer.get("allow") is False:
+        return False, str(answer.get("alert") or "refused by the blast-radius guard")
+    return True, "allowed"
+
+
+def post_json(url: str, token: str, obj: dict[str, Any], timeout: float) -> dict[str, Any]:
+    import http.client
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise DeliveryError(f"report_url: not an http(s) URL: {url!r}")
+    body = json.dumps(obj, separators=(",", ":")).encode()
+    conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    conn = conn_cls(u.hostname, u.port, timeout=max(0.05, timeout))
+    try:
+        conn.request("POST", u.path or "/ingest", body=body, headers={
+            "Authorization": f"Bearer {token}", "Content-Type": "application/json",
+            "User-Agent": f"slurmguard/{__version__}"})
+        resp = conn.getresponse()
+        data = resp.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise DeliveryError(f"{url}: {exc}") from None
+    finally:
+        conn.close()
+    # 422: every record of the request was malformed; the answer's "rejected" settles them
+    # (they are dropped, not retried: sending them again cannot make them valid).
+    if resp.status not in (200, 422):
+        raise DeliveryError(f"{url}: HTTP {resp.status}")
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        raise DeliveryError(f"{url}: answer is not JSON") from None
+    return answer if isinstance(answer, dict) else {}

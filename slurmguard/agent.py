@@ -1,0 +1,625 @@
+"""`slurmguard agent`: a resident node agent that answers "run hook X now" on a unix socket.
+
+A hook process pays for starting Python and importing slurmguard on every job start (about
+100 ms of a 130 ms prolog). The agent pays once: it keeps NVML initialised (and an NVML event
+set for Xid critical errors), follows the kernel log, runs the slow sources (filesystem
+probes, the /proc scan, IB counters, chrony, munge) in the background, and runs a hook when
+the thin client (``agent-client``, C, see clients/) asks.
+
+One definition of a hook run: the agent calls :func:`slurmguard.hooks.execute`, the same
+gather/evaluate/decide/act/report code the in-process ``slurmguard prolog`` runs, with its
+own *source table*: each source is a callable that returns the live or cached value (or
+raises the cached exception), so the checks, their timeouts, the decision, the drain (with
+the same blast-radius permit) and the record are the very same code. Freshness contract
+(docs/agent.md): sources not in ``agent.background`` are read at ask time (NVML queries, the
+new kernel-log lines, /proc/meminfo); a background value is used only when younger than
+``agent.max_age``, else it is re-run inside the hook's budget. The record carries each
+source's age (``agent.ages``) and the agent's boot id.
+
+The agent never drains on its own schedule, unless ``agent.healthcheck_interval`` > 0 (then
+it *is* the HealthCheckProgram, and runs the same healthcheck on that interval).
+
+Wire protocol (one request per connection, root only, socket mode 0600)::
+
+    request:  SGA1 <hook> node=N job=J uid=U boot=B json=0|1 dry=0|1 config=PATH started=EPOCH\\n
+    answer:   SGA1 <exit> <boot id> <len out> <len err>\\n<out bytes><err bytes>SGA1 END\\n
+    refusal:  SGA1 unavailable <why>\\n
+
+Empty values are allowed (``job=``). A client that gets anything else, a refusal, a boot id
+other than the node's current one, or no whole answer within its timeout runs the hook
+in-process instead (docs/agent.md, "Fallback").
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import select
+import socket
+import stat
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurmguard.checks.base import GatherContext
+from slurmguard.errors import ConfigError, SlurmguardError
+
+log = logging.getLogger("slurmguard.agent")
+
+PROTO = "SGA1"
+HOOKS = ("prolog", "epilog", "healthcheck")
+MAX_REQUEST = 4096
+_XID_RECORDS_KEPT = 10000
+
+
+def socket_path(template: str, node: str) -> str:
+    """``agent.socket`` with ``%n`` replaced by the node name (several slurmd per host)."""
+    return template.replace("%n", node)
+
+
+def read_boot_id(path: str) -> str:
+    try:
+        return Path(path).read_text().strip() or "unknown-boot"
+    except OSError:
+        return "unknown-boot"
+
+
+@dataclass
+class _Cached:
+    at: float  # time.monotonic() when the gather started (the data is at least this old)
+    value: Any = None
+    exc: BaseException | None = None
+
+    def result(self) -> Any:
+        if self.exc is not None:
+            raise self.exc
+        return self.value
+
+
+class KernelLogFollower:
+    """The kernel log read incrementally: /dev/kmsg kept open, or a file followed by offset.
+
+    :meth:`read` returns the same :class:`~slurmguard.adapters.kmsg.KernelLog` a hook's own
+    read would (every Xid record still known, the last position, the identity), built from
+    what was read since the agent started; the Xid check then applies its saved cursor
+    exactly as in a hook process.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._key: tuple[str, str] | None = None
+        self._fd: int | None = None
+        self._records: deque[Any] = deque(maxlen=_XID_RECORDS_KEPT)
+        self._last = -1
+        self._scanned = 0
+        self._since: tuple[str, int] | None = None
+        self._tail = b""
+
+    def _reset(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = None
+        self._records.clear()
+        self._last, self._scanned, self._since, self._tail = -1, 0, None, b""
+
+    def fileno(self) -> int | None:
+        return self._fd
+
+    def read(self, p: Mapping[str, Any]) -> Any:
+        from slurmguard.adapters import kmsg
+
+        source = str(p["source"])
+        path = str(p["kmsg_path"] if source == "kmsg" else p["file"])
+        with self.lock:
+            if self._key != (source, path):
+                self._reset()
+                self._key = (source, path)
+            if source == "kmsg":
+                if self._fd is None:
+                    self._fd = kmsg.open_kmsg(path)
+                recs, last, scanned = kmsg.read_kmsg_records(self._fd, path,
+                                                             kmsg.boot_time(str(p["stat_path"])))
+                self._records.extend(recs)
+                self._last = max(self._last, last)
+                self._scanned += scanned
+                return kmsg.KernelLog("kmsg", read_boot_id(str(p["boot_id_path"])), self._last,
+                                      tuple(self._records), {}, self._scanned)
+            since = self._since if self._same_prefix(path) else None
+            got = kmsg._read_file(p, since)
+            if since is None:
+                self._records.clear()
+                self._scanned = 0
+            self._records.extend(got.records)
+            self._scanned += got.scanned
+            self._since = (got.identity, got.end_pos)
+            self._tail = self._read_tail(path, got.end_pos)
+            return kmsg.KernelLog("file", got.identity, got.end_pos, tuple(self._records), {},
+                                  self._scanned)
+
+    _TAIL = 256
+
+    def _read_tail(self, path: str, end: int) -> bytes:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(max(0, end - self._TAIL))
+                return fh.read(min(end, self._TAIL))
+        except OSError:
+            return b""
+
+    def _same_prefix(self, path: str) -> bool:
+        """True when the file is the one read before, grown only: same inode, not shorter,
+        and the bytes before the old end unchanged (a truncate-and-rewrite with the same
+        inode, as logrotate's copytruncate does, is read afresh like a hook would)."""
+        if self._since is None:
+            return False
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        identity, end = self._since
+        if f"{st.st_dev}:{st.st_ino}" != identity or st.st_size < end:
+            return False
+        return self._read_tail(path, end) == self._tail
+
+    def close(self) -> None:
+        with self.lock:
+            self._reset()
+
+
+class NvmlHolder:
+    """NVML initialised for the agent's lifetime, plus an event set for Xid critical errors.
+
+    Holding one nvmlInit reference keeps the driver state open, so the ask-time gather's own
+    nvmlInit/nvmlShutdown (slurmguard.adapters.nvml.gather, unchanged) only moves the
+    reference count. Xid events are kept (GPU index, Xid, time) and reported in the answer;
+    they do not change the verdict, which comes from the kernel log exactly as in a hook
+    process (an NVML event is only delivered to a set that existed when it happened, so a
+    hook process could never see it: using it would make the two paths disagree).
+    """
+
+    def __init__(self, cfg: Any, on_event: Callable[[int, int], None]) -> None:
+        self.cfg = cfg
+        self.on_event = on_event
+        self.status = "not started"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._nv: Any = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(3.0)
+
+    def _run(self) -> None:
+        from slurmguard.adapters import nvml
+
+        try:
+            import pynvml as nv
+
+            nvml._load_library(nv, str(self.cfg["checks.gpu.nvml_library"] or ""))
+            nv.nvmlInit()
+        except Exception as exc:  # no GPU, no driver: the hooks report it as they always do
+            self.status = f"not initialised: {exc}"
+            return
+        self._nv = nv
+        try:
+            if not self.cfg["agent.nvml_events"]:
+                self.status = "initialised (events off)"
+                self._stop.wait()
+                return
+            try:
+                evset = nv.nvmlEventSetCreate()
+                handles = {}
+                for i in range(nv.nvmlDeviceGetCount()):
+                    try:
+                        h = nv.nvmlDeviceGetHandleByIndex(i)
+                        nv.nvmlDeviceRegisterEvents(h, nv.nvmlEventTypeXidCriticalError, evset)
+                        handles[i] = h
+                    except nv.NVMLError:
+                        continue  # a lost GPU: the gather reports it at ask time
+            except nv.NVMLError as exc:
+                self.status = f"initialised, no events: {exc}"
+                self._stop.wait()
+                return
+            self.status = f"initialised, Xid events on {len(handles)} GPUs"
+            while not self._stop.is_set():
+                try:
+                    data = nv.nvmlEventSetWait_v2(evset, 500)
+                except nv.NVMLError as exc:
+                    if exc.value != nv.NVML_ERROR_TIMEOUT:
+                        self._stop.wait(1.0)
+                    continue
+                try:
+                    index = nv.nvmlDeviceGetIndex(data.device)
+                except nv.NVMLError:
+                    index = -1
+                self.on_event(int(index), int(data.eventData))
+            try:
+                nv.nvmlEventSetFree(evset)
+            except nv.NVMLError:
+                pass
+        finally:
+            try:
+                nv.nvmlShutdown()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _config_stamp(files: list[str]) -> tuple[Any, ...]:
+    out = []
+    for f in files:
+        try:
+            st = os.stat(f)
+            out.append((f, st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((f, None, None))
+    return tuple(out)
+
+
+class Agent:
+    """The agent's state: config, caches, followers; :meth:`handle` answers one request."""
+
+    def __init__(self, config_path: str | None, node: str) -> None:
+        from slurmguard import config as config_mod
+
+        self.config_path = config_path or os.environ.get("SLURMGUARD_CONFIG") or None
+        self.node = node
+        self._config_mod = config_mod
+        self.base = config_mod.load(self.config_path)
+        self._stamp = self._current_stamp()
+        self.cfg = self.base.for_node(node)
+        self.boot_path = str(self.cfg["checks.xid.boot_id_path"])
+        self.boot_id = read_boot_id(self.boot_path)
+        self.run_lock = threading.Lock()  # one hook run at a time (state.json, NVML)
+        self.cache_lock = threading.Lock()
+        self.cache: dict[tuple[str, str], _Cached] = {}
+        self._inflight: set[tuple[str, str]] = set()
+        self.nodes = {node}
+        self.kernel_log = KernelLogFollower()
+        self.xid_events: deque[tuple[int, int, float]] = deque(maxlen=64)
+        self.nvml = NvmlHolder(self.cfg, self._on_xid_event)
+        self.stop = threading.Event()
+        self.started = time.time()
+
+    # -- config ---------------------------------------------------------------------------------
+    def _current_stamp(self) -> tuple[Any, ...]:
+        main = self.base.sources[0] if self.base.sources else None
+        files = list(self.base.sources)
+        if main:
+            confd = Path(main).parent / "conf.d"
+            if confd.is_dir():
+                files = sorted(set(files) | {str(f) for f in confd.glob("*.toml")})
+        return _config_stamp(files)
+
+    def config_for(self, node: str) -> Any:
+        """The config for ``node``, reloaded when a config file changed (caches dropped)."""
+        if self._current_stamp() != self._stamp:
+            base = self._config_mod.load(self.config_path)  # ConfigError: the client falls back
+            self.base, self._stamp = base, self._current_stamp()
+            self.cfg = base.for_node(self.node)
+            with self.cache_lock:
+                self.cache.clear()
+        return self.base.for_node(node) if node != self.node else self.cfg
+
+    # -- sources --------------------------------------------------------------------------------
+    def _on_xid_event(self, gpu: int, xid: int) -> None:
+        self.xid_events.append((gpu, xid, time.monotonic()))
+        log.warning("NVML Xid event: GPU %d Xid %d", gpu, xid)
+        try:  # pull the driver's line into the follower now
+            self.kernel_log.read(self.cfg.section("checks.xid"))
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _gather_into(self, key: tuple[str, str], target: Any, cfg: Any,
+                     ctx: GatherContext) -> _Cached:
+        from slurmguard.runner import resolve_source
+
+        c = _Cached(time.monotonic())
+        try:
+            c.value = resolve_source(target)(cfg, ctx)
+        except BaseException as exc:  # noqa: BLE001 - cached, raised again in the hook's run
+            c.exc = exc
+        with self.cache_lock:
+            old = self.cache.get(key)
+            if old is None or old.at <= c.at:
+                self.cache[key] = c
+        return c
+
+    def sources_for(self, cfg: Any, node: str, job_uid: int | None,
+                    ages: dict[str, float]) -> dict[str, Any]:
+        """The source table of one hook run: name -> callable(cfg, ctx)."""
+        from slurmguard.runner import registry, resolve_source
+
+        table = registry(cfg)[1]
+        background = set(cfg["agent.background"])
+        max_age = float(cfg["agent.max_age"])
+        out: dict[str, Any] = {}
+
+        def live(name: str, target: Any) -> Callable[[Any, GatherContext], Any]:
+            def get(c: Any, ctx: GatherContext) -> Any:
+                ages[name] = 0.0
+                return resolve_source(target)(c, ctx)
+            return get
+
+        def kernel_log(c: Any, ctx: GatherContext) -> Any:
+            from slurmguard.adapters import kmsg
+
+            ages["kmsg"] = 0.0
+            p = c.section("checks.xid")
+            return kmsg.finish(p, self.kernel_log.read(p))
+
+        def cached(name: str, target: Any) -> Callable[[Any, GatherContext], Any]:
+            def get(c: Any, ctx: GatherContext) -> Any:
+                with self.cache_lock:
+                    hit = self.cache.get((node, name))
+                now = time.monotonic()
+                if hit is not None and now - hit.at <= max_age:
+                    ages[name] = round(now - hit.at, 3)
+                    return hit.result()
+                ages[name] = 0.0  # stale or absent: run it now, inside this hook's budget
+                return self._gather_into((node, name), target, c, ctx).result()
+            return get
+
+        for name, target in table.items():
+            if name == "kmsg" and cfg["checks.xid.source"] in ("kmsg", "file"):
+                out[name] = kernel_log
+            elif name in background and not (name == "procs" and job_uid is not None):
+                # The epilog's /proc scan looks for the finished job's processes: always live.
+                out[name] = cached(name, target)
+            else:
+                out[name] = live(name, target)
+        return out
+
+    def background_once(self) -> None:
+        """Refresh every background source some hook of a known node reads (not in flight)."""
+        from slurmguard.runner import registry, select_checks
+
+        for node in sorted(self.nodes):
+            try:
+                cfg = self.config_for(node)
+                available, table = registry(cfg)
+                needed: set[str] = set()
+                for hook in HOOKS:
+                    needed |= {s for c in select_checks(cfg, hook, (), available) for s in c.sources}
+            except SlurmguardError as exc:
+                log.warning("background: %s", exc)
+                continue
+            timeout = float(cfg["hooks.check_timeout"])
+            for name in sorted(needed & set(cfg["agent.background"])):
+                key = (node, name)
+                with self.cache_lock:
+                    if key in self._inflight:
+                        continue  # still running (a hung probe): never stack them up
+                    self._inflight.add(key)
+                ctx = GatherContext(node=node, hook="agent", deadline=time.monotonic() + timeout)
+
+                def work(key: tuple[str, str] = key, target: Any = table[name], cfg: Any = cfg,
+                         ctx: GatherContext = ctx) -> None:
+                    try:
+                        self._gather_into(key, target, cfg, ctx)
+                    finally:
+                        with self.cache_lock:
+                            self._inflight.discard(key)
+
+                threading.Thread(target=work, name=f"bg-{name}", daemon=True).start()
+
+    def _background_loop(self) -> None:
+        while not self.stop.is_set():
+            self.background_once()
+            self.stop.wait(float(self.cfg["agent.refresh"]))
+
+    def _follow_loop(self) -> None:
+        """Keep reading the kernel log so nothing is lost to a ring-buffer wrap between asks."""
+        while not self.stop.is_set():
+            p = self.cfg.section("checks.xid")
+            if p["source"] not in ("kmsg", "file"):
+                self.stop.wait(5.0)
+                continue
+            fd = self.kernel_log.fileno()
+            try:
+                if fd is not None:
+                    select.select([fd], [], [], 1.0)
+                else:
+                    self.stop.wait(1.0)
+                self.kernel_log.read(p)
+            except (SlurmguardError, OSError, ValueError):
+                self.stop.wait(5.0)
+
+    def _healthcheck_loop(self) -> None:
+        interval = float(self.cfg["agent.healthcheck_interval"])
+        while not self.stop.wait(interval):
+            self.run("healthcheck", self.node, None, None, as_json=False, dry_run=False,
+                     started=time.time())
+
+    # -- one hook run ---------------------------------------------------------------------------
+    def run(self, hook: str, node: str, job_id: str | None, job_uid: int | None, *,
+            as_json: bool, dry_run: bool, started: float) -> tuple[int, str, str]:
+        """Run ``hook`` for ``node`` exactly as `slurmguard <hook>` would: (exit, out, err)."""
+        from slurmguard import hooks
+
+        cfg = self.config_for(node)
+        self.nodes.add(node)
+        out, err = io.StringIO(), io.StringIO()
+        ages: dict[str, float] = {}
+        with self.run_lock:
+            t0 = time.monotonic() - min(max(0.0, time.time() - started), 60.0)
+            sources = self.sources_for(cfg, node, job_uid, ages)
+            now = time.monotonic()
+            extra = {"agent": {"boot_id": self.boot_id, "pid": os.getpid(), "ages": ages,
+                               "nvml": self.nvml.status,
+                               "xid_events": [{"gpu": g, "xid": x, "age": round(now - t, 3)}
+                                              for g, x, t in self.xid_events]}}
+            code = hooks.execute(cfg, hook, node, as_json=as_json, out=out, err=err,
+                                 dry_run=dry_run, t0=t0, job_id=job_id, job_uid=job_uid,
+                                 sources=sources, extra=extra)
+        return code, out.getvalue(), err.getvalue()
+
+    def handle(self, line: str) -> bytes:
+        """Parse one request line and answer it (a refusal when the request does not fit)."""
+        try:
+            req = parse_request(line)
+        except ValueError as exc:
+            return refusal(str(exc))
+        if req["boot"] != self.boot_id:
+            return refusal(f"stale boot id: agent started in boot {self.boot_id}")
+        mine = os.path.realpath(self.config_path) if self.config_path else ""
+        theirs = os.path.realpath(req["config"]) if req["config"] else ""
+        if mine != theirs:
+            return refusal(f"config {theirs or '(default)'} is not the agent's {mine or '(default)'}")
+        current = read_boot_id(self.boot_path)
+        if current != self.boot_id:
+            self.stop.set()  # rebooted under us (or a restored snapshot): restart afresh
+            return refusal("boot id changed since the agent started")
+        try:
+            code, out, err = self.run(req["hook"], req["node"] or self.node, req["job"] or None,
+                                      int(req["uid"]) if req["uid"].isdigit() else None,
+                                      as_json=req["json"] == "1", dry_run=req["dry"] == "1",
+                                      started=float(req["started"] or time.time()))
+        except ConfigError as exc:
+            return refusal(f"config error: {exc.message}")
+        except Exception as exc:  # noqa: BLE001 - the in-process path will say it properly
+            log.exception("hook run failed")
+            return refusal(f"internal error: {type(exc).__name__}: {exc}")
+        return answer(code, self.boot_id, out, err)
+
+
+def parse_request(line: str) -> dict[str, str]:
+    parts = line.rstrip("\n").split(" ")
+    if len(parts) < 2 or parts[0] != PROTO:
+        raise ValueError("not an SGA1 request")
+    if parts[1] not in HOOKS:
+        raise ValueError(f"unknown hook {parts[1]!r}")
+    req = {"hook": parts[1], "node": "", "job": "", "uid": "", "boot": "", "json": "0",
+           "dry": "0", "config": "", "started": ""}
+    for item in parts[2:]:
+        key, sep, value = item.partition("=")
+        if not sep or key not in req or key == "hook":
+            raise ValueError(f"bad request field {item[:40]!r}")
+        req[key] = value
+    try:
+        float(req["started"] or 0)
+    except ValueError:
+        raise ValueError(f"bad request field started={req['started'][:40]!r}") from None
+    return req
+
+
+def answer(code: int, boot_id: str, out: str, err: str) -> bytes:
+    o, e = out.encode(), err.encode()
+    return f"{PROTO} {code} {boot_id} {len(o)} {len(e)}\n".encode() + o + e + f"{PROTO} END\n".encode()
+
+
+def refusal(why: str) -> bytes:
+    return f"{PROTO} unavailable {' '.join(why.split())[:300]}\n".encode()
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+def bind_socket(path: str) -> socket.socket:
+    """A unix stream socket at ``path``, mode 0600, in a directory not writable by others."""
+    d = os.path.dirname(path) or "."
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    st = os.stat(d)
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        raise ConfigError(f"agent.socket: directory {d} is writable by others")
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)  # a stale socket of an earlier agent
+    except FileNotFoundError:
+        pass
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        s.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    s.listen(64)
+    return s
+
+
+def serve(agent: Agent, path: str, *, ready: Callable[[], None] | None = None) -> None:
+    """Answer requests on ``path`` until ``agent.stop`` is set (SIGTERM, reboot detected)."""
+    srv = bind_socket(path)
+    me = os.geteuid()
+    threads = [threading.Thread(target=agent._background_loop, name="background", daemon=True),
+               threading.Thread(target=agent._follow_loop, name="kernel-log", daemon=True)]
+    if float(agent.cfg["agent.healthcheck_interval"]) > 0:
+        threads.append(threading.Thread(target=agent._healthcheck_loop, name="healthcheck",
+                                        daemon=True))
+    agent.nvml.start()
+    try:
+        try:
+            agent.kernel_log.read(agent.cfg.section("checks.xid"))
+        except Exception as exc:  # noqa: BLE001 - the hooks report the source as they would
+            log.info("kernel log: %s", exc)
+        agent.background_once()
+        for t in threads:
+            t.start()
+        log.info("listening on %s (node %s, boot %s)", path, agent.node, agent.boot_id)
+        if ready:
+            ready()
+
+        def one(conn: socket.socket) -> None:
+            with conn:
+                try:
+                    conn.settimeout(2.0)
+                    uid = _peer_uid(conn)
+                    if uid not in (0, me):
+                        conn.sendall(refusal(f"uid {uid} may not ask"))
+                        return
+                    buf = b""
+                    while b"\n" not in buf and len(buf) < MAX_REQUEST:
+                        chunk = conn.recv(MAX_REQUEST)
+                        if not chunk:
+                            return
+                        buf += chunk
+                    conn.settimeout(None)
+                    conn.sendall(agent.handle(buf.split(b"\n", 1)[0].decode("utf-8", "replace")))
+                except OSError:
+                    return  # the client gave up (its timeout): it runs the hook itself
+
+        srv.settimeout(0.5)
+        while not agent.stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=one, args=(conn,), name="ask", daemon=True).start()
+    finally:
+        srv.close()
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        agent.nvml.stop()
+        agent.kernel_log.close()
+
+
+def ask(path: str, line: str, timeout: float) -> bytes:
+    """Send one request and return the raw answer (tests and `slurmguard agent --ask`)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(path)
+        s.sendall(line.encode() + b"\n")
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+    finally:
+        s.close()

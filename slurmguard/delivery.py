@@ -1,0 +1,94 @@
+"""Delivery of result records to `slurmguard serve`: send, or spool and replay later.
+
+The node side uses the standard library only (it runs in every prolog). The I/O is in two
+adapters: :mod:`slurmguard.adapters.serve_client` (HTTP) and :mod:`slurmguard.adapters.spool`
+(the durable files). This module is the rule that joins them:
+
+1. POST the record to ``hooks.report_url`` with the shared token
+   (``Authorization: Bearer ...``) and wait at most ``hooks.report_timeout`` seconds.
+2. If serve cannot be reached (or answers 5xx, or the token is unreadable), write the record
+   to the spool in ``hooks.spool_dir`` (at most ``hooks.spool_max`` records, oldest dropped).
+3. After a successful send, replay the spool in batches (oldest first) within the same time
+   budget; a file is deleted only after serve answered that its record is stored (or was a
+   duplicate, or was refused as malformed). Ingest is exactly-once by record ``id``, so a
+   record sent twice (a crash between the answer and the unlink) is stored once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from slurmguard.adapters import spool
+from slurmguard.adapters.serve_client import DeliveryError, post_records, read_token
+
+_BATCH = 200  # records per replay request
+
+
+def deliver(record: dict[str, Any], cfg: Any, *, replay: bool = True) -> str:
+    """Send a record to serve, or spool it. Returns "sent", "spooled" or "skipped".
+
+    Never raises for delivery problems (they must not change a hook's verdict); the caller
+    may log the returned word. After a successful send the spool is replayed.
+    """
+    hooks = cfg.section("hooks")
+    url = str(hooks.get("report_url") or "")
+    if not url:
+        return "skipped"
+    timeout = float(hooks.get("report_timeout", 2.0))
+    deadline = time.monotonic() + timeout
+    try:
+        token = read_token(str(hooks["token_file"]))
+        answer = post_records(url, token, [record], timeout)
+    except DeliveryError:
+        return _spool_or_say(record, hooks)
+    if record.get("id") in answer.get("retry", ()):
+        return _spool_or_say(record, hooks)
+    if replay:
+        try:
+            replay_spool(url, token, str(hooks["spool_dir"]), deadline=deadline)
+        except OSError:
+            pass  # the spool is kept; the next run tries again
+    return "sent"
+
+
+def _spool_or_say(record: dict[str, Any], hooks: Any) -> str:
+    try:
+        _, dropped = spool.write_and_say(record, str(hooks["spool_dir"]), int(hooks["spool_max"]))
+    except OSError as exc:  # a full or read-only disk: the record is lost, the hook goes on
+        return f"lost: spool {hooks['spool_dir']}: {exc.strerror or exc}"
+    return f"spooled; {dropped}" if dropped else "spooled"
+
+
+def replay_spool(url: str, token: str, spool_dir: str, *, deadline: float,
+                 batch: int = _BATCH) -> int:
+    """Send spooled records (oldest first) until the spool is empty or ``deadline``
+    (time.monotonic()) passes; returns how many files were settled and removed.
+
+    Only one process replays at a time (:func:`slurmguard.adapters.spool.replay_lock`).
+    Raises OSError for a spool that is unsafe to use (a symlink, shared with others).
+    """
+    with spool.replay_lock(spool_dir) as mine:
+        if not mine:
+            return 0
+        done = 0
+        while time.monotonic() < deadline:
+            taken = spool.oldest(spool_dir, batch)
+            if taken is None:
+                break
+            if not taken:
+                continue
+            files = {str(rec["id"]): path for path, rec in taken}
+            try:
+                answer = post_records(url, token, [rec for _, rec in taken],
+                                      max(0.05, deadline - time.monotonic()))
+            except DeliveryError:
+                break
+            retry = set(answer.get("retry", ()))
+            for rid, path in files.items():
+                if rid not in retry:
+                    spool.remove(path)
+                    done += 1
+            if retry and retry >= set(files):
+                break  # serve takes nothing now; try on a later run
+        return done

@@ -1,0 +1,365 @@
+"""`slurmguard doctor`: is this host's installation wired in end to end? One item per thing
+that must hold, each with the exact fix when it does not (docs/install.md "doctor").
+
+Slurm's view comes from ``scontrol show config`` (the running slurmctld's config, through the
+Slurm adapter), else from the slurm.conf file when no controller answers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from slurmguard import __version__
+from slurmguard.errors import SlurmguardError
+
+PASS, FAIL, SKIP = "pass", "FAIL", "skip"
+MARKER = "hook-unrunnable.log"
+HOOK_KEYS = {"node": (("Prolog", "slurmguard-prolog"), ("Epilog", "slurmguard-epilog"),
+                      ("HealthCheckProgram", "slurmguard-healthcheck")),
+             "controller": (("PrologSlurmctld", "slurmguard-gate"),)}
+_DEFAULTS_RE = re.compile(r"^SLURMGUARD_DEFAULTS=(.*)$", re.M)
+
+
+@dataclass
+class Item:
+    name: str
+    status: str  # pass, FAIL, skip
+    detail: str
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+class Doctor:
+    """Collects the items for one role; every check is a method returning Items."""
+
+    def __init__(self, role: str, cfg: Any, env: dict[str, str] | None = None) -> None:
+        self.role = role
+        self.cfg = cfg
+        self.env = env
+        self.items: list[Item] = []
+        self.conf: dict[str, str] = {}
+        self.conf_source = ""
+
+    # -- helpers -------------------------------------------------------------------------------
+    def add(self, name: str, ok: bool | None, detail: str, fix: str = "") -> None:
+        status = SKIP if ok is None else PASS if ok else FAIL
+        self.items.append(Item(name, status, detail, fix if status == FAIL else ""))
+
+    def guarded(self, name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except SlurmguardError as exc:
+            self.add(name, False, exc.message, "see the message")
+
+    def run(self) -> list[Item]:
+        self.add("config", True, ", ".join(self.cfg.sources) or "built-in defaults (no file)")
+        self.guarded("slurm.conf", self.read_slurm)
+        self.guarded("hook scripts", self.check_hooks)
+        if self.role == "node":
+            self.guarded("PrologEpilogTimeout", self.check_timeout)
+        self.guarded("nohold_on_prolog_fail", self.check_nohold)
+        self.guarded("slurmguard runnable", self.check_runnable)
+        self.guarded("state dir", self.check_state_dir)
+        self.guarded("hook-unrunnable marker", self.check_marker)
+        if self.role == "node":
+            self.guarded("NVML", self.check_nvml)
+            self.guarded("SPANK plugin", self.check_spank)
+            self.guarded("hook token", self.check_hook_token)
+        else:
+            self.guarded("store", self.check_store)
+            self.guarded("serve token", self.check_serve_token)
+        return self.items
+
+    # -- Slurm's configuration -----------------------------------------------------------------
+    def read_slurm(self) -> None:
+        from slurmguard.adapters.slurm import SlurmCLI
+        from slurmguard.adapters.slurm_conf import read_slurm_conf, slurm_conf_path
+
+        try:
+            self.conf = SlurmCLI(self.cfg.section("slurm"), env=self.env).show_config()
+            self.conf_source = "scontrol show config"
+            self.add("slurm.conf", True, "read the running config with `scontrol show config`")
+            return
+        except SlurmguardError as exc:
+            why = exc.message
+        path = slurm_conf_path(self.env)
+        try:
+            self.conf = read_slurm_conf(path)
+        except SlurmguardError as exc:
+            self.add("slurm.conf", False, f"scontrol show config failed ({why}) and {exc.message}",
+                     "start slurmctld, or point SLURM_CONF at the cluster's slurm.conf")
+            return
+        self.conf_source = path
+        self.add("slurm.conf", True, f"read {path} (scontrol show config failed: {why})")
+
+    def check_hooks(self) -> None:
+        from slurmguard.install.plan import entry_script
+
+        if not self.conf:
+            self.add("hook scripts", None, "slurm.conf unreadable")
+            return
+        for key, script in HOOK_KEYS[self.role]:
+            value = self.conf.get(key.lower(), "")
+            paths = [p.strip() for p in value.split(",") if p.strip()]
+            ours = [p for p in paths if os.path.basename(p) == script]
+            name = f"{key}"
+            if not ours:
+                self.add(name, False, f"{key} is {value or 'unset'} in {self.conf_source}",
+                         f"add {key}=/usr/lib/slurmguard/{'epilog' if 'epilog' in script else 'prolog'}/"
+                         f"{script} to slurm.conf (see `slurmguard setup {self.role} --dry-run`), "
+                         "restart slurmctld and slurmd")
+                continue
+            path = ours[0]
+            if not os.access(path, os.X_OK):
+                self.add(name, False, f"{key}={path}: no such executable on this host",
+                         f"run: slurmguard setup {self.role}")
+                continue
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+            m = _DEFAULTS_RE.search(text)
+            defaults = m.group(1).strip() if m else ""
+            if text.encode() != entry_script(script, defaults):
+                self.add(name, False, f"{path} differs from this slurmguard's {script}",
+                         f"run: slurmguard setup {self.role} (reinstalls the entry scripts)")
+                continue
+            self.add(name, True, f"{key}={path}")
+
+    def check_timeout(self) -> None:
+        from slurmguard.adapters.slurm_conf import timeout_seconds
+
+        if not self.conf:
+            self.add("PrologEpilogTimeout", None, "slurm.conf unreadable")
+            return
+        budget = float(self.cfg["hooks.budget"])
+        raw = self.conf.get("prologepilogtimeout", "")
+        limit = timeout_seconds(raw)
+        ok = limit is None or limit > budget
+        self.add("PrologEpilogTimeout", ok,
+                 f"PrologEpilogTimeout={raw or 'unset'} (unlimited)" if limit is None else
+                 f"PrologEpilogTimeout={int(limit)} s, hooks.budget={budget:g} s",
+                 f"set PrologEpilogTimeout={max(60, int(budget) + 30)} in slurm.conf (longer than "
+                 "hooks.budget, so that slurmguard's own watchdog ends a slow run)")
+
+    def check_nohold(self) -> None:
+        from slurmguard.adapters.slurm_conf import scheduler_parameters
+
+        if not self.conf:
+            self.add("nohold_on_prolog_fail", None, "slurm.conf unreadable")
+            return
+        params = scheduler_parameters(self.conf)
+        self.add("nohold_on_prolog_fail", "nohold_on_prolog_fail" in params,
+                 f"SchedulerParameters={','.join(params) or 'unset'}",
+                 "add nohold_on_prolog_fail to SchedulerParameters in slurm.conf: a job whose "
+                 "prolog drained a bad node is requeued instead of held")
+
+    # -- this host's installation --------------------------------------------------------------
+    def _defaults_file(self) -> str:
+        """The defaults file our installed entry script reads (from the script itself)."""
+        for key, script in HOOK_KEYS[self.role]:
+            for p in self.conf.get(key.lower(), "").split(","):
+                p = p.strip()
+                if os.path.basename(p) == script and os.path.isfile(p):
+                    with open(p, encoding="utf-8", errors="replace") as fh:
+                        m = _DEFAULTS_RE.search(fh.read())
+                    if m:
+                        return m.group(1).strip()
+        from slurmguard.install.plan import DEFAULTS_FILE
+
+        return DEFAULTS_FILE
+
+    def check_runnable(self) -> None:
+        from slurmguard.proc import run_command
+
+        defaults = self._defaults_file()
+        probe = run_command(["/bin/sh", "-c", 'SLURMGUARD=/usr/local/bin/slurmguard; '
+                             '[ -r "$1" ] && . "$1" >/dev/null 2>&1; printf %s "$SLURMGUARD"',
+                             "sh", defaults], timeout=10, check=False,
+                            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        exe = probe.stdout.strip()
+        fix = (f"reinstall slurmguard or run `slurmguard setup {self.role}` with the slurmguard "
+               f"the hooks should run (it writes {defaults})")
+        if not os.path.exists(defaults):
+            self.add("slurmguard runnable", False, f"{defaults} is missing: the entry scripts "
+                     f"fall back to {exe}", fix)
+            return
+        if not os.access(exe, os.X_OK):
+            self.add("slurmguard runnable", False, f"{defaults} names {exe}, which is not an "
+                     "executable: every hook skips its checks", fix)
+            return
+        r = run_command([exe, "--version"], timeout=30, check=False,
+                        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        if r.rc != 0 or __version__ not in r.stdout:
+            last = (r.stderr.strip().splitlines() or [r.stdout.strip() or "no output"])[-1]
+            self.add("slurmguard runnable", False, f"{exe} --version (with the hooks' empty "
+                     f"environment) exited {r.rc}: {last}", fix)
+            return
+        self.add("slurmguard runnable", True, f"the entry scripts run {exe} ({r.stdout.strip()})")
+
+    def check_state_dir(self) -> None:
+        d = str(self.cfg["hooks.state_dir"])
+        ok = os.path.isdir(d) and os.access(d, os.W_OK)
+        self.add("state dir", ok, f"{d} {'is writable' if ok else 'is missing or not writable'}",
+                 f"run: slurmguard setup {self.role}")
+
+    def check_marker(self) -> None:
+        path = os.path.join(str(self.cfg["hooks.state_dir"]), MARKER)
+        lines = read_marker(path)
+        if not lines:
+            self.add("hook-unrunnable marker", True, f"no entry script failed to run slurmguard ({path})")
+            return
+        self.add("hook-unrunnable marker", False,
+                 f"{len(lines)} hook run(s) could not run slurmguard; last: {lines[-1]}",
+                 "fix the cause it names (see `slurmguard runnable`), then: slurmguard doctor --ack "
+                 f"(moves {path} to {path}.1)")
+
+    def check_nvml(self) -> None:
+        from slurmguard.adapters import nvml
+        from slurmguard.errors import Unsupported
+
+        cfg = self.cfg.for_node(os.environ.get("SLURMD_NODENAME") or None)
+        expected = int(cfg["checks.gpu.expected_count"])
+        try:
+            snap = nvml.gather(cfg, None)
+        except Unsupported as exc:
+            devices = [e for e in _listdir("/dev") if re.fullmatch(r"nvidia\d+", e)]
+            ok = expected <= 0 and not devices
+            self.add("NVML", ok, f"{exc.message}; checks.gpu.expected_count={expected}; "
+                     f"/dev/nvidia*: {len(devices)}",
+                     "install the NVIDIA driver (libnvidia-ml.so.1) or set "
+                     "checks.gpu.nvml_library" if expected > 0 or devices else "")
+            return
+        ok = expected < 0 or snap.count == expected
+        self.add("NVML", ok, f"driver {snap.driver_version}, {snap.count} GPU(s)"
+                 + (f", expected {expected}" if expected >= 0 else ""),
+                 "a GPU is missing: run `slurmguard check` for details")
+
+    def check_spank(self) -> None:
+        from slurmguard.adapters.slurm_conf import plugstack_path, slurm_conf_path
+
+        path = plugstack_path(self.conf, slurm_conf_path(self.env))
+        lines = _plugstack_lines(path)
+        ours = [ln for ln in lines if "slurmguard_spank.so" in ln]
+        fix = (f"run: slurmguard setup node (builds the plugin), then add its printed line "
+               f"`optional .../slurmguard_spank.so` to {path}")
+        if not ours:
+            self.add("SPANK plugin", False, f"{path} does not list slurmguard_spank.so", fix)
+            return
+        so = ours[0].split()[1] if len(ours[0].split()) > 1 else ""
+        self.add("SPANK plugin", os.path.isfile(so), f"{path}: {ours[0]}"
+                 + ("" if os.path.isfile(so) else f" ({so} is missing)"), fix)
+
+    def check_hook_token(self) -> None:
+        url = str(self.cfg["hooks.report_url"])
+        if not url:
+            self.add("hook token", None, "hooks.report_url is empty: results are not sent to serve")
+            return
+        self._token("hook token", str(self.cfg["hooks.token_file"]),
+                    "copy the controller's serve.token_file here (root, chmod 0600)")
+
+    def check_serve_token(self) -> None:
+        self._token("serve token", str(self.cfg["serve.token_file"]),
+                    "run: slurmguard setup controller (creates it, mode 0600)")
+
+    def _token(self, name: str, path: str, fix: str) -> None:
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            self.add(name, False, f"{path}: {exc.strerror}", fix)
+            return
+        if st.st_mode & (stat.S_IROTH | stat.S_IWOTH):
+            self.add(name, False, f"{path} is world-accessible (mode {stat.S_IMODE(st.st_mode):04o})",
+                     f"chmod 0600 {path}")
+            return
+        # The hooks run as SlurmdUser (root unless slurm.conf says otherwise).
+        user = (self.conf.get("slurmduser") or "root").split("(", 1)[0]
+        readable = user == "root" or _readable_by(st, user)
+        self.add(name, readable, f"{path} mode {stat.S_IMODE(st.st_mode):04o}"
+                 + ("" if readable else f", not readable by SlurmdUser {user}"),
+                 f"chown {user} {path}")
+
+    def check_store(self) -> None:
+        try:
+            from slurmguard.store.engine import current_revision, describe, make_engine, store_url
+        except ImportError:
+            self.add("store", False, "SQLAlchemy is not installed",
+                     "pip install 'slurmguard[server]' into this slurmguard's environment")
+            return
+        from slurmguard.store.version import HEAD, schema_problem
+
+        section = self.cfg.section("store")
+        where = describe(store_url(section))
+        engine = make_engine(section)
+        try:
+            problem = schema_problem(current_revision(engine), where)
+        finally:
+            engine.dispose()
+        self.add("store", problem is None, problem or f"{where} at schema {HEAD}",
+                 "run: slurmguard setup controller (or: slurmguard db upgrade)")
+
+
+def read_marker(path: str) -> list[str]:
+    """The lines of a hook-unrunnable marker (empty when there is none)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return [ln.strip() for ln in fh if ln.strip()]
+    except OSError:
+        return []
+
+
+def ack_marker(state_dir: str) -> str | None:
+    """Move the marker aside (to .1) once its cause is fixed; returns the new path."""
+    path = os.path.join(state_dir, MARKER)
+    if not os.path.exists(path):
+        return None
+    os.replace(path, path + ".1")
+    return path + ".1"
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _plugstack_lines(path: str, depth: int = 0) -> list[str]:
+    import glob
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            raw = fh.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in raw:
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if line.startswith("include ") and depth < 4:
+            for f in sorted(glob.glob(line.split(None, 1)[1])):
+                out.extend(_plugstack_lines(f, depth + 1))
+            continue
+        out.append(line)
+    return out
+
+
+def _readable_by(st: os.stat_result, user: str) -> bool:
+    import pwd
+
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return False
+    if st.st_uid == pw.pw_uid:
+        return bool(st.st_mode & stat.S_IRUSR)
+    import grp
+
+    groups = {pw.pw_gid} | {g.gr_gid for g in grp.getgrall() if user in g.gr_mem}
+    return st.st_gid in groups and bool(st.st_mode & stat.S_IRGRP)

@@ -1,0 +1,94 @@
+"""Node names and node sets (``gpu[001-064],cpu7``): the one place they are parsed and checked.
+
+Every command and library function that takes a node list expands it with :func:`expand`,
+which validates: a malformed set or a hostile name is an :class:`~slurmguard.errors.InputError`
+naming where the value came from (``NODESET``, ``SLURM_JOB_NODELIST``, a config key) and the
+value, in one line. An empty set is an error too, unless the caller says an empty list is a
+normal answer (``allow_empty=True``: an empty ``ExcNodeList``, an alert with no members).
+
+The node-name rule: letters, digits, ``.``, ``_``, ``-``; starting with a letter or digit
+(``-x`` would read as an option, ``.x`` as a hidden or parent path); no ``..``; at most 128
+characters. Names also become directory names in triage bundles and words on remote command
+lines, so nothing else passes.
+
+Standard library only at import time (it is on the hook path); ClusterShell is imported when
+a set is actually expanded or folded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from slurmguard.errors import InputError
+
+_NODE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+# A node set as Slurm writes it: n[1-4,7],gpu001 -- no spaces, no shell characters.
+_NODESET_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,\-\[\]]{0,4095}")
+
+
+def is_node_name(name: object) -> bool:
+    return isinstance(name, str) and bool(_NODE_RE.fullmatch(name)) and ".." not in name
+
+
+def validate_node_name(name: object) -> str:
+    """Return ``name`` when it is a plausible Slurm node name, else raise InputError."""
+    if not is_node_name(name):
+        raise InputError(f"node name: not a valid Slurm node name: {_show(name)}")
+    return name  # type: ignore[return-value]
+
+
+def validate_nodeset(nodeset: object) -> str:
+    """Return ``nodeset`` (``gpu[001-064],cpu1``) when plausible, else raise InputError.
+
+    A cheap textual check for passing a set on to Slurm unexpanded; :func:`expand` is the
+    full one."""
+    if not isinstance(nodeset, str) or not _NODESET_RE.fullmatch(nodeset):
+        raise InputError(f"node set: not a valid Slurm node list: {_show(nodeset)}")
+    return nodeset
+
+
+def expand(nodeset: str, *, source: str = "NODESET", allow_empty: bool = False) -> list[str]:
+    """The node names of ``nodeset``, sorted as ClusterShell sorts them, each validated.
+
+    ``source`` names where the value came from in the error. Raises InputError for a
+    malformed set, a hostile name, or (unless ``allow_empty``) an empty set.
+    """
+    if not nodeset or not nodeset.strip():
+        if allow_empty:
+            return []
+        raise InputError(f"{source}: empty node set: {nodeset!r}")
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+    try:
+        names = list(NodeSet(nodeset))
+    except (NodeSetParseError, ValueError) as exc:
+        raise InputError(f"{source}: not a node set: {nodeset!r} ({exc})") from None
+    if not names and not allow_empty:
+        raise InputError(f"{source}: empty node set: {nodeset!r}")
+    for name in names:
+        validate_node_name(name)
+    return names
+
+
+def contains(pattern: str, node: str) -> bool:
+    """Whether ``node`` is in the set ``pattern`` (without expanding it: cheap for
+    ``gpu[0001-4096]`` on the hook path). ``pattern`` is assumed checked by :func:`expand`."""
+    from ClusterShell.NodeSet import NodeSet
+
+    return node in NodeSet(pattern)
+
+
+def fold(names: Iterable[str]) -> str:
+    """The folded set of ``names`` (``n[1-3,7]``); "" for none."""
+    names = list(names)
+    if not names:
+        return ""
+    from ClusterShell.NodeSet import NodeSet
+
+    return str(NodeSet.fromlist(names))
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

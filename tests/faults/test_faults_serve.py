@@ -1,0 +1,250 @@
+"""Faults on the serve side, against a real `slurmguard serve` process: slow and stuck
+clients, the connection cap, kill -9 in the middle of a load, a store locked by another
+writer. Nodes are the real node-side client code (tests/loadgen.py); afterwards every record
+is counted in the store: 0 lost, 0 duplicated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from loadgen import count_in_store, drain_spools, run_clients
+from reliability import record, setting
+from sgserve import TOKEN, Serve, new_port, new_store, write_config
+
+from slurmguard.adapters import serve_client
+from slurmguard.record import make_record
+
+KILL_SECONDS = setting("kill_seconds", 8, 60)
+KILL_CLIENTS = int(setting("kill_clients", 50, 200))
+LOCK_SECONDS = setting("ingest_lock_seconds", 4, 30)
+
+
+def _read_all(s: socket.socket, limit: float) -> tuple[bytes, float]:
+    """Read until EOF (or ``limit`` seconds); returns the bytes and when EOF came."""
+    s.settimeout(limit)
+    t0 = time.monotonic()
+    data = b""
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return data, time.monotonic() - t0
+
+
+def _peek(s: socket.socket) -> bytes:
+    s.setblocking(False)
+    try:
+        return s.recv(65536)
+    except BlockingIOError:
+        return b""
+    finally:
+        s.setblocking(True)
+
+
+def _post_one(serve: Serve, node: str = "n1") -> dict:
+    rec = make_record(node, "prolog", [], "pass", "")
+    ans = serve_client.post_records(f"{serve.url}/ingest", TOKEN, [rec], 10)
+    assert ans["stored"] == [rec["id"]]
+    return rec
+
+
+def test_slow_and_stuck_clients_are_cut_off(tmp_path: Path) -> None:
+    url = new_store(tmp_path)
+    port = new_port()
+    cfg = write_config(tmp_path, store_url=url, port=port, serve_extra=(
+        "idle_timeout = 1.5\nrequest_timeout = 2.0\nworkers = 2"))
+    serve = Serve(cfg, port, "--no-policy").start()
+    try:
+        opened = time.monotonic()
+        silent = socket.create_connection(("127.0.0.1", port))
+        head_only = socket.create_connection(("127.0.0.1", port))
+        head_only.sendall(b"POST /ingest HTTP/1.1\r\nHost: x\r\n")
+        short_body = socket.create_connection(("127.0.0.1", port))
+        short_body.sendall(b"POST /ingest HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                           + TOKEN.encode() + b"\r\nContent-Length: 1000\r\n\r\n{\"records\"")
+        trickle = socket.create_connection(("127.0.0.1", port))
+        stop = threading.Event()
+
+        def drip() -> None:  # one byte every 0.3 s: never a whole request
+            for b in b"POST /ingest HTTP/1.1\r\nHost: slowloris-slowloris\r\n":
+                if stop.wait(0.3):
+                    return
+                try:
+                    trickle.send(bytes([b]))
+                except OSError:
+                    return
+
+        t = threading.Thread(target=drip, daemon=True)
+        t.start()
+        # More stuck clients than workers (2), and a node still gets through at once.
+        t0 = time.monotonic()
+        _post_one(serve)
+        fast = time.monotonic() - t0
+        answers = {}
+        for name, s in (("silent", silent), ("head_only", head_only),
+                        ("short_body", short_body), ("trickle", trickle)):
+            data, _ = _read_all(s, 15)
+            answers[name] = (data, time.monotonic() - opened)  # seconds since they connected
+            s.close()
+        stop.set()
+        t.join(5)
+        health = serve.healthz()
+        _post_one(serve, "n2")
+    finally:
+        serve.stop()
+    assert answers["silent"][0] == b"" and answers["silent"][1] < 10
+    for name in ("head_only", "short_body", "trickle"):
+        data, took = answers[name]
+        assert data.startswith(b"HTTP/1.1 408 "), (name, data)
+        assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"].startswith("request not complete")
+        assert took < 12, (name, took)
+    assert health["request_timeouts"] >= 3 and health["idle_closed"] >= 1
+    lost, dup, _ = count_in_store(url, set())
+    record("slow-clients", store="SQLite",
+           load="1 silent, 1 header-only, 1 short-body, 1 byte-every-0.3s client; 2 workers",
+           faults="slowloris > workers", bad_inputs="4 stuck connections",
+           figures=(f"node POST answered in {fast * 1000:.0f} ms meanwhile; stuck ones got 408 "
+                    f"within {max(answers[n][1] for n in ('head_only', 'short_body')):.1f} s of "
+                    "connecting (request_timeout 2 s), the silent one was closed "
+                    "(idle_timeout 1.5 s)"))
+
+
+def test_connection_cap_evicts_idle_first(tmp_path: Path) -> None:
+    url = new_store(tmp_path)
+    port = new_port()
+    cap = 20
+    cfg = write_config(tmp_path, store_url=url, port=port, serve_extra=(
+        f"max_connections = {cap}\nidle_timeout = 60\nrequest_timeout = 60"))
+    serve = Serve(cfg, port, "--no-policy").start()
+    held: list[socket.socket] = []
+    try:
+        for _ in range(cap):
+            held.append(socket.create_connection(("127.0.0.1", port)))
+        time.sleep(1)
+        for _ in range(cap):  # as many again: the idle ones are closed to make room
+            held.append(socket.create_connection(("127.0.0.1", port)))
+        time.sleep(0.5)
+        _post_one(serve)  # a real node still gets in
+        for s in held:
+            s.close()
+        held = []
+        time.sleep(1)
+        for _ in range(cap + 10):  # more connections that each started a request than the cap
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /ingest HTTP/1.1\r\n")
+            held.append(s)
+            time.sleep(0.02)
+        time.sleep(1)
+        answers = [_peek(s) for s in held]
+        refused = [a for a in answers if a]
+    finally:
+        for s in held:
+            s.close()
+    try:
+        time.sleep(1)
+        _post_one(serve, "n2")  # and once they are gone, nodes get in again
+        health = serve.healthz()
+    finally:
+        serve.stop()
+    assert len(refused) >= 10, answers
+    assert all(a.startswith(b"HTTP/1.1 503") and b"too many connections" in a for a in refused)
+    assert health["evicted_idle"] >= cap and health["refused_over_cap"] >= 1
+    record("connection-cap", store="SQLite",
+           load=f"{cap * 2} idle, then {cap} half-sent connections against max_connections {cap}",
+           faults="connection cap reached",
+           figures=(f"{health['evicted_idle']} idle connections closed to make room, a node's POST "
+                    f"still stored; {health['refused_over_cap']} refused with one-line 503 when "
+                    "none was idle"))
+
+
+def test_kill_9_serve_mid_load(tmp_path: Path) -> None:
+    url = new_store(tmp_path)
+    port = new_port()
+    cfg = write_config(tmp_path, store_url=url, port=port)
+    serve = Serve(cfg, port, "--no-policy").start()
+    started = threading.Event()
+    kills = []
+
+    def killer() -> None:
+        started.wait(30)
+        time.sleep(KILL_SECONDS / 3)
+        assert serve.proc is not None
+        os.killpg(serve.proc.pid, signal.SIGKILL)  # no shutdown, no flush: mid-transaction
+        serve.proc.wait()
+        kills.append(time.monotonic())
+        serve.proc = None
+        time.sleep(min(3.0, KILL_SECONDS / 4))  # nodes find nobody listening: they spool
+        serve.start()
+        kills.append(time.monotonic())
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    try:
+        load = run_clients(f"{serve.url}/ingest", TOKEN, clients=KILL_CLIENTS,
+                           seconds=KILL_SECONDS, batch=5, spool_root=tmp_path / "spools",
+                           timeout=5, during=started)
+        t.join(60)
+        left = drain_spools(f"{serve.url}/ingest", TOKEN, tmp_path / "spools")
+    finally:
+        serve.stop()
+    lost, dup, stored = count_in_store(url, load.made)
+    record("kill-9-serve", store="SQLite",
+           load=f"{KILL_CLIENTS} clients x {load.seconds:.0f} s, batches of 5",
+           faults=f"kill -9 of serve mid-load, down {kills[1] - kills[0]:.1f} s, restarted",
+           lost=lost, duplicated=dup,
+           figures=(f"{load.failures} POSTs failed, {load.spooled} records spooled and replayed; "
+                    f"{stored} of {len(load.made)} records stored once"))
+    assert len(kills) == 2, "serve was not killed and restarted"
+    assert load.failures > 0 and load.spooled > 0, "the kill did not hit the load"
+    assert left == 0
+    assert (lost, dup) == (0, 0), (lost, dup)
+
+
+def test_store_locked_during_ingest(tmp_path: Path) -> None:
+    url = new_store(tmp_path)
+    db = url[len("sqlite:///"):]
+    port = new_port()
+    cfg = write_config(tmp_path, store_url=url, port=port,
+                       extra="\n[store]\n" if False else "", serve_extra="")
+    text = cfg.read_text().replace("[store]\n", "[store]\nbusy_timeout = 0.5\n", 1)
+    cfg.write_text(text)
+    serve = Serve(cfg, port, "--no-policy").start()
+    spools = tmp_path / "spools"
+    try:
+        first = run_clients(f"{serve.url}/ingest", TOKEN, clients=10, seconds=1, batch=5,
+                            spool_root=spools, prefix="pre")
+        locker = sqlite3.connect(db, timeout=5, isolation_level=None)
+        locker.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
+        locker.execute("INSERT INTO alembic_version (version_num) SELECT 'x' WHERE 0")
+        locked = run_clients(f"{serve.url}/ingest", TOKEN, clients=10, seconds=LOCK_SECONDS,
+                             batch=5, spool_root=spools, prefix="lock", timeout=5)
+        health_locked = serve.healthz(token=None)
+        locker.execute("ROLLBACK")
+        locker.close()
+        left = drain_spools(f"{serve.url}/ingest", TOKEN, spools)
+    finally:
+        serve.stop()
+    log = serve.log.read_text()
+    lost, dup, stored = count_in_store(url, first.made | locked.made)
+    record("store-locked-ingest", store="SQLite",
+           load=f"10 clients x {LOCK_SECONDS:g} s while another writer holds the lock",
+           faults=f"store write-locked {LOCK_SECONDS:g} s (busy_timeout 0.5 s)",
+           lost=lost, duplicated=dup,
+           figures=(f"{locked.failures} POSTs answered 503, {locked.spooled} records spooled, "
+                    f"all replayed after the lock was released; liveness said "
+                    f"{health_locked['status']!r} meanwhile"))
+    assert locked.failures > 0 and locked.spooled > 0
+    assert "store write failed" in log and "database is locked" in log
+    assert left == 0 and (lost, dup) == (0, 0)

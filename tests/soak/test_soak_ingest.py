@@ -1,0 +1,98 @@
+"""Load on a real `slurmguard serve`: 200 node clients posting batches, on SQLite and
+PostgreSQL, then every record counted in the store (0 lost, 0 duplicated); and 500 idle
+connections held open while nodes post, which must not delay them beyond the stated bound.
+
+CI runs the bounded form (a few seconds per scenario); the long form is
+``SLURMGUARD_RELIABILITY=long`` (60 s per store), sizes overridable (tests/reliability.py).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from loadgen import count_in_store, drain_spools, run_clients
+from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
+from reliability import record, setting
+from sgserve import TOKEN, Serve, new_port, new_store, write_config
+
+pytestmark = pytest.mark.postgres
+
+CLIENTS = int(setting("soak_clients", 200, 200))
+SECONDS = setting("soak_seconds", 6, 60)
+BATCH = int(setting("soak_batch", 5, 5))
+IDLE = int(setting("soak_idle", 500, 500))
+IDLE_BOUND = 2.0  # s: p99 of a node's POST with IDLE idle connections open (docs/reliability.md)
+
+
+def test_load(tmp_path: Path, store_url: str) -> None:  # noqa: F811
+    port = new_port()
+    cfg = write_config(tmp_path, store_url=store_url, port=port)
+    serve = Serve(cfg, port, "--no-policy").start()
+    try:
+        load = run_clients(f"{serve.url}/ingest", TOKEN, clients=CLIENTS, seconds=SECONDS,
+                           batch=BATCH, spool_root=tmp_path / "spools")
+        left = drain_spools(f"{serve.url}/ingest", TOKEN, tmp_path / "spools")
+        health = serve.healthz()
+    finally:
+        serve.stop()
+    lost, dup, stored = count_in_store(store_url, load.made)
+    engine = "PostgreSQL" if store_url.startswith("postgresql") else "SQLite"
+    record(f"load-{engine.lower()}", store=engine,
+           load=f"{CLIENTS} clients x {load.seconds:.0f} s, batches of {BATCH}",
+           faults=f"{load.failures} timed-out POSTs spooled and replayed" if load.failures else "-",
+           lost=lost, duplicated=dup,
+           figures=f"{load.summary()}; {health['batches']} commits")
+    assert not load.rejected
+    assert left == 0, f"{left} records still spooled after the drain"
+    assert (lost, dup) == (0, 0), (lost, dup)
+    assert stored == len(load.made) and load.requests >= CLIENTS
+
+
+def _idle_socket(port: int, partial: bool) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    if partial:  # a slowloris: the start of a request, then nothing
+        s.sendall(b"POST /ingest HTTP/1.1\r\nHost: x\r\n")
+    return s
+
+
+def test_idle_connections_do_not_delay_nodes(tmp_path: Path) -> None:
+    url = new_store(tmp_path)
+    port = new_port()
+    # Timeouts long enough that every idle connection stays open for the whole measurement.
+    cfg = write_config(tmp_path, store_url=url, port=port, serve_extra=(
+        "idle_timeout = 120\nrequest_timeout = 120\nmax_connections = 2048\nworkers = 16"))
+    serve = Serve(cfg, port, "--no-policy").start()
+    held: list[socket.socket] = []
+    try:
+        base = run_clients(f"{serve.url}/ingest", TOKEN, clients=20, seconds=3, batch=BATCH,
+                           spool_root=tmp_path / "base", prefix="base")
+        # More slowloris connections than serve has workers: none of them may hold one.
+        partial = 50
+        for i in range(IDLE + partial):
+            held.append(_idle_socket(port, partial=i >= IDLE))
+        end = time.monotonic() + 30
+        while serve.healthz()["connections"] < IDLE + partial and time.monotonic() < end:
+            time.sleep(0.1)
+        open_now = serve.healthz()["connections"]
+        busy = run_clients(f"{serve.url}/ingest", TOKEN, clients=20, seconds=3, batch=BATCH,
+                           spool_root=tmp_path / "busy", prefix="busy")
+        still = serve.healthz()["connections"]
+    finally:
+        for s in held:
+            s.close()
+        serve.stop()
+    lost, dup, _ = count_in_store(url, base.made | busy.made)
+    p99 = busy.percentile(99)
+    record("idle-connections", store="SQLite",
+           load=f"{IDLE} idle + {partial} half-sent requests held open, 20 clients x 3 s",
+           faults="slowloris connections > workers (16)", lost=lost, duplicated=dup,
+           figures=(f"p99 {p99 * 1000:.0f} ms with them vs {base.percentile(99) * 1000:.0f} ms "
+                    f"without (bound {IDLE_BOUND:g} s); p50 {busy.percentile(50) * 1000:.0f} ms; "
+                    f"{open_now} connections open"))
+    assert open_now >= IDLE + partial and still >= IDLE + partial
+    assert busy.failures == 0 and busy.requests > 20
+    assert p99 < IDLE_BOUND, busy.summary()
+    assert (lost, dup) == (0, 0)

@@ -1,0 +1,190 @@
+"""`slurmguard doctor` on a real Slurm cluster wired in by `slurmguard setup` (one cluster for
+the module), passing and failing; and against a slurm.conf file when no slurmctld answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import require, sg_env
+
+pytestmark = pytest.mark.slurm
+VENV_SG = str(Path(sys.executable).parent / "slurmguard")
+QUICK = ["host-cpus"]  # checks that pass on any test machine; the point here is the wiring
+
+
+def sg(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([VENV_SG, *args], capture_output=True, text=True, timeout=180,
+                          env=env or sg_env())
+
+
+def write_config(prefix: Path) -> Path:
+    cfg = prefix / "etc/slurmguard/slurmguard.toml"
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    cfg.write_text(f"""[hooks]
+state_dir = "{prefix}/var/lib/slurmguard"
+spool_dir = "{prefix}/var/spool/slurmguard"
+log_file = "{prefix}/hooks.log"
+prolog = {json.dumps(QUICK)}
+epilog = {json.dumps(QUICK)}
+healthcheck = {json.dumps(QUICK)}
+[store]
+path = "{prefix}/var/lib/slurmguard/slurmguard.db"
+[serve]
+token_file = "{prefix}/etc/slurmguard/token"
+[requeue]
+state_file = "{prefix}/var/lib/slurmguard/requeue-watch.json"
+[slurm]
+timeout = 20.0
+""")
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """setup node + controller into a prefix, then a 2-node cluster running those scripts."""
+    import slurmcluster
+
+    missing = slurmcluster.missing_components()
+    require(not missing, f"real Slurm cluster needs {', '.join(missing)}")
+    require(os.geteuid() == 0, "the Slurm test cluster runs slurmctld/slurmd as root")
+    require(os.access(VENV_SG, os.X_OK), f"{VENV_SG}: slurmguard is not installed in this venv")
+    prefix = tmp_path_factory.mktemp("site")
+    cfg = write_config(prefix)
+    for role in ("node", "controller"):
+        r = sg("setup", role, "--prefix", str(prefix))
+        assert r.returncode == 0, r.stdout + r.stderr
+    lib = prefix / "usr/lib/slurmguard"
+    extra = ["PrologEpilogTimeout=60"]
+    so = next(prefix.rglob("slurmguard_spank.so"), None)
+    if so is not None:  # built when gcc and libslurm-dev are present (CI has both)
+        plug = prefix / "etc/slurm/plugstack.conf"
+        plug.parent.mkdir(parents=True, exist_ok=True)
+        plug.write_text(f"optional {so}\n")
+        extra.append(f"PlugStackConfig={plug}")
+    c = slurmcluster.Cluster.start(tmp_path_factory.mktemp("slurm"), nodes=2,
+                                   prolog=str(lib / "prolog/slurmguard-prolog"),
+                                   epilog=str(lib / "epilog/slurmguard-epilog"),
+                                   prolog_slurmctld=str(lib / "prolog/slurmguard-gate"),
+                                   health_check_program=str(lib / "prolog/slurmguard-healthcheck"),
+                                   extra_conf=extra)
+    try:
+        yield prefix, cfg, c
+    finally:
+        c.stop()
+
+
+def doctor(cfg: Path, c, role: str, *extra: str) -> tuple[int, dict]:  # type: ignore[no-untyped-def]
+    r = sg("-c", str(cfg), "doctor", role, "--json", *extra, env=sg_env(SLURM_CONF=str(c.conf_path)))
+    assert r.returncode in (0, 1), r.stderr
+    return r.returncode, json.loads(r.stdout)
+
+
+def by_name(data: dict) -> dict[str, dict]:
+    return {i["name"]: i for i in data["items"]}
+
+
+@pytest.mark.parametrize("role", ["node", "controller"])
+def test_doctor_passes_on_a_site_wired_by_setup(site, role: str) -> None:  # type: ignore[no-untyped-def]
+    prefix, cfg, c = site
+    rc, data = doctor(cfg, c, role)
+    failed = [i for i in data["items"] if i["status"] == "FAIL"]
+    assert rc == 0 and data["ok"] and not failed, failed
+    items = by_name(data)
+    assert items["slurm.conf"]["detail"].startswith("read the running config")  # via slurmctld
+    if role == "node":
+        assert items["Prolog"]["status"] == "pass" and items["HealthCheckProgram"]["status"] == "pass"
+        assert items["PrologEpilogTimeout"]["detail"] == "PrologEpilogTimeout=60 s, hooks.budget=20 s"
+        if shutil.which("gcc") and Path("/usr/include/slurm/spank.h").exists():
+            assert items["SPANK plugin"]["status"] == "pass"
+    else:
+        assert items["PrologSlurmctld"]["status"] == "pass"
+        assert items["store"]["status"] == "pass" and items["serve token"]["status"] == "pass"
+    assert f"the entry scripts run {VENV_SG}" in items["slurmguard runnable"]["detail"]
+
+
+def test_jobs_run_through_the_installed_prolog(site) -> None:  # type: ignore[no-untyped-def]
+    prefix, cfg, c = site
+    jid = c.sbatch("#!/bin/sh\ntrue\n", "-N2")
+    c.wait_job(jid, timeout=90)
+    log = (prefix / "hooks.log").read_text()
+    assert "prolog" in log and "epilog" in log, log  # the real slurmguard ran from the scripts
+
+
+def test_removed_slurmguard_fails_open_loudly_and_doctor_names_it(site) -> None:  # type: ignore[no-untyped-def]
+    prefix, cfg, c = site
+    defaults = prefix / "etc/default/slurmguard"
+    original = defaults.read_text()
+    exe = prefix / "bin/slurmguard"
+    exe.parent.mkdir(exist_ok=True)
+    shutil.copy2(VENV_SG, exe)  # the console script, at a path we may delete
+    sock_path = str(prefix / "syslog.sock")
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(sock_path)
+    sink.settimeout(60)
+    textfile = prefix / "textfile"
+    textfile.mkdir()
+    try:
+        defaults.write_text(original.replace(f"SLURMGUARD={VENV_SG}", f"SLURMGUARD={exe}")
+                            + f"SLURMGUARD_LOGGER_SOCKET={sock_path}\n"
+                            f"SLURMGUARD_TEXTFILE_DIR={textfile}\n")
+        rc, data = doctor(cfg, c, "node")
+        assert rc == 0, [i for i in data["items"] if i["status"] == "FAIL"]
+        exe.unlink()  # "remove the slurmguard binary"
+        jid = c.sbatch("#!/bin/sh\ntrue\n", "-N1")
+        c.wait_job(jid, timeout=90)  # the prolog exited 0: the job ran
+        msgs = [sink.recv(65536).decode()]
+        while "prolog:" not in msgs[-1]:  # the gate (PrologSlurmctld) failed open first
+            msgs.append(sink.recv(65536).decode())
+        assert f"prolog: cannot run slurmguard: {exe} is not executable" in msgs[-1], msgs
+        assert any(f"gate: cannot run slurmguard: {exe}" in m for m in msgs), msgs
+        marker = (prefix / "var/lib/slurmguard/hook-unrunnable.log").read_text()
+        assert f" prolog {exe} is not executable" in marker and f" gate {exe} " in marker
+        prom = (textfile / "slurmguard_hook_unrunnable.prom").read_text()
+        assert 'slurmguard_hook_unrunnable_total{hook="prolog"} 1' in prom
+        rc, data = doctor(cfg, c, "node")
+        items = by_name(data)
+        assert rc == 1 and not data["ok"]
+        assert items["slurmguard runnable"]["status"] == "FAIL"
+        assert str(exe) in items["slurmguard runnable"]["detail"]
+        assert items["hook-unrunnable marker"]["status"] == "FAIL"
+        assert "doctor --ack" in items["hook-unrunnable marker"]["fix"]
+        text = sg("-c", str(cfg), "doctor", "node", env=sg_env(SLURM_CONF=str(c.conf_path)))
+        assert text.returncode == 1 and "FAILED: slurmguard runnable, hook-unrunnable marker" in text.stdout
+        nodes = sg("-c", str(cfg), "nodes", env=sg_env(SLURM_CONF=str(c.conf_path)))
+        assert nodes.returncode == 0, nodes.stderr
+        assert "HOOK UNRUNNABLE on this host" in nodes.stdout and "jobs ran unchecked" in nodes.stdout
+        show = sg("-c", str(cfg), "node", "show", "n1", "--json", env=sg_env(SLURM_CONF=str(c.conf_path)))
+        assert json.loads(show.stdout)["hook_unrunnable"]["count"] >= 1
+    finally:
+        sink.close()
+        defaults.write_text(original)
+    rc, data = doctor(cfg, c, "node", "--ack")  # fixed: acknowledge the marker
+    assert rc == 0, [i for i in data["items"] if i["status"] == "FAIL"]
+    assert (prefix / "var/lib/slurmguard/hook-unrunnable.log.1").exists()
+
+
+def test_doctor_reads_the_file_when_no_slurmctld_answers(tmp_path) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\nSlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\n"
+                    "Epilog=/nonexistent/slurmguard-epilog\nSchedulerParameters=bf_continue\n"
+                    "PrologEpilogTimeout=10\nNodeName=n1 CPUs=1\n")
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[hooks]\nstate_dir = "{tmp_path}"\n[slurm]\ntimeout = 5.0\n')
+    r = sg("-c", str(cfg), "doctor", "node", "--json", env=sg_env(SLURM_CONF=str(conf)))
+    assert r.returncode == 1, r.stderr
+    items = by_name(json.loads(r.stdout))
+    assert items["slurm.conf"]["detail"].startswith(f"read {conf} (scontrol show config failed")
+    assert items["Prolog"]["status"] == "FAIL" and "add Prolog=/usr/lib/slurmguard/prolog/slurmguard-prolog" in items["Prolog"]["fix"]
+    assert items["Epilog"]["fix"] == "run: slurmguard setup node"
+    assert "set PrologEpilogTimeout=60" in items["PrologEpilogTimeout"]["fix"]
+    assert items["nohold_on_prolog_fail"]["status"] == "FAIL"
+    if not os.path.exists("/etc/default/slurmguard"):
+        assert items["slurmguard runnable"]["status"] == "FAIL"
+        assert "/etc/default/slurmguard is missing" in items["slurmguard runnable"]["detail"]

@@ -1,0 +1,149 @@
+"""The package's import graph has no circle, and the layers import downwards only.
+
+Read from the source with ``ast`` (nothing is imported): every ``import`` counts, including
+the lazy ones inside functions (a lazy import hides a circle from Python's loader, not from a
+reader); only imports under ``if TYPE_CHECKING:`` are left out. A submodule's implicit import
+of its own parent package is not an edge (it is how packages work).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from helpers import REPO
+
+PACKAGE = REPO / "slurmguard"
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    mods: dict[str, Path] = {}
+    for p in root.rglob("*.py"):
+        parts = list(p.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = p
+    return mods
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for sub in node.body:
+                skip.update(id(n) for n in ast.walk(sub))
+    return skip
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (anywhere in its body)."""
+    mods = _modules(root)
+
+    def resolve(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _type_checking_nodes(tree)
+        pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = pkg.split(".")
+                    parts = parts[: len(parts) - node.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                targets = [f"{base}.{a.name}" for a in node.names]
+            for t in targets:
+                hit = resolve(t)
+                if hit and hit != mod:
+                    graph[mod].add(hit)
+    return graph
+
+
+def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        found.append(sorted(comp))
+    return found
+
+
+def test_cycle_finder_finds_a_circle_and_passes_a_tree():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_import_graph_reads_lazy_and_relative_imports(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from pkg.sub import b\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nfrom .. import a\nif TYPE_CHECKING:\n    import pkg.c\n")
+    (pkg / "c.py").write_text("")
+    g = import_graph(pkg)
+    assert g["pkg.a"] == {"pkg.sub.b"}
+    assert g["pkg.sub.b"] == {"pkg.a"}
+    assert cycles(g) == [["pkg.a", "pkg.sub.b"]]
+
+
+def test_package_import_graph_has_no_cycle():
+    graph = import_graph()
+    assert len(graph) > 50, "the graph reader found the package"
+    assert cycles(graph) == []
+
+
+def test_checks_and_field_types_do_not_import_config():
+    """config pulls each check area's PARAMS; the areas declare them with slurmguard.fieldtypes."""
+    graph = import_graph()
+    for mod, deps in graph.items():
+        if mod == "slurmguard.fieldtypes" or mod.startswith("slurmguard.checks"):
+            assert "slurmguard.config" not in deps, mod

@@ -1,0 +1,172 @@
+"""`slurmguard setup node|controller` into a prefix: what it writes, --dry-run, idempotence,
+and the package data it installs from (kept identical to prolog/, epilog/, spank/)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import REPO, run_sg
+
+from slurmguard.install.plan import HOOK_SCRIPTS, data_dir
+
+PACKAGED = [("prolog", n) for n in (*HOOK_SCRIPTS["prolog"], "slurm.conf.snippet", "Makefile",
+                                     "sg_agent_client.c")] + \
+           [("epilog", n) for n in (*HOOK_SCRIPTS["epilog"], "slurm.conf.snippet")]
+VENV_SG = str(Path(sys.executable).parent / "slurmguard")
+
+
+def setup(prefix: Path, role: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    # The console script, as an admin runs it: setup records its own absolute path.
+    return subprocess.run([VENV_SG, "setup", role, "--prefix", str(prefix), *extra],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, str, str]:
+    """One prefix with `setup node` then `setup controller` (and their outputs)."""
+    if not os.access(VENV_SG, os.X_OK):
+        pytest.skip(f"{VENV_SG}: slurmguard is not installed beside this interpreter")
+    prefix = tmp_path_factory.mktemp("root")
+    node = setup(prefix, "node")
+    assert node.returncode == 0, node.stderr
+    ctl = setup(prefix, "controller")
+    assert ctl.returncode == 0, ctl.stderr
+    return prefix, node.stdout, ctl.stdout
+
+
+@pytest.mark.parametrize("sub,name", PACKAGED)
+def test_package_data_is_the_repo_entry_script(sub: str, name: str) -> None:
+    repo, pkg = REPO / sub / name, data_dir() / "hooks" / sub / name
+    assert pkg.read_bytes() == repo.read_bytes(), (
+        f"{pkg} differs from {repo}: the wheel must carry the same script. After editing "
+        f"{sub}/{name}, run: cp -p {sub}/{name} slurmguard/data/hooks/{sub}/{name}")
+
+
+@pytest.mark.parametrize("name", ["slurmguard_spank.c", "Makefile", "plugstack.conf"])
+def test_package_data_is_the_repo_spank_source(name: str) -> None:
+    assert (data_dir() / "spank" / name).read_bytes() == (REPO / "spank" / name).read_bytes(), (
+        f"run: cp -p spank/{name} slurmguard/data/spank/{name}")
+
+
+def test_setup_writes_a_working_installation(installed) -> None:
+    prefix, out, _ = installed
+    defaults = (prefix / "etc/default/slurmguard").read_text()
+    assert f"SLURMGUARD={VENV_SG}\n" in defaults
+    assert f"SLURMGUARD_CONFIG={prefix}/etc/slurmguard/slurmguard.toml\n" in defaults
+    prolog = prefix / "usr/lib/slurmguard/prolog/slurmguard-prolog"
+    assert stat.S_IMODE(prolog.stat().st_mode) == 0o755
+    assert f"SLURMGUARD_DEFAULTS={prefix}/etc/default/slurmguard\n" in prolog.read_text()
+    assert stat.S_IMODE((prefix / "var/lib/slurmguard").stat().st_mode) == 0o770
+    assert stat.S_IMODE((prefix / "var/spool/slurmguard").stat().st_mode) == 0o700
+    # The installed script, with the empty environment slurmd gives, runs this slurmguard.
+    r = subprocess.run(["/bin/sh", "-c", f'. {prefix}/etc/default/slurmguard; "$SLURMGUARD" --version'],
+                       env={}, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "slurmguard" in r.stdout, r.stderr
+    assert f"Prolog={prolog}" in out and "nohold_on_prolog_fail" in out
+    assert (prefix / "usr/local/share/man/man1/slurmguard.1").read_text().startswith(".TH SLURMGUARD 1")
+    completion = prefix / "usr/share/bash-completion/completions/slurmguard"
+    assert "_SLURMGUARD_COMPLETE=bash_complete" in completion.read_text()
+
+
+def test_bash_completion_completes_commands_and_roles() -> None:
+    import os as _os
+
+    def complete(words: str, cword: int) -> str:
+        env = dict(_os.environ, COMP_WORDS=words, COMP_CWORD=str(cword),
+                   _SLURMGUARD_COMPLETE="bash_complete")
+        return subprocess.run([VENV_SG], env=env, capture_output=True, text=True, timeout=60).stdout
+
+    assert "plain,doctor" in complete("slurmguard do", 1).splitlines()
+    assert complete("slurmguard setup ", 2).splitlines() == ["plain,node", "plain,controller"]
+
+
+def test_setup_controller_units_token_and_store(installed) -> None:
+    prefix, _, out = installed
+    units = sorted(p.name for p in (prefix / "etc/systemd/system").iterdir())
+    assert {"slurmguard-serve.service", "slurmguard-reconcile.service",
+            "slurmguard-requeue-watch.service"} <= set(units)
+    serve = (prefix / "etc/systemd/system/slurmguard-serve.service").read_text()
+    assert f"ExecStart={VENV_SG} serve\n" in serve and "@SLURMGUARD@" not in serve
+    token = prefix / "etc/slurmguard/token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text().strip()) >= 32
+    assert "db upgrade:" in out and "-> 0001" in out
+    r = run_sg("-c", str(prefix / "etc/slurmguard/slurmguard.toml"), "db", "current")
+    assert r.returncode == 0, r.stderr
+    assert "systemctl enable --now" in out
+
+
+@pytest.mark.parametrize("role", ["node", "controller"])
+def test_second_setup_changes_nothing(installed, role: str) -> None:
+    prefix, _, _ = installed
+    token = (prefix / "etc/slurmguard/token").read_text()
+    r = setup(prefix, role)
+    assert r.returncode == 0, r.stderr
+    assert "\n0 changes;" in r.stdout, r.stdout
+    changed = [ln for ln in r.stdout.splitlines() if ln.startswith("  ") and "unchanged" not in ln
+               and not ln.startswith("    ") and not ln.startswith("  - ")]
+    assert changed == []
+    assert (prefix / "etc/slurmguard/token").read_text() == token  # a secret is never rewritten
+
+
+def test_setup_repairs_drift_and_keeps_the_sites_config(installed) -> None:
+    prefix, _, _ = installed
+    cfg = prefix / "etc/slurmguard/slurmguard.toml"
+    cfg.write_text(cfg.read_text() + "\n# site change\n")
+    (prefix / "var/spool/slurmguard").chmod(0o777)
+    script = prefix / "usr/lib/slurmguard/epilog/slurmguard-epilog"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    r = setup(prefix, "node")
+    assert r.returncode == 0, r.stderr
+    assert f"updated       {prefix}/var/spool/slurmguard" in r.stdout
+    assert f"updated       {script}" in r.stdout
+    assert stat.S_IMODE((prefix / "var/spool/slurmguard").stat().st_mode) == 0o700
+    assert "HOOK=epilog" in script.read_text()
+    assert cfg.read_text().endswith("# site change\n")  # the config is created once, never rewritten
+
+
+def test_dry_run_prints_every_file_and_writes_nothing(tmp_path) -> None:
+    if not os.access(VENV_SG, os.X_OK):
+        pytest.skip(f"{VENV_SG}: slurmguard is not installed beside this interpreter")
+    r = setup(tmp_path / "root", "controller", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "root").exists()
+    for path in ("usr/lib/slurmguard/prolog/slurmguard-prolog", "etc/default/slurmguard",
+                 "etc/systemd/system/slurmguard-serve.service", "etc/slurmguard/token",
+                 "etc/slurmguard/slurmguard.toml"):
+        assert f"would create  {tmp_path}/root/{path}" in r.stdout, path
+    assert f"      | SLURMGUARD={VENV_SG}" in r.stdout  # contents are shown
+    assert "      | <a new random token>" in r.stdout  # but not a secret
+    assert "would run     db upgrade: create the store" in r.stdout
+
+
+def test_setup_needs_a_role() -> None:
+    r = run_sg("setup", "compute")
+    assert r.returncode == 2 and "'compute' is not one of 'node', 'controller'" in r.stderr
+
+
+def test_pyproject_package_data_carries_every_data_file() -> None:
+    import tomllib
+
+    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["slurmguard"]
+    pkg = REPO / "slurmguard"
+    missing = [str(p.relative_to(pkg)) for p in (pkg / "data").rglob("*") if p.is_file()
+               and "__pycache__" not in p.parts
+               and not any(p.relative_to(pkg).match(g) and len(p.relative_to(pkg).parts) == len(Path(g).parts)
+                           for g in globs)]
+    assert not missing, f"add a package-data glob to pyproject.toml for: {missing}"
+
+
+def test_errors_of_a_missing_installation_name_the_setup_command(tmp_path) -> None:
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[store]\npath = "{tmp_path}/var/lib/slurmguard/slurmguard.db"\n')
+    r = run_sg("-c", str(cfg), "events")
+    assert r.returncode == 5
+    assert (f"directory {tmp_path}/var/lib/slurmguard does not exist; run: slurmguard setup "
+            "controller") in r.stderr
+    r = run_sg("-c", str(cfg), "requeue", "watch", "--once", "--state-file", f"{tmp_path}/no/s.json")
+    assert r.returncode == 3 and "run: slurmguard setup controller" in r.stderr, r.stderr
