@@ -499,3 +499,17 @@ def test_empty_job_list_is_not_garbage():
     from slurmguard.adapters.slurm_parse import parse_show_job_oneliner
 
     assert parse_show_job_oneliner("No jobs in the system\n") == []
+
+
+def test_jobs_leaves_out_ended_jobs(tmp_path: Path) -> None:
+    """22.05's `squeue --json` lists a COMPLETED job until MinJobAge (seen in the e2e
+    matrix); `jobs()` leaves it out, as plain squeue and 24.11 do."""
+    doc = json.loads((DATA / f"squeue-{V}.json").read_text())
+    doc["jobs"][1]["job_state"] = "COMPLETED"
+    (tmp_path / "out.json").write_text(json.dumps(doc))
+    tool = tmp_path / "squeue"
+    tool.write_text(f"#!/bin/sh\ncat {tmp_path / 'out.json'}\n")
+    tool.chmod(0o755)
+    jobs = SlurmCLI({"squeue": str(tool), "timeout": 5}).jobs()
+    assert [j.job_id for j in jobs] == ["1", "3"] and not any(j.finished for j in jobs)
+    assert parse_squeue_json(json.dumps(doc))[1].finished

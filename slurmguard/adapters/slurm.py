@@ -197,8 +197,13 @@ class SlurmCLI:
         raise ParseError(f"scontrol show job {jid}: no record for job {jid}")
 
     def jobs(self) -> list[JobInfo]:
-        """Jobs in the queue (``squeue --json``): pending, running, completing."""
-        return parse_squeue_json(self._run("squeue", "--json").stdout)
+        """Jobs in the queue (``squeue --json``): pending, running, completing.
+
+        22.05's ``squeue --json`` also lists jobs that have ended (until MinJobAge), unlike
+        plain ``squeue`` and 24.11's: those are left out here, on every version alike.
+        """
+        return [j for j in parse_squeue_json(self._run("squeue", "--json").stdout)
+                if not j.finished]
 
     def update_job(self, job_id: str | int, **fields: str | int) -> None:
         """``scontrol update jobid=ID Key=Value ...``, e.g. ``EligibleTime="now"``."""

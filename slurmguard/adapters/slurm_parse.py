@@ -48,6 +48,10 @@ _STATE_MARKS = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP",
                 "%": "POWERING_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED",
                 "!": "POWER_DOWN", "^": "REBOOT_ISSUED", "-": "PLANNED"}
 _NULLS = frozenset({"", "(null)", "none", "n/a", "unknown"})
+# Job states after which a job is out of the queue (squeue's default view hides them; 22.05's
+# `squeue --json` still lists them until MinJobAge, 24.11's does not).
+FINISHED_JOB_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
+                                 "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
 
 _KEY_RE = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_:/.]*)=")
 _REASON_KEY_RE = re.compile(r"(?:(?<=\s)|^)Reason=")
@@ -127,6 +131,11 @@ class JobInfo:
     exc_nodes: str = ""
     priority: int | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def finished(self) -> bool:
+        """The job has ended (COMPLETED, FAILED, CANCELLED, ...): no longer in the queue."""
+        return self.state in FINISHED_JOB_STATES
 
     @property
     def held(self) -> bool:
