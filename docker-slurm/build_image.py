@@ -139,7 +139,7 @@ _WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-(?P<py>[
 def retarget_wheels(wheels: Path, python: str, find_links: list[str]) -> None:
     """Replace each wheel compiled for the host's Python by the same version built for
     ``python`` (``3.13``); pure (``none``) and stable-ABI (``abi3``) wheels serve both."""
-    host = "%d.%d" % sys.version_info[:2]
+    host = f"{sys.version_info[0]}.{sys.version_info[1]}"
     if python == host:
         return
     cp = "cp" + python.replace(".", "")
@@ -239,6 +239,66 @@ def build(force: bool = False, find_links: list[str] | None = None, quiet: bool 
     return tag
 
 
+SITE_IMAGE = "slurmguard-site"
+HOST_CA = Path(os.environ.get("SLURMGUARD_HOST_CA", "/etc/ssl/certs/ca-certificates.crt"))
+
+
+def readme_command(readme: Path = REPO / "README.md") -> str:
+    """The README's first set-up command (the first line of its first code block)."""
+    lines = readme.read_text().splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith("```"))
+        return lines[start + 1].strip()
+    except (StopIteration, IndexError):
+        raise SystemExit(f"build_image: {readme}: no code block with the set-up command") from None
+
+
+def _checkout_files() -> list[Path]:
+    """The working tree as git sees it: tracked files and untracked ones not ignored."""
+    out = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others",
+                          "--exclude-standard"], capture_output=True, check=True).stdout
+    return sorted(REPO / f for f in out.decode().split("\0")
+                  if f and (REPO / f).is_file() and not (REPO / f).is_symlink())
+
+
+def site_tag(release_name: str = DEFAULT_RELEASE) -> str:
+    """``slurmguard-site:<release>-<hash>`` over the site Dockerfile and the checkout."""
+    rel = release(release_name)
+    h = hashlib.sha256(f"site release={rel.name}\0".encode())
+    for path in [HERE / "site" / "Dockerfile", *_checkout_files()]:
+        h.update(str(path.relative_to(REPO)).encode() + b"\0")
+        h.update(b"x" if os.access(path, os.X_OK) else b"-")
+        h.update(path.read_bytes() + b"\0")
+    return f"{SITE_IMAGE}:{rel.name}-{h.hexdigest()[:12]}"
+
+
+def build_site(release_name: str = DEFAULT_RELEASE, force: bool = False,
+               quiet: bool = False) -> str:
+    """A fresh Debian with Debian's Slurm on which the README's first command has run, in a
+    copy of this checkout (docker-slurm/site/Dockerfile); return the tag. pip there trusts
+    the host's CA bundle (``$SLURMGUARD_HOST_CA``, default Debian's), through PIP_CERT."""
+    rel = release(release_name)
+    tag = site_tag(rel.name)
+    if not force and image_exists(tag):
+        return tag
+    ensure_base_image(rel.name)
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="slurmguard-site.") as tmp:
+        ctx = Path(tmp)
+        shutil.copy2(HERE / "site" / "Dockerfile", ctx / "Dockerfile")
+        shutil.copyfile(HOST_CA, ctx / "host-ca.crt")
+        for f in _checkout_files():
+            dst = ctx / "src" / f.relative_to(REPO)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dst)
+        _run(["docker", "build", "--network", "host", "--force-rm", "-t", tag,
+              "--build-arg", f"DEBIAN_RELEASE={rel.name}",
+              "--build-arg", f"README_COMMAND={readme_command()}", str(ctx)],
+             stdout=sys.stderr if quiet else None)
+    print(f"build_image: built {tag} in {time.monotonic() - start:.0f}s", file=sys.stderr)
+    return tag
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--force", action="store_true", help="build even if the tag exists")
@@ -249,7 +309,13 @@ def main() -> int:
                     help="tag by the runtime only (the e2e suite's image; see content_hash)")
     ap.add_argument("--release", default=DEFAULT_RELEASE, choices=sorted(RELEASES),
                     help="Debian release: bookworm (Slurm 22.05, default) or trixie (24.11)")
+    ap.add_argument("--site", action="store_true",
+                    help="the install-test image instead: a fresh Debian with Debian's Slurm "
+                         "and the README's first command run (docker-slurm/site/)")
     args = ap.parse_args()
+    if args.site:
+        print(site_tag(args.release) if args.print_tag else build_site(args.release, args.force))
+        return 0
     if args.print_tag:
         print(image_tag(not args.runtime, args.release))
         return 0
