@@ -152,6 +152,10 @@ _SERVE: Schema = {
     "max_connections": Int(1024, "open connections at most (the oldest idle one is closed first)", minimum=8),
     "idle_timeout": Float(15.0, "seconds a connection may stay open with no request", minimum=0.1),
     "request_timeout": Float(30.0, "seconds a request may take to arrive completely (else 408)", minimum=0.1),
+    "gate_socket": Str("", "unix socket answering the compiled gate client (PrologSlurmctld "
+                       "fast path, docs/serve.md), e.g. /run/slurmguard/gate.sock; empty: off"),
+    "gate_socket_user": Str("", "owner of gate_socket (mode 0600): the SlurmUser that runs "
+                            "PrologSlurmctld, when serve runs as root"),
 }
 
 _GATE: Schema = {
@@ -159,6 +163,13 @@ _GATE: Schema = {
     "fresh": Float(900.0, "seconds an unhealthy result keeps a node from new jobs", minimum=0.0),
     "drain": Bool(True, "drain refused nodes (with the reason) so Slurm picks others"),
     "log_file": Str("", "append one line per refusal or store error here (empty: stderr)"),
+}
+
+_GOODPUT: Schema = {  # slurmguard goodput (docs/goodput.md)
+    "run_dirs": StrList([], "glob patterns of checkpoint dirs holding the wrapper's .slurmguard/runs.jsonl"),
+    "drain_window": Float(3600.0, "seconds after a run's end in which a node fault still counts against it"),
+    "straggler_factor": Float(1.2, "a run this many times slower than the job's best pace straggles", minimum=1.0),
+    "stall_factor": Float(5.0, "steps this many times slower than the run's median count as stalled", minimum=1.0),
 }
 
 _AGENT: Schema = {  # slurmguard agent, the resident node agent (docs/agent.md)
@@ -208,6 +219,7 @@ SCHEMA: dict[str, Any] = {
             [], "Python modules with site-specific checks: each exports CHECKS (and SOURCES)"),
     },
     "triage": _TRIAGE,
+    "goodput": _GOODPUT,
     "agent": _AGENT,
 }
 
@@ -311,10 +323,10 @@ def _read_toml(f: Path) -> dict[str, Any]:
 
 
 def _check_nodeset(f: Path, where: str, pattern: str) -> None:
-    from slurmguard.nodeset import expand
+    from slurmguard.nodeset import check
 
     try:
-        expand(pattern, source=f"{where}.nodes")
+        check(pattern, source=f"{where}.nodes")
     except InputError as exc:
         raise ConfigError(f"{f}: {where}.nodes: not a NodeSet pattern: {_show(pattern)} ({exc.message})") from None
 

@@ -19,6 +19,7 @@ from slurmguard.errors import SlurmguardError
 
 PASS, FAIL, SKIP = "pass", "FAIL", "skip"
 MARKER = "hook-unrunnable.log"
+COMMENT_PREFIX = "slurmguard: hook-unrunnable"  # the Slurm node Comment the scripts set
 HOOK_KEYS = {"node": (("Prolog", "slurmguard-prolog"), ("Epilog", "slurmguard-epilog"),
                       ("HealthCheckProgram", "slurmguard-healthcheck")),
              "controller": (("PrologSlurmctld", "slurmguard-gate"),)}
@@ -286,21 +287,13 @@ class Doctor:
 
     def check_store(self) -> None:
         try:
-            from slurmguard.store.engine import current_revision, describe, make_engine, store_url
+            from slurmguard.store.api import Store
         except ImportError:
             self.add("store", False, "SQLAlchemy is not installed",
                      "pip install 'slurmguard[server]' into this slurmguard's environment")
             return
-        from slurmguard.store.version import HEAD, schema_problem
-
-        section = self.cfg.section("store")
-        where = describe(store_url(section))
-        engine = make_engine(section)
-        try:
-            problem = schema_problem(current_revision(engine), where)
-        finally:
-            engine.dispose()
-        self.add("store", problem is None, problem or f"{where} at schema {HEAD}",
+        st = Store.status(self.cfg.section("store"))
+        self.add("store", st.problem is None, st.problem or f"{st.where} at schema {st.head}",
                  "run: slurmguard setup controller (or: slurmguard db upgrade)")
 
 

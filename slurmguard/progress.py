@@ -8,8 +8,8 @@ Training code calls::
         train_one_step()
         progress.step(n)
         if n % 100 == 0:
-            save(path)
-            progress.checkpoint_saved(path, n)
+            with progress.saving(path, n):     # reports the save and how long it took
+                save(path)
 
 Each call appends one JSON line to the file named by ``SLURMGUARD_PROGRESS`` (set by the
 wrapper; the calls do nothing without it). One ``write()`` of a line shorter than PIPE_BUF on
@@ -86,9 +86,35 @@ def step(n: int) -> None:
     _emit({"ev": "step", "step": int(n), "t": now})
 
 
-def checkpoint_saved(path: str, step: int) -> None:
-    """Report that a checkpoint of ``step`` was completely written at ``path``."""
-    _emit({"ev": "ckpt", "step": int(step), "path": os.fspath(path)})
+def checkpoint_saved(path: str, step: int, seconds: float | None = None) -> None:
+    """Report that a checkpoint of ``step`` was completely written at ``path``.
+
+    ``seconds``: how long the save took (goodput accounting counts it as checkpoint time;
+    :func:`saving` measures it for you).
+    """
+    ev: dict[str, object] = {"ev": "ckpt", "step": int(step), "path": os.fspath(path)}
+    if seconds is not None:
+        ev["seconds"] = round(max(0.0, float(seconds)), 6)
+    _emit(ev)
+
+
+class saving:  # noqa: N801 -- used as a context manager, reads like a function
+    """``with progress.saving(path, step): save(path)`` reports the save and its duration.
+
+    Nothing is reported when the block raises (a failed save is not a checkpoint).
+    """
+
+    def __init__(self, path: str, step: int) -> None:
+        self.path, self.step = path, step
+        self._t0 = 0.0
+
+    def __enter__(self) -> saving:
+        self._t0 = time.time()
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if exc_type is None:
+            checkpoint_saved(self.path, self.step, time.time() - self._t0)
 
 
 def resume_from() -> str | None:

@@ -258,3 +258,29 @@ textfile_dir = "{tdir}"
         elif name in declared:  # no sample in these scrapes: the labels it is declared with
             assert declared[name] == set(labels), f"{name}: doc {sorted(labels)}, declared {sorted(declared[name])}"
     assert json.loads(json.dumps(sorted(doc)))  # the table is not empty
+
+
+def test_store_outage_leaves_the_fleet_gauges_out_but_the_scrape_answers(tmp_path):
+    from slurmguard.metrics.registry import ServeMetrics
+    from slurmguard.serve.gauges import add_store_gauges
+    from slurmguard.store import Store
+
+    url = new_store(tmp_path)
+    store = Store.open(url=url)
+    store.set_flags("n1", lemon=True)
+    m = ServeMetrics(cache_seconds=0)
+    add_store_gauges(m, store)
+    smp = samples(m.exposition().decode())
+    assert value(smp, "slurmguard_nodes_flagged", flag="lemon") == 1
+    assert value(smp, "slurmguard_nodes", health="unknown") == 1
+    store.close()
+    (tmp_path / "store.db").rename(tmp_path / "moved.db")  # the store is gone
+    (tmp_path / "store.db").mkdir()  # ... and cannot be recreated in its place
+    import time
+
+    time.sleep(1.1)  # past the gauges' shared 1 s query cache
+    smp = samples(m.exposition().decode())
+    assert not [k for k in smp if k[0] in ("slurmguard_nodes", "slurmguard_nodes_flagged")]
+    assert value(smp, "slurmguard_metrics_collect_errors_total", gauge="slurmguard_nodes") == 1
+    assert value(smp, "slurmguard_ingest_records_total", result="stored") is None  # rest intact
+    assert "slurmguard_ingest_records_total" in m.exposition().decode()

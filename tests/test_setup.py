@@ -13,6 +13,7 @@ import pytest
 from helpers import REPO, run_sg
 
 from slurmguard.install.plan import HOOK_SCRIPTS, data_dir
+from slurmguard.store.version import HEAD
 
 PACKAGED = [("prolog", n) for n in (*HOOK_SCRIPTS["prolog"], "slurm.conf.snippet", "Makefile",
                                      "sg_agent_client.c")] + \
@@ -94,7 +95,7 @@ def test_setup_controller_units_token_and_store(installed) -> None:
     assert f"ExecStart={VENV_SG} serve\n" in serve and "@SLURMGUARD@" not in serve
     token = prefix / "etc/slurmguard/token"
     assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text().strip()) >= 32
-    assert "db upgrade:" in out and "-> 0001" in out
+    assert "db upgrade:" in out and f"-> {HEAD}" in out
     r = run_sg("-c", str(prefix / "etc/slurmguard/slurmguard.toml"), "db", "current")
     assert r.returncode == 0, r.stderr
     assert "systemctl enable --now" in out
@@ -170,3 +171,14 @@ def test_errors_of_a_missing_installation_name_the_setup_command(tmp_path) -> No
             "controller") in r.stderr
     r = run_sg("-c", str(cfg), "requeue", "watch", "--once", "--state-file", f"{tmp_path}/no/s.json")
     assert r.returncode == 3 and "run: slurmguard setup controller" in r.stderr, r.stderr
+
+
+def test_without_a_compiler_setup_says_how_to_get_the_plugin(tmp_path) -> None:
+    if not os.access(VENV_SG, os.X_OK):
+        pytest.skip(f"{VENV_SG}: slurmguard is not installed beside this interpreter")
+    r = subprocess.run([VENV_SG, "setup", "node", "--prefix", str(tmp_path / "root"), "--dry-run"],
+                       env={"PATH": str(tmp_path)}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "SPANK plugin not built: missing a C compiler (apt-get install gcc)" in r.stdout
+    assert "slurmguard_spank.so" not in r.stdout.split("slurm.conf (")[0]  # no plugin file step
+    assert f"SLURMGUARD_AGENT_CLIENT={tmp_path}" not in r.stdout  # no client built either

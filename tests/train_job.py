@@ -3,14 +3,15 @@
 
 Numbered steps; a deterministic "model state" (a hash chain over the steps), so a run that
 resumed correctly ends in exactly the state of an uninterrupted one; a checkpoint every K steps
-in slurmguard's manifest format; one log line per step. Only rank 0 (SLURM_PROCID) writes
-checkpoints, the log and the final state; every rank reports progress.
+in slurmguard's manifest format; one log line per step (step, restart, node, the time it ended).
+Only rank 0 (SLURM_PROCID) writes checkpoints, the log and the final state; every rank reports
+progress.
 
 Fault switches (each fires only on the run whose SLURM_RESTART_COUNT matches --fault-restart):
   --fail-at N     exit 1 at step N (an application bug)
   --bus-at N      die by SIGBUS at step N (a hardware memory error)
   --nccl-at N     print an NCCL system error and exit 1 at step N
-  --stall-at N    stop making progress at step N (sleep)
+  --stall-at N    stop making progress at step N (sleep --stall-for seconds, default 3600)
 SIGUSR1: write a checkpoint now and exit 75 (asks the wrapper for a requeue).
 """
 
@@ -78,6 +79,7 @@ def main() -> int:
     ap.add_argument("--final", required=True)
     for f in ("fail", "bus", "nccl", "stall"):
         ap.add_argument(f"--{f}-at", type=int, default=-1)
+    ap.add_argument("--stall-for", type=float, default=3600.0)
     ap.add_argument("--fault-restart", type=int, default=0)
     a = ap.parse_args()
     rank = int(os.environ.get("SLURM_PROCID", "0"))
@@ -100,7 +102,7 @@ def main() -> int:
         state = advance(state, step)
         time.sleep(a.sleep)
         if faulty and step == a.stall_at:
-            time.sleep(3600)
+            time.sleep(a.stall_for)
         if faulty and step == a.fail_at:
             print(f"train_job: ValueError at step {step}", file=sys.stderr)
             return 1
@@ -114,11 +116,12 @@ def main() -> int:
             barrier(bdir, rank, ntasks, step)
         if rank == 0:
             with open(a.log, "a") as fh:
-                fh.write(f"{step} {restart} {os.environ.get('SLURMD_NODENAME', '-')}\n")
+                fh.write(f"{step} {restart} {os.environ.get('SLURMD_NODENAME', '-')} "
+                         f"{time.time():.3f}\n")
         progress.step(step)
         if rank == 0 and (step % a.every == 0 or usr1):
-            d = save(root, step, state)
-            progress.checkpoint_saved(str(d), step)
+            with progress.saving(str(root / f"step-{step:06d}"), step):
+                save(root, step, state)
         if usr1:
             return 75
     if rank == 0:

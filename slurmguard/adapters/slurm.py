@@ -20,12 +20,16 @@ import re
 from collections.abc import Mapping
 
 from slurmguard.adapters.slurm_parse import (
+    SACCT_FIELDS,
+    AcctRecord,
     JobInfo,
     NodeInfo,
     job_info_from_json,
     job_info_from_show,
     node_info_from_json,
     node_info_from_show,
+    parse_sacct_json,
+    parse_sacct_parsable,
     parse_scontrol_nodes_json,
     parse_show_job_oneliner,
     parse_show_node_oneliner,
@@ -39,6 +43,7 @@ from slurmguard.nodeset import validate_node_name, validate_nodeset  # the one r
 from slurmguard.proc import CommandResult, run_command
 
 __all__ = [
+    "AcctRecord", "parse_sacct_json", "parse_sacct_parsable",
     "REASON_PREFIX", "REASON_MAX", "JobInfo", "NodeInfo", "SlurmCLI", "format_reason",
     "job_info_from_json", "job_info_from_show", "node_info_from_json", "node_info_from_show",
     "parse_scontrol_nodes_json", "parse_show_job_oneliner", "parse_show_node_oneliner",
@@ -228,6 +233,29 @@ class SlurmCLI:
         """Requeue a batch job (``scontrol requeue ID``)."""
         self._run("scontrol", "requeue", validate_job_id(job_id))
 
+    def accounting(self, job_ids: list[str] | None = None, *, since: float | None = None,
+                   until: float | None = None) -> list[AcctRecord]:
+        """Allocations from Slurm accounting: ``sacct -D -X --json`` (every run of a requeued
+        job), or ``sacct -D -X -P`` where ``--json`` is missing (before 21.08) or fails.
+
+        Raises CommandError when sacct cannot answer (no slurmdbd: "Slurm accounting
+        storage is disabled").
+        """
+        import time as _time
+
+        args = ["-D", "-X", "--allusers"]
+        if job_ids:
+            args += ["-j", ",".join(validate_job_id(j) for j in job_ids)]
+        if since is not None:
+            args += ["-S", _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(since)),
+                     "-E", _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(
+                         _time.time() if until is None else until))]
+        res = self._run("sacct", *args, "--json", check=False)
+        if res.rc == 0 and res.stdout.lstrip().startswith("{"):
+            return parse_sacct_json(res.stdout)
+        res = self._run("sacct", *args, "-P", "-n", f"--format={SACCT_FIELDS}")
+        return parse_sacct_parsable(res.stdout)
+
     def ping(self) -> bool:
         """True when the primary slurmctld answers ``scontrol ping`` as UP."""
         try:
@@ -235,6 +263,14 @@ class SlurmCLI:
         except CommandError:
             return False
         return res.rc == 0 and " is UP" in res.stdout
+
+    def clear_comment(self, name: str, prefix: str) -> bool:
+        """Empty the node's Comment when it starts with ``prefix`` (ours); True if cleared."""
+        validate_node_name(name)
+        if not str(self.node(name).raw.get("Comment") or "").startswith(prefix):
+            return False
+        self._run("scontrol", "update", f"nodename={name}", "comment=")
+        return True
 
     def show_config(self) -> dict[str, str]:
         """The running slurmctld's config (``scontrol show config``), lower-case keys."""

@@ -566,3 +566,129 @@ def _jlist(value: object, what: str) -> tuple[str, ...]:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return tuple(value)
     raise ParseError(f"{what}: expected a list of strings, got {_clip(repr(value))}")
+
+
+# ---------------------------------------------------------------------------------------------
+# sacct (Slurm accounting, slurmdbd)
+
+
+@dataclass(frozen=True)
+class AcctRecord:
+    """One allocation of a job in Slurm accounting (``sacct -D -X``: a requeued job has one
+    record per run). Times are epoch seconds (whole seconds: slurmdbd's resolution)."""
+
+    job_id: str
+    state: str  # COMPLETED, REQUEUED, NODE_FAIL, FAILED, CANCELLED, ...
+    start: float | None
+    end: float | None
+    nodes: str = ""  # NodeSet as Slurm writes it
+    partition: str = ""
+    user: str = ""
+    gpus: int = 0  # gres/gpu in the allocated TRES
+    node_count: int = 0
+    submit: float | None = None
+    cluster: str = ""
+    workdir: str = ""
+
+
+def parse_sacct_json(text: str | bytes) -> list[AcctRecord]:
+    """``sacct -D -X --json`` (22.05 OpenAPI v0.0.38, or 24.11's wrapped numbers) -> records.
+
+    Job steps are ignored (``-X``); a record that never started has ``start`` None.
+    """
+    out = []
+    for obj in _load_json(text, "sacct --json", "jobs"):
+        if not isinstance(obj, dict):
+            raise ParseError(f"sacct --json: job: expected an object, got {_clip(repr(obj))}")
+        jid = int(_jnum(obj.get("job_id"), "sacct --json: job_id"))
+        what = f"sacct --json: job {jid}"
+        arr = obj.get("array") if isinstance(obj.get("array"), dict) else {}
+        task = arr.get("task_id") if arr else None
+        if isinstance(task, dict):
+            task = task.get("number") if task.get("set", True) else None
+        job_id = f"{int(_jnum(arr['job_id'], what + ': array.job_id'))}_{int(task)}" if (
+            isinstance(task, (int, float)) and not isinstance(task, bool) and arr.get("job_id")) \
+            else str(jid)
+        state = obj.get("state")
+        cur = state.get("current") if isinstance(state, dict) else state
+        if isinstance(cur, list):
+            cur = cur[0] if cur else ""
+        if not isinstance(cur, str) or not _STATE_TOKEN_RE.fullmatch(cur):
+            raise ParseError(f"{what}: state.current: not a job state: {_clip(repr(cur))}")
+        t = obj.get("time")
+        if not isinstance(t, dict):
+            raise ParseError(f"{what}: time: expected an object, got {_clip(repr(t))}")
+        start = _jnum(t.get("start", 0) or 0, f"{what}: time.start")
+        end = _jnum(t.get("end", 0) or 0, f"{what}: time.end")
+        submit = _jnum(t.get("submission", 0) or 0, f"{what}: time.submission")
+        plain, typed, nnodes = None, 0, 0
+        tres = obj.get("tres") if isinstance(obj.get("tres"), dict) else {}
+        for item in (tres or {}).get("allocated") or []:
+            if not isinstance(item, dict):
+                continue
+            count = item.get("count")
+            if not isinstance(count, (int, float)) or isinstance(count, bool):
+                continue
+            name = str(item.get("name") or "")
+            if item.get("type") == "gres" and name == "gpu":
+                plain = int(count)  # gres/gpu: all GPUs; gres/gpu:a100 counts a type
+            elif item.get("type") == "gres" and name.startswith("gpu:"):
+                typed += int(count)
+            elif item.get("type") == "node":
+                nnodes = int(count)
+        gpus = plain if plain is not None else typed
+        out.append(AcctRecord(
+            job_id=job_id, state=cur.upper(), start=float(start) or None,
+            end=float(end) or None, nodes=_null(_jstr(obj, "nodes", what)),
+            partition=_jstr(obj, "partition", what), user=_jstr(obj, "user", what),
+            gpus=gpus, node_count=nnodes, submit=float(submit) or None,
+            cluster=_jstr(obj, "cluster", what), workdir=_jstr(obj, "working_directory", what)))
+    return out
+
+
+SACCT_FIELDS = "JobID,State,Start,End,NodeList,Partition,User,AllocTRES,Submit,Cluster,WorkDir"
+
+
+def parse_sacct_parsable(text: str) -> list[AcctRecord]:
+    """``sacct -D -X -P -n --format=`` :data:`SACCT_FIELDS` (``|``-separated) -> records."""
+    if not isinstance(text, str):
+        raise ParseError(f"sacct -P: expected text, got {type(text).__name__}")
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        cols = line.split("|")
+        if len(cols) < 11:  # WorkDir is last: a '|' in it stays in it
+            raise ParseError(f"sacct -P: line {n}: expected 11 fields ({SACCT_FIELDS}), "
+                             f"got {len(cols)}: {_clip(line)}")
+        jid, state, start, end, nodes, part, user, tres, submit, cluster = cols[:10]
+        workdir = "|".join(cols[10:])
+        if not re.fullmatch(r"[0-9]+(_[0-9]+)?", jid):
+            raise ParseError(f"sacct -P: line {n}: JobID: not a job id: {_clip(jid)}")
+        state = state.split()[0] if state.strip() else ""  # "CANCELLED by 0"
+        if not _STATE_TOKEN_RE.fullmatch(state):
+            raise ParseError(f"sacct -P: line {n}: State: not a job state: {_clip(state)}")
+        gpus = nnodes = 0
+        for item in tres.split(","):
+            key, _, val = item.partition("=")
+            if key in ("gres/gpu", "node") and val.isdigit():
+                if key == "node":
+                    nnodes = int(val)
+                else:
+                    gpus = int(val)
+        out.append(AcctRecord(
+            job_id=jid, state=state.upper(), start=_acct_time(start, n, "Start"),
+            end=_acct_time(end, n, "End"), nodes=_null(nodes) if nodes != "None assigned" else "",
+            partition=part, user=user, gpus=gpus, node_count=nnodes,
+            submit=_acct_time(submit, n, "Submit"), cluster=cluster, workdir=workdir))
+    return out
+
+
+def _acct_time(value: str, line: int, key: str) -> float | None:
+    if value.strip() in ("", "Unknown", "None", "N/A"):
+        return None
+    try:
+        return time.mktime(time.strptime(value.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        raise ParseError(f"sacct -P: line {line}: {key}: expected YYYY-MM-DDTHH:MM:SS, "
+                         f"got {_clip(value)}") from None

@@ -13,6 +13,7 @@ Where things go (below ``prefix``, ``/`` by default; docs/install.md):
 | man page | /usr/local/share/man/man1/slurmguard.1 | 0644 |
 | bash completion | /usr/share/bash-completion/completions/slurmguard | 0644 |
 | agent hook client (built with gcc) | /usr/lib/slurmguard/prolog/slurmguard-agent-client | 0755 |
+| gate client (built with gcc) | /usr/lib/slurmguard/prolog/slurmguard-gate-client | 0755 |
 | service units of the role | /etc/systemd/system/slurmguard-*.{service,timer} | 0644 |
 | controller: serve token (only when absent) | serve.token_file | 0600 |
 """
@@ -122,7 +123,7 @@ def owner_of(user: str) -> Owner:
 
 
 def defaults_text(exe: str, config_file: str, state_dir: str, textfile_dir: str,
-                  agent_client: str = "") -> bytes:
+                  agent_client: str = "", extra: dict[str, str] | None = None) -> bytes:
     lines = [
         "# Read by the slurmguard entry scripts (Prolog, Epilog, HealthCheckProgram,",
         "# PrologSlurmctld) and by the slurmguard systemd units. Written by `slurmguard setup`,",
@@ -135,6 +136,8 @@ def defaults_text(exe: str, config_file: str, state_dir: str, textfile_dir: str,
         lines.append(f"SLURMGUARD_TEXTFILE_DIR={shlex.quote(textfile_dir)}")
     if agent_client:
         lines.append(f"SLURMGUARD_AGENT_CLIENT={shlex.quote(agent_client)}")
+    for key, value in (extra or {}).items():
+        lines.append(f"{key}={shlex.quote(value)}")
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -219,10 +222,21 @@ def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: by
     client_path = f"{lib}/prolog/slurmguard-agent-client" if client is not None else ""
     if client is not None:
         plan.steps.append(FileStep(client_path, client, 0o755, what="agent hook client"))
+    # The gate's compiled client (docs/serve.md "Gate fast path"), and the sockets the two
+    # clients ask ([agent] socket, [serve] gate_socket), so the C clients need no TOML.
+    extra = {"SLURMGUARD_AGENT_SOCKET": str(cfg["agent.socket"]),
+             "SLURMGUARD_SCONTROL": str(cfg["slurm.scontrol"])}  # the fail-open's Slurm mark
+    gclient = spank.gate_client()
+    if gclient is not None:
+        gpath = f"{lib}/prolog/slurmguard-gate-client"
+        plan.steps.append(FileStep(gpath, gclient, 0o755, what="gate client"))
+        extra["SLURMGUARD_GATE_CLIENT"] = gpath
+    if cfg["serve.gate_socket"]:
+        extra["SLURMGUARD_GATE_SOCKET"] = str(cfg["serve.gate_socket"])
     plan.steps.append(DirStep(os.path.dirname(defaults_file), 0o755))
     plan.steps.append(FileStep(defaults_file, defaults_text(exe, config_file, hooks["state_dir"],
-                                                            textfile_dir, client_path), 0o644,
-                               what="what the entry scripts run"))
+                                                            textfile_dir, client_path, extra),
+                               0o644, what="what the entry scripts run"))
     # On the controller the state dir also holds the SQLite store that the gate
     # (PrologSlurmctld, run as SlurmUser) reads: group SlurmUser, group-writable for SQLite's
     # -shm/-wal files. The same mode on nodes, so that one host can run both setups.
@@ -306,40 +320,28 @@ def _controller_steps(plan: Plan, cfg: Any, slurm_owner: Owner) -> None:
 def _db_upgrade_step(section: dict[str, Any]) -> ActionStep:
     """`db upgrade` of the configured store, only when it is not at this slurmguard's head."""
 
-    def where() -> str:
-        from slurmguard.store.engine import describe, store_url
-
-        return describe(store_url(section))
-
     def probe() -> str | None:
         try:
-            from slurmguard.store.engine import current_revision, make_engine
+            from slurmguard.store.api import Store, describe_section
             from slurmguard.store.version import HEAD
         except ImportError:
             return "db upgrade: not possible: SQLAlchemy is missing; install slurmguard[server]"
+        where = describe_section(section)
         if not section["url"] and not os.path.exists(section["path"]):
-            return f"db upgrade: create the store {where()} at schema {HEAD}"
-        engine = make_engine(section)
-        try:
-            rev = current_revision(engine)
-        finally:
-            engine.dispose()
-        return None if rev == HEAD else f"db upgrade: {where()} schema {rev or '(empty)'} -> {HEAD}"
+            return f"db upgrade: create the store {where} at schema {HEAD}"
+        st = Store.status(section)
+        return None if st.revision == HEAD else \
+            f"db upgrade: {where} schema {st.revision or '(empty)'} -> {HEAD}"
 
     def run() -> str:
         from slurmguard.errors import SlurmguardError
 
         try:
-            from slurmguard.store.engine import make_engine
-            from slurmguard.store.migrate import upgrade
+            from slurmguard.store.api import Store, describe_section
         except ImportError:
             raise SlurmguardError("setup controller: the store needs the server extra: "
                                   "pip install 'slurmguard[server]'") from None
-        engine = make_engine(section)
-        try:
-            before, after = upgrade(engine)
-        finally:
-            engine.dispose()
-        return f"db upgrade: {where()} schema {before or '(empty)'} -> {after}"
+        before, after = Store.upgrade(section)
+        return f"db upgrade: {describe_section(section)} schema {before or '(empty)'} -> {after}"
 
     return ActionStep("store schema", probe, run)

@@ -113,9 +113,11 @@ class _Base:
         self.collect_errors = Counter(
             "slurmguard_metrics_collect_errors_total",
             "Scrape-time gauges that could not be computed (store unreachable, ...), by gauge.",
-            ["gauge"], registry=self.registry)
+            ["gauge"], registry=None)
         self._scrape = _ScrapeGauges(self.collect_errors, cache_seconds)
+        # Collected in this order: a failure counts in the same scrape that misses the gauge.
         self.registry.register(self._scrape)
+        self.registry.register(self.collect_errors)
 
     def add_gauge(self, name: str, doc: str, labels: Sequence[str],
                   fn: Callable[[], Mapping[tuple[str, ...], float]]) -> None:

@@ -33,7 +33,15 @@ from slurmguard.store.engine import (
     make_engine,
     store_url,
 )
-from slurmguard.store.models import EVENT_KINDS, Event, FleetAlert, Node, Result, Run
+from slurmguard.store.models import (
+    EVENT_KINDS,
+    Event,
+    FleetAlert,
+    GoodputJob,
+    Node,
+    Result,
+    Run,
+)
 from slurmguard.store.records import validate_node, validate_record
 from slurmguard.store.rows import (
     AlertRow,
@@ -110,9 +118,9 @@ class Store:
             engine.dispose()
 
     @classmethod
-    def status(cls, section: Mapping[str, Any]) -> StoreStatus:
+    def status(cls, section: Mapping[str, Any], *, counts: bool = True) -> StoreStatus:
         """The schema revision of a ``[store]`` section's store, whether it is current (the
-        problem when not), and its row counts when it is."""
+        problem when not), and its row counts when it is (and ``counts``)."""
         from slurmguard.store.version import HEAD, schema_problem
 
         where = describe_section(section)
@@ -120,10 +128,10 @@ class Store:
         try:
             rev = current_revision(engine)
             problem = schema_problem(rev, where)
-            counts = cls(engine).counts() if problem is None else {}
+            rows = cls(engine).counts() if problem is None and counts else {}
         finally:
             engine.dispose()
-        return StoreStatus(where, rev, HEAD, problem, counts)
+        return StoreStatus(where, rev, HEAD, problem, rows)
 
     # ------------------------------------------------------------------ writes
 
@@ -489,6 +497,45 @@ class Store:
                 out.setdefault(name, []).append((at, source))
         return out
 
+    # ------------------------------------------------------------------ goodput
+
+    def record_goodput(self, breakdowns: Sequence[Mapping[str, Any]], *,
+                       now: float | None = None) -> int:
+        """Store (replace) job breakdowns (``Breakdown.to_dict()``); returns how many."""
+        from slurmguard.store import goodput
+
+        return goodput.record(self.engine, breakdowns, now)
+
+    def goodput_job(self, job_id: str) -> dict[str, Any] | None:
+        from slurmguard.store import goodput
+
+        return goodput.job(self.engine, job_id)
+
+    def goodput_collected(self, job_ids: Iterable[str]) -> set[str]:
+        from slurmguard.store import goodput
+
+        return goodput.collected(self.engine, job_ids)
+
+    def goodput_totals(self, *, since: float, until: float | None = None,
+                       by: str = "cause") -> list[tuple[str, dict[str, Any]]]:
+        """Fleet goodput of jobs that ended in the window, per partition/user/node or all."""
+        from slurmguard.store import goodput
+
+        return goodput.totals(self.engine, since=since, until=until, by=by)
+
+    def goodput_series(self, *, since: float, until: float | None = None,
+                       bucket: float = 86400.0) -> list[tuple[float, dict[str, float]]]:
+        from slurmguard.store import goodput
+
+        return goodput.series(self.engine, since=since, until=until, bucket=bucket)
+
+    def node_faults(self, nodes: Iterable[str], *, since: float,
+                    until: float) -> list[tuple[str, float, str]]:
+        """Faults of these nodes in [since, until]: slurmguard drains, watcher-seen failures."""
+        from slurmguard.store import goodput
+
+        return goodput.node_faults(self.engine, nodes, since=since, until=until)
+
     def ping(self) -> None:
         """One trivial query: raises StoreError when the store does not answer."""
         with guard(self.engine, "ping"), self.engine.connect() as conn:
@@ -513,7 +560,7 @@ class Store:
         """Row counts per table (for `db current` and tests)."""
         with guard(self.engine, "counts"), self.engine.connect() as conn:
             return {t.__tablename__: int(conn.execute(select(func.count()).select_from(t)).scalar_one())
-                    for t in (Node, Run, Result, Event, FleetAlert)}
+                    for t in (Node, Run, Result, Event, FleetAlert, GoodputJob)}
 
 
 def _node_name(node: str) -> str:

@@ -155,5 +155,54 @@ class FleetAlert(Base):
     __table_args__ = (Index(None, "cause", "scope", "closed"),)
 
 
+class GoodputJob(Base):
+    """One job's goodput breakdown (slurmguard.goodput.account), stored by `slurmguard goodput`
+    so that fleet reports are one aggregate query. Seconds of wall time per part; the parts
+    add up to ``wall_s``; GPU-seconds are a part's seconds x ``gpus``."""
+
+    __tablename__ = "goodput_jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(64), unique=True)
+    user: Mapped[str] = mapped_column(String(64), default="")
+    partition: Mapped[str] = mapped_column(String(64), default="")
+    state: Mapped[str] = mapped_column(String(32), default="")
+    nodes: Mapped[str] = mapped_column(Text, default="")  # NodeSet of every run's nodes
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    started: Mapped[float] = mapped_column(Float)  # first allocation's start
+    ended: Mapped[float] = mapped_column(Float)  # last allocation's end
+    wall_s: Mapped[float] = mapped_column(Float, default=0.0)
+    held_s: Mapped[float] = mapped_column(Float, default=0.0)
+    productive_s: Mapped[float] = mapped_column(Float, default=0.0)
+    lost_work_s: Mapped[float] = mapped_column(Float, default=0.0)
+    requeue_wait_s: Mapped[float] = mapped_column(Float, default=0.0)
+    restart_s: Mapped[float] = mapped_column(Float, default=0.0)
+    stall_s: Mapped[float] = mapped_column(Float, default=0.0)
+    checkpoint_save_s: Mapped[float] = mapped_column(Float, default=0.0)
+    drained_node_s: Mapped[float] = mapped_column(Float, default=0.0)
+    straggler_s: Mapped[float] = mapped_column(Float, default=0.0)
+    other_s: Mapped[float] = mapped_column(Float, default=0.0)
+    unknown_s: Mapped[float] = mapped_column(Float, default=0.0)
+    unknown: Mapped[str] = mapped_column(Text, default="[]")  # JSON list: why parts are unknown
+    steps_lost: Mapped[int] = mapped_column(Integer, default=0)
+    collected: Mapped[float] = mapped_column(Float)
+    details: Mapped[str] = mapped_column(Text, default="{}")  # JSON: the per-run breakdown
+
+    __table_args__ = (Index(None, "ended"), Index(None, "partition", "ended"),
+                      Index(None, "user", "ended"))
+
+
+class GoodputJobNode(Base):
+    """The nodes a goodput job ran on (for `goodput --by node`)."""
+
+    __tablename__ = "goodput_job_nodes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_row: Mapped[int] = mapped_column(ForeignKey("goodput_jobs.id", ondelete="CASCADE"))
+    node: Mapped[str] = mapped_column(String(128))
+
+    __table_args__ = (Index(None, "job_row"), Index(None, "node"))
+
+
 ALL_TABLES = [Node.__table__, Run.__table__, Result.__table__, Event.__table__,
-              FleetAlert.__table__]
+              FleetAlert.__table__, GoodputJob.__table__, GoodputJobNode.__table__]

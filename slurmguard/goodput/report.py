@@ -1,0 +1,185 @@
+"""Collect goodput breakdowns from the sources, and render reports (table, JSON, plot).
+
+    from slurmguard.goodput.report import collect
+    breakdowns = collect(cfg, job_ids=["1234"], store=store, slurm=SlurmCLI(...))
+
+Missing sources do not fail a report: each becomes a line in the breakdown's ``unknown``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from slurmguard.errors import SlurmguardError
+from slurmguard.goodput import sources
+from slurmguard.goodput.account import CAUSES, PARTS, Breakdown, Fault, Params, account
+
+
+def params_of(section: Mapping[str, Any]) -> Params:
+    return Params(drain_window=float(section.get("drain_window", 3600.0)),
+                  straggler_factor=float(section.get("straggler_factor", 1.2)),
+                  stall_factor=float(section.get("stall_factor", 5.0)))
+
+
+def collect(section: Mapping[str, Any], *, job_ids: Sequence[str] | None = None,
+            since: float | None = None, until: float | None = None,
+            runs: Iterable[str] = (), store: Any = None, slurm: Any = None,
+            skip_collected: bool = False) -> list[Breakdown]:
+    """Breakdowns of the named jobs, or of the jobs that ended in [since, until].
+
+    ``section``: the ``[goodput]`` config section. ``slurm``: a SlurmCLI (None: no
+    accounting); ``store``: a Store (None: no drains known, nothing stored).
+    """
+    params = params_of(section)
+    notes: list[str] = []
+    acct: dict[str, list[Any]] | None = None
+    if slurm is not None:
+        try:
+            recs = slurm.accounting(list(job_ids) if job_ids else None, since=since, until=until)
+            acct = {}
+            for r in recs:
+                acct.setdefault(r.job_id, []).append(r)
+        except SlurmguardError as exc:
+            notes.append(f"no Slurm accounting ({exc.message})")
+    else:
+        notes.append("no Slurm accounting (not configured)")
+    patterns = [*runs, *section.get("run_dirs", [])]
+    if acct is not None:
+        for recs in acct.values():  # the job's working directory, too
+            patterns += sorted({f"{r.workdir}" for r in recs if getattr(r, "workdir", "")})
+    wanted = set(job_ids) if job_ids else None
+    records = sources.read_runs(sources.runs_files(patterns), wanted)
+    if job_ids:
+        ids = list(dict.fromkeys(job_ids))
+    elif acct is not None:
+        ids = [j for j, recs in acct.items()
+               if all(r.end is not None for r in recs if r.start is not None)
+               and any(r.start is not None for r in recs)]
+    else:  # no accounting: the jobs the wrapper recorded as ended in the window
+        lo, hi = since or 0.0, until or time.time()
+        ids = [j for j, recs in records.items()
+               if any(isinstance(r.get("ended"), (int, float)) and lo <= r["ended"] <= hi
+                      for r in recs)]
+    if skip_collected and store is not None and ids:
+        done = store.goodput_collected(ids)
+        ids = [j for j in ids if j not in done]
+    out = []
+    for jid in ids:
+        acct_recs = acct.get(jid, []) if acct is not None else None
+        faults: list[Fault] | None = None
+        if store is not None:
+            allocs = [r for r in acct_recs or [] if r.start is not None]
+            nodes = sorted({n for r in allocs for n in sources.expand_nodes(r.nodes)})
+            starts = [r.start for r in allocs] or [
+                r["started"] for r in records.get(jid, []) if isinstance(r.get("started"), (int, float))]
+            ends = [r.end or time.time() for r in allocs] or [
+                r["ended"] for r in records.get(jid, []) if isinstance(r.get("ended"), (int, float))]
+            if not nodes:
+                nodes = sorted({str(r["node"]) for r in records.get(jid, []) if r.get("node")})
+            if starts and nodes:
+                try:
+                    faults = [Fault(n, at, why) for n, at, why in store.node_faults(
+                        nodes, since=min(starts), until=max(ends) + params.drain_window)]
+                except SlurmguardError as exc:
+                    notes.append(f"store unreadable ({exc.message})")
+            else:
+                faults = []
+        job_notes = list(notes)
+        if jid not in records:
+            job_notes.append("no wrapper records found for this job (searched: "
+                             + (", ".join(patterns) or "nothing: give --runs DIR or "
+                                "goodput.run_dirs") + ")")
+        out.append(account(sources.job_inputs(jid, acct_recs, records.get(jid, []), faults,
+                                              job_notes), params))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# rendering
+
+
+def _h(seconds: float) -> str:
+    return f"{seconds / 3600:.3f}"
+
+
+def job_table(d: Mapping[str, Any]) -> str:
+    from slurmguard.cli._common import table
+
+    wall = d["wall_s"] or 0.0
+    rows = [[p, f"{d['parts'][p]:.1f}", f"{d['gpu_hours'][p]:.3f}",
+             f"{100 * d['parts'][p] / wall:.1f}%" if wall else "-"] for p in PARTS]
+    ettr = "-" if d.get("ettr") is None else f"{d['ettr']:.3f}"
+    head = (f"job {d['job_id']} ({d.get('user') or '?'}, {d.get('partition') or '?'}, "
+            f"{d.get('state') or '?'}): {wall:.1f}s allocated over {len(d.get('runs') or [])} "
+            f"run(s), ETTR {ettr}, {d.get('steps_lost', 0)} step(s) lost")
+    out = [head, table(rows, ["part", "seconds", "GPU-hours", "share"])]
+    for why in d.get("unknown") or []:
+        out.append(f"unknown: {why}")
+    return "\n".join(out)
+
+
+def fleet_table(groups: Sequence[tuple[str, Mapping[str, Any]]], by: str, since: float) -> str:
+    from slurmguard.cli._common import iso, table
+
+    if not groups:
+        return (f"no jobs in the store that ended since {iso(since)} (collect them with "
+                "`slurmguard goodput --collect`)")
+    if by == "cause":
+        _, t = groups[0]
+        wall = t["wall_s"] or 0.0
+        rows = [[p, _h(t["parts"][p]), f"{t['gpu_hours'][p]:.3f}",
+                 f"{100 * t['parts'][p] / wall:.1f}%" if wall else "-"] for p in PARTS]
+        ettr = "-" if t["ettr"] is None else f"{t['ettr']:.3f}"
+        out = [f"{t['jobs']} job(s) ended since {iso(since)}: ETTR {ettr}, "
+               f"{t['allocated_gpu_hours']:.3f} GPU-hours allocated, "
+               f"{t['productive_gpu_hours']:.3f} productive",
+               table(rows, ["part", "hours", "GPU-hours", "share"])]
+        if t["jobs_with_unknown"]:
+            out.append(f"{t['jobs_with_unknown']} job(s) have unknown parts: "
+                       "`slurmguard goodput --job ID` says why")
+        return "\n".join(out)
+    rows = []
+    for g, t in groups:
+        bad = {c: t["parts"][c] for c in CAUSES}
+        top = max(bad, key=lambda c: bad[c])
+        rows.append([g or "-", t["jobs"], _h(t["wall_s"]), f"{t['allocated_gpu_hours']:.3f}",
+                     f"{t['productive_gpu_hours']:.3f}",
+                     "-" if t["ettr"] is None else f"{t['ettr']:.3f}",
+                     f"{top} {_h(bad[top])}h" if bad[top] > 0 else "-", t["jobs_with_unknown"]])
+    return table(rows, [by, "jobs", "hours", "GPU-h", "productive GPU-h", "ETTR",
+                        "top badput", "unknown"])
+
+
+def plot(series: Sequence[tuple[float, Mapping[str, float]]], path: str, title: str) -> None:
+    """A stacked bar chart of badput hours by cause per bucket, written to ``path`` (PNG)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SlurmguardError("--plot needs matplotlib: pip install 'slurmguard[plot]'") from None
+    from datetime import UTC, datetime
+
+    xs = [datetime.fromtimestamp(t, UTC) for t, _ in series]
+    fig, ax = plt.subplots(figsize=(10, 5))
+    bottom = [0.0] * len(series)
+    for cause in CAUSES:
+        ys = [v.get(cause, 0.0) / 3600 for _, v in series]
+        if any(ys):
+            ax.bar(xs, ys, bottom=bottom, label=cause, width=0.8)
+            bottom = [b + y for b, y in zip(bottom, ys, strict=True)]
+    ax.set_ylabel("badput (hours of job wall time)")
+    ax.set_title(title)
+    if any(bottom):
+        ax.legend(loc="upper left", fontsize="small")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    try:
+        fig.savefig(path, format="png")
+    except OSError as exc:
+        raise SlurmguardError(f"--plot: cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
