@@ -46,6 +46,8 @@ pytestmark = pytest.mark.slurm
 PROMETHEUS = "/usr/bin/prometheus"
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 DASHBOARD = REPO / "docs" / "grafana" / "slurmguard.json"
+RULES = REPO / "docs" / "prometheus" / "slurmguard-rules.yml"
+PROMTOOL = "/usr/bin/promtool"
 
 
 def _get(url: str, timeout: float = 10) -> bytes:
@@ -142,6 +144,7 @@ textfile_dir = "{tdir}"
         stop.append(ne)
         (d / "prometheus.yml").write_text(f"""
 global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}}
+rule_files: ["{RULES}"]
 scrape_configs:
   - job_name: slurmguard
     static_configs: [{{targets: ["127.0.0.1:{port}"]}}]
@@ -248,3 +251,26 @@ def test_every_dashboard_query_names_scraped_metrics_and_runs(scenario):
         p.query(q)  # Prometheus parses and evaluates it (status success)
     assert {"slurmguard_drains_total", "slurmguard_requeue_recovery_seconds_bucket",
             "slurmguard_check_health"} <= {n for _, e in exprs for n in re.findall(r"slurmguard_\w+", e)}
+
+
+def test_alert_rules_check_name_scraped_metrics_and_fire(scenario):
+    p: Prom = scenario["prom"]
+    r = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+    rules = json.loads(_get(p.url + "/api/v1/rules"))["data"]["groups"]
+    loaded = {rule["name"]: rule for g in rules for rule in g["rules"]}
+    assert len(loaded) == RULES.read_text().count("- alert:") >= 6
+    scraped = _scraped_names(scenario) | {"up"}
+    for name, rule in loaded.items():
+        unknown = set(re.findall(r"\b(?:slurmguard_\w+|up)\b", rule["query"])) - scraped
+        assert not unknown, f"rule {name} queries {sorted(unknown)}, not in a real scrape"
+        assert rule["health"] == "ok", rule
+    # the scenario's faults, as an operator's Alertmanager would get them
+    def firing() -> set[str]:
+        alerts = json.loads(_get(p.url + "/api/v1/alerts"))["data"]["alerts"]
+        return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
+
+    fired = _wait(lambda: {"SlurmguardHookUnrunnable", "SlurmguardNodeDrained"} <= firing() and firing(),
+                  30, "the unrunnable-prolog and drain alerts firing")
+    assert "SlurmguardServeDown" not in fired and "SlurmguardBlastRadiusTrip" not in fired
