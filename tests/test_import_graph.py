@@ -147,3 +147,30 @@ def test_checks_and_field_types_do_not_import_config():
     for mod, deps in graph.items():
         if mod == "slurmguard.fieldtypes" or mod.startswith("slurmguard.checks"):
             assert "slurmguard.config" not in deps, mod
+
+
+def _imported_names(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def test_the_store_is_reached_through_its_api_only():
+    """SQLAlchemy, the engine, the models and the migrations belong to slurmguard/store/ (and
+    the Alembic scripts); everyone else goes through slurmguard.store.api."""
+    inner = ("sqlalchemy", "alembic", "slurmguard.store.engine", "slurmguard.store.models",
+             "slurmguard.store.migrate")
+    offenders = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).parts
+        if rel[0] in ("store", "migrations"):
+            continue
+        bad = sorted(n for n in _imported_names(path) if n.startswith(inner))
+        if bad:
+            offenders[str(path.relative_to(REPO))] = bad
+    assert offenders == {}

@@ -13,6 +13,7 @@ import pytest
 from helpers import REPO, run_sg
 
 from slurmguard.install.plan import HOOK_SCRIPTS, data_dir
+from slurmguard.store.version import HEAD
 
 PACKAGED = [("prolog", n) for n in (*HOOK_SCRIPTS["prolog"], "slurm.conf.snippet", "Makefile",
                                      "sg_agent_client.c")] + \
@@ -94,7 +95,7 @@ def test_setup_controller_units_token_and_store(installed) -> None:
     assert f"ExecStart={VENV_SG} serve\n" in serve and "@SLURMGUARD@" not in serve
     token = prefix / "etc/slurmguard/token"
     assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text().strip()) >= 32
-    assert "db upgrade:" in out and "-> 0001" in out
+    assert "db upgrade:" in out and f"-> {HEAD}" in out
     r = run_sg("-c", str(prefix / "etc/slurmguard/slurmguard.toml"), "db", "current")
     assert r.returncode == 0, r.stderr
     assert "systemctl enable --now" in out

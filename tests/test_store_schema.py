@@ -86,3 +86,58 @@ def test_db_upgrade_cli_creates_then_is_idempotent(tmp_path: Path) -> None:
 
     out = json.loads(p.stdout)
     assert out["current"] and out["revision"] == HEAD and out["rows"]["nodes"] == 0
+
+
+def test_new_migration_draft_adds_what_the_models_add_and_runs(tmp_path: Path) -> None:
+    """`python -m slurmguard.store.ddl --new-migration MSG`: the draft is what the models
+    have and head lacks, it chains onto head, and applied it yields the models' schema."""
+    import shutil
+
+    from alembic import command
+    from alembic.autogenerate import compare_metadata
+    from alembic.config import Config as AlembicConfig
+    from alembic.migration import MigrationContext
+    from sqlalchemy import Column, Integer, MetaData, String, Table
+
+    from slurmguard.store.ddl import add_known_revision, draft_migration
+    from slurmguard.store.migrate import MIGRATIONS
+
+    md = MetaData(naming_convention=Base.metadata.naming_convention)
+    for t in Base.metadata.tables.values():
+        t.to_metadata(md)
+    Table("burnin_runs", md, Column("id", Integer, primary_key=True),
+          Column("node", String(128), nullable=False))
+    scripts = tmp_path / "migrations"
+    shutil.copytree(MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    path, rev, changed = draft_migration("Add burn-in runs", metadata=md,
+                                         versions_dir=scripts / "versions")
+    text = path.read_text()
+    assert changed and rev == f"{int(HEAD) + 1:04d}" and path.name == f"{rev}_add_burn_in_runs.py"
+    assert "op.create_table('burnin_runs'" in text and f"down_revision = {HEAD!r}" in text
+    assert "op.drop_table('burnin_runs')" in text
+
+    engine = make_engine({"url": f"sqlite:///{tmp_path}/s.db"})
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(scripts))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    with engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), md) == []
+    engine.dispose()
+
+    path2, _, changed2 = draft_migration("nothing", versions_dir=tmp_path)
+    assert not changed2 and "pass" in path2.read_text()
+    vf = tmp_path / "version.py"
+    vf.write_text('KNOWN_REVISIONS: tuple[str, ...] = ("0001",)\nHEAD = KNOWN_REVISIONS[-1]\n')
+    add_known_revision("0002", vf)
+    assert 'KNOWN_REVISIONS: tuple[str, ...] = ("0001", "0002")' in vf.read_text()
+
+
+def test_ddl_check_names_the_stale_file(tmp_path: Path) -> None:
+    from slurmguard.store.ddl import stale_sql, write_sql
+
+    write_sql(tmp_path)
+    assert stale_sql(tmp_path) == []
+    (tmp_path / "schema-postgresql.sql").write_text(ddl("postgresql").replace("SERIAL", "INTEGER"))
+    assert stale_sql(tmp_path) == [tmp_path / "schema-postgresql.sql"]

@@ -118,9 +118,9 @@ class Store:
             engine.dispose()
 
     @classmethod
-    def status(cls, section: Mapping[str, Any]) -> StoreStatus:
+    def status(cls, section: Mapping[str, Any], *, counts: bool = True) -> StoreStatus:
         """The schema revision of a ``[store]`` section's store, whether it is current (the
-        problem when not), and its row counts when it is."""
+        problem when not), and its row counts when it is (and ``counts``)."""
         from slurmguard.store.version import HEAD, schema_problem
 
         where = describe_section(section)
@@ -128,10 +128,10 @@ class Store:
         try:
             rev = current_revision(engine)
             problem = schema_problem(rev, where)
-            counts = cls(engine).counts() if problem is None else {}
+            rows = cls(engine).counts() if problem is None and counts else {}
         finally:
             engine.dispose()
-        return StoreStatus(where, rev, HEAD, problem, counts)
+        return StoreStatus(where, rev, HEAD, problem, rows)
 
     # ------------------------------------------------------------------ writes
 
