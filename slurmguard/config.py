@@ -152,6 +152,10 @@ _SERVE: Schema = {
     "max_connections": Int(1024, "open connections at most (the oldest idle one is closed first)", minimum=8),
     "idle_timeout": Float(15.0, "seconds a connection may stay open with no request", minimum=0.1),
     "request_timeout": Float(30.0, "seconds a request may take to arrive completely (else 408)", minimum=0.1),
+    "gate_socket": Str("", "unix socket answering the compiled gate client (PrologSlurmctld "
+                       "fast path, docs/serve.md), e.g. /run/slurmguard/gate.sock; empty: off"),
+    "gate_socket_user": Str("", "owner of gate_socket (mode 0600): the SlurmUser that runs "
+                            "PrologSlurmctld, when serve runs as root"),
 }
 
 _GATE: Schema = {
@@ -319,10 +323,10 @@ def _read_toml(f: Path) -> dict[str, Any]:
 
 
 def _check_nodeset(f: Path, where: str, pattern: str) -> None:
-    from slurmguard.nodeset import expand
+    from slurmguard.nodeset import check
 
     try:
-        expand(pattern, source=f"{where}.nodes")
+        check(pattern, source=f"{where}.nodes")
     except InputError as exc:
         raise ConfigError(f"{f}: {where}.nodes: not a NodeSet pattern: {_show(pattern)} ({exc.message})") from None
 

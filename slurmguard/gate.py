@@ -180,10 +180,11 @@ def _drain(cfg: Any, refused: Mapping[str, str], job: str) -> list[str]:
     return drained
 
 
-def log_line(cfg: Any, line: str) -> None:
-    """One line to stderr (slurmctld's log) and to gate.log_file when set."""
+def log_line(cfg: Any, line: str, err: Any = None) -> None:
+    """One line to stderr (slurmctld's log; ``err``: the fast path's answer) and to
+    gate.log_file when set."""
     text = f"slurmguard gate: {line}"
-    print(text, file=sys.stderr)
+    print(text, file=err or sys.stderr)
     path = str(cfg.section("gate").get("log_file") or "")
     if path:
         try:
@@ -199,10 +200,17 @@ def main(config_path: str | None, *, dry_run: bool = False,
     from slurmguard import config
 
     cfg = config.load(config_path)
-    outcome = run_gate(cfg, os.environ if env is None else env, dry_run=dry_run)
+    return answer_job(cfg, os.environ if env is None else env, dry_run=dry_run)
+
+
+def answer_job(cfg: Any, env: Mapping[str, str], *, dry_run: bool = False,
+               err: Any = None) -> int:
+    """The gate's whole answer for one job: check, drain, log; the exit code. The one
+    definition, run by `slurmguard gate` and by serve's gate socket (slurmguard/gatesock.py)."""
+    outcome = run_gate(cfg, env, dry_run=dry_run)
     if outcome.message:
         log_line(cfg, outcome.message + (f" (drained {','.join(outcome.drained)})"
-                                         if outcome.drained else ""))
+                                         if outcome.drained else ""), err)
     if not dry_run and cfg["metrics.textfile_dir"]:
         _count(cfg, outcome)
     return outcome.code

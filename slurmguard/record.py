@@ -6,8 +6,8 @@ Validated on the serve side by :mod:`slurmguard.store.records`; delivered by
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +23,7 @@ def make_record(node: str, hook: str, results: Sequence[CheckResult], action: st
     """The JSON record of one hook run. ``id`` makes ingest exactly-once."""
     return {
         "version": RECORD_VERSION,
-        "id": uuid.uuid4().hex,
+        "id": uuid4_hex(),
         "node": node,
         "hook": hook,
         "job_id": job_id,
@@ -33,3 +33,12 @@ def make_record(node: str, hook: str, results: Sequence[CheckResult], action: st
         "results": [r.to_dict() for r in results],
         "slurmguard_version": __version__,
     }
+
+
+def uuid4_hex() -> str:
+    """``uuid.uuid4().hex`` without importing uuid on the hook path: 122 random bits with
+    the version-4 and RFC 4122 variant bits set."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    return b.hex()

@@ -52,3 +52,19 @@ def pytest_sessionfinish(session, exitstatus):
         import reliability
 
         reliability.update_doc()
+
+
+@pytest.fixture(scope="module")
+def slurmdbd(tmp_path_factory):
+    """A running slurmdbd on a private MariaDB (tests/slurmdbd.py), one per test module:
+    ``slurm_cluster_factory(..., accounting=slurmdbd)`` records that cluster's jobs there."""
+    import helpers
+    import slurmdbd as dbd
+
+    missing = dbd.missing_components()
+    helpers.require(not missing, f"Slurm accounting needs {', '.join(missing)} "
+                                 "(Debian: slurmdbd mariadb-server)")
+    helpers.require(os.geteuid() == 0, "slurmdbd and mariadbd run as root in the tests")
+    d = dbd.SlurmDBD.start(tmp_path_factory.mktemp("acct"))
+    yield d
+    d.stop()

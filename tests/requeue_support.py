@@ -1,4 +1,5 @@
-"""Support for the requeue end-to-end tests and benchmark: lose a node the way hardware does.
+"""Support for the requeue end-to-end tests (and goodput's scenario) and benchmark: lose a node
+the way hardware does, run the requeue watcher, read the training job's step log.
 
 `Cluster.kill_slurmd` stops the daemon only; a real node loss also takes every slurmstepd and
 job process on it. On this one-machine cluster they are told apart exactly: a node's
@@ -8,10 +9,15 @@ slurmstepd listens on a Unix socket in that node's spool dir, and a job process 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
+
+from helpers import sg_argv, sg_env
 
 
 def _socket_inodes(spool: Path) -> set[str]:
@@ -69,3 +75,53 @@ def lose_node(cluster: Any, node: str) -> list[int]:
         except (ProcessLookupError, PermissionError):
             pass
     return victims
+
+
+class Watcher:
+    """`slurmguard requeue watch --json` as a real subprocess against the cluster."""
+
+    def __init__(self, cluster: Any, cfg: Path) -> None:
+        self.out = cfg.parent / "watcher.jsonl"
+        env = sg_env(SLURM_CONF=str(cluster.conf_path), SLURMGUARD_CONFIG=str(cfg))
+        self.proc = subprocess.Popen(sg_argv("requeue", "watch", "--json", "--interval", "0.5"),
+                                     env=env, stdout=open(self.out, "w"), stderr=subprocess.STDOUT)
+
+    def stop(self) -> list[dict[str, Any]]:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        events = []
+        for line in self.out.read_text().splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                pass
+        return events
+
+
+def wait_for(pred: Any, timeout: float, what: str, step: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def log_lines(path: Path) -> list[tuple[int, int, str]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        s, r, n = line.split()[:3]  # then the time the step ended
+        out.append((int(s), int(r), n))
+    return out
+
+
+def quiet(path: Path, seconds: float) -> bool:
+    """True once ``path`` has not changed for ``seconds``."""
+    return path.exists() and time.time() - path.stat().st_mtime >= seconds

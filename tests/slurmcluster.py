@@ -162,11 +162,13 @@ class Cluster:
               health_check_program: str | None = None, health_check_interval: int = 0,
               slurmd_timeout: int = 10, extra_conf: Iterable[str] = (),
               node_env: Mapping[str, str] | None = None, wait: bool = True,
-              timeout: float = 60.0) -> Cluster:
+              timeout: float = 60.0, accounting: Any = None) -> Cluster:
         """Write slurm.conf under ``tmpdir``, start slurmctld and ``nodes`` slurmd, wait idle.
 
         Hooks are absolute paths of executables (see :func:`write_hook_script`).
         ``extra_conf`` lines are appended to slurm.conf (later lines win in Slurm).
+        ``accounting``: a running :class:`slurmdbd.SlurmDBD` to record jobs in (``sacct``
+        then answers); by default accounting is off, which costs the other tests nothing.
         """
         t0 = time.monotonic()
         ensure_munge()
@@ -176,11 +178,13 @@ class Cluster:
         names = [f"n{i}" for i in range(1, nodes + 1)]
         ports = free_ports(nodes + 1)
         c = cls(root, names, ports[0], dict(zip(names, ports[1:], strict=True)), node_env)
+        acct = list(accounting.slurm_conf_lines()) if accounting is not None else []
         c.conf_path.write_text(c._conf(prolog=prolog, epilog=epilog,
                                        prolog_slurmctld=prolog_slurmctld,
                                        health_check_program=health_check_program,
                                        health_check_interval=health_check_interval,
-                                       slurmd_timeout=slurmd_timeout, extra=list(extra_conf)))
+                                       slurmd_timeout=slurmd_timeout,
+                                       extra=[*acct, *extra_conf]))
         try:
             c._start_ctld()
             for n in names:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from typing import Any
 
 import pytest
 from helpers import REPO, sg_argv, sg_env
-from requeue_support import lose_node
+from requeue_support import Watcher, log_lines, lose_node, quiet, wait_for
 from test_spank import build_plugin
 
 from slurmguard.nodeset import expand
@@ -35,56 +34,6 @@ def reference_state(tmp: Path) -> dict[str, Any]:
                     "--sleep", "0", "--ckpt-dir", str(d / "ckpt"), "--log", str(d / "log"),
                     "--final", str(d / "final.json")], env=env, check=True, timeout=60)
     return json.loads((d / "final.json").read_text())
-
-
-class Watcher:
-    """`slurmguard requeue watch --json` as a real subprocess against the cluster."""
-
-    def __init__(self, cluster: Any, cfg: Path) -> None:
-        self.out = cfg.parent / "watcher.jsonl"
-        env = sg_env(SLURM_CONF=str(cluster.conf_path), SLURMGUARD_CONFIG=str(cfg))
-        self.proc = subprocess.Popen(sg_argv("requeue", "watch", "--json", "--interval", "0.5"),
-                                     env=env, stdout=open(self.out, "w"), stderr=subprocess.STDOUT)
-
-    def stop(self) -> list[dict[str, Any]]:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        events = []
-        for line in self.out.read_text().splitlines():
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                pass
-        return events
-
-
-def wait_for(pred: Any, timeout: float, what: str, step: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def log_lines(path: Path) -> list[tuple[int, int, str]]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        s, r, n = line.split()[:3]  # then the time the step ended
-        out.append((int(s), int(r), n))
-    return out
-
-
-def _quiet(path: Path, seconds: float) -> bool:
-    """True once ``path`` has not changed for ``seconds``."""
-    return path.exists() and time.time() - path.stat().st_mtime >= seconds
 
 
 def run_scenario(factory: Any, tmp: Path, mode: str) -> None:
@@ -121,7 +70,7 @@ def run_scenario(factory: Any, tmp: Path, mode: str) -> None:
         victim = next(n for n in expand(job["NodeList"]) if n != job["BatchHost"])
         lose_node(c, victim)
         # The survivor blocks in its next collective, as with NCCL: wait until it has.
-        wait_for(lambda: _quiet(log, 1.5), 30, "the surviving rank to block")
+        wait_for(lambda: quiet(log, 1.5), 30, "the surviving rank to block")
         run0 = [s for s, r, _ in log_lines(log) if r == 0]
         newest = EVERY * (max(run0) // EVERY)
         expect = newest

@@ -77,11 +77,21 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
     server.start()
     if fleet is not None:
         fleet.start()
+    gate_sock = None
+    if scfg["gate_socket"]:
+        from slurmguard.gatesock import GateSocket
+
+        gate_sock = GateSocket(cfg, str(scfg["gate_socket"]), obj.get("config_path"),
+                               str(scfg["gate_socket_user"]))
+        gate_sock.start()
+        click.echo(f"slurmguard serve: gate socket {scfg['gate_socket']}", err=True)
     h, p = server.address
     click.echo(f"slurmguard serve: listening on http://{h}:{p} (store {store.where})",
                err=True)
     sys.stderr.flush()
     stop.wait()
+    if gate_sock is not None:
+        gate_sock.close()
     if fleet is not None:
         fleet.stop()
     server.shutdown()

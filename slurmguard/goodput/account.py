@@ -347,9 +347,11 @@ def _run_parts(a: Allocation, r: RunRecord | None, job: JobInputs, params: Param
     for t, _, secs in r.checkpoints:
         if _finite(secs) and secs and secs > 0:
             spans.append((t - secs, t, "checkpoint_save"))
-    for f, to in r.stalls:
+    if tail == "drained_node":  # the hang on a failing node is the fault's, not a stall
+        spans.append((tl, E, tail))
+    for f, to in r.stalls:  # before the first step it is the restart, by definition
         if to - f > m:
-            spans.append((f + m, to, "stall"))
+            spans.append((max(f + m, fss), to, "stall"))
     spans += [(A, fss, "restart"), (fss, tl, "step"), (tl, E, tail)]
     got = paint(A, E, spans)
     step_s = got.pop("step", 0.0)

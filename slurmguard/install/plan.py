@@ -13,6 +13,7 @@ Where things go (below ``prefix``, ``/`` by default; docs/install.md):
 | man page | /usr/local/share/man/man1/slurmguard.1 | 0644 |
 | bash completion | /usr/share/bash-completion/completions/slurmguard | 0644 |
 | agent hook client (built with gcc) | /usr/lib/slurmguard/prolog/slurmguard-agent-client | 0755 |
+| gate client (built with gcc) | /usr/lib/slurmguard/prolog/slurmguard-gate-client | 0755 |
 | service units of the role | /etc/systemd/system/slurmguard-*.{service,timer} | 0644 |
 | controller: serve token (only when absent) | serve.token_file | 0600 |
 """
@@ -122,7 +123,7 @@ def owner_of(user: str) -> Owner:
 
 
 def defaults_text(exe: str, config_file: str, state_dir: str, textfile_dir: str,
-                  agent_client: str = "") -> bytes:
+                  agent_client: str = "", extra: dict[str, str] | None = None) -> bytes:
     lines = [
         "# Read by the slurmguard entry scripts (Prolog, Epilog, HealthCheckProgram,",
         "# PrologSlurmctld) and by the slurmguard systemd units. Written by `slurmguard setup`,",
@@ -135,6 +136,8 @@ def defaults_text(exe: str, config_file: str, state_dir: str, textfile_dir: str,
         lines.append(f"SLURMGUARD_TEXTFILE_DIR={shlex.quote(textfile_dir)}")
     if agent_client:
         lines.append(f"SLURMGUARD_AGENT_CLIENT={shlex.quote(agent_client)}")
+    for key, value in (extra or {}).items():
+        lines.append(f"{key}={shlex.quote(value)}")
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -219,10 +222,20 @@ def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: by
     client_path = f"{lib}/prolog/slurmguard-agent-client" if client is not None else ""
     if client is not None:
         plan.steps.append(FileStep(client_path, client, 0o755, what="agent hook client"))
+    # The gate's compiled client (docs/serve.md "Gate fast path"), and the sockets the two
+    # clients ask ([agent] socket, [serve] gate_socket), so the C clients need no TOML.
+    extra = {"SLURMGUARD_AGENT_SOCKET": str(cfg["agent.socket"])}
+    gclient = spank.gate_client()
+    if gclient is not None:
+        gpath = f"{lib}/prolog/slurmguard-gate-client"
+        plan.steps.append(FileStep(gpath, gclient, 0o755, what="gate client"))
+        extra["SLURMGUARD_GATE_CLIENT"] = gpath
+    if cfg["serve.gate_socket"]:
+        extra["SLURMGUARD_GATE_SOCKET"] = str(cfg["serve.gate_socket"])
     plan.steps.append(DirStep(os.path.dirname(defaults_file), 0o755))
     plan.steps.append(FileStep(defaults_file, defaults_text(exe, config_file, hooks["state_dir"],
-                                                            textfile_dir, client_path), 0o644,
-                               what="what the entry scripts run"))
+                                                            textfile_dir, client_path, extra),
+                               0o644, what="what the entry scripts run"))
     # On the controller the state dir also holds the SQLite store that the gate
     # (PrologSlurmctld, run as SlurmUser) reads: group SlurmUser, group-writable for SQLite's
     # -shm/-wal files. The same mode on nodes, so that one host can run both setups.

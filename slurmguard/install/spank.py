@@ -70,6 +70,18 @@ def agent_client() -> bytes | None:
     return compile_c(cc, str(src), [], "the agent client")
 
 
+def gate_client() -> bytes | None:
+    """The compiled PrologSlurmctld client (docs/serve.md "Gate fast path"); None without
+    a compiler."""
+    from slurmguard.install.paths import data_dir
+
+    cc, _ = find_toolchain()
+    src = data_dir() / "hooks" / "prolog" / "sg_gate_client.c"
+    if cc is None or not src.exists():
+        return None
+    return compile_c(cc, str(src), [], "the gate client")
+
+
 def add_steps(plan: Any, conf: dict[str, str], conf_path: str) -> None:
     """The plugin file step and the plugstack.conf line, or a note saying how to get there."""
     from slurmguard.adapters.slurm_conf import plugstack_path

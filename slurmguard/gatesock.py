@@ -1,0 +1,145 @@
+"""serve's gate socket: the PrologSlurmctld fast path (docs/serve.md, "Gate fast path").
+
+slurmctld runs PrologSlurmctld for every job; a Python process per job costs 60-90 ms of a
+controller core. The compiled ``slurmguard-gate-client`` (prolog/sg_gate_client.c) asks
+`slurmguard serve`, which is already running with the store open, over a unix socket; serve
+answers with :func:`slurmguard.gate.answer_job`, the very function `slurmguard gate` runs, with
+serve's own config (the client's config path must be serve's). The client falls back to
+`slurmguard gate` when serve does not answer, so the fail-open/fail-closed setting
+(``gate.on_store_error``) and every refusal are the same on both paths.
+
+Wire protocol, one request per connection (peer uid: root, serve's own, or gate_socket_user)::
+
+    request:  SGG1 job=J nodes=NODELIST dry=0|1 config=PATH\\n
+    answer:   SGG1 <exit> <len err>\\n<err bytes>SGG1 END\\n
+    refusal:  SGG1 unavailable <why>\\n
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import pwd
+import socket
+import stat
+import struct
+import threading
+from typing import Any
+
+log = logging.getLogger("slurmguard.gatesock")
+PROTO = "SGG1"
+
+
+def parse_request(line: str) -> dict[str, str]:
+    parts = line.rstrip("\n").split(" ")
+    if not parts or parts[0] != PROTO:
+        raise ValueError("not an SGG1 request")
+    req = {"job": "", "nodes": "", "dry": "0", "config": ""}
+    for item in parts[1:]:
+        key, sep, value = item.partition("=")
+        if not sep or key not in req:
+            raise ValueError(f"bad request field {item[:40]!r}")
+        req[key] = value
+    return req
+
+
+def answer(code: int, err: str) -> bytes:
+    e = err.encode()
+    return f"{PROTO} {code} {len(e)}\n".encode() + e + f"{PROTO} END\n".encode()
+
+
+def refusal(why: str) -> bytes:
+    return f"{PROTO} unavailable {' '.join(why.split())[:300]}\n".encode()
+
+
+class GateSocket:
+    """A thread answering gate requests on ``path`` with serve's config."""
+
+    def __init__(self, cfg: Any, path: str, config_path: str | None, user: str = "") -> None:
+        self.cfg = cfg
+        self.path = path
+        self.config_path = os.path.realpath(config_path) if config_path else ""
+        self.allowed = {0, os.geteuid()}
+        d = os.path.dirname(path) or "."
+        os.makedirs(d, mode=0o755, exist_ok=True)
+        st = os.stat(d)
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            from slurmguard.errors import ConfigError
+
+            raise ConfigError(f"serve.gate_socket: directory {d} is writable by others")
+        try:
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                os.unlink(path)
+        except FileNotFoundError:
+            pass
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            self.sock.bind(path)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        if user:
+            pw = pwd.getpwnam(user)
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+            self.allowed.add(pw.pw_uid)
+        self.sock.listen(128)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="gate-socket", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def handle(self, line: str) -> bytes:
+        from slurmguard.gate import answer_job
+
+        try:
+            req = parse_request(line)
+        except ValueError as exc:
+            return refusal(str(exc))
+        theirs = os.path.realpath(req["config"]) if req["config"] else ""
+        if theirs != self.config_path:
+            return refusal(f"config {theirs or '(default)'} is not serve's {self.config_path or '(default)'}")
+        env = {"SLURM_JOB_ID": req["job"] or "?", "SLURM_JOB_NODELIST": req["nodes"]}
+        err = io.StringIO()
+        try:
+            code = answer_job(self.cfg, env, dry_run=req["dry"] == "1", err=err)
+        except Exception as exc:  # noqa: BLE001 - `slurmguard gate` says it properly
+            return refusal(f"{type(exc).__name__}: {exc}")
+        return answer(code, err.getvalue())
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.settimeout(5.0)
+                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                uid = struct.unpack("3i", creds)[1]
+                if uid not in self.allowed:
+                    conn.sendall(refusal(f"uid {uid} may not ask"))
+                    return
+                buf = b""
+                while b"\n" not in buf and len(buf) < 1 << 20:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    buf += chunk
+                conn.sendall(self.handle(buf.split(b"\n", 1)[0].decode("utf-8", "replace")))
+            except OSError:
+                return

@@ -1,0 +1,146 @@
+"""The gate's fast path: the compiled client asks a real `slurmguard serve` on its gate socket.
+
+Same answer as `slurmguard gate` (same exit code, same log line, same log file), because serve
+runs slurmguard.gate.answer_job; when serve does not answer the client runs `slurmguard gate`
+itself, so fail-open/fail-closed (gate.on_store_error) is the in-process behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO, require, sg_argv, sg_env
+from sgserve import Serve, new_port, new_store
+
+from slurmguard.health import CheckResult, Health
+from slurmguard.record import make_record
+from slurmguard.store import Store
+
+LEMON = "slurmguard: lemon: 3 failures in 1h (gpu-xid)"
+
+
+def build_gate_client(dest: Path) -> Path:
+    require(shutil.which("gcc") is not None and shutil.which("make") is not None,
+            "gcc and make build the gate client")
+    build = dest / "prolog"
+    shutil.copytree(REPO / "prolog", build, ignore=shutil.ignore_patterns("slurmguard-*-client"))
+    r = subprocess.run(["make", "-C", str(build), "slurmguard-gate-client"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return build / "slurmguard-gate-client"
+
+
+class Setup:
+    def __init__(self, d: Path, extra: str = "") -> None:
+        self.d = d
+        self.url = new_store(d, "s.db")
+        s = Store.open(url=self.url)
+        now = time.time()
+        ok = [CheckResult("gpu-count", Health.HEALTHY)]
+        bad = ok + [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")]
+        s.record_many([make_record("n1", "prolog", ok, "pass", "", started=now - 5),
+                       make_record("n2", "prolog", bad, "drain", "slurmguard: gpu-xid: Xid 79",
+                                   started=now - 5),
+                       make_record("n3", "prolog", ok, "pass", "", started=now - 5)])
+        s.set_flags("n3", lemon=True, lemon_reason=LEMON)
+        s.close()
+        self.sock = d / "run" / "gate.sock"
+        self.port = new_port()
+        token = d / "token"
+        token.write_text("test-token-0123456789abcdef\n")
+        token.chmod(0o600)
+        self.cfg = d / "sg.toml"
+        self.cfg.write_text(f"""
+[store]
+url = "{self.url}"
+[serve]
+host = "127.0.0.1"
+port = {self.port}
+token_file = "{token}"
+policy = false
+gate_socket = "{self.sock}"
+[gate]
+drain = false
+log_file = "{d}/gate.log"
+{extra}
+""")
+
+    def env(self, nodes: str, job: str = "11", **extra: str) -> dict[str, str]:
+        base = {"SLURMGUARD_CONFIG": str(self.cfg), "SLURM_JOB_ID": job,
+                "SLURM_JOB_NODELIST": nodes, "SLURMGUARD_GATE_SOCKET": str(self.sock)}
+        return sg_env(**{**base, **extra})
+
+
+@pytest.fixture(scope="module")
+def gate_client(tmp_path_factory) -> Path:
+    return build_gate_client(tmp_path_factory.mktemp("gateclient"))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    s = Setup(tmp_path_factory.mktemp("gate"))
+    srv = Serve(s.cfg, s.port).start()
+    deadline = time.monotonic() + 20
+    while not s.sock.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield s
+    srv.stop()
+
+
+def client(gate_client: Path, s: Setup, nodes: str, *args: str, **env: str):
+    return subprocess.run([str(gate_client), *args, "--", *sg_argv("gate", *args)],
+                          env=s.env(nodes, **env), capture_output=True, text=True, timeout=60)
+
+
+def in_process(s: Setup, nodes: str, *args: str):
+    return subprocess.run(sg_argv("gate", *args), env=s.env(nodes), capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.mark.parametrize("nodes", ["n1", "n[1-3]", "n2", "n3,n9", "unknown[1-4]", "n[1-2],n4"])
+def test_serve_answers_like_the_gate(gate_client, served, nodes):
+    assert (served.sock.stat().st_mode & 0o777) == 0o600
+    fast = client(gate_client, served, nodes)
+    slow = in_process(served, nodes)
+    assert "serve not used" not in fast.stderr, fast.stderr
+    assert (fast.returncode, fast.stderr) == (slow.returncode, slow.stderr)
+    if nodes == "n[1-3]":
+        assert fast.returncode == 1 and "refused 2 of 3 nodes" in fast.stderr
+        assert fast.stderr.count("refused 2 of 3") == 1
+        assert (served.d / "gate.log").read_text().count("refused 2 of 3 nodes") >= 2  # both paths
+
+
+def test_store_unreadable_through_serve_fails_open(gate_client, served):
+    db = Path(served.url[len("sqlite:///"):])
+    db.rename(db.with_suffix(".away"))
+    try:
+        fast = client(gate_client, served, "n2")
+        slow = in_process(served, "n2")
+        assert "serve not used" not in fast.stderr
+        assert fast.returncode == slow.returncode == 0
+        assert "fail-open" in fast.stderr and fast.stderr == slow.stderr
+    finally:
+        db.with_suffix(".away").rename(db)
+
+
+def test_config_mismatch_falls_back(gate_client, served, tmp_path):
+    other = tmp_path / "other.toml"
+    other.write_text(served.cfg.read_text())
+    fast = client(gate_client, served, "n[1-3]", SLURMGUARD_CONFIG=str(other))
+    assert "serve not used (serve refused: config" in fast.stderr
+    assert fast.returncode == 1 and "refused 2 of 3 nodes" in fast.stderr
+
+
+def test_serve_down_falls_back_and_keeps_fail_closed(gate_client, tmp_path):
+    s = Setup(tmp_path, 'on_store_error = "closed"')
+    fast = client(gate_client, s, "n[1-3]")  # serve never started: no socket
+    assert "serve not used (connect" in fast.stderr
+    assert fast.returncode == 1 and "refused 2 of 3 nodes" in fast.stderr
+    os.unlink(s.url[len("sqlite:///"):])
+    fast = client(gate_client, s, "n1")
+    assert fast.returncode == 5 and "fail-closed" in fast.stderr
