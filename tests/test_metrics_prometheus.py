@@ -193,7 +193,9 @@ def test_prometheus_sees_the_drain_by_cause_and_the_recovery_histogram(scenario)
     permits = p.query('slurmguard_permits_total{cause="fault-value"}')
     assert [(r["metric"]["result"], r["value"][1]) for r in permits] == [("allowed", "1")]
     # the node's own textfile, through node_exporter
-    reason = p.query('slurmguard_hook_drain_reason{hook="healthcheck"} == 1')
+    # (node_exporter is scraped on its own schedule: the drain may reach Prometheus first)
+    reason = _wait(lambda: p.query('slurmguard_hook_drain_reason{hook="healthcheck"} == 1'), 30,
+                   "the node's drain reason in Prometheus")
     assert [(r["metric"]["node"], r["metric"]["check"], r["metric"]["reason"]) for r in reason] == [
         ("n1", "fault-value", "slurmguard: fault-value: injected node fault")]
     assert p.query('slurmguard_check_health{check="fault-value",health="unhealthy"} == 1')
@@ -236,7 +238,7 @@ def test_every_dashboard_query_names_scraped_metrics_and_runs(scenario):
     exprs = [(panel["title"], t["expr"]) for panel in dash["panels"] for t in panel.get("targets", [])]
     assert len(exprs) >= 15
     titles = " ".join(panel["title"] for panel in dash["panels"]).lower()
-    for want in ("fleet health", "drains by cause", "recovery latency"):
+    for want in ("fleet health", "drains by cause", "recovery latency", "goodput", "badput by cause"):
         assert want in titles
     scraped = _scraped_names(scenario)
     for title, expr in exprs:
@@ -247,4 +249,5 @@ def test_every_dashboard_query_names_scraped_metrics_and_runs(scenario):
         q = expr.replace("$__rate_interval", "1m").replace("$__range", "5m")
         p.query(q)  # Prometheus parses and evaluates it (status success)
     assert {"slurmguard_drains_total", "slurmguard_requeue_recovery_seconds_bucket",
-            "slurmguard_check_health"} <= {n for _, e in exprs for n in re.findall(r"slurmguard_\w+", e)}
+            "slurmguard_check_health", "slurmguard_goodput_ettr",
+            "slurmguard_goodput_gpu_seconds"} <= {n for _, e in exprs for n in re.findall(r"slurmguard_\w+", e)}
