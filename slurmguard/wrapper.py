@@ -267,9 +267,44 @@ def _progress_path(opts: RunOptions, env: dict[str, str]) -> tuple[str, str | No
 
 
 def run(opts: RunOptions) -> int:
-    """Run the command as described in the module docstring; returns the wrapper's exit code."""
+    """Run the command as described in the module docstring; returns the wrapper's exit code.
+
+    The steps, each a function below: prepare (cap, checkpoint, environment, progress file),
+    start the child, watch it (signals, progress, stalls, grace), decide the exit code,
+    report (log lines and the run record)."""
     if not opts.command:
         raise InputError("no command given: use `slurmguard run [OPTIONS] -- CMD ARGS...`")
+    prep = _prepare(opts)
+    child, pump, infra = _start(opts, prep)
+    watch = _Watch(opts, child, _Tail(prep.progress_path), Progress(last_event=prep.started),
+                   prep.started)
+    rc = watch.run()
+    if pump is not None:
+        pump.join(timeout=2)
+    ended = watch.finish()
+    if prep.private_dir:
+        shutil.rmtree(prep.private_dir, ignore_errors=True)
+    verdict = _decide(opts, prep, rc, watch, infra)
+    _report(opts, prep, rc, watch.prog, watch.stalled, verdict, ended)
+    return verdict.exit_code
+
+
+@dataclass
+class _Prepared:
+    """What a run starts from: the child's environment, the checkpoint it resumes from, the
+    restart count, what the requeue cost, and where progress goes."""
+
+    env: dict[str, str]
+    best: checkpoint.Checkpoint | None
+    restart: int
+    recovery: dict[str, Any] | None
+    progress_path: str
+    private_dir: str | None  # made for the progress file; removed at the end
+    started: float
+
+
+def _prepare(opts: RunOptions) -> _Prepared:
+    """Step 1: the requeue cap, the newest complete checkpoint, the environment, progress."""
     env, best, restart = prepare_env(opts)
     if opts.checkpoint_dir and opts.resume == "auto":
         _say(f"resuming from {best.path} (step {best.step}, {best.layout})" if best
@@ -277,107 +312,136 @@ def run(opts: RunOptions) -> int:
     recovery = _recovery(opts, env, best, restart)
     ppath, private = _progress_path(opts, env)
     env["SLURMGUARD_PROGRESS"] = ppath
-    tail = _Tail(ppath)
-    started = time.time()
-    prog = Progress(last_event=started)
-    got: list[int] = []
+    return _Prepared(env, best, restart, recovery, ppath, private, time.time())
 
+
+def _start(opts: RunOptions,
+           prep: _Prepared) -> tuple[subprocess.Popen[bytes], threading.Thread | None, list[str]]:
+    """Step 2: the command in its own process group; its stderr copied through and scanned
+    for infrastructure faults (the first such line lands in the returned list)."""
     try:
-        child = subprocess.Popen(list(opts.command), env=env, start_new_session=True,
+        child = subprocess.Popen(list(opts.command), env=prep.env, start_new_session=True,
                                  stderr=subprocess.PIPE if opts.scan_stderr else None)
     except OSError as exc:
-        if private:
-            shutil.rmtree(private, ignore_errors=True)
+        if prep.private_dir:
+            shutil.rmtree(prep.private_dir, ignore_errors=True)
         raise InputError(f"cannot start {opts.command[0]!r}: {exc.strerror or exc}") from None
     infra: list[str] = []
     pump = None
     if child.stderr is not None:
         pump = threading.Thread(target=_pump_stderr, args=(child.stderr, infra), daemon=True)
         pump.start()
+    return child, pump, infra
 
-    def forward(signum: int, _frame: object) -> None:
-        got.append(signum)
+
+class _Watch:
+    """Step 3: wait for the child while forwarding signals to its group, feeding progress
+    events, noticing stalls (and acting on them), and enforcing the SIGTERM grace period."""
+
+    def __init__(self, opts: RunOptions, child: subprocess.Popen[bytes], tail: _Tail,
+                 prog: Progress, started: float) -> None:
+        self.opts, self.child, self.tail, self.prog, self.started = opts, child, tail, prog, started
+        self.got: list[int] = []  # signals received, forwarded to the child's group
+        self.stalled = False
+        self.stall_from: float | None = None  # the current stall began after this step report
+        self.kill_at: float | None = None
+
+    def _forward(self, signum: int, _frame: object) -> None:
+        self.got.append(signum)
+        _signal_group(self.child.pid, signum)
+
+    def run(self) -> int:
+        """The child's return code."""
+        old = {s: signal.signal(s, self._forward)
+               for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
         try:
-            os.killpg(child.pid, signum)
-        except ProcessLookupError:
-            pass
+            while True:
+                try:
+                    return self.child.wait(timeout=0.5)
+                except subprocess.TimeoutExpired:
+                    pass
+                self._tick()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
-    stalled = False
-    stall_from: float | None = None  # the current stall began after this step report
-    kill_at: float | None = None
-    try:
-        while True:
-            try:
-                rc = child.wait(timeout=0.5)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            for ev in tail.read():
-                prog.feed(ev)
-            now = time.time()
-            if kill_at is None and got and got[-1] in (signal.SIGTERM, signal.SIGINT):
-                kill_at = now + opts.grace
-            if stall_from is not None and prog.frontier is not None \
-                    and prog.frontier[0] > stall_from:  # steps again: the stall ended
-                prog.stalls.append([stall_from, prog.frontier[0]])
-                del prog.stalls[:-MAX_STALLS]
-                stall_from = None
-                _say(f"stall over: step {prog.frontier[1]} reported")
-            if stall_from is None and opts.stall_timeout > 0 \
-                    and now - prog.last_event > opts.stall_timeout:
-                stalled = True
-                stall_from = prog.frontier[0] if prog.frontier else started
-                _say(f"stall: no step reported for {opts.stall_timeout:g}s "
-                     f"(last step {prog.last_step} from {prog.last_node})")
-                if opts.stall_action == "requeue":
-                    _signal_group(child.pid, signal.SIGTERM)
-                    kill_at = now + opts.grace
-            if kill_at is not None and now >= kill_at:
-                _say(f"the command did not stop within {opts.grace:g}s of SIGTERM: killing it")
-                _signal_group(child.pid, signal.SIGKILL)
-                kill_at = float("inf")
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-    if pump is not None:
-        pump.join(timeout=2)
-    for ev in tail.read():
-        prog.feed(ev)
-    ended = time.time()
-    if stall_from is not None:
-        if prog.frontier is not None and prog.frontier[0] > stall_from:
-            prog.stalls.append([stall_from, prog.frontier[0]])
-        else:
-            prog.stalls.append([stall_from, ended])
-    if private:
-        shutil.rmtree(private, ignore_errors=True)
+    def _tick(self) -> None:
+        opts, prog = self.opts, self.prog
+        for ev in self.tail.read():
+            prog.feed(ev)
+        now = time.time()
+        if self.kill_at is None and self.got and self.got[-1] in (signal.SIGTERM, signal.SIGINT):
+            self.kill_at = now + opts.grace
+        if self.stall_from is not None and prog.frontier is not None \
+                and prog.frontier[0] > self.stall_from:  # steps again: the stall ended
+            prog.stalls.append([self.stall_from, prog.frontier[0]])
+            del prog.stalls[:-MAX_STALLS]
+            self.stall_from = None
+            _say(f"stall over: step {prog.frontier[1]} reported")
+        if self.stall_from is None and opts.stall_timeout > 0 \
+                and now - prog.last_event > opts.stall_timeout:
+            self.stalled = True
+            self.stall_from = prog.frontier[0] if prog.frontier else self.started
+            _say(f"stall: no step reported for {opts.stall_timeout:g}s "
+                 f"(last step {prog.last_step} from {prog.last_node})")
+            if opts.stall_action == "requeue":
+                _signal_group(self.child.pid, signal.SIGTERM)
+                self.kill_at = now + opts.grace
+        if self.kill_at is not None and now >= self.kill_at:
+            _say(f"the command did not stop within {opts.grace:g}s of SIGTERM: killing it")
+            _signal_group(self.child.pid, signal.SIGKILL)
+            self.kill_at = float("inf")
 
+    def finish(self) -> float:
+        """Read the last progress events and close a stall still open; returns the end time."""
+        prog = self.prog
+        for ev in self.tail.read():
+            prog.feed(ev)
+        ended = time.time()
+        if self.stall_from is not None:
+            if prog.frontier is not None and prog.frontier[0] > self.stall_from:
+                prog.stalls.append([self.stall_from, prog.frontier[0]])
+            else:
+                prog.stalls.append([self.stall_from, ended])
+        return ended
+
+
+def _decide(opts: RunOptions, prep: _Prepared, rc: int, watch: _Watch,
+            infra: list[str]) -> exitmap.Verdict:
+    """Step 4: the wrapper's exit code (slurmguard.exitmap); a failed run asks whether this
+    node was drained by us (then it is a node fault: requeue)."""
     drained = None
     if rc != 0 and opts.node_probe is not None:
         try:
             drained = opts.node_probe()
         except Exception as exc:  # a probe failure must not turn an app error into a requeue
             _say(f"could not check this node's state: {exc}")
-    verdict = exitmap.decide(exitmap.RunEnd(
-        returncode=rc, restart=restart, max_requeues=opts.max_requeues, stalled=stalled,
-        stall_action=opts.stall_action, got_signal=got[-1] if got else None,
+    return exitmap.decide(exitmap.RunEnd(
+        returncode=rc, restart=prep.restart, max_requeues=opts.max_requeues,
+        stalled=watch.stalled, stall_action=opts.stall_action,
+        got_signal=watch.got[-1] if watch.got else None,
         infra_line=infra[0] if infra else None, node_drained=drained))
+
+
+def _report(opts: RunOptions, prep: _Prepared, rc: int, prog: Progress, stalled: bool,
+            verdict: exitmap.Verdict, ended: float) -> None:
+    """Step 5: say what happened, and append the run record (runs.jsonl)."""
     slow = prog.slow_nodes()
     if slow:
         meds = prog.node_medians()
         _say("slow node(s): " + ", ".join(f"{n} (median step {meds[n]:.3f}s)" for n in slow))
     if verdict.kind != "success":
         _say(verdict.reason)
+    env, best = prep.env, prep.best
     _record(opts, env, {
         "job_id": env.get("SLURM_JOB_ID"), "node": env.get("SLURMD_NODENAME"),
-        "restart": restart, "started": started, "ended": ended,
+        "restart": prep.restart, "started": prep.started, "ended": ended,
         "resumed_from": best.to_dict() if best else None, "returncode": rc,
         "verdict": verdict.kind, "exit_code": verdict.exit_code, "reason": verdict.reason,
         "last_step": prog.last_step, "last_checkpoint": prog.last_ckpt, "stalled": stalled,
-        "node_median_step_s": prog.node_medians(), "slow_nodes": slow, "recovery": recovery,
+        "node_median_step_s": prog.node_medians(), "slow_nodes": slow, "recovery": prep.recovery,
         # For goodput accounting (slurmguard.goodput): the step frontier, saves, stalls.
-        "progress_file": ppath, "steps_reported": prog.steps,
+        "progress_file": prep.progress_path, "steps_reported": prog.steps,
         "first_step": list(prog.first_step) if prog.first_step else None,
         "last_step_t": prog.frontier[0] if prog.frontier else None,
         "frontier_step": prog.frontier[1] if prog.frontier else None,
@@ -385,7 +449,6 @@ def run(opts: RunOptions) -> int:
         "checkpoints": prog.checkpoints,
         "stalls": prog.stalls,
     })
-    return verdict.exit_code
 
 
 def _recovery(opts: RunOptions, env: dict[str, str], best: checkpoint.Checkpoint | None,
