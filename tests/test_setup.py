@@ -195,3 +195,19 @@ def test_setup_that_cannot_write_says_where_and_how(tmp_path) -> None:
     line = r.stderr.strip()
     assert line.startswith(f"slurmguard: error: setup: {blocker}/usr") and "\n" not in line, line
     assert "change(s) were made before it" in line
+
+
+def test_textfile_dir_of_the_config_reaches_the_entry_scripts(tmp_path) -> None:
+    if not os.access(VENV_SG, os.X_OK):
+        pytest.skip(f"{VENV_SG}: slurmguard is not installed beside this interpreter")
+    prefix = tmp_path / "root"
+    cfg = prefix / "etc/slurmguard/slurmguard.toml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text(f'[hooks]\nstate_dir = "{prefix}/state"\nspool_dir = "{prefix}/spool"\n'
+                   f'[metrics]\ntextfile_dir = "{prefix}/textfile"\n')
+    r = setup(prefix, "node")
+    assert r.returncode == 0, r.stderr
+    defaults = (prefix / "etc/default/slurmguard").read_text()
+    assert f"SLURMGUARD_TEXTFILE_DIR={prefix}/textfile\n" in defaults
+    assert f"SLURMGUARD_STATE_DIR={prefix}/state\n" in defaults
+    assert (prefix / "textfile").is_dir() and (prefix / "state").is_dir()
