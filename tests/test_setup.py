@@ -182,3 +182,16 @@ def test_without_a_compiler_setup_says_how_to_get_the_plugin(tmp_path) -> None:
     assert "SPANK plugin not built: missing a C compiler (apt-get install gcc)" in r.stdout
     assert "slurmguard_spank.so" not in r.stdout.split("slurm.conf (")[0]  # no plugin file step
     assert f"SLURMGUARD_AGENT_CLIENT={tmp_path}" not in r.stdout  # no client built either
+
+
+def test_setup_that_cannot_write_says_where_and_how(tmp_path) -> None:
+    if not os.access(VENV_SG, os.X_OK):
+        pytest.skip(f"{VENV_SG}: slurmguard is not installed beside this interpreter")
+    blocker = tmp_path / "root"
+    blocker.mkdir()
+    (blocker / "usr").write_text("a file where setup needs a directory\n")
+    r = setup(blocker, "node")
+    assert r.returncode == 8, r.stdout + r.stderr
+    line = r.stderr.strip()
+    assert line.startswith(f"slurmguard: error: setup: {blocker}/usr") and "\n" not in line, line
+    assert "change(s) were made before it" in line
