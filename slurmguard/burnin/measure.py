@@ -3,7 +3,7 @@
 A site benchmark is added the way site checks are: ``burnin.site_modules = ["mysite.bench"]``
 where the module exports ``MEASUREMENTS = {"my-bench": "mysite.bench:run"}``; ``run(params)``
 returns a list of value dicts (``metric``, ``value``, ``unit``, ``status``, ``reason``,
-``higher_is_better``, ``details``) and raises ``slurmguard.burnin.probe.Unsupported`` where it
+``higher_is_better``, ``details``) and raises ``slurmguard.errors.Unsupported`` where it
 cannot run. It runs in a child process with the same time limit as the built-in ones.
 """
 

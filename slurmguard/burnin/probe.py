@@ -6,7 +6,7 @@ its process group and reported ``error: timed out``, and the job still ends. The
 its parameters as JSON on stdin and prints one JSON object ``{"values": [...]}``.
 
 A probe returns a list of dicts with the keys of :class:`slurmguard.store.burnin.BurninValue`
-(``measurement`` is filled in by the worker). Raise :class:`Unsupported` when the measurement
+(``measurement`` is filled in by the worker). Raise :class:`slurmguard.errors.Unsupported` when the measurement
 cannot run here (no numpy, no torch/cupy, no GPU, no dcgmi): that is never a failure.
 """
 
@@ -19,9 +19,7 @@ import threading
 import time
 from typing import Any
 
-
-class Unsupported(Exception):
-    pass
+from slurmguard.errors import Unsupported  # one class, whether this runs as __main__ or not
 
 
 def _best_of(fn: Any, trials: int, seconds: float) -> float:
@@ -353,7 +351,7 @@ def main(argv: list[str]) -> int:
             func = BUILTIN[name]
         values = list(func(params))
     except Unsupported as exc:
-        values = [{"status": "unsupported", "reason": str(exc)}]
+        values = [{"status": "unsupported", "reason": exc.message}]
     except Exception as exc:  # a fault of the measurement itself: error, never a node fault
         values = [{"status": "error", "reason": f"{type(exc).__name__}: {exc}"}]
     sys.stdout.write(json.dumps({"values": values}, default=str) + "\n")
