@@ -480,6 +480,7 @@ class Agent:
         if current != self.boot_id:
             self.stop.set()  # rebooted under us (or a restored snapshot): restart afresh
             return refusal("boot id changed since the agent started")
+        t = time.monotonic()
         try:
             code, out, err = self.run(req["hook"], req["node"] or self.node, req["job"] or None,
                                       int(req["uid"]) if req["uid"].isdigit() else None,
@@ -490,6 +491,8 @@ class Agent:
         except Exception as exc:  # noqa: BLE001 - the in-process path will say it properly
             log.exception("hook run failed")
             return refusal(f"internal error: {type(exc).__name__}: {exc}")
+        log.info("answered %s for %s (job %s): exit %d in %.1f ms", req["hook"],
+                 req["node"] or self.node, req["job"] or "-", code, (time.monotonic() - t) * 1000)
         return answer(code, self.boot_id, out, err)
 
 

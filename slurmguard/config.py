@@ -203,6 +203,62 @@ _TRIAGE: Schema = {
     "xid_lines": Int(1000, "kernel-log Xid lines kept per node", minimum=1),
 }
 
+def _slurm_time(value: str) -> str | None:
+    import re
+
+    if not re.fullmatch(r"(\d+-)?\d{1,3}(:\d{2}){0,2}", value):
+        return "expected a Slurm time limit such as 30, 01:00:00 or 1-00:00:00"
+    return None
+
+
+_BURNIN: Schema = {  # slurmguard burnin (docs/burnin.md)
+    "partition": Str("", "sbatch --partition for burn-in jobs (a low-priority, preemptible one)"),
+    "qos": Str("", "sbatch --qos for burn-in jobs (empty: none)"),
+    "account": Str("", "sbatch --account (empty: none)"),
+    "nice": Int(10000, "sbatch --nice: burn-in jobs queue behind production", minimum=0),
+    "time_limit": Field("str", "01:00:00", "sbatch --time of one burn-in job", validate=_slurm_time),
+    "reservation": Str("", "default --reservation (empty: none; nodes drained by us and awaiting "
+                           "burn-in get a MAINT reservation of their own)"),
+    "program": StrList([], "argv of slurmguard in the job script (empty: the one submitting)"),
+    "checks": StrList(["all"], "health checks run before and after the measurements"),
+    "measurements": StrList(["all"], "measurements run ('all' = every one registered)"),
+    "site_modules": StrList([], "Python modules exporting MEASUREMENTS (site benchmarks)"),
+    "quick_seconds": Float(5.0, "seconds each load runs at --level quick", minimum=0.1),
+    "full_seconds": Float(60.0, "seconds each load runs at --level full", minimum=0.1),
+    "measurement_timeout": Float(300.0, "seconds one measurement may take before it is killed "
+                                        "(error: timed out)", minimum=1.0),
+    "trials": Int(5, "CPU/memory loads: best of this many trials", minimum=1),
+    "scratch": AbsPath("/tmp", "local disk measured by disk-io (a file is written and removed)"),
+    "disk_mb": Int(256, "MiB written and read by disk-io", minimum=1),
+    "host_matrix": Int(512, "host-cpu: n of the n x n float64 matmul", minimum=16),
+    "host_membw_mb": Int(64, "host-membw: MiB copied per pass", minimum=1),
+    "gpu_matrix": Int(8192, "gpu-matmul: n of the n x n matmul (fp16/bf16)", minimum=256),
+    "dcgmi": AbsPath("/usr/bin/dcgmi", "dcgmi of NVIDIA DCGM (absent: dcgm-diag unsupported)"),
+    "dcgm_quick_level": Int(1, "dcgmi diag -r at --level quick", minimum=1),
+    "dcgm_full_level": Int(3, "dcgmi diag -r at --level full", minimum=1),
+    "all_reduce_perf": AbsPath("/usr/local/bin/all_reduce_perf",
+                               "nccl-tests binary (absent: nccl-allreduce unsupported)"),
+    "nccl_args": StrList(["-b", "8M", "-e", "1G", "-f", "2"], "all_reduce_perf arguments "
+                         "(-g <GPUs on the node> is added)"),
+    "group_by": Choice("gpu", ["gpu", "feature", "none"],
+                       "comparison groups: GPU model and count, a Slurm feature, or one group"),
+    "group_features": StrList([], "group_by = feature: the first of these a node has names its group"),
+    "groups": Table("named comparison groups: name = \"NodeSet\" (win over group_by)"),
+    "threshold": Float(0.90, "flag a node whose score is below this fraction of the group median",
+                       minimum=0.0),
+    "z_limit": Float(3.5, "flag a node whose robust z-score is below -z_limit (0: off)", minimum=0.0),
+    "mad_floor": Float(0.01, "MAD is at least this fraction of the median", minimum=0.0),
+    "min_group": Int(4, "smaller groups give no verdict", minimum=1),
+    "trend_nights": Field("int", 4, "degrading: this many nightly drops in a row (1-7)",
+                          minimum=1, validate=lambda v: None if v <= 7 else "at most 7"),
+    "trend_min_drop": Float(0.05, "... losing at least this much score in all", minimum=0.0),
+    "trend_sigmas": Float(3.0, "... and at least this many times the group's noise", minimum=0.0),
+    "drain_degrading": Bool(False, "drain degrading nodes too (default: report them only)"),
+    "night_boundary_utc": Int(12, "UTC hour at which one burn-in night ends and the next begins",
+                              minimum=0),
+    "wait_timeout": Float(14400.0, "submit --wait: seconds to wait for the jobs", minimum=1.0),
+}
+
 SCHEMA: dict[str, Any] = {
     "slurm": _SLURM,
     "hooks": _HOOKS,
@@ -219,6 +275,7 @@ SCHEMA: dict[str, Any] = {
             [], "Python modules with site-specific checks: each exports CHECKS (and SOURCES)"),
     },
     "triage": _TRIAGE,
+    "burnin": _BURNIN,
     "goodput": _GOODPUT,
     "agent": _AGENT,
 }

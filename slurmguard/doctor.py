@@ -19,6 +19,7 @@ from slurmguard.errors import SlurmguardError
 
 PASS, FAIL, SKIP = "pass", "FAIL", "skip"
 MARKER = "hook-unrunnable.log"
+COMMENT_PREFIX = "slurmguard: hook-unrunnable"  # the Slurm node Comment the scripts set
 HOOK_KEYS = {"node": (("Prolog", "slurmguard-prolog"), ("Epilog", "slurmguard-epilog"),
                       ("HealthCheckProgram", "slurmguard-healthcheck")),
              "controller": (("PrologSlurmctld", "slurmguard-gate"),)}

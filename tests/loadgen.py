@@ -131,7 +131,8 @@ def drain_spools(url: str, token: str, spool_root: Path, *, seconds: float = 60.
     return left
 
 
-def count_in_store(store_url: str, made: set[str]) -> tuple[int, int, int]:
+def count_in_store(store_url: str, made: set[str],
+                   results_per_record: int = RESULTS_PER_RECORD) -> tuple[int, int, int]:
     """(lost, duplicated, stored) for the ids in ``made``, counted in the store's tables.
 
     duplicated counts both a record id in ``runs`` more than once and a run with more
@@ -151,6 +152,6 @@ def count_in_store(store_url: str, made: set[str]) -> tuple[int, int, int]:
         engine.dispose()
     lost = sum(1 for i in made if ids.get(i, 0) == 0)
     duplicated = sum(n - 1 for i, n in ids.items() if i in made and n > 1)
-    duplicated += sum(1 for rid, n in per_run if rid in made and n != RESULTS_PER_RECORD)
+    duplicated += sum(1 for rid, n in per_run if rid in made and n != results_per_record)
     stored = sum(1 for i in made if ids.get(i, 0) >= 1)
     return lost, duplicated, stored

@@ -46,6 +46,16 @@ SCENARIOS: dict[str, str] = {
     "connection-cap": "tests/faults/test_faults_serve.py::test_connection_cap_evicts_idle_first",
     "kill-9-serve": "tests/faults/test_faults_serve.py::test_kill_9_serve_mid_load",
     "store-locked-ingest": "tests/faults/test_faults_serve.py::test_store_locked_during_ingest",
+    "hostile-requests-sqlite": "tests/faults/test_hostile_serve.py::test_hostile_requests[sqlite]",
+    "hostile-requests-postgresql": "tests/faults/test_hostile_serve.py::test_hostile_requests[postgresql]",
+    "hostile-bodies": "tests/faults/test_hostile_serve.py::test_huge_and_broken_bodies",
+    "spool-full": "tests/faults/test_faults_node.py::test_spool_bound_drops_oldest_and_says_so",
+    "spool-read-only": "tests/faults/test_faults_node.py::test_hook_with_read_only_spool",
+    "spool-disk-full": "tests/faults/test_faults_node.py::test_hook_with_full_disk",
+    "gate-store-locked-wal": "tests/faults/test_faults_store.py::test_gate_with_locked_store[writer]",
+    "gate-store-locked": "tests/faults/test_faults_store.py::test_gate_with_locked_store[exclusive]",
+    "gate-store-corrupt": "tests/faults/test_faults_store.py::test_gate_and_admin_with_corrupt_store",
+    "hostile-names": "tests/faults/test_hostile_names.py",
     "planted-symlinks": "tests/faults/test_shared_files.py",
 }
 

@@ -239,7 +239,7 @@ FAULTS = {
 }
 
 
-@pytest.mark.parametrize("hook", ["prolog", "healthcheck"])
+@pytest.mark.parametrize("hook", ["prolog", "epilog", "healthcheck"])
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_agent_and_in_process_agree(client, node, agent, fault, hook):
     """The equivalence table: same exit, verdict, reason, results and applied action."""

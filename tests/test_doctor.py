@@ -133,11 +133,12 @@ def test_removed_slurmguard_fails_open_loudly_and_doctor_names_it(site) -> None:
     try:
         defaults.write_text(original.replace(f"SLURMGUARD={VENV_SG}", f"SLURMGUARD={exe}")
                             + f"SLURMGUARD_LOGGER_SOCKET={sock_path}\n"
-                            f"SLURMGUARD_TEXTFILE_DIR={textfile}\n")
+                            f"SLURMGUARD_TEXTFILE_DIR={textfile}\n"
+                            f"SLURM_CONF={c.conf_path}\n")  # the test cluster's, for scontrol
         rc, data = doctor(cfg, c, "node")
         assert rc == 0, [i for i in data["items"] if i["status"] == "FAIL"]
         exe.unlink()  # "remove the slurmguard binary"
-        jid = c.sbatch("#!/bin/sh\ntrue\n", "-N1")
+        jid = c.sbatch("#!/bin/sh\ntrue\n", "-w", "n1")
         c.wait_job(jid, timeout=90)  # the prolog exited 0: the job ran
         msgs = [sink.recv(65536).decode()]
         while "prolog:" not in msgs[-1]:  # the gate (PrologSlurmctld) failed open first
@@ -160,14 +161,29 @@ def test_removed_slurmguard_fails_open_loudly_and_doctor_names_it(site) -> None:
         nodes = sg("-c", str(cfg), "nodes", env=sg_env(SLURM_CONF=str(c.conf_path)))
         assert nodes.returncode == 0, nodes.stderr
         assert "HOOK UNRUNNABLE on this host" in nodes.stdout and "jobs ran unchecked" in nodes.stdout
+        # Fleet-wide: the prolog marked n1 (and only n1) in Slurm, which `nodes` flags.
+        listed = json.loads(sg("-c", str(cfg), "nodes", "--json",
+                               env=sg_env(SLURM_CONF=str(c.conf_path))).stdout)
+        flags = {n["name"]: n["flags"] for n in listed["nodes"]}
+        assert "hook-unrunnable" in flags["n1"] and "hook-unrunnable" not in flags["n2"], flags
+        only = json.loads(sg("-c", str(cfg), "nodes", "--state", "hook-unrunnable", "--json",
+                             env=sg_env(SLURM_CONF=str(c.conf_path))).stdout)
+        assert [n["name"] for n in only["nodes"]] == ["n1"]
+        show = sg("-c", str(cfg), "node", "show", "n1", env=sg_env(SLURM_CONF=str(c.conf_path)))
+        # (the epilog's failure after the job may have replaced the prolog's: both are ours)
+        assert "HOOK UNRUNNABLE: slurmguard: hook-unrunnable: " in show.stdout
+        assert f"{exe} is not executable" in show.stdout.split("HOOK UNRUNNABLE: ")[1]
         show = sg("-c", str(cfg), "node", "show", "n1", "--json", env=sg_env(SLURM_CONF=str(c.conf_path)))
-        assert json.loads(show.stdout)["hook_unrunnable"]["count"] >= 1
+        shown = json.loads(show.stdout)
+        assert shown["this_host_marker"]["count"] >= 1
+        assert shown["node"]["hook_unrunnable"].startswith("slurmguard: hook-unrunnable: ")
     finally:
         sink.close()
         defaults.write_text(original)
-    rc, data = doctor(cfg, c, "node", "--ack")  # fixed: acknowledge the marker
+    rc, data = doctor(cfg, c, "node", "--ack", "--node", "n1")  # fixed: acknowledge the marker
     assert rc == 0, [i for i in data["items"] if i["status"] == "FAIL"]
     assert (prefix / "var/lib/slurmguard/hook-unrunnable.log.1").exists()
+    assert "Comment" not in c.node("n1").raw  # the Slurm mark is gone too
 
 
 def test_doctor_reads_the_file_when_no_slurmctld_answers(tmp_path) -> None:

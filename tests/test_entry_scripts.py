@@ -194,3 +194,28 @@ def test_agent_client_is_asked_first_and_its_exit_is_judged_the_same(tmp_path, s
                    "SLURMGUARD_AGENT_CLIENT=\n")
     p = subprocess.run([str(path)], env={}, capture_output=True, text=True, timeout=30)
     assert p.returncode == 0 and "client" not in p.stdout
+
+
+@pytest.mark.parametrize("comment,marks", [("Comment=(null)", True), ("", True),
+                                           ("Comment=slurmguard: hook-unrunnable: epilog: x", True),
+                                           ("Comment=rack 7 fan swap", False)])
+def test_first_failure_marks_the_node_comment_when_empty_or_ours(tmp_path, comment, marks) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    calls = tmp_path / "calls"
+    scontrol = fake_slurmguard(tmp_path, f'#!/bin/sh\necho "$*" >>{calls}\n'
+                               f'[ "$1" = show ] && echo "NodeName=n1 Arch=x86_64 {comment} State=IDLE"\n'
+                               "exit 0\n")
+    path = install(tmp_path, "prolog/slurmguard-prolog", f"SLURMGUARD=/nonexistent\n"
+                   f"SLURMGUARD_STATE_DIR={state}\nSLURMGUARD_SCONTROL={scontrol}\n")
+    for _ in range(3):  # only the first failure of a hook asks Slurm
+        p = subprocess.run([str(path)], env={"SLURMD_NODENAME": "n1"}, capture_output=True,
+                           text=True, timeout=30)
+        assert p.returncode == 0
+    lines = calls.read_text().splitlines()
+    assert lines[0] == "show node -o n1"
+    updates = [ln for ln in lines if ln.startswith("update")]
+    assert updates == (["update nodename=n1 comment=slurmguard: hook-unrunnable: prolog: "
+                        "/nonexistent is not executable (SLURMGUARD in "
+                        f"{tmp_path}/default, written by slurmguard setup)"] if marks else [])
+    assert len(lines) == 1 + len(updates)

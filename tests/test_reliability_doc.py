@@ -28,3 +28,10 @@ def test_every_scenario_names_an_existing_test_file() -> None:
     for name, test in reliability.SCENARIOS.items():
         path = test.split("::")[0]
         assert (REPO / path).is_file(), f"{name}: {path} does not exist"
+
+
+def test_every_scenario_has_a_row() -> None:
+    rows = reliability.load_rows()
+    missing = [n for n in reliability.SCENARIOS if n not in rows]
+    assert not missing, (f"no row in docs/reliability.json for {missing}: run the suite with "
+                         "SLURMGUARD_RELIABILITY_DOC=1")

@@ -105,16 +105,16 @@ def test_new_migration_draft_adds_what_the_models_add_and_runs(tmp_path: Path) -
     md = MetaData(naming_convention=Base.metadata.naming_convention)
     for t in Base.metadata.tables.values():
         t.to_metadata(md)
-    Table("burnin_runs", md, Column("id", Integer, primary_key=True),
+    Table("example_widgets", md, Column("id", Integer, primary_key=True),
           Column("node", String(128), nullable=False))
     scripts = tmp_path / "migrations"
     shutil.copytree(MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    path, rev, changed = draft_migration("Add burn-in runs", metadata=md,
+    path, rev, changed = draft_migration("Add example widgets", metadata=md,
                                          versions_dir=scripts / "versions")
     text = path.read_text()
-    assert changed and rev == f"{int(HEAD) + 1:04d}" and path.name == f"{rev}_add_burn_in_runs.py"
-    assert "op.create_table('burnin_runs'" in text and f"down_revision = {HEAD!r}" in text
-    assert "op.drop_table('burnin_runs')" in text
+    assert changed and rev == f"{int(HEAD) + 1:04d}" and path.name == f"{rev}_add_example_widgets.py"
+    assert "op.create_table('example_widgets'" in text and f"down_revision = {HEAD!r}" in text
+    assert "op.drop_table('example_widgets')" in text
 
     engine = make_engine({"url": f"sqlite:///{tmp_path}/s.db"})
     cfg = AlembicConfig()

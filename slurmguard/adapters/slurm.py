@@ -242,6 +242,14 @@ class SlurmCLI:
             return False
         return res.rc == 0 and " is UP" in res.stdout
 
+    def clear_comment(self, name: str, prefix: str) -> bool:
+        """Empty the node's Comment when it starts with ``prefix`` (ours); True if cleared."""
+        validate_node_name(name)
+        if not str(self.node(name).raw.get("Comment") or "").startswith(prefix):
+            return False
+        self._run("scontrol", "update", f"nodename={name}", "comment=")
+        return True
+
     def show_config(self) -> dict[str, str]:
         """The running slurmctld's config (``scontrol show config``), lower-case keys."""
         from slurmguard.adapters.slurm_conf import parse_show_config

@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "run": "slurmguard.cli.run:run_cmd",
     "requeue": "slurmguard.cli.requeue:requeue_grp",
     "reconcile": "slurmguard.cli.reconcile:reconcile_cmd",
+    "burnin": "slurmguard.cli.burnin:burnin_grp",
     "goodput": "slurmguard.cli.goodput:goodput_cmd",
 }
 

@@ -51,6 +51,8 @@ def _matches(states: set[str], info: Any, s: Any) -> bool:
         have |= {info.state, *(f.lower() for f in info.flags)}
         if info.drained:
             have.add("drained")
+    if _unrunnable_comment(info):
+        have.add("hook-unrunnable")
     if s is not None:
         have |= {k for k, v in (("lemon", s.lemon), ("probation", s.probation),
                                 ("burnin", s.burnin_required)) if v}
@@ -63,7 +65,8 @@ def _matches(states: set[str], info: Any, s: Any) -> bool:
 @click.argument("nodeset", required=False)
 @click.option("--state", "states", metavar="STATE[,STATE]", multiple=True,
               help="Only nodes in one of these states: a Slurm state (idle, down, ...), a flag "
-                   "(drain, drained, not_responding), lemon, probation, burnin, or a health "
+                   "(drain, drained, not_responding), lemon, probation, burnin, "
+                   "hook-unrunnable, or a health "
                    "(unhealthy, degraded). Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_context
@@ -105,7 +108,7 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
         for r in rows:
             r.pop("_last_seen")
         echo_json({"alerts": [_alert_dict(a) for a in alerts], "nodes": rows,
-                   "hook_unrunnable": marker})
+                   "this_host_marker": marker})
         return
     for line in _alert_lines(alerts) + ([_marker_line(marker)] if marker else []):
         click.echo(line)
@@ -118,8 +121,19 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
                       "flags"]))
 
 
+def _unrunnable_comment(info: Any) -> str:
+    """The Comment an entry script sets when it could not run slurmguard, or ''."""
+    from slurmguard.doctor import COMMENT_PREFIX
+
+    comment = str((info.raw.get("Comment") if info is not None else "") or "")
+    return comment if comment.startswith(COMMENT_PREFIX) else ""
+
+
 def _node_dict(name: str, info: Any, s: Any) -> dict[str, Any]:
     flags = []
+    unrunnable = _unrunnable_comment(info)
+    if unrunnable:
+        flags.append("hook-unrunnable")
     if s is not None:
         if s.lemon:
             flags.append("lemon")
@@ -138,7 +152,7 @@ def _node_dict(name: str, info: Any, s: Any) -> dict[str, Any]:
         "lemon_reason": s.lemon_reason if s else None,
         "burnin_required": bool(s and s.burnin_required), "probation": bool(s and s.probation),
         "probation_passes": s.probation_passes if s else 0, "flags": flags,
-        "in_slurm": info is not None,
+        "in_slurm": info is not None, "hook_unrunnable": unrunnable or None,
     }
 
 
@@ -212,7 +226,7 @@ def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, 
                  "source": i.source, "reason": i.reason, "checks": list(i.checks)} for i in items]
     marker = _hook_unrunnable(cfg)
     if as_json:
-        echo_json({"node": data, "timeline": timeline, "hook_unrunnable": marker})
+        echo_json({"node": data, "timeline": timeline, "this_host_marker": marker})
         return
     if marker:
         click.echo(_marker_line(marker))
@@ -223,6 +237,9 @@ def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, 
     click.echo(f"fail/7d:     {data['failures_7d']}   flags: {', '.join(data['flags']) or '-'}")
     if data["lemon_reason"]:
         click.echo(f"lemon:       {data['lemon_reason']}")
+    if data["hook_unrunnable"]:
+        click.echo(f"HOOK UNRUNNABLE: {data['hook_unrunnable']} (jobs ran unchecked; on the node: "
+                   "slurmguard doctor, then doctor --ack)")
     click.echo()
     click.echo(table([[t["at"], t["kind"], t["health"] or "-", t["actor"] or "-", t["source"] or "-",
                        _cut(t["reason"] + (f" [{', '.join(t['checks'])}]" if t["checks"] else ""), 70)]

@@ -20,9 +20,14 @@ def _auto_role(conf: dict[str, str]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the items as JSON.")
 @click.option("--ack", is_flag=True,
               help="After fixing what made an entry script fail open, move the "
-                   "hook-unrunnable marker aside (to hook-unrunnable.log.1).")
+                   "hook-unrunnable marker aside (to hook-unrunnable.log.1) and clear the "
+                   "node's 'slurmguard: hook-unrunnable' Comment in Slurm.")
+@click.option("--node", "node_name", metavar="NAME",
+              help="This host's Slurm node name, for --ack (default $SLURMD_NODENAME, else "
+                   "the short hostname).")
 @click.pass_context
-def doctor_cmd(ctx: click.Context, role: str | None, as_json: bool, ack: bool) -> int:
+def doctor_cmd(ctx: click.Context, role: str | None, as_json: bool, ack: bool,
+               node_name: str | None) -> int:
     """Check that slurmguard is wired in end to end; print each item with its fix.
 
     ROLE is node (the default unless this host is a SlurmctldHost) or controller. Items:
@@ -38,13 +43,25 @@ def doctor_cmd(ctx: click.Context, role: str | None, as_json: bool, ack: bool) -
       sudo slurmguard doctor
       sudo slurmguard doctor controller --json | jq '.items[] | select(.status == "FAIL")'
     """
-    from slurmguard.doctor import FAIL, Doctor, ack_marker
+    import os
+
+    from slurmguard.doctor import COMMENT_PREFIX, FAIL, Doctor, ack_marker
+    from slurmguard.errors import SlurmguardError
 
     cfg = load_config(ctx)
     if ack:
         moved = ack_marker(str(cfg["hooks.state_dir"]))
         click.echo(f"marker moved to {moved}" if moved else "no hook-unrunnable marker",
                    err=as_json)
+        name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+        try:
+            from slurmguard.adapters.slurm import SlurmCLI
+
+            if SlurmCLI(cfg.section("slurm")).clear_comment(name, COMMENT_PREFIX):
+                click.echo(f"cleared the hook-unrunnable Comment of node {name}", err=as_json)
+        except SlurmguardError as exc:
+            click.echo(f"slurmguard: warning: node {name}: Comment not cleared ({exc.message})",
+                       err=True)
     doc = Doctor(role or "node", cfg)
     if role is None:
         doc.read_slurm()

@@ -224,7 +224,8 @@ def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: by
         plan.steps.append(FileStep(client_path, client, 0o755, what="agent hook client"))
     # The gate's compiled client (docs/serve.md "Gate fast path"), and the sockets the two
     # clients ask ([agent] socket, [serve] gate_socket), so the C clients need no TOML.
-    extra = {"SLURMGUARD_AGENT_SOCKET": str(cfg["agent.socket"])}
+    extra = {"SLURMGUARD_AGENT_SOCKET": str(cfg["agent.socket"]),
+             "SLURMGUARD_SCONTROL": str(cfg["slurm.scontrol"])}  # the fail-open's Slurm mark
     gclient = spank.gate_client()
     if gclient is not None:
         gpath = f"{lib}/prolog/slurmguard-gate-client"

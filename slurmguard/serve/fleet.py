@@ -27,6 +27,23 @@ from slurmguard.store.records import validate_node
 log = logging.getLogger("slurmguard.serve")
 
 ACTOR = "slurmguard"
+_CHECK_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
+def _show(value: Any) -> str:
+    try:
+        text = repr(value)
+    except ValueError:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 _SCOPES_TTL = 30.0
 
 
@@ -253,13 +270,24 @@ class Fleet:
         if not isinstance(body, dict):
             raise InputError("permit: expected an object {node, check, reason}")
         node = validate_node(body.get("node"))
-        check = str(body.get("check") or "")[:64] or "unknown"
-        reason = str(body.get("reason") or f"slurmguard: {check}: failed")[:1000]
+        check = body.get("check") or "unknown"
+        if not isinstance(check, str) or not _CHECK_NAME.fullmatch(check):
+            # It becomes an event's source and a metrics label: a plain check name only.
+            raise InputError(f"permit.check: expected a check name, got {_show(check)}")
+        reason = body.get("reason") or f"slurmguard: {check}: failed"
+        if not isinstance(reason, str) or "\x00" in reason or not _encodable(reason):
+            raise InputError(f"permit.reason: expected text without NUL, got {_show(reason)}")
+        reason = reason[:1000]
         now = time.time()
         scopes = self._cached_scopes()
         with self.lock:
-            if node not in scopes.get("fleet", frozenset()):
-                scopes = {**scopes, "fleet": scopes.get("fleet", frozenset()) | {node}}
+            fleet = scopes.get("fleet", frozenset())
+            if fleet and node not in fleet:
+                # Slurm answered and does not know this node: nothing to drain, nothing to
+                # count. (With no answer from Slurm the node is counted, failing open.)
+                raise InputError(f"permit.node: {node!r} is not a node Slurm knows")
+            if node not in fleet:
+                scopes = {**scopes, "fleet": fleet | {node}}
             recent = self.store.drained_by_us_since(now - self.params.blast_window)
             same_cause = [n for n, evs in recent.items() if any(src == check for _, src in evs)]
             allowed, actions = guard([DrainRequest(node, check, reason)], recent, scopes,

@@ -25,6 +25,7 @@ from slurmguard.errors import InputError
 from slurmguard.nodeset import expand, fold
 from slurmguard.policy.params import PolicyParams
 from slurmguard.policy.types import UNHEALTHY, NodeView, Sample, worst_health
+from slurmguard.store.burnin import BurninMixin
 from slurmguard.store.engine import (
     check_schema,
     current_revision,
@@ -35,6 +36,9 @@ from slurmguard.store.engine import (
 )
 from slurmguard.store.models import (
     EVENT_KINDS,
+    BurninResult,
+    BurninRun,
+    BurninSeries,
     Event,
     FleetAlert,
     GoodputJob,
@@ -75,7 +79,7 @@ class StoreStatus:
     counts: dict[str, int]
 
 
-class Store:
+class Store(BurninMixin):
     """A handle on the node-state store. Cheap to create; thread-safe like its Engine."""
 
     def __init__(self, engine: Engine) -> None:
@@ -560,7 +564,8 @@ class Store:
         """Row counts per table (for `db current` and tests)."""
         with guard(self.engine, "counts"), self.engine.connect() as conn:
             return {t.__tablename__: int(conn.execute(select(func.count()).select_from(t)).scalar_one())
-                    for t in (Node, Run, Result, Event, FleetAlert, GoodputJob)}
+                    for t in (Node, Run, Result, Event, FleetAlert, GoodputJob, BurninRun,
+                              BurninResult, BurninSeries)}
 
 
 def _node_name(node: str) -> str:

@@ -155,6 +155,79 @@ class FleetAlert(Base):
     __table_args__ = (Index(None, "cause", "scope", "closed"),)
 
 
+# Burn-in run states (stable strings, stored; docs/burnin.md).
+BURNIN_STATUSES = ("submitted", "running", "complete", "partial", "failed")
+
+
+class BurninRun(Base):
+    """One node's burn-in job: submitted, running, then complete, partial or failed."""
+
+    __tablename__ = "burnin_runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    level: Mapped[str] = mapped_column(String(16), default="quick")
+    night: Mapped[str] = mapped_column(String(16))  # the night it belongs to: "2026-12-02"
+    group_key: Mapped[str] = mapped_column(String(128), default="")  # comparison group
+    submitted: Mapped[float] = mapped_column(Float)
+    started: Mapped[float | None] = mapped_column(Float)
+    finished: Mapped[float | None] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16))  # one of BURNIN_STATUSES
+    reason: Mapped[str] = mapped_column(Text, default="")  # failure or why partial
+    reservation: Mapped[str] = mapped_column(String(128), default="")
+    # What `burnin report --apply` decided: pass, flagged, failed, partial, no_verdict.
+    verdict: Mapped[str | None] = mapped_column(String(16))
+    verdict_at: Mapped[float | None] = mapped_column(Float)
+
+    __table_args__ = (Index(None, "node_id", "submitted"), Index(None, "status", "submitted"),
+                      Index(None, "job_id"))
+
+
+class BurninResult(Base):
+    """One measured value (or an unsupported/failed measurement) of a burn-in run."""
+
+    __tablename__ = "burnin_results"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("burnin_runs.id", ondelete="CASCADE"))
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    at: Mapped[float] = mapped_column(Float)
+    measurement: Mapped[str] = mapped_column(String(64))  # "host-cpu", "gpu-matmul"
+    metric: Mapped[str] = mapped_column(String(64))  # "host_cpu_gflops" ("" for no value)
+    value: Mapped[float | None] = mapped_column(Float)
+    unit: Mapped[str] = mapped_column(String(16), default="")
+    status: Mapped[str] = mapped_column(String(16))  # ok, unsupported, error, failed
+    reason: Mapped[str] = mapped_column(Text, default="")
+    details: Mapped[str] = mapped_column(Text, default="{}")
+
+    __table_args__ = (Index(None, "run_id"), Index(None, "node_id", "metric", "at"))
+
+
+class BurninSeries(Base):
+    """Summary row per (node, metric): the latest complete value and the last nights'
+    values, so that `burnin report` reads one row per node and metric instead of every
+    result of every night (10,000 nodes x 10 metrics x 30 nights: docs/burnin.md). History
+    beyond the last nights is in burnin_results."""
+
+    __tablename__ = "burnin_series"
+
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"),
+                                         primary_key=True)
+    metric: Mapped[str] = mapped_column(String(64), primary_key=True)
+    unit: Mapped[str] = mapped_column(String(16), default="")
+    higher_is_better: Mapped[bool] = mapped_column(Boolean, default=True)
+    group_key: Mapped[str] = mapped_column(String(128), default="")
+    last_run_id: Mapped[int] = mapped_column(Integer)  # no FK: a summary, rebuilt from runs
+    last_at: Mapped[float] = mapped_column(Float)
+    last_value: Mapped[float] = mapped_column(Float)
+    last_night: Mapped[str] = mapped_column(String(16))  # the night of last_value
+    # The values of the last nights up to last_night, oldest first, one per night, space
+    # separated ("nan" for a night without a complete run): parsed with str.split, which is
+    # what keeps `burnin report` over 10,000 nodes x 10 metrics under a second.
+    recent: Mapped[str] = mapped_column(Text, default="")
+
+
 class GoodputJob(Base):
     """One job's goodput breakdown (slurmguard.goodput.account), stored by `slurmguard goodput`
     so that fleet reports are one aggregate query. Seconds of wall time per part; the parts
@@ -205,4 +278,5 @@ class GoodputJobNode(Base):
 
 
 ALL_TABLES = [Node.__table__, Run.__table__, Result.__table__, Event.__table__,
-              FleetAlert.__table__, GoodputJob.__table__, GoodputJobNode.__table__]
+              FleetAlert.__table__, GoodputJob.__table__, GoodputJobNode.__table__,
+              BurninRun.__table__, BurninResult.__table__, BurninSeries.__table__]

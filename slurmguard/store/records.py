@@ -101,7 +101,8 @@ def validate_record(rec: Any, *, now: float | None = None) -> dict[str, Any]:
         raise _bad("job_id", job_id, "a job id or null")
     if isinstance(job_id, str):
         job_id = _text("job_id", job_id, 64)
-    decision = rec.get("decision") or {}
+    decision = rec.get("decision")
+    decision = {} if decision is None else decision  # "" or 0 is a wrong type, not absent
     if not isinstance(decision, dict):
         raise _bad("decision", decision, "an object")
     action = decision.get("action", "pass")
@@ -109,7 +110,8 @@ def validate_record(rec: Any, *, now: float | None = None) -> dict[str, Any]:
         raise _bad("decision.action", action, "a string")
     action = _text("decision.action", action, 32)
     reason = _text("decision.reason", decision.get("reason", ""), 1000)
-    results = rec.get("results", [])
+    results = rec.get("results")
+    results = [] if results is None else results
     if not isinstance(results, list):
         raise _bad("results", results, "a list")
     out_results = []
@@ -122,7 +124,8 @@ def validate_record(rec: Any, *, now: float | None = None) -> dict[str, Any]:
         health = r.get("health")
         if health not in HEALTHS:
             raise _bad(f"results[{i}].health", health, "one of " + ", ".join(HEALTHS))
-        details = r.get("details") or {}
+        details = r.get("details")
+        details = {} if details is None else details
         if not isinstance(details, dict):
             raise _bad(f"results[{i}].details", details, "an object")
         rdur = _number(f"results[{i}].duration", r.get("duration", 0.0), "seconds (0 to 1e7)",

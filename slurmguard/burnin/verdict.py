@@ -1,0 +1,183 @@
+"""From a night's burn-in runs and values to one verdict per node. Pure (docs/burnin.md).
+
+    report = judge(runs, series, params, groups_of=...)
+    report.nodes["n3"].verdict      # "flagged"
+    report.nodes["n3"].reason       # "slurmguard: burnin: host_cpu_gflops 3.1 GFLOP/s = 0.12 of group median"
+
+Verdicts: ``failed`` (a health check or a hard measurement failed), ``flagged`` (a straggler
+on some metric), ``degrading`` (scores falling night after night, still above the threshold),
+``pass``, ``no_verdict`` (the run was complete but no metric had a group big enough),
+``partial`` (cancelled, preempted, killed: never a failure), ``pending`` (still queued or
+running).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmguard.burnin.stats import (
+    GroupStats,
+    Judgement,
+    StatParams,
+    degrading,
+    judge_group,
+    nightly_scores,
+    noise_of,
+    worst,
+)
+
+REASON_PREFIX = "slurmguard: burnin: "
+REASON_MAX = 200
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    node: str
+    group: str
+    run_id: int | None
+    status: str  # the run's status
+    verdict: str  # failed, flagged, degrading, pass, no_verdict, partial, pending
+    reason: str = ""  # the Slurm drain reason for failed/flagged ("" otherwise)
+    why: str = ""  # the plain explanation (also for pass / partial / no_verdict)
+    metric: str = ""  # the metric named in the reason (flagged/degrading)
+    judgements: tuple[Judgement, ...] = ()
+    degrading: tuple[str, ...] = ()  # metrics whose score fell night after night
+    scores: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # metric -> nightly
+
+    @property
+    def bad(self) -> bool:
+        return self.verdict in ("failed", "flagged")
+
+
+@dataclass(frozen=True)
+class Report:
+    nodes: dict[str, NodeVerdict]
+    groups: tuple[GroupStats, ...]
+    units: dict[str, str]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for v in self.nodes.values():
+            out[v.verdict] = out.get(v.verdict, 0) + 1
+        return out
+
+
+def fmt_value(value: float) -> str:
+    """Three significant digits, no exponent for ordinary magnitudes: 3.14, 912, 12800."""
+    if value == 0:
+        return "0"
+    if abs(value) >= 1000:
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
+def straggler_reason(j: Judgement, unit: str) -> str:
+    """``slurmguard: burnin: <metric> <value> <unit> = <score> of group median``."""
+    text = f"{REASON_PREFIX}{j.metric} {fmt_value(j.value)} {unit} = {j.score:.2f} of group median"
+    return _cut(" ".join(text.split()))
+
+
+def failure_reason(run_reason: str) -> str:
+    return _cut(REASON_PREFIX + " ".join((run_reason or "failed").split()))
+
+
+def degrading_reason(metric: str, scores: Iterable[float]) -> str:
+    tail = " ".join(f"{s:.2f}" for s in scores)
+    return _cut(f"{REASON_PREFIX}{metric} degrading: scores {tail} of group median")
+
+
+def _night_number(night: str) -> int:
+    from datetime import date
+
+    try:
+        return date.fromisoformat(night).toordinal()
+    except (TypeError, ValueError):
+        return 0
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= REASON_MAX else text[:REASON_MAX - 3] + "..."
+
+
+def judge(runs: Iterable[Any], series: Iterable[Any], p: StatParams, *,
+          groups_of: Mapping[str, str] | None = None, drain_degrading: bool = False) -> Report:
+    """One verdict per node with a run.
+
+    ``runs``: each node's latest run (objects with node, id, status, reason, group_key).
+    ``series``: summary rows (node, metric, unit, higher_is_better, group_key, last_run_id,
+    last_value, last_night, recent: the values of the nights up to last_night). ``groups_of`` overrides a node's group (config-named groups).
+    Only values of the node's latest run, and only complete runs, are compared.
+    """
+    groups_of = dict(groups_of or {})
+    runs = {r.node: r for r in runs}
+    group = {n: groups_of.get(n) or r.group_key or "all" for n, r in runs.items()}
+    # (group, metric) -> {node: value} over the latest complete runs; and per-node series.
+    values: dict[tuple[str, str], dict[str, float]] = {}
+    higher: dict[str, bool] = {}
+    units: dict[str, str] = {}
+    points: dict[tuple[str, str], dict[str, tuple[int, tuple[float, ...]]]] = {}
+    night_no: dict[str, int] = {}
+    for s in series:
+        r = runs.get(s.node)
+        if r is None or r.status != "complete" or s.last_run_id != r.id:
+            continue
+        key = (group[s.node], s.metric)
+        values.setdefault(key, {})[s.node] = s.last_value
+        n = night_no.get(s.last_night)
+        if n is None:
+            n = night_no[s.last_night] = _night_number(s.last_night)
+        points.setdefault(key, {})[s.node] = (n, s.recent)
+        higher.setdefault(s.metric, s.higher_is_better)
+        units.setdefault(s.metric, s.unit)
+    stats: list[GroupStats] = []
+    judged: dict[str, list[Judgement]] = {}
+    trends: dict[str, list[tuple[str, list[float]]]] = {}
+    for (g, metric), vals in sorted(values.items()):
+        gs, js = judge_group(g, metric, vals, p, higher[metric])
+        stats.append(gs)
+        for j in js:
+            judged.setdefault(j.node, []).append(j)
+        if gs.verdict:
+            noise = noise_of(gs)
+            for node, sc in nightly_scores(points[(g, metric)], higher[metric],
+                                           p.trend_nights + 1).items():
+                if degrading(sc, p, noise):
+                    trends.setdefault(node, []).append((metric, sc))
+    out: dict[str, NodeVerdict] = {}
+    for node, r in sorted(runs.items()):
+        js = tuple(judged.get(node, ()))
+        falling = tuple(m for m, _ in trends.get(node, ()))
+        common = {"node": node, "group": group[node], "run_id": r.id, "status": r.status,
+                  "judgements": js, "degrading": falling,
+                  "scores": {m: tuple(sc[-(p.trend_nights + 1):]) for m, sc in trends.get(node, ())}}
+        if r.status == "failed":
+            out[node] = NodeVerdict(**common, verdict="failed", reason=failure_reason(r.reason),
+                                    why=r.reason or "failed")
+        elif r.status in ("submitted", "running"):
+            out[node] = NodeVerdict(**common, verdict="pending", why=f"burn-in {r.status}")
+        elif r.status == "partial":
+            out[node] = NodeVerdict(**common, verdict="partial",
+                                    why=r.reason or "partial run: not judged")
+        else:
+            w = worst(js)
+            if w is not None:
+                out[node] = NodeVerdict(**common, verdict="flagged",
+                                        reason=straggler_reason(w, units.get(w.metric, "")),
+                                        why=w.why, metric=w.metric)
+            elif falling:
+                m, sc = trends[node][0]
+                tail = sc[-(p.trend_nights + 1):]
+                out[node] = NodeVerdict(
+                    **common, verdict="flagged" if drain_degrading else "degrading",
+                    reason=degrading_reason(m, tail) if drain_degrading else "",
+                    why=f"{m} score fell {p.trend_nights} nights in a row: "
+                        + " ".join(f"{s:.2f}" for s in tail), metric=m)
+            elif any(j.score is not None for j in js):
+                out[node] = NodeVerdict(**common, verdict="pass", why="every metric within bounds")
+            else:
+                out[node] = NodeVerdict(**common, verdict="no_verdict",
+                                        why="health checks passed; no metric had a group of "
+                                            f"min_group {p.min_group} nodes to compare with")
+    return Report(out, tuple(stats), units)

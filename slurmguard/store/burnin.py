@@ -1,0 +1,346 @@
+"""The store's burn-in API (a mixin of :class:`slurmguard.store.Store`; docs/burnin.md).
+
+    run_id = store.burnin_submitted("n1", job_id="42", level="quick", night="2026-12-02")
+    run_id = store.burnin_started("n1", job_id="42", group_key="8x NVIDIA H100 80GB HBM3")
+    store.burnin_record(run_id, [BurninValue(...), ...])
+    store.burnin_finish(run_id, "complete")          # also updates burnin_series
+    store.burnin_latest_runs(since)                  # [BurninRunRow], one per node
+    store.burnin_series(since)                       # [SeriesRow], one per node and metric
+
+A run is ``submitted`` (by `burnin submit`), ``running`` (the worker started), then
+``complete``, ``failed`` (a health check failed or a measurement found a hard fault) or
+``partial`` (cancelled, preempted, killed, timed out: never a failure).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, insert, select, update
+
+from slurmguard.errors import InputError
+from slurmguard.store.engine import guard
+from slurmguard.store.models import (
+    BURNIN_STATUSES,
+    BurninResult,
+    BurninRun,
+    BurninSeries,
+    Node,
+)
+from slurmguard.store.records import validate_node
+
+_R = BurninRun.__table__
+_CHUNK = 500
+OPEN = ("submitted", "running")
+RESULT_STATUSES = ("ok", "unsupported", "error", "failed")
+
+
+@dataclass(frozen=True)
+class BurninValue:
+    """One measured value (``metric``/``value``/``unit``) or a measurement without one."""
+
+    measurement: str
+    status: str  # ok, unsupported, error, failed
+    metric: str = ""
+    value: float | None = None
+    unit: str = ""
+    reason: str = ""
+    higher_is_better: bool = True
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BurninRunRow:
+    id: int
+    node: str
+    job_id: str | None
+    level: str
+    night: str
+    group_key: str
+    submitted: float
+    started: float | None
+    finished: float | None
+    status: str
+    reason: str
+    reservation: str
+    verdict: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesRow:
+    node: str
+    metric: str
+    unit: str
+    higher_is_better: bool
+    group_key: str
+    last_run_id: int
+    last_at: float
+    last_value: float
+    last_night: str
+    recent: tuple[float, ...]  # one value per night up to last_night, oldest first (nan: none)
+
+
+@dataclass(frozen=True)
+class BurninResultRow:
+    run_id: int
+    node: str
+    at: float
+    measurement: str
+    metric: str
+    value: float | None
+    unit: str
+    status: str
+    reason: str
+    details: dict[str, Any]
+
+
+def _run_row(r: Any) -> BurninRunRow:
+    return BurninRunRow(r.id, r.node_name, r.job_id, r.level, r.night, r.group_key, r.submitted,
+                        r.started, r.finished, r.status, r.reason, r.reservation, r.verdict)
+
+
+@dataclass(frozen=True)
+class _Recent:
+    recent: str
+    last_night: str
+
+
+RECENT_NIGHTS = 8  # values kept in burnin_series.recent (trend_nights is at most 7)
+
+
+def night_of(ts: float, boundary_hour: int = 12) -> str:
+    """The burn-in night a time belongs to: the UTC date of ``ts - boundary_hour`` hours, so
+    a run at 01:30 UTC belongs to the night that began the evening before."""
+    return time.strftime("%Y-%m-%d", time.gmtime(ts - boundary_hour * 3600))
+
+
+def night_number(night: str) -> int:
+    """Days since 0001-01-01 of a night label ("2027-01-14"); InputError for anything else."""
+    from datetime import date
+
+    try:
+        return date.fromisoformat(night).toordinal()
+    except (TypeError, ValueError):
+        raise InputError(f"burn-in night: expected YYYY-MM-DD, got {night!r}") from None
+
+
+def _extend(recent: str, last_night: str | None, night: str, value: float, keep: int) -> str | None:
+    """``recent`` with ``value`` as ``night``'s, gaps as nan, at most ``keep`` values."""
+    vals = recent.split() if recent else []
+    if last_night is not None and vals:
+        gap = night_number(night) - night_number(last_night)
+        if gap < 0:
+            return None
+        if gap == 0:
+            vals = vals[:-1]
+        else:
+            vals += ["nan"] * (min(gap, keep) - 1)
+    vals.append(repr(value))
+    return " ".join(vals[-keep:])
+
+
+class BurninMixin:
+    engine: Any
+
+    def _node_ids(self, conn: Any, names: Iterable[str], now: float) -> dict[str, int]:
+        raise NotImplementedError  # provided by Store
+
+    # ------------------------------------------------------------------ writes
+    def burnin_submitted(self, node: str, *, job_id: str | None, level: str, night: str,
+                         group_key: str = "", reservation: str = "",
+                         at: float | None = None) -> int:
+        """Record a submitted burn-in job; returns the run id."""
+        at = time.time() if at is None else at
+        night_number(night)
+        with guard(self.engine, "burn-in submit"), self.engine.begin() as conn:
+            nid = self._node_ids(conn, [validate_node(node)], at)[node]
+            return int(conn.execute(insert(BurninRun).values(
+                node_id=nid, job_id=job_id, level=level[:16], night=night[:16],
+                group_key=group_key[:128], submitted=at, started=None, finished=None,
+                status="submitted", reason="", reservation=reservation[:128], verdict=None,
+                verdict_at=None).returning(BurninRun.id)).scalar_one())
+
+    def burnin_started(self, node: str, *, job_id: str | None, group_key: str, level: str = "quick",
+                       night: str = "", at: float | None = None) -> int:
+        """The worker started: the submitted run of (node, job) becomes ``running`` (a run is
+        created when none was submitted, e.g. a worker started by hand). Returns its id."""
+        at = time.time() if at is None else at
+        night = night or night_of(at)
+        night_number(night)
+        with guard(self.engine, "burn-in start"), self.engine.begin() as conn:
+            nid = self._node_ids(conn, [validate_node(node)], at)[node]
+            rid = None
+            if job_id:
+                rid = conn.execute(select(BurninRun.id).where(
+                    BurninRun.node_id == nid, BurninRun.job_id == job_id)
+                    .order_by(BurninRun.id.desc()).limit(1)).scalar()
+            if rid is None:
+                rid = conn.execute(insert(BurninRun).values(
+                    node_id=nid, job_id=job_id, level=level[:16], night=night[:16],
+                    group_key=group_key[:128], submitted=at, started=at, finished=None,
+                    status="running", reason="", reservation="", verdict=None,
+                    verdict_at=None).returning(BurninRun.id)).scalar_one()
+            else:
+                # An empty group_key keeps the one submit chose (group_by = feature).
+                values: dict[str, Any] = {"started": at, "status": "running"}
+                if group_key:
+                    values["group_key"] = group_key[:128]
+                conn.execute(update(BurninRun).where(BurninRun.id == rid).values(**values))
+            return int(rid)
+
+    def burnin_record(self, run_id: int, values: Sequence[BurninValue], *,
+                      at: float | None = None) -> None:
+        """Store measured values of a run (as each measurement ends: a killed job keeps them)."""
+        at = time.time() if at is None else at
+        rows = []
+        for v in values:
+            if v.status not in RESULT_STATUSES:
+                raise InputError(f"burn-in result status: expected one of "
+                                 f"{', '.join(RESULT_STATUSES)}, got {v.status!r}")
+            rows.append({"run_id": run_id, "at": at, "measurement": v.measurement[:64],
+                         "metric": v.metric[:64], "value": v.value, "unit": v.unit[:16],
+                         "status": v.status, "reason": v.reason[:1000],
+                         "details": json.dumps({**dict(v.details),
+                                                "higher_is_better": v.higher_is_better},
+                                               sort_keys=True, default=str)})
+        if not rows:
+            return
+        with guard(self.engine, "burn-in results"), self.engine.begin() as conn:
+            nid = conn.execute(select(BurninRun.node_id).where(BurninRun.id == run_id)).scalar()
+            if nid is None:
+                raise InputError(f"burn-in run: no run {run_id}")
+            conn.execute(insert(BurninResult), [{**r, "node_id": nid} for r in rows])
+
+    def burnin_finish(self, run_id: int, status: str, reason: str = "", *,
+                      at: float | None = None, keep_nights: int = RECENT_NIGHTS) -> None:
+        """End a run. A ``complete`` run's values become the node's latest in burnin_series.
+
+        Only an open run (submitted/running) changes: a run already marked partial by
+        `burnin report` (its job vanished) is not revived by a late worker.
+        """
+        if status not in BURNIN_STATUSES or status in OPEN:
+            raise InputError(f"burn-in status: expected complete, partial or failed, got {status!r}")
+        at = time.time() if at is None else at
+        with guard(self.engine, "burn-in finish"), self.engine.begin() as conn:
+            run = conn.execute(select(_R).where(BurninRun.id == run_id)).first()
+            if run is None:
+                raise InputError(f"burn-in run: no run {run_id}")
+            done = conn.execute(update(BurninRun).where(
+                BurninRun.id == run_id, BurninRun.status.in_(OPEN)).values(
+                status=status, reason=reason[:1000], finished=at)).rowcount
+            if done and status == "complete":
+                self._update_series(conn, run, keep_nights)
+
+    def _update_series(self, conn: Any, run: Any, keep: int) -> None:
+        vals = conn.execute(select(BurninResult.metric, BurninResult.value, BurninResult.unit,
+                                   BurninResult.details, BurninResult.at).where(
+            BurninResult.run_id == run.id, BurninResult.status == "ok",
+            BurninResult.metric != "", BurninResult.value.is_not(None))).all()
+        have = {s.metric: s for s in conn.execute(select(BurninSeries.__table__).where(
+            BurninSeries.node_id == run.node_id))}
+        night = run.night or night_of(run.started or run.submitted)
+        for metric, value, unit, details, at in vals:
+            higher = bool(json.loads(details or "{}").get("higher_is_better", True))
+            old = have.get(metric)
+            recent = _extend(old.recent if old else "", old.last_night if old else None,
+                             night, float(value), keep)
+            if recent is None:  # an older night finishing late: history only
+                continue
+            row = {"unit": unit, "higher_is_better": higher, "group_key": run.group_key,
+                   "last_run_id": run.id, "last_at": at, "last_value": float(value),
+                   "last_night": night, "recent": recent}
+            if old is None:
+                conn.execute(insert(BurninSeries).values(node_id=run.node_id, metric=metric, **row))
+            else:
+                conn.execute(update(BurninSeries).where(
+                    BurninSeries.node_id == run.node_id, BurninSeries.metric == metric).values(**row))
+            have[metric] = _Recent(recent, night)  # the same metric again in this run
+
+    def burnin_mark(self, run_ids: Sequence[int], *, status: str | None = None,
+                    reason: str | None = None, verdict: str | None = None,
+                    at: float | None = None) -> None:
+        """Set status (partial, for vanished jobs), reason and/or verdict of runs."""
+        at = time.time() if at is None else at
+        values: dict[str, Any] = {}
+        if status is not None:
+            values.update(status=status, finished=at)
+        if reason is not None:
+            values["reason"] = reason[:1000]
+        if verdict is not None:
+            values.update(verdict=verdict, verdict_at=at)
+        if not values or not run_ids:
+            return
+        with guard(self.engine, "burn-in mark"), self.engine.begin() as conn:
+            for i in range(0, len(run_ids), _CHUNK):
+                stmt = update(BurninRun).where(BurninRun.id.in_(list(run_ids[i:i + _CHUNK])))
+                if status is not None:
+                    stmt = stmt.where(BurninRun.status.in_(OPEN))
+                conn.execute(stmt.values(**values))
+
+    # ------------------------------------------------------------------ reads
+    def burnin_latest_runs(self, since: float, nodes: Iterable[str] | None = None
+                           ) -> list[BurninRunRow]:
+        """Each node's newest burn-in run submitted since ``since``, sorted by node."""
+        latest = (select(func.max(BurninRun.id).label("id")).where(BurninRun.submitted >= since)
+                  .group_by(BurninRun.node_id).subquery())
+        stmt = (select(_R, Node.name.label("node_name")).join(Node, Node.id == BurninRun.node_id)
+                .join(latest, latest.c.id == BurninRun.id))
+        with guard(self.engine, "burn-in runs"), self.engine.connect() as conn:
+            rows = [_run_row(r) for r in conn.execute(stmt)]
+        if nodes is not None:
+            wanted = set(nodes)
+            rows = [r for r in rows if r.node in wanted]
+        return sorted(rows, key=lambda r: r.node)
+
+    def burnin_open_runs(self) -> list[BurninRunRow]:
+        """Runs still submitted or running (their jobs may have vanished)."""
+        stmt = (select(_R, Node.name.label("node_name")).join(Node, Node.id == BurninRun.node_id)
+                .where(BurninRun.status.in_(OPEN)))
+        with guard(self.engine, "burn-in open runs"), self.engine.connect() as conn:
+            return [_run_row(r) for r in conn.execute(stmt.order_by(BurninRun.id))]
+
+    def burnin_series(self, since: float = float("-inf"), nodes: Iterable[str] | None = None
+                      ) -> list[SeriesRow]:
+        """The summary row of every (node, metric) whose latest value is since ``since``."""
+        stmt = (select(BurninSeries.__table__, Node.name.label("node_name"))
+                .join(Node, Node.id == BurninSeries.node_id).where(BurninSeries.last_at >= since))
+        out = []
+        wanted = set(nodes) if nodes is not None else None
+        with guard(self.engine, "burn-in series"), self.engine.connect() as conn:
+            for s in conn.execute(stmt):
+                if wanted is not None and s.node_name not in wanted:
+                    continue
+                out.append(SeriesRow(s.node_name, s.metric, s.unit, bool(s.higher_is_better),
+                                     s.group_key, s.last_run_id, s.last_at, s.last_value,
+                                     s.last_night, tuple(map(float, s.recent.split()))))
+        return out
+
+    def burnin_results(self, run_ids: Sequence[int]) -> list[BurninResultRow]:
+        """Every stored result of these runs."""
+        out: list[BurninResultRow] = []
+        with guard(self.engine, "burn-in results"), self.engine.connect() as conn:
+            for i in range(0, len(run_ids), _CHUNK):
+                stmt = (select(BurninResult.__table__, Node.name.label("node_name"))
+                        .join(Node, Node.id == BurninResult.node_id)
+                        .where(BurninResult.run_id.in_(list(run_ids[i:i + _CHUNK]))))
+                for r in conn.execute(stmt.order_by(BurninResult.id)):
+                    out.append(BurninResultRow(r.run_id, r.node_name, r.at, r.measurement, r.metric,
+                                               r.value, r.unit, r.status, r.reason,
+                                               json.loads(r.details or "{}")))
+        return out
+
+    def burnin_history(self, node: str, metric: str, since: float = float("-inf")
+                       ) -> list[tuple[float, float]]:
+        """(time, value) of one node's metric over complete runs, oldest first."""
+        stmt = (select(BurninResult.at, BurninResult.value)
+                .join(BurninRun, BurninRun.id == BurninResult.run_id)
+                .join(Node, Node.id == BurninResult.node_id)
+                .where(Node.name == node, BurninResult.metric == metric,
+                       BurninResult.status == "ok", BurninResult.at >= since,
+                       BurninRun.status == "complete").order_by(BurninResult.at))
+        with guard(self.engine, "burn-in history"), self.engine.connect() as conn:
+            return [(float(a), float(v)) for a, v in conn.execute(stmt) if v is not None]

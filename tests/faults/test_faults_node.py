@@ -1,0 +1,175 @@
+"""Faults on the node side, with the real hook (`slurmguard prolog`/`epilog` subprocesses):
+serve unreachable with the spool at its bound, a read-only spool directory and a full disk
+(each a small tmpfs the test mounts). The hook must exit 0, drain nothing and say what
+happened to its record in one log line; at the bound the documented record (the oldest) is
+dropped, counted and logged, and every other record still reaches the store exactly once.
+
+Slurm is absent on purpose: `scontrol` is a script that only appends its arguments to a
+file, so "drains nothing" is checked by that file staying empty.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import REPO, require, run_sg, sg_env
+from loadgen import count_in_store
+from reliability import record
+from sgserve import TOKEN, Serve, new_port, new_store, write_config
+
+from slurmguard import config, delivery
+from slurmguard.adapters import spool
+from slurmguard.record import make_record
+
+
+def _cfg(d: Path, spool_dir: Path, port: int, spool_max: int = 100) -> tuple[Path, Path]:
+    calls = d / "scontrol-calls"
+    scontrol = d / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\necho \"$@\" >> '{calls}'\nexit 1\n")
+    scontrol.chmod(0o755)
+    token = d / "token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    cfg = d / "sg.toml"
+    cfg.write_text(f"""
+[slurm]
+scontrol = "{scontrol}"
+[hooks]
+state_dir = "{d}/state"
+log_file = "{d}/hooks.log"
+report_url = "http://127.0.0.1:{port}/ingest"
+token_file = "{token}"
+spool_dir = "{spool_dir}"
+spool_max = {spool_max}
+report_timeout = 1.0
+budget = 10.0
+prolog = ["fault-value"]
+epilog = ["fault-value"]
+[checks]
+site_modules = ["faultsite"]
+""")
+    return cfg, calls
+
+
+def _hook(cfg: Path, hook: str = "prolog") -> subprocess.CompletedProcess[str]:
+    env = sg_env(SLURMGUARD_CONFIG=str(cfg), SLURMD_NODENAME="n7", SLURM_JOB_ID="99")
+    env["PYTHONPATH"] = env["PYTHONPATH"] + os.pathsep + str(REPO / "tests")
+    return run_sg(hook, env=env, timeout=60)
+
+
+@pytest.fixture
+def small_fs() -> Iterator[Path]:
+    """A 256 KiB tmpfs mounted for this test (root only), unmounted afterwards."""
+    require(os.geteuid() == 0, "mounting a tmpfs needs root")
+    d = Path(tempfile.mkdtemp(prefix="sg-fs-"))
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs", str(d)],
+                       capture_output=True, text=True, timeout=30)
+    require(r.returncode == 0, f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True, timeout=30)
+        os.rmdir(d)
+
+
+def test_spool_bound_drops_oldest_and_says_so(tmp_path: Path) -> None:
+    url = new_store(tmp_path)
+    port = new_port()  # nobody listens there yet: serve is "down"
+    sdir = tmp_path / "spool"
+    cfg, calls = _cfg(tmp_path, sdir, port, spool_max=3)
+    early = [make_record("n7", "prolog", [], "pass", "") for _ in range(3)]
+    for r in early:
+        spool.write(r, str(sdir), 3)
+    outs = [_hook(cfg) for _ in range(2)]  # two more records: the two oldest must go
+    for p in outs:
+        assert p.returncode == 0, p.stderr
+        assert "dropped the oldest 1 record(s)" in p.stderr
+    log = (tmp_path / "hooks.log").read_text().splitlines()
+    assert len(log) == 2 and all("report spooled; spool" in line and "full (spool_max 3)" in line
+                                 for line in log), log
+    assert early[0]["id"] in outs[0].stderr and early[1]["id"] in outs[1].stderr
+    assert spool.dropped_count(str(sdir)) == 2
+    kept = spool.pending(str(sdir))
+    assert len(kept) == 3 and not any(early[0]["id"] in n or early[1]["id"] in n for n in kept)
+    # serve comes back: the next record replays the spool; only the dropped two are missing.
+    (tmp_path / "serve").mkdir()
+    wcfg = write_config(tmp_path / "serve", store_url=url, port=port)
+    serve = Serve(wcfg, port, "--no-policy").start()
+    try:
+        assert delivery.deliver(make_record("n7", "prolog", [], "pass", ""),
+                                config.load(str(cfg), env={})) == "sent"
+    finally:
+        serve.stop()
+    assert spool.pending(str(sdir)) == []
+    from sqlalchemy import text
+
+    from slurmguard.store.engine import make_engine
+
+    eng = make_engine({"url": url})
+    with eng.connect() as conn:
+        stored = {r[0] for r in conn.execute(text("SELECT record_id FROM runs"))}
+    eng.dispose()
+    assert len(stored) == 4 and early[2]["id"] in stored
+    assert early[0]["id"] not in stored and early[1]["id"] not in stored
+    lost, dup, _ = count_in_store(url, {early[2]["id"]}, results_per_record=0)
+    assert not calls.exists() or calls.read_text() == ""
+    record("spool-full", store="SQLite", load="serve down, spool_max 3, 5 records",
+           faults="spool at its bound",
+           lost=lost, duplicated=dup,
+           figures=("the 2 oldest dropped as documented, each named on stderr and in the hook's "
+                    "log line, .dropped = 2; the other 3 + 1 replayed and stored once; hooks exit 0"))
+
+
+def _assert_survived(p: subprocess.CompletedProcess[str], calls: Path, log: Path, why: str) -> str:
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr
+    assert not calls.exists() or calls.read_text() == "", "the hook asked Slurm to do something"
+    line = log.read_text().splitlines()[-1]
+    assert "report lost: spool" in line and why in line, line
+    return line
+
+
+def test_hook_with_read_only_spool(tmp_path: Path, small_fs: Path) -> None:
+    sdir = small_fs / "spool"
+    sdir.mkdir(mode=0o700)
+    r = subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], capture_output=True,
+                       text=True, timeout=30)
+    require(r.returncode == 0, f"cannot remount read-only: {r.stderr.strip()}")
+    cfg, calls = _cfg(tmp_path, sdir, new_port())
+    lines = []
+    for hook in ("prolog", "epilog"):
+        lines.append(_assert_survived(_hook(cfg, hook), calls, tmp_path / "hooks.log",
+                                      "Read-only file system"))
+    assert os.listdir(sdir) == []
+    record("spool-read-only", load="serve down; prolog + epilog",
+           faults="spool on a read-only tmpfs (root cannot write either)",
+           figures=f"exit 0, nothing drained, log line: ...{lines[0].split(';', 1)[1][:90]}")
+
+
+def test_hook_with_full_disk(tmp_path: Path, small_fs: Path) -> None:
+    sdir = small_fs / "spool"
+    sdir.mkdir(mode=0o700)
+    filler = small_fs / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:  # fill the file system to the last block
+        for _ in range(10_000):
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    cfg, calls = _cfg(tmp_path, sdir, new_port())
+    lines = []
+    for hook in ("prolog", "epilog"):
+        lines.append(_assert_survived(_hook(cfg, hook), calls, tmp_path / "hooks.log",
+                                      "No space left on device"))
+    assert [n for n in os.listdir(sdir) if not n.startswith(".lock")] == [], os.listdir(sdir)
+    record("spool-disk-full", load="serve down; prolog + epilog",
+           faults="spool on a full tmpfs (256 KiB, filled)",
+           figures=(f"exit 0, nothing drained, no partial file left, log line: "
+                    f"...{lines[0].split(';', 1)[1][:90]}"))

@@ -1,0 +1,275 @@
+"""Straggler statistics and verdicts: pure code, table-tested and Hypothesis-tested."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmguard.burnin.stats import (
+    StatParams,
+    degrading,
+    judge_group,
+    mad,
+    median,
+    nightly_scores,
+    robust_z,
+    score,
+    worst,
+)
+from slurmguard.burnin.verdict import fmt_value, judge, straggler_reason
+
+P = StatParams()
+
+
+@pytest.mark.parametrize("values, med, spread", [
+    ([1.0], 1.0, 0.0),
+    ([1.0, 3.0], 2.0, 1.0),
+    ([5.0, 1.0, 3.0], 3.0, 2.0),
+    ([1.0, 2.0, 3.0, 4.0, 100.0], 3.0, 1.0),  # one outlier moves neither
+    ([10.0] * 7, 10.0, 0.0),
+])
+def test_median_and_mad(values, med, spread):
+    assert median(values) == med
+    assert mad(values) == spread
+
+
+def test_median_of_nothing_is_an_error():
+    with pytest.raises(ValueError):
+        median([])
+
+
+@pytest.mark.parametrize("value, med, higher, expected", [
+    (90.0, 100.0, True, 0.90),
+    (110.0, 100.0, True, 1.10),
+    (125.0, 100.0, False, 0.80),  # lower is better: 25 % slower is 0.80
+    (80.0, 100.0, False, 1.25),
+    (5.0, 0.0, True, 1.0),  # no median to compare with
+    (0.0, 10.0, False, math.inf),
+])
+def test_score(value, med, higher, expected):
+    assert score(value, med, higher) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("value, med, spread, higher, floor, expected", [
+    (90.0, 100.0, 10.0, True, 0.01, -0.6745),
+    (110.0, 100.0, 10.0, False, 0.01, -0.6745),  # lower is better: above median is worse
+    (99.0, 100.0, 0.0, True, 0.01, -0.6745),  # MAD 0 floored at 1 % of the median
+    (100.0, 100.0, 0.0, True, 0.0, 0.0),
+])
+def test_robust_z(value, med, spread, higher, floor, expected):
+    assert robust_z(value, med, spread, higher, floor) == pytest.approx(expected)
+
+
+# name, values, higher_is_better, params, flagged nodes
+CASES = [
+    ("one slow node of eight", {f"n{i}": 100.0 for i in range(1, 8)} | {"n8": 70.0}, True, P,
+     {"n8"}),
+    ("lower is better (seconds)", {f"n{i}": 10.0 for i in range(1, 8)} | {"n8": 13.0}, False, P,
+     {"n8"}),
+    ("fast node never flagged", {f"n{i}": 100.0 for i in range(1, 8)} | {"n8": 300.0}, True, P,
+     set()),
+    ("just above threshold, z off", {f"n{i}": 100.0 for i in range(1, 8)} | {"n8": 91.0}, True,
+     StatParams(z_limit=0), set()),
+    ("just above threshold, z catches a tight group",
+     {f"n{i}": 100.0 + i * 0.1 for i in range(1, 8)} | {"n8": 93.0}, True, P, {"n8"}),
+    ("noisy group: z stays quiet",
+     {"n1": 80.0, "n2": 120.0, "n3": 95.0, "n4": 105.0, "n5": 88.0, "n6": 112.0, "n7": 100.0,
+      "n8": 91.0}, True, StatParams(threshold=0.85), {"n1"}),
+    ("two stragglers", {f"n{i}": 50.0 for i in range(1, 7)} | {"n7": 10.0, "n8": 20.0}, True, P,
+     {"n7", "n8"}),
+    ("unusable values ignored", {"n1": 100.0, "n2": 100.0, "n3": 100.0, "n4": 100.0,
+                                 "n5": None, "n6": float("nan"), "n7": -1.0}, True, P, set()),
+]
+
+
+@pytest.mark.parametrize("name, values, higher, params, flagged", CASES, ids=[c[0] for c in CASES])
+def test_judge_group_table(name, values, higher, params, flagged):
+    stats, js = judge_group("g", "m", values, params, higher)
+    assert stats.verdict
+    assert {j.node for j in js if j.flagged} == flagged
+    for j in js:
+        assert j.flagged == bool(j.why)
+
+
+def test_small_group_gives_no_verdict_and_says_so():
+    stats, js = judge_group("g", "m", {"a": 100.0, "b": 100.0, "c": 10.0}, P)
+    assert not stats.verdict and "fewer than min_group 4" in stats.why
+    assert all(not j.flagged and j.score is None for j in js)
+
+
+@pytest.mark.parametrize("scores, noise, expected", [
+    ([1.0, 0.99, 0.98, 0.96, 0.93], 0.0, True),  # four drops in a row, 0.07 in all, above 0.90
+    ([1.0, 0.99, 0.98, 0.96, 0.93], 0.03, False),  # ... but within 3 sigma of a noisy group
+    ([1.0, 0.99, 0.98, 0.99, 0.93], 0.0, False),  # not every night lower
+    ([1.0, 0.995, 0.99, 0.985, 0.98], 0.0, False),  # falling but only 0.02 in all
+    ([1.0, 0.99, 0.97, 0.93, 0.85], 0.0, False),  # crossed the threshold: a straggler
+    ([0.99, 0.98, 0.96, 0.93], 0.0, False),  # too few nights
+    ([1.1, 1.05, 1.0, 0.99, 0.97, 0.96, 0.95], 0.0, True),  # only the last nights count
+])
+def test_degrading_table(scores, noise, expected):
+    assert degrading(scores, P, noise) is expected
+
+
+def test_nightly_scores_use_each_nights_median():
+    series = {"a": (11, (100.0, 50.0)), "b": (11, (100.0, 50.0)), "c": (11, (100.0, 25.0)),
+              "d": (11, (float("nan"), 50.0)),  # a gap: no trend for d
+              "e": (10, (100.0,))}  # its last night is night 10: counts in night 10's median
+    out = nightly_scores(series, True, 2)
+    # night 11 was slow for everyone: a and b keep 1.0, c halves
+    assert out == {"a": [1.0, 1.0], "b": [1.0, 1.0], "c": [1.0, 0.5]}
+
+
+def test_worst_names_lowest_score():
+    _, js = judge_group("g", "m", {f"n{i}": 100.0 for i in range(6)} | {"x": 50.0}, P)
+    _, js2 = judge_group("g", "k", {f"n{i}": 100.0 for i in range(6)} | {"x": 80.0}, P)
+    w = worst([*js, *js2])
+    assert w is not None and w.node == "x" and w.metric == "m"
+
+
+def test_reason_format():
+    _, js = judge_group("g", "host_cpu_gflops", {f"n{i}": 40.0 for i in range(6)} | {"x": 3.14159}, P)
+    j = next(j for j in js if j.node == "x")
+    assert straggler_reason(j, "GFLOP/s") == \
+        "slurmguard: burnin: host_cpu_gflops 3.14 GFLOP/s = 0.08 of group median"
+    assert fmt_value(12800.4) == "12800" and fmt_value(0.000123) == "0.000123"
+
+
+@dataclass(frozen=True)
+class R:
+    node: str
+    id: int
+    status: str
+    reason: str = ""
+    group_key: str = "8x H100"
+
+
+@dataclass(frozen=True)
+class S:
+    node: str
+    metric: str
+    last_value: float
+    last_run_id: int
+    unit: str = "GFLOP/s"
+    higher_is_better: bool = True
+    group_key: str = "8x H100"
+    last_night: str = "2027-01-14"
+    recent: tuple = ()
+
+
+def test_judge_verdicts_per_node():
+    runs = [R(f"n{i}", i, "complete") for i in range(1, 7)]
+    runs += [R("n7", 7, "failed", "gpu-ecc: GPU 2 uncorrectable ECC"), R("n8", 8, "partial", "cancelled"),
+             R("n9", 9, "running")]
+    series = [S(f"n{i}", "cpu", 100.0, i) for i in range(1, 6)] + [S("n6", "cpu", 50.0, 6)]
+    series += [S("n7", "cpu", 100.0, 7), S("n8", "cpu", 1.0, 8)]
+    rep = judge(runs, series, P)
+    v = {n: x.verdict for n, x in rep.nodes.items()}
+    assert v == {"n1": "pass", "n2": "pass", "n3": "pass", "n4": "pass", "n5": "pass",
+                 "n6": "flagged", "n7": "failed", "n8": "partial", "n9": "pending"}
+    assert rep.nodes["n6"].reason == "slurmguard: burnin: cpu 50 GFLOP/s = 0.50 of group median"
+    assert rep.nodes["n7"].reason == "slurmguard: burnin: gpu-ecc: GPU 2 uncorrectable ECC"
+    assert rep.nodes["n8"].reason == "" and rep.nodes["n9"].reason == ""
+
+
+def test_judge_ignores_values_of_older_runs_and_other_groups():
+    runs = [R(f"n{i}", 10 + i, "complete") for i in range(1, 5)] + [R("a1", 20, "complete", group_key="A100")]
+    series = [S(f"n{i}", "cpu", 100.0, 10 + i) for i in range(1, 4)] + [S("n4", "cpu", 1.0, 4)]
+    series += [S("a1", "cpu", 1.0, 20, group_key="A100")]
+    rep = judge(runs, series, P)
+    # n4's value is from an older run: n1..n3 are a group of 3 -> no verdict for anyone
+    assert {n: v.verdict for n, v in rep.nodes.items()} == {
+        "n1": "no_verdict", "n2": "no_verdict", "n3": "no_verdict", "n4": "no_verdict",
+        "a1": "no_verdict"}
+
+
+def test_judge_degrading_reported_and_drained_only_when_configured():
+    runs = [R(f"n{i}", i, "complete") for i in range(1, 7)]
+    series = [S(f"n{i}", "cpu", 100.0, i, recent=(100.0,) * 5) for i in range(1, 6)]
+    series.append(S("n6", "cpu", 93.0, 6, recent=(100.0, 99.0, 98.0, 96.0, 93.0)))
+    p = StatParams(z_limit=0)  # a tight group: the z rule alone would flag 0.93 already
+    assert judge(runs, series, P).nodes["n6"].verdict == "flagged"
+    assert judge(runs, series, p).nodes["n6"].verdict == "degrading"
+    v = judge(runs, series, p, drain_degrading=True).nodes["n6"]
+    assert v.verdict == "flagged" and v.reason == \
+        "slurmguard: burnin: cpu degrading: scores 1.00 0.99 0.98 0.96 0.93 of group median"
+
+
+# ------------------------------------------------------------------------- properties
+
+values_st = st.dictionaries(st.text("abcdefgh", min_size=1, max_size=4),
+                            st.floats(min_value=0.001, max_value=1e6, allow_nan=False),
+                            min_size=0, max_size=40)
+params_st = st.builds(StatParams, threshold=st.floats(0.0, 1.0), z_limit=st.floats(0.0, 10.0),
+                      mad_floor=st.floats(0.0, 0.5), min_group=st.integers(1, 10))
+
+
+@settings(max_examples=300, deadline=None)
+@given(values_st, params_st, st.booleans())
+def test_property_never_flags_a_node_at_least_as_good_as_the_median(values, p, higher):
+    stats, js = judge_group("g", "m", values, p, higher)
+    for j in js:
+        if j.flagged:
+            assert stats.verdict and j.score is not None and j.score < 1.0
+            assert (j.value < stats.median) if higher else (j.value > stats.median)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values_st, params_st, st.booleans(), st.floats(0.01, 100.0))
+def test_property_verdicts_are_scale_invariant(values, p, higher, k):
+    _, a = judge_group("g", "m", values, p, higher)
+    _, b = judge_group("g", "m", {n: v * k for n, v in values.items()}, p, higher)
+    for x, y in zip(a, b, strict=True):
+        assert x.node == y.node
+        if x.score is not None:
+            assert y.score == pytest.approx(x.score, rel=1e-6)
+            # far from the edges the flag does not move with the unit
+            if abs(x.score - p.threshold) > 1e-6 and (x.z is None or abs(abs(x.z) - p.z_limit) > 1e-6):
+                assert x.flagged == y.flagged
+
+
+@settings(max_examples=200, deadline=None)
+@given(values_st, params_st)
+def test_property_small_groups_never_judge(values, p):
+    stats, js = judge_group("g", "m", values, p)
+    if len(values) < p.min_group:
+        assert not stats.verdict and not any(j.flagged for j in js)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.0, 2.0), min_size=0, max_size=12), params_st,
+       st.integers(1, 5), st.floats(0.0, 0.5), st.floats(0.0, 0.2))
+def test_property_degrading_needs_a_strict_fall_above_threshold(scores, p, k, drop, noise):
+    from dataclasses import replace
+
+    p = replace(p, trend_nights=k, trend_min_drop=drop)
+    if degrading(scores, p, noise):
+        tail = scores[-(k + 1):]
+        assert all(b < a for a, b in zip(tail, tail[1:], strict=False))
+        assert tail[0] - tail[-1] >= max(drop, p.trend_sigmas * noise) and tail[-1] >= p.threshold
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.text("abc", min_size=1, max_size=3),
+                       st.lists(st.floats(0.1, 100.0), min_size=1, max_size=6), max_size=10),
+       st.floats(0.1, 10.0), st.integers(1, 6))
+def test_property_nightly_scores_are_scale_invariant(values, k, nights):
+    series = {n: (100, tuple(v)) for n, v in values.items()}
+    a = nightly_scores(series, True, nights)
+    b = nightly_scores({n: (d, tuple(x * k for x in v)) for n, (d, v) in series.items()}, True, nights)
+    assert a.keys() == b.keys()
+    for n in a:
+        assert b[n] == pytest.approx(a[n], rel=1e-6)
+        assert len(a[n]) == nights
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.001, 1e6), min_size=1, max_size=50))
+def test_property_median_is_a_middle_value(xs):
+    m = median(xs)
+    assert min(xs) <= m <= max(xs)
+    assert sum(1 for x in xs if x < m) <= len(xs) / 2 and sum(1 for x in xs if x > m) <= len(xs) / 2
+    assert mad(xs) >= 0
