@@ -1,20 +1,32 @@
 #!/bin/sh
-# Build the `debian:bookworm` base image from Debian's packages when no registry serves it.
+# Build the `debian:<release>` base image from Debian's packages when no registry serves it
+# (bookworm = Debian 12 with Slurm 22.05, the default; trixie = Debian 13 with Slurm 24.11).
 #
 # Why: the CI/dev machines reach Debian's package mirror but no container registry, so
 # `FROM debian:bookworm` cannot be pulled. debootstrap --variant=minbase gives the same small
 # root filesystem that the official image ships; `docker import` tags it with the official
 # name, so the one Dockerfile serves both these machines and users who pull from Docker Hub.
 #
-# Usage: docker-slurm/build-base-image.sh [--force]
-# Env:   DEBIAN_MIRROR (default http://deb.debian.org/debian), BASE_TAG (default debian:bookworm)
+# Usage: docker-slurm/build-base-image.sh [--force] [RELEASE]      (RELEASE: bookworm, trixie)
+# Env:   DEBIAN_MIRROR (default http://deb.debian.org/debian),
+#        BASE_TAG (default debian:RELEASE; its tag names the suite when RELEASE is not given)
 set -eu
 
-TAG=${BASE_TAG:-debian:bookworm}
+FORCE=
+if [ "${1:-}" = "--force" ]; then FORCE=1; shift; fi
+if [ -n "${1:-}" ]; then
+    TAG=${BASE_TAG:-debian:$1}
+    SUITE=$1
+else
+    TAG=${BASE_TAG:-debian:bookworm}
+    SUITE=${TAG#*:}
+fi
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-SUITE=${TAG#*:}
+case "$SUITE" in
+    *[!a-z]*|"") echo "build-base-image: not a Debian code name: '$SUITE'" >&2; exit 2 ;;
+esac
 
-if [ "${1:-}" != "--force" ] && docker image inspect "$TAG" >/dev/null 2>&1; then
+if [ -z "$FORCE" ] && docker image inspect "$TAG" >/dev/null 2>&1; then
     echo "build-base-image: $TAG already present; nothing to do"
     exit 0
 fi

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Build the slurmguard test-cluster image, tagged by a hash of everything that goes in it.
 
-    python docker-slurm/build_image.py            # build if missing; print the tag
-    python docker-slurm/build_image.py --force    # build even if the tag exists
+    python docker-slurm/build_image.py                    # Debian 12, Slurm 22.05; print the tag
+    python docker-slurm/build_image.py --release trixie   # Debian 13, Slurm 24.11
+    python docker-slurm/build_image.py --force            # build even if the tag exists
 
-The tag is ``slurmguard-node:<first 12 hex of sha256>`` over the Dockerfile, the files of
-docker-slurm/, the package sources, pyproject.toml, the hook scripts and the stand-in NVML
-source; ``slurmguard-node:latest`` points at the newest build (compose uses it). A build
-whose tag already exists is skipped, so the e2e suite and CI build once and reuse.
+The tag is ``slurmguard-node:<first 12 hex of sha256>`` (``slurmguard-node:trixie-<hash>``
+for Debian 13) over the release, the Dockerfile, the files of docker-slurm/, the package
+sources, pyproject.toml, the hook scripts and the stand-in NVML source;
+``slurmguard-node:latest`` (``:trixie``) points at the newest build (compose uses it). A
+build whose tag already exists is skipped, so the e2e suite and CI build once and reuse.
 
 The context is assembled in a temporary directory: wheels of slurmguard and its
 dependencies built on the host (pip inside a container cannot reach PyPI where TLS is
@@ -16,6 +18,11 @@ intercepted; sites without internet pass ``--find-links DIR``), the stand-in
 glibc, the same as bookworm's), the fixture writers of tests/fakehw for ``sg-fault``, and
 the checkout's prolog/ and epilog/ entry scripts. The build runs with ``--network host`` because the
 engine may run without a default bridge (see docs/docker.md).
+
+Releases whose Python differs from the host's (trixie: 3.13, host Debian 12: 3.11) get the
+same wheels retargeted: pure wheels as built, and each compiled one (``psycopg-binary``,
+``SQLAlchemy``, ...) replaced by the release's build of the same version, fetched with
+``pip download --python-version``.
 """
 
 from __future__ import annotations
@@ -23,11 +30,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import platform
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -43,6 +53,31 @@ RUNTIME_GLOBS = ("prolog/*", "epilog/*", "pyproject.toml", "README.md", "docker-
 PACKAGE_GLOBS = ("slurmguard/**/*",)
 
 
+@dataclass(frozen=True)
+class Release:
+    """A Debian release the image is built on, and what it ships."""
+
+    name: str      # Debian code name: the base image is debian:<name>
+    debian: str    # Debian version
+    python: str    # python3's minor version there
+    slurm: str     # Slurm major as packaged there (checked by the e2e suite)
+
+
+RELEASES = {
+    "bookworm": Release("bookworm", "12", "3.11", "22.05"),
+    "trixie": Release("trixie", "13", "3.13", "24.11"),
+}
+DEFAULT_RELEASE = "bookworm"
+
+
+def release(name: str) -> Release:
+    try:
+        return RELEASES[name]
+    except KeyError:
+        raise SystemExit(f"build_image: release: unknown Debian release {name!r}; "
+                         f"known: {', '.join(RELEASES)}") from None
+
+
 def _inputs(include_package: bool) -> list[Path]:
     files = {HERE / name for name in DOCKER_FILES}
     for pattern in RUNTIME_GLOBS + (PACKAGE_GLOBS if include_package else ()):
@@ -51,7 +86,7 @@ def _inputs(include_package: bool) -> list[Path]:
     return sorted(files)
 
 
-def content_hash(include_package: bool = True) -> str:
+def content_hash(include_package: bool = True, release_name: str = DEFAULT_RELEASE) -> str:
     """sha256 over (relative path, mode bit x, bytes) of every input file, in path order.
 
     Without the package sources (``include_package=False``) the hash covers the runtime
@@ -59,7 +94,10 @@ def content_hash(include_package: bool = True) -> str:
     suite uses that tag and bind-mounts the checkout's ``slurmguard/`` over the installed
     copy, so editing Python code does not cost a rebuild.
     """
+    rel = release(release_name)
     h = hashlib.sha256()
+    if rel.name != DEFAULT_RELEASE:
+        h.update(f"release={rel.name} python={rel.python}\0".encode())
     for path in _inputs(include_package):
         h.update(str(path.relative_to(REPO)).encode() + b"\0")
         h.update(b"x" if os.access(path, os.X_OK) else b"-")
@@ -67,9 +105,22 @@ def content_hash(include_package: bool = True) -> str:
     return h.hexdigest()[:12]
 
 
-def image_tag(include_package: bool = True) -> str:
-    prefix = "" if include_package else "rt-"
-    return f"{IMAGE}:{prefix}{content_hash(include_package)}"
+def image_tag(include_package: bool = True, release_name: str = DEFAULT_RELEASE) -> str:
+    """``slurmguard-node:[<release>-][rt-]<hash>``; the default release has no prefix."""
+    prefix = "" if release_name == DEFAULT_RELEASE else f"{release_name}-"
+    prefix += "" if include_package else "rt-"
+    return f"{IMAGE}:{prefix}{content_hash(include_package, release_name)}"
+
+
+def latest_tag(release_name: str = DEFAULT_RELEASE) -> str:
+    return f"{IMAGE}:latest" if release_name == DEFAULT_RELEASE else f"{IMAGE}:{release_name}"
+
+
+def ensure_base_image(release_name: str = DEFAULT_RELEASE) -> None:
+    """``debian:<release>``: present, or made by build-base-image.sh (debootstrap)."""
+    rel = release(release_name)
+    if not image_exists(f"debian:{rel.name}"):
+        _run([str(HERE / "build-base-image.sh"), rel.name])
 
 
 def image_exists(tag: str) -> bool:
@@ -81,7 +132,37 @@ def _run(argv: list[str], **kw: object) -> None:
     subprocess.run(argv, check=True, **kw)  # type: ignore[call-overload]
 
 
-def assemble_context(ctx: Path, find_links: list[str]) -> None:
+_WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-(?P<py>[^-]+)-"
+                       r"(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$")
+
+
+def retarget_wheels(wheels: Path, python: str, find_links: list[str]) -> None:
+    """Replace each wheel compiled for the host's Python by the same version built for
+    ``python`` (``3.13``); pure (``none``) and stable-ABI (``abi3``) wheels serve both."""
+    host = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if python == host:
+        return
+    cp = "cp" + python.replace(".", "")
+    machine = platform.machine()
+    for whl in sorted(wheels.glob("*.whl")):
+        m = _WHEEL_RE.match(whl.name)
+        if not m:
+            raise SystemExit(f"build_image: wheel: cannot read the file name {whl.name!r}")
+        if m["abi"] in ("none", "abi3"):
+            continue
+        pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+               "--only-binary=:all:", "--python-version", python, "--implementation", "cp",
+               "--abi", cp, "--dest", str(wheels)]
+        for plat in ("manylinux2014", "manylinux_2_17", "manylinux_2_28", "manylinux_2_34"):
+            pip += ["--platform", f"{plat}_{machine}"]
+        for link in find_links:
+            pip += ["--find-links", link]
+        _run([*pip, f"{m['name']}=={m['version']}"])
+        whl.unlink()
+
+
+def assemble_context(ctx: Path, find_links: list[str],
+                     release_name: str = DEFAULT_RELEASE) -> None:
     """Fill CTX with what the Dockerfile copies from ctx/."""
     inner = ctx / "ctx"
     inner.mkdir(parents=True)
@@ -102,6 +183,7 @@ def assemble_context(ctx: Path, find_links: list[str]) -> None:
     for link in find_links:
         pip += ["--find-links", link]
     _run(pip, cwd=str(ctx))
+    retarget_wheels(inner / "wheels", release(release_name).python, find_links)
     shutil.rmtree(src)
     fakehw = inner / "fakehw"
     fakehw.mkdir()
@@ -125,28 +207,94 @@ def assemble_context(ctx: Path, find_links: list[str]) -> None:
 
 
 def build(force: bool = False, find_links: list[str] | None = None, quiet: bool = False,
-          include_package: bool = True) -> str:
+          include_package: bool = True, release_name: str = DEFAULT_RELEASE) -> str:
     """Build the image unless its content tag exists; return the tag.
 
     ``include_package=False`` gives the runtime-tagged image of the e2e suite (see
-    :func:`content_hash`); only full builds move ``slurmguard-node:latest``.
+    :func:`content_hash`); only full builds move ``slurmguard-node:latest`` (``:trixie``).
+    ``release_name`` is the Debian release (:data:`RELEASES`); its base image is made
+    with build-base-image.sh when missing.
     """
-    tag = image_tag(include_package)
-    tags = [tag, f"{IMAGE}:latest"] if include_package else [tag]
+    rel = release(release_name)
+    tag = image_tag(include_package, rel.name)
+    tags = [tag, latest_tag(rel.name)] if include_package else [tag]
     if not force and image_exists(tag):
         if not quiet:
             print(f"build_image: {tag} exists; not rebuilding", file=sys.stderr)
         if include_package:
-            _run(["docker", "tag", tag, f"{IMAGE}:latest"])
+            _run(["docker", "tag", tag, latest_tag(rel.name)])
         return tag
+    ensure_base_image(rel.name)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="slurmguard-ctx.") as tmp:
         ctx = Path(tmp)
-        assemble_context(ctx, find_links or [])
-        argv = ["docker", "build", "--network", "host", "--force-rm"]
+        assemble_context(ctx, find_links or [], rel.name)
+        argv = ["docker", "build", "--network", "host", "--force-rm",
+                "--build-arg", f"DEBIAN_RELEASE={rel.name}",
+                "--build-arg", f"PYTHON_VERSION={rel.python}"]
         for t in tags:
             argv += ["-t", t]
         _run([*argv, str(ctx)], stdout=sys.stderr if quiet else None)
+    print(f"build_image: built {tag} in {time.monotonic() - start:.0f}s", file=sys.stderr)
+    return tag
+
+
+SITE_IMAGE = "slurmguard-site"
+HOST_CA = Path(os.environ.get("SLURMGUARD_HOST_CA", "/etc/ssl/certs/ca-certificates.crt"))
+
+
+def readme_command(readme: Path = REPO / "README.md") -> str:
+    """The README's first set-up command (the first line of its first code block)."""
+    lines = readme.read_text().splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith("```"))
+        return lines[start + 1].strip()
+    except (StopIteration, IndexError):
+        raise SystemExit(f"build_image: {readme}: no code block with the set-up command") from None
+
+
+def _checkout_files() -> list[Path]:
+    """The working tree as git sees it: tracked files and untracked ones not ignored."""
+    out = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others",
+                          "--exclude-standard"], capture_output=True, check=True).stdout
+    return sorted(REPO / f for f in out.decode().split("\0")
+                  if f and (REPO / f).is_file() and not (REPO / f).is_symlink())
+
+
+def site_tag(release_name: str = DEFAULT_RELEASE) -> str:
+    """``slurmguard-site:<release>-<hash>`` over the site Dockerfile and the checkout."""
+    rel = release(release_name)
+    h = hashlib.sha256(f"site release={rel.name}\0".encode())
+    for path in [HERE / "site" / "Dockerfile", *_checkout_files()]:
+        h.update(str(path.relative_to(REPO)).encode() + b"\0")
+        h.update(b"x" if os.access(path, os.X_OK) else b"-")
+        h.update(path.read_bytes() + b"\0")
+    return f"{SITE_IMAGE}:{rel.name}-{h.hexdigest()[:12]}"
+
+
+def build_site(release_name: str = DEFAULT_RELEASE, force: bool = False,
+               quiet: bool = False) -> str:
+    """A fresh Debian with Debian's Slurm on which the README's first command has run, in a
+    copy of this checkout (docker-slurm/site/Dockerfile); return the tag. pip there trusts
+    the host's CA bundle (``$SLURMGUARD_HOST_CA``, default Debian's), through PIP_CERT."""
+    rel = release(release_name)
+    tag = site_tag(rel.name)
+    if not force and image_exists(tag):
+        return tag
+    ensure_base_image(rel.name)
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="slurmguard-site.") as tmp:
+        ctx = Path(tmp)
+        shutil.copy2(HERE / "site" / "Dockerfile", ctx / "Dockerfile")
+        shutil.copyfile(HOST_CA, ctx / "host-ca.crt")
+        for f in _checkout_files():
+            dst = ctx / "src" / f.relative_to(REPO)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dst)
+        _run(["docker", "build", "--network", "host", "--force-rm", "-t", tag,
+              "--build-arg", f"DEBIAN_RELEASE={rel.name}",
+              "--build-arg", f"README_COMMAND={readme_command()}", str(ctx)],
+             stdout=sys.stderr if quiet else None)
     print(f"build_image: built {tag} in {time.monotonic() - start:.0f}s", file=sys.stderr)
     return tag
 
@@ -159,11 +307,20 @@ def main() -> int:
     ap.add_argument("--print-tag", action="store_true", help="only print the tag")
     ap.add_argument("--runtime", action="store_true",
                     help="tag by the runtime only (the e2e suite's image; see content_hash)")
+    ap.add_argument("--release", default=DEFAULT_RELEASE, choices=sorted(RELEASES),
+                    help="Debian release: bookworm (Slurm 22.05, default) or trixie (24.11)")
+    ap.add_argument("--site", action="store_true",
+                    help="the install-test image instead: a fresh Debian with Debian's Slurm "
+                         "and the README's first command run (docker-slurm/site/)")
     args = ap.parse_args()
-    if args.print_tag:
-        print(image_tag(not args.runtime))
+    if args.site:
+        print(site_tag(args.release) if args.print_tag else build_site(args.release, args.force))
         return 0
-    print(build(args.force, args.find_links, include_package=not args.runtime))
+    if args.print_tag:
+        print(image_tag(not args.runtime, args.release))
+        return 0
+    print(build(args.force, args.find_links, include_package=not args.runtime,
+                release_name=args.release))
     return 0
 
 

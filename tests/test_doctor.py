@@ -204,3 +204,50 @@ def test_doctor_reads_the_file_when_no_slurmctld_answers(tmp_path) -> None:
     if not os.path.exists("/etc/default/slurmguard"):
         assert items["slurmguard runnable"]["status"] == "FAIL"
         assert "/etc/default/slurmguard is missing" in items["slurmguard runnable"]["detail"]
+
+
+@pytest.fixture(scope="module")
+def fake_nvml(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    from fakehw.nvml import build_fake_nvml
+
+    require(shutil.which("gcc") is not None, "gcc is needed to build the stand-in NVML")
+    return build_fake_nvml(tmp_path_factory.mktemp("nvml")) / "libnvidia-ml.so.1"
+
+
+@pytest.mark.parametrize("expected,status", [(8, "pass"), (4, "FAIL"), (-1, "pass")])
+def test_doctor_nvml_item_with_the_stand_in_library(tmp_path, fake_nvml: Path, expected: int,
+                                                    status: str) -> None:
+    from fakehw.nvml import default_config, write_config
+
+    lib = fake_nvml
+    state = write_config(tmp_path / "fake-nvml.json", default_config(8))
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[hooks]\nstate_dir = "{tmp_path}"\n[slurm]\ntimeout = 5.0\n'
+                   f'[checks.gpu]\nnvml_library = "{lib}"\nexpected_count = {expected}\n')
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\n")
+    r = sg("-c", str(cfg), "doctor", "node", "--json",
+           env=sg_env(SLURM_CONF=str(conf), FAKE_NVML_CONFIG=str(state)))
+    item = by_name(json.loads(r.stdout))["NVML"]
+    assert item["status"] == status, item
+    assert "8 GPU(s)" in item["detail"]
+
+
+def test_doctor_token_item_refuses_a_world_readable_token(tmp_path) -> None:
+    token = tmp_path / "token"
+    token.write_text("x" * 40 + "\n")
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[hooks]\nstate_dir = "{tmp_path}"\nreport_url = "http://127.0.0.1:1/ingest"\n'
+                   f'token_file = "{token}"\n[slurm]\ntimeout = 5.0\n')
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\n")
+    env = sg_env(SLURM_CONF=str(conf))
+    for mode, status in ((0o644, "FAIL"), (0o600, "pass")):
+        token.chmod(mode)
+        item = by_name(json.loads(sg("-c", str(cfg), "doctor", "node", "--json", env=env).stdout))["hook token"]
+        assert item["status"] == status, item
+        if status == "FAIL":
+            assert "world-accessible (mode 0644)" in item["detail"] and item["fix"] == f"chmod 0600 {token}"
+    token.unlink()
+    item = by_name(json.loads(sg("-c", str(cfg), "doctor", "node", "--json", env=env).stdout))["hook token"]
+    assert item["status"] == "FAIL" and "copy the controller's serve.token_file" in item["fix"]

@@ -46,6 +46,8 @@ pytestmark = pytest.mark.slurm
 PROMETHEUS = "/usr/bin/prometheus"
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 DASHBOARD = REPO / "docs" / "grafana" / "slurmguard.json"
+RULES = REPO / "docs" / "prometheus" / "slurmguard-rules.yml"
+PROMTOOL = "/usr/bin/promtool"
 
 
 def _get(url: str, timeout: float = 10) -> bytes:
@@ -142,6 +144,7 @@ textfile_dir = "{tdir}"
         stop.append(ne)
         (d / "prometheus.yml").write_text(f"""
 global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}}
+rule_files: ["{RULES}"]
 scrape_configs:
   - job_name: slurmguard
     static_configs: [{{targets: ["127.0.0.1:{port}"]}}]
@@ -160,6 +163,9 @@ scrape_configs:
         jid = c.sbatch("#!/bin/sh\nwhile :; do sleep 1; done\n", "-N1", "--requeue")
         job = c.wait_job(jid, ["RUNNING"], timeout=60)
         assert job["NodeList"] == "n1"
+        # Prometheus has seen the first unrunnable prolog (so the second is an increase)
+        _wait(lambda: [r for r in p.query('slurmguard_hook_unrunnable_total{hook="prolog"}')
+                       if r["value"][1] == "1"], 60, "the first unrunnable prolog in Prometheus")
         c.run("scontrol", "update", "nodename=n2", "state=resume")
         _wait(lambda: json.loads((d / "requeue.json").read_text()).get(jid, {}).get("nodes") == "n1",
               60, "the watcher seeing the job run on n1")
@@ -192,12 +198,16 @@ def test_prometheus_sees_the_drain_by_cause_and_the_recovery_histogram(scenario)
     assert [(r["metric"]["source"], r["value"][1]) for r in drains] == [("healthcheck", "1")]
     permits = p.query('slurmguard_permits_total{cause="fault-value"}')
     assert [(r["metric"]["result"], r["value"][1]) for r in permits] == [("allowed", "1")]
-    # the node's own textfile, through node_exporter
-    reason = p.query('slurmguard_hook_drain_reason{hook="healthcheck"} == 1')
+    # the node's own textfile, through node_exporter (a 1 s scrape may time out on a loaded
+    # machine: every query waits for its answer)
+    reason = _wait(lambda: p.query('slurmguard_hook_drain_reason{hook="healthcheck"} == 1'), 30,
+                   "the drain reason from node_exporter")
     assert [(r["metric"]["node"], r["metric"]["check"], r["metric"]["reason"]) for r in reason] == [
         ("n1", "fault-value", "slurmguard: fault-value: injected node fault")]
-    assert p.query('slurmguard_check_health{check="fault-value",health="unhealthy"} == 1')
-    gate = p.query('slurmguard_gate_refusals_total{cause="fault-value"}')
+    assert _wait(lambda: p.query('slurmguard_check_health{check="fault-value",health="unhealthy"} == 1'),
+                 30, "the check's health")
+    gate = _wait(lambda: p.query('slurmguard_gate_refusals_total{cause="fault-value"}'), 30,
+                 "the gate's refusal")
     assert [r["value"][1] for r in gate] == ["1"]
     # one recovery, in the histogram, with its latency
     count = _wait(lambda: p.query("slurmguard_requeue_recovery_seconds_count > 0"), 30,
@@ -207,7 +217,8 @@ def test_prometheus_sees_the_drain_by_cause_and_the_recovery_histogram(scenario)
                for r in p.query("slurmguard_requeue_recovery_seconds_bucket")}
     assert len(buckets) == 12 and buckets[float("inf")] == 1
     assert buckets[30.0] == 1  # seconds: the watcher recovers within seconds, not minutes
-    assert p.query('slurmguard_requeues_total{action="expedite"}')[0]["value"][1] == "1"
+    assert _wait(lambda: p.query('slurmguard_requeues_total{action="expedite"}'), 30,
+                 "the expedited requeue")[0]["value"][1] == "1"
     # the prolog that could not run slurmguard: both job starts (n1, then n2 after the requeue)
     unrun = _wait(lambda: [r for r in p.query('slurmguard_hook_unrunnable_total{hook="prolog"}')
                            if r["value"][1] == "2"], 30, "two unrunnable prologs in Prometheus")
@@ -236,7 +247,7 @@ def test_every_dashboard_query_names_scraped_metrics_and_runs(scenario):
     exprs = [(panel["title"], t["expr"]) for panel in dash["panels"] for t in panel.get("targets", [])]
     assert len(exprs) >= 15
     titles = " ".join(panel["title"] for panel in dash["panels"]).lower()
-    for want in ("fleet health", "drains by cause", "recovery latency"):
+    for want in ("fleet health", "drains by cause", "recovery latency", "goodput", "badput by cause"):
         assert want in titles
     scraped = _scraped_names(scenario)
     for title, expr in exprs:
@@ -247,4 +258,39 @@ def test_every_dashboard_query_names_scraped_metrics_and_runs(scenario):
         q = expr.replace("$__rate_interval", "1m").replace("$__range", "5m")
         p.query(q)  # Prometheus parses and evaluates it (status success)
     assert {"slurmguard_drains_total", "slurmguard_requeue_recovery_seconds_bucket",
-            "slurmguard_check_health"} <= {n for _, e in exprs for n in re.findall(r"slurmguard_\w+", e)}
+            "slurmguard_check_health", "slurmguard_goodput_ettr",
+            "slurmguard_goodput_gpu_seconds"} <= {n for _, e in exprs for n in re.findall(r"slurmguard_\w+", e)}
+
+
+def test_alert_rules_check_name_scraped_metrics_and_fire(scenario):
+    p: Prom = scenario["prom"]
+    r = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+    rules = json.loads(_get(p.url + "/api/v1/rules"))["data"]["groups"]
+    loaded = {rule["name"]: rule for g in rules for rule in g["rules"]}
+    assert len(loaded) == RULES.read_text().count("- alert:") >= 6
+    scraped = _scraped_names(scenario) | {"up"}
+    for name, rule in loaded.items():
+        unknown = set(re.findall(r"\b(?:slurmguard_\w+|up)\b", rule["query"])) - scraped
+        assert not unknown, f"rule {name} queries {sorted(unknown)}, not in a real scrape"
+        assert rule["health"] == "ok", rule
+    # the scenario's faults, as an operator's Alertmanager would get them
+    def firing() -> set[str]:
+        alerts = json.loads(_get(p.url + "/api/v1/alerts"))["data"]["alerts"]
+        return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
+
+    want = {"SlurmguardHookUnrunnable", "SlurmguardNodeDrained"}
+    seen: list[Any] = []
+
+    def fired_now() -> set[str]:
+        now = firing()
+        seen[:] = [now, p.query("slurmguard_hook_unrunnable_total"),
+                   p.query("increase(slurmguard_hook_unrunnable_total[15m])")]
+        return now if want <= now else set()
+
+    try:
+        fired = _wait(fired_now, 30, "the unrunnable-prolog and drain alerts firing")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last seen: {seen}") from None
+    assert "SlurmguardServeDown" not in fired and "SlurmguardBlastRadiusTrip" not in fired

@@ -1,6 +1,7 @@
 """The Slurm adapter's pure side: parsers on real captured output, garbage, hostile input.
 
-The captured files (tests/data/slurm/, Slurm 22.05.8) come from tests/data/slurm/capture.py.
+The captured files (tests/data/slurm/) are real output of Slurm 22.05.8 (capture.py, the
+native cluster) and 24.11.5 (capture_docker.py, the Debian 13 containers).
 Tests against a running cluster are in test_slurm_cluster.py.
 """
 
@@ -27,12 +28,52 @@ from slurmguard.adapters.slurm import (
     parse_squeue_json,
     validate_node_name,
 )
-from slurmguard.adapters.slurm_parse import parse_node_state
+from slurmguard.adapters.slurm_parse import (
+    parse_node_state,
+    parse_scontrol_nodes_json,
+    parse_version,
+)
 from slurmguard.errors import InputError, ParseError
 
 DATA = Path(__file__).parent / "data" / "slurm"
+# Real output of both ends of the version matrix: 22.05.8 from the native test cluster
+# (capture.py), 24.11.5 from the Debian 13 containers (capture_docker.py), the same moments.
+VERSIONS = ["22.05.8", "24.11.5"]
 V = "22.05.8"
 OUR_XID = "slurmguard: gpu-xid: Xid=79 on GPU 3 (pci=0000:3b:00.0) fell off the bus"
+OUR_ECC = "slurmguard: gpu-ecc: 3 uncorrectable ECC errors on GPU 0"
+# n6: drained by its Prolog, which then failed (22.05: a shell prolog; 24.11: slurmguard's
+# own prolog finding an injected Xid on GPU 2).
+N6_REASON = {"22.05.8": "slurmguard: test: prolog failed",
+             "24.11.5": "slurmguard: gpu-xid: GPU 2 (PCI 0000:3a:00) Xid 79: GPU has fallen off the bus"}
+# Node features: the native cluster sets Feature=sgtest, the containers none.
+FEATURES = {"22.05.8": ("sgtest",), "24.11.5": ()}
+
+# moment -> node -> (state, flags, reason or None for "none"); "N6" is N6_REASON.
+EXPECTED = {
+    "alloc-mixed": {
+        "n1": ("allocated", set(), None), "n2": ("mixed", set(), None),
+        "n3": ("idle", {"DRAIN"}, OUR_XID), "n4": ("idle", {"DRAIN"}, "maintenance"),
+        "n5": ("idle", set(), None), "n6": ("idle", set(), None),
+    },
+    "states": {
+        "n1": ("idle", set(), None), "n2": ("mixed", {"DRAIN"}, OUR_ECC),
+        "n3": ("idle", {"DRAIN"}, OUR_XID), "n4": ("idle", {"DRAIN"}, "maintenance"),
+        "n5": ("down", {"NOT_RESPONDING"}, "Not responding"),
+        "n6": ("idle", {"DRAIN"}, "N6"),
+    },
+    "idle": {f"n{i}": ("idle", set(), None) for i in range(1, 7)},
+    # 24.11 only: n3's drain (ours) cleared with UNDRAIN; Slurm kept the old reason text
+    # on the idle node (raw), the parser drops it.
+    "undrained": {
+        "n1": ("idle", set(), None), "n2": ("mixed", {"DRAIN"}, OUR_ECC),
+        "n3": ("idle", set(), None), "n4": ("idle", {"DRAIN"}, "maintenance"),
+        "n5": ("down", {"NOT_RESPONDING"}, "Not responding"),
+        "n6": ("idle", {"DRAIN"}, "N6"),
+    },
+}
+MOMENTS = [(m, v) for m in EXPECTED for v in VERSIONS
+           if (DATA / f"show-node-{m}-{v}.txt").exists() or m != "undrained"]
 
 
 def _nodes(name: str) -> dict[str, object]:
@@ -40,71 +81,170 @@ def _nodes(name: str) -> dict[str, object]:
     return {n.name: n for n in map(node_info_from_show, parse_show_node_oneliner(text))}
 
 
-def test_show_node_idle() -> None:
-    nodes = _nodes(f"show-node-idle-{V}.txt")
-    assert sorted(nodes) == ["n1", "n2", "n3", "n4", "n5", "n6"]
+def _expect(moment: str, version: str) -> dict[str, tuple[str, frozenset[str], str]]:
+    out = {}
+    for name, (state, flags, reason) in EXPECTED[moment].items():
+        out[name] = (state, frozenset(flags),
+                     N6_REASON[version] if reason == "N6" else reason or "")
+    return out
+
+
+@pytest.mark.parametrize("moment,version", MOMENTS)
+def test_show_node_table(version: str, moment: str) -> None:
+    """`scontrol show node -o`, every captured moment of both versions, node by node."""
+    nodes = _nodes(f"show-node-{moment}-{version}.txt")
+    want = _expect(moment, version)
+    assert {n: (i.state, i.flags, i.reason) for n, i in nodes.items()} == want
     for n in nodes.values():
-        assert (n.state, n.flags, n.reason) == ("idle", frozenset(), "")
-        assert n.partitions == ("gpu",) and n.features == ("sgtest",)
+        assert n.partitions == ("gpu",) and n.features == FEATURES[version]
+        assert n.ours == (n.reason.startswith("slurmguard:") and n.drained)
+        if n.reason:
+            assert n.reason_user in ("root", "slurm")
+            assert len(n.reason_time) == 19 and n.reason_time[10] == "T"
         # A value with spaces stays whole; a value with '=' signs stays whole.
         assert n.raw["OS"].startswith("Linux ") and " " in n.raw["OS"]
         assert n.raw["CfgTRES"] == "cpu=2,mem=1000M,billing=2"
 
 
-def test_show_node_states() -> None:
-    nodes = _nodes(f"show-node-alloc-mixed-{V}.txt")
-    assert nodes["n1"].state == "allocated" and not nodes["n1"].drained
-    assert nodes["n2"].state == "mixed"
-    n3 = nodes["n3"]
-    assert (n3.state, n3.flags, n3.reason, n3.reason_user) == (
-        "idle", frozenset({"DRAIN"}), OUR_XID, "root")
-    assert n3.ours and n3.drained and not n3.draining and not n3.down
-    assert len(n3.reason_time) == 19 and n3.reason_time[10] == "T"
-    assert nodes["n4"].reason == "maintenance" and not nodes["n4"].ours
-
-    nodes = _nodes(f"show-node-states-{V}.txt")
-    n2 = nodes["n2"]
-    assert n2.state == "mixed" and n2.draining and n2.ours
+@pytest.mark.parametrize("version", VERSIONS)
+def test_show_node_derived_properties(version: str) -> None:
+    nodes = _nodes(f"show-node-states-{version}.txt")
+    assert nodes["n2"].draining and nodes["n2"].ours and not nodes["n2"].down
+    assert nodes["n3"].drained and not nodes["n3"].draining and nodes["n3"].ours
+    assert nodes["n4"].drained and not nodes["n4"].ours
     n5 = nodes["n5"]
-    assert (n5.state, n5.flags, n5.reason) == ("down", frozenset({"NOT_RESPONDING"}),
-                                               "Not responding")
-    assert n5.down and n5.not_responding and not n5.ours
-    assert nodes["n6"].reason == "slurmguard: test: prolog failed" and nodes["n6"].drained
+    assert n5.down and n5.not_responding and not n5.ours and not n5.drained
+    assert nodes["n6"].drained and nodes["n6"].ours
+    assert nodes["n1"].state == "idle" and not nodes["n1"].flags
 
 
+@pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("stem", ["idle", "states"])
-def test_sinfo_json_agrees_with_scontrol(stem: str) -> None:
-    by_json = {n.name: n for n in parse_sinfo_json((DATA / f"sinfo-{stem}-{V}.json").read_text())}
-    text_name = "show-node-idle" if stem == "idle" else "show-node-states"
-    by_text = _nodes(f"{text_name}-{V}.txt")
+def test_sinfo_json_agrees_with_scontrol(version: str, stem: str) -> None:
+    """sinfo --json of both shapes: 22.05 node objects, 24.11 node groups.
+
+    On 24.11 a group of several nodes carries one reason for all of them (here n3 ours,
+    n4 an admin's, n6 another of ours): the parser gives such nodes no reason at all.
+    """
+    by_json = {n.name: n for n in parse_sinfo_json((DATA / f"sinfo-{stem}-{version}.json").read_text())}
+    by_text = _nodes(f"show-node-{stem}-{version}.txt")
+    assert by_json.keys() == by_text.keys()
+    grouped = version != "22.05.8"
+    for name, n in by_text.items():
+        j = by_json[name]
+        assert (j.state, j.flags, j.partitions, j.features) == (
+            n.state, n.flags, n.partitions, n.features), name
+        alone = not grouped or len(j.raw["nodes"]["nodes"]) == 1
+        if alone:
+            assert (j.reason, j.reason_user, j.reason_time) == (
+                n.reason, n.reason_user, n.reason_time), name
+        else:
+            assert (j.reason, j.reason_user, j.reason_time, j.ours) == ("", "", "", False), name
+    if grouped and stem == "states":
+        # The grouping that makes per-node reasons impossible: really seen on 24.11.5.
+        shared = [g["nodes"]["nodes"] for g in json.loads(
+            (DATA / f"sinfo-{stem}-{version}.json").read_text())["sinfo"]]
+        assert ["n3", "n4", "n6"] in shared
+
+
+def test_undrained_node_keeps_reason_text_on_2411() -> None:
+    """What 24.11.5 really printed after UNDRAIN of our drain: the reason is still there."""
+    (raw,) = [f for f in parse_show_node_oneliner(
+        (DATA / "show-node-undrained-24.11.5.txt").read_text()) if f["NodeName"] == "n3"]
+    assert raw["State"] == "IDLE" and raw["Reason"] == OUR_XID
+    n3 = node_info_from_show(raw)
+    assert (n3.reason, n3.reason_user, n3.reason_time, n3.ours, n3.drained) == (
+        "", "", "", False, False)
+
+
+@pytest.mark.parametrize("line,reason", [
+    # Seen on 24.11.5: an idle node with a leftover reason of ours stops answering.
+    ("NodeName=n2 State=DOWN+NOT_RESPONDING Reason=slurmguard: t: q : Not responding "
+     "[slurm@2026-12-03T06:44:58]", "Not responding"),
+    ("NodeName=n2 State=IDLE Reason=slurmguard: t: q [root@2026-12-03T06:43:47]", ""),
+    ("NodeName=n2 State=DOWN Reason=slurmguard: t: q [root@2026-12-03T06:43:47]", ""),
+    # Still in effect: drained (also when DOWN as well), or someone else's reason.
+    ("NodeName=n2 State=DOWN+DRAIN Reason=slurmguard: t: q [root@2026-12-03T06:43:47]",
+     "slurmguard: t: q"),
+    ("NodeName=n2 State=IDLE Reason=maintenance [root@2026-12-03T06:43:47]", "maintenance"),
+])
+def test_leftover_reasons_of_ours(line: str, reason: str) -> None:
+    (n,) = [node_info_from_show(f) for f in parse_show_node_oneliner(line)]
+    assert n.reason == reason
+    assert n.ours == ("DRAIN" in n.flags)
+
+
+@pytest.mark.parametrize("stem", ["idle", "states", "undrained"])
+def test_scontrol_json_agrees_with_scontrol_text(stem: str) -> None:
+    """scontrol --json show nodes (23.02+): every node with its own reason."""
+    version = "24.11.5"
+    by_json = {n.name: n for n in parse_scontrol_nodes_json(
+        (DATA / f"scontrol-nodes-{stem}-{version}.json").read_text())}
+    by_text = _nodes(f"show-node-{stem}-{version}.txt")
     assert by_json.keys() == by_text.keys()
     for name, n in by_text.items():
         j = by_json[name]
         assert (j.state, j.flags, j.reason, j.reason_user, j.reason_time, j.partitions,
-                j.features) == (n.state, n.flags, n.reason, n.reason_user, n.reason_time,
-                                n.partitions, n.features), name
+                j.features, j.ours) == (n.state, n.flags, n.reason, n.reason_user,
+                                        n.reason_time, n.partitions, n.features, n.ours), name
 
 
-def test_sinfo_json_2411_handmade() -> None:
-    nodes = {n.name: n for n in parse_sinfo_json((DATA / "sinfo-24.11-handmade.json").read_text())}
-    assert nodes["n1"].state == "idle" and not nodes["n1"].flags
-    assert nodes["n2"].draining and nodes["n2"].ours
-    assert nodes["n3"].reason == OUR_XID and nodes["n3"].drained
-    assert nodes["n4"].drained and not nodes["n4"].ours
-    assert nodes["n5"].down and nodes["n5"].flags == {"NOT_RESPONDING"}
-    assert nodes["n6"].state == "allocated"
-    assert nodes["n3"].features == ("sgtest",) and nodes["n3"].reason_time
+def test_sinfo_json_top_level_shapes() -> None:
+    """The 23.02-25.05 shapes around what was captured, and what is refused."""
+    group = {"node": {"state": ["IDLE", "DRAIN"]}, "nodes": {"nodes": ["a1"]},
+             "partition": {"name": "p"}, "features": {"active": "x,y", "total": "x,y"},
+             "reason": {"description": "slurmguard: t: x", "user": "root",
+                        "time": {"set": True, "infinite": False, "number": 1700000000}}}
+    (a1,) = parse_sinfo_json(json.dumps({"sinfo": [group]}))
+    assert (a1.state, a1.flags, a1.reason, a1.features, a1.partitions) == (
+        "idle", frozenset({"DRAIN"}), "slurmguard: t: x", ("x", "y"), ("p",))
+    # One node in two partitions: two groups, one node, both partitions.
+    other = {**group, "partition": {"name": "q"}}
+    (a1,) = parse_sinfo_json(json.dumps({"sinfo": [group, other]}))
+    assert a1.partitions == ("p", "q")
+    # 23.02: node objects under "nodes", state already a list, numbers wrapped.
+    (b1,) = parse_sinfo_json(json.dumps({"nodes": [{
+        "name": "b1", "state": ["MIXED", "DRAIN"], "reason": "slurmguard: t: y",
+        "reason_set_by_user": "root", "reason_changed_at": {"set": True, "number": 1700000000},
+        "partitions": ["p"], "active_features": ["f"]}]}))
+    assert (b1.state, b1.flags, b1.draining, b1.features) == (
+        "mixed", frozenset({"DRAIN"}), True, ("f",))
+    with pytest.raises(ParseError, match=r"^sinfo --json: expected a 'nodes' or a 'sinfo' list"):
+        parse_sinfo_json('{"meta": {}}')
+    with pytest.raises(ParseError, match=r"^sinfo --json: sinfo: expected a list"):
+        parse_sinfo_json('{"sinfo": {}}')
+    with pytest.raises(ParseError, match=r"^sinfo --json: sinfo\[0\]: nodes: expected an object"):
+        parse_sinfo_json('{"sinfo": [{"node": {"state": ["IDLE"]}}]}')
+    with pytest.raises(ParseError, match=r"nodes.nodes: not a node name: 'n1;id'"):
+        parse_sinfo_json(json.dumps({"sinfo": [{**group, "nodes": {"nodes": ["n1;id"]}}]}))
+    with pytest.raises(ParseError, match=r"^scontrol --json show nodes: nodes: expected a list"):
+        parse_scontrol_nodes_json('{"sinfo": []}')
 
 
-def test_show_job_variants() -> None:
+@pytest.mark.parametrize("text,version", [
+    ("slurm 24.11.5\n", (24, 11, 5)), ("slurm-wlm 22.05.8\n", (22, 5, 8)),
+    ("slurm 25.05.0-0rc1", (25, 5, 0)), ("slurm 23.02", (23, 2, 0)),
+])
+def test_parse_version(text: str, version: tuple[int, int, int]) -> None:
+    assert parse_version(text) == version
+
+
+@pytest.mark.parametrize("bad", ["", "slurm", "Segmentation fault", "slurm x.y.z", "slurm 24.11.5 extra"])
+def test_parse_version_garbage(bad: str) -> None:
+    with pytest.raises(ParseError, match=r"^scontrol -V: not a Slurm version"):
+        parse_version(bad)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_show_job_variants(version: str) -> None:
     running = job_info_from_show(parse_show_job_oneliner(
-        (DATA / f"show-job-running-{V}.txt").read_text())[0])
+        (DATA / f"show-job-running-{version}.txt").read_text())[0])
     assert (running.state, running.nodes, running.batch_host, running.requeue) == (
         "RUNNING", "n1", "n1", True)
     assert running.restart_count == 0 and not running.held and running.eligible_time
 
     pending = job_info_from_show(parse_show_job_oneliner(
-        (DATA / f"show-job-pending-requeued-{V}.txt").read_text())[0])
+        (DATA / f"show-job-pending-requeued-{version}.txt").read_text())[0])
     assert (pending.state, pending.restart_count, pending.held, pending.nodes) == (
         "PENDING", 1, False, "")
     submit = job_info_from_show({**pending.raw, "EligibleTime": pending.raw["SubmitTime"]})
@@ -112,22 +252,30 @@ def test_show_job_variants() -> None:
     assert 100 < pending.eligible_time - submit.eligible_time < 200
 
     held = job_info_from_show(parse_show_job_oneliner(
-        (DATA / f"show-job-requeued-held-{V}.txt").read_text())[0])
+        (DATA / f"show-job-requeued-held-{version}.txt").read_text())[0])
     assert held.held and held.priority == 0 and held.reason == "job_requeued_in_held_state"
 
-    every = parse_show_job_oneliner((DATA / f"show-job-all-{V}.txt").read_text())
+    every = parse_show_job_oneliner((DATA / f"show-job-all-{version}.txt").read_text())
     assert {f["JobId"] for f in every} == {"1", "2", "3"}
 
 
-def test_squeue_json_agrees_with_scontrol() -> None:
-    jobs = {j.job_id: j for j in parse_squeue_json((DATA / f"squeue-{V}.json").read_text())}
+@pytest.mark.parametrize("version", VERSIONS)
+def test_squeue_json_agrees_with_scontrol(version: str) -> None:
+    jobs = {j.job_id: j for j in parse_squeue_json((DATA / f"squeue-{version}.json").read_text())}
     text = {f["JobId"]: job_info_from_show(f)
-            for f in parse_show_job_oneliner((DATA / f"show-job-all-{V}.txt").read_text())}
+            for f in parse_show_job_oneliner((DATA / f"show-job-all-{version}.txt").read_text())}
     assert jobs.keys() == text.keys()
     for jid, t in text.items():
         j = jobs[jid]
         assert (j.state, j.restart_count, j.requeue, j.held, j.nodes) == (
             t.state, t.restart_count, t.requeue, t.held, t.nodes), jid
+
+
+def test_squeue_json_unset_priority_is_not_held() -> None:
+    doc = json.loads((DATA / "squeue-24.11.5.json").read_text())
+    doc["jobs"][1]["priority"] = {"set": False, "infinite": False, "number": 0}
+    job = parse_squeue_json(json.dumps(doc))[1]
+    assert job.priority is None and not job.held
 
 
 def test_job_name_with_spaces_and_equals() -> None:
@@ -201,26 +349,36 @@ def test_text_parsers_never_crash(text: str) -> None:
 
 _SINFO = (DATA / f"sinfo-states-{V}.json").read_text()
 _SQUEUE = (DATA / f"squeue-{V}.json").read_text()
+_SINFO_2411 = (DATA / "sinfo-states-24.11.5.json").read_text()
+_SQUEUE_2411 = (DATA / "squeue-24.11.5.json").read_text()
+_SCONTROL_2411 = (DATA / "scontrol-nodes-states-24.11.5.json").read_text()
+_DOCS = {_SINFO: ("nodes", parse_sinfo_json), _SQUEUE: ("jobs", parse_squeue_json),
+         _SINFO_2411: ("sinfo", parse_sinfo_json), _SQUEUE_2411: ("jobs", parse_squeue_json),
+         _SCONTROL_2411: ("nodes", parse_scontrol_nodes_json)}
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
                            lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(), c, max_size=3),
                            max_leaves=8)
 
 
-@settings(max_examples=200)
-@given(st.integers(min_value=0, max_value=len(_SINFO) - 2), st.sampled_from([_SINFO, _SQUEUE]))
+@settings(max_examples=300)
+@given(st.integers(min_value=0, max_value=max(map(len, _DOCS)) - 2), st.sampled_from(list(_DOCS)))
 def test_truncated_json_is_a_parse_error(cut: int, doc: str) -> None:
-    parse = parse_sinfo_json if doc is _SINFO else parse_squeue_json
+    parse = _DOCS[doc][1]
     with pytest.raises(ParseError):
-        parse(doc[: min(cut, len(doc) - 2)])
+        parse(doc[: min(cut, len(doc.rstrip()) - 1)])
 
 
 @settings(max_examples=300)
 @given(st.data())
 def test_wrong_types_in_json(data: st.DataObject) -> None:
-    for doc, key, parse in ((_SINFO, "nodes", parse_sinfo_json), (_SQUEUE, "jobs", parse_squeue_json)):
+    for doc, (key, parse) in _DOCS.items():
         obj = json.loads(doc)
         item = obj[key][data.draw(st.integers(0, len(obj[key]) - 1))]
         field = data.draw(st.sampled_from(sorted(item)))
+        if isinstance(item[field], dict) and item[field] and data.draw(st.booleans()):
+            # one level down too: 24.11's node.state, nodes.nodes, reason.description...
+            item = item[field]
+            field = data.draw(st.sampled_from(sorted(item)))
         item[field] = data.draw(json_values)
         try:
             out = parse(json.dumps(obj))
@@ -341,3 +499,17 @@ def test_empty_job_list_is_not_garbage():
     from slurmguard.adapters.slurm_parse import parse_show_job_oneliner
 
     assert parse_show_job_oneliner("No jobs in the system\n") == []
+
+
+def test_jobs_leaves_out_ended_jobs(tmp_path: Path) -> None:
+    """22.05's `squeue --json` lists a COMPLETED job until MinJobAge (seen in the e2e
+    matrix); `jobs()` leaves it out, as plain squeue and 24.11 do."""
+    doc = json.loads((DATA / f"squeue-{V}.json").read_text())
+    doc["jobs"][1]["job_state"] = "COMPLETED"
+    (tmp_path / "out.json").write_text(json.dumps(doc))
+    tool = tmp_path / "squeue"
+    tool.write_text(f"#!/bin/sh\ncat {tmp_path / 'out.json'}\n")
+    tool.chmod(0o755)
+    jobs = SlurmCLI({"squeue": str(tool), "timeout": 5}).jobs()
+    assert [j.job_id for j in jobs] == ["1", "3"] and not any(j.finished for j in jobs)
+    assert parse_squeue_json(json.dumps(doc))[1].finished

@@ -30,10 +30,12 @@ from slurmguard.adapters.slurm_parse import (
     node_info_from_show,
     parse_sacct_json,
     parse_sacct_parsable,
+    parse_scontrol_nodes_json,
     parse_show_job_oneliner,
     parse_show_node_oneliner,
     parse_sinfo_json,
     parse_squeue_json,
+    parse_version,
 )
 from slurmguard.errors import CommandError, InputError, ParseError
 from slurmguard.health import one_line
@@ -44,8 +46,9 @@ __all__ = [
     "AcctRecord", "parse_sacct_json", "parse_sacct_parsable",
     "REASON_PREFIX", "REASON_MAX", "JobInfo", "NodeInfo", "SlurmCLI", "format_reason",
     "job_info_from_json", "job_info_from_show", "node_info_from_json", "node_info_from_show",
-    "parse_show_job_oneliner", "parse_show_node_oneliner", "parse_sinfo_json",
-    "parse_squeue_json", "validate_job_id", "validate_node_name", "validate_nodeset",
+    "parse_scontrol_nodes_json", "parse_show_job_oneliner", "parse_show_node_oneliner",
+    "parse_sinfo_json", "parse_squeue_json", "parse_version", "validate_job_id",
+    "validate_node_name", "validate_nodeset",
 ]
 
 REASON_PREFIX = "slurmguard:"
@@ -99,6 +102,7 @@ class SlurmCLI:
                       for t in ("scontrol", "sinfo", "squeue", "sacct", "sbatch")}
         self.timeout = float(section.get("timeout", 10.0))  # type: ignore[arg-type]
         self.env = dict(env) if env is not None else None
+        self._version: tuple[int, int, int] | None = None
 
     def _run(self, tool: str, *args: str, check: bool = True) -> CommandResult:
         return run_command([self.tools[tool], *args], timeout=self.timeout, check=check,
@@ -161,8 +165,21 @@ class SlurmCLI:
         self._run("scontrol", "update", f"nodename={name}", "state=UNDRAIN")
         return True
 
+    def version(self) -> tuple[int, int, int]:
+        """Slurm's version as ``scontrol -V`` prints it, e.g. (24, 11, 5); asked once."""
+        if self._version is None:
+            self._version = parse_version(self._run("scontrol", "-V").stdout)
+        return self._version
+
     def nodes_json(self) -> list[NodeInfo]:
-        """All nodes through ``sinfo --json`` (22.05+); the same NodeInfo as :meth:`nodes`."""
+        """All nodes through Slurm's JSON output; the same NodeInfo as :meth:`nodes`.
+
+        ``scontrol --json show nodes`` from 23.02 on (one object per node, each with its
+        own reason); ``sinfo --json`` on 22.05, whose scontrol has no ``--json``. (23.11+
+        ``sinfo --json`` groups nodes and keeps one reason per group: not used here.)
+        """
+        if self.version() >= (23, 2, 0):
+            return parse_scontrol_nodes_json(self._run("scontrol", "--json", "show", "nodes").stdout)
         return parse_sinfo_json(self._run("sinfo", "--json").stdout)
 
     # -- jobs ----------------------------------------------------------------------------------
@@ -185,8 +202,13 @@ class SlurmCLI:
         raise ParseError(f"scontrol show job {jid}: no record for job {jid}")
 
     def jobs(self) -> list[JobInfo]:
-        """Jobs in the queue (``squeue --json``): pending, running, completing."""
-        return parse_squeue_json(self._run("squeue", "--json").stdout)
+        """Jobs in the queue (``squeue --json``): pending, running, completing.
+
+        22.05's ``squeue --json`` also lists jobs that have ended (until MinJobAge), unlike
+        plain ``squeue`` and 24.11's: those are left out here, on every version alike.
+        """
+        return [j for j in parse_squeue_json(self._run("squeue", "--json").stdout)
+                if not j.finished]
 
     def update_job(self, job_id: str | int, **fields: str | int) -> None:
         """``scontrol update jobid=ID Key=Value ...``, e.g. ``EligibleTime="now"``."""

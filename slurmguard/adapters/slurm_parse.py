@@ -1,6 +1,6 @@
 """Pure parsers for Slurm's text and JSON output, and the NodeInfo / JobInfo they produce.
 
-Formats (captured from Slurm 22.05.8 in tests/data/slurm/):
+Formats (captured from Slurm 22.05.8 and 24.11.5 in tests/data/slurm/):
 
 * ``scontrol show node -o``: one record per node, ``Key=Value`` separated by spaces. Values
   may hold spaces (``OS=Linux 6.1 #1 SMP``) and ``=`` (``CfgTRES=cpu=2``), so a new field
@@ -9,9 +9,21 @@ Formats (captured from Slurm 22.05.8 in tests/data/slurm/):
   a newline in it breaks the record over two lines, with the suffix inserted after the
   first line: we join such continuation lines back.
 * ``scontrol show job -o``: the same shape; ``JobName`` (free text) runs up to ``UserId=``.
-* ``sinfo --json`` / ``squeue --json``: 22.05 (OpenAPI v0.0.38) gives a node's ``state`` as a
-  string plus ``state_flags``; 24.11 gives ``state`` as a list, and numbers as
-  ``{"set": true, "infinite": false, "number": N}``. Both are read.
+* ``sinfo --json`` / ``squeue --json`` / ``scontrol --json show nodes``, Slurm 22.05 to 25.05
+  (captured from 22.05.8 and 24.11.5; the table in docs/slurm.md):
+
+  - node objects (``{"nodes": [...]}``: 22.05/23.02 ``sinfo --json``, and
+    ``scontrol --json show nodes`` from 23.02 on): ``state`` a string plus ``state_flags``
+    (22.05) or a list (``["IDLE", "DRAIN"]``, 23.02+); numbers plain (22.05) or
+    ``{"set": true, "infinite": false, "number": N}`` (23.02+); features a comma string or
+    a list;
+  - node groups (``{"sinfo": [...]}``: ``sinfo --json`` from 23.11 on): one entry per group
+    of nodes that share a partition and a state, ``node.state`` a list, ``nodes.nodes`` the
+    names, ``partition.name``, ``features.active``, ``reason.{description,user,time}``.
+    Slurm groups by state, not by reason (seen on 24.11.5: an admin's drain and two of ours
+    in one entry carrying only the first node's reason), so a group of several nodes gives
+    them **no** reason: a drain there is never taken for ours. Per-node reasons come from
+    ``scontrol --json show nodes`` (what :meth:`SlurmCLI.nodes_json` runs on 23.02+).
 
 Anything else raises :class:`ParseError` with a one-line message naming the field and value.
 """
@@ -22,7 +34,7 @@ import json
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slurmguard.errors import ParseError
@@ -36,11 +48,17 @@ _STATE_MARKS = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP",
                 "%": "POWERING_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED",
                 "!": "POWER_DOWN", "^": "REBOOT_ISSUED", "-": "PLANNED"}
 _NULLS = frozenset({"", "(null)", "none", "n/a", "unknown"})
+# Job states after which a job is out of the queue (squeue's default view hides them; 22.05's
+# `squeue --json` still lists them until MinJobAge, 24.11's does not).
+FINISHED_JOB_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
+                                 "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
 
 _KEY_RE = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_:/.]*)=")
 _REASON_KEY_RE = re.compile(r"(?:(?<=\s)|^)Reason=")
 _REASON_SUFFIX_RE = re.compile(r"\s*\[([^\[\]@\s]*)@([0-9T:\-]+|Unknown|None)\]")
 _STATE_TOKEN_RE = re.compile(r"[A-Za-z_]+")
+# A node name inside JSON (the same rule as the adapter's validate_node_name).
+_NODE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -83,8 +101,13 @@ class NodeInfo:
 
     @property
     def ours(self) -> bool:
-        """The current reason was set by slurmguard."""
-        return self.reason.startswith(REASON_PREFIX)
+        """A drain (or FAIL) of slurmguard's is in effect: DRAIN/FAIL set, our reason.
+
+        The flag matters: Slurm 24.11.5 keeps the reason of a node after UNDRAIN or RESUME
+        (22.05 clears it); the parsers drop such a leftover of ours (:func:`_live_reason`),
+        and a reason without a drain is never taken for one of ours anyway.
+        """
+        return self.reason.startswith(REASON_PREFIX) and bool(self.flags & _HOLDS_REASON)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "state": self.state, "flags": sorted(self.flags),
@@ -108,6 +131,11 @@ class JobInfo:
     exc_nodes: str = ""
     priority: int | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def finished(self) -> bool:
+        """The job has ended (COMPLETED, FAILED, CANCELLED, ...): no longer in the queue."""
+        return self.state in FINISHED_JOB_STATES
 
     @property
     def held(self) -> bool:
@@ -227,6 +255,25 @@ def parse_node_state(value: object, flags: object = ()) -> tuple[str, frozenset[
     return base.lower(), frozenset(rest)
 
 
+_HOLDS_REASON = frozenset({"DRAIN", "FAIL", "FAILING"})
+
+
+def _live_reason(reason: str, state: str, flags: frozenset[str]) -> str:
+    """The reason minus what Slurm 24.11 keeps of one of our drains that has ended.
+
+    24.11.5 leaves the reason on a node after UNDRAIN/RESUME (22.05 clears it) and, when
+    such a node then stops answering, sets ``<old reason> : Not responding``. slurmguard
+    only ever drains, so our prefix on a node without DRAIN/FAIL is such a leftover: it is
+    dropped (the node reads as on 22.05), or cut down to Slurm's part on a DOWN node. The
+    raw text stays in ``raw``.
+    """
+    if not reason.startswith(REASON_PREFIX) or flags & _HOLDS_REASON:
+        return reason
+    if state == "down" and " : " in reason:
+        return reason.rsplit(" : ", 1)[1].strip()
+    return ""
+
+
 def node_info_from_show(f: Mapping[str, str]) -> NodeInfo:
     """NodeInfo from one :func:`parse_show_node_oneliner` record."""
     name = f.get("NodeName", "")
@@ -236,10 +283,11 @@ def node_info_from_show(f: Mapping[str, str]) -> NodeInfo:
         raise ParseError(f"scontrol show node: node {name}: no State field")
     state, flags = parse_node_state(f["State"])
     reason = f.get("Reason", "")
+    reason = _live_reason("" if reason.lower() in _NULLS else reason, state, flags)
     return NodeInfo(
-        name=name, state=state, flags=flags,
-        reason="" if reason.lower() in _NULLS else reason,
-        reason_user=f.get("ReasonUser", ""), reason_time=f.get("ReasonTime", ""),
+        name=name, state=state, flags=flags, reason=reason,
+        reason_user=f.get("ReasonUser", "") if reason else "",
+        reason_time=f.get("ReasonTime", "") if reason else "",
         partitions=_csv(f.get("Partitions", "")),
         features=_csv(f.get("ActiveFeatures", f.get("Features", ""))),
         raw=dict(f),
@@ -270,7 +318,7 @@ def job_info_from_show(f: Mapping[str, str]) -> JobInfo:
 # --json
 
 
-def _load_json(text: object, what: str, key: str) -> list[Any]:
+def _load_doc(text: object, what: str) -> dict[str, Any]:
     if not isinstance(text, (str, bytes)):
         raise ParseError(f"{what}: expected JSON text, got {type(text).__name__}")
     try:
@@ -279,19 +327,99 @@ def _load_json(text: object, what: str, key: str) -> list[Any]:
         raise ParseError(f"{what}: not valid JSON: {_clip(str(exc))}") from None
     if not isinstance(doc, dict):
         raise ParseError(f"{what}: expected a JSON object, got {type(doc).__name__}")
-    items = doc.get(key)
+    return doc
+
+
+def _load_json(text: object, what: str, key: str) -> list[Any]:
+    items = _load_doc(text, what).get(key)
     if not isinstance(items, list):
         raise ParseError(f"{what}: {key}: expected a list, got {_clip(repr(items))}")
     return items
 
 
 def parse_sinfo_json(text: str | bytes) -> list[NodeInfo]:
-    """``sinfo --json`` (22.05 or 24.11 shape) -> NodeInfo per node (first entry per name)."""
+    """``sinfo --json`` of any release -> NodeInfo per node.
+
+    22.05/23.02 list node objects under ``nodes``; 23.11+ list node groups under ``sinfo``
+    (see the module docstring: a group of several nodes gives them no reason).
+    """
+    what = "sinfo --json"
+    doc = _load_doc(text, what)
+    if "sinfo" in doc and "nodes" not in doc:
+        groups = doc["sinfo"]
+        if not isinstance(groups, list):
+            raise ParseError(f"{what}: sinfo: expected a list, got {_clip(repr(groups))}")
+        return _nodes_from_groups(groups)
+    if "nodes" not in doc:
+        raise ParseError(f"{what}: expected a 'nodes' or a 'sinfo' list, got keys "
+                         f"{_clip(repr(sorted(map(str, doc))))}")
+    return _nodes_from_objects(_load_json(text, what, "nodes"))
+
+
+def parse_scontrol_nodes_json(text: str | bytes) -> list[NodeInfo]:
+    """``scontrol --json show nodes`` (23.02+) -> NodeInfo per node, reasons per node."""
+    return _nodes_from_objects(_load_json(text, "scontrol --json show nodes", "nodes"),
+                               "scontrol --json")
+
+
+def _nodes_from_objects(objs: list[Any], what: str = "sinfo --json") -> list[NodeInfo]:
     seen: dict[str, NodeInfo] = {}
-    for obj in _load_json(text, "sinfo --json", "nodes"):
-        info = node_info_from_json(obj)
+    for obj in objs:
+        info = node_info_from_json(obj, what)
         seen.setdefault(info.name, info)
     return list(seen.values())
+
+
+def _nodes_from_groups(groups: list[Any]) -> list[NodeInfo]:
+    """23.11+ ``sinfo --json``: one NodeInfo per name; partitions merged over its groups."""
+    seen: dict[str, NodeInfo] = {}
+    for i, group in enumerate(groups):
+        what = f"sinfo --json: sinfo[{i}]"
+        if not isinstance(group, dict):
+            raise ParseError(f"{what}: expected an object, got {_clip(repr(group))}")
+        names = _jlist(_jobj(group, "nodes", what).get("nodes"), f"{what}: nodes.nodes")
+        for name in names:
+            if not _NODE_NAME_RE.fullmatch(name):
+                raise ParseError(f"{what}: nodes.nodes: not a node name: {_clip(name)}")
+        node = _jobj(group, "node", what)
+        state, flags = parse_node_state(node.get("state"), node.get("state_flags", []))
+        part = group.get("partition", {})
+        if isinstance(part, dict):
+            partition = _jstr(part, "name", f"{what}: partition")
+        elif isinstance(part, str):
+            partition = part
+        else:
+            raise ParseError(f"{what}: partition: expected an object, got {_clip(repr(part))}")
+        feats = group.get("features", {})
+        if isinstance(feats, dict):
+            features = _jlist(feats.get("active", feats.get("total", "")),
+                              f"{what}: features.active")
+        else:
+            features = _jlist(feats, f"{what}: features")
+        reason, user, at = _group_reason(group.get("reason", ""), what)
+        reason = _live_reason(reason, state, flags)
+        for name in names:
+            prev = seen.get(name)
+            if prev is not None:
+                if partition and partition not in prev.partitions:
+                    seen[name] = replace(prev, partitions=(*prev.partitions, partition))
+                continue
+            alone = len(names) == 1  # a shared group's reason is only its first node's
+            seen[name] = NodeInfo(
+                name=name, state=state, flags=flags, reason=reason if alone else "",
+                reason_user=user if alone else "",
+                reason_time=_iso(at) if alone and at else "",
+                partitions=(partition,) if partition else (), features=features, raw=group)
+    return list(seen.values())
+
+
+def _group_reason(value: object, what: str) -> tuple[str, str, float]:
+    if isinstance(value, str):
+        return value, "", 0
+    if not isinstance(value, dict):
+        raise ParseError(f"{what}: reason: expected an object, got {_clip(repr(value))}")
+    return (_jstr(value, "description", f"{what}: reason"), _jstr(value, "user", f"{what}: reason"),
+            _jnum(value.get("time", 0), f"{what}: reason.time"))
 
 
 def parse_squeue_json(text: str | bytes) -> list[JobInfo]:
@@ -299,20 +427,23 @@ def parse_squeue_json(text: str | bytes) -> list[JobInfo]:
     return [job_info_from_json(o) for o in _load_json(text, "squeue --json", "jobs")]
 
 
-def node_info_from_json(obj: object) -> NodeInfo:
-    """NodeInfo from one node object of ``sinfo --json``."""
+def node_info_from_json(obj: object, source: str = "sinfo --json") -> NodeInfo:
+    """NodeInfo from one node object (``sinfo --json`` 22.05/23.02, ``scontrol --json``)."""
     if not isinstance(obj, dict):
-        raise ParseError(f"sinfo --json: node: expected an object, got {_clip(repr(obj))}")
-    name = _jstr(obj, "name", "sinfo --json: node")
-    what = f"sinfo --json: node {name}"
+        raise ParseError(f"{source}: node: expected an object, got {_clip(repr(obj))}")
+    name = _jstr(obj, "name", f"{source}: node")
+    what = f"{source}: node {name}"
     if not name:
-        raise ParseError("sinfo --json: node: empty name")
+        raise ParseError(f"{source}: node: empty name")
     state, flags = parse_node_state(obj.get("state"), obj.get("state_flags", []))
     reason_at = _jnum(obj.get("reason_changed_at", 0), f"{what}: reason_changed_at")
+    reason = _live_reason(_jstr(obj, "reason", what), state, flags)
+    user = _jstr(obj, "reason_set_by_user", what)
     return NodeInfo(
-        name=name, state=state, flags=flags, reason=_jstr(obj, "reason", what),
-        reason_user=_jstr(obj, "reason_set_by_user", what),
-        reason_time=_iso(reason_at) if reason_at else "",
+        name=name, state=state, flags=flags, reason=reason,
+        # 24.11 names a user even with no reason set; the text output does not.
+        reason_user=user if reason else "",
+        reason_time=_iso(reason_at) if reason and reason_at else "",
         partitions=_jlist(obj.get("partitions", []), f"{what}: partitions"),
         features=_jlist(obj.get("active_features", obj.get("features", "")),
                         f"{what}: active_features"),
@@ -332,6 +463,8 @@ def job_info_from_json(obj: object) -> JobInfo:
         raise ParseError(f"{what}: job_state: not a job state: {_clip(repr(raw_state))}")
     eligible = _jnum(obj.get("eligible_time", 0), f"{what}: eligible_time")
     prio = obj.get("priority")
+    if isinstance(prio, dict) and not prio.get("set", True):
+        prio = None  # 23.02+: {"set": false} is "no priority", not priority 0 (held)
     return JobInfo(
         job_id=str(int(jid)), state=states[0].upper(), reason=_null(_jstr(obj, "state_reason", what)),
         nodes=_jstr(obj, "nodes", what), restart_count=int(_jnum(obj.get("restart_cnt", 0),
@@ -342,6 +475,14 @@ def job_info_from_json(obj: object) -> JobInfo:
         priority=None if prio is None else int(_jnum(prio, f"{what}: priority")),
         raw=obj,
     )
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``scontrol -V`` (``slurm 24.11.5``, ``slurm-wlm 22.05.8``) -> (24, 11, 5)."""
+    m = re.fullmatch(r"\s*slurm(?:-wlm)?\s+(\d+)\.(\d+)(?:\.(\d+))?\S*\s*", str(text))
+    if not m:
+        raise ParseError(f"scontrol -V: not a Slurm version: {_clip(str(text))}")
+    return int(m[1]), int(m[2]), int(m[3] or 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,6 +544,13 @@ def _jnum(value: object, what: str) -> float:
         raise ParseError(f"{what}: expected a number, got {_clip(repr(value))}")
     if abs(value) > 2**63:
         raise ParseError(f"{what}: number out of range: {_clip(repr(value))}")
+    return value
+
+
+def _jobj(obj: Mapping[str, Any], key: str, what: str) -> Mapping[str, Any]:
+    value = obj.get(key)
+    if not isinstance(value, dict):
+        raise ParseError(f"{what}: {key}: expected an object, got {_clip(repr(value))}")
     return value
 
 

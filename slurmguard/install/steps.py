@@ -133,10 +133,25 @@ def _write_file(step: FileStep) -> None:
 
 
 def apply(steps: list[Step], *, dry_run: bool) -> list[Outcome]:
-    """Bring every step about (or, with ``dry_run``, only say what would change)."""
+    """Bring every step about (or, with ``dry_run``, only say what would change).
+
+    An OS error (not root, a read-only file system) stops at that step with one line naming
+    the path; the steps before it are done and a rerun carries on from there."""
     from slurmguard.errors import SlurmguardError
 
-    out: list[Outcome] = []
+    done: list[Outcome] = []
+    try:
+        return _apply(steps, dry_run, done)
+    except OSError as exc:
+        where = exc.filename or "?"
+        hint = " (run setup as root, or choose --prefix DIR)" if exc.errno in (1, 13, 30) else ""
+        raise SlurmguardError(f"setup: {where}: {exc.strerror or exc}{hint}; "
+                              f"{sum(o.changed for o in done)} change(s) were made before it") from None
+
+
+def _apply(steps: list[Step], dry_run: bool, out: list[Outcome]) -> list[Outcome]:
+    from slurmguard.errors import SlurmguardError
+
     for step in steps:
         if isinstance(step, FileStep):
             state, diffs = _file_state(step)

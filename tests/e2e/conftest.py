@@ -46,8 +46,6 @@ def e2e_image() -> str:
     """The runtime-tagged test image, built (once) when its tag is missing."""
     require(_engine_answers(),
             "no Docker engine answers (start one with docker-slurm/start-dockerd.sh)")
-    if not build_image.image_exists("debian:bookworm"):
-        subprocess.run([str(REPO / "docker-slurm" / "build-base-image.sh")], check=True)
     start = time.monotonic()
     tag = build_image.build(include_package=False, quiet=True)
     print(f"\ne2e image {tag} ready in {time.monotonic() - start:.0f}s", file=sys.stderr)
@@ -63,6 +61,45 @@ def docker_cluster(e2e_image: str) -> Iterator[DockerCluster]:
         yield cluster
     finally:
         cluster.stop(check=True)
+
+
+# The Slurm version matrix: Slurm major -> the Debian release whose packages ship it.
+# 22.05 is the session cluster above (bookworm); each other release gets its own cluster,
+# started once for the module that asks for it (test_version_matrix.py).
+SLURM_RELEASES = {"22.05": "bookworm", "24.11": "trixie"}
+
+
+@pytest.fixture(scope="module")
+def trixie_cluster() -> Iterator[DockerCluster]:
+    """A Debian 13 (Slurm 24.11) cluster, the same shape as the session one."""
+    require(_engine_answers(),
+            "no Docker engine answers (start one with docker-slurm/start-dockerd.sh)")
+    start = time.monotonic()
+    image = build_image.build(include_package=False, quiet=True, release_name="trixie")
+    cluster = DockerCluster(image, dict(NODES), env=dict(CLUSTER_ENV)).start()
+    print(f"\ne2e trixie image + cluster up in {time.monotonic() - start:.0f}s", file=sys.stderr)
+    try:
+        yield cluster
+    finally:
+        cluster.stop(check=True)
+
+
+@pytest.fixture(params=list(SLURM_RELEASES))
+def versioned_cluster(request: pytest.FixtureRequest) -> Iterator[DockerCluster]:
+    """The cluster of each Slurm version of the matrix, idle before, healed after.
+
+    Checks that the containers really run that Slurm (``scontrol -V`` on the controller).
+    """
+    release = SLURM_RELEASES[request.param]
+    name = "docker_cluster" if release == build_image.DEFAULT_RELEASE else f"{release}_cluster"
+    cluster: DockerCluster = request.getfixturevalue(name)
+    cluster.wait_ready(timeout=120)
+    version = cluster.sh("ctl", "scontrol -V").split()[-1]
+    assert version.startswith(request.param + "."), (release, version)
+    try:
+        yield cluster
+    finally:
+        heal(cluster)
 
 
 def heal(cluster: DockerCluster) -> None:

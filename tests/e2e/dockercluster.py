@@ -38,7 +38,10 @@ from testcontainers.core.network import Network
 testcontainers_config.ryuk_disabled = True
 
 REPO = Path(__file__).resolve().parents[2]
-SITE = "/opt/slurmguard/lib/python3.11/site-packages/slurmguard"
+# Where the image installed slurmguard: its label (build_image.py sets it per Debian
+# release: python3.11 on bookworm, 3.13 on trixie), else bookworm's path.
+SITE_LABEL = "org.slurmguard.site-packages"
+SITE = "/opt/slurmguard/lib/python3.11/site-packages"
 LABEL = "slurmguard.e2e"
 T = TypeVar("T")
 
@@ -86,12 +89,15 @@ class DockerCluster:
     env: dict[str, str] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     shared: Path = field(init=False)
+    site: str = field(init=False, default="")
     network: Network | None = field(init=False, default=None)
     containers: dict[str, DockerContainer] = field(init=False, default_factory=dict)
     client: docker.DockerClient = field(init=False)
 
     def __post_init__(self) -> None:
         self.client = docker.from_env()
+        labels = self.client.images.get(self.image).labels or {}
+        self.site = labels.get(SITE_LABEL, SITE) + "/slurmguard"
         self.shared = Path(tempfile.mkdtemp(prefix=f"sg-e2e-{self.run_id}."))
         # A test key for root over SSH (triage collect); the nodes' entrypoint installs
         # shared/authorized_keys. The private half stays outside the shared directory.
@@ -113,7 +119,7 @@ class DockerCluster:
              .with_network(self.network)
              .with_network_aliases(hostname)
              .with_volume_mapping(str(self.shared), "/shared", "rw")
-             .with_volume_mapping(str(REPO / "slurmguard"), SITE, "ro")
+             .with_volume_mapping(str(REPO / "slurmguard"), self.site, "ro")
              .with_command(role))
         for hook in ("prolog", "epilog"):
             if (REPO / hook).is_dir():

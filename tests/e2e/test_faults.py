@@ -1,8 +1,8 @@
 """Faults on real (containerized) nodes: a bad GPU, a node lost, hung, or cut off.
 
 What each test shows:
-- a GPU fault (the driver's Xid 79 line in the kernel log, or NVML: a GPU off the bus)
-  makes the prolog drain the node with a `slurmguard: gpu-...` reason naming the GPU; the
+- a GPU fault (NVML: a GPU off the bus; the driver's Xid line is test_version_matrix.py's,
+  on every Slurm version) makes the prolog drain the node with a `slurmguard: gpu-...` reason naming the GPU; the
   job runs elsewhere; once the GPU is good again (a reboot: new boot id)
   `slurmguard healthcheck` returns the node;
 - a node killed, frozen, or partitioned mid-job is marked DOWN by Slurm, the `--requeue` job
@@ -33,8 +33,8 @@ def _no_job_processes(cluster: DockerCluster, node: str) -> bool:
 
 GPU_FAULTS = {
     # name: (sg-fault arguments on n1, expected start of the drain reason, words in it)
-    "xid": (["xid", "2", "79", "GPU has fallen off the bus."], "slurmguard: gpu-xid: ",
-            ["GPU 2", "79"]),
+    # (The Xid fault, with the admin drain beside it, is test_version_matrix.py's scenario:
+    # it runs there on every Slurm version, this one's included.)
     # NVML no longer enumerates GPU 2: gpu-count is the first check to fail (n1 has 4).
     "nvml-off-bus": (["nvml", "2", "off_bus=true"], "slurmguard: gpu-count: ",
                      ["3 of 4 GPUs"]),
@@ -63,19 +63,6 @@ def test_gpu_fault_drains_node_job_completes_elsewhere(cluster: DockerCluster,
     assert rc == 0, out
     node = cluster.wait_node("n1", lambda n: n["State"] == "IDLE", "idle again", timeout=30)
     assert not node.get("Reason"), node
-
-
-def test_admin_drain_is_left_alone_by_healthcheck(cluster: DockerCluster) -> None:
-    cluster.exec("ctl", ["scontrol", "update", "nodename=n2", "state=drain",
-                         "reason=admin: memory test"])
-    try:
-        rc, out = cluster.exec("n2", ["/usr/lib/slurmguard/prolog/slurmguard-healthcheck"],
-                               check=False)
-        assert rc == 0, out
-        node = cluster.node("n2")
-        assert "DRAIN" in node["State"] and node["Reason"].startswith("admin: memory test"), node
-    finally:
-        cluster.exec("ctl", ["scontrol", "update", "nodename=n2", "state=undrain"])
 
 
 FAULTS = {

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -15,7 +16,9 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from loadgen import count_in_store, drain_spools, run_clients
+from pgserver import pg_server  # noqa: F401  (fixture)
 from reliability import record, setting
 from sgserve import TOKEN, Serve, new_port, new_store, write_config
 
@@ -156,8 +159,16 @@ def test_connection_cap_evicts_idle_first(tmp_path: Path) -> None:
         time.sleep(1)
         _post_one(serve, "n2")  # and once they are gone, nodes get in again
         health = serve.healthz()
+        import urllib.request
+
+        with urllib.request.urlopen(serve.url + "/metrics", timeout=10) as r:
+            scrape = r.read().decode()
     finally:
         serve.stop()
+    # Operators see it too: the same counts on /metrics.
+    assert re.search(r'slurmguard_http_connection_events_total\{event="evicted_idle"\} [1-9]', scrape)
+    assert re.search(r'slurmguard_http_connection_events_total\{event="refused_over_cap"\} [1-9]', scrape)
+    assert "slurmguard_http_connections_open " in scrape
     assert len(refused) >= 10, answers
     assert all(a.startswith(b"HTTP/1.1 503") and b"too many connections" in a for a in refused)
     assert health["evicted_idle"] >= cap and health["refused_over_cap"] >= 1
@@ -248,3 +259,45 @@ def test_store_locked_during_ingest(tmp_path: Path) -> None:
     assert locked.failures > 0 and locked.spooled > 0
     assert "store write failed" in log and "database is locked" in log
     assert left == 0 and (lost, dup) == (0, 0)
+
+
+@pytest.mark.postgres
+def test_healthz_says_nothing_without_the_token(tmp_path: Path, pg_server) -> None:  # noqa: F811
+    import psycopg
+
+    from slurmguard.store.engine import make_engine
+    from slurmguard.store.migrate import upgrade
+
+    name = pg_server.create_db()
+    url = pg_server.url(name)
+    engine = make_engine({"url": url})
+    upgrade(engine)
+    engine.dispose()
+    port = new_port()
+    serve = Serve(write_config(tmp_path, store_url=url, port=port), port, "--no-policy").start()
+    try:
+        _post_one(serve)
+        assert serve.healthz(token=None) == {"status": "ok"}
+        full = serve.healthz()
+        assert full["runs"] == 1 and full["nodes"] == 1 and "connections" in full
+        with psycopg.connect(f"host=127.0.0.1 port={pg_server.port} user=postgres dbname=postgres",
+                             autocommit=True) as conn:  # the store goes away under serve
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+        time.sleep(1.1)  # past the liveness cache (1 s)
+        import urllib.error
+        import urllib.request
+
+        answers = {}
+        for who, headers in (("anonymous", {}), ("token", {"Authorization": f"Bearer {TOKEN}"})):
+            req = urllib.request.Request(serve.url + "/healthz", headers=headers)
+            try:
+                urllib.request.urlopen(req, timeout=30)
+                answers[who] = (200, {})
+            except urllib.error.HTTPError as e:
+                answers[who] = (e.code, json.loads(e.read()))
+    finally:
+        serve.stop()
+    # Without the token: no fleet figures, no database text (host, port, database, user).
+    assert answers["anonymous"] == (503, {"status": "store unavailable"})
+    code, body = answers["token"]
+    assert code == 503 and name in body["error"], body
