@@ -33,7 +33,13 @@ def test_modules_that_start_a_cluster_themselves_carry_its_marker():
 
 
 def test_a_test_using_a_cluster_fixture_gets_the_slurm_marker():
-    import conftest
+    import importlib.util
+
+    # By path: under pytest, "conftest" in sys.modules may be tests/e2e/conftest.py.
+    spec = importlib.util.spec_from_file_location("tests_root_conftest", TESTS / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
 
     class Item:
         fixturenames = ("tmp_path", "slurm_cluster_factory")
