@@ -481,3 +481,40 @@ def test_other_users_are_refused(tmp_path):
             assert nobody.returncode != 0 and "Permission denied" in nobody.stderr
     finally:
         a.stop()
+
+
+def test_agent_path_reports_to_serve_like_the_hook(client, tmp_path):
+    """Same record delivery (and, on a drain, the same permit call): the record reaches serve."""
+    from sgserve import TOKEN, Serve, new_port, new_store
+
+    n = Node(tmp_path / "n")
+    port = new_port()
+    url = new_store(tmp_path)
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    text = n.config.read_text().replace("[hooks]\n", f"""[hooks]
+report_url = "http://127.0.0.1:{port}/ingest"
+token_file = "{token}"
+spool_dir = "{tmp_path}/spool"
+""", 1) + f"""
+[store]
+url = "{url}"
+[serve]
+host = "127.0.0.1"
+port = {port}
+token_file = "{token}"
+policy = false
+"""
+    (n.root / "new.toml").write_text(text)
+    os.replace(n.root / "new.toml", n.config)
+    srv = Serve(n.config, port).start()
+    a = AgentProc(n)
+    try:
+        p = via_client(client, n)
+        rec = json.loads(p.stdout)
+        assert "agent" in rec and rec["delivery"] == "sent", rec.get("delivery")
+        assert srv.healthz()["runs"] >= 1
+    finally:
+        a.stop()
+        srv.stop()

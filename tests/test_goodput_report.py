@@ -210,3 +210,39 @@ def test_store_fleet_queries(store: Any) -> None:
     got = store.goodput_job("1")
     assert got["nodes"] == ["n1", "n2"] and got["parts"]["productive"] == 81
     assert store.goodput_job("nope") is None
+
+
+def test_serve_exposes_goodput_gauges(tmp_path: Path) -> None:
+    """A real `slurmguard serve` scrape: the goodput of stored jobs, per partition and part."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+    from sgserve import Serve, new_port, new_store, write_config
+
+    from slurmguard.store import Store
+
+    url = new_store(tmp_path)
+    st = Store.open(url=url)
+    now = time.time()
+    st.record_goodput([_breakdown("7", now - 60, "gpu", "alice", ("n1", "n2")),
+                       _breakdown("8", now - 120, "gpu", "bob", ("n3",)),
+                       _breakdown("9", now - 86400 * 2, "old", "bob", ("n3",))])  # outside 24 h
+    st.close()
+    port = new_port()
+    serve = Serve(write_config(tmp_path, store_url=url, port=port), port, "--no-policy").start()
+    try:
+        with urllib.request.urlopen(serve.url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+    finally:
+        serve.stop()
+    smp = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert smp[("slurmguard_goodput_jobs", (("partition", "gpu"),))] == 2
+    assert ("slurmguard_goodput_jobs", (("partition", "old"),)) not in smp
+    assert smp[("slurmguard_goodput_jobs_unknown", (("partition", "gpu"),))] == 0
+    assert smp[("slurmguard_goodput_ettr", (("partition", "gpu"),))] == pytest.approx(0.81)
+    key = (("part", "productive"), ("partition", "gpu"))
+    assert smp[("slurmguard_goodput_seconds", key)] == pytest.approx(162)
+    assert smp[("slurmguard_goodput_gpu_seconds", key)] == pytest.approx(162 * 4, rel=1e-3)
+    parts = {dict(k[1])["part"] for k in smp if k[0] == "slurmguard_goodput_seconds"}
+    assert parts == set(PARTS)

@@ -211,3 +211,38 @@ def test_textfile_dir_of_the_config_reaches_the_entry_scripts(tmp_path) -> None:
     assert f"SLURMGUARD_TEXTFILE_DIR={prefix}/textfile\n" in defaults
     assert f"SLURMGUARD_STATE_DIR={prefix}/state\n" in defaults
     assert (prefix / "textfile").is_dir() and (prefix / "state").is_dir()
+
+
+def test_the_built_package_carries_what_setup_installs(tmp_path) -> None:
+    """setuptools' build_py (what a wheel is made of) copies the data files; setup run from
+    that build, not from this checkout, installs the same entry scripts."""
+    import shutil
+
+    pytest.importorskip("setuptools")  # in every Python 3.11 venv (Debian 12)
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    shutil.copytree(REPO / "slurmguard", src / "slurmguard",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    build = tmp_path / "build"
+    r = subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()", "-q",
+                        "build_py", "--build-lib", str(build)], cwd=src, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (build / "slurmguard/data/hooks/prolog/slurmguard-prolog").exists()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(build)}
+    prefix = tmp_path / "root"
+    r = subprocess.run([sys.executable, "-m", "slurmguard", "setup", "node", "--prefix",
+                        str(prefix)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    where = subprocess.run([sys.executable, "-c", "import slurmguard; print(slurmguard.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True).stdout
+    assert where.startswith(str(build))  # the build, not this checkout, ran setup
+    for sub, name in PACKAGED:
+        if name.startswith("slurmguard-"):
+            got = (prefix / "usr/lib/slurmguard" / sub / name).read_text()
+            assert got == (REPO / sub / name).read_text().replace(
+                "SLURMGUARD_DEFAULTS=/etc/default/slurmguard",
+                f"SLURMGUARD_DEFAULTS={prefix}/etc/default/slurmguard"), name
