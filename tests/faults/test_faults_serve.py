@@ -169,7 +169,9 @@ def test_connection_cap_evicts_idle_first(tmp_path: Path) -> None:
     assert re.search(r'slurmguard_http_connection_events_total\{event="evicted_idle"\} [1-9]', scrape)
     assert re.search(r'slurmguard_http_connection_events_total\{event="refused_over_cap"\} [1-9]', scrape)
     assert "slurmguard_http_connections_open " in scrape
-    assert len(refused) >= 10, answers
+    # 10 more than the cap: each was refused with a 503, or (on a very loaded machine, when
+    # an earlier one had waited unread for 0.5 s) took an idle one's place.
+    assert len(refused) >= 1 and len(refused) + health["evicted_idle"] - cap >= 10, answers
     assert all(a.startswith(b"HTTP/1.1 503") and b"too many connections" in a for a in refused)
     assert health["evicted_idle"] >= cap and health["refused_over_cap"] >= 1
     record("connection-cap", store="SQLite",
