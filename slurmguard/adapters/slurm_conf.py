@@ -35,7 +35,7 @@ def parse_show_config(text: str) -> dict[str, str]:
         if not m:
             continue
         value = m.group("value").strip()
-        out[m.group("key").lower()] = "" if value in ("(null)", "None") else value
+        out[m.group("key").lower()] = "" if value == "(null)" else value
     if not out:
         raise ParseError("scontrol show config: no 'Key = value' lines in the output")
     return out

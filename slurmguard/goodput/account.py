@@ -351,7 +351,7 @@ def _run_parts(a: Allocation, r: RunRecord | None, job: JobInputs, params: Param
         spans.append((tl, E, tail))
     for f, to in r.stalls:  # before the first step it is the restart, by definition
         if to - f > m:
-            spans.append((max(f + m, fss), to, "stall"))
+            spans.append((max(f, fss) + m, to, "stall"))
     spans += [(A, fss, "restart"), (fss, tl, "step"), (tl, E, tail)]
     got = paint(A, E, spans)
     step_s = got.pop("step", 0.0)
