@@ -246,3 +246,26 @@ def test_the_built_package_carries_what_setup_installs(tmp_path) -> None:
             assert got == (REPO / sub / name).read_text().replace(
                 "SLURMGUARD_DEFAULTS=/etc/default/slurmguard",
                 f"SLURMGUARD_DEFAULTS={prefix}/etc/default/slurmguard"), name
+
+
+def test_setup_keeps_the_sites_defaults_and_their_overrides(tmp_path) -> None:
+    if not os.access(VENV_SG, os.X_OK):
+        pytest.skip(f"{VENV_SG}: slurmguard is not installed beside this interpreter")
+    prefix = tmp_path / "root"
+    defaults = prefix / "etc/default/slurmguard"
+    defaults.parent.mkdir(parents=True)
+    # A file written by hand before setup: a site variable, and an old SLURMGUARD path.
+    defaults.write_text("SLURMGUARD=/opt/old/bin/slurmguard\nSLURM_CONF=/etc/slurm-gpu/slurm.conf\n")
+    assert setup(prefix, "node").returncode == 0
+    text = defaults.read_text()
+    assert f"SLURMGUARD={VENV_SG}\n" in text and "/opt/old" not in text  # setup's own: rewritten
+    head, site = text.split("# Site settings: ", 1)
+    assert "SLURM_CONF=/etc/slurm-gpu/slurm.conf" in site  # the site's: kept
+    # An admin override in the site section (never ask the agent) survives every rerun.
+    defaults.write_text(text + "SLURMGUARD_AGENT_CLIENT=\n")
+    r = setup(prefix, "node")
+    assert "\n0 changes;" in r.stdout, r.stdout
+    assert defaults.read_text().endswith("SLURM_CONF=/etc/slurm-gpu/slurm.conf\nSLURMGUARD_AGENT_CLIENT=\n")
+    sourced = subprocess.run(["/bin/sh", "-c", f'. {defaults}; printf "[%s]" "$SLURMGUARD_AGENT_CLIENT"'],
+                             env={}, capture_output=True, text=True, timeout=30).stdout
+    assert sourced == "[]"  # the override wins over setup's line above it
