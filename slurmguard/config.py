@@ -221,7 +221,7 @@ _BURNIN: Schema = {  # slurmguard burnin (docs/burnin.md)
     "reservation": Str("", "default --reservation (empty: none; nodes drained by us and awaiting "
                            "burn-in get a MAINT reservation of their own)"),
     "program": StrList([], "argv of slurmguard in the job script (empty: the one submitting)"),
-    "output": Str("", "sbatch --output of burn-in jobs, e.g. /var/log/slurmguard/burnin-%N-%j.out"),
+    "output": Str("", "sbatch --output of burn-in jobs, e.g. /var/log/slurmguard/burnin-%N-%j.out (empty: /dev/null)"),
     "checks": StrList(["all"], "health checks run before and after the measurements"),
     "measurements": StrList(["all"], "measurements run ('all' = every one registered)"),
     "site_modules": StrList([], "Python modules exporting MEASUREMENTS (site benchmarks)"),

@@ -21,7 +21,7 @@ import pytest
 from fakehw.kmsg import inject_xid
 from helpers import require, sg_argv, sg_env
 from test_agent import build_clients
-from test_issue2_cluster import GPU2_PCI, NODES, Fleet, drained_nodes
+from test_hooks_slurm import GPU2_PCI, NODES, Fleet, drained_nodes
 
 pytestmark = pytest.mark.slurm
 
@@ -142,7 +142,7 @@ def test_xid79_drains_n3_with_the_in_process_reason(setup, tmp_path):
     assert info.reason == expected, info
     assert drained_nodes(c) == {"n3": expected}
     # Requeued by Slurm (the rerun on another node, ~121 s later without the requeue watcher,
-    # is test_issue2_cluster's; not waited for here).
+    # is test_hooks_slurm's; not waited for here).
     deadline = time.monotonic() + 60
     while c.job(jid).get("Restarts") != "1" and time.monotonic() < deadline:
         time.sleep(0.5)

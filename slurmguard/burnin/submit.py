@@ -54,15 +54,16 @@ def script(argv: Sequence[str], level: str) -> str:
 
 def sbatch_args(cfg: Any, node: str, reservation: str) -> list[str]:
     b = cfg.section("burnin")
-    args = [f"--nodelist={node}", "--nodes=1", "--exclusive", "--no-requeue",
+    args = [f"--nodelist={node}", "--nodes=1", "--exclusive", "--no-requeue", "--chdir=/",
             f"--job-name=sg-burnin-{node}", f"--time={b['time_limit']}", f"--nice={b['nice']}"]
     for key, flag in (("partition", "--partition"), ("qos", "--qos"), ("account", "--account")):
         if b[key]:
             args.append(f"{flag}={b[key]}")
     if reservation:
         args.append(f"--reservation={reservation}")
-    if b["output"]:
-        args.append(f"--output={b['output']}")
+    # The store has every value; without a configured file the job's output is dropped
+    # (rather than a slurm-%j.out in whatever directory submit ran from).
+    args.append(f"--output={b['output'] or '/dev/null'}")
     return args
 
 
