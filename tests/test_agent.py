@@ -518,3 +518,22 @@ policy = false
     finally:
         a.stop()
         srv.stop()
+
+
+def test_real_dev_kmsg_followed_by_the_agent_agrees(client, tmp_path):
+    """checks.xid.source = "kmsg" on this machine's real /dev/kmsg: the agent keeps it open
+    and follows it; its verdict and gpu-xid result equal a hook reading the ring buffer."""
+    require(os.access("/dev/kmsg", os.R_OK), "/dev/kmsg is not readable here")
+    n = Node(tmp_path / "n")
+    text = n.config.read_text().replace('source = "file"', 'source = "kmsg"\nkmsg_path = "/dev/kmsg"')
+    (n.root / "new.toml").write_text(text)
+    os.replace(n.root / "new.toml", n.config)
+    a = AgentProc(n)
+    try:
+        ours, theirs, p = both(client, n)
+        assert theirs == ours
+        xid = [r for r in ours["results"] if r[0] == "gpu-xid"]
+        assert xid and xid[0][1] in ("healthy", "degraded", "unhealthy"), ours
+        assert json.loads(p.stdout)["agent"]["ages"]["kmsg"] == 0.0
+    finally:
+        a.stop()
