@@ -163,8 +163,11 @@ def job_inputs(job_id: str, acct: Sequence[Any] | None, records: Sequence[Mappin
         for r, x in zip(runs, [x for x in records if run_from_record(x) is not None], strict=True):
             end = r.ended if r.ended is not None else (r.last_step[0] if r.last_step else None)
             if end is not None and end > r.started:
-                node = str(x.get("node") or "")
-                allocs.append(Allocation(r.started, end, (node,) if node else (), 0, ""))
+                from slurmguard.nodeset import is_node_name
+
+                node = x.get("node")  # the batch host; a record is the user's file: checked
+                allocs.append(Allocation(r.started, end, (node,) if is_node_name(node) else (),
+                                         0, ""))
         state = runs[-1].verdict if runs else ""
     return JobInputs(job_id=job_id, allocations=tuple(allocs), runs=tuple(runs),
                      faults=tuple(faults or ()) + tuple(node_fail), user=user,
