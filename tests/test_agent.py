@@ -28,7 +28,11 @@ from fakehw.sysfs import write_cpus, write_ib_fabric, write_ib_port, write_memin
 from helpers import REPO, require, sg_argv, sg_env
 
 GPU2 = "0000:3a:00.0"
-BUDGET = 6.0
+BUDGET = 8.0
+# The client's timeout: generous where the agent must answer (a loaded CI machine), short
+# where a test makes the agent hang on purpose (the in-process run then gets what is left).
+ASK_TIMEOUT = "6"
+HUNG_TIMEOUT = "1.5"
 
 
 def build_clients(dest: Path) -> Path:
@@ -107,7 +111,7 @@ dirs = ["/tmp"]
                       LD_LIBRARY_PATH=str(self.libdir), FAKE_NVML_CONFIG=str(self.nvml),
                       SLURMGUARD_AGENT_SOCKET=str(self.sock),
                       SLURMGUARD_BOOT_ID_PATH=str(self.boot),
-                      SLURMGUARD_AGENT_TIMEOUT="1.5", **extra)
+                      **{"SLURMGUARD_AGENT_TIMEOUT": ASK_TIMEOUT, **extra})
 
     def reset_state(self) -> None:
         shutil.rmtree(self.state, ignore_errors=True)
@@ -393,7 +397,8 @@ def _boot(node: Node) -> str:
 
 def fallback_ok(p: subprocess.CompletedProcess[str], elapsed: float, why: str) -> dict:
     assert "agent not used" in p.stderr and why in p.stderr, p.stderr
-    assert elapsed < BUDGET, f"hook took {elapsed:.2f}s, budget {BUDGET}s"
+    # hooks.budget, plus the watchdog's 0.5 s backstop and the process exit
+    assert elapsed < BUDGET + 1.0, f"hook took {elapsed:.2f}s, budget {BUDGET}s"
     rec = json.loads(p.stdout)
     assert "agent" not in rec  # the in-process run answered
     return rec
@@ -434,7 +439,7 @@ def test_agent_sigkilled_socket_removed_and_sigstopped(client, tmp_path):
 
         os.killpg(a.proc.pid, signal.SIGSTOP)  # hung agent: the client's timeout, then in-process
         t0 = time.monotonic()
-        p = via_client(client, n)
+        p = via_client(client, n, SLURMGUARD_AGENT_TIMEOUT=HUNG_TIMEOUT)
         rec = fallback_ok(p, time.monotonic() - t0, "no whole answer within 1.50s")
         assert p.returncode == 1 and rec["decision"]["reason"] == reason
         os.killpg(a.proc.pid, signal.SIGCONT)
