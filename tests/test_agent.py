@@ -16,7 +16,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -473,19 +472,33 @@ def test_reboot_under_the_agent_is_refused(client, tmp_path):
 
 
 def test_other_users_are_refused(tmp_path):
-    """The socket is mode 0600 and the agent checks the peer's uid."""
-    n = Node(tmp_path / "n")
-    a = AgentProc(n)
+    """The socket is mode 0600; even if an admin opens it up, the agent checks the peer's uid."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="sg-agent-perm-"))  # traversable by others, unlike tmp_path
     try:
-        assert (n.sock.stat().st_mode & 0o777) == 0o600
-        if os.geteuid() == 0:
-            nobody = subprocess.run(
-                ["/usr/sbin/runuser", "-u", "nobody", "--", sys.executable, "-c",
-                 "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])",
-                 str(n.sock)], capture_output=True, text=True, timeout=30)
-            assert nobody.returncode != 0 and "Permission denied" in nobody.stderr
+        root.chmod(0o755)
+        n = Node(root / "n")
+        n.root.chmod(0o755)
+        (n.root / "run").mkdir(mode=0o755)
+        a = AgentProc(n)
+        try:
+            assert (n.sock.stat().st_mode & 0o777) == 0o600
+            if os.geteuid() != 0:
+                pytest.skip("needs root to ask as another user")
+            # The agent answers a stranger at once, before reading anything.
+            ask = ("import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]);"
+                   "print(s.recv(4096).decode())")
+            argv = ["/usr/sbin/runuser", "-u", "nobody", "--", "/usr/bin/python3", "-c", ask, str(n.sock)]
+            denied = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            assert denied.returncode != 0 and "PermissionError" in denied.stderr, denied.stderr
+            n.sock.chmod(0o666)  # an admin's mistake: the uid check still refuses
+            refused = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            assert refused.stdout.startswith("SGA1 unavailable uid "), refused
+        finally:
+            a.stop()
     finally:
-        a.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_agent_path_reports_to_serve_like_the_hook(client, tmp_path):
