@@ -262,6 +262,29 @@ def test_agent_and_in_process_agree(client, node, agent, fault, hook):
         node.write_config()
 
 
+def test_epilog_sees_the_jobs_leftover_process_live(client, node, agent):
+    """The request carries SLURM_JOB_ID/UID: the epilog's /proc scan is live in the agent (a
+    cached one would miss, or invent, the finished job's processes), same verdict as in-process."""
+    from fakehw.sysfs import write_proc
+
+    write_proc(node.proc, 4242, 5001, "python3", state="D", job_id="77")
+    try:
+        env = {"SLURM_JOB_ID": "77", "SLURM_JOB_UID": "5001"}
+        node.reset_state()
+        ours = summary(subprocess.run(sg_argv("epilog", "--json"), env=node.env(**env),
+                                      capture_output=True, text=True, timeout=60))
+        node.reset_state()
+        p = via_client(client, node, "epilog", **env)
+        assert "agent not used" not in p.stderr, p.stderr
+        theirs = summary(p)
+        assert theirs == ours
+        assert ours["decision"]["action"] == "drain"
+        assert ours["decision"]["reason"].startswith("slurmguard: host-leftover-procs"), ours
+        assert json.loads(p.stdout)["agent"]["ages"]["procs"] == 0.0
+    finally:
+        shutil.rmtree(node.proc / "4242", ignore_errors=True)
+
+
 def test_answer_carries_source_ages_and_boot_id(client, node, agent):
     p = via_client(client, node)
     rec = json.loads(p.stdout)
