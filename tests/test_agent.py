@@ -482,6 +482,14 @@ def test_agent_sigkilled_socket_removed_and_sigstopped(client, tmp_path):
         a.stop()
 
 
+def test_second_agent_on_the_same_socket_is_refused(node, agent):
+    p = subprocess.run(sg_argv("agent", "--node", "n7"), env=node.env(), capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 3, p.stderr
+    assert p.stderr.strip().endswith("another agent is answering there"), p.stderr
+    assert node.sock.exists()  # the running agent keeps its socket
+
+
 def test_reboot_under_the_agent_is_refused(client, tmp_path):
     n = Node(tmp_path / "n")
     a = AgentProc(n)
