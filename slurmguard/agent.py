@@ -545,7 +545,16 @@ def bind_socket(path: str) -> socket.socket:
         raise ConfigError(f"agent.socket: directory {d} is writable by others")
     try:
         if stat.S_ISSOCK(os.lstat(path).st_mode):
-            os.unlink(path)  # a stale socket of an earlier agent
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            probe.settimeout(1.0)
+            try:
+                probe.connect(path)
+            except OSError:
+                os.unlink(path)  # a stale socket of an earlier agent: nobody listens
+            else:
+                raise ConfigError(f"agent.socket: {path}: another agent is answering there")
+            finally:
+                probe.close()
     except FileNotFoundError:
         pass
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

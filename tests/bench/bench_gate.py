@@ -37,7 +37,9 @@ NOW = time.time()
 
 
 def build(path: Path, nodes: int, results: int) -> None:
-    tmp = path.with_suffix(".tmp")
+    # Per-process temporary name: two builders at once (engineers sharing /tmp) must not
+    # write into the same file; the rename makes whichever finishes last the cache.
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     conn = sqlite3.connect(tmp)
     conn.executescript((REPO / "sql" / "schema-sqlite.sql").read_text())

@@ -169,7 +169,9 @@ def test_connection_cap_evicts_idle_first(tmp_path: Path) -> None:
     assert re.search(r'slurmguard_http_connection_events_total\{event="evicted_idle"\} [1-9]', scrape)
     assert re.search(r'slurmguard_http_connection_events_total\{event="refused_over_cap"\} [1-9]', scrape)
     assert "slurmguard_http_connections_open " in scrape
-    assert len(refused) >= 10, answers
+    # 10 more than the cap: each was refused with a 503, or (on a very loaded machine, when
+    # an earlier one had waited unread for 0.5 s) took an idle one's place.
+    assert len(refused) >= 1 and len(refused) + health["evicted_idle"] - cap >= 10, answers
     assert all(a.startswith(b"HTTP/1.1 503") and b"too many connections" in a for a in refused)
     assert health["evicted_idle"] >= cap and health["refused_over_cap"] >= 1
     record("connection-cap", store="SQLite",
@@ -317,3 +319,64 @@ def test_healthz_says_nothing_without_the_token(tmp_path: Path, pg_server) -> No
            bad_inputs="/healthz with and without the token",
            figures=("without the token: 200 {status: ok}, then 503 {status: store unavailable}, "
                     "nothing else; with it: the counts, then the store's error line"))
+
+
+@pytest.mark.postgres
+def test_postgresql_crash_mid_load(tmp_path: Path) -> None:
+    """The database (not serve) crashes mid-load and comes back: serve answers 503 meanwhile,
+    nodes spool and replay, every record is stored exactly once. Its own PostgreSQL, with
+    synchronous_commit=on (production's default), since this one is killed."""
+    import pgserver
+    from helpers import require
+
+    from slurmguard.store.engine import make_engine
+    from slurmguard.store.migrate import upgrade
+
+    bindir = pgserver._pg_bin()
+    require(bindir is not None, "PostgreSQL server binaries (Debian package postgresql)")
+    pg = pgserver.PgServer(bindir, durable=True)
+    pg.start()
+    try:
+        url = pg.url(pg.create_db())
+        eng = make_engine({"url": url})
+        upgrade(eng)
+        eng.dispose()
+        port = new_port()
+        serve = Serve(write_config(tmp_path, store_url=url, port=port), port, "--no-policy").start()
+        started = threading.Event()
+        down = []
+
+        def crasher() -> None:
+            started.wait(30)
+            time.sleep(KILL_SECONDS / 3)
+            pg.crash()
+            down.append(time.monotonic())
+            time.sleep(min(3.0, KILL_SECONDS / 4))
+            pg.start_again()
+            down.append(time.monotonic())
+
+        t = threading.Thread(target=crasher, daemon=True)
+        t.start()
+        try:
+            load = run_clients(f"{serve.url}/ingest", TOKEN, clients=KILL_CLIENTS,
+                               seconds=KILL_SECONDS, batch=5, spool_root=tmp_path / "spools",
+                               timeout=5, during=started)
+            t.join(60)
+            left = drain_spools(f"{serve.url}/ingest", TOKEN, tmp_path / "spools")
+        finally:
+            serve.stop()
+        lost, dup, stored = count_in_store(url, load.made)
+    finally:
+        pg.stop()
+    log = serve.log.read_text()
+    record("postgresql-crash", store="PostgreSQL",
+           load=f"{KILL_CLIENTS} clients x {load.seconds:.0f} s, batches of 5",
+           faults=(f"PostgreSQL crashed (pg_ctl stop -m immediate) mid-load, down "
+                   f"{down[1] - down[0]:.1f} s, restarted; serve kept running"),
+           lost=lost, duplicated=dup,
+           figures=(f"{load.failures} POSTs failed (503), {load.spooled} records spooled and "
+                    f"replayed; {stored} of {len(load.made)} records stored once"))
+    assert len(down) == 2
+    assert load.failures > 0 and "store write failed" in log
+    assert left == 0
+    assert (lost, dup) == (0, 0), (lost, dup)
