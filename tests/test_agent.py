@@ -373,6 +373,30 @@ def test_healthcheck_interval_makes_the_agent_the_healthcheck(tmp_path):
         a.stop()
 
 
+def test_config_change_is_seen_at_once_despite_the_cache(client, tmp_path):
+    """max_age 30 s, fs cached: a new mount in the config is checked by the very next hook
+    (values gathered under an older config are never used)."""
+    n = Node(tmp_path / "n")
+    text = n.config.read_text().replace("max_age = 0.0", "max_age = 30.0")
+    (n.root / "new.toml").write_text(text)
+    os.replace(n.root / "new.toml", n.config)
+    a = AgentProc(n)
+    try:
+        deadline = time.monotonic() + 20
+        while json.loads(via_client(client, n).stdout)["agent"]["ages"].get("fs", 0) == 0:
+            assert time.monotonic() < deadline, "fs never served from the cache"
+            time.sleep(0.2)
+        text = n.config.read_text().replace('mounts = ["/"]', 'mounts = ["/", "/nonexistent-scratch"]')
+        (n.root / "new.toml").write_text(text)
+        os.replace(n.root / "new.toml", n.config)
+        p = via_client(client, n)
+        assert "agent not used" not in p.stderr
+        assert json.loads(p.stdout)["decision"]["reason"].startswith(
+            "slurmguard: fs-mount: /nonexistent-scratch is not mounted"), p.stdout[-500:]
+    finally:
+        a.stop()
+
+
 # -- faults of the agent itself: the hook still ends in budget with the right verdict ----------
 
 class FakeAgent:
