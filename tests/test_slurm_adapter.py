@@ -521,7 +521,7 @@ def test_show_config_hook_keys_on_both_versions(version: str) -> None:
     `Prolog[0] = ...` (several scripts allowed): both read as the plain key."""
     from slurmguard.adapters.slurm_conf import parse_show_config
 
-    conf = parse_show_config((DATA / f"show-config-{version}.txt").read_text())
+    conf = parse_show_config((DATA / f"show-config-docker-{version}.txt").read_text())
     assert conf["prolog"] == "/usr/lib/slurmguard/prolog/slurmguard-prolog"
     assert conf["epilog"] == "/usr/lib/slurmguard/epilog/slurmguard-epilog"
     assert conf["healthcheckprogram"] == "/usr/lib/slurmguard/prolog/slurmguard-healthcheck"
