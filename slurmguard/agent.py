@@ -438,8 +438,14 @@ class Agent:
     def _healthcheck_loop(self) -> None:
         interval = float(self.cfg["agent.healthcheck_interval"])
         while not self.stop.wait(interval):
-            self.run("healthcheck", self.node, None, None, as_json=False, dry_run=False,
-                     started=time.time())
+            try:
+                _, _, err = self.run("healthcheck", self.node, None, None, as_json=False,
+                                     dry_run=False, started=time.time())
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("scheduled healthcheck failed")
+                continue
+            for line in err.splitlines():
+                log.info("scheduled %s", line)
 
     # -- one hook run ---------------------------------------------------------------------------
     def run(self, hook: str, node: str, job_id: str | None, job_uid: int | None, *,

@@ -170,6 +170,7 @@ _GOODPUT: Schema = {  # slurmguard goodput (docs/goodput.md)
     "drain_window": Float(3600.0, "seconds after a run's end in which a node fault still counts against it"),
     "straggler_factor": Float(1.2, "a run this many times slower than the job's best pace straggles", minimum=1.0),
     "stall_factor": Float(5.0, "steps this many times slower than the run's median count as stalled", minimum=1.0),
+    "metrics_window": Float(86400.0, "serve's goodput gauges cover jobs that ended this many seconds ago", minimum=60.0),
 }
 
 _AGENT: Schema = {  # slurmguard agent, the resident node agent (docs/agent.md)
@@ -220,6 +221,7 @@ _BURNIN: Schema = {  # slurmguard burnin (docs/burnin.md)
     "reservation": Str("", "default --reservation (empty: none; nodes drained by us and awaiting "
                            "burn-in get a MAINT reservation of their own)"),
     "program": StrList([], "argv of slurmguard in the job script (empty: the one submitting)"),
+    "output": Str("", "sbatch --output of burn-in jobs, e.g. /var/log/slurmguard/burnin-%N-%j.out (empty: /dev/null)"),
     "checks": StrList(["all"], "health checks run before and after the measurements"),
     "measurements": StrList(["all"], "measurements run ('all' = every one registered)"),
     "site_modules": StrList([], "Python modules exporting MEASUREMENTS (site benchmarks)"),

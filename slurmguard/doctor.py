@@ -69,6 +69,7 @@ class Doctor:
         self.guarded("slurmguard runnable", self.check_runnable)
         self.guarded("state dir", self.check_state_dir)
         self.guarded("hook-unrunnable marker", self.check_marker)
+        self.guarded("service units", self.check_units)
         if self.role == "node":
             self.guarded("NVML", self.check_nvml)
             self.guarded("SPANK plugin", self.check_spank)
@@ -179,11 +180,7 @@ class Doctor:
         from slurmguard.proc import run_command
 
         defaults = self._defaults_file()
-        probe = run_command(["/bin/sh", "-c", 'SLURMGUARD=/usr/local/bin/slurmguard; '
-                             '[ -r "$1" ] && . "$1" >/dev/null 2>&1; printf %s "$SLURMGUARD"',
-                             "sh", defaults], timeout=10, check=False,
-                            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
-        exe = probe.stdout.strip()
+        exe = _sourced_slurmguard(defaults)
         fix = (f"reinstall slurmguard or run `slurmguard setup {self.role}` with the slurmguard "
                f"the hooks should run (it writes {defaults})")
         if not os.path.exists(defaults):
@@ -202,6 +199,33 @@ class Doctor:
                      f"environment) exited {r.rc}: {last}", fix)
             return
         self.add("slurmguard runnable", True, f"the entry scripts run {exe} ({r.stdout.strip()})")
+
+    def check_units(self) -> None:
+        """Installed units of this role must be what this slurmguard's setup writes: a venv
+        that moved leaves units starting a slurmguard that no longer exists."""
+        from slurmguard.install.plan import DEFAULTS_FILE, UNIT_DIR, unit_files
+
+        defaults = self._defaults_file()
+        prefix = defaults[: -len(DEFAULTS_FILE)] if defaults.endswith(DEFAULTS_FILE) else ""
+        unit_dir = f"{prefix}{UNIT_DIR}"
+        exe = _sourced_slurmguard(defaults)
+        stale, ok, missing = [], [], []
+        for name, content in unit_files(self.role, exe):
+            path = os.path.join(unit_dir, name)
+            try:
+                with open(path, "rb") as fh:
+                    (ok if fh.read() == content else stale).append(name)
+            except FileNotFoundError:
+                missing.append(name)
+        if not ok and not stale:
+            self.add("service units", None, f"none installed in {unit_dir}"
+                     + (f" ({', '.join(missing)} available)" if missing else ""))
+            return
+        self.add("service units", not stale,
+                 f"{unit_dir}: " + ", ".join([f"{n} current" for n in ok]
+                                             + [f"{n} differs" for n in stale]),
+                 f"run: slurmguard setup {self.role}, then systemctl daemon-reload and restart "
+                 + " ".join(stale))
 
     def check_state_dir(self) -> None:
         d = str(self.cfg["hooks.state_dir"])
@@ -295,6 +319,17 @@ class Doctor:
         st = Store.status(self.cfg.section("store"))
         self.add("store", st.problem is None, st.problem or f"{st.where} at schema {st.head}",
                  "run: slurmguard setup controller (or: slurmguard db upgrade)")
+
+
+def _sourced_slurmguard(defaults: str) -> str:
+    """SLURMGUARD as the entry scripts see it after sourcing ``defaults``."""
+    from slurmguard.proc import run_command
+
+    probe = run_command(["/bin/sh", "-c", 'SLURMGUARD=/usr/local/bin/slurmguard; '
+                         '[ -r "$1" ] && . "$1" >/dev/null 2>&1; printf %s "$SLURMGUARD"',
+                         "sh", defaults], timeout=10, check=False,
+                        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    return probe.stdout.strip()
 
 
 def read_marker(path: str) -> list[str]:

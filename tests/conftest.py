@@ -44,6 +44,18 @@ def slurm_cluster(slurm_cluster_factory):
     return slurm_cluster_factory(nodes=4)
 
 
+# Fixtures that start a real native Slurm cluster (or its accounting daemon): a test that uses
+# one, directly or through another fixture, carries the marker ``slurm`` even if its module
+# forgot it, so `-m "not slurm"` always means "no real Slurm" (docs/testing.md).
+SLURM_FIXTURES = frozenset({"slurm_cluster_factory", "slurm_cluster", "slurmdbd"})
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLURM_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slurm)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """SLURMGUARD_RELIABILITY_DOC=1: merge this run's reliability rows into
     docs/reliability.json and re-render docs/reliability.md (tests/reliability.py). Never set

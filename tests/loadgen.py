@@ -86,7 +86,7 @@ def run_clients(url: str, token: str, *, clients: int, seconds: float, batch: in
                 with load.lock:
                     load.failures += 1
                     load.spooled += len(recs)
-                time.sleep(0.05)  # a node would retry at its next hook run, not at once
+                time.sleep(0.25)  # a node would retry at its next hook run, not at once
                 continue
             dt = time.monotonic() - t0
             with load.lock:

@@ -38,9 +38,12 @@ def free_port() -> int:
 
 
 class PgServer:
-    def __init__(self, bindir: str, user: str = "postgres") -> None:
+    def __init__(self, bindir: str, user: str = "postgres", *, durable: bool = False) -> None:
         self.bindir = bindir
         self.user = user
+        # durable: synchronous_commit=on, so a commit that answered survives a crash of the
+        # server process (the fault tests kill it); the default trades that for speed.
+        self.durable = durable
         self.tmp = tempfile.mkdtemp(prefix="sg-pg-")
         self.data = os.path.join(self.tmp, "data")
         self.port = free_port()
@@ -57,11 +60,21 @@ class PgServer:
     def start(self) -> None:
         self._as_pg([f"{self.bindir}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres",
                      "--no-sync", "-E", "UTF8"], timeout=120)
+        self.start_again()
+
+    def start_again(self) -> None:
+        """Start the (initdb'd) server on its data directory and port, e.g. after crash()."""
+        sync = "on" if self.durable else "off"
         opts = (f"-p {self.port} -k {self.tmp} -c listen_addresses=127.0.0.1 -c fsync=off "
-                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=100 "
+                f"-c synchronous_commit={sync} -c full_page_writes=off -c max_connections=100 "
                 "-c shared_buffers=32MB")
         self._as_pg([f"{self.bindir}/pg_ctl", "-D", self.data, "-o", opts, "-l",
                      os.path.join(self.tmp, "log"), "-w", "-t", "60", "start"], timeout=90)
+
+    def crash(self) -> None:
+        """Stop the server the way a crash does (immediate: no checkpoint, clients cut off)."""
+        self._as_pg([f"{self.bindir}/pg_ctl", "-D", self.data, "-m", "immediate", "-w",
+                     "stop"], timeout=60)
 
     def stop(self) -> None:
         try:

@@ -160,7 +160,7 @@ class Cluster:
     def start(cls, tmpdir: str | os.PathLike[str], nodes: int = 4, *, prolog: str | None = None,
               epilog: str | None = None, prolog_slurmctld: str | None = None,
               health_check_program: str | None = None, health_check_interval: int = 0,
-              slurmd_timeout: int = 10, extra_conf: Iterable[str] = (),
+              slurmd_timeout: int = 10, extra_conf: Iterable[str] = (), gpu_partition: str = "",
               node_env: Mapping[str, str] | None = None, wait: bool = True,
               timeout: float = 60.0, accounting: Any = None) -> Cluster:
         """Write slurm.conf under ``tmpdir``, start slurmctld and ``nodes`` slurmd, wait idle.
@@ -184,7 +184,7 @@ class Cluster:
                                        health_check_program=health_check_program,
                                        health_check_interval=health_check_interval,
                                        slurmd_timeout=slurmd_timeout,
-                                       extra=[*acct, *extra_conf]))
+                                       extra=[*acct, *extra_conf], gpu_partition=gpu_partition))
         try:
             c._start_ctld()
             for n in names:
@@ -199,7 +199,7 @@ class Cluster:
 
     def _conf(self, *, prolog: str | None, epilog: str | None, prolog_slurmctld: str | None,
               health_check_program: str | None, health_check_interval: int, slurmd_timeout: int,
-              extra: list[str]) -> str:
+              extra: list[str], gpu_partition: str = "") -> str:
         r = self.root
         lines = [
             f"ClusterName=sg{self.ctld_port}",
@@ -250,7 +250,8 @@ class Cluster:
         for n in self.nodes:
             lines.append(f"NodeName={n} NodeHostname=localhost Port={self.node_ports[n]} "
                          f"CPUs={CPUS_PER_NODE} RealMemory=1000 Feature=sgtest State=UNKNOWN")
-        lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        # gpu_partition: more options of the default partition (e.g. "PriorityTier=10").
+        lines.append(f"PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP {gpu_partition}".rstrip())
         lines.extend(extra)
         return "\n".join(lines) + "\n"
 

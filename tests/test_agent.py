@@ -317,6 +317,36 @@ def test_background_values_are_reused_within_max_age(client, tmp_path):
         a.stop()
 
 
+def test_agent_runs_no_hook_on_its_own_schedule(node, agent):
+    """Between asks the agent reads, but never runs a hook (so never drains): no log line."""
+    before = (node.root / "hooks.log").read_text() if (node.root / "hooks.log").exists() else ""
+    write_config(node.nvml, with_fault(default_config(8), 2, off_bus=True))
+    try:
+        time.sleep(3 * 1.0)  # three background rounds (agent.refresh = 1 s)
+        after = (node.root / "hooks.log").read_text() if (node.root / "hooks.log").exists() else ""
+        assert after == before
+    finally:
+        write_config(node.nvml, default_config(8))
+
+
+def test_healthcheck_interval_makes_the_agent_the_healthcheck(tmp_path):
+    n = Node(tmp_path / "n")
+    text = n.config.read_text().replace("refresh = 1.0", "refresh = 1.0\nhealthcheck_interval = 0.5")
+    (n.root / "new.toml").write_text(text)
+    os.replace(n.root / "new.toml", n.config)
+    write_config(n.nvml, with_fault(default_config(8), 2, off_bus=True))
+    a = AgentProc(n)
+    try:
+        log = n.root / "hooks.log"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (log.exists() and "healthcheck node=n7 drain:" in log.read_text()):
+            time.sleep(0.2)
+        assert "healthcheck node=n7 drain: slurmguard: gpu-count" in log.read_text()
+        assert "scheduled " in a.log.read_text()
+    finally:
+        a.stop()
+
+
 # -- faults of the agent itself: the hook still ends in budget with the right verdict ----------
 
 class FakeAgent:
@@ -449,5 +479,61 @@ def test_other_users_are_refused(tmp_path):
                  "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])",
                  str(n.sock)], capture_output=True, text=True, timeout=30)
             assert nobody.returncode != 0 and "Permission denied" in nobody.stderr
+    finally:
+        a.stop()
+
+
+def test_agent_path_reports_to_serve_like_the_hook(client, tmp_path):
+    """Same record delivery (and, on a drain, the same permit call): the record reaches serve."""
+    from sgserve import TOKEN, Serve, new_port, new_store
+
+    n = Node(tmp_path / "n")
+    port = new_port()
+    url = new_store(tmp_path)
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    text = n.config.read_text().replace("[hooks]\n", f"""[hooks]
+report_url = "http://127.0.0.1:{port}/ingest"
+token_file = "{token}"
+spool_dir = "{tmp_path}/spool"
+""", 1) + f"""
+[store]
+url = "{url}"
+[serve]
+host = "127.0.0.1"
+port = {port}
+token_file = "{token}"
+policy = false
+"""
+    (n.root / "new.toml").write_text(text)
+    os.replace(n.root / "new.toml", n.config)
+    srv = Serve(n.config, port).start()
+    a = AgentProc(n)
+    try:
+        p = via_client(client, n)
+        rec = json.loads(p.stdout)
+        assert "agent" in rec and rec["delivery"] == "sent", rec.get("delivery")
+        assert srv.healthz()["runs"] >= 1
+    finally:
+        a.stop()
+        srv.stop()
+
+
+def test_real_dev_kmsg_followed_by_the_agent_agrees(client, tmp_path):
+    """checks.xid.source = "kmsg" on this machine's real /dev/kmsg: the agent keeps it open
+    and follows it; its verdict and gpu-xid result equal a hook reading the ring buffer."""
+    require(os.access("/dev/kmsg", os.R_OK), "/dev/kmsg is not readable here")
+    n = Node(tmp_path / "n")
+    text = n.config.read_text().replace('source = "file"', 'source = "kmsg"\nkmsg_path = "/dev/kmsg"')
+    (n.root / "new.toml").write_text(text)
+    os.replace(n.root / "new.toml", n.config)
+    a = AgentProc(n)
+    try:
+        ours, theirs, p = both(client, n)
+        assert theirs == ours
+        xid = [r for r in ours["results"] if r[0] == "gpu-xid"]
+        assert xid and xid[0][1] in ("healthy", "degraded", "unhealthy"), ours
+        assert json.loads(p.stdout)["agent"]["ages"]["kmsg"] == 0.0
     finally:
         a.stop()

@@ -21,7 +21,7 @@ import pytest
 from fakehw.kmsg import inject_xid
 from helpers import require, sg_argv, sg_env
 from test_agent import build_clients
-from test_issue2_cluster import GPU2_PCI, NODES, Fleet, drained_nodes
+from test_hooks_slurm import GPU2_PCI, NODES, Fleet, drained_nodes
 
 pytestmark = pytest.mark.slurm
 
@@ -142,7 +142,7 @@ def test_xid79_drains_n3_with_the_in_process_reason(setup, tmp_path):
     assert info.reason == expected, info
     assert drained_nodes(c) == {"n3": expected}
     # Requeued by Slurm (the rerun on another node, ~121 s later without the requeue watcher,
-    # is test_issue2_cluster's; not waited for here).
+    # is test_hooks_slurm's; not waited for here).
     deadline = time.monotonic() + 60
     while c.job(jid).get("Restarts") != "1" and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -150,3 +150,51 @@ def test_xid79_drains_n3_with_the_in_process_reason(setup, tmp_path):
     c.run("scancel", jid)
     assert "answered prolog for n3" in (setup.root / "agent-n3.log").read_text()
     assert setup.answered() > before
+
+
+def test_agent_path_asks_the_same_blast_radius_permit(setup, tmp_path):
+    """Two nodes fail the same check with serve's cap at one drain: the agent-answered prologs
+    drain the first and spare the second (exit 0, 'not drained: ...'), as in-process hooks do."""
+    from sgserve import TOKEN, Serve, new_port, new_store
+
+    c, fleet = setup.cluster, setup.fleet
+    port = new_port()
+    url = new_store(tmp_path)
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    text = fleet.config.read_text().replace("[hooks]\n", f"""[hooks]
+report_url = "http://127.0.0.1:{port}/ingest"
+token_file = "{token}"
+spool_dir = "{tmp_path}/spool"
+report_timeout = 10.0
+""", 1) + f"""
+[store]
+url = "{url}"
+[serve]
+host = "127.0.0.1"
+port = {port}
+token_file = "{token}"
+[policy]
+blast_max_nodes = 1
+blast_max_percent = 100.0
+"""
+    (fleet.root / "new.toml").write_text(text)
+    os.replace(fleet.root / "new.toml", fleet.config)  # the agents reload it
+    srv = Serve(fleet.config, port, env={"SLURM_CONF": str(c.conf_path)}).start()
+    try:
+        for n in ("n1", "n2"):
+            inject_xid(fleet.root / f"{n}.kmsg", GPU2_PCI, 79, "GPU has fallen off the bus.")
+        first = c.sbatch("#!/bin/sh\ntrue\n", "-w", "n1", "--requeue", "--output=/dev/null")
+        info = c.wait_node("n1", lambda i: i.drained, timeout=120, what="drained by its prolog")
+        assert info.reason.startswith("slurmguard: gpu-xid: GPU 2 (PCI 0000:3a:00) Xid 79")
+        second = c.sbatch("#!/bin/sh\ntrue\n", "-w", "n2", "--output=/dev/null")
+        job = c.wait_job(second, timeout=120)
+        assert job["JobState"] == "COMPLETED", job  # spared: exit 0, the job ran
+        assert not c.node("n2").drained
+        log = (fleet.root / "hooks.log").read_text()
+        assert "node=n2 drain: slurmguard: gpu-xid" in log and "not drained: " in log
+        assert "answered prolog for n2" in (setup.root / "agent-n2.log").read_text()
+        c.run("scancel", first)
+    finally:
+        srv.stop()

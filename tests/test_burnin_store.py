@@ -9,9 +9,9 @@ import pytest
 from helpers import run_sg, sg_env
 from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
+from slurmguard.burnin.values import BurninValue
 from slurmguard.errors import InputError
 from slurmguard.store import Store
-from slurmguard.store.burnin import BurninValue
 
 pytestmark = pytest.mark.postgres
 T0 = 1_800_000_000.0

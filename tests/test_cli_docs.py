@@ -76,3 +76,13 @@ def test_man_page_renders_every_command(tmp_path) -> None:
         r = subprocess.run(["man", "-l", str(page)], capture_output=True, text=True, timeout=60,
                            env={"MANWIDTH": "100", "PATH": "/usr/bin:/bin"})
         assert r.returncode == 0 and "slurmguard setup" in r.stdout, r.stderr
+
+
+def test_example_config_is_current() -> None:
+    """Here too (land.sh always runs this file): a new config key must regenerate the example."""
+    from slurmguard.config_example import REGENERATE, render
+
+    example = REPO / "etc" / "slurmguard.toml.example"
+    assert example.read_text() == render(), (
+        f"etc/slurmguard.toml.example is stale (a config key changed). Regenerate it with:\n\n"
+        f"    {REGENERATE}\n\nand commit it (tests/test_config_example.py has the details).")

@@ -107,6 +107,8 @@ def test_doctor_passes_on_a_site_wired_by_setup(site, role: str) -> None:  # typ
         assert items["PrologSlurmctld"]["status"] == "pass"
         assert items["store"]["status"] == "pass" and items["serve token"]["status"] == "pass"
     assert f"the entry scripts run {VENV_SG}" in items["slurmguard runnable"]["detail"]
+    units = items["service units"]
+    assert units["status"] == "pass" and "current" in units["detail"], units
 
 
 def test_jobs_run_through_the_installed_prolog(site) -> None:  # type: ignore[no-untyped-def]
@@ -131,7 +133,11 @@ def test_removed_slurmguard_fails_open_loudly_and_doctor_names_it(site) -> None:
     textfile = prefix / "textfile"
     textfile.mkdir()
     try:
-        defaults.write_text(original.replace(f"SLURMGUARD={VENV_SG}", f"SLURMGUARD={exe}")
+        # Install as that copy (setup records the slurmguard it runs as, in defaults and units).
+        r = subprocess.run([str(exe), "setup", "node", "--prefix", str(prefix)],
+                           capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, r.stderr
+        defaults.write_text(defaults.read_text()
                             + f"SLURMGUARD_LOGGER_SOCKET={sock_path}\n"
                             f"SLURMGUARD_TEXTFILE_DIR={textfile}\n"
                             f"SLURM_CONF={c.conf_path}\n")  # the test cluster's, for scontrol
@@ -158,6 +164,7 @@ def test_removed_slurmguard_fails_open_loudly_and_doctor_names_it(site) -> None:
         assert "doctor --ack" in items["hook-unrunnable marker"]["fix"]
         text = sg("-c", str(cfg), "doctor", "node", env=sg_env(SLURM_CONF=str(c.conf_path)))
         assert text.returncode == 1 and "FAILED: slurmguard runnable, hook-unrunnable marker" in text.stdout
+        assert "service units" not in text.stdout.split("FAILED:")[1]  # they name the copy too
         nodes = sg("-c", str(cfg), "nodes", env=sg_env(SLURM_CONF=str(c.conf_path)))
         assert nodes.returncode == 0, nodes.stderr
         assert "HOOK UNRUNNABLE on this host" in nodes.stdout and "jobs ran unchecked" in nodes.stdout
@@ -179,6 +186,8 @@ def test_removed_slurmguard_fails_open_loudly_and_doctor_names_it(site) -> None:
         assert shown["node"]["hook_unrunnable"].startswith("slurmguard: hook-unrunnable: ")
     finally:
         sink.close()
+        r = sg("setup", "node", "--prefix", str(prefix))  # back to this venv's slurmguard
+        assert r.returncode == 0, r.stderr
         defaults.write_text(original)
     rc, data = doctor(cfg, c, "node", "--ack", "--node", "n1")  # fixed: acknowledge the marker
     assert rc == 0, [i for i in data["items"] if i["status"] == "FAIL"]
@@ -251,3 +260,17 @@ def test_doctor_token_item_refuses_a_world_readable_token(tmp_path) -> None:
     token.unlink()
     item = by_name(json.loads(sg("-c", str(cfg), "doctor", "node", "--json", env=env).stdout))["hook token"]
     assert item["status"] == "FAIL" and "copy the controller's serve.token_file" in item["fix"]
+
+
+def test_doctor_names_units_left_behind_by_a_moved_slurmguard(site) -> None:  # type: ignore[no-untyped-def]
+    prefix, cfg, c = site
+    unit = prefix / "etc/systemd/system/slurmguard-serve.service"
+    good = unit.read_text()
+    try:
+        unit.write_text(good.replace(f"ExecStart={VENV_SG}", "ExecStart=/opt/old-venv/bin/slurmguard"))
+        rc, data = doctor(cfg, c, "controller")
+        item = by_name(data)["service units"]
+        assert rc == 1 and item["status"] == "FAIL" and "slurmguard-serve.service differs" in item["detail"]
+        assert item["fix"].startswith("run: slurmguard setup controller")
+    finally:
+        unit.write_text(good)

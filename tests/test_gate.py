@@ -10,10 +10,11 @@ import pytest
 from helpers import run_sg, sg_argv, sg_env
 from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
-from slurmguard import config, gate, report
+from slurmguard import config, gate
 from slurmguard.errors import EXIT_INPUT, EXIT_OK, EXIT_STORE, EXIT_UNHEALTHY, InputError
 from slurmguard.gate import NodeRow, refusal
 from slurmguard.health import CheckResult, Health
+from slurmguard.record import make_record
 from slurmguard.store import Store
 
 NOW = 1_800_000_000.0
@@ -55,10 +56,10 @@ def _fill(url: str) -> None:
     now = time.time()
     ok = [CheckResult("gpu-count", Health.HEALTHY)]
     bad = ok + [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")]
-    s.record_many([report.make_record("n1", "prolog", ok, "pass", "", started=now - 5),
-                   report.make_record("n2", "prolog", bad, "drain", "slurmguard: gpu-xid: Xid 79",
+    s.record_many([make_record("n1", "prolog", ok, "pass", "", started=now - 5),
+                   make_record("n2", "prolog", bad, "drain", "slurmguard: gpu-xid: Xid 79",
                                       started=now - 5),
-                   report.make_record("n3", "prolog", ok, "pass", "", started=now - 5)])
+                   make_record("n3", "prolog", ok, "pass", "", started=now - 5)])
     s.set_flags("n3", lemon=True, lemon_reason=LEMON)
     s.close()
 

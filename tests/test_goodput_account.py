@@ -81,6 +81,13 @@ CASES = {
                   (run(0, 0, 250, None, "success", (6, 1), (245, 40)),), (), state="COMPLETED"),
         # 240 s of stepping for 40 steps of 1 s (median): beyond 5 x 40 s is a stall
         {"restart": 5, "productive": 200, "stall": 40, "other": 5}, 0),
+    "a stall into a node fault is the fault's; before the first step it is the restart": (
+        JobInputs("11", (A0, A1), (
+            run(0, 1.0, 60.0, None, "cancelled", (6.0, 1), (17.0, 12),
+                ckpts=((15.5, 10, 0.5), (10.5, 5, 0.5)), stalls=((1.0, 6.0), (17.0, 60.0))),
+            R1), (), state="COMPLETED"),
+        {"restart": 10, "productive": 36, "lost_work": 2, "checkpoint_save": 1.5,
+         "stall": 4, "drained_node": 43, "requeue_wait": 10, "other": 43.5}, 2),
     "a final failure loses the steps after the last checkpoint": (
         JobInputs("10", (Allocation(0, 50, N2, 8, "FAILED"),),
                   (run(0, 1, 49, None, "app", (6, 1), (35, 30), ckpts=((25, 20, None),)),), (),

@@ -210,3 +210,70 @@ def test_store_fleet_queries(store: Any) -> None:
     got = store.goodput_job("1")
     assert got["nodes"] == ["n1", "n2"] and got["parts"]["productive"] == 81
     assert store.goodput_job("nope") is None
+
+
+def test_serve_exposes_goodput_gauges(tmp_path: Path) -> None:
+    """A real `slurmguard serve` scrape: the goodput of stored jobs, per partition and part."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+    from sgserve import Serve, new_port, new_store, write_config
+
+    from slurmguard.store import Store
+
+    url = new_store(tmp_path)
+    st = Store.open(url=url)
+    now = time.time()
+    st.record_goodput([_breakdown("7", now - 60, "gpu", "alice", ("n1", "n2")),
+                       _breakdown("8", now - 120, "gpu", "bob", ("n3",)),
+                       _breakdown("9", now - 86400 * 2, "old", "bob", ("n3",))])  # outside 24 h
+    st.close()
+    port = new_port()
+    serve = Serve(write_config(tmp_path, store_url=url, port=port), port, "--no-policy").start()
+    try:
+        with urllib.request.urlopen(serve.url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+    finally:
+        serve.stop()
+    smp = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert smp[("slurmguard_goodput_jobs", (("partition", "gpu"),))] == 2
+    assert ("slurmguard_goodput_jobs", (("partition", "old"),)) not in smp
+    assert smp[("slurmguard_goodput_jobs_unknown", (("partition", "gpu"),))] == 0
+    assert smp[("slurmguard_goodput_ettr", (("partition", "gpu"),))] == pytest.approx(0.81)
+    key = (("part", "productive"), ("partition", "gpu"))
+    assert smp[("slurmguard_goodput_seconds", key)] == pytest.approx(162)
+    assert smp[("slurmguard_goodput_gpu_seconds", key)] == pytest.approx(162 * 4, rel=1e-3)
+    parts = {dict(k[1])["part"] for k in smp if k[0] == "slurmguard_goodput_seconds"}
+    assert parts == set(PARTS)
+
+
+def test_a_run_without_record_is_read_from_the_progress_file(tmp_path: Path) -> None:
+    """The wrapper died with its batch node: no run record for that allocation, but the
+    ranks' progress events are in the file; the accounting reads them (and says so)."""
+    from slurmguard.adapters.slurm_parse import AcctRecord
+    from slurmguard.goodput.sources import job_inputs, progress_files, read_runs
+
+    d = tmp_path / "ck" / ".slurmguard"
+    d.mkdir(parents=True)
+    events = [{"ev": "step", "step": n, "t": 100.0 + 5 + n, "node": "n1", "rank": 0}
+              for n in range(1, 21)]
+    events.insert(10, {"ev": "ckpt", "step": 10, "t": 115.5, "seconds": 0.5, "path": "x"})
+    events += [{"ev": "step", "step": n, "t": 200.0 + 5 + (n - 10), "node": "n1", "rank": 0}
+               for n in range(11, 41)]
+    (d / "progress-9.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\ngarbage\n")
+    rec = {"job_id": "9", "restart": 1, "started": 201.0, "ended": 249.0, "verdict": "success",
+           "resumed_from": {"step": 10}, "first_step": [206.0, 11], "last_step_t": 235.0,
+           "frontier_step": 40, "median_step_s": 1.0, "step_samples": 29, "checkpoints": [],
+           "stalls": []}
+    (d / "runs.jsonl").write_text(json.dumps(rec) + "\n")
+    records = read_runs([d / "runs.jsonl"])["9"]
+    acct = [AcctRecord("9", "NODE_FAIL", 100.0, 150.0, "n[1-2]", gpus=8),
+            AcctRecord("9", "COMPLETED", 200.0, 250.0, "n[1,3]", gpus=8)]
+    job = job_inputs("9", acct, records, [], progress=progress_files("9", records))
+    b = account(job)
+    assert len(job.runs) == 2 and any("progress file" in u for u in b.unknown)
+    assert b.parts["unknown"] == 0 and b.steps_lost == 10  # steps 11-20 were redone
+    assert b.parts["lost_work"] == pytest.approx(10.0)
+    assert b.parts["checkpoint_save"] == pytest.approx(0.5)
+    assert math.isclose(sum(b.parts.values()), b.wall_s)

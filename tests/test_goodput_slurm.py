@@ -21,6 +21,7 @@ import pytest
 from helpers import REPO, run_sg, sg_env
 from requeue_support import Watcher, log_lines, lose_node, quiet, wait_for
 
+from slurmguard.adapters.slurm_parse import SACCT_FIELDS, parse_sacct_parsable
 from slurmguard.goodput.account import PARTS
 from slurmguard.nodeset import expand
 
@@ -103,10 +104,20 @@ def test_goodput_of_a_job_that_lost_two_nodes_and_stalled(
     recs = wait_for(lambda: (x := c.cli().accounting([jid])) and any(
         a.state == "COMPLETED" and a.end for a in x) and x, 60, "sacct to show the job ended")
     assert [a.state for a in recs][-1] == "COMPLETED" and len(recs) == 3, recs
+    # sacct -P (the fallback where --json is missing) reads the same allocations.
+    text = c.run("sacct", "-D", "-X", "-P", "-n", f"--format={SACCT_FIELDS}", "-j", jid).stdout
+    assert [(a.state, a.start, a.end, a.nodes) for a in parse_sacct_parsable(text)] == [
+        (a.state, a.start, a.end, a.nodes) for a in recs]
 
+    # The hourly collection (the timer's command): sacct for the window, then the same sources.
+    r = run_sg("goodput", "--since", "1h", "--collect", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    collected = json.loads(r.stdout)
+    assert collected["jobs"] == 1 and collected["jobs_with_unknown"] == 0, collected
     r = run_sg("goodput", "--job", jid, "--json", env=env)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
+    assert abs(collected["parts"]["lost_work"] - d["parts"]["lost_work"]) < 0.01
     parts = d["parts"]
     print(f"\ngoodput of job {jid}: measured {measured:.1f}s, " + json.dumps(parts)
           + f", steps lost {d['steps_lost']} (redone {redone}), step {d['step_time_s']}")
@@ -132,8 +143,8 @@ def test_goodput_of_a_job_that_lost_two_nodes_and_stalled(
     assert runs[0]["steps_lost"] == last0 - 10 and runs[1]["steps_lost"] == last1 - newest + EVERY
     assert victim1 in runs[0]["nodes"] and victim2 in runs[1]["nodes"]
     assert 0 < d["ettr"] < 1
-    # Stored: the fleet report has the same job.
-    r = run_sg("goodput", "--since", "1h", "--json", env=env)
+    # Stored once: the fleet report still has one job, per node too.
+    r = run_sg("goodput", "--since", "1h", "--by", "node", "--json", env=env)
     fleet = json.loads(r.stdout)
-    assert r.returncode == 0 and fleet["jobs"] == 1 and fleet["jobs_with_unknown"] == 0
-    assert abs(fleet["parts"]["lost_work"] - parts["lost_work"]) < 0.01
+    assert r.returncode == 0 and set(fleet["groups"]) == {"n1", "n2", "n3", "n4"}, fleet
+    assert fleet["groups"][victim1]["jobs"] == 1

@@ -1,15 +1,17 @@
 """What the in-process hook path imports, measured the way the issue asks (-X importtime):
-no ClusterShell for the common [[group]] patterns, no socket, no uuid."""
+no ClusterShell for the common [[group]] patterns, no socket, no uuid, and no pynvml even
+when it reads 8 (stand-in) GPUs: the gather binds NVML itself (adapters/nvml_lib.py)."""
 
 from __future__ import annotations
 
 import uuid
 
+from fakehw.nvml import build_fake_nvml, default_config, write_config
 from helpers import run_sg, sg_env
 
 from slurmguard.record import uuid4_hex
 
-TRIMMED = ("ClusterShell", "socket", "uuid", "click", "sqlalchemy", "inspect_never")
+TRIMMED = ("ClusterShell", "socket", "uuid", "click", "sqlalchemy", "pynvml")
 
 
 def test_prolog_with_groups_imports_no_clustershell_socket_or_uuid(tmp_path):
@@ -22,15 +24,22 @@ prolog = ["gpu-count", "host-cpus", "fs-mount"]
 nodes = "n[1-4],gpu[001-064]"
 checks.gpu.expected_count = 0
 """)
-    env = sg_env(SLURMD_NODENAME="n3", SLURMGUARD_CONFIG=str(cfg), PYTHONPROFILEIMPORTTIME="1")
+    libdir = build_fake_nvml(tmp_path / "lib")
+    write_config(tmp_path / "nvml.json", default_config(8))
+    env = sg_env(SLURMD_NODENAME="n3", SLURMGUARD_CONFIG=str(cfg), PYTHONPROFILEIMPORTTIME="1",
+                 LD_LIBRARY_PATH=str(libdir), FAKE_NVML_CONFIG=str(tmp_path / "nvml.json"))
     p = run_sg("prolog", "--json", env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in p.stderr.splitlines()
                 if line.startswith("import time:")}
     assert "slurmguard.hooks" in imported
     assert sorted(m for m in imported if m.split(".")[0] in TRIMMED) == []
-    assert '"expected_count": 0' not in p.stdout  # the group applied: gpu-count had nothing to expect
-    assert "gpu-count" in p.stdout
+    assert "slurmguard.adapters.nvml_lib" in imported  # NVML was read, without pynvml
+    import json
+
+    gpu = {r["name"]: r for r in json.loads(p.stdout)["results"]}["gpu-count"]
+    assert gpu["details"]["count"] == 8, gpu  # the 8 stand-in GPUs were read
+    assert gpu["details"]["expected"] == 0  # and the [[group]] applied to n3
 
 
 def test_record_ids_are_uuid4_hex():

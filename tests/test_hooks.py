@@ -1,6 +1,6 @@
 """The hook commands as real subprocesses: exit-code contract, budgets, checker faults.
 
-Draining against a real Slurm is covered in test_issue2_cluster.py; here Slurm is absent on
+Draining against a real Slurm is covered in test_hooks_slurm.py; here Slurm is absent on
 purpose (scontrol points nowhere) to show that the verdict does not depend on it.
 """
 

@@ -247,7 +247,7 @@ def test_every_dashboard_query_names_scraped_metrics_and_runs(scenario):
     exprs = [(panel["title"], t["expr"]) for panel in dash["panels"] for t in panel.get("targets", [])]
     assert len(exprs) >= 15
     titles = " ".join(panel["title"] for panel in dash["panels"]).lower()
-    for want in ("fleet health", "drains by cause", "recovery latency"):
+    for want in ("fleet health", "drains by cause", "recovery latency", "goodput", "badput by cause"):
         assert want in titles
     scraped = _scraped_names(scenario)
     for title, expr in exprs:
@@ -258,7 +258,8 @@ def test_every_dashboard_query_names_scraped_metrics_and_runs(scenario):
         q = expr.replace("$__rate_interval", "1m").replace("$__range", "5m")
         p.query(q)  # Prometheus parses and evaluates it (status success)
     assert {"slurmguard_drains_total", "slurmguard_requeue_recovery_seconds_bucket",
-            "slurmguard_check_health"} <= {n for _, e in exprs for n in re.findall(r"slurmguard_\w+", e)}
+            "slurmguard_check_health", "slurmguard_goodput_ettr",
+            "slurmguard_goodput_gpu_seconds"} <= {n for _, e in exprs for n in re.findall(r"slurmguard_\w+", e)}
 
 
 def test_alert_rules_check_name_scraped_metrics_and_fire(scenario):

@@ -1,6 +1,6 @@
 """serve's GET /metrics with a real `slurmguard serve`, and docs/metrics.md against real scrapes.
 
-Records go in through the node side's own report.deliver() (spool and replay included); the
+Records go in through the node side's own delivery.deliver() (spool and replay included); the
 scrape is parsed with prometheus_client's text parser. The doc test takes its families from
 a real serve scrape, the textfile of a real draining prolog, and the files that the requeue
 watcher's and the reconciler's metrics classes write, and requires both directions to agree:
@@ -23,8 +23,11 @@ from helpers import REPO, run_sg, sg_env
 from prometheus_client.parser import text_string_to_metric_families
 from sgserve import TOKEN, Serve, new_port, new_store, write_config
 
-from slurmguard import config, report
+from slurmguard import config, delivery
+from slurmguard.adapters import spool as spool_files
+from slurmguard.adapters.serve_client import post_records
 from slurmguard.health import CheckResult, Health
+from slurmguard.record import make_record
 
 DOC = REPO / "docs" / "metrics.md"
 
@@ -52,7 +55,7 @@ def value(smp: dict, name: str, **labels: str) -> float | None:
 def rec(node: str, *fails: str) -> dict:
     results = [CheckResult("gpu-count", Health.HEALTHY)] + [
         CheckResult(f, Health.UNHEALTHY, "broken") for f in fails]
-    return report.make_record(node, "prolog", results, "drain" if fails else "pass", "")
+    return make_record(node, "prolog", results, "drain" if fails else "pass", "")
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +65,14 @@ def served(tmp_path_factory):
     port = new_port()
     cfg_path = write_config(d, store_url=new_store(d), port=port, report_timeout=5.0)
     cfg = config.load(str(cfg_path), env={})
-    assert report.deliver(rec("n1", "gpu-xid"), cfg) == "spooled"  # serve not up yet
+    assert delivery.deliver(rec("n1", "gpu-xid"), cfg) == "spooled"  # serve not up yet
     serve = Serve(cfg_path, port, "--no-policy").start()
     try:
-        assert report.deliver(rec("n2"), cfg) == "sent"  # ... and replays n1's record
-        assert report.spooled(str(d / "spool")) == []
+        assert delivery.deliver(rec("n2"), cfg) == "sent"  # ... and replays n1's record
+        assert spool_files.pending(str(d / "spool")) == []
         dup = rec("n3")
         for _ in range(2):
-            report.post_records(serve.url + "/ingest", TOKEN, [dup, {"id": "bad!"}], 5.0)
+            post_records(serve.url + "/ingest", TOKEN, [dup, {"id": "bad!"}], 5.0)
         yield d, serve
     finally:
         serve.stop()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO, run_sg, sg_env
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmguard import gate, nodeset
@@ -44,6 +44,7 @@ def test_expand_and_fold() -> None:
 _name = st.from_regex(r"[a-z][a-z0-9-]{0,6}[a-z]", fullmatch=True)
 
 
+@settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(_name, st.integers(0, 999)), min_size=1, max_size=30))
 def test_fold_then_expand_gives_the_names_back(items: list[tuple[str, int]]) -> None:
     names = sorted({f"{p}{i}" for p, i in items})

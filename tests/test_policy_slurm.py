@@ -1,6 +1,6 @@
 """Fleet policy against a real Slurm cluster: lemons re-drained by serve, the blast-radius cap.
 
-Records arrive the way the hooks send them (report.deliver, report.drain_permit); serve is a
+Records arrive the way the hooks send them (delivery.deliver, serve_client.drain_permit); serve is a
 real `slurmguard serve` subprocess with the cluster's SLURM_CONF; Slurm state is read back
 through the adapter.
 """
@@ -15,8 +15,10 @@ import pytest
 from helpers import run_sg, sg_env
 from sgserve import Serve, new_port, new_store, write_config
 
-from slurmguard import config, report
+from slurmguard import config, delivery
+from slurmguard.adapters.serve_client import drain_permit
 from slurmguard.health import CheckResult, Health
+from slurmguard.record import make_record
 from slurmguard.store import Store
 
 pytestmark = pytest.mark.slurm
@@ -34,7 +36,7 @@ def _rec(node: str, hook: str, fail: str | None, applied: str, job: str | None =
     if fail:
         results.append(CheckResult(fail, Health.UNHEALTHY, "broken"))
         reason = f"slurmguard: {fail}: broken"
-    r = report.make_record(node, hook, results, "drain" if fail else "pass", reason, job_id=job)
+    r = make_record(node, hook, results, "drain" if fail else "pass", reason, job_id=job)
     r["applied"] = applied
     return r
 
@@ -64,10 +66,10 @@ def test_lemon_is_drained_again_after_a_plain_undrain(slurm_cluster_factory, tmp
         # its healthcheck once gpu-xid passed (what the hooks do).
         for i in range(3):
             assert cli.drain("n1", "slurmguard: gpu-xid: broken")
-            assert report.deliver(_rec("n1", "prolog", "gpu-xid", "drained", str(10 + i)), cfg) == "sent"
+            assert delivery.deliver(_rec("n1", "prolog", "gpu-xid", "drained", str(10 + i)), cfg) == "sent"
             if i < 2:
                 assert cli.undrain("n1")
-                assert report.deliver(_rec("n1", "healthcheck", None, "undrained"), cfg) == "sent"
+                assert delivery.deliver(_rec("n1", "healthcheck", None, "undrained"), cfg) == "sent"
         store = Store.open(url=url)
         (s,) = _wait(lambda: [x for x in store.node_summary(["n1"]) if x.lemon], what="lemon flag")
         assert s.lemon_reason == LEMON and s.burnin_required
@@ -100,7 +102,7 @@ def test_lemon_is_drained_again_after_a_plain_undrain(slurm_cluster_factory, tmp
         kinds = {(e.kind, e.who) for e in store.events(node="n1")}
         assert ("lemon_cleared", "admin:alice") in kinds and ("probation_start", "admin:alice") in kinds
         for j in range(3):
-            assert report.deliver(_rec("n1", "epilog", None, "none", str(100 + j)), cfg) == "sent"
+            assert delivery.deliver(_rec("n1", "epilog", None, "none", str(100 + j)), cfg) == "sent"
         cluster.wait_node("n1", lambda n: "sg_probation" not in n.features, timeout=30,
                           what="probation feature removed")
         (s,) = store.node_summary(["n1"])
@@ -126,9 +128,9 @@ def test_twenty_nodes_failing_fs_mount_drain_at_most_the_cap(slurm_cluster_facto
     try:
         def node_hook(node: str) -> str:
             # What the prolog does on a fs-mount failure: ask, drain if allowed, report.
-            allowed, why = report.drain_permit(node, "fs-mount", reason, cfg)
+            allowed, why = drain_permit(node, "fs-mount", reason, cfg)
             applied = "drained" if allowed and cli.drain(node, reason) else "refused by guard"
-            report.deliver(_rec(node, "prolog", "fs-mount", applied), cfg)
+            delivery.deliver(_rec(node, "prolog", "fs-mount", applied), cfg)
             return applied if not allowed or why == "allowed" else f"{applied} ({why})"
 
         with ThreadPoolExecutor(20) as pool:  # all at once

@@ -195,3 +195,77 @@ def test_setup_that_cannot_write_says_where_and_how(tmp_path) -> None:
     line = r.stderr.strip()
     assert line.startswith(f"slurmguard: error: setup: {blocker}/usr") and "\n" not in line, line
     assert "change(s) were made before it" in line
+
+
+def test_textfile_dir_of_the_config_reaches_the_entry_scripts(tmp_path) -> None:
+    if not os.access(VENV_SG, os.X_OK):
+        pytest.skip(f"{VENV_SG}: slurmguard is not installed beside this interpreter")
+    prefix = tmp_path / "root"
+    cfg = prefix / "etc/slurmguard/slurmguard.toml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text(f'[hooks]\nstate_dir = "{prefix}/state"\nspool_dir = "{prefix}/spool"\n'
+                   f'[metrics]\ntextfile_dir = "{prefix}/textfile"\n')
+    r = setup(prefix, "node")
+    assert r.returncode == 0, r.stderr
+    defaults = (prefix / "etc/default/slurmguard").read_text()
+    assert f"SLURMGUARD_TEXTFILE_DIR={prefix}/textfile\n" in defaults
+    assert f"SLURMGUARD_STATE_DIR={prefix}/state\n" in defaults
+    assert (prefix / "textfile").is_dir() and (prefix / "state").is_dir()
+
+
+def test_the_built_package_carries_what_setup_installs(tmp_path) -> None:
+    """setuptools' build_py (what a wheel is made of) copies the data files; setup run from
+    that build, not from this checkout, installs the same entry scripts."""
+    import shutil
+
+    pytest.importorskip("setuptools")  # in every Python 3.11 venv (Debian 12)
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    shutil.copytree(REPO / "slurmguard", src / "slurmguard",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    build = tmp_path / "build"
+    r = subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()", "-q",
+                        "build_py", "--build-lib", str(build)], cwd=src, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (build / "slurmguard/data/hooks/prolog/slurmguard-prolog").exists()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(build)}
+    prefix = tmp_path / "root"
+    r = subprocess.run([sys.executable, "-m", "slurmguard", "setup", "node", "--prefix",
+                        str(prefix)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    where = subprocess.run([sys.executable, "-c", "import slurmguard; print(slurmguard.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True).stdout
+    assert where.startswith(str(build))  # the build, not this checkout, ran setup
+    for sub, name in PACKAGED:
+        if name.startswith("slurmguard-"):
+            got = (prefix / "usr/lib/slurmguard" / sub / name).read_text()
+            assert got == (REPO / sub / name).read_text().replace(
+                "SLURMGUARD_DEFAULTS=/etc/default/slurmguard",
+                f"SLURMGUARD_DEFAULTS={prefix}/etc/default/slurmguard"), name
+
+
+def test_setup_keeps_the_sites_defaults_and_their_overrides(tmp_path) -> None:
+    if not os.access(VENV_SG, os.X_OK):
+        pytest.skip(f"{VENV_SG}: slurmguard is not installed beside this interpreter")
+    prefix = tmp_path / "root"
+    defaults = prefix / "etc/default/slurmguard"
+    defaults.parent.mkdir(parents=True)
+    # A file written by hand before setup: a site variable, and an old SLURMGUARD path.
+    defaults.write_text("SLURMGUARD=/opt/old/bin/slurmguard\nSLURM_CONF=/etc/slurm-gpu/slurm.conf\n")
+    assert setup(prefix, "node").returncode == 0
+    text = defaults.read_text()
+    assert f"SLURMGUARD={VENV_SG}\n" in text and "/opt/old" not in text  # setup's own: rewritten
+    head, site = text.split("# Site settings: ", 1)
+    assert "SLURM_CONF=/etc/slurm-gpu/slurm.conf" in site  # the site's: kept
+    # An admin override in the site section (never ask the agent) survives every rerun.
+    defaults.write_text(text + "SLURMGUARD_AGENT_CLIENT=\n")
+    r = setup(prefix, "node")
+    assert "\n0 changes;" in r.stdout, r.stdout
+    assert defaults.read_text().endswith("SLURM_CONF=/etc/slurm-gpu/slurm.conf\nSLURMGUARD_AGENT_CLIENT=\n")
+    sourced = subprocess.run(["/bin/sh", "-c", f'. {defaults}; printf "[%s]" "$SLURMGUARD_AGENT_CLIENT"'],
+                             env={}, capture_output=True, text=True, timeout=30).stdout
+    assert sourced == "[]"  # the override wins over setup's line above it

@@ -1,7 +1,8 @@
 """One NVML pass over every GPU: everything the GPU checks read, in frozen dataclasses.
 
 ``gather(cfg, ctx)`` is the ``nvml`` source of :data:`slurmguard.checks.base.SOURCES`. It
-calls the real pynvml (imported here, lazily, so hooks without GPU checks never load it),
+calls NVML through slurmguard.adapters.nvml_lib (ctypes, imported lazily, so hooks without
+GPU checks never load it; pynvml's import alone cost the hook more than the whole pass),
 which loads ``libnvidia-ml.so.1``: the NVIDIA driver's library on a GPU node, the stand-in
 from tests/fakehw in the test suite.
 
@@ -165,14 +166,24 @@ class _Lost(Exception):
         self.reason = reason
 
 
+def _open(path: str) -> Any:
+    """The NVML binding of the hook path (slurmguard.adapters.nvml_lib: ctypes, no pynvml)."""
+    from slurmguard.adapters import nvml_lib
+
+    if path and not os.path.exists(path):
+        raise Unsupported(f"NVML library not found: {path}")
+    try:
+        return nvml_lib.load(path)
+    except OSError as exc:
+        if path:
+            raise Unsupported(f"NVML library cannot be loaded: {path}: {exc}") from None
+        raise Unsupported("NVML library not found") from None
+
+
 def gather(cfg: Any, ctx: Any) -> NvmlSnapshot:
     """Read every GPU once through NVML (see the module docstring for error handling)."""
     t0 = time.monotonic()
-    try:
-        import pynvml as nv
-    except ImportError:
-        raise Unsupported("NVML library not found (pynvml is not installed)") from None
-    _load_library(nv, str(cfg["checks.gpu.nvml_library"] or ""))
+    nv = _open(str(cfg["checks.gpu.nvml_library"] or ""))
     try:
         nv.nvmlInit()
     except nv.NVMLError as exc:

@@ -44,7 +44,7 @@ def parse_show_config(text: str) -> dict[str, str]:
         if not m:
             continue
         value = m.group("value").strip()
-        value = "" if value in ("(null)", "None") else value
+        value = "" if value == "(null)" else value
         key = m.group("key")
         many = _INDEXED.match(key)
         if many:

@@ -34,6 +34,93 @@ def _slurm(cfg: Any) -> Any:
     return SlurmCLI(cfg.section("slurm"))
 
 
+@burnin_grp.command("submit")
+@click.argument("nodeset", required=False)
+@click.option("--idle", is_flag=True, help="Every node idle now, plus drained nodes awaiting burn-in.")
+@click.option("--reservation", metavar="R", help="Submit into this reservation (burnin.reservation).")
+@click.option("--level", type=click.Choice(["quick", "full"]), default="quick", show_default=True,
+              help="quick: burnin.quick_seconds per load, dcgmi -r 1; full: full_seconds, -r 3.")
+@click.option("--wait", "do_wait", is_flag=True,
+              help="Wait for the jobs to end (at most burnin.wait_timeout seconds).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def submit_cmd(ctx: click.Context, nodeset: str | None, idle: bool, reservation: str | None,
+               level: str, do_wait: bool, as_json: bool) -> int:
+    """Submit one exclusive burn-in job per node (sbatch --nodelist --exclusive).
+
+    Jobs run with burnin.nice (and burnin.partition/qos) so production wins; they are not
+    requeued: a cancelled or preempted one is recorded as partial, never as a failure. Nodes
+    awaiting burn-in go first; those drained by slurmguard are opened inside a MAINT
+    reservation of their own (docs/burnin.md). Exit 7 when some node was skipped.
+
+    \b
+    Example:
+      slurmguard burnin submit --idle
+      slurmguard burnin submit 'gpu[001-016]' --level full --json
+      slurmguard burnin submit --idle --wait && slurmguard burnin report --apply
+    """
+    from slurmguard.burnin import submit as sm
+    from slurmguard.burnin.progress import bar
+    from slurmguard.errors import EXIT_OK, EXIT_REFUSED, InputError
+
+    if bool(nodeset) == bool(idle):
+        raise InputError("burnin submit: give a NODESET or --idle (not both)")
+    nodes = None
+    if nodeset:
+        from slurmguard.nodeset import expand
+
+        nodes = expand(nodeset)
+    if reservation:
+        from slurmguard.adapters.slurm_burnin import validate_reservation
+
+        validate_reservation(reservation)
+    cfg = load_config(ctx)
+    store = _store(cfg)
+    slurm = _slurm(cfg)
+    root = ctx.find_root().obj or {}
+    done = sm.submit(cfg, store, slurm, nodes, idle=idle, level=level, reservation=reservation,
+                     config_path=root.get("config_path"),
+                     progress=lambda xs: bar(xs, total=len(xs), desc="sbatch"))
+    left: list[int] = []
+    if do_wait:
+        left = sm.wait(cfg, store, slurm, [d.run_id for d in done if d.run_id is not None],
+                       float(cfg["burnin.wait_timeout"]))
+    if as_json:
+        echo_json({"submitted": [d.to_dict() for d in done], "still_running": left})
+    else:
+        click.echo(table([[d.node, d.job_id or "-", d.reservation or "-", d.note] for d in done],
+                         ["node", "job", "reservation", "note"]))
+        if left:
+            warn(f"{len(left)} burn-in run(s) still running after burnin.wait_timeout")
+    return EXIT_REFUSED if any(d.job_id is None for d in done) else EXIT_OK
+
+
+@burnin_grp.command("worker")
+@click.option("--level", type=click.Choice(["quick", "full"]), default="quick", show_default=True)
+@click.option("--node", "node_flag", metavar="NODE",
+              help="Node name when not in a Slurm job ($SLURMD_NODENAME wins).")
+@click.pass_context
+def worker_cmd(ctx: click.Context, level: str, node_flag: str | None) -> int:
+    """The burn-in job's body: health checks, measurements, health checks (on the node).
+
+    Each measurement runs in a child process with burnin.measurement_timeout; values go to
+    the store as each ends. Exit 0 complete, 1 failed (a health check or a hard
+    measurement failure), 143 cut short by SIGTERM (recorded as partial).
+
+    \b
+    Example:
+      sbatch --nodelist=gpu017 --exclusive --wrap 'slurmguard burnin worker'
+      slurmguard burnin worker --node gpu017 --level full     # by hand, outside Slurm
+    """
+    from slurmguard.burnin.worker import main_entry
+
+    if node_flag:
+        from slurmguard.nodeset import validate_node_name
+
+        validate_node_name(node_flag)
+    return main_entry(load_config(ctx), node_flag, level)
+
+
 def _num(x: float | None, fmt: str = "{:.2f}") -> str:
     if x is None:
         return "-"

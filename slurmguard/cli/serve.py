@@ -44,10 +44,11 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
         Store.upgrade(cfg.section("store"))
     store = Store.open(cfg)
     from slurmguard.metrics.registry import ServeMetrics
-    from slurmguard.serve.gauges import add_store_gauges
+    from slurmguard.serve.gauges import add_goodput_gauges, add_store_gauges
 
     metrics = ServeMetrics()
     add_store_gauges(metrics, store)
+    add_goodput_gauges(metrics, store, cfg.section("goodput")["metrics_window"])
     fleet: Any = None
     on_commit = None
     routes = {}

@@ -198,7 +198,7 @@ def paint(start: float, end: float, spans: Sequence[tuple[float, float, str]]) -
     return out
 
 
-def _match(allocs: Sequence[Allocation], runs: Sequence[RunRecord]) -> list[RunRecord | None]:
+def match_runs(allocs: Sequence[Allocation], runs: Sequence[RunRecord]) -> list[RunRecord | None]:
     """The wrapper run of each allocation: the run that started inside it (sacct's times are
     whole seconds, so one second of slack), else none."""
     out: list[RunRecord | None] = []
@@ -241,7 +241,7 @@ def account(job: JobInputs, params: Params = Params()) -> Breakdown:
         allocs.append(Allocation(start, a.end, a.nodes, max(0, a.gpus), a.state))
         horizon = a.end
     runs = sorted(job.runs, key=lambda r: (r.started, r.restart))
-    matched = _match(allocs, runs)
+    matched = match_runs(allocs, runs)
     parts, gpu_s = _zero(), _zero()
     all_nodes: list[str] = []
     for a in allocs:
@@ -351,7 +351,7 @@ def _run_parts(a: Allocation, r: RunRecord | None, job: JobInputs, params: Param
         spans.append((tl, E, tail))
     for f, to in r.stalls:  # before the first step it is the restart, by definition
         if to - f > m:
-            spans.append((max(f + m, fss), to, "stall"))
+            spans.append((max(f, fss) + m, to, "stall"))
     spans += [(A, fss, "restart"), (fss, tl, "step"), (tl, E, tail)]
     got = paint(A, E, spans)
     step_s = got.pop("step", 0.0)

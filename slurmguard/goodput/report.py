@@ -91,8 +91,9 @@ def collect(section: Mapping[str, Any], *, job_ids: Sequence[str] | None = None,
             job_notes.append("no wrapper records found for this job (searched: "
                              + (", ".join(patterns) or "nothing: give --runs DIR or "
                                 "goodput.run_dirs") + ")")
-        out.append(account(sources.job_inputs(jid, acct_recs, records.get(jid, []), faults,
-                                              job_notes), params))
+        out.append(account(sources.job_inputs(
+            jid, acct_recs, records.get(jid, []), faults, job_notes,
+            progress=sources.progress_files(jid, records.get(jid, []))), params))
     return out
 
 

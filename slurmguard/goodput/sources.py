@@ -122,6 +122,7 @@ def read_runs(files: Iterable[Path], job_ids: set[str] | None = None) -> dict[st
                         continue
                     jid = str(rec["job_id"])
                     if job_ids is None or jid in job_ids:
+                        rec["_runs_file"] = str(f)  # where it was found (its progress beside it)
                         out.setdefault(jid, []).append(rec)
         except OSError:
             continue
@@ -138,10 +139,53 @@ def expand_nodes(nodeset: str) -> tuple[str, ...]:
         return ()  # a node list we cannot trust: the nodes are unknown, the times still count
 
 
+def progress_files(job_id: str, records: Sequence[Mapping[str, Any]]) -> list[Path]:
+    """Where the job's progress events are: ``progress-<job>.jsonl`` beside the runs.jsonl
+    its records were found in (the wrapper's default). A path a record names is not
+    followed: the record is the user's file, and this runs as root."""
+    out: list[Path] = []
+    for rec in records:
+        if isinstance(rec.get("_runs_file"), str):
+            out.append(Path(rec["_runs_file"]).parent / f"progress-{job_id}.jsonl")
+    seen: set[str] = set()
+    return [p for p in out if not (str(p) in seen or seen.add(str(p))) and p.is_file()]
+
+
+def run_from_progress(paths: Iterable[Path], start: float, end: float,
+                      index: int) -> RunRecord | None:
+    """A run summarised from the progress events of [start, end] (the ranks write them
+    even when the wrapper died with its batch node and left no run record)."""
+    from slurmguard.wrapper import Progress
+
+    prog = Progress(last_event=start)
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                for line in fh:
+                    try:
+                        ev = json.loads(line)
+                    except ValueError:
+                        continue
+                    t = _num(ev.get("t")) if isinstance(ev, dict) else None
+                    if t is not None and start - 1.0 <= t <= end + 1.0:
+                        prog.feed(ev)
+        except OSError:
+            continue
+    if prog.first_step is None or prog.frontier is None:
+        return None
+    return RunRecord(restart=index, started=start, ended=end, resume_step=None, verdict="",
+                     first_step=prog.first_step, last_step=prog.frontier,
+                     median_step_s=prog.median_step(), step_samples=len(prog.step_times),
+                     checkpoints=tuple((c[0], c[1], c[2]) for c in prog.checkpoints),
+                     node_median_step_s=prog.node_medians(), slow_nodes=tuple(prog.slow_nodes()))
+
+
 def job_inputs(job_id: str, acct: Sequence[Any] | None, records: Sequence[Mapping[str, Any]],
-               faults: Sequence[Fault] | None, notes: Sequence[str] = ()) -> JobInputs:
+               faults: Sequence[Fault] | None, notes: Sequence[str] = (),
+               progress: Sequence[Path] = ()) -> JobInputs:
     """Put one job's sources together. ``acct``: its sacct records (None: no accounting);
-    ``faults``: from the store (None: no store)."""
+    ``faults``: from the store (None: no store); ``progress``: the job's progress files, read
+    only for an allocation that no run record describes."""
     runs = [r for r in (run_from_record(x) for x in records) if r is not None]
     notes = list(notes)
     user = partition = state = ""
@@ -163,9 +207,21 @@ def job_inputs(job_id: str, acct: Sequence[Any] | None, records: Sequence[Mappin
         for r, x in zip(runs, [x for x in records if run_from_record(x) is not None], strict=True):
             end = r.ended if r.ended is not None else (r.last_step[0] if r.last_step else None)
             if end is not None and end > r.started:
-                node = str(x.get("node") or "")
-                allocs.append(Allocation(r.started, end, (node,) if node else (), 0, ""))
+                from slurmguard.nodeset import is_node_name
+
+                node = x.get("node")  # the batch host; a record is the user's file: checked
+                allocs.append(Allocation(r.started, end, (node,) if is_node_name(node) else (),
+                                         0, ""))
         state = runs[-1].verdict if runs else ""
+    if acct is not None and progress:
+        from slurmguard.goodput.account import match_runs
+
+        for i, (a, r) in enumerate(zip(allocs, match_runs(allocs, runs), strict=True)):
+            if r is None and (got := run_from_progress(progress, a.start, a.end, i)) is not None:
+                runs.append(got)
+                notes.append(f"allocation at {a.start:.0f}: no wrapper record (its batch node "
+                             "died with it?): steps read from the progress file, resume step "
+                             "guessed from the first step reported")
     return JobInputs(job_id=job_id, allocations=tuple(allocs), runs=tuple(runs),
                      faults=tuple(faults or ()) + tuple(node_fail), user=user,
                      partition=partition, state=state, accounting=acct is not None,

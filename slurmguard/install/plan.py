@@ -122,12 +122,29 @@ def owner_of(user: str) -> Owner:
         return ROOT
 
 
+_SITE_HEADER = ("# Site settings: setup keeps everything below this line as it is; a variable "
+                "set here overrides setup's above.")
+_ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
+
+
+def site_lines(existing: str, ours: set[str]) -> list[str]:
+    """What an existing defaults file holds that is not setup's: every line of its site
+    section, and (from a file written by hand before setup) assignments to other variables."""
+    before, sep, after = existing.partition(_SITE_HEADER + "\n")
+    kept = [ln.rstrip() for ln in before.splitlines()
+            if (m := _ASSIGN.match(ln)) and m.group(1) not in ours]
+    if sep:
+        kept += [ln.rstrip() for ln in after.rstrip("\n").splitlines()]
+    return kept
+
+
 def defaults_text(exe: str, config_file: str, state_dir: str, textfile_dir: str,
-                  agent_client: str = "", extra: dict[str, str] | None = None) -> bytes:
+                  agent_client: str = "", extra: dict[str, str] | None = None,
+                  existing: str = "") -> bytes:
     lines = [
         "# Read by the slurmguard entry scripts (Prolog, Epilog, HealthCheckProgram,",
         "# PrologSlurmctld) and by the slurmguard systemd units. Written by `slurmguard setup`,",
-        "# which rewrites it: keep site settings in slurmguard.toml (docs/install.md).",
+        "# which rewrites the variables above the site section below (docs/install.md).",
         f"SLURMGUARD={shlex.quote(exe)}",
         f"SLURMGUARD_CONFIG={shlex.quote(config_file)}",
         f"SLURMGUARD_STATE_DIR={shlex.quote(state_dir)}",
@@ -138,6 +155,10 @@ def defaults_text(exe: str, config_file: str, state_dir: str, textfile_dir: str,
         lines.append(f"SLURMGUARD_AGENT_CLIENT={shlex.quote(agent_client)}")
     for key, value in (extra or {}).items():
         lines.append(f"{key}={shlex.quote(value)}")
+    ours = {m.group(1) for ln in lines if (m := _ASSIGN.match(ln))}
+    site = site_lines(existing, ours)
+    if site:
+        lines += [_SITE_HEADER, *site]
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -234,8 +255,14 @@ def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: by
     if cfg["serve.gate_socket"]:
         extra["SLURMGUARD_GATE_SOCKET"] = str(cfg["serve.gate_socket"])
     plan.steps.append(DirStep(os.path.dirname(defaults_file), 0o755))
+    try:
+        with open(defaults_file, encoding="utf-8", errors="replace") as fh:
+            existing = fh.read()
+    except OSError:
+        existing = ""
     plan.steps.append(FileStep(defaults_file, defaults_text(exe, config_file, hooks["state_dir"],
-                                                            textfile_dir, client_path, extra),
+                                                            textfile_dir, client_path, extra,
+                                                            existing),
                                0o644, what="what the entry scripts run"))
     # On the controller the state dir also holds the SQLite store that the gate
     # (PrologSlurmctld, run as SlurmUser) reads: group SlurmUser, group-writable for SQLite's

@@ -198,6 +198,10 @@ class ServeMetrics(_Base):
         self.policy_passes = Counter(
             "slurmguard_policy_passes_total", "Fleet policy passes, by result (ok, failed).",
             ["result"], registry=r)
+        self.http_connection_events = Counter(
+            "slurmguard_http_connection_events_total",
+            "What serve's HTTP front did to connections (docs/serve.md): accepted, evicted_idle, "
+            "refused_over_cap, idle_closed, request_timeouts, early_answers.", ["event"], registry=r)
         self.slurm_nodes = Gauge(
             "slurmguard_slurm_nodes",
             "Nodes per Slurm state as the last policy pass saw them (up, drained_slurmguard, "

@@ -128,7 +128,7 @@ def write_hook(directory: str, hook: str, *, results: Iterable[tuple[str, str]],
         runs[verdict] = runs.get(verdict, 0) + 1
         text = render(hook, results, verdict, reason, duration,
                       now=time.time() if now is None else now, runs=runs, check=check)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = _create(tmp)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)
@@ -188,7 +188,7 @@ def bump_counters(directory: str, filename: str, helps: Mapping[str, str],
         for name, text in helps.items():
             out += [f"# HELP {name} {text}", f"# TYPE {name} counter"]
             out += [f"{name}{{{lbl}}} {int(v)}" for (n, lbl), v in sorted(counts.items()) if n == name]
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = _create(tmp)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write("\n".join(out) + "\n")
         os.replace(tmp, path)
@@ -204,6 +204,17 @@ def bump_counters(directory: str, filename: str, helps: Mapping[str, str],
     return None
 
 
+def _create(tmp: str) -> int:
+    """A new temp file at ``tmp``, never through a symlink someone planted at the name (the
+    textfile directory may be shared): a leftover of ours, or a planted link, is removed
+    first (unlink removes a link, not its target), then O_EXCL|O_NOFOLLOW."""
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+
+
 def _lock(directory: str, hook: str) -> int | None:
     """Serialize two runs of the same hook on a node (two jobs starting at once), so the
     runs counter loses no increment. Waits at most ~200 ms, then goes on without the lock
@@ -213,7 +224,7 @@ def _lock(directory: str, hook: str) -> int | None:
     try:
         name = hook if hook.endswith(".prom") else f"slurmguard_hook_{hook}"
         fd = os.open(os.path.join(directory, f".{name}.lock"),
-                     os.O_RDWR | os.O_CREAT, 0o644)
+                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError:
         return None
     for _ in range(40):

@@ -109,7 +109,8 @@ class PooledHTTPServer:
     def __init__(self, address: tuple[str, int], handler_cls: type, *, workers: int = 64,
                  max_connections: int = 1024, idle_timeout: float = 15.0,
                  request_timeout: float = 30.0, write_timeout: float = 10.0,
-                 max_body: int = 4 << 20, early: EarlyFn | None = None) -> None:
+                 max_body: int = 4 << 20, early: EarlyFn | None = None,
+                 on_event: Callable[[str], None] | None = None) -> None:
         self.handler_cls = handler_cls
         self.workers = max(1, workers)
         # Two descriptors per connection at most (the socket, and none other) plus headroom
@@ -140,6 +141,15 @@ class PooledHTTPServer:
         self.stats = {"accepted": 0, "refused_over_cap": 0, "evicted_idle": 0,
                       "idle_closed": 0, "request_timeouts": 0, "early_answers": 0,
                       "requests": 0}
+        self.on_event = on_event
+
+    def _count(self, event: str) -> None:
+        self.stats[event] += 1
+        if self.on_event is not None and event != "requests":
+            try:
+                self.on_event(event)
+            except Exception:  # metrics never break serving
+                log.exception("connection metrics failed")
 
     # -- life cycle
     def serve_forever(self) -> None:
@@ -218,17 +228,17 @@ class PooledHTTPServer:
             except OSError as exc:  # EMFILE and friends: stop accepting this round
                 log.warning("accept failed: %s", exc)
                 return
-            self.stats["accepted"] += 1
+            self._count("accepted")
             sock.setblocking(False)
             if len(self._conns) >= self.max_connections:
                 # Make room by closing the connection idle the longest, if it has been idle
                 # a moment (a connection accepted just now may not have been read yet).
                 oldest = next(iter(self._idle.values()), None)
                 if oldest is not None and time.monotonic() - oldest.last_active >= _EVICT_AFTER:
-                    self.stats["evicted_idle"] += 1
+                    self._count("evicted_idle")
                     self._close(oldest)
                 else:
-                    self.stats["refused_over_cap"] += 1
+                    self._count("refused_over_cap")
                     try:
                         sock.send(_quick_reply(503, {"error": "too many connections; retry later"}))
                     except OSError:
@@ -285,7 +295,7 @@ class PooledHTTPServer:
             kind, value = verdict
             if kind == "answer":
                 code, obj = value
-                self.stats["early_answers"] += 1
+                self._count("early_answers")
                 self._answer_and_linger(conn, code, obj)
                 return
             body_len, expect = value
@@ -388,11 +398,11 @@ class PooledHTTPServer:
     def _sweep(self, now: float) -> None:
         for conn in list(self._conns.values()):
             if conn.state == "idle" and now - conn.last_active > self.idle_timeout:
-                self.stats["idle_closed"] += 1
+                self._count("idle_closed")
                 self._close(conn)
             elif (conn.state == "reading" and conn.first_byte is not None
                   and now - conn.first_byte > self.request_timeout):
-                self.stats["request_timeouts"] += 1
+                self._count("request_timeouts")
                 self._answer_and_linger(conn, 408, {
                     "error": f"request not complete within {self.request_timeout:g}s"})
             elif conn.state == "linger" and now > conn.linger_until:
@@ -439,6 +449,6 @@ class PooledHTTPServer:
         h.rfile = io.BytesIO(data)
         h.wfile = _Writer(conn.sock)
         h.close_connection = True
-        self.stats["requests"] += 1
+        self._count("requests")
         h.handle_one_request()
         return not h.close_connection

@@ -157,7 +157,11 @@ class IngestServer:
         self.httpd = PooledHTTPServer(
             (host, port), _make_handler(self), workers=workers, max_connections=max_connections,
             idle_timeout=idle_timeout, request_timeout=request_timeout, max_body=max_body,
-            early=self.early)
+            early=self.early,
+            on_event=lambda e: self.metrics.http_connection_events.labels(event=e).inc())
+        self.metrics.add_gauge("slurmguard_http_connections_open",
+                               "Connections serve holds open now (idle, arriving, being answered).",
+                               (), lambda: {(): float(self.httpd.open_connections)})
         self._thread: threading.Thread | None = None
         self._ping: tuple[float, bool] = (float("-inf"), False)
         self._ping_lock = threading.Lock()

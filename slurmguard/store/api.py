@@ -541,9 +541,10 @@ class Store(BurninMixin):
         return goodput.node_faults(self.engine, nodes, since=since, until=until)
 
     def ping(self) -> None:
-        """One trivial query: raises StoreError when the store does not answer."""
+        """One cheap query that reads the database (not just the connection): raises
+        StoreError when the store does not answer (down, locked, unreadable)."""
         with guard(self.engine, "ping"), self.engine.connect() as conn:
-            conn.execute(select(1)).scalar_one()
+            conn.execute(select(Node.id).limit(1)).all()
 
     def state_counts(self) -> dict[str, dict[str, int]]:
         """Known nodes per last health (``unknown``: never reported), per flag (lemon,

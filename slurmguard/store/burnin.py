@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, insert, select, update
 
+from slurmguard.burnin.values import BurninValue
 from slurmguard.errors import InputError
 from slurmguard.store.engine import guard
 from slurmguard.store.models import (
@@ -37,20 +38,6 @@ _R = BurninRun.__table__
 _CHUNK = 500
 OPEN = ("submitted", "running")
 RESULT_STATUSES = ("ok", "unsupported", "error", "failed")
-
-
-@dataclass(frozen=True)
-class BurninValue:
-    """One measured value (``metric``/``value``/``unit``) or a measurement without one."""
-
-    measurement: str
-    status: str  # ok, unsupported, error, failed
-    metric: str = ""
-    value: float | None = None
-    unit: str = ""
-    reason: str = ""
-    higher_is_better: bool = True
-    details: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ def _row(b: Mapping[str, Any], now: float) -> dict[str, Any]:
            "started": float(b["start"]), "ended": float(b["end"]),
            "wall_s": float(b["wall_s"]), "held_s": float(b["held_s"]),
            "unknown": json.dumps(list(b.get("unknown") or [])),
+           "unknown_notes": len(b.get("unknown") or []),
            "steps_lost": int(b.get("steps_lost") or 0), "collected": now,
            "details": json.dumps({"runs": b.get("runs") or [], "step_time_s": b.get("step_time_s")},
                                  default=str)}
@@ -55,10 +56,12 @@ def record(engine: Engine, breakdowns: Sequence[Mapping[str, Any]], now: float |
         for chunk in _chunks(ids):
             row_ids.update(conn.execute(select(GoodputJob.job_id, GoodputJob.id).where(
                 GoodputJob.job_id.in_(chunk))).all())
-        nodes = [{"job_row": row_ids[b_row["job_id"]], "node": n[:128]}
-                 for b, b_row in zip([b for b in breakdowns if b.get("start") is not None
-                                      and b.get("end") is not None], rows, strict=True)
-                 for n in dict.fromkeys(b.get("nodes") or [])]
+        nodes = []
+        kept = [b for b in breakdowns if b.get("start") is not None and b.get("end") is not None]
+        for b, b_row in zip(kept, rows, strict=True):
+            names = list(dict.fromkeys(n[:128] for n in b.get("nodes") or []))
+            nodes += [{"job_row": row_ids[b_row["job_id"]], "node": n, "share": 1.0 / len(names)}
+                      for n in names]
         if nodes:
             conn.execute(insert(GoodputJobNode), nodes)
     return len(rows)
@@ -101,7 +104,7 @@ def job(engine: Engine, job_id: str) -> dict[str, Any] | None:
 def _sums(cols: Any, weight: Any) -> list[Any]:
     out = [func.count().label("jobs"), func.sum(cols.wall_s).label("wall"),
            func.sum(cols.held_s * weight).label("held_gpu"),
-           func.sum(case((or_(cols.unknown_s > 0, cols.unknown != "[]"), 1), else_=0)).label("unk")]
+           func.sum(case((or_(cols.unknown_s > 0, cols.unknown_notes > 0), 1), else_=0)).label("unk")]
     for p in PARTS:
         out.append(func.sum(getattr(cols, f"{p}_s")).label(f"s_{p}"))
         out.append(func.sum(getattr(cols, f"{p}_s") * weight).label(f"g_{p}"))
@@ -119,13 +122,10 @@ def totals(engine: Engine, *, since: float, until: float | None = None,
     j = GoodputJob
     where = [j.ended >= since, j.ended <= until]
     if by == "node":
-        per_node = (select(GoodputJobNode.job_row, func.count().label("n"))
-                    .group_by(GoodputJobNode.job_row).subquery())
-        weight = j.gpus * 1.0 / per_node.c.n
+        weight = j.gpus * GoodputJobNode.share
         stmt = (select(GoodputJobNode.node.label("g"), *_sums(j, weight))
-                .select_from(GoodputJobNode).join(j, j.id == GoodputJobNode.job_row)
-                .join(per_node, per_node.c.job_row == j.id).where(*where)
-                .group_by(GoodputJobNode.node))
+                .select_from(j).join(GoodputJobNode, GoodputJobNode.job_row == j.id)
+                .where(*where).group_by(GoodputJobNode.node))
     else:
         key = {"cause": literal("fleet"), "partition": j.partition, "user": j.user}[by]
         stmt = select(key.label("g"), *_sums(j, j.gpus)).where(*where)

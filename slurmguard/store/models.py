@@ -260,9 +260,17 @@ class GoodputJob(Base):
     steps_lost: Mapped[int] = mapped_column(Integer, default=0)
     collected: Mapped[float] = mapped_column(Float)
     details: Mapped[str] = mapped_column(Text, default="{}")  # JSON: the per-run breakdown
+    unknown_notes: Mapped[int] = mapped_column(Integer, default=0)  # len(unknown), for reports
 
-    __table_args__ = (Index(None, "ended"), Index(None, "partition", "ended"),
-                      Index(None, "user", "ended"))
+    __table_args__ = (
+        Index(None, "ended"), Index(None, "partition", "ended"), Index(None, "user", "ended"),
+        # Covers the fleet report (`goodput --since`): an index-only range scan, never the
+        # wide rows (details is about 1 KB a job). Revision 0004.
+        Index("ix_goodput_jobs_report", "ended", "partition", "user", "gpus", "wall_s", "held_s",
+              "unknown_notes", *[f"{p}_s" for p in (
+                  "productive", "lost_work", "requeue_wait", "restart", "stall",
+                  "checkpoint_save", "drained_node", "straggler", "other", "unknown")]),
+    )
 
 
 class GoodputJobNode(Base):
@@ -273,8 +281,11 @@ class GoodputJobNode(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     job_row: Mapped[int] = mapped_column(ForeignKey("goodput_jobs.id", ondelete="CASCADE"))
     node: Mapped[str] = mapped_column(String(128))
+    share: Mapped[float] = mapped_column(Float, default=1.0)  # 1 / the job's node count (0004)
 
-    __table_args__ = (Index(None, "job_row"), Index(None, "node"))
+    # The last one covers `goodput --by node`'s join (revision 0004).
+    __table_args__ = (Index(None, "job_row"), Index(None, "node"),
+                      Index("ix_goodput_job_nodes_report", "job_row", "node", "share"))
 
 
 ALL_TABLES = [Node.__table__, Run.__table__, Result.__table__, Event.__table__,

@@ -147,7 +147,7 @@ def validate_record(rec: Any, *, now: float | None = None) -> dict[str, Any]:
         # What the hook did about its decision ("drained", "already drained or down", ...):
         # serve ledgers node-side drains from it.
         "applied": _text("applied", rec.get("applied"), 64),
-        # Set by the node's spool (slurmguard.report.spool): the record was replayed.
+        # Set by the node's spool (slurmguard.adapters.spool.write): the record was replayed.
         "spooled": _spooled(rec.get("spooled")),
     }
 

@@ -2,7 +2,7 @@
 
     python tests/bench/bench_gate.py [--nodes 10000] [--results 1000000] [--jobs 200] [--procs 30]
 
-Builds the store once (cached under /tmp/sg-bench-gate, schema from sql/schema-sqlite.sql,
+Builds the store once per schema revision (cached under /tmp/sg-bench-gate, schema from sql/schema-sqlite.sql,
 5 results per run, some lemons and fresh failures), then prints the median of
   * the in-process gate (expand the node list, the indexed query, the verdicts), and
   * the whole `python -m slurmguard gate --dry-run` process as slurmctld would start it,
@@ -37,7 +37,9 @@ NOW = time.time()
 
 
 def build(path: Path, nodes: int, results: int) -> None:
-    tmp = path.with_suffix(".tmp")
+    # Per-process temporary name: two builders at once (engineers sharing /tmp) must not
+    # write into the same file; the rename makes whichever finishes last the cache.
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     conn = sqlite3.connect(tmp)
     conn.executescript((REPO / "sql" / "schema-sqlite.sql").read_text())
@@ -96,7 +98,10 @@ def main() -> int:
     args = ap.parse_args()
     d = Path("/tmp/sg-bench-gate")
     d.mkdir(exist_ok=True)
-    db = d / f"store-{args.nodes}-{args.results}.db"
+    from slurmguard.store.version import HEAD
+
+    # One cached store per schema revision: a new migration must not meet an old cache.
+    db = d / f"store-{args.nodes}-{args.results}-r{HEAD}.db"
     if not db.exists():
         t = time.perf_counter()
         build(db, args.nodes, args.results)

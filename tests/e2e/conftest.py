@@ -137,7 +137,10 @@ def cluster(docker_cluster: DockerCluster) -> Iterator[DockerCluster]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test on the dockerized cluster carries the marker ``e2e`` (docs/testing.md,
+    "Scopes and markers"); a native-Slurm test in this folder keeps its ``slurm`` marker only."""
     here = Path(__file__).parent
     for item in items:
-        if here in Path(str(item.fspath)).parents:
+        if here in Path(str(item.fspath)).parents and "docker_cluster" in getattr(
+                item, "fixturenames", ()):
             item.add_marker(pytest.mark.e2e)

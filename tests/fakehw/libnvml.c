@@ -261,6 +261,19 @@ API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d, unsig
     return nvmlDeviceGetCurrentClocksEventReasons(d, r);
 }
 
+API nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t dev, int type, unsigned int *clock) {
+    FIELD(dev, "clocks"); OUT(clock);
+    if (type < 0 || type > 3) return NVML_ERROR_INVALID_ARGUMENT;
+    *clock = dev->clock[type];
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t dev, int type, unsigned int *clock) {
+    FIELD(dev, "clocks"); OUT(clock);
+    if (type < 0 || type > 3) return NVML_ERROR_INVALID_ARGUMENT;
+    *clock = dev->max_clock[type];
+    return NVML_SUCCESS;
+}
+
 API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t dev, unsigned int link, int *active) {
     FIELD(dev, "nvlink"); OUT(active);
     if (link >= (unsigned)dev->n_links) return NVML_ERROR_INVALID_ARGUMENT;

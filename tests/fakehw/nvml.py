@@ -100,6 +100,9 @@ def default_gpu(index: int, bus_id: str) -> dict[str, Any]:
         "retired_pages": {"pending": False, "single_bit": 0, "double_bit": 0},
         "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
         "clocks_event_reasons": GPU_IDLE,
+        # MHz; the stand-in models no load, so the current clocks default to the maxima.
+        "clocks": {"graphics": 1980, "sm": 1980, "mem": 2619, "video": 1545},
+        "max_clocks": {"graphics": 1980, "sm": 1980, "mem": 2619, "video": 1545},
         "nvlink": [True] * 18,
         "pcie": {"width": 16, "max_width": 16, "gen": 5, "max_gen": 5},
         "persistence_mode": True,

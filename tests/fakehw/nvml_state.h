@@ -45,6 +45,7 @@ typedef struct {
     unsigned retired_sbe, retired_dbe;
     unsigned remap_corr, remap_unc, remap_pending, remap_failure;
     unsigned long long clock_reasons;
+    unsigned clock[4], max_clock[4]; /* MHz by nvmlClockType_t: graphics, sm, mem, video */
     int n_links, link_up[MAX_LINKS];
     unsigned pcie_width, pcie_max_width, pcie_gen, pcie_max_gen;
     int persistence;
@@ -185,6 +186,16 @@ static void load_gpu(fake_gpu *g, const jnode *j, int slot) {
     g->remap_pending = (unsigned)j_bool(v, "pending", 0);
     g->remap_failure = (unsigned)j_bool(v, "failure", 0);
     g->clock_reasons = (unsigned long long)j_num(j, "clocks_event_reasons", 0x1 /* GpuIdle */);
+    {
+        /* H100 SXM5 maxima; the current clocks default to them (the stand-in models no load). */
+        static const char *names[4] = {"graphics", "sm", "mem", "video"};
+        static const unsigned dflt[4] = {1980, 1980, 2619, 1545};
+        jnode *mx = j_get(j, "max_clocks"), *cur = j_get(j, "clocks");
+        for (int k = 0; k < 4; k++) {
+            g->max_clock[k] = (unsigned)j_num(mx, names[k], dflt[k]);
+            g->clock[k] = (unsigned)j_num(cur, names[k], g->max_clock[k]);
+        }
+    }
     v = j_get(j, "nvlink");
     if (v && v->type == J_ARR) {
         g->n_links = j_len(v) < MAX_LINKS ? j_len(v) : MAX_LINKS;

@@ -173,3 +173,32 @@ def test_hook_with_full_disk(tmp_path: Path, small_fs: Path) -> None:
            faults="spool on a full tmpfs (256 KiB, filled)",
            figures=(f"exit 0, nothing drained, no partial file left, log line: "
                     f"...{lines[0].split(';', 1)[1][:90]}"))
+
+
+def test_hook_with_hung_serve(tmp_path: Path) -> None:
+    """serve accepts the connection but never answers (hung, or a stopped process): the hook
+    waits hooks.report_timeout at most, spools the record, exits 0 and drains nothing."""
+    import socket
+    import time
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)  # the kernel completes handshakes; nobody ever reads or answers
+    port = hung.getsockname()[1]
+    sdir = tmp_path / "spool"
+    cfg, calls = _cfg(tmp_path, sdir, port)
+    try:
+        t0 = time.monotonic()
+        p = _hook(cfg)
+        took = time.monotonic() - t0
+    finally:
+        hung.close()
+    assert p.returncode == 0, p.stderr
+    assert not calls.exists() or calls.read_text() == ""
+    assert len(spool.pending(str(sdir))) == 1
+    # report_timeout is 1 s; the rest is interpreter start-up and the checks (loaded machine)
+    assert took < 1.0 + 8.0, took
+    record("serve-hung", load="serve accepts but never answers; prolog",
+           faults="hung serve (connection accepted, no answer)",
+           figures=(f"prolog exit 0 in {took:.1f} s (report_timeout 1 s + start-up), record "
+                    "spooled, nothing drained"))

@@ -199,6 +199,26 @@ def test_textfile_replaces_a_planted_symlink(tmp_path: Path, victim: Path) -> No
     CASES.append("metrics textfile name a symlink (replaced, target untouched)")
 
 
+def test_node_textfiles_are_not_written_through_planted_links(tmp_path: Path, victim: Path) -> None:
+    from slurmguard.metrics import textfile
+
+    d = tmp_path / "textfiles"
+    d.mkdir(mode=0o1777)  # a shared directory, as some textfile collectors use
+    pid = os.getpid()
+    os.symlink(victim, d / f".slurmguard_hook_prolog.{pid}.tmp")  # the exact temp name
+    os.symlink(victim, d / ".slurmguard_hook_prolog.lock")
+    os.symlink(victim, d / f".slurmguard_gate.prom.{pid}.tmp")
+    problem = textfile.write_hook(str(d), "prolog", results=[("gpu-xid", "healthy")],
+                                  verdict="pass", reason="", duration=0.1)
+    assert problem is None or "lock" not in problem
+    assert textfile.bump_counters(str(d), "slurmguard_gate.prom", {"slurmguard_x_total": "x"},
+                                  {("slurmguard_x_total", 'a="b"'): 1}) is None
+    assert victim.read_text() == "precious\n"
+    assert (d / "slurmguard_hook_prolog.prom").is_file()
+    assert not (d / "slurmguard_hook_prolog.prom").is_symlink()
+    CASES.append("node textfile temp names and lock file symlinks (hook and gate files)")
+
+
 def test_zz_record_row() -> None:
     record("planted-symlinks", faults="local user plants symlinks / shared dirs",
            bad_inputs=f"{len(CASES)} cases: " + "; ".join(CASES),

@@ -1,4 +1,4 @@
-"""Issue 2 end to end on a real Slurm cluster: 4 nodes, 8 stand-in GPUs each, the real
+"""The node hooks end to end on a real Slurm cluster: 4 nodes, 8 stand-in GPUs each, the real
 prolog/epilog/healthcheck commands wired into slurm.conf.
 
 - XID 79 on GPU 2 of n3: the prolog drains n3 with `slurmguard: gpu-xid: ...`, and a

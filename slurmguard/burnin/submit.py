@@ -1,0 +1,179 @@
+"""`slurmguard burnin submit`: one exclusive, low-priority, preemptible job per node.
+
+Nodes awaiting burn-in (``burnin_required``: new, repaired, lemons) go first. Such a node is
+usually drained by slurmguard; Slurm never starts a job on a drained node, so it is opened
+inside a MAINT reservation of its own (``slurmguard_burnin_<time>``, only the submitting user
+may run there) and undrained: production cannot land on it, the burn-in can. `burnin report
+--apply` then drains it again (failed, flagged, or cut short) or returns it, and deletes the
+reservation. Nodes drained by someone else, DOWN nodes, and (with ``--idle``) busy nodes are
+skipped, each with the reason.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shlex
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slurmguard.errors import SlurmguardError
+
+ACTOR = "slurmguard"
+
+
+@dataclass(frozen=True)
+class Submitted:
+    node: str
+    job_id: str | None
+    run_id: int | None
+    awaiting: bool
+    reservation: str
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "job_id": self.job_id, "run_id": self.run_id,
+                "awaiting_burnin": self.awaiting, "reservation": self.reservation,
+                "note": self.note}
+
+
+def program(cfg: Any, config_path: str | None) -> list[str]:
+    argv = list(cfg["burnin.program"]) or [sys.executable, "-m", "slurmguard"]
+    if config_path:
+        argv += ["-c", os.path.abspath(config_path)]
+    return argv
+
+
+def script(argv: Sequence[str], level: str) -> str:
+    words = " ".join(shlex.quote(a) for a in [*argv, "burnin", "worker", "--level", level])
+    return f"#!/bin/sh\n# slurmguard burn-in (docs/burnin.md)\nexec {words}\n"
+
+
+def sbatch_args(cfg: Any, node: str, reservation: str) -> list[str]:
+    b = cfg.section("burnin")
+    args = [f"--nodelist={node}", "--nodes=1", "--exclusive", "--no-requeue", "--chdir=/",
+            f"--job-name=sg-burnin-{node}", f"--time={b['time_limit']}", f"--nice={b['nice']}"]
+    for key, flag in (("partition", "--partition"), ("qos", "--qos"), ("account", "--account")):
+        if b[key]:
+            args.append(f"{flag}={b[key]}")
+    if reservation:
+        args.append(f"--reservation={reservation}")
+    # The store has every value; without a configured file the job's output is dropped
+    # (rather than a slurm-%j.out in whatever directory submit ran from).
+    args.append(f"--output={b['output'] or '/dev/null'}")
+    return args
+
+
+def _minutes(limit: str) -> int:
+    days, _, rest = limit.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if len(parts) == 1:
+        minutes = parts[0]
+    elif len(parts) == 2:
+        minutes = parts[0] + parts[1] / 60
+    else:
+        minutes = parts[0] * 60 + parts[1] + parts[2] / 60
+    return int(minutes + (int(days) * 1440 if days else 0)) + 1
+
+
+def feature_group(cfg: Any, info: Any) -> str:
+    if cfg["burnin.group_by"] != "feature" or info is None:
+        return ""
+    feats = set(getattr(info, "features", ()) or ())
+    for f in cfg["burnin.group_features"]:
+        if f in feats:
+            return f
+    return "no-feature"
+
+
+def submit(cfg: Any, store: Any, slurm: Any, nodes: Iterable[str] | None, *, idle: bool,
+           level: str, reservation: str | None, config_path: str | None,
+           progress: Any = None) -> list[Submitted]:
+    from slurmguard.adapters import slurm_burnin as sb
+    from slurmguard.store.burnin import night_of
+
+    now = time.time()
+    night = night_of(now, int(cfg["burnin.night_boundary_utc"]))
+    infos = {n.name: n for n in slurm.nodes()}
+    awaiting = {s.name for s in store.node_summary() if s.burnin_required}
+    if nodes is None:
+        chosen = sorted(n for n, i in infos.items()
+                        if (i.state == "idle" and not i.drained and not i.down)
+                        or (n in awaiting and i.drained and i.ours and not i.down))
+    else:
+        chosen = list(dict.fromkeys(nodes))
+    chosen.sort(key=lambda n: (n not in awaiting, n))  # awaiting burn-in first
+    out: list[Submitted] = []
+    todo = []
+    reserve = []
+    for n in chosen:
+        info = infos.get(n)
+        if info is None:
+            out.append(Submitted(n, None, None, n in awaiting, "", "not known to Slurm: skipped"))
+        elif info.down or info.not_responding:
+            out.append(Submitted(n, None, None, n in awaiting, "", "DOWN or not responding: skipped"))
+        elif info.drained and not info.ours:
+            out.append(Submitted(n, None, None, n in awaiting, "",
+                                 f"drained by someone else ({info.reason}): skipped"))
+        elif info.drained and n not in awaiting:
+            out.append(Submitted(n, None, None, False, "",
+                                 f"drained by slurmguard ({info.reason}) and not awaiting "
+                                 "burn-in: skipped"))
+        else:
+            todo.append(n)
+            if info.drained:
+                reserve.append(n)
+    res_name = reservation or str(cfg["burnin.reservation"] or "")
+    own_res = ""
+    if reserve and not res_name:
+        from slurmguard.nodeset import fold
+
+        own_res = f"{sb.RESERVATION_PREFIX}_{int(now)}"
+        sb.create_reservation(slurm, own_res, fold(reserve), [getpass.getuser()],
+                              _minutes(str(cfg["burnin.time_limit"])) + 60)
+        for n in reserve:
+            if slurm.undrain(n):
+                store.record_event(n, "clear", ACTOR, f"opened for burn-in in reservation {own_res}",
+                                   source="burnin", at=now, details={"reservation": own_res})
+    argv = program(cfg, config_path)
+    text = script(argv, level)
+    it = todo if progress is None else progress(todo)
+    for n in it:
+        res = own_res if n in reserve else res_name
+        try:
+            job = sb.sbatch(slurm, text, sbatch_args(cfg, n, res))
+        except SlurmguardError as exc:
+            out.append(Submitted(n, None, None, n in awaiting, res, f"sbatch failed: {exc.message}"))
+            continue
+        rid = store.burnin_submitted(n, job_id=job, level=level, night=night,
+                                     group_key=feature_group(cfg, infos.get(n)), reservation=res,
+                                     at=now)
+        out.append(Submitted(n, job, rid, n in awaiting, res,
+                             "awaiting burn-in: opened in the reservation" if n in reserve
+                             else ("awaiting burn-in" if n in awaiting else "submitted")))
+    order = {n: i for i, n in enumerate(chosen)}
+    return sorted(out, key=lambda s: order.get(s.node, 1 << 30))
+
+
+def wait(cfg: Any, store: Any, slurm: Any, run_ids: Sequence[int], timeout: float,
+         poll: float = 5.0) -> list[int]:
+    """Wait until these runs are no longer open (or their jobs vanished); the ids still open."""
+    from slurmguard.burnin.apply import vanished
+
+    pending = set(run_ids)
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        open_ids = {r.id for r in store.burnin_open_runs()}
+        pending &= open_ids
+        if pending:
+            try:
+                gone = {r.id for r, _ in vanished(store, slurm)}
+            except SlurmguardError:
+                gone = set()
+            pending -= gone
+        if pending:
+            time.sleep(poll)
+    return sorted(pending)

@@ -1,0 +1,43 @@
+"""A site measurement module (config `burnin.site_modules`) for the burn-in tests: a real
+module loaded the way an admin's site benchmark would be, whose measurements hang, raise,
+are unsupported or report a value (FAKE_BENCH_VALUE)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from slurmguard.errors import Unsupported
+
+MEASUREMENTS = {
+    "site-value": "burninsite:value",
+    "site-hang": "burninsite:hang",
+    "site-raise": "burninsite:boom",
+    "site-unsupported": "burninsite:nope",
+    "site-slow": "burninsite:slow",
+}
+
+
+def value(p):  # noqa: ANN001, ANN201
+    return [{"metric": "site_seconds", "value": float(os.environ.get("FAKE_BENCH_VALUE", "10")),
+             "unit": "s", "status": "ok", "higher_is_better": False}]
+
+
+def hang(p):  # noqa: ANN001, ANN201
+    time.sleep(3600)
+
+
+def boom(p):  # noqa: ANN001, ANN201
+    raise RuntimeError("the benchmark crashed")
+
+
+def nope(p):  # noqa: ANN001, ANN201
+    raise Unsupported("needs an InfiniBand HCA")
+
+
+def slow(p):  # noqa: ANN001, ANN201
+    marker = os.environ.get("FAKE_BENCH_MARKER")
+    if marker:
+        open(marker, "w").close()
+    time.sleep(float(os.environ.get("FAKE_BENCH_SLEEP", "60")))
+    return value(p)
