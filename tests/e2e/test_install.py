@@ -200,8 +200,12 @@ def test_fresh_debian_setup_doctor_fault_drains_and_a_missing_binary_fails_open(
     node = wait_for("the prolog's drain", lambda: "DRAIN" in (n := site.node()).get("State", "")
                     and n, 60, context=site.logs)
     assert node["Reason"].startswith("slurmguard: fs-mount: ") and "/scratch" in node["Reason"], node
-    site.sh(f"scancel {job_id.strip()}; rm -f /scratch/fill; "
-            f"scontrol update nodename={HOST} state=resume")
+    # Repaired: the fault first, then the job gone (its epilog, which also finds the fault
+    # while it lasts, must be over), then our drain cleared.
+    site.sh(f"rm -f /scratch/fill; scancel {job_id.strip()}")
+    wait_for("no job left", lambda: not site.sh("squeue -h")[1].strip()
+             and "COMPLETING" not in site.node().get("State", ""), 60, context=site.logs)
+    site.sh(f"scontrol update nodename={HOST} state=resume")
     wait_for(f"{HOST} idle", lambda: site.node().get("State") == "IDLE", 60, context=site.logs)
 
     # 4. The slurmguard the hooks run is gone: the prolog fails open, loudly.
