@@ -4,7 +4,7 @@ A hook process pays for starting Python and importing slurmguard on every job st
 100 ms of a 130 ms prolog). The agent pays once: it keeps NVML initialised (and an NVML event
 set for Xid critical errors), follows the kernel log, runs the slow sources (filesystem
 probes, the /proc scan, IB counters, chrony, munge) in the background, and runs a hook when
-the thin client (``agent-client``, C, see clients/) asks.
+the thin client (``slurmguard-agent-client``, C, prolog/sg_agent_client.c) asks.
 
 One definition of a hook run: the agent calls :func:`slurmguard.hooks.execute`, the same
 gather/evaluate/decide/act/report code the in-process ``slurmguard prolog`` runs, with its
@@ -73,6 +73,7 @@ def read_boot_id(path: str) -> str:
 @dataclass
 class _Cached:
     at: float  # time.monotonic() when the gather started (the data is at least this old)
+    gen: int = 0  # the config generation it was gathered with (a reload makes it unusable)
     value: Any = None
     exc: BaseException | None = None
 
@@ -283,6 +284,7 @@ class Agent:
         self.run_lock = threading.Lock()  # one hook run at a time (state.json, NVML)
         self.cache_lock = threading.Lock()
         self.cache: dict[tuple[str, str], _Cached] = {}
+        self.gen = 0
         self._inflight: set[tuple[str, str]] = set()
         self.nodes = {node}
         self.kernel_log = KernelLogFollower()
@@ -309,6 +311,7 @@ class Agent:
             self.cfg = base.for_node(self.node)
             with self.cache_lock:
                 self.cache.clear()
+                self.gen += 1
         return self.base.for_node(node) if node != self.node else self.cfg
 
     # -- sources --------------------------------------------------------------------------------
@@ -324,15 +327,17 @@ class Agent:
                      ctx: GatherContext) -> _Cached:
         from slurmguard.runner import resolve_source
 
-        c = _Cached(time.monotonic())
+        with self.cache_lock:
+            gen = self.gen
+        c = _Cached(time.monotonic(), gen)
         try:
             c.value = resolve_source(target)(cfg, ctx)
         except BaseException as exc:  # noqa: BLE001 - cached, raised again in the hook's run
             c.exc = exc
         with self.cache_lock:
             old = self.cache.get(key)
-            if old is None or old.at <= c.at:
-                self.cache[key] = c
+            if c.gen == self.gen and (old is None or old.at <= c.at):
+                self.cache[key] = c  # a value of an older config is never stored
         return c
 
     def sources_for(self, cfg: Any, node: str, job_uid: int | None,
@@ -362,8 +367,9 @@ class Agent:
             def get(c: Any, ctx: GatherContext) -> Any:
                 with self.cache_lock:
                     hit = self.cache.get((node, name))
+                    current = self.gen
                 now = time.monotonic()
-                if hit is not None and now - hit.at <= max_age:
+                if hit is not None and hit.gen == current and now - hit.at <= max_age:
                     ages[name] = round(now - hit.at, 3)
                     return hit.result()
                 ages[name] = 0.0  # stale or absent: run it now, inside this hook's budget
@@ -545,7 +551,16 @@ def bind_socket(path: str) -> socket.socket:
         raise ConfigError(f"agent.socket: directory {d} is writable by others")
     try:
         if stat.S_ISSOCK(os.lstat(path).st_mode):
-            os.unlink(path)  # a stale socket of an earlier agent
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            probe.settimeout(1.0)
+            try:
+                probe.connect(path)
+            except OSError:
+                os.unlink(path)  # a stale socket of an earlier agent: nobody listens
+            else:
+                raise ConfigError(f"agent.socket: {path}: another agent is answering there")
+            finally:
+                probe.close()
     except FileNotFoundError:
         pass
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -43,6 +43,7 @@ class Setup:
             "[hooks]\n", f'[agent]\nsocket = "{self.run}/%n.sock"\n\n[hooks]\n', 1)
         self.fleet.config.write_text(cfg)
         env = self.fleet.env(SLURMGUARD_AGENT_SOCKET=f"{self.run}/%n.sock",
+                             SLURMGUARD_AGENT_TIMEOUT="8",
                              SLURMGUARD_BOOT_ID_PATH=f"{self.fleet.root}/%n.boot_id")
         hooks = {}
         for hook in ("prolog", "epilog"):

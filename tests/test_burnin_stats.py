@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from slurmguard.burnin.stats import (
     StatParams,
     degrading,
+    degrading_nodes,
     judge_group,
     mad,
     median,
@@ -273,3 +274,19 @@ def test_property_median_is_a_middle_value(xs):
     assert min(xs) <= m <= max(xs)
     assert sum(1 for x in xs if x < m) <= len(xs) / 2 and sum(1 for x in xs if x > m) <= len(xs) / 2
     assert mad(xs) >= 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text("abcd", min_size=1, max_size=2),
+                       st.tuples(st.integers(95, 100),
+                                 st.lists(st.one_of(st.floats(0.5, 1.5), st.just(float("nan"))),
+                                          min_size=1, max_size=8)), max_size=12),
+       params_st, st.integers(1, 5), st.floats(0.0, 0.3), st.floats(0.0, 0.1), st.booleans())
+def test_property_fast_degrading_equals_the_reference(series, p, k, drop, noise, higher):
+    from dataclasses import replace
+
+    p = replace(p, trend_nights=k, trend_min_drop=drop)
+    series = {n: (d, tuple(v)) for n, (d, v) in series.items()}
+    ref = {n: sc for n, sc in nightly_scores(series, higher, k + 1).items()
+           if degrading(sc, p, noise)}
+    assert degrading_nodes(series, higher, p, noise) == ref

@@ -192,6 +192,55 @@ def nightly_scores(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_
     return out
 
 
+def degrading_nodes(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_better: bool,
+                    p: StatParams, noise: float = 0.0) -> dict[str, list[float]]:
+    """The nodes of one group whose nightly scores say :func:`degrading`, with those scores.
+
+    Equal to ``{n: sc for n, sc in nightly_scores(series, higher, k + 1).items() if
+    degrading(sc, p, noise)}`` (a property test holds it to that), but it scores only the
+    first and last of a node's nights unless those already fall far enough: over 100,000
+    series a night it is what keeps the report fast.
+    """
+    nights = max(1, p.trend_nights) + 1
+    need = max(p.trend_min_drop, p.trend_sigmas * noise)
+    by_night: dict[int, list[float]] = {}
+    tails = []
+    # Full tails ending the same night (the common case: one nightly campaign) are
+    # transposed into one column per night with zip(), at C speed; the rest value by value.
+    columns: dict[int, list[Sequence[float]]] = {}
+    for node, (last, values) in series.items():
+        tail = values[-nights:]
+        first = last - len(tail) + 1
+        if len(tail) == nights:
+            tails.append((node, first, tail))
+            columns.setdefault(last, []).append(tail)
+        else:
+            for i, v in enumerate(tail):
+                if v == v and v >= 0:
+                    by_night.setdefault(first + i, []).append(v)
+    for last, rows in columns.items():
+        for i, col in enumerate(zip(*rows, strict=True)):
+            vals = [v for v in col if v == v and v >= 0]
+            if vals:
+                by_night.setdefault(last - nights + 1 + i, []).extend(vals)
+    med = {night: median(vs) for night, vs in by_night.items()}
+    out: dict[str, list[float]] = {}
+    for node, first, tail in tails:
+        a, b = tail[0], tail[-1]
+        if not (a == a and b == b and a >= 0 and b >= 0):
+            continue
+        sa = score(a, med[first], higher_is_better)
+        sb = score(b, med[first + nights - 1], higher_is_better)
+        if sa - sb < need or sb < p.threshold:
+            continue
+        if not all(v == v and v >= 0 for v in tail):
+            continue
+        sc = [score(v, med[first + i], higher_is_better) for i, v in enumerate(tail)]
+        if degrading(sc, p, noise):
+            out[node] = sc
+    return out
+
+
 def worst(judgements: Iterable[Judgement]) -> Judgement | None:
     """The flagged judgement with the lowest score (the one a drain reason names)."""
     flagged = [j for j in judgements if j.flagged]

@@ -21,9 +21,8 @@ from slurmguard.burnin.stats import (
     GroupStats,
     Judgement,
     StatParams,
-    degrading,
+    degrading_nodes,
     judge_group,
-    nightly_scores,
     noise_of,
     worst,
 )
@@ -140,11 +139,9 @@ def judge(runs: Iterable[Any], series: Iterable[Any], p: StatParams, *,
         for j in js:
             judged.setdefault(j.node, []).append(j)
         if gs.verdict:
-            noise = noise_of(gs)
-            for node, sc in nightly_scores(points[(g, metric)], higher[metric],
-                                           p.trend_nights + 1).items():
-                if degrading(sc, p, noise):
-                    trends.setdefault(node, []).append((metric, sc))
+            for node, sc in degrading_nodes(points[(g, metric)], higher[metric], p,
+                                            noise_of(gs)).items():
+                trends.setdefault(node, []).append((metric, sc))
     out: dict[str, NodeVerdict] = {}
     for node, r in sorted(runs.items()):
         js = tuple(judged.get(node, ()))

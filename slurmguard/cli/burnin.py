@@ -151,10 +151,12 @@ def _node_json(v: Any, units: dict[str, str], metric: str | None) -> dict[str, A
 @click.option("--apply", "do_apply", is_flag=True,
               help="Act on the verdicts: drain failed/flagged nodes (blast-radius guard), "
                    "return passed nodes awaiting burn-in, record partial runs.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.option("--all", "show_all", is_flag=True,
+              help="List every node (default: only nodes that did not pass, and the counts).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables (every node).")
 @click.pass_context
 def report_cmd(ctx: click.Context, since: str, node: str | None, metric: str | None,
-               plot: str | None, do_apply: bool, as_json: bool) -> None:
+               plot: str | None, do_apply: bool, show_all: bool, as_json: bool) -> None:
     """Judge each node's latest burn-in against its comparison group.
 
     Per group (same GPU model and count, a Slurm feature, or a configured NodeSet) and
@@ -164,7 +166,8 @@ def report_cmd(ctx: click.Context, since: str, node: str | None, metric: str | N
 
     \b
     Example:
-      slurmguard burnin report
+      slurmguard burnin report                 # groups, counts, nodes that did not pass
+      slurmguard burnin report --all
       slurmguard burnin report --metric host_cpu_gflops --plot cpu.png
       slurmguard burnin report --node gpu017 --plot gpu017.png
       slurmguard burnin report --apply --json
@@ -224,6 +227,8 @@ def report_cmd(ctx: click.Context, since: str, node: str | None, metric: str | N
                              ["metric", "value", "unit", "score", "robust z", "flag"]))
     else:
         rows = []
+        if not show_all:
+            verdicts = [v for v in verdicts if v.verdict != "pass"]
         for v in sorted(verdicts, key=lambda v: (v.group, _order(v.verdict), v.node)):
             worst = min((j for j in v.judgements if j.score is not None
                          and (metric is None or j.metric == metric)),
@@ -231,7 +236,11 @@ def report_cmd(ctx: click.Context, since: str, node: str | None, metric: str | N
             rows.append([v.group, v.node, v.status, v.verdict,
                          f"{worst.metric} {_num(worst.score)}" if worst else "-",
                          v.reason or v.why])
-        click.echo(table(rows, ["group", "node", "run", "verdict", "lowest score", "why"]))
+        counts = report.counts()
+        click.echo("nodes: " + (", ".join(f"{counts[k]} {k}" for k in sorted(counts, key=_order))
+                                or "no burn-in run since then"))
+        if rows:
+            click.echo(table(rows, ["group", "node", "run", "verdict", "lowest score", "why"]))
     if outcomes:
         click.echo()
         click.echo(table([[o.node, o.action, o.detail] for o in outcomes],

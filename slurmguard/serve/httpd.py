@@ -18,7 +18,8 @@ timeout, so idle or slow clients (slowloris) pile up threads until real nodes wa
   unknown path) is answered without buffering its body, so an unauthenticated client costs at
   most 64 KiB of memory.
 * After an answer that closes the connection, the socket is half-closed and drained for up to
-  2 s (a "lingering close"), so a client still sending a body it was refused (a 100 MB
+  2 s after the last byte it sends, 30 s at most (a "lingering close"), so a client still
+  sending a body it was refused (a 100 MB
   upload) reads the 413 instead of a connection reset.
 
 ``early`` is the owner's callback: ``early(method, path, headers) -> (status, obj) | None``;
@@ -45,7 +46,8 @@ from typing import Any
 log = logging.getLogger("slurmguard.serve")
 
 MAX_HEAD = 64 * 1024
-_LINGER = 2.0
+_LINGER = 2.0  # s: a refused client still sending is drained until it pauses this long...
+_LINGER_MAX = 30.0  # ... or for this long in all
 _TICK = 0.25
 _EVICT_AFTER = 0.5  # s idle before a connection may be closed to make room for a new one
 
@@ -67,6 +69,7 @@ def fd_limit(want: int) -> int:
 
 class _Conn:
     __slots__ = ("sock", "addr", "buf", "first_byte", "last_active", "state", "linger_until",
+                 "linger_end",
                  "need", "continued")
 
     def __init__(self, sock: socket.socket, addr: Any, now: float) -> None:
@@ -77,6 +80,7 @@ class _Conn:
         self.last_active = now
         self.state = "idle"  # idle | reading | busy | linger
         self.linger_until = 0.0
+        self.linger_end = 0.0
         self.need: int | None = None  # total bytes of the current request, once known
         self.continued = False
 
@@ -262,8 +266,9 @@ class PooledHTTPServer:
             return
         now = time.monotonic()
         conn.last_active = now
-        if conn.state == "linger":
-            return  # discard what a refused client still sends
+        if conn.state == "linger":  # discard what a refused client still sends
+            conn.linger_until = min(conn.linger_end, now + _LINGER)
+            return
         conn.buf += data
         self._progress(conn, now)
 
@@ -373,7 +378,9 @@ class PooledHTTPServer:
             return
         conn.state = "linger"
         conn.buf = bytearray()
-        conn.linger_until = time.monotonic() + _LINGER
+        now = time.monotonic()
+        conn.linger_until = now + _LINGER
+        conn.linger_end = now + _LINGER_MAX
         self._idle.pop(conn.sock.fileno(), None)
         try:
             self._sel.register(conn.sock, selectors.EVENT_READ, conn)
