@@ -253,12 +253,18 @@ def readme_command(readme: Path = REPO / "README.md") -> str:
         raise SystemExit(f"build_image: {readme}: no code block with the set-up command") from None
 
 
+# Not needed by the README's install command (and edited far more often than the package).
+_SITE_SKIP = ("tests/", "docs/", "docker-slurm/", ".git")
+
+
 def _checkout_files() -> list[Path]:
-    """The working tree as git sees it: tracked files and untracked ones not ignored."""
+    """The working tree as git sees it (tracked files and untracked ones not ignored), less
+    the tests, docs and images: what a clone gives the README's install command."""
     out = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others",
                           "--exclude-standard"], capture_output=True, check=True).stdout
     return sorted(REPO / f for f in out.decode().split("\0")
-                  if f and (REPO / f).is_file() and not (REPO / f).is_symlink())
+                  if f and not f.startswith(_SITE_SKIP)
+                  and (REPO / f).is_file() and not (REPO / f).is_symlink())
 
 
 def site_tag(release_name: str = DEFAULT_RELEASE) -> str:
@@ -286,9 +292,11 @@ def build_site(release_name: str = DEFAULT_RELEASE, force: bool = False,
     with tempfile.TemporaryDirectory(prefix="slurmguard-site.") as tmp:
         ctx = Path(tmp)
         shutil.copy2(HERE / "site" / "Dockerfile", ctx / "Dockerfile")
-        shutil.copyfile(HOST_CA, ctx / "host-ca.crt")
+        ca = ctx / "root/usr/local/share/slurmguard-site/host-ca.crt"
+        ca.parent.mkdir(parents=True)
+        shutil.copyfile(HOST_CA, ca)
         for f in _checkout_files():
-            dst = ctx / "src" / f.relative_to(REPO)
+            dst = ctx / "root/root/slurmguard" / f.relative_to(REPO)
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, dst)
         _run(["docker", "build", "--network", "host", "--force-rm", "-t", tag,

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmguard.policy.blast import DrainRequest, caps, guard
+from slurmguard.errors import InputError
+from slurmguard.policy.blast import DrainRequest, caps, guard, scopes
 from slurmguard.policy.engine import SlurmState, plan
 from slurmguard.policy.lemon import failures, lemon_verdict, transitions
 from slurmguard.policy.params import PolicyParams, human_window
@@ -204,3 +205,15 @@ def test_history_before_an_admin_return_is_forgiven() -> None:
     assert lemon_verdict(v, NOW, P) is None
     v = view((3000, U), (2000, U), (100, U), (40, U), (30, U), (20, U), reset_at=NOW - 50)
     assert lemon_verdict(v, NOW, P).reason == "slurmguard: lemon: 3 failures in 1h (gpu-xid)"
+
+
+def test_scopes_are_fleet_partitions_and_groups() -> None:
+    """One definition of the guard's scopes (serve, the reconciler and burn-in use it)."""
+    got = scopes({"n1": ("gpu",), "n2": ("gpu", "debug"), "n3": ()}, {"rack1": "n[1-3]"},
+                 fleet=["k8s-only"])
+    assert got == {"fleet": frozenset({"n1", "n2", "n3", "k8s-only"}),
+                   "partition:gpu": frozenset({"n1", "n2"}), "partition:debug": frozenset({"n2"}),
+                   "group:rack1": frozenset({"n1", "n2", "n3"})}
+    assert scopes({"n1": ()}, [("r", "n[1-2]")])["group:r"] == frozenset({"n1", "n2"})
+    with pytest.raises(InputError, match=r"^policy\.groups\.bad: not a node set"):
+        scopes({}, {"bad": "n[1-"})

@@ -513,3 +513,26 @@ def test_jobs_leaves_out_ended_jobs(tmp_path: Path) -> None:
     jobs = SlurmCLI({"squeue": str(tool), "timeout": 5}).jobs()
     assert [j.job_id for j in jobs] == ["1", "3"] and not any(j.finished for j in jobs)
     assert parse_squeue_json(json.dumps(doc))[1].finished
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_show_config_hook_keys_on_both_versions(version: str) -> None:
+    """`scontrol show config` of the test-cluster image: 22.05 prints `Prolog = ...`, 24.11
+    `Prolog[0] = ...` (several scripts allowed): both read as the plain key."""
+    from slurmguard.adapters.slurm_conf import parse_show_config
+
+    conf = parse_show_config((DATA / f"show-config-docker-{version}.txt").read_text())
+    assert conf["prolog"] == "/usr/lib/slurmguard/prolog/slurmguard-prolog"
+    assert conf["epilog"] == "/usr/lib/slurmguard/epilog/slurmguard-epilog"
+    assert conf["healthcheckprogram"] == "/usr/lib/slurmguard/prolog/slurmguard-healthcheck"
+    assert conf["prologepilogtimeout"] == "60"
+    assert "nohold_on_prolog_fail" in conf["schedulerparameters"]
+    assert conf.get("prologslurmctld", "") == ""
+
+
+def test_show_config_several_indexed_scripts() -> None:
+    from slurmguard.adapters.slurm_conf import parse_show_config
+
+    conf = parse_show_config("Prolog[1]               = /b\nProlog[0]               = /a\n"
+                             "Epilog[0]               = (null)\nSlurmUser = slurm(64030)\n")
+    assert conf["prolog"] == "/a,/b" and conf["prolog[1]"] == "/b" and not conf.get("epilog")

@@ -27,15 +27,32 @@ def slurm_conf_path(env: Mapping[str, str] | None = None) -> str:
     return env.get("SLURM_CONF") or DEFAULT_SLURM_CONF
 
 
+_INDEXED = re.compile(r"^(?P<base>[A-Za-z][A-Za-z0-9_]*)\[(?P<i>\d+)\]$")
+
+
 def parse_show_config(text: str) -> dict[str, str]:
-    """`scontrol show config` -> {lower-case key: value}; ``(null)`` becomes ``""``."""
+    """`scontrol show config` -> {lower-case key: value}; ``(null)`` becomes ``""``.
+
+    Keys that hold several scripts print one line per script on 24.11 (``Prolog[0] = ...``,
+    ``Epilog[1] = ...``; 22.05 prints ``Prolog = ...``): they come back under the plain key
+    too, comma-separated in index order, as slurm.conf writes them (``prolog``, and
+    ``prolog[0]`` as printed; 22.05's ``SlurmctldHost[0]`` likewise gives ``slurmctldhost``).
+    """
     out: dict[str, str] = {}
+    indexed: dict[str, dict[int, str]] = {}
     for line in text.splitlines():
         m = _SHOW_LINE.match(line.rstrip())
         if not m:
             continue
         value = m.group("value").strip()
-        out[m.group("key").lower()] = "" if value == "(null)" else value
+        value = "" if value == "(null)" else value
+        key = m.group("key")
+        many = _INDEXED.match(key)
+        if many and value:
+            indexed.setdefault(many["base"].lower(), {})[int(many["i"])] = value
+        out[key.lower()] = value
+    for key, values in indexed.items():
+        out.setdefault(key, ",".join(values[i] for i in sorted(values)))
     if not out:
         raise ParseError("scontrol show config: no 'Key = value' lines in the output")
     return out

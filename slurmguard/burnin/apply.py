@@ -109,17 +109,10 @@ def build(cfg: Any, store: Any, since: float, *, nodes: Iterable[str] | None = N
 
 
 def _scopes(cfg: Any, infos: Mapping[str, Any]) -> dict[str, frozenset[str]]:
-    scopes: dict[str, set[str]] = {"fleet": set(infos)}
-    for info in infos.values():
-        for part in info.partitions:
-            scopes.setdefault(f"partition:{part}", set()).add(info.name)
-    groups = cfg["policy.groups"] or {}
-    if groups:
-        from slurmguard.nodeset import expand
+    from slurmguard.policy.blast import scopes
 
-        for name, pattern in groups.items():
-            scopes[f"group:{name}"] = set(expand(pattern, source=f"policy.groups.{name}"))
-    return {k: frozenset(v) for k, v in scopes.items()}
+    return scopes({i.name: i.partitions for i in infos.values()}, cfg["policy.groups"] or {},
+                  fleet=infos)
 
 
 def _cause(v: NodeVerdict) -> str:

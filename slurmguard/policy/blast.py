@@ -27,6 +27,25 @@ class DrainRequest:
     reason: str  # the full Slurm reason
 
 
+def scopes(partitions: Mapping[str, Iterable[str]],
+           groups: Mapping[str, str] | Iterable[tuple[str, str]] = (), *,
+           fleet: Iterable[str] = ()) -> dict[str, frozenset[str]]:
+    """The guard's scopes: ``fleet`` (every node named in ``partitions`` or ``fleet``),
+    ``partition:P`` from each node's Slurm partitions (``partitions``: node -> its
+    partitions), and ``group:G`` for each ``policy.groups`` pattern (a NodeSet, expanded by
+    slurmguard.nodeset). The one definition serve, the reconciler and burn-in use."""
+    out: dict[str, set[str]] = {"fleet": set(partitions) | set(fleet)}
+    for node, parts in partitions.items():
+        for part in parts:
+            out.setdefault(f"partition:{part}", set()).add(node)
+    items = groups.items() if isinstance(groups, Mapping) else groups
+    for name, pattern in items:
+        from slurmguard.nodeset import expand
+
+        out[f"group:{name}"] = set(expand(pattern, source=f"policy.groups.{name}"))
+    return {k: frozenset(v) for k, v in out.items()}
+
+
 def caps(scopes: Mapping[str, frozenset[str]], p: PolicyParams) -> dict[str, int]:
     """Cap per scope: ``fleet`` -> blast_max_nodes, others -> max(1, floor(P% of size))."""
     out: dict[str, int] = {}

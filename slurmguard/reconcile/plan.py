@@ -257,13 +257,6 @@ def _cause(a: Action) -> str:
 def _scopes(slurm: Mapping[str, SlurmView], kube: Mapping[str, KubeView],
             rules: Rules) -> dict[str, frozenset[str]]:
     """Fleet, Slurm partitions and configured groups, as the health path's guard sees them."""
-    scopes: dict[str, set[str]] = {"fleet": set(slurm) | set(kube)}
-    for s in slurm.values():
-        for part in s.partitions:
-            scopes.setdefault(f"partition:{part}", set()).add(s.name)
-    if rules.groups:
-        from slurmguard.nodeset import expand
+    from slurmguard.policy.blast import scopes
 
-        for name, pattern in rules.groups:
-            scopes[f"group:{name}"] = set(expand(pattern, source=f"policy.groups.{name}"))
-    return {k: frozenset(v) for k, v in scopes.items()}
+    return scopes({s.name: s.partitions for s in slurm.values()}, rules.groups, fleet=kube)

@@ -18,6 +18,7 @@ from typing import Any
 
 from slurmguard.errors import InputError, SlurmguardError
 from slurmguard.policy.blast import DrainRequest, guard
+from slurmguard.policy.blast import scopes as blast_scopes
 from slurmguard.policy.engine import SlurmState, plan
 from slurmguard.policy.params import PolicyParams
 from slurmguard.policy.types import Action
@@ -110,17 +111,8 @@ class Fleet:
     def _slurm_view(self) -> tuple[dict[str, frozenset[str]], dict[str, Any]]:
         """Scopes (fleet, partitions, config groups) and each node's NodeInfo, from Slurm."""
         infos = {n.name: n for n in self.slurm.nodes()}
-        scopes: dict[str, set[str]] = {"fleet": set(infos)}
-        for info in infos.values():
-            for part in info.partitions:
-                scopes.setdefault(f"partition:{part}", set()).add(info.name)
-        groups = self.pcfg.get("groups") or {}
-        if groups:
-            from slurmguard.nodeset import expand
-
-            for name, pattern in groups.items():
-                scopes[f"group:{name}"] = set(expand(pattern, source=f"policy.groups.{name}"))
-        frozen = {k: frozenset(v) for k, v in scopes.items()}
+        frozen = blast_scopes({i.name: i.partitions for i in infos.values()},
+                              self.pcfg.get("groups") or {}, fleet=infos)
         self._scopes = (time.monotonic(), frozen)
         states = {"up": 0, "drained_slurmguard": 0, "drained_other": 0, "down": 0}
         for i in infos.values():
