@@ -1,0 +1,58 @@
+"""The fast paths of `burnin report` give what the plain code gives (docs/burnin.md,
+"Report at fleet scale"): the JSON document, and the inlined score / robust z."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import click
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slurmguard.burnin.stats import StatParams, judge_group, robust_z, score
+from slurmguard.cli.burnin import _echo_report_json
+
+DOC = {"since": "2026-12-01T00:00:00Z", "counts": {"pass": 2, "flagged": 1},
+       "groups": [{"group": "8x H100", "metric": "m", "n": 3, "median": 1.5, "mad": 0.1,
+                   "unit": "u", "verdict": True, "why": ""}],
+       "nodes": [{"node": f"n{i}", "verdict": "pass", "scores": {"m": [1.0, 0.99]},
+                  "metrics": [{"metric": "m", "value": 1.0 + i / 3, "score": None, "z": -1.25,
+                               "flagged": False, "why": "é \"q\""}]} for i in range(3)],
+       "applied": [], "plot": None}
+
+
+def test_report_json_is_the_same_document_one_node_a_line() -> None:
+    @click.command()
+    def cmd() -> None:
+        _echo_report_json(DOC)
+
+    out = CliRunner().invoke(cmd).output
+    assert json.loads(out) == json.loads(json.dumps(DOC, indent=2, sort_keys=True))
+    lines = out.splitlines()
+    node_lines = [ln for ln in lines if ln.lstrip().startswith('{"metrics"')]
+    assert len(node_lines) == 3  # each node on one line, keys sorted
+    assert [json.loads(ln.strip().rstrip(","))["node"] for ln in node_lines] == ["n0", "n1", "n2"]
+    assert lines[0] == "{" and lines[-1] == "}"
+    assert '"applied": []' in out and '"plot": null' in out
+
+
+values = st.dictionaries(st.sampled_from([f"n{i}" for i in range(12)]),
+                         st.one_of(st.floats(0, 1e6, allow_nan=False), st.just(0.0)),
+                         min_size=4, max_size=12)
+
+
+@given(values, st.booleans(), st.floats(0, 1, allow_nan=False), st.floats(0, 0.2))
+def test_judge_group_equals_score_and_robust_z(vals: dict[str, float], higher: bool,
+                                               z_limit: float, floor: float) -> None:
+    p = StatParams(z_limit=z_limit * 5, mad_floor=floor)
+    gs, js = judge_group("g", "m", vals, p, higher)
+    for j in js:
+        sc = score(j.value, gs.median, higher)
+        z = robust_z(j.value, gs.median, gs.mad, higher, p.mad_floor)
+        assert (j.score == sc) or (math.isinf(sc) and math.isinf(j.score))
+        assert j.z == z
+        why = (f"score {sc:.2f} < {p.threshold:.2f}" if sc < p.threshold else
+               f"robust z {z:.1f} < -{p.z_limit:g}" if p.z_limit > 0 and z < -p.z_limit else "")
+        assert j.why == why and j.flagged == bool(why)
