@@ -107,7 +107,10 @@ def bed(tmp_path_factory: pytest.TempPathFactory):
     lib = build_fake_nvml(tmp / "lib")
     c = slurmcluster.Cluster.start(
         tmp, nodes=8, gpu_partition="PriorityTier=10",
+        # bf_interval=5: Slurm kills a preempted job at the next backfill pass after
+        # GraceTime (30 s apart by default); 5 s keeps the test short.
         extra_conf=["PreemptType=preempt/partition_prio", "PreemptMode=CANCEL",
+                    "SchedulerParameters=nohold_on_prolog_fail,bf_interval=5",
                     "PartitionName=burnin Nodes=ALL MaxTime=INFINITE PriorityTier=1 "
                     "PreemptMode=CANCEL GraceTime=5 State=UP"])
     throttles = []
@@ -252,11 +255,11 @@ def test_production_preempts_burnin_and_cut_runs_are_partial_not_drained(bed: di
     t0 = time.monotonic()
     job = c.sbatch("#!/bin/sh\nsleep 300\n", "--partition=gpu", f"--nodes={len(free)}",
                    "--exclusive", "--job-name=production")
-    # Slurm kills a preempted job after GraceTime (5 s), at its next scheduling pass (the
-    # backfill scheduler's bf_interval, 30 s by default): well before the burn-in's 10 min.
+    # Slurm kills a preempted job after GraceTime (5 s), at its next backfill pass
+    # (bf_interval, 5 s here, 30 s by default): long before the burn-in's 10 minutes.
     c.wait_job(job, ("RUNNING",), timeout=120)
     waited = time.monotonic() - t0
-    assert waited < 90, f"production waited {waited:.0f}s behind burn-in"
+    assert waited < 60, f"production waited {waited:.0f}s behind burn-in"
     runs = _wait_runs(store, [s["run_id"] for s in sub.values()], {"partial"}, timeout=60)
     assert all("SIGTERM" in runs[s["run_id"]].reason or "ended" in runs[s["run_id"]].reason
                for s in sub.values())

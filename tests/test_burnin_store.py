@@ -125,14 +125,18 @@ def _config(tmp_path: Path, url: str, extra: str = "") -> Path:
     return cfg
 
 
-def test_report_cli_table_json_and_plot(store: Store, store_url: str, tmp_path: Path) -> None:  # noqa: F811
+def test_report_cli_table_json_and_plot(tmp_path: Path) -> None:
+    # The command on SQLite only: the store API under it runs on both engines above.
+    cli_url = f"sqlite:///{tmp_path}/cli.db"
+    Store.upgrade({"url": cli_url})
+    store = Store.open(url=cli_url)
     now = __import__("time").time()
     for i in range(1, 8):
         _run(store, f"n{i}", 40.0 + 0.1 * i, at=now - 600)
     _run(store, "n8", 10.0, at=now - 600)
     _run(store, "n9", 40.0, at=now - 600, status="failed")
     store.burnin_mark([store.burnin_latest_runs(0, ["n9"])[0].id], reason="gpu-ecc: GPU 2 broke")
-    cfg = _config(tmp_path, store_url)
+    cfg = _config(tmp_path, cli_url)
     env = sg_env(SLURMGUARD_CONFIG=str(cfg))
     p = run_sg("burnin", "report", "--json", env=env)
     assert p.returncode == 0, p.stderr
@@ -160,9 +164,10 @@ def test_report_cli_table_json_and_plot(store: Store, store_url: str, tmp_path: 
     assert p.returncode == 0 and png2.stat().st_size > 1000, p.stderr
 
 
-def test_report_apply_needs_slurm_and_bad_since_is_one_line(store_url: str, tmp_path: Path) -> None:  # noqa: F811
-    Store.open(url=store_url).close()
-    env = sg_env(SLURMGUARD_CONFIG=str(_config(tmp_path, store_url)))
+def test_report_apply_needs_slurm_and_bad_since_is_one_line(tmp_path: Path) -> None:
+    cli_url = f"sqlite:///{tmp_path}/cli.db"
+    Store.upgrade({"url": cli_url})
+    env = sg_env(SLURMGUARD_CONFIG=str(_config(tmp_path, cli_url)))
     p = run_sg("burnin", "report", "--apply", env=env)
     assert p.returncode != 0 and "Slurm is needed" in p.stderr and "Traceback" not in p.stderr
     p = run_sg("burnin", "report", "--since", "yesterday-ish", env=env)

@@ -162,7 +162,10 @@ def test_undrained_node_keeps_reason_text_on_2411() -> None:
     ("NodeName=n2 State=DOWN+NOT_RESPONDING Reason=slurmguard: t: q : Not responding "
      "[slurm@2026-12-03T06:44:58]", "Not responding"),
     ("NodeName=n2 State=IDLE Reason=slurmguard: t: q [root@2026-12-03T06:43:47]", ""),
-    ("NodeName=n2 State=DOWN Reason=slurmguard: t: q [root@2026-12-03T06:43:47]", ""),
+    # A DOWN node's own reason (someone ran state=down reason=...) is why it is down: kept
+    # (tests/test_cli_admin_slurm.py::test_down_node_is_left_alone on the real cluster).
+    ("NodeName=n2 State=DOWN Reason=slurmguard: t: q [root@2026-12-03T06:43:47]",
+     "slurmguard: t: q"),
     # Still in effect: drained (also when DOWN as well), or someone else's reason.
     ("NodeName=n2 State=DOWN+DRAIN Reason=slurmguard: t: q [root@2026-12-03T06:43:47]",
      "slurmguard: t: q"),

@@ -264,13 +264,14 @@ def _live_reason(reason: str, state: str, flags: frozenset[str]) -> str:
     24.11.5 leaves the reason on a node after UNDRAIN/RESUME (22.05 clears it) and, when
     such a node then stops answering, sets ``<old reason> : Not responding``. slurmguard
     only ever drains, so our prefix on a node without DRAIN/FAIL is such a leftover: it is
-    dropped (the node reads as on 22.05), or cut down to Slurm's part on a DOWN node. The
-    raw text stays in ``raw``.
+    dropped (the node reads as on 22.05), or cut down to Slurm's part on a DOWN node. A
+    DOWN node's own reason (``state=down reason=...``, no `` : `` suffix) is the reason it is
+    down and stays. The raw text stays in ``raw``.
     """
     if not reason.startswith(REASON_PREFIX) or flags & _HOLDS_REASON:
         return reason
-    if state == "down" and " : " in reason:
-        return reason.rsplit(" : ", 1)[1].strip()
+    if state == "down":
+        return reason.rsplit(" : ", 1)[1].strip() if " : " in reason else reason
     return ""
 
 

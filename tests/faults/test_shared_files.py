@@ -219,6 +219,34 @@ def test_node_textfiles_are_not_written_through_planted_links(tmp_path: Path, vi
     CASES.append("node textfile temp names and lock file symlinks (hook and gate files)")
 
 
+def test_entry_script_textfile_is_not_written_through_planted_links(tmp_path: Path,
+                                                                    victim: Path) -> None:
+    from helpers import REPO
+
+    textdir = tmp_path / "textfile"
+    textdir.mkdir(mode=0o1777)
+    state = tmp_path / "state"
+    state.mkdir()
+    defaults = tmp_path / "default"
+    defaults.write_text(f"SLURMGUARD={tmp_path}/gone\nSLURMGUARD_STATE_DIR={state}\n"
+                        f"SLURMGUARD_TEXTFILE_DIR={textdir}\n")
+    script = tmp_path / "slurmguard-prolog"
+    script.write_text((REPO / "prolog" / "slurmguard-prolog").read_text().replace(
+        "SLURMGUARD_DEFAULTS=/etc/default/slurmguard", f"SLURMGUARD_DEFAULTS={defaults}"))
+    script.chmod(0o755)
+    # The old temp name was "$prom.$$": plant links at the next few hundred pids.
+    last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+    prom = textdir / "slurmguard_hook_unrunnable.prom"
+    for pid in range(last + 1, last + 400):
+        os.symlink(victim, f"{prom}.{pid}")
+    p = subprocess.run([str(script)], env={}, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert victim.read_text() == "precious\n"
+    assert 'slurmguard_hook_unrunnable_total{hook="prolog"} 1' in prom.read_text()
+    assert stat.S_IMODE(prom.stat().st_mode) == 0o644 and not prom.is_symlink()
+    CASES.append("entry script's textfile temp name (400 planted pids)")
+
+
 def test_zz_record_row() -> None:
     record("planted-symlinks", faults="local user plants symlinks / shared dirs",
            bad_inputs=f"{len(CASES)} cases: " + "; ".join(CASES),
