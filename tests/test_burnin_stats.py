@@ -290,3 +290,17 @@ def test_property_fast_degrading_equals_the_reference(series, p, k, drop, noise,
     ref = {n: sc for n, sc in nightly_scores(series, higher, k + 1).items()
            if degrading(sc, p, noise)}
     assert degrading_nodes(series, higher, p, noise) == ref
+
+
+@pytest.mark.parametrize("nodes,awaiting,probation,want", [
+    (["n3", "n1", "n2"], set(), set(), ["n1", "n2", "n3"]),
+    (["n3", "n1", "n2"], {"n3"}, set(), ["n3", "n1", "n2"]),
+    # returned by `resume --force` (probation) right after the nodes awaiting burn-in
+    (["n4", "n3", "n2", "n1"], {"n4"}, {"n2"}, ["n4", "n2", "n1", "n3"]),
+    (["n2", "n1"], {"n1"}, {"n1"}, ["n1", "n2"]),
+])
+def test_submit_order(nodes: list[str], awaiting: set[str], probation: set[str],
+                      want: list[str]) -> None:
+    from slurmguard.burnin.submit import submit_order
+
+    assert submit_order(nodes, awaiting, probation) == want

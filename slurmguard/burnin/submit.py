@@ -1,6 +1,7 @@
 """`slurmguard burnin submit`: one exclusive, low-priority, preemptible job per node.
 
-Nodes awaiting burn-in (``burnin_required``: new, repaired, lemons) go first. Such a node is
+Nodes awaiting burn-in (``burnin_required``: new, repaired, lemons) go first, then nodes an
+admin returned with ``resume --force`` (on probation: burn-in is what ends it). An awaiting node is
 usually drained by slurmguard; Slurm never starts a job on a drained node, so it is opened
 inside a MAINT reservation of its own (``slurmguard_burnin_<time>``, only the submitting user
 may run there) and undrained: production cannot land on it, the burn-in can. `burnin report
@@ -89,6 +90,11 @@ def feature_group(cfg: Any, info: Any) -> str:
     return "no-feature"
 
 
+def submit_order(nodes: Iterable[str], awaiting: set[str], probation: set[str]) -> list[str]:
+    """Awaiting burn-in first, then returned by an admin (probation), then the rest; by name."""
+    return sorted(nodes, key=lambda n: (n not in awaiting, n not in probation, n))
+
+
 def submit(cfg: Any, store: Any, slurm: Any, nodes: Iterable[str] | None, *, idle: bool,
            level: str, reservation: str | None, config_path: str | None,
            progress: Any = None) -> list[Submitted]:
@@ -98,14 +104,16 @@ def submit(cfg: Any, store: Any, slurm: Any, nodes: Iterable[str] | None, *, idl
     now = time.time()
     night = night_of(now, int(cfg["burnin.night_boundary_utc"]))
     infos = {n.name: n for n in slurm.nodes()}
-    awaiting = {s.name for s in store.node_summary() if s.burnin_required}
+    summaries = store.node_summary()
+    awaiting = {s.name for s in summaries if s.burnin_required}
+    probation = {s.name for s in summaries if s.probation}
     if nodes is None:
         chosen = sorted(n for n, i in infos.items()
                         if (i.state == "idle" and not i.drained and not i.down)
                         or (n in awaiting and i.drained and i.ours and not i.down))
     else:
         chosen = list(dict.fromkeys(nodes))
-    chosen.sort(key=lambda n: (n not in awaiting, n))  # awaiting burn-in first
+    chosen = submit_order(chosen, awaiting, probation)
     out: list[Submitted] = []
     todo = []
     reserve = []
