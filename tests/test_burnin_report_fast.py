@@ -56,3 +56,29 @@ def test_judge_group_equals_score_and_robust_z(vals: dict[str, float], higher: b
         why = (f"score {sc:.2f} < {p.threshold:.2f}" if sc < p.threshold else
                f"robust z {z:.1f} < -{p.z_limit:g}" if p.z_limit > 0 and z < -p.z_limit else "")
         assert j.why == why and j.flagged == bool(why)
+
+
+def test_series_nights_keeps_the_last_values(tmp_path) -> None:
+    # burnin_series(nights=k), as the report reads it, is the full row with only the last k
+    # nightly values parsed (a gap stays nan where it falls).
+    from slurmguard.burnin.values import BurninValue
+    from slurmguard.store import Store
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    Store.upgrade({"url": url})
+    store = Store.open(url=url)
+    t0 = 1_800_000_000.0
+    for day, value in [(10, 40.0), (11, 39.0), (13, 38.0), (14, 37.5)]:
+        rid = store.burnin_started("n1", job_id=None, group_key="g", night=f"2027-01-{day}",
+                                   at=t0 + day)
+        store.burnin_record(rid, [BurninValue("host-cpu", "ok", "host_cpu_gflops", value,
+                                              "GFLOP/s")], at=t0 + day)
+        store.burnin_finish(rid, "complete", at=t0 + day)
+    (full,) = store.burnin_series()
+    assert full.recent[:2] == (40.0, 39.0) and math.isnan(full.recent[2])
+    assert full.recent[3:] == (38.0, 37.5)
+    for k in (1, 2, 3, 5, 8):
+        (part,) = store.burnin_series(nights=k)
+        assert part[:-1] == full[:-1]
+        assert repr(part.recent) == repr(full.recent[-k:])
+    store.close()

@@ -101,9 +101,11 @@ def build(cfg: Any, store: Any, since: float, *, nodes: Iterable[str] | None = N
 
         runs = [replace(r, status="partial", reason=gone[r.id]) if r.id in gone else r
                 for r in runs]
-    series = store.burnin_series(since, names)
+    params = stat_params(cfg)
+    # The trend reads each node's last trend_nights + 1 nights: parse no more of them.
+    series = store.burnin_series(since, names, nights=max(1, params.trend_nights) + 1)
     by_node = {r.node: r for r in runs}
-    report = judge(runs, series, stat_params(cfg), groups_of=config_groups(cfg, by_node),
+    report = judge(runs, series, params, groups_of=config_groups(cfg, by_node),
                    drain_degrading=bool(cfg["burnin.drain_degrading"]))
     return report, by_node
 

@@ -311,9 +311,12 @@ class BurninMixin:
         with guard(self.engine, "burn-in open runs"), self.engine.connect() as conn:
             return [BurninRunRow(*r) for r in conn.execute(stmt.order_by(BurninRun.id)).all()]
 
-    def burnin_series(self, since: float = float("-inf"), nodes: Iterable[str] | None = None
-                      ) -> list[SeriesRow]:
-        """The summary row of every (node, metric) whose latest value is since ``since``."""
+    def burnin_series(self, since: float = float("-inf"), nodes: Iterable[str] | None = None,
+                      nights: int | None = None) -> list[SeriesRow]:
+        """The summary row of every (node, metric) whose latest value is since ``since``.
+
+        ``nights``: keep only the last that many values of ``recent`` (the report needs
+        trend_nights + 1; parsing the 8 stored floats of 100,000 rows is most of this read)."""
         S = BurninSeries
         stmt = (select(Node.name, S.metric, S.unit, S.higher_is_better, S.group_key,
                        S.last_run_id, S.last_at, S.last_value, S.last_night, S.recent)
@@ -323,11 +326,13 @@ class BurninMixin:
         with guard(self.engine, "burn-in series"), self.engine.connect() as conn:
             rows = _raw_rows(conn, stmt)
         # Plain tuples and positional construction: 100,000 rows a night (docs/burnin.md).
+        keep = None if nights is None else max(1, nights)
         for name, metric, unit, higher, group, rid, at, value, night, recent in rows:
             if wanted is not None and name not in wanted:
                 continue
+            vals = recent.split() if keep is None else recent.rsplit(None, keep)[-keep:]
             out.append(SeriesRow(name, metric, unit, bool(higher), group, rid, at, value, night,
-                                 tuple(map(float, recent.split()))))
+                                 tuple(map(float, vals))))
         return out
 
     def burnin_results(self, run_ids: Sequence[int]) -> list[BurninResultRow]:
