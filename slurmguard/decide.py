@@ -16,8 +16,8 @@ The rules, in order:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from slurmguard.health import CheckResult, Health, one_line
 
@@ -33,8 +33,7 @@ class Action(StrEnum):
     LEAVE = "leave"  # the node is DOWN: not ours to touch
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     action: Action
     reason: str  # the drain reason, or why nothing was done
     failing: tuple[str, ...] = ()

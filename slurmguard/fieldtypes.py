@@ -8,15 +8,13 @@ other to say what a key is. Standard library only: it is on the hook path.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["AbsPath", "Bool", "Choice", "Field", "Float", "Int", "IntList", "Schema", "Str",
            "StrList", "Table"]
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(NamedTuple):
     """One config key: its type name, default, and an optional extra check."""
 
     kind: str  # str, int, float, bool, list[str], list[int], choice, path, table

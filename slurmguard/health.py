@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 
 class Health(StrEnum):
@@ -15,14 +16,13 @@ class Health(StrEnum):
     ERROR = "error"  # the checker itself failed: never a drain
 
 
-@dataclass(frozen=True)
-class CheckResult:
+class CheckResult(NamedTuple):
     """One check's verdict. ``reason`` is one line, empty when healthy."""
 
     name: str
     health: Health
     reason: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
+    details: Mapping[str, Any] = MappingProxyType({})  # read-only; checks pass their own
     duration: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -30,7 +30,7 @@ class CheckResult:
             "name": self.name,
             "health": self.health.value,
             "reason": self.reason,
-            "details": self.details,
+            "details": dict(self.details),
             "duration": round(self.duration, 4),
         }
 

@@ -19,8 +19,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from slurmguard.decide import Action, Decision, decide
 from slurmguard.errors import (
@@ -36,8 +35,7 @@ HOOKS = ("prolog", "epilog", "healthcheck", "check")
 _RESERVE_FRACTION = 0.3
 
 
-@dataclass(frozen=True)
-class HookOutcome:
+class HookOutcome(NamedTuple):
     exit_code: int
     decision: Decision
     record: dict[str, Any] | None
@@ -151,14 +149,16 @@ def _run(cfg: Any, hook: str, node: str, only: tuple[str, ...], acting: bool, t0
     return HookOutcome(exit_code, decision, record, applied)
 
 
-@dataclass
 class _SlurmView:
     """What the hook knows of Slurm: the adapter (None when it could not be made, and why)
     and, in healthcheck mode, the node's state."""
 
-    cli: Any = None  # slurmguard.adapters.slurm.SlurmCLI, imported only when needed
-    info: Any = None  # NodeInfo | None
-    problem: str = ""
+    __slots__ = ("cli", "info", "problem")
+
+    def __init__(self) -> None:
+        self.cli: Any = None  # slurmguard.adapters.slurm.SlurmCLI, imported only when needed
+        self.info: Any = None  # NodeInfo | None
+        self.problem = ""
 
 
 def _job_from_env() -> tuple[str | None, int | None]:

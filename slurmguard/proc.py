@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from slurmguard.errors import CommandError
 
@@ -21,8 +21,7 @@ from slurmguard.errors import CommandError
 _REAP_GRACE = 0.5
 
 
-@dataclass(frozen=True)
-class CommandResult:
+class CommandResult(NamedTuple):
     argv: tuple[str, ...]
     rc: int
     stdout: str

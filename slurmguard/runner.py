@@ -16,9 +16,8 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from slurmguard.checks.base import SOURCES, Check, CheckContext, GatherContext
 from slurmguard.config import Config
@@ -28,15 +27,14 @@ from slurmguard.health import CheckResult, Health, error, one_line, unsupported
 STATE_FILE = "state.json"
 
 
-@dataclass(frozen=True)
-class RunReport:
+class RunReport(NamedTuple):
     node: str
     hook: str
     results: tuple[CheckResult, ...]
     started: float  # wall-clock
     duration: float
     abandoned: tuple[str, ...] = ()  # sources whose threads were left running
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
 
 
 def registry(cfg: Config) -> tuple[list[Check], dict[str, str]]:
@@ -154,8 +152,7 @@ def run_checks(
                      gathered.abandoned, tuple(warnings))
 
 
-@dataclass(frozen=True)
-class Gathered:
+class Gathered(NamedTuple):
     """The outcome of gathering: one finished or abandoned thread per source."""
 
     threads: Mapping[str, _Gather]
@@ -192,7 +189,7 @@ def evaluate(cfg: Config, checks: Sequence[Check], gathered: Gathered,
     for c in checks:
         r = _source_problem(c, gathered.threads, gathered.deadline - t0)
         if r is not None:
-            results.append(replace(r, duration=gathered.done_at - t0))
+            results.append(r._replace(duration=gathered.done_at - t0))
             continue
         cctx = CheckContext(
             params=_params(cfg, c.area),
@@ -216,7 +213,7 @@ def _run_one(c: Check, cctx: CheckContext) -> CheckResult:
             r = error(c.name, f"check returned {type(r).__name__}, not a CheckResult")
     except Exception as exc:  # a bug in a check: an error result, never a crash
         r = error(c.name, f"check raised {type(exc).__name__}: {exc}")
-    return replace(r, name=c.name, duration=time.monotonic() - t_check)
+    return r._replace(name=c.name, duration=time.monotonic() - t_check)
 
 
 def _source_problem(c: Check, threads: Mapping[str, _Gather], timeout: float) -> CheckResult | None:

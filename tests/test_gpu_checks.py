@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +44,11 @@ from slurmguard.health import Health
 BY_NAME = {c.name: c for c in CHECKS}
 BUS = [normalize_bus_id(b) for b in H100_BUS_IDS]
 DEFAULTS = {k: f.default for k, f in PARAMS.items()}
+
+
+def replace(gpu, **changes):
+    """GpuInfo/NvmlSnapshot are NamedTuples (cheap on the hook path): a copy with changes."""
+    return gpu._replace(**changes)
 
 
 @pytest.fixture(scope="session")

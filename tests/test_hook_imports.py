@@ -1,11 +1,18 @@
 """What the in-process hook path imports, measured the way the issue asks (-X importtime):
 no ClusterShell for the common [[group]] patterns, no socket, no uuid, and no pynvml even
-when it reads 8 (stand-in) GPUs: the gather binds NVML itself (adapters/nvml_lib.py)."""
+when it reads 8 (stand-in) GPUs: the gather binds NVML itself (adapters/nvml_lib.py); and no
+dataclasses (with inspect, ast, dis, tokenize behind it) for a prolog with every default check:
+the hook path's record types are NamedTuples or plain classes (docs/hooks.md, "What the hook
+path costs")."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 
+from fakehw.kmsg import write_gpu_tree
 from fakehw.nvml import build_fake_nvml, default_config, write_config
 from helpers import run_sg, sg_env
 
@@ -35,11 +42,50 @@ checks.gpu.expected_count = 0
     assert "slurmguard.hooks" in imported
     assert sorted(m for m in imported if m.split(".")[0] in TRIMMED) == []
     assert "slurmguard.adapters.nvml_lib" in imported  # NVML was read, without pynvml
-    import json
-
     gpu = {r["name"]: r for r in json.loads(p.stdout)["results"]}["gpu-count"]
     assert gpu["details"]["count"] == 8, gpu  # the 8 stand-in GPUs were read
     assert gpu["details"]["expected"] == 0  # and the [[group]] applied to n3
+
+
+# Imported by `import dataclasses` and by nothing else the hook needs.
+DATACLASS_WEIGHT = ("dataclasses", "inspect", "ast", "dis", "tokenize")
+
+
+def test_default_prolog_imports_no_dataclasses(tmp_path):
+    """Every default prolog check against 8 stand-in GPUs and a kernel log file; the modules
+    are listed after the hook ran, so the gather threads' imports count too."""
+    libdir = build_fake_nvml(tmp_path / "lib")
+    write_config(tmp_path / "nvml.json", default_config(8))
+    gpus = write_gpu_tree(tmp_path / "gpus")
+    (tmp_path / "kmsg").write_text("")
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f"""
+[hooks]
+state_dir = "{tmp_path}/s"
+[checks.gpu]
+expected_count = 8
+[checks.xid]
+source = "file"
+file = "{tmp_path}/kmsg"
+nvidia_proc_root = "{gpus}"
+""")
+    env = sg_env(SLURMD_NODENAME="n1", SLURMGUARD_CONFIG=str(cfg), LD_LIBRARY_PATH=str(libdir),
+                 FAKE_NVML_CONFIG=str(tmp_path / "nvml.json"))
+    code = ("import io, json, sys\n"
+            "from slurmguard.hooks import run_hook\n"
+            "out = io.StringIO()\n"
+            "rc = run_hook('prolog', out=out, as_json=True)\n"
+            "print(json.dumps({'rc': rc, 'out': json.loads(out.getvalue()),"
+            " 'modules': sorted(sys.modules)}))\n")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.splitlines()[-1])
+    results = {r["name"]: r["health"] for r in got["out"]["results"]}
+    assert got["rc"] == 0 and results["gpu-count"] == "healthy" and results["gpu-xid"] == "healthy"
+    assert {"slurmguard.adapters.kmsg", "slurmguard.adapters.fs", "slurmguard.adapters.host",
+            "slurmguard.adapters.nvml_lib"} <= set(got["modules"])  # the gathers really ran
+    assert [m for m in got["modules"] if m in DATACLASS_WEIGHT] == []
 
 
 def test_record_ids_are_uuid4_hex():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from slurmguard.checks.base import GatherContext
 from slurmguard.config import Config
@@ -21,8 +21,7 @@ from slurmguard.errors import CommandError, SlurmguardError
 from slurmguard.proc import run_command
 
 
-@dataclass(frozen=True)
-class Mount:
+class Mount(NamedTuple):
     mountpoint: str
     fstype: str
     source: str
@@ -33,8 +32,7 @@ class Mount:
         return "ro" in self.options
 
 
-@dataclass(frozen=True)
-class Probe:
+class Probe(NamedTuple):
     path: str
     ok: bool
     timed_out: bool = False
@@ -56,8 +54,7 @@ class Probe:
         return 100.0 * self.free_inodes / self.inodes if self.inodes else None
 
 
-@dataclass(frozen=True)
-class FsSnapshot:
+class FsSnapshot(NamedTuple):
     mounts: tuple[Mount, ...]
     probes: dict[str, Probe]
 

@@ -15,25 +15,24 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from slurmguard.checks.base import GatherContext
 from slurmguard.config import Config
 from slurmguard.errors import CommandError, SlurmguardError, Unsupported
+from slurmguard.lazyre import LazyPattern
 from slurmguard.proc import run_command
 
 
-@dataclass(frozen=True)
-class HostSnapshot:
+class HostSnapshot(NamedTuple):
     mem_total_kib: int | None
     cpus_online: int | None
     cpus_present: int | None
     edac: dict[str, tuple[int, int]] | None  # "mc0" -> (ce_count, ue_count); None: no EDAC
 
 
-@dataclass(frozen=True)
-class ProcInfo:
+class ProcInfo(NamedTuple):
     pid: int
     uid: int
     comm: str
@@ -41,16 +40,14 @@ class ProcInfo:
     job_id: str | None = None  # only looked up for the job's uid
 
 
-@dataclass(frozen=True)
-class ProcSnapshot:
+class ProcSnapshot(NamedTuple):
     procs: tuple[ProcInfo, ...]
     job_uid: int | None
     job_id: str | None
     self_pid: int
 
 
-@dataclass(frozen=True)
-class TimeSync:
+class TimeSync(NamedTuple):
     ok: bool  # chronyd answered
     offset: float | None = None  # seconds, absolute
     leap_status: str = ""
@@ -59,8 +56,7 @@ class TimeSync:
     error: str = ""
 
 
-@dataclass(frozen=True)
-class MungeStatus:
+class MungeStatus(NamedTuple):
     ok: bool
     error: str = ""
     duration: float = 0.0
@@ -122,7 +118,7 @@ def gather(cfg: Config, ctx: GatherContext) -> HostSnapshot:
     return HostSnapshot(mem, cpus[0], cpus[1], edac)
 
 
-_CGROUP_JOB = re.compile(r"/job_(\d+)(?:/|$)")
+_CGROUP_JOB = LazyPattern(r"/job_(\d+)(?:/|$)")
 
 
 def _job_of(pdir: Path) -> str | None:

@@ -25,13 +25,15 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import NamedTuple
 
 from slurmguard.checks.base import GatherContext
 from slurmguard.checks.xid import MARKERS, normalize_pci, parse_kernel_line
 from slurmguard.config import Config
 from slurmguard.errors import CommandError, SlurmguardError, Unsupported
+from slurmguard.lazyre import LazyPattern
 from slurmguard.proc import run_command
 
 # Cheap pre-filter (substring tests in C); the check parses the survivors.
@@ -43,20 +45,18 @@ def _marked(text: str) -> bool:
     return any(m in text for m in _MARKS)
 
 
-@dataclass(frozen=True)
-class LogRecord:
+class LogRecord(NamedTuple):
     pos: int  # seq (kmsg), end offset (file), realtime usec (journal)
     wall: float | None  # wall-clock seconds, None when the line carries no usable time
     text: str
 
 
-@dataclass(frozen=True)
-class KernelLog:
+class KernelLog(NamedTuple):
     kind: str  # kmsg | file | journal
     identity: str  # boot id or dev:inode: a cursor from another identity is not comparable
     end_pos: int  # position of the last record read (all records, not only Xid ones)
     records: tuple[LogRecord, ...]  # only records mentioning "Xid"
-    gpus: Mapping[str, int] = field(default_factory=dict)  # "0000:3b:00" -> GPU index
+    gpus: Mapping[str, int] = MappingProxyType({})  # "0000:3b:00" -> GPU index
     scanned: int = 0  # records/lines looked at
     boot_id: str = ""  # this boot (the check's latch is cleared by a reboot)
 
@@ -231,16 +231,16 @@ def _marked_lines(data: bytes, end: int) -> list[tuple[int, int]]:
 #   2024-08-30T11:43:09+0200 host kernel: ...         journalctl -o short-iso(-precise), rsyslog
 #   [2026-07-15T04:18:55.513286+00:00] ...            Fabric Manager's log (SXid lines)
 # A syslog/journal header's time wins over a dmesg stamp after "kernel:".
-_PRIO_RE = re.compile(r"^<\d{1,3}>")
-_LEVEL_RE = re.compile(r"^[a-z]{2,8}\s*:[a-z]{3,6}\s*:\s?")
-_DMESG_RE = re.compile(r"^\[\s*(\d+\.\d+)\]\s?")
-_CTIME_RE = re.compile(r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?")
-_ISO_RE = re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d(?::?\d\d)?)?)"
-                     r"\s+")
-_BSD_RE = re.compile(r"^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)(\.\d{1,9})?\s+\S+\s+")
-_HOST_KERNEL_RE = re.compile(r"^\S+\s+kernel:\s?")
+_PRIO_RE = LazyPattern(r"^<\d{1,3}>")
+_LEVEL_RE = LazyPattern(r"^[a-z]{2,8}\s*:[a-z]{3,6}\s*:\s?")
+_DMESG_RE = LazyPattern(r"^\[\s*(\d+\.\d+)\]\s?")
+_CTIME_RE = LazyPattern(r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?")
+_ISO_RE = LazyPattern(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d(?::?\d\d)?)?)"
+                      r"\s+")
+_BSD_RE = LazyPattern(r"^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)(\.\d{1,9})?\s+\S+\s+")
+_HOST_KERNEL_RE = LazyPattern(r"^\S+\s+kernel:\s?")
 # Fabric Manager's log: "[2026-07-15T04:18:55.513286+00:00] nvidia-nvswitch0: SXid ..."
-_BRACKET_ISO_RE = re.compile(r"^\[(\d{4}-\d\d-\d\dT[^\]]{8,40})\]\s?")
+_BRACKET_ISO_RE = LazyPattern(r"^\[(\d{4}-\d\d-\d\dT[^\]]{8,40})\]\s?")
 
 
 def parse_log_line(line: str, btime: float | None, now: float) -> tuple[float | None, str]:
@@ -276,7 +276,7 @@ def parse_log_line(line: str, btime: float | None, now: float) -> tuple[float | 
         m = _CTIME_RE.match(line) or _BRACKET_ISO_RE.match(line)
         if m:
             if wall is None:
-                wall = _ctime(m.group(1)) if m.re is _CTIME_RE else _iso_time(m.group(1))
+                wall = _ctime(m.group(1)) if m.re is _CTIME_RE.compiled else _iso_time(m.group(1))
             line = line[m.end():]
     return wall, line
 

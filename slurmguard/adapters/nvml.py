@@ -25,8 +25,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from slurmguard.errors import SlurmguardError, Unsupported
 
@@ -47,8 +46,7 @@ _LOST_ON_HANDLE = (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_UNKNOWN, NVML_ERROR_RESET_
 _LOST_ON_FIELD = (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED)
 
 
-@dataclass(frozen=True)
-class GpuInfo:
+class GpuInfo(NamedTuple):
     """One GPU as NVML reports it. ``None``: the field is not supported (or failed, see errors)."""
 
     index: int
@@ -92,8 +90,7 @@ class GpuInfo:
         return None
 
 
-@dataclass(frozen=True)
-class NvmlSnapshot:
+class NvmlSnapshot(NamedTuple):
     """All GPUs of the node at one instant, plus what the driver lists on the PCI side."""
 
     driver_version: str
@@ -222,13 +219,13 @@ def _name_lost_gpus(gpus: list[GpuInfo], driver_ids: tuple[str, ...] | None,
     if not unknown or not driver_ids:
         return gpus
     if len(driver_ids) == count:
-        return [replace(g, pci_bus_id=driver_ids[g.index]) if not g.pci_bus_id else g for g in gpus]
+        return [g._replace(pci_bus_id=driver_ids[g.index]) if not g.pci_bus_id else g for g in gpus]
     claimed = {g.pci_bus_id for g in gpus if g.pci_bus_id}
     free = [b for b in driver_ids if b not in claimed]
     if len(free) != len(unknown):
         return gpus
     names = dict(zip((g.index for g in unknown), free, strict=True))
-    return [replace(g, pci_bus_id=names[g.index]) if g.index in names else g for g in gpus]
+    return [g._replace(pci_bus_id=names[g.index]) if g.index in names else g for g in gpus]
 
 
 def _one_gpu(nv: Any, index: int) -> GpuInfo:

@@ -13,18 +13,18 @@ The root is ``checks.ib.sysfs_root`` so tests point it at a fixture tree.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import NamedTuple
 
 from slurmguard.checks.base import GatherContext
 from slurmguard.config import Config
 from slurmguard.errors import Unsupported
+from slurmguard.lazyre import LazyPattern
 
 
-@dataclass(frozen=True)
-class IbPort:
+class IbPort(NamedTuple):
     device: str  # mlx5_0
     port: int
     state: str  # ACTIVE, DOWN, INIT, ARMED, ... (the text after "N: ")
@@ -32,15 +32,14 @@ class IbPort:
     rate_gbps: float  # 0.0 when unreadable
     rate: str  # as read, e.g. "400 Gb/sec (4X NDR)"
     link_layer: str  # InfiniBand | Ethernet
-    counters: Mapping[str, int] = field(default_factory=dict)
+    counters: Mapping[str, int] = MappingProxyType({})
 
     @property
     def key(self) -> str:
         return f"{self.device}/{self.port}"
 
 
-@dataclass(frozen=True)
-class IbSnapshot:
+class IbSnapshot(NamedTuple):
     root: str
     ports: tuple[IbPort, ...]
 
@@ -57,7 +56,7 @@ def _after_colon(text: str) -> str:
     return text.split(":", 1)[1].strip() if ":" in text else text.strip()
 
 
-_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
+_RATE_RE = LazyPattern(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
 
 
 def parse_rate(text: str) -> float:

@@ -9,8 +9,7 @@ tested with hand-built inputs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from slurmguard.health import CheckResult
 
@@ -30,8 +29,7 @@ SOURCES: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class GatherContext:
+class GatherContext(NamedTuple):
     """What a gather function may know besides config: which node, which hook, the deadline."""
 
     node: str
@@ -41,24 +39,35 @@ class GatherContext:
     job_uid: int | None = None
 
 
-@dataclass
 class CheckContext:
-    """The inputs of one check: its area's params, the gathered sources, its saved state."""
+    """The inputs of one check: its area's params, the gathered sources, its saved state.
 
-    params: Mapping[str, Any]
-    sources: Mapping[str, Any]
-    previous: Mapping[str, Any] = field(default_factory=dict)
-    now: float = 0.0  # wall-clock time (time.time()) of the run
-    hook: str = "check"
-    node: str = ""
-    new_state: dict[str, Any] = field(default_factory=dict)  # written here, saved for next run
+    A plain class, not a dataclass (see slurmguard.health): ``new_state`` is written by the
+    check and saved for its next run."""
+
+    __slots__ = ("params", "sources", "previous", "now", "hook", "node", "new_state")
+
+    def __init__(self, params: Mapping[str, Any], sources: Mapping[str, Any],
+                 previous: Mapping[str, Any] | None = None, now: float = 0.0,
+                 hook: str = "check", node: str = "",
+                 new_state: dict[str, Any] | None = None) -> None:
+        self.params = params
+        self.sources = sources
+        self.previous: Mapping[str, Any] = {} if previous is None else previous
+        self.now = now  # wall-clock time (time.time()) of the run
+        self.hook = hook
+        self.node = node
+        self.new_state: dict[str, Any] = {} if new_state is None else new_state
+
+    def __repr__(self) -> str:
+        return (f"CheckContext(hook={self.hook!r}, node={self.node!r}, "
+                f"sources={sorted(self.sources)!r}, params={dict(self.params)!r})")
 
 
 CheckFn = Callable[[CheckContext], CheckResult]
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(NamedTuple):
     name: str  # kebab-case, stable: it is stored and appears in drain reasons
     area: str  # config table checks.<area>
     sources: tuple[str, ...]

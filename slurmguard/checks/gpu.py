@@ -16,7 +16,6 @@ Thresholds and their reasons are documented per check below and in docs/checks-g
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from slurmguard.adapters.nvml import GpuInfo, NvmlSnapshot, normalize_bus_id
@@ -186,7 +185,7 @@ def gpu_lost(ctx: CheckContext) -> CheckResult:
             # No handle, no PCI info: a bus id known at this index and not enumerated now is it.
             at_index = [b for b, i in known.items() if i == g.index and b not in present]
             if len(at_index) == 1:
-                g = replace(g, pci_bus_id=at_index[0])
+                g = g._replace(pci_bus_id=at_index[0])
                 present.add(at_index[0])
         f.gpu(g, lost=g.lost, name=g.name, uuid=g.uuid)
         if g.lost:

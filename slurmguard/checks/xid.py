@@ -28,8 +28,7 @@ must not drain a node but a GPU that faults for every job is suspect.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from slurmguard.checks.base import Check, CheckContext, check
 from slurmguard.checks.xid_table import (
@@ -43,6 +42,7 @@ from slurmguard.checks.xid_table import (
 )
 from slurmguard.fieldtypes import AbsPath, Bool, Choice, Float, Int, IntList
 from slurmguard.health import CheckResult, degraded, healthy, unhealthy
+from slurmguard.lazyre import LazyPattern
 
 AREA = "xid"
 PARAMS: dict[str, Any] = {
@@ -72,30 +72,29 @@ PARAMS: dict[str, Any] = {
 # nvidia-smi style, and a function suffix), or the two-field bus:device of old drivers
 # (`NVRM: Xid (0003:00): 8, Channel 00000001`, domain 0).
 _ADDR = r"(?P<addr>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2})?(?:\.[0-7])?)"
-XID_RE = re.compile(
+XID_RE = LazyPattern(
     r"NVRM:\s*Xid\s*\((?:PCI:)?" + _ADDR + r"\):\s*(?P<code>\d{1,5}),[ \t]*(?P<rest>[^\n]*)"
 )
 # `nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 20034, Fatal, Link 31 LTSSM Fault Up`
-SXID_RE = re.compile(
+SXID_RE = LazyPattern(
     r"(?:nvidia-nvswitch(?P<switch>\d{1,4}):\s*)?SXid\s*\((?:PCI:)?" + _ADDR
     + r"\):\s*(?P<code>\d{1,6}),?[ \t]*(?P<rest>[^\n]*)"
 )
 # `NVRM: GPU 0000:a1:00.0: GPU has fallen off the bus.` (no Xid: the driver lost the GPU
 # before it could report one); also `NVRM: GPU at PCI:0000:a1:00: ...`.
 _BUS_TEXT = "fallen off the bus"
-_BUS_RE = re.compile(r"NVRM:.*?\bGPU\s+(?:at\s+)?(?:PCI:)?(?P<addr>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:"
-                     r"[0-9a-fA-F]{2}(?:\.[0-7])?)")
+_BUS_RE = LazyPattern(r"NVRM:.*?\bGPU\s+(?:at\s+)?(?:PCI:)?(?P<addr>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:"
+                      r"[0-9a-fA-F]{2}(?:\.[0-7])?)")
 # A line "names an Xid" when it holds the word Xid or SXid: such a line is classified or
 # reported as unreadable, never dropped.
-_NAMES_XID_RE = re.compile(r"\bS?Xid\b")
-_PID_RE = re.compile(r"pid=(?P<pid>'<unknown>'|<unknown>|\d+),\s*name=(?P<name>[^,]*),\s*")
+_NAMES_XID_RE = LazyPattern(r"\bS?Xid\b")
+_PID_RE = LazyPattern(r"pid=(?P<pid>'<unknown>'|<unknown>|\d+),\s*name=(?P<name>[^,]*),\s*")
 
 # Markers that make a kernel-log line worth parsing (the adapters pre-filter on them).
 MARKERS: tuple[str, ...] = ("Xid", _BUS_TEXT)
 
 
-@dataclass(frozen=True)
-class XidEvent:
+class XidEvent(NamedTuple):
     pci: str  # normalised "0000:3b:00" (domain:bus:device, lower case); "" when unknown
     code: int  # the Xid or SXid; 79 for a bare "fallen off the bus"; 0 when unreadable
     pid: int | None

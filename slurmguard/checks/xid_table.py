@@ -32,6 +32,8 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
+from slurmguard.lazyre import LazyPattern
+
 
 class XidClass(StrEnum):
     DRAIN = "drain"  # node fault: unhealthy
@@ -170,8 +172,8 @@ _RECOVERY_ACTIONS = {
     4: "Drain and Reset",
 }
 # "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset)"
-_RECOVERY_RE = re.compile(r"\bto\s+(0x[0-9a-fA-F]+|\d+)\b(?:\s*\(([^)]*)\))?")
-_NONFATAL_RE = re.compile(r"\bnon-?fatal\b", re.IGNORECASE)
+_RECOVERY_RE = LazyPattern(r"\bto\s+(0x[0-9a-fA-F]+|\d+)\b(?:\s*\(([^)]*)\))?")
+_NONFATAL_RE = LazyPattern(r"\bnon-?fatal\b", re.IGNORECASE)
 
 
 def classify(code: int, message: str, *, drain_codes: frozenset[int] = frozenset(),
@@ -213,8 +215,8 @@ def classify(code: int, message: str, *, drain_codes: frozenset[int] = frozenset
 # The link number is what an admin needs first (which cable/bridge/port); the seven register
 # words that follow need per-architecture bit tables to decode further, so they are kept in
 # the details (``nvlink_words``) rather than interpreted.
-_LINK_RE = re.compile(r"\b[Ll]ink\s*(\d{1,3})\b")
-_WORDS_RE = re.compile(r"\(((?:\s*0x[0-9a-fA-F]+\s*,?){2,})\)")
+_LINK_RE = LazyPattern(r"\b[Ll]ink\s*(\d{1,3})\b")
+_WORDS_RE = LazyPattern(r"\(((?:\s*0x[0-9a-fA-F]+\s*,?){2,})\)")
 
 
 def nvlink_link(message: str) -> int | None:
@@ -255,8 +257,8 @@ SXID_TABLE: dict[int, tuple[XidClass, str]] = {
 }
 
 SXID_ACTION = "drain; reset the NVSwitch (reboot on bare metal), restart Fabric Manager"
-_SXID_FATAL_RE = re.compile(r"^\s*(?:always\s+)?fatal\b", re.IGNORECASE)
-_SXID_NONFATAL_RE = re.compile(r"^\s*non-?fatal\b", re.IGNORECASE)
+_SXID_FATAL_RE = LazyPattern(r"^\s*(?:always\s+)?fatal\b", re.IGNORECASE)
+_SXID_NONFATAL_RE = LazyPattern(r"^\s*non-?fatal\b", re.IGNORECASE)
 
 
 def classify_sxid(code: int, message: str, *, ignore_codes: frozenset[int] = frozenset()

@@ -8,8 +8,8 @@ defaults from it, and ``Store.lemon_candidates`` asks :func:`slurmguard.policy.l
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from slurmguard.fieldtypes import Bool, Choice, Float, Int, Schema, Str, Table
 
@@ -36,8 +36,7 @@ def _default(key: str) -> Any:
     return SECTION[key].default  # type: ignore[union-attr]
 
 
-@dataclass(frozen=True)
-class PolicyParams:
+class PolicyParams(NamedTuple):
     window: float = _default("window")
     lemon_failures: int = _default("lemon_failures")
     lemon_rate_factor: float = _default("lemon_rate_factor")
@@ -48,12 +47,12 @@ class PolicyParams:
     blast_window: float = _default("blast_window")
     blast_max_nodes: int = _default("blast_max_nodes")
     blast_max_percent: float = _default("blast_max_percent")
-    groups: Mapping[str, str] = field(default_factory=dict)  # name -> NodeSet pattern
+    groups: Mapping[str, str] = MappingProxyType({})  # name -> NodeSet pattern
     probation_jobs: int = _default("probation_jobs")
 
     @classmethod
     def from_section(cls, section: Mapping[str, Any]) -> PolicyParams:
-        names = set(cls.__dataclass_fields__)
+        names = set(cls._fields)
         return cls(**{k: v for k, v in section.items() if k in names})
 
 
