@@ -352,8 +352,9 @@ def load(path: str | None = None, *, env: Mapping[str, str] | None = None) -> Co
         files.extend(sorted(confd.glob("*.toml")))
     data = _defaults_of(SCHEMA)
     groups: list[tuple[str, dict[str, Any]]] = []
+    cache = _ParseCache(env.get("SLURMGUARD_STATE_DIR"))
     for f in files:
-        raw = _read_toml(f)
+        raw = _read_toml(f, cache)
         for i, group in enumerate(raw.pop("group", []) or []):
             where = f"group[{i}]"
             if not isinstance(group, dict):
@@ -364,13 +365,20 @@ def load(path: str | None = None, *, env: Mapping[str, str] | None = None) -> Co
             _check_nodeset(f, where, pattern)
             groups.append((pattern, _validate(group, SCHEMA, "", f)))
         _merge(data, _validate(raw, SCHEMA, "", f))
+    cache.save()
     return Config(data, groups, [str(f) for f in files])
 
 
-def _read_toml(f: Path) -> dict[str, Any]:
-    cached = _cached_parse(f)
-    if cached is not None:
-        return cached
+def _read_toml(f: Path, cache: _ParseCache | None = None) -> dict[str, Any]:
+    st = None
+    if cache is not None:
+        try:
+            st = os.stat(f)
+        except OSError:
+            st = None  # the open below says why
+        hit = cache.get(f, st) if st is not None else None
+        if hit is not None:
+            return hit
     import tomllib  # only on a cache miss: its import is ~8 ms of a hook on a slow core
 
     try:
@@ -389,60 +397,77 @@ def _read_toml(f: Path) -> dict[str, Any]:
         raise ConfigError(f"{f}: not valid TOML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{f}: cannot read: {exc.strerror}") from None
-    if _stat_key(before) == _stat_key(after):  # not rewritten while we read it
-        _save_parse(f, before, data)
+    if cache is not None and _stat_key(before) == _stat_key(after):  # not rewritten meanwhile
+        cache.put(f, before, data)
     return data
 
 
-# The parsed-TOML cache (docs/configuration.md, "Parsed-config cache"): `.<name>.parsed.json`
-# beside each config file, valid while the file's device, inode, size, mtime and ctime are unchanged,
-# the way a .pyc follows its .py. It is used only when it has the config file's owner and no
-# group/other write bit; anything else about it (missing, stale, garbage, unwritable directory)
-# means the TOML is parsed, as without a cache.
+# The parsed-config cache (docs/configuration.md, "Parsed-config cache"). The entry scripts
+# export $SLURMGUARD_STATE_DIR (hooks.state_dir, from /etc/default/slurmguard); a load that
+# sees it keeps every config file it read, parsed, in <state dir>/config.parsed.json, each
+# entry valid while its file's device, inode, size, mtime and ctime are unchanged (the way a
+# .pyc follows its .py). The cache is used only when it belongs to this user with mode 0600;
+# missing, stale, garbage or unwritable: the TOML is parsed, as without a cache.
+_CACHE_NAME = "config.parsed.json"
 _CACHE_VERSION = 1
-
-
-def _cache_path(f: Path) -> Path:
-    return f.with_name(f".{f.name}.parsed.json")
 
 
 def _stat_key(st: os.stat_result) -> list[int]:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def _cached_parse(f: Path) -> dict[str, Any] | None:
-    try:
-        st = os.stat(f)
-        with open(_cache_path(f), encoding="utf-8") as fh:
-            cst = os.fstat(fh.fileno())
-            if cst.st_uid != st.st_uid or cst.st_mode & 0o022:
-                return None
-            doc = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    if (isinstance(doc, dict) and doc.get("version") == _CACHE_VERSION
-            and doc.get("key") == _stat_key(st) and isinstance(doc.get("data"), dict)):
-        return doc["data"]
-    return None
+class _ParseCache:
+    def __init__(self, state_dir: str | None) -> None:
+        self.path = Path(state_dir) / _CACHE_NAME if state_dir else None
+        self.files: dict[str, Any] = self._read()
+        self.used: dict[str, Any] = {}  # what this load read: the next cache holds only these
+        self.changed = False
 
-
-def _save_parse(f: Path, st: os.stat_result, data: dict[str, Any]) -> None:
-    try:
-        text = json.dumps({"version": _CACHE_VERSION, "key": _stat_key(st), "data": data})
-    except (TypeError, ValueError):  # a TOML date or time: JSON cannot hold it, no cache
-        return
-    cache = _cache_path(f)
-    tmp = cache.with_name(f"{cache.name}.{os.getpid()}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with open(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, cache)
-    except OSError:  # read-only /etc, not root: parse next time too
+    def _read(self) -> dict[str, Any]:
+        if self.path is None:
+            return {}
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+            with open(self.path, encoding="utf-8") as fh:
+                st = os.fstat(fh.fileno())
+                if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+                    return {}
+                doc = json.load(fh)
+        except (OSError, ValueError):
+            return {}
+        ok = isinstance(doc, dict) and doc.get("version") == _CACHE_VERSION
+        return doc["files"] if ok and isinstance(doc.get("files"), dict) else {}
+
+    def get(self, f: Path, st: os.stat_result) -> dict[str, Any] | None:
+        name = os.path.abspath(f)
+        entry = self.files.get(name)
+        if (isinstance(entry, dict) and entry.get("key") == _stat_key(st)
+                and isinstance(entry.get("data"), dict)):
+            self.used[name] = entry
+            return copy.deepcopy(entry["data"])  # load() edits what it is given
+        return None
+
+    def put(self, f: Path, st: os.stat_result, data: dict[str, Any]) -> None:
+        try:
+            json.dumps(data)
+        except (TypeError, ValueError):  # a TOML date or time (no key takes one): not cached
+            return
+        self.used[os.path.abspath(f)] = {"key": _stat_key(st), "data": copy.deepcopy(data)}
+        self.changed = True
+
+    def save(self) -> None:
+        if self.path is None or not (self.changed or self.used.keys() != self.files.keys()):
+            return
+        tmp = self.path.with_name(f".{_CACHE_NAME}.{os.getpid()}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with open(fd, "w", encoding="utf-8") as fh:
+                json.dump({"version": _CACHE_VERSION, "files": self.used}, fh)
+            os.replace(tmp, self.path)
+        except OSError:  # no state dir (yet), read-only, not root: parse next time too
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 def _check_nodeset(f: Path, where: str, pattern: str) -> None:
