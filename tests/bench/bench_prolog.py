@@ -10,11 +10,16 @@ every variant alike):
 * stopped:     the client with the agent stopped (no socket): it runs `slurmguard prolog`
                in-process, the path every node takes when the agent is down
 * in-process:  `python -m slurmguard prolog` alone (interpreter, imports, checks)
+* stopped, site venv: the client's fallback run by a venv the way a site installs slurmguard
+               (a plain path on sys.path, as a wheel in site-packages gives it), where this
+               checkout's dev venv (`pip install -e`) runs setuptools' editable-import finder
+               at every interpreter start
 * NHC:         LBNL NHC with its ten host checks (/work/shared/peers: nhc-src.tar.gz unpacked
                into a temp dir, nhc-ten-host-checks.conf), as its README runs it
 * python:      `python -c pass`, the interpreter's own start
 
-Healthy node, so Slurm is not called. Prints each median and the ratio agent / NHC of this
+Every variant has $SLURMGUARD_STATE_DIR as the entry scripts export it (so the parsed-config
+cache of docs/configuration.md is used). Healthy node, so Slurm is not called. Prints each median and the ratio agent / NHC of this
 interleaved run.
 """
 
@@ -51,6 +56,17 @@ def timed(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None =
     return dt
 
 
+def site_venv(where: Path) -> str:
+    """A venv whose site-packages holds this checkout as a plain path entry (what a wheel
+    install amounts to for imports): no .pth import hooks, no editable finder. The hook path
+    needs no third-party package."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(where)], check=True)
+    (site,) = where.glob("lib/python*/site-packages")
+    (site / "slurmguard-checkout.pth").write_text(f"{REPO}\n")
+    return str(where / "bin" / "python")
+
+
 def main(rounds: int = 30) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
@@ -72,6 +88,7 @@ file = "{t}/kmsg"
 nvidia_proc_root = "{gpus}"
 """)
         env = dict(os.environ, PYTHONPATH=str(REPO), SLURMGUARD_CONFIG=str(t / "sg.toml"),
+                   SLURMGUARD_STATE_DIR=str(t / "state"),
                    SLURMD_NODENAME="bench1", LD_LIBRARY_PATH=str(libdir),
                    FAKE_NVML_CONFIG=str(t / "nvml.json"), SLURMGUARD_AGENT_SOCKET=str(sock))
         build = t / "prolog"
@@ -79,6 +96,8 @@ nvidia_proc_root = "{gpus}"
         subprocess.run(["make", "-s", "-C", str(build), "slurmguard-agent-client"], check=True)
         client = str(build / "slurmguard-agent-client")
         prolog = [sys.executable, "-m", "slurmguard", "prolog"]
+        site_python = site_venv(t / "site-venv")
+        (t / "state").mkdir()
         with tarfile.open(PEERS / "nhc-src.tar.gz") as tf:
             tf.extractall(t / "nhc-src", filter="data")
         nhc_dir = t / "nhc-src"
@@ -99,6 +118,9 @@ nvidia_proc_root = "{gpus}"
                     ["/bin/sh", "-c", 'exec "$@"', "sh", client, "prolog", "--", *prolog], env),
                 "agent stopped (client falls back in-process)": lambda: timed(
                     [client, "prolog", "--", *prolog], stopped_env),
+                "agent stopped, site venv (no editable finder)": lambda: timed(
+                    [client, "prolog", "--", site_python, "-m", "slurmguard", "prolog"],
+                    {k: v for k, v in stopped_env.items() if k != "PYTHONPATH"}),
                 "in-process `python -m slurmguard prolog`": lambda: timed(prolog, env),
                 "LBNL NHC, ten host checks": lambda: timed(nhc, cwd=nhc_dir),
                 "python -c pass (interpreter start alone)": lambda: timed([sys.executable, "-c", "pass"]),
@@ -123,7 +145,8 @@ nvidia_proc_root = "{gpus}"
     agent_ms = med["agent (client -> slurmguard agent)"]
     nhc_ms = med["LBNL NHC, ten host checks"]
     print(f"ratio agent / NHC (same interleaved run): {agent_ms / nhc_ms:.3f}; "
-          f"agent stopped / NHC: {med['agent stopped (client falls back in-process)'] / nhc_ms:.2f}")
+          f"agent stopped / NHC: {med['agent stopped (client falls back in-process)'] / nhc_ms:.2f}"
+          f" (site venv: {med['agent stopped, site venv (no editable finder)'] / nhc_ms:.2f})")
     print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (shared machine)")
 
 
