@@ -102,11 +102,21 @@ def build(cfg: Any, store: Any, since: float, *, nodes: Iterable[str] | None = N
         runs = [replace(r, status="partial", reason=gone[r.id]) if r.id in gone else r
                 for r in runs]
     params = stat_params(cfg)
-    # The trend reads each node's last trend_nights + 1 nights: parse no more of them.
-    series = store.burnin_series(since, names, nights=max(1, params.trend_nights) + 1)
     by_node = {r.node: r for r in runs}
-    report = judge(runs, series, params, groups_of=config_groups(cfg, by_node),
-                   drain_degrading=bool(cfg["burnin.drain_degrading"]))
+    groups_of = config_groups(cfg, by_node)
+    drain_degrading = bool(cfg["burnin.drain_degrading"])
+    raw = store.burnin_series_raw(since, names)
+    # numpy (the burnin extra) judges column by column, the same verdicts as the pure judge
+    # (docs/burnin.md, "Report at fleet scale"); without it, or on odd input, the pure one.
+    from slurmguard.burnin.vector import judge_rows
+
+    report = judge_rows(runs, raw, params, groups_of=groups_of, drain_degrading=drain_degrading)
+    if report is None:
+        from slurmguard.store.burnin_read import series_rows
+
+        # The trend reads each node's last trend_nights + 1 nights: parse no more of them.
+        series = series_rows(raw, nights=max(1, params.trend_nights) + 1)
+        report = judge(runs, series, params, groups_of=groups_of, drain_degrading=drain_degrading)
     return report, by_node
 
 

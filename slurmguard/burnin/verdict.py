@@ -13,7 +13,7 @@ running).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,9 +109,7 @@ def judge(runs: Iterable[Any], series: Iterable[Any], p: StatParams, *,
     last_value, last_night, recent: the values of the nights up to last_night). ``groups_of`` overrides a node's group (config-named groups).
     Only values of the node's latest run, and only complete runs, are compared.
     """
-    groups_of = dict(groups_of or {})
-    runs = {r.node: r for r in runs}
-    group = {n: groups_of.get(n) or r.group_key or "all" for n, r in runs.items()}
+    runs, group = node_groups(runs, groups_of)
     # (group, metric) -> {node: value} over the latest complete runs; and per-node series.
     values: dict[tuple[str, str], dict[str, float]] = {}
     higher: dict[str, bool] = {}
@@ -152,6 +150,24 @@ def judge(runs: Iterable[Any], series: Iterable[Any], p: StatParams, *,
             for node, sc in degrading_nodes(points[(g, metric)], higher[metric], p,
                                             noise_of(gs)).items():
                 trends.setdefault(node, []).append((metric, sc))
+    return assemble(runs, group, judged, trends, stats, units, p, drain_degrading)
+
+
+def node_groups(runs: Iterable[Any], groups_of: Mapping[str, str] | None
+                ) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each node's latest run, and its comparison group (config-named groups win)."""
+    groups_of = dict(groups_of or {})
+    by_node = {r.node: r for r in runs}
+    return by_node, {n: groups_of.get(n) or r.group_key or "all" for n, r in by_node.items()}
+
+
+def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
+             judged: Mapping[str, Sequence[Judgement]],
+             trends: Mapping[str, Sequence[tuple[str, Sequence[float]]]],
+             stats: Iterable[GroupStats], units: dict[str, str], p: StatParams,
+             drain_degrading: bool) -> Report:
+    """One verdict per node from its judgements and falling trends (shared by :func:`judge`
+    and the numpy path, :mod:`slurmguard.burnin.vector`)."""
     out: dict[str, NodeVerdict] = {}
     for node, r in sorted(runs.items()):
         js = tuple(judged.get(node, ()))

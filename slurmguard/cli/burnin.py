@@ -179,7 +179,15 @@ def report_cmd(ctx: click.Context, since: str, node: str | None, metric: str | N
     if node:
         validate_node_name(node)
     cfg = load_config(ctx)
-    store = _store(cfg)
+    # Reading only (no --apply, no history plot) from SQLite: the stdlib reader, without
+    # importing SQLAlchemy (~0.5 s; docs/burnin.md, "Report at fleet scale").
+    store = None
+    if not do_apply and not (plot and node):
+        from slurmguard.store.burnin_read import SqliteBurninReader
+
+        store = SqliteBurninReader.open(cfg.section("store"))
+    if store is None:
+        store = _store(cfg)
     start = parse_since(since)
     slurm = _slurm(cfg)
     if not slurm.ping():  # report works from the store alone

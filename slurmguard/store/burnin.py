@@ -18,12 +18,13 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import func, insert, select, update
 
 from slurmguard.burnin.values import BurninValue
 from slurmguard.errors import InputError
+from slurmguard.store.burnin_read import BurninRunRow, SeriesRow, latest_runs, series_rows
 from slurmguard.store.engine import guard
 from slurmguard.store.models import (
     BURNIN_STATUSES,
@@ -38,39 +39,6 @@ _R = BurninRun.__table__
 _CHUNK = 500
 OPEN = ("submitted", "running")
 RESULT_STATUSES = ("ok", "unsupported", "error", "failed")
-
-
-@dataclass(frozen=True)
-class BurninRunRow:
-    id: int
-    node: str
-    job_id: str | None
-    level: str
-    night: str
-    group_key: str
-    submitted: float
-    started: float | None
-    finished: float | None
-    status: str
-    reason: str
-    reservation: str
-    verdict: str | None
-
-
-class SeriesRow(NamedTuple):
-    """A burnin_series row. A NamedTuple, not a dataclass: a report builds 100,000 of them
-    and a frozen dataclass's ``__init__`` costs several times a tuple's."""
-
-    node: str
-    metric: str
-    unit: str
-    higher_is_better: bool
-    group_key: str
-    last_run_id: int
-    last_at: float
-    last_value: float
-    last_night: str
-    recent: tuple[float, ...]  # one value per night up to last_night, oldest first (nan: none)
 
 
 @dataclass(frozen=True)
@@ -298,11 +266,7 @@ class BurninMixin:
         stmt = (select(*_run_cols()).join(Node, Node.id == BurninRun.node_id)
                 .join(latest, latest.c.id == BurninRun.id))
         with guard(self.engine, "burn-in runs"), self.engine.connect() as conn:
-            rows = [BurninRunRow(*r) for r in conn.execute(stmt).all()]
-        if nodes is not None:
-            wanted = set(nodes)
-            rows = [r for r in rows if r.node in wanted]
-        return sorted(rows, key=lambda r: r.node)
+            return latest_runs(conn.execute(stmt).all(), nodes)
 
     def burnin_open_runs(self) -> list[BurninRunRow]:
         """Runs still submitted or running (their jobs may have vanished)."""
@@ -311,29 +275,28 @@ class BurninMixin:
         with guard(self.engine, "burn-in open runs"), self.engine.connect() as conn:
             return [BurninRunRow(*r) for r in conn.execute(stmt.order_by(BurninRun.id)).all()]
 
+    def burnin_series_raw(self, since: float = float("-inf"),
+                          nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]]:
+        """The summary rows since ``since`` as plain tuples in :class:`SeriesRow` field order,
+        ``recent`` still the stored text (the report's numpy path parses it by column)."""
+        S = BurninSeries
+        stmt = (select(Node.name, S.metric, S.unit, S.higher_is_better, S.group_key,
+                       S.last_run_id, S.last_at, S.last_value, S.last_night, S.recent)
+                .join(Node, Node.id == S.node_id).where(S.last_at >= since))
+        with guard(self.engine, "burn-in series"), self.engine.connect() as conn:
+            rows = _raw_rows(conn, stmt)
+        if nodes is not None:
+            wanted = set(nodes)
+            rows = [r for r in rows if r[0] in wanted]
+        return rows
+
     def burnin_series(self, since: float = float("-inf"), nodes: Iterable[str] | None = None,
                       nights: int | None = None) -> list[SeriesRow]:
         """The summary row of every (node, metric) whose latest value is since ``since``.
 
         ``nights``: keep only the last that many values of ``recent`` (the report needs
         trend_nights + 1; parsing the 8 stored floats of 100,000 rows is most of this read)."""
-        S = BurninSeries
-        stmt = (select(Node.name, S.metric, S.unit, S.higher_is_better, S.group_key,
-                       S.last_run_id, S.last_at, S.last_value, S.last_night, S.recent)
-                .join(Node, Node.id == S.node_id).where(S.last_at >= since))
-        out = []
-        wanted = set(nodes) if nodes is not None else None
-        with guard(self.engine, "burn-in series"), self.engine.connect() as conn:
-            rows = _raw_rows(conn, stmt)
-        # Plain tuples and positional construction: 100,000 rows a night (docs/burnin.md).
-        keep = None if nights is None else max(1, nights)
-        for name, metric, unit, higher, group, rid, at, value, night, recent in rows:
-            if wanted is not None and name not in wanted:
-                continue
-            vals = recent.split() if keep is None else recent.rsplit(None, keep)[-keep:]
-            out.append(SeriesRow(name, metric, unit, bool(higher), group, rid, at, value, night,
-                                 tuple(map(float, vals))))
-        return out
+        return series_rows(self.burnin_series_raw(since), nodes, nights)
 
     def burnin_results(self, run_ids: Sequence[int]) -> list[BurninResultRow]:
         """Every stored result of these runs."""

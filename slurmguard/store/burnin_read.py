@@ -1,0 +1,169 @@
+"""Burn-in rows, and the read-only SQLite reader `burnin report` uses (no SQLAlchemy import).
+
+`burnin report` without ``--apply`` only reads: on a SQLite store it reads with the
+standard library's sqlite3 (as the gate does, slurmguard/gate.py), because importing
+SQLAlchemy and the models costs ~0.5 s of a report that should take about a second at
+10,000 nodes (docs/burnin.md, "Report at fleet scale"). The SQL here is the SQL
+:class:`slurmguard.store.burnin.BurninMixin` builds, and tests/test_burnin_vector.py holds the
+two readers to the same rows. PostgreSQL stores, and anything that writes, go through
+:class:`slurmguard.store.Store`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from slurmguard.errors import StoreError
+from slurmguard.store.version import schema_problem
+
+
+@dataclass(frozen=True)
+class BurninRunRow:
+    id: int
+    node: str
+    job_id: str | None
+    level: str
+    night: str
+    group_key: str
+    submitted: float
+    started: float | None
+    finished: float | None
+    status: str
+    reason: str
+    reservation: str
+    verdict: str | None
+
+
+class SeriesRow(NamedTuple):
+    """A burnin_series row. A NamedTuple, not a dataclass: a report builds 100,000 of them
+    and a frozen dataclass's ``__init__`` costs several times a tuple's."""
+
+    node: str
+    metric: str
+    unit: str
+    higher_is_better: bool
+    group_key: str
+    last_run_id: int
+    last_at: float
+    last_value: float
+    last_night: str
+    recent: tuple[float, ...]  # one value per night up to last_night, oldest first (nan: none)
+
+
+RUN_COLUMNS = ("id", "node", "job_id", "level", "night", "group_key", "submitted", "started",
+               "finished", "status", "reason", "reservation", "verdict")
+_RUN_SELECT = ("SELECT r.id, n.name, r.job_id, r.level, r.night, r.group_key, r.submitted, "
+               "r.started, r.finished, r.status, r.reason, r.reservation, r.verdict "
+               "FROM burnin_runs r JOIN nodes n ON n.id = r.node_id")
+LATEST_RUNS_SQL = (_RUN_SELECT + " JOIN (SELECT max(id) AS id FROM burnin_runs WHERE "
+                   "submitted >= ? GROUP BY node_id) l ON l.id = r.id")
+OPEN_RUNS_SQL = _RUN_SELECT + " WHERE r.status IN ('submitted', 'running') ORDER BY r.id"
+SERIES_SQL = ("SELECT n.name, s.metric, s.unit, s.higher_is_better, s.group_key, "
+              "s.last_run_id, s.last_at, s.last_value, s.last_night, s.recent "
+              "FROM burnin_series s JOIN nodes n ON n.id = s.node_id WHERE s.last_at >= ?")
+
+
+def latest_runs(rows: Iterable[Sequence[Any]], nodes: Iterable[str] | None) -> list[BurninRunRow]:
+    """Run rows (RUN_COLUMNS order) as :class:`BurninRunRow`, only ``nodes``, sorted by node."""
+    out = [BurninRunRow(*r) for r in rows]
+    if nodes is not None:
+        wanted = set(nodes)
+        out = [r for r in out if r.node in wanted]
+    return sorted(out, key=lambda r: r.node)
+
+
+def series_rows(rows: Iterable[Sequence[Any]], nodes: Iterable[str] | None = None,
+                nights: int | None = None) -> list[SeriesRow]:
+    """Raw burnin_series rows (SeriesRow order, ``recent`` as stored text) as
+    :class:`SeriesRow`, with only the last ``nights`` values of ``recent`` parsed."""
+    out = []
+    wanted = set(nodes) if nodes is not None else None
+    keep = None if nights is None else max(1, nights)
+    for name, metric, unit, higher, group, rid, at, value, night, recent in rows:
+        if wanted is not None and name not in wanted:
+            continue
+        vals = recent.split() if keep is None else recent.rsplit(None, keep)[-keep:]
+        out.append(SeriesRow(name, metric, unit, bool(higher), group, rid, at, value, night,
+                             tuple(map(float, vals))))
+    return out
+
+
+def sqlite_path(section: Mapping[str, Any]) -> str | None:
+    """The file of a SQLite ``[store]`` section (None for any other database)."""
+    url = str(section.get("url") or "")
+    if url and not url.startswith("sqlite:///"):
+        return None
+    path = url[len("sqlite:///"):] if url else str(section.get("path")
+                                                    or "/var/lib/slurmguard/slurmguard.db")
+    return path if path and path != ":memory:" else None
+
+
+class SqliteBurninReader:
+    """The read side of the burn-in store API over one read-only sqlite3 connection."""
+
+    def __init__(self, path: str, busy_timeout: float = 5.0) -> None:
+        import sqlite3
+
+        self._sqlite3 = sqlite3
+        self.path = path
+        if not os.path.exists(path):
+            raise StoreError(f"store {path}: no such file; run: slurmguard setup controller")
+        try:
+            self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_timeout)
+        except sqlite3.Error as exc:
+            raise StoreError(f"store {path}: {exc}") from None
+        try:
+            try:
+                row = self.conn.execute("SELECT version_num FROM alembic_version").fetchone()
+            except sqlite3.Error:
+                row = None
+            problem = schema_problem(row[0] if row else None, path)
+        except BaseException:
+            self.conn.close()
+            raise
+        if problem:
+            self.conn.close()
+            raise StoreError(problem)
+
+    @classmethod
+    def open(cls, section: Mapping[str, Any]) -> SqliteBurninReader | None:
+        """A reader for a SQLite ``[store]`` section; None for other databases."""
+        path = sqlite_path(section)
+        if path is None:
+            return None
+        return cls(path, float(section.get("busy_timeout", 5.0)))
+
+    def _fetch(self, what: str, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        try:
+            return self.conn.execute(sql, tuple(args)).fetchall()
+        except self._sqlite3.Error as exc:
+            raise StoreError(f"store {self.path}: {what}: {exc}") from None
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def burnin_latest_runs(self, since: float, nodes: Iterable[str] | None = None
+                           ) -> list[BurninRunRow]:
+        """As :meth:`slurmguard.store.burnin.BurninMixin.burnin_latest_runs`."""
+        return latest_runs(self._fetch("burn-in runs", LATEST_RUNS_SQL, (since,)), nodes)
+
+    def burnin_open_runs(self) -> list[BurninRunRow]:
+        """As :meth:`slurmguard.store.burnin.BurninMixin.burnin_open_runs`."""
+        return [BurninRunRow(*r) for r in self._fetch("burn-in open runs", OPEN_RUNS_SQL)]
+
+    def burnin_series_raw(self, since: float = float("-inf"),
+                          nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]]:
+        """As :meth:`slurmguard.store.burnin.BurninMixin.burnin_series_raw`."""
+        rows = self._fetch("burn-in series", SERIES_SQL, (since,))
+        if nodes is not None:
+            wanted = set(nodes)
+            rows = [r for r in rows if r[0] in wanted]
+        return rows
+
+    def burnin_series(self, since: float = float("-inf"), nodes: Iterable[str] | None = None,
+                      nights: int | None = None) -> list[SeriesRow]:
+        """As :meth:`slurmguard.store.burnin.BurninMixin.burnin_series`."""
+        return series_rows(self.burnin_series_raw(since), nodes, nights)

@@ -1,0 +1,155 @@
+"""The numpy report path (slurmguard/burnin/vector.py) gives the pure judge's report, and the
+stdlib SQLite reader (slurmguard/store/burnin_read.py) the Store's rows (docs/burnin.md,
+"Report at fleet scale")."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmguard.burnin.stats import StatParams
+from slurmguard.burnin.vector import judge_rows
+from slurmguard.burnin.verdict import Report, judge
+from slurmguard.errors import StoreError
+from slurmguard.store.burnin_read import SeriesRow, SqliteBurninReader
+
+pytest.importorskip("numpy")
+
+
+@dataclass(frozen=True)
+class R:
+    node: str
+    id: int
+    status: str
+    reason: str = ""
+    group_key: str = "8x H100"
+
+
+def _same(a: Report, b: Report) -> None:
+    """Equal reports, floats compared by repr (nan == nan, and no rounding allowed)."""
+    assert repr(a.units) == repr(b.units)
+    assert repr(a.groups) == repr(b.groups)
+    assert list(a.nodes) == list(b.nodes)
+    for n in a.nodes:
+        assert repr(a.nodes[n]) == repr(b.nodes[n]), n
+
+
+NODES = [f"n{i}" for i in range(10)]
+value = st.one_of(st.floats(0, 1000, allow_nan=False), st.sampled_from(
+    [0.0, -1.0, math.nan, math.inf, 100.0, 5e-324]))
+night_value = st.one_of(st.floats(80, 120), st.sampled_from([0.0, -1.0, math.nan, math.inf]))
+
+
+@st.composite
+def fleets(draw):
+    nodes = draw(st.lists(st.sampled_from(NODES), min_size=1, max_size=10, unique=True))
+    runs, rows = [], []
+    for i, n in enumerate(nodes):
+        status = draw(st.sampled_from(["complete"] * 6 + ["failed", "partial", "running"]))
+        group = draw(st.sampled_from(["A", "B", ""]))
+        runs.append(R(n, 100 + i, status, "why" if status != "complete" else "", group))
+        for m in draw(st.lists(st.sampled_from(["cpu", "lat", "bw"]), unique=True, max_size=3)):
+            rid = 100 + i if draw(st.integers(0, 9)) else 7  # sometimes an older run's value
+            recent = tuple(draw(st.lists(night_value, max_size=8)))
+            last = draw(value)
+            night = draw(st.sampled_from(["2027-01-14", "2027-01-13", "2027-01-16", "bad"]))
+            rows.append(SeriesRow(n, m, {"lat": "s"}.get(m, "u"), m != "lat", group, rid, 0.0,
+                                  last, night, recent))
+    if draw(st.booleans()):
+        rows.append(SeriesRow("ghost", "cpu", "u", True, "A", 1, 0.0, 1.0, "2027-01-14", ()))
+    return runs, rows
+
+
+params = st.builds(StatParams, threshold=st.sampled_from([0.9, 0.5, 1.2]),
+                   z_limit=st.sampled_from([0.0, 3.5, 0.5]),
+                   mad_floor=st.sampled_from([0.01, 0.0]), min_group=st.sampled_from([1, 2, 4]),
+                   trend_nights=st.sampled_from([1, 2, 4]),
+                   trend_min_drop=st.sampled_from([0.05, 0.0]),
+                   trend_sigmas=st.sampled_from([3.0, 0.0]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleets(), params, st.booleans(), st.booleans())
+def test_numpy_judge_equals_the_pure_judge(fleet, p, drain, as_text) -> None:
+    runs, rows = fleet
+    groups_of = {"n3": "cfg"}
+    k = max(1, p.trend_nights) + 1
+    ref = judge(runs, [r._replace(recent=r.recent[-k:]) for r in rows], p, groups_of=groups_of,
+                drain_degrading=drain)
+    if as_text:  # as the store holds it; a row without values parses as the pure code does
+        rows = [r._replace(recent=" ".join(map(repr, r.recent))) for r in rows if r.recent]
+        ref = judge(runs, [r._replace(recent=tuple(map(float, r.recent.split()))[-k:])
+                           for r in rows], p, groups_of=groups_of, drain_degrading=drain)
+    got = judge_rows(runs, rows, p, groups_of=groups_of, drain_degrading=drain)
+    assert got is not None
+    _same(got, ref)
+
+
+def test_numpy_judge_on_a_falling_and_a_slow_node() -> None:
+    # The table test's fleet (test_burnin_stats.py): n6 falls 4 nights in a row, n7 is slow.
+    runs = [R(f"n{i}", i, "complete") for i in range(1, 8)]
+    rows = [SeriesRow(f"n{i}", "cpu", "GFLOP/s", True, "g", i, 0.0, 100.0, "2027-01-14",
+                      "100.0 100.0 100.0 100.0 100.0") for i in range(1, 6)]
+    rows.append(SeriesRow("n6", "cpu", "GFLOP/s", True, "g", 6, 0.0, 93.0, "2027-01-14",
+                          "101.0 100.0 99.0 98.0 96.0 93.0"))
+    rows.append(SeriesRow("n7", "cpu", "GFLOP/s", True, "g", 7, 0.0, 50.0, "2027-01-14",
+                          "nan 50.0"))
+    p = StatParams(z_limit=0)
+    got = judge_rows(runs, rows, p)
+    assert {n: v.verdict for n, v in got.nodes.items()} == {
+        **{f"n{i}": "pass" for i in range(1, 6)}, "n6": "degrading", "n7": "flagged"}
+    assert got.nodes["n6"].scores == {"cpu": (1.0, 0.99, 0.98, 0.96, 0.93)}
+    assert got.nodes["n7"].reason == "slurmguard: burnin: cpu 50 GFLOP/s = 0.50 of group median"
+
+
+def test_odd_recent_text_falls_back_to_the_pure_judge() -> None:
+    runs = [R("n1", 1, "complete")]
+    rows = [SeriesRow("n1", "cpu", "u", True, "g", 1, 0.0, 1.0, "2027-01-14", "1.0\t2.0")]
+    assert judge_rows(runs, rows, StatParams()) is None
+
+
+def test_sqlite_reader_reads_what_the_store_reads(tmp_path) -> None:
+    from slurmguard.burnin.values import BurninValue
+    from slurmguard.store import Store
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    Store.upgrade({"url": url})
+    store = Store.open(url=url)
+    t0 = 1_800_000_000.0
+    for i, node in enumerate(["n2", "n1", "n3"]):
+        for day in (13, 14):
+            rid = store.burnin_submitted(node, job_id=f"{i}{day}", level="quick",
+                                         night=f"2027-01-{day}", at=t0 + day)
+            store.burnin_started(node, job_id=f"{i}{day}", group_key="g", at=t0 + day)
+            store.burnin_record(rid, [
+                BurninValue("host-cpu", "ok", "host_cpu_gflops", 40.0 + i / 3, "GFLOP/s"),
+                BurninValue("disk", "ok", "disk_s", 1.5, "s", higher_is_better=False)],
+                at=t0 + day)
+            if node != "n3" or day == 13:
+                store.burnin_finish(rid, "complete", at=t0 + day)
+    reader = SqliteBurninReader.open({"path": f"{tmp_path}/s.db"})
+    assert reader is not None
+    for since in (float("-inf"), t0 + 14):
+        assert reader.burnin_latest_runs(since) == store.burnin_latest_runs(since)
+        assert reader.burnin_latest_runs(since, ["n1"]) == store.burnin_latest_runs(since, ["n1"])
+        assert sorted(reader.burnin_series(since, nights=2)) == \
+            sorted(store.burnin_series(since, nights=2))
+        assert sorted(reader.burnin_series_raw(since)) == sorted(store.burnin_series_raw(since))
+    assert reader.burnin_open_runs() == store.burnin_open_runs() != []
+    assert len(reader.burnin_series()) == 6
+    reader.close()
+    store.close()
+    assert SqliteBurninReader.open({"url": "postgresql+psycopg://x@y/z"}) is None
+
+
+def test_sqlite_reader_refuses_a_missing_or_foreign_file(tmp_path) -> None:
+    with pytest.raises(StoreError, match="no such file"):
+        SqliteBurninReader(str(tmp_path / "none.db"))
+    sqlite3.connect(tmp_path / "empty.db").execute("CREATE TABLE t (x)").connection.commit()
+    with pytest.raises(StoreError, match="no slurmguard schema"):
+        SqliteBurninReader(str(tmp_path / "empty.db"))
