@@ -18,7 +18,6 @@ reads. It also maps PCI bus ids to GPU indexes from the driver's /proc tree.
 
 from __future__ import annotations
 
-import datetime as dt
 import errno
 import json
 import os
@@ -286,6 +285,8 @@ def _iso_time(text: str) -> float | None:
     frac = re.search(r"\.(\d+)", text)
     if frac and len(frac.group(1)) > 6:  # nanoseconds: fromisoformat takes at most 6 digits
         text = text.replace(frac.group(0), "." + frac.group(1)[:6], 1)
+    import datetime as dt  # only for a stamped Xid line: not on a healthy node's every hook
+
     try:
         t = dt.datetime.fromisoformat(text)
     except ValueError:
