@@ -153,3 +153,32 @@ def test_sqlite_reader_refuses_a_missing_or_foreign_file(tmp_path) -> None:
     sqlite3.connect(tmp_path / "empty.db").execute("CREATE TABLE t (x)").connection.commit()
     with pytest.raises(StoreError, match="no slurmguard schema"):
         SqliteBurninReader(str(tmp_path / "empty.db"))
+
+
+@settings(max_examples=150, deadline=None)
+@given(fleets(), params, st.sampled_from([None, "cpu", "lat"]))
+def test_report_json_lines_equal_the_encoder(fleet, p, metric) -> None:
+    # `report --json` writes each node's line itself (slurmguard/cli/burnin.py, _node_line):
+    # the same text as json.dumps of the node's dict, keys sorted, nan/inf/None included.
+    import json
+
+    from slurmguard.cli.burnin import _node_json, _node_line
+
+    runs, rows = fleet
+    rows.append(SeriesRow("n0", "lat", "s", False, "A", 100, 0.0, 0.0, "2027-01-14", ()))
+    rep = judge(runs, rows, p, groups_of={"n1": "gr\u00fcppe \"x\""})
+    names: dict[str, tuple[str, str]] = {}
+    for v in rep.nodes.values():
+        want = json.dumps(_node_json(v, rep.units, metric), sort_keys=True, default=str)
+        assert _node_line(v, rep.units, metric, names) == want
+
+
+def test_json_numbers_spell_what_json_spells() -> None:
+    import json
+
+    from slurmguard.cli.burnin import _numbers
+
+    xs = [1.5, math.nan, math.inf, -math.inf, None, 3, 1e-05, 0.1 + 0.2, True, -0.0]
+    assert _numbers(xs) == [json.dumps(x) for x in xs]
+    assert _numbers(xs[:-2]) == [json.dumps(x) for x in xs[:-2]]  # the one-repr path
+    assert _numbers([]) == []
