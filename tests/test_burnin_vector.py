@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import struct
 from dataclasses import dataclass
 
 import pytest
@@ -16,7 +17,7 @@ from slurmguard.burnin.stats import StatParams
 from slurmguard.burnin.vector import judge_rows
 from slurmguard.burnin.verdict import Report, judge
 from slurmguard.errors import StoreError
-from slurmguard.store.burnin_read import SeriesRow, SqliteBurninReader
+from slurmguard.store.burnin_read import SeriesRow, SqliteBurninReader, pack_recent
 
 pytest.importorskip("numpy")
 
@@ -74,17 +75,19 @@ params = st.builds(StatParams, threshold=st.sampled_from([0.9, 0.5, 1.2]),
 
 
 @settings(max_examples=300, deadline=None)
-@given(fleets(), params, st.booleans(), st.booleans())
-def test_numpy_judge_equals_the_pure_judge(fleet, p, drain, as_text) -> None:
+@given(fleets(), params, st.booleans(), st.sampled_from(["floats", "text", "text+f8"]))
+def test_numpy_judge_equals_the_pure_judge(fleet, p, drain, form) -> None:
     runs, rows = fleet
     groups_of = {"n3": "cfg"}
     k = max(1, p.trend_nights) + 1
     ref = judge(runs, [r._replace(recent=r.recent[-k:]) for r in rows], p, groups_of=groups_of,
                 drain_degrading=drain)
-    if as_text:  # as the store holds it; a row without values parses as the pure code does
+    if form != "floats":  # as the store holds it (text, and since 0005 float64 bytes too)
         rows = [r._replace(recent=" ".join(map(repr, r.recent))) for r in rows if r.recent]
         ref = judge(runs, [r._replace(recent=tuple(map(float, r.recent.split()))[-k:])
                            for r in rows], p, groups_of=groups_of, drain_degrading=drain)
+        if form == "text+f8":
+            rows = [(*r, pack_recent(r.recent)) for r in rows]
     got = judge_rows(runs, rows, p, groups_of=groups_of, drain_degrading=drain)
     assert got is not None
     _same(got, ref)
@@ -142,6 +145,10 @@ def test_sqlite_reader_reads_what_the_store_reads(tmp_path) -> None:
         assert sorted(reader.burnin_series_raw(since)) == sorted(store.burnin_series_raw(since))
     assert reader.burnin_open_runs() == store.burnin_open_runs() != []
     assert len(reader.burnin_series()) == 6
+    for row in reader.burnin_series_raw():  # burnin_finish keeps both forms of the values
+        text, packed = row[9], row[10]
+        assert struct.unpack(f"<{len(packed) // 8}d", packed) == tuple(map(float, text.split()))
+        assert len(text.split()) == (2 if row[0] != "n3" else 1)
     reader.close()
     store.close()
     assert SqliteBurninReader.open({"url": "postgresql+psycopg://x@y/z"}) is None
@@ -153,3 +160,55 @@ def test_sqlite_reader_refuses_a_missing_or_foreign_file(tmp_path) -> None:
     sqlite3.connect(tmp_path / "empty.db").execute("CREATE TABLE t (x)").connection.commit()
     with pytest.raises(StoreError, match="no slurmguard schema"):
         SqliteBurninReader(str(tmp_path / "empty.db"))
+
+
+@settings(max_examples=150, deadline=None)
+@given(fleets(), params, st.sampled_from([None, "cpu", "lat"]))
+def test_report_json_lines_equal_the_encoder(fleet, p, metric) -> None:
+    # `report --json` writes each node's line itself (slurmguard/cli/burnin.py, _node_line):
+    # the same text as json.dumps of the node's dict, keys sorted, nan/inf/None included.
+    import json
+
+    from slurmguard.cli.burnin import _node_json, _node_line
+
+    runs, rows = fleet
+    rows.append(SeriesRow("n0", "lat", "s", False, "A", 100, 0.0, 0.0, "2027-01-14", ()))
+    rep = judge(runs, rows, p, groups_of={"n1": "gr\u00fcppe \"x\""})
+    names: dict[str, tuple[str, str]] = {}
+    for v in rep.nodes.values():
+        want = json.dumps(_node_json(v, rep.units, metric), sort_keys=True, default=str)
+        assert _node_line(v, rep.units, metric, names) == want
+
+
+def test_json_numbers_spell_what_json_spells() -> None:
+    import json
+
+    from slurmguard.cli.burnin import _numbers
+
+    xs = [1.5, math.nan, math.inf, -math.inf, None, 3, 1e-05, 0.1 + 0.2, True, -0.0]
+    assert _numbers(xs) == [json.dumps(x) for x in xs]
+    assert _numbers(xs[:-2]) == [json.dumps(x) for x in xs[:-2]]  # the one-repr path
+    assert _numbers([]) == []
+
+
+def test_migration_0005_fills_recent_f8_from_recent(tmp_path) -> None:
+    from slurmguard.store import Store
+    from slurmguard.store.engine import make_engine
+    from slurmguard.store.migrate import upgrade
+
+    engine = make_engine({"url": f"sqlite:///{tmp_path}/s.db"})
+    upgrade(engine, "0004")
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        conn.execute("INSERT INTO nodes (id, name, first_seen, lemon, burnin_required, "
+                     "probation, probation_passes) VALUES (1, 'n1', 0, 0, 0, 0, 0)")
+        conn.executemany("INSERT INTO burnin_series (node_id, metric, unit, higher_is_better, "
+                         "group_key, last_run_id, last_at, last_value, last_night, recent) "
+                         "VALUES (1, ?, 'u', 1, 'g', 1, 0, 2.5, '2027-01-14', ?)",
+                         [("a", "1.0 nan 2.5"), ("b", "2.5"), ("c", "not a number")])
+    assert upgrade(engine, "head") == ("0004", "0005")
+    engine.dispose()
+    store = Store.open(url=f"sqlite:///{tmp_path}/s.db")
+    got = {r[1]: r[10] for r in store.burnin_series_raw()}
+    store.close()
+    assert got["a"] == struct.pack("<3d", 1.0, math.nan, 2.5)
+    assert got["b"] == struct.pack("<d", 2.5) and got["c"] is None

@@ -11,7 +11,8 @@ extra): :func:`judge_rows` returns None without it and the caller uses the pure 
 ``rows`` are summary rows in :class:`~slurmguard.store.burnin.SeriesRow` field order (node,
 metric, unit, higher_is_better, group_key, last_run_id, last_at, last_value, last_night,
 recent), where ``recent`` is either the stored text (space-separated values, oldest first) or
-a sequence of floats.
+a sequence of floats, optionally followed by ``recent_f8`` (the same values as little-endian
+float64 bytes, as the store keeps them since revision 0005: no parsing at all).
 """
 
 from __future__ import annotations
@@ -71,13 +72,24 @@ def judge_rows(runs: Iterable[Any], rows: Sequence[Sequence[Any]], p: StatParams
         return None
 
 
-def _tails(np: Any, recent: Sequence[Any], k: int) -> Any:
+def _tails(np: Any, recent: Sequence[Any], k: int, packed: Sequence[Any] | None = None) -> Any:
     """The last ``k`` values of each row's ``recent`` as an (n, k) array, nan-padded on the
-    left (a row with fewer nights: the pure code's shorter tail, which no trend uses)."""
+    left (a row with fewer nights: the pure code's shorter tail, which no trend uses).
+
+    ``packed``: the same values as float64 bytes (burnin_series.recent_f8), read without
+    parsing when every row has them; else the text is parsed."""
     n = len(recent)
     out = np.full((n, k), np.nan)
     if not n:
         return out
+    if packed is not None and set(map(type, packed)) == {bytes}:
+        sizes = np.fromiter(map(len, packed), np.int64, n)
+        if not (sizes % 8).any():
+            ends = np.cumsum(sizes // 8)
+            idx = ends[:, None] - k + np.arange(k)
+            have = idx >= (ends - sizes // 8)[:, None]
+            out[have] = np.frombuffer(b"".join(packed), "<f8")[idx[have]]
+            return out
     if isinstance(recent[0], str):
         counts = np.fromiter((s.count(" ") + 1 for s in recent), np.int64, n)
         tokens = " ".join(recent).split(" ")
@@ -116,8 +128,9 @@ def _judge(np: Any, by_node: dict[str, Any], group: dict[str, str], rows: list[S
     higher: dict[str, bool] = {}
     if not rows:
         return assemble(by_node, group, judged, trends, stats, units, p, drain_degrading)
-    node_c, metric_c, unit_c, higher_c, _, _, _, value_c, night_c, recent_c = zip(*rows,
-                                                                                  strict=True)
+    cols = list(zip(*rows, strict=True))
+    node_c, metric_c, unit_c, higher_c, _, _, _, value_c, night_c, recent_c = cols[:10]
+    packed = cols[10] if len(cols) > 10 else None  # burnin_series.recent_f8, when read
     for m, u, h in zip(metric_c, unit_c, higher_c, strict=True):  # first row's, as judge()
         if m not in higher:
             higher[m] = bool(h)
@@ -132,12 +145,15 @@ def _judge(np: Any, by_node: dict[str, Any], group: dict[str, str], rows: list[S
     nc = np.fromiter(map(rank.__getitem__, node_c), np.int64, nrows)
     mc = np.fromiter(map(m_rank.__getitem__, metric_c), np.int64, nrows)
     gc = np.fromiter((g_rank[group[n]] for n in node_c), np.int64, nrows)
-    value = np.array([v if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
-                      for v in value_c], dtype=float)
+    if set(map(type, value_c)) == {float}:  # what the store returns
+        value = np.array(value_c, dtype=float)
+    else:  # as usable(): a bool, None or text is no value
+        value = np.array([v if isinstance(v, (int, float)) and not isinstance(v, bool)
+                          else math.nan for v in value_c], dtype=float)
     nights = {s: _night_number(s) for s in set(night_c)}
     last = np.fromiter(map(nights.__getitem__, night_c), np.int64, nrows)
     k = max(1, p.trend_nights) + 1
-    tails = _tails(np, recent_c, k)
+    tails = _tails(np, recent_c, k, packed)
     order = np.lexsort((nc, mc, gc))  # sorted by (group, metric, node), as judge() walks
     key = gc[order] * len(metrics) + mc[order]
     cuts = np.flatnonzero(np.diff(key)) + 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from slurmguard.burnin.stats import (
@@ -28,6 +29,7 @@ from slurmguard.burnin.stats import (
 )
 
 REASON_PREFIX = "slurmguard: burnin: "
+_score = attrgetter("score")
 REASON_MAX = 200
 
 
@@ -197,7 +199,7 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
                     reason=degrading_reason(m, tail) if drain_degrading else "",
                     why=f"{m} score fell {p.trend_nights} nights in a row: "
                         + " ".join(f"{s:.2f}" for s in tail), metric=m)
-            elif any(j.score is not None for j in js):
+            elif js and list(map(_score, js)).count(None) < len(js):  # some group judged it
                 out[node] = NodeVerdict(**common, verdict="pass", why="every metric within bounds")
             else:
                 out[node] = NodeVerdict(**common, verdict="no_verdict",

@@ -24,7 +24,13 @@ from sqlalchemy import func, insert, select, update
 
 from slurmguard.burnin.values import BurninValue
 from slurmguard.errors import InputError
-from slurmguard.store.burnin_read import BurninRunRow, SeriesRow, latest_runs, series_rows
+from slurmguard.store.burnin_read import (
+    BurninRunRow,
+    SeriesRow,
+    latest_runs,
+    pack_recent,
+    series_rows,
+)
 from slurmguard.store.engine import guard
 from slurmguard.store.models import (
     BURNIN_STATUSES,
@@ -228,7 +234,7 @@ class BurninMixin:
                 continue
             row = {"unit": unit, "higher_is_better": higher, "group_key": run.group_key,
                    "last_run_id": run.id, "last_at": at, "last_value": float(value),
-                   "last_night": night, "recent": recent}
+                   "last_night": night, "recent": recent, "recent_f8": pack_recent(recent)}
             if old is None:
                 conn.execute(insert(BurninSeries).values(node_id=run.node_id, metric=metric, **row))
             else:
@@ -278,10 +284,12 @@ class BurninMixin:
     def burnin_series_raw(self, since: float = float("-inf"),
                           nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]]:
         """The summary rows since ``since`` as plain tuples in :class:`SeriesRow` field order,
-        ``recent`` still the stored text (the report's numpy path parses it by column)."""
+        ``recent`` still the stored text, then ``recent_f8`` (its float64 bytes, or None):
+        the report's numpy path reads those by column."""
         S = BurninSeries
         stmt = (select(Node.name, S.metric, S.unit, S.higher_is_better, S.group_key,
-                       S.last_run_id, S.last_at, S.last_value, S.last_night, S.recent)
+                       S.last_run_id, S.last_at, S.last_value, S.last_night, S.recent,
+                       S.recent_f8)
                 .join(Node, Node.id == S.node_id).where(S.last_at >= since))
         with guard(self.engine, "burn-in series"), self.engine.connect() as conn:
             rows = _raw_rows(conn, stmt)

@@ -12,6 +12,7 @@ two readers to the same rows. PostgreSQL stores, and anything that writes, go th
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -62,7 +63,7 @@ LATEST_RUNS_SQL = (_RUN_SELECT + " JOIN (SELECT max(id) AS id FROM burnin_runs W
                    "submitted >= ? GROUP BY node_id) l ON l.id = r.id")
 OPEN_RUNS_SQL = _RUN_SELECT + " WHERE r.status IN ('submitted', 'running') ORDER BY r.id"
 SERIES_SQL = ("SELECT n.name, s.metric, s.unit, s.higher_is_better, s.group_key, "
-              "s.last_run_id, s.last_at, s.last_value, s.last_night, s.recent "
+              "s.last_run_id, s.last_at, s.last_value, s.last_night, s.recent, s.recent_f8 "
               "FROM burnin_series s JOIN nodes n ON n.id = s.node_id WHERE s.last_at >= ?")
 
 
@@ -77,18 +78,29 @@ def latest_runs(rows: Iterable[Sequence[Any]], nodes: Iterable[str] | None) -> l
 
 def series_rows(rows: Iterable[Sequence[Any]], nodes: Iterable[str] | None = None,
                 nights: int | None = None) -> list[SeriesRow]:
-    """Raw burnin_series rows (SeriesRow order, ``recent`` as stored text) as
-    :class:`SeriesRow`, with only the last ``nights`` values of ``recent`` parsed."""
+    """Raw burnin_series rows (SeriesRow order, ``recent`` as stored text, then
+    ``recent_f8``) as :class:`SeriesRow`, with only the last ``nights`` values of
+    ``recent`` parsed."""
     out = []
     wanted = set(nodes) if nodes is not None else None
     keep = None if nights is None else max(1, nights)
-    for name, metric, unit, higher, group, rid, at, value, night, recent in rows:
+    for name, metric, unit, higher, group, rid, at, value, night, recent, *_ in rows:
         if wanted is not None and name not in wanted:
             continue
         vals = recent.split() if keep is None else recent.rsplit(None, keep)[-keep:]
         out.append(SeriesRow(name, metric, unit, bool(higher), group, rid, at, value, night,
                              tuple(map(float, vals))))
     return out
+
+
+def pack_recent(recent: str) -> bytes | None:
+    """``recent`` (space-separated values) as little-endian float64 bytes (burnin_series.
+    recent_f8), None when it does not parse."""
+    try:
+        vals = [float(x) for x in recent.split()]
+    except ValueError:
+        return None
+    return struct.pack(f"<{len(vals)}d", *vals)
 
 
 def sqlite_path(section: Mapping[str, Any]) -> str | None:

@@ -5,8 +5,8 @@
 Builds the store once (in a temp dir, schema from sql/schema-sqlite.sql): one complete run per
 node and night (300,000 burnin_runs), every metric's value per run (3,000,000
 burnin_results), and the per-(node, metric) summary rows the worker maintains
-(burnin_series, 30 nights each), in 4 GPU groups, with 1 % slow nodes and 0.5 % degrading
-ones. Then prints the median of
+(burnin_series: the last 8 nights as text and as float64 bytes, as burnin_finish writes
+them), in 4 GPU groups, with 1 % slow nodes and 0.5 % degrading ones. Then prints the median of
   * the in-process report (store reads, verdicts for every node, the table), and
   * the whole `python -m slurmguard burnin report` process (--json to /dev/null),
 for the default --since 7d. Target (issue 9): median <= 1 s.
@@ -20,6 +20,7 @@ import os
 import random
 import sqlite3
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -76,11 +77,12 @@ def build(path: Path, nodes: int, metrics: int, nights: int) -> None:
                          "value, unit, status, reason, details) VALUES (?,?,?,?,?,?,?,?,?,?)",
                          results)
     conn.executemany("INSERT INTO burnin_series (node_id, metric, unit, higher_is_better, "
-                     "group_key, last_run_id, last_at, last_value, last_night, recent) VALUES "
-                     "(?,?,?,?,?,?,?,?,?,?)",
+                     "group_key, last_run_id, last_at, last_value, last_night, recent, "
+                     "recent_f8) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                      [(nid, m, "u", 1, GROUPS[(nid - 1) % len(GROUPS)], last[(nid, m)][0],
                        last[(nid, m)][1], last[(nid, m)][2], pts[-1][0],
-                       " ".join(repr(v) for _, v in pts[-8:]))
+                       " ".join(repr(v) for _, v in pts[-8:]),
+                       struct.pack(f"<{len(pts[-8:])}d", *(v for _, v in pts[-8:])))
                       for (nid, m), pts in series.items()])
     conn.commit()
     conn.close()
