@@ -131,10 +131,12 @@ def _judge(np: Any, by_node: dict[str, Any], group: dict[str, str], rows: list[S
     cols = list(zip(*rows, strict=True))
     node_c, metric_c, unit_c, higher_c, _, _, _, value_c, night_c, recent_c = cols[:10]
     packed = cols[10] if len(cols) > 10 else None  # burnin_series.recent_f8, when read
-    for m, u, h in zip(metric_c, unit_c, higher_c, strict=True):  # first row's, as judge()
-        if m not in higher:
-            higher[m] = bool(h)
-            units[m] = u
+    # Each metric's unit and direction from its first row, as judge() takes them.
+    end = len(metric_c) - 1
+    first = dict(zip(reversed(metric_c), range(end, -1, -1), strict=True))
+    for m, i in sorted(first.items(), key=itemgetter(1)):
+        higher[m] = bool(higher_c[i])
+        units[m] = unit_c[i]
     names = sorted(by_node)
     rank = {n: i for i, n in enumerate(names)}
     metrics = sorted(higher)
