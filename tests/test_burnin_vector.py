@@ -14,10 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmguard.burnin.stats import StatParams
-from slurmguard.burnin.vector import judge_rows
+from slurmguard.burnin.vector import judge_packs, judge_rows
 from slurmguard.burnin.verdict import Report, judge
 from slurmguard.errors import StoreError
-from slurmguard.store.burnin_read import SeriesRow, SqliteBurninReader, pack_recent
+from slurmguard.store.burnin_read import (
+    SeriesRow,
+    SqliteBurninReader,
+    pack_recent,
+    pack_series,
+    unpack_packs,
+)
 
 pytest.importorskip("numpy")
 
@@ -93,6 +99,43 @@ def test_numpy_judge_equals_the_pure_judge(fleet, p, drain, form) -> None:
     _same(got, ref)
 
 
+@settings(max_examples=300, deadline=None)
+@given(fleets(), params, st.booleans(), st.lists(st.sampled_from([0.0, 5.0]), min_size=40,
+                                                 max_size=40),
+       st.sampled_from([-math.inf, 1.0]))
+def test_judge_from_packs_equals_the_pure_judge(fleet, p, drain, ats, since) -> None:
+    # burnin_packs (one row a node) give the report the summary rows give: the pure
+    # judge over the same rows (a node's in metric order), only those with last_at >= since.
+    runs, rows = fleet
+    rows = [r._replace(last_at=ats[i % len(ats)]) for i, r in enumerate(rows)]
+    raw = [(*r[:9], " ".join(map(repr, r.recent)), struct.pack(f"<{len(r.recent)}d", *r.recent))
+           for r in rows]
+    by_node: dict[str, list] = {}
+    for r in raw:
+        by_node.setdefault(r[0], []).append(r)
+    packs = [(n, *pack_series(rs)) for n, rs in by_node.items()]
+    assert sorted(map(repr, unpack_packs(packs))) == sorted(map(repr, raw))  # nan: by repr
+    k = max(1, p.trend_nights) + 1
+    ordered = [SeriesRow(*r[:9], tuple(struct.unpack(f"<{len(r[10]) // 8}d", r[10]))[-k:])
+               for r in unpack_packs(packs) if r[6] >= since]
+    groups_of = {"n3": "cfg"}
+    ref = judge(runs, ordered, p, groups_of=groups_of, drain_degrading=drain)
+    got = judge_packs(runs, packs, p, since=since, groups_of=groups_of, drain_degrading=drain)
+    assert got is not None
+    _same(got, ref)
+
+
+def test_a_pack_that_does_not_read_falls_back() -> None:
+    runs = [R("n1", 1, "complete")]
+    meta, nums, recent = pack_series([("n1", "cpu", "u", True, "g", 1, 0.0, 1.0, "2027-01-14",
+                                       "1.0", struct.pack("<d", 1.0))])
+    assert judge_packs(runs, [("n1", meta, nums, recent)], StatParams()) is not None
+    assert judge_packs(runs, [("n1", meta, nums[:-8], recent)], StatParams()) is None
+    assert judge_packs(runs, [("n1", meta, nums, recent + b"x" * 8)], StatParams()) is None
+    assert judge_packs(runs, [("n1", "{", nums, recent)], StatParams()) is None
+    assert pack_series([("n1", "cpu", "u", True, "g", 1, 0.0, 1.0, "x", "odd", None)]) is None
+
+
 def test_numpy_judge_on_a_falling_and_a_slow_node() -> None:
     # The table test's fleet (test_burnin_stats.py): n6 falls 4 nights in a row, n7 is slow.
     runs = [R(f"n{i}", i, "complete") for i in range(1, 8)]
@@ -144,6 +187,11 @@ def test_sqlite_reader_reads_what_the_store_reads(tmp_path) -> None:
             sorted(store.burnin_series(since, nights=2))
         assert sorted(reader.burnin_series_raw(since)) == sorted(store.burnin_series_raw(since))
     assert reader.burnin_open_runs() == store.burnin_open_runs() != []
+    # burnin_finish rewrote each node's pack with its series rows
+    assert reader.burnin_packs() == store.burnin_packs()
+    assert sorted(p[0] for p in store.burnin_packs(["n3", "n1"])) == ["n1", "n3"]
+    assert sorted(unpack_packs(store.burnin_packs())) == sorted(
+        (*r[:3], bool(r[3]), *r[4:]) for r in reader.burnin_series_raw())
     assert len(reader.burnin_series()) == 6
     for row in reader.burnin_series_raw():  # burnin_finish keeps both forms of the values
         text, packed = row[9], row[10]
@@ -191,7 +239,9 @@ def test_json_numbers_spell_what_json_spells() -> None:
     assert _numbers([]) == []
 
 
-def test_migration_0005_fills_recent_f8_from_recent(tmp_path) -> None:
+def test_migrations_fill_recent_f8_and_packs_from_stored_rows(tmp_path) -> None:
+    # 0005 packs each row's text into float64 bytes; 0006 packs each node's rows into one
+    # burnin_packs row, except a node with a row whose text does not parse.
     from slurmguard.store import Store
     from slurmguard.store.engine import make_engine
     from slurmguard.store.migrate import upgrade
@@ -199,16 +249,26 @@ def test_migration_0005_fills_recent_f8_from_recent(tmp_path) -> None:
     engine = make_engine({"url": f"sqlite:///{tmp_path}/s.db"})
     upgrade(engine, "0004")
     with sqlite3.connect(tmp_path / "s.db") as conn:
-        conn.execute("INSERT INTO nodes (id, name, first_seen, lemon, burnin_required, "
-                     "probation, probation_passes) VALUES (1, 'n1', 0, 0, 0, 0, 0)")
+        conn.executemany("INSERT INTO nodes (id, name, first_seen, lemon, burnin_required, "
+                         "probation, probation_passes) VALUES (?, ?, 0, 0, 0, 0, 0)",
+                         [(1, "n1"), (2, "n2")])
         conn.executemany("INSERT INTO burnin_series (node_id, metric, unit, higher_is_better, "
                          "group_key, last_run_id, last_at, last_value, last_night, recent) "
-                         "VALUES (1, ?, 'u', 1, 'g', 1, 0, 2.5, '2027-01-14', ?)",
-                         [("a", "1.0 nan 2.5"), ("b", "2.5"), ("c", "not a number")])
-    assert upgrade(engine, "head") == ("0004", "0005")
+                         "VALUES (?, ?, 'u', ?, 'g', 1, 0, 2.5, '2027-01-14', ?)",
+                         [(1, "a", 1, "1.0 nan 2.5"), (1, "b", 1, "2.5"),
+                          (1, "c", 1, "not a number"), (2, "b", 0, "2.5"),
+                          (2, "a", 1, "3.0 2.5")])
+    assert upgrade(engine, "head") == ("0004", "0006")
     engine.dispose()
     store = Store.open(url=f"sqlite:///{tmp_path}/s.db")
-    got = {r[1]: r[10] for r in store.burnin_series_raw()}
+    raw = store.burnin_series_raw()
+    got = {(r[0], r[1]): r[10] for r in raw}
+    assert got["n1", "a"] == struct.pack("<3d", 1.0, math.nan, 2.5)
+    assert got["n1", "b"] == struct.pack("<d", 2.5) and got["n1", "c"] is None
+    assert store.burnin_packs() is None  # n1 has no pack: the report reads burnin_series
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        packs = conn.execute("SELECT n.name, p.meta, p.nums, p.recent FROM burnin_packs p "
+                             "JOIN nodes n ON n.id = p.node_id").fetchall()
     store.close()
-    assert got["a"] == struct.pack("<3d", 1.0, math.nan, 2.5)
-    assert got["b"] == struct.pack("<d", 2.5) and got["c"] is None
+    assert [p[0] for p in packs] == ["n2"]
+    assert unpack_packs(packs) == sorted(r for r in raw if r[0] == "n2")

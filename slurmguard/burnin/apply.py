@@ -119,20 +119,27 @@ def _build(cfg: Any, store: Any, since: float, *, nodes: Iterable[str] | None,
     names = None if nodes is None else list(nodes)
     runs = store.burnin_latest_runs(since, names)
     if gone:
-        from dataclasses import replace
-
-        runs = [replace(r, status="partial", reason=gone[r.id]) if r.id in gone else r
+        runs = [r._replace(status="partial", reason=gone[r.id]) if r.id in gone else r
                 for r in runs]
     params = stat_params(cfg)
     by_node = {r.node: r for r in runs}
     groups_of = config_groups(cfg, by_node)
     drain_degrading = bool(cfg["burnin.drain_degrading"])
-    raw = store.burnin_series_raw(since, names)
     # numpy (the burnin extra) judges column by column, the same verdicts as the pure judge
-    # (docs/burnin.md, "Report at fleet scale"); without it, or on odd input, the pure one.
-    from slurmguard.burnin.vector import judge_rows
+    # (docs/burnin.md, "Report at fleet scale"): from burnin_packs (one row a node) where
+    # they hold every summary row, else from burnin_series; without numpy, or on odd input,
+    # the pure judge.
+    from slurmguard.burnin.vector import judge_packs, judge_rows
 
-    report = judge_rows(runs, raw, params, groups_of=groups_of, drain_degrading=drain_degrading)
+    report = None
+    packs = store.burnin_packs(names)
+    if packs is not None:
+        report = judge_packs(runs, packs, params, since=since, groups_of=groups_of,
+                             drain_degrading=drain_degrading)
+    if report is None:
+        raw = store.burnin_series_raw(since, names)
+        report = judge_rows(runs, raw, params, groups_of=groups_of,
+                            drain_degrading=drain_degrading)
     if report is None:
         from slurmguard.store.burnin_read import series_rows
 

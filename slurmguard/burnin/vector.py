@@ -20,9 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
-from itertools import repeat
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from slurmguard.burnin.stats import (
     Z_CONST,
@@ -35,6 +34,7 @@ from slurmguard.burnin.stats import (
     score,
 )
 from slurmguard.burnin.verdict import Report, _night_number, assemble, node_groups
+from slurmguard.store.burnin_read import PACK_NUMS
 
 _judgement = partial(tuple.__new__, Judgement)  # a Judgement from a plain tuple, in C
 _NO_RUN = object()
@@ -70,6 +70,111 @@ def judge_rows(runs: Iterable[Any], rows: Sequence[Sequence[Any]], p: StatParams
         return _judge(np, by_node, group, rows, p, drain_degrading)
     except _Fallback:
         return None
+
+
+def judge_packs(runs: Iterable[Any], packs: Iterable[Sequence[Any]], p: StatParams, *,
+                since: float = -math.inf, groups_of: Mapping[str, str] | None = None,
+                drain_degrading: bool = False) -> Report | None:
+    """:func:`judge_rows` over burnin_packs rows (node, meta, nums, recent: one per node,
+    slurmguard/store/burnin_read.py) instead of 100,000 summary rows: the same report (the
+    rows of a node in metric order, nodes in ``packs`` order), built from a few joined byte
+    strings. Only rows with ``last_at >= since`` count, as burnin_series_raw(since) reads.
+    None when numpy is missing or a pack does not read as packed (the caller then reads
+    burnin_series)."""
+    try:
+        import numpy as np
+    except ImportError:
+        return None
+    by_node, group = node_groups(runs, groups_of)
+    try:
+        cols = _pack_cols(np, by_node, packs, since, max(1, p.trend_nights) + 1)
+    except (_Fallback, ValueError, TypeError, KeyError, IndexError):
+        return None
+    return _judge_cols(np, by_node, group, cols, p, drain_degrading)
+
+
+class _Meta(NamedTuple):
+    """One distinct burnin_packs.meta, parsed once (most nodes of a night share one)."""
+
+    metrics: list[str]
+    units: list[str]
+    higher: list[bool]
+    nights: list[int]  # last_night ordinals
+
+
+def _pack_cols(np: Any, by_node: dict[str, Any], packs: Iterable[Sequence[Any]], since: float,
+               k: int) -> _Cols:
+    import json
+
+    names = sorted(by_node)
+    rank = {n: i for i, n in enumerate(names)}
+    complete = {n: r.id for n, r in by_node.items() if r.status == "complete"}
+    packs = [r for r in packs if r[0] in complete]  # only complete runs are compared
+    node_c, meta_c, nums_c, recent_c = (list(c) for c in zip(*packs, strict=True)) if packs \
+        else ([], [], [], [])
+    # Most nodes of a night share one meta text: each distinct one is parsed once.
+    parsed: list[_Meta] = []
+    meta_id: dict[str, int] = {}
+    night_no: dict[str, int] = {}
+    for text in dict.fromkeys(meta_c):
+        items = json.loads(text)
+        for it in items:
+            if it[4] not in night_no:
+                night_no[it[4]] = _night_number(it[4])
+        meta_id[text] = len(parsed)
+        parsed.append(_Meta([it[0] for it in items], [it[1] for it in items],
+                            [bool(it[2]) for it in items], [night_no[it[4]] for it in items]))
+    meta_ids = list(map(meta_id.__getitem__, meta_c))
+    cnt = np.array([len(pm.metrics) for pm in parsed], np.int64)[meta_ids] if meta_ids \
+        else np.zeros(0, np.int64)
+    if (np.fromiter(map(len, nums_c), np.int64, len(nums_c)) != 8 * PACK_NUMS * cnt).any():
+        raise _Fallback
+    ranks = list(map(rank.__getitem__, node_c))
+    rids = list(map(complete.__getitem__, node_c))
+    all_metrics = sorted({m for pm in parsed for m in pm.metrics})
+    a_rank = {m: i for i, m in enumerate(all_metrics)}
+    # Per distinct meta: its rows' metric index and night ordinal; then per row, by meta.
+    m_idx = [np.array([a_rank[m] for m in pm.metrics], np.int64) for pm in parsed]
+    m_night = [np.array(pm.nights, np.int64) for pm in parsed]
+    n = int(cnt.sum())
+    nums = np.frombuffer(b"".join(nums_c), "<f8").reshape(n, PACK_NUMS)
+    flat = np.frombuffer(b"".join(recent_c), "<f8")
+    lens = nums[:, 3].astype(np.int64)
+    if len(flat) != int(lens.sum()) or (lens < 0).any():
+        raise _Fallback
+    mids = np.array(meta_ids, np.int64)
+    if n:
+        mc_all = np.concatenate([m_idx[i] for i in meta_ids])
+        night_all = np.concatenate([m_night[i] for i in meta_ids])
+    else:
+        mc_all = night_all = np.zeros(0, np.int64)
+    row_meta = np.repeat(mids, cnt)
+    row_pos = np.arange(n) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    keep = (nums[:, 0] == np.repeat(np.array(rids, float), cnt)) & (nums[:, 1] >= since)
+    sel = np.flatnonzero(keep)
+    mc_kept = mc_all[sel]
+    # Each metric's unit and direction from its first row (nodes in packs order), as
+    # judge() takes them from the first summary row.
+    present, first = np.unique(mc_kept, return_index=True)
+    units: dict[str, str] = {}
+    higher: dict[str, bool] = {}
+    for ai, fi in sorted(zip(present.tolist(), first.tolist(), strict=True), key=itemgetter(1)):
+        r = int(sel[fi])
+        pm = parsed[int(row_meta[r])]
+        pos = int(row_pos[r])
+        units[all_metrics[ai]] = pm.units[pos]
+        higher[all_metrics[ai]] = pm.higher[pos]
+    metrics = [all_metrics[i] for i in present.tolist()]
+    ends = np.cumsum(lens)[sel]
+    ln = lens[sel]
+    tails = np.full((len(sel), k), np.nan)
+    if len(sel):
+        idx = ends[:, None] - k + np.arange(k)
+        have = idx >= (ends - ln)[:, None]
+        tails[have] = flat[idx[have]]
+    return _Cols(names, np.repeat(np.array(ranks, np.int64), cnt)[sel], metrics,
+                 np.searchsorted(present, mc_kept), units, higher, nums[sel, 2].copy(),
+                 night_all[sel], tails)
 
 
 def _tails(np: Any, recent: Sequence[Any], k: int, packed: Sequence[Any] | None = None) -> Any:
@@ -121,17 +226,14 @@ def _median_sorted(s: Any) -> float:
 
 def _judge(np: Any, by_node: dict[str, Any], group: dict[str, str], rows: list[Sequence[Any]],
            p: StatParams, drain_degrading: bool) -> Report:
-    judged: dict[str, list[Judgement]] = {}
-    trends: dict[str, list[tuple[str, list[float]]]] = {}
-    stats: list[GroupStats] = []
-    units: dict[str, str] = {}
-    higher: dict[str, bool] = {}
     if not rows:
-        return assemble(by_node, group, judged, trends, stats, units, p, drain_degrading)
+        return assemble(by_node, group, {}, {}, [], {}, p, drain_degrading)
     cols = list(zip(*rows, strict=True))
     node_c, metric_c, unit_c, higher_c, _, _, _, value_c, night_c, recent_c = cols[:10]
     packed = cols[10] if len(cols) > 10 else None  # burnin_series.recent_f8, when read
     # Each metric's unit and direction from its first row, as judge() takes them.
+    units: dict[str, str] = {}
+    higher: dict[str, bool] = {}
     end = len(metric_c) - 1
     first = dict(zip(reversed(metric_c), range(end, -1, -1), strict=True))
     for m, i in sorted(first.items(), key=itemgetter(1)):
@@ -141,12 +243,9 @@ def _judge(np: Any, by_node: dict[str, Any], group: dict[str, str], rows: list[S
     rank = {n: i for i, n in enumerate(names)}
     metrics = sorted(higher)
     m_rank = {m: i for i, m in enumerate(metrics)}
-    groups = sorted({group[n] for n in node_c})
-    g_rank = {g: i for i, g in enumerate(groups)}
     nrows = len(rows)
     nc = np.fromiter(map(rank.__getitem__, node_c), np.int64, nrows)
     mc = np.fromiter(map(m_rank.__getitem__, metric_c), np.int64, nrows)
-    gc = np.fromiter((g_rank[group[n]] for n in node_c), np.int64, nrows)
     if set(map(type, value_c)) == {float}:  # what the store returns
         value = np.array(value_c, dtype=float)
     else:  # as usable(): a bool, None or text is no value
@@ -156,12 +255,53 @@ def _judge(np: Any, by_node: dict[str, Any], group: dict[str, str], rows: list[S
     last = np.fromiter(map(nights.__getitem__, night_c), np.int64, nrows)
     k = max(1, p.trend_nights) + 1
     tails = _tails(np, recent_c, k, packed)
+    return _judge_cols(np, by_node, group, _Cols(names, nc, metrics, mc, units, higher, value,
+                                                 last, tails), p, drain_degrading)
+
+
+class _Cols(NamedTuple):
+    """The summary rows to judge, by column: only the values of each node's latest complete
+    run. ``nc``/``mc`` index ``names`` (every node with a run, sorted) and ``metrics``
+    (sorted); ``last`` is the ordinal of each row's last night; ``tails`` its last
+    trend_nights + 1 nightly values, (rows, k), nan-padded on the left."""
+
+    names: list[str]
+    nc: Any
+    metrics: list[str]
+    mc: Any
+    units: dict[str, str]
+    higher: dict[str, bool]
+    value: Any
+    last: Any
+    tails: Any
+
+
+def _judge_cols(np: Any, by_node: dict[str, Any], group: dict[str, str], c: _Cols,
+                p: StatParams, drain_degrading: bool) -> Report:
+    judged: dict[str, list[Judgement]] = {}
+    trends: dict[str, list[tuple[str, list[float]]]] = {}
+    stats: list[GroupStats] = []
+    names, nc, metrics, mc, higher = c.names, c.nc, c.metrics, c.mc, c.higher
+    value, last, tails = c.value, c.last, c.tails
+    if not len(nc):
+        return assemble(by_node, group, judged, trends, stats, c.units, p, drain_degrading)
+    k = tails.shape[1]
+    g_of = [group[n] for n in names]
+    groups = sorted({g_of[i] for i in np.unique(nc).tolist()})
+    g_rank = {g: i for i, g in enumerate(groups)}
+    gc = np.array([g_rank.get(g, -1) for g in g_of], dtype=np.int64)[nc]
     order = np.lexsort((nc, mc, gc))  # sorted by (group, metric, node), as judge() walks
     key = gc[order] * len(metrics) + mc[order]
     cuts = np.flatnonzero(np.diff(key)) + 1
-    # The judgements of every segment in walk order, gathered per node at the end.
-    j_nodes: list[Any] = []
-    j_items: list[Judgement] = []
+    # Each row's score, z, flag and why, filled in segment by segment; the Judgements are
+    # made at the end, per node in metric order (a node is in one group: its walk order).
+    n_rows = len(nc)
+    sc_all = np.ones(n_rows)
+    z_all = np.zeros(n_rows)
+    judged_rows = np.zeros(n_rows, dtype=bool)  # a usable value: the row gets a Judgement
+    verdict_rows = np.zeros(n_rows, dtype=bool)  # and its group gave a verdict
+    flag_all = np.zeros(n_rows, dtype=bool)
+    why_of: dict[int, str] = {}
     min_n = max(1, p.min_group)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for seg in np.split(order, cuts):
@@ -172,21 +312,17 @@ def _judge(np: Any, by_node: dict[str, Any], group: dict[str, str], rows: list[S
             ok = np.isfinite(v_all) & (v_all >= 0)
             sel = seg[ok]
             vals = v_all[ok]
-            seg_names = [names[i] for i in nc[sel].tolist()]
-            vl = vals.tolist()
-            if len(vl) < min_n:
-                gs = GroupStats(g, metric, len(vl), median(vl) if vl else None,
-                                mad(vl) if vl else None, False,
-                                f"{len(vl)} node(s) in group {g}, fewer than min_group "
-                                f"{p.min_group}: no verdict")
-                stats.append(gs)
-                j_nodes.append(nc[sel])
-                j_items.extend(map(_judgement, zip(seg_names, repeat(metric), vl, repeat(None),
-                                                   repeat(None), repeat(False), repeat(""))))
+            judged_rows[sel] = True
+            if len(vals) < min_n:
+                vl = vals.tolist()
+                stats.append(GroupStats(g, metric, len(vl), median(vl) if vl else None,
+                                        mad(vl) if vl else None, False,
+                                        f"{len(vl)} node(s) in group {g}, fewer than min_group "
+                                        f"{p.min_group}: no verdict"))
                 continue
             med = _median_sorted(np.sort(vals))
             spread = _median_sorted(np.sort(np.abs(vals - med)))
-            gs = GroupStats(g, metric, len(vl), med, spread, True)
+            gs = GroupStats(g, metric, len(vals), med, spread, True)
             stats.append(gs)
             if not (med > 0 and math.isfinite(med)):
                 sc = np.ones_like(vals)
@@ -203,32 +339,47 @@ def _judge(np: Any, by_node: dict[str, Any], group: dict[str, str], rows: list[S
                     z = -z
             by_score = sc < p.threshold
             by_z = ~by_score & (z < -p.z_limit) if p.z_limit > 0 else np.zeros_like(by_score)
-            flagged = by_score | by_z
-            scl, zl = sc.tolist(), z.tolist()
-            whys = [""] * len(vl)
+            sc_all[sel] = sc
+            z_all[sel] = z
+            verdict_rows[sel] = True
+            flag_all[sel] = by_score | by_z
             for i in np.flatnonzero(by_score).tolist():
-                whys[i] = f"score {scl[i]:.2f} < {p.threshold:.2f}"
+                why_of[int(sel[i])] = f"score {float(sc[i]):.2f} < {p.threshold:.2f}"
             for i in np.flatnonzero(by_z).tolist():
-                whys[i] = f"robust z {zl[i]:.1f} < -{p.z_limit:g}"
-            j_nodes.append(nc[sel])
-            j_items.extend(map(_judgement, zip(seg_names, repeat(metric), vl, scl, zl,
-                                               flagged.tolist(), whys)))
+                why_of[int(sel[i])] = f"robust z {float(z[i]):.1f} < -{p.z_limit:g}"
             noise = noise_of(gs)
             for node, scores in _degrading(np, seg, nc, names, tails, last, k, hib, p, noise):
                 trends.setdefault(node, []).append((metric, scores))
-    if j_items:
-        owners = np.concatenate(j_nodes)
-        by_owner = np.argsort(owners, kind="stable")  # per node, in walk (metric) order
-        owners_sorted = owners[by_owner]
-        bounds = np.flatnonzero(np.diff(owners_sorted)) + 1
-        pick = itemgetter(*by_owner.tolist())
-        items = pick(j_items) if len(j_items) > 1 else (j_items[0],)
-        starts = [0, *bounds.tolist()]
-        ends = [*bounds.tolist(), len(items)]
-        firsts = owners_sorted[starts].tolist()
-        for o, a, b in zip(firsts, starts, ends, strict=True):
-            judged[names[o]] = items[a:b]
-    return assemble(by_node, group, judged, trends, stats, units, p, drain_degrading)
+    rows = np.flatnonzero(judged_rows)
+    fin = rows[np.lexsort((mc[rows], nc[rows]))]  # by node, then metric
+    owner = nc[fin]
+    node_l = list(map(names.__getitem__, owner.tolist()))
+    scl, zl = sc_all[fin].tolist(), z_all[fin].tolist()
+    verdict_l = verdict_rows[fin]
+    for i in np.flatnonzero(~verdict_l).tolist():  # groups too small: no score, no z
+        scl[i] = zl[i] = None
+    whys = [""] * len(fin)
+    if why_of:
+        at = np.empty(n_rows, dtype=np.int64)
+        at[fin] = np.arange(len(fin))
+        for r, why in why_of.items():
+            whys[int(at[r])] = why
+    flag_l = flag_all[fin]
+    items = tuple(map(_judgement, zip(node_l, map(metrics.__getitem__, mc[fin].tolist()),
+                                      value[fin].tolist(), scl, zl, flag_l.tolist(), whys,
+                                      strict=True)))
+    if items:
+        starts = [0, *(np.flatnonzero(np.diff(owner)) + 1).tolist()]
+        for a, b in zip(starts, [*starts[1:], len(items)], strict=True):
+            judged[node_l[a]] = items[a:b]
+    # The nodes that pass outright, counted from the columns: some metric judged by a
+    # group, none flagged, no falling trend (every row here is of a complete run).
+    size = len(names)
+    has_verdict = np.bincount(owner, weights=verdict_l, minlength=size) > 0
+    has_flag = np.bincount(owner, weights=flag_l, minlength=size) > 0
+    passing = frozenset(names[i] for i in np.flatnonzero(has_verdict & ~has_flag).tolist())
+    return assemble(by_node, group, judged, trends, stats, c.units, p, drain_degrading,
+                    passing=passing - trends.keys())
 
 
 def _degrading(np: Any, seg: Any, nc: Any, names: list[str], tails: Any, last: Any, k: int,
@@ -240,12 +391,28 @@ def _degrading(np: Any, seg: Any, nc: Any, names: list[str], tails: Any, last: A
     good = (t == t) & (t >= 0)  # not nan, not negative: counted in the night's median
     if not good.any():
         return []
-    nv, vv = night[good], t[good]
-    o = np.lexsort((vv, nv))
-    nv, vv = nv[o], vv[o]
-    uniq, start, count = np.unique(nv, return_index=True, return_counts=True)
-    mid = start + count // 2
-    med = np.where(count % 2 == 1, vv[mid], (vv[np.maximum(mid - 1, start)] + vv[mid]) / 2.0)
+    lasts = last[seg]
+    if (lasts == lasts[0]).all():
+        # Every node's last night is the same (a fleet's nightly run): each night is one
+        # column, sorted on its own (the excluded values as +inf, after every counted one).
+        # Equal values may come out in another order than the lexsort's below, which only
+        # a 0.0 and a -0.0 tell apart: a median of either sign scores everyone 1.0.
+        srt = np.sort(np.where(good, t, math.inf).T, axis=1)  # night x node
+        count = good.sum(axis=0)
+        mid = count // 2
+        col = np.arange(k)
+        hi = srt[col, np.minimum(mid, len(t) - 1)]
+        lo = srt[col, np.maximum(mid - 1, 0)]
+        some = count > 0
+        uniq = night[0][some]
+        med = np.where(count % 2 == 1, hi, (lo + hi) / 2.0)[some]
+    else:
+        nv, vv = night[good], t[good]
+        o = np.lexsort((vv, nv))
+        nv, vv = nv[o], vv[o]
+        uniq, start, count = np.unique(nv, return_index=True, return_counts=True)
+        mid = start + count // 2
+        med = np.where(count % 2 == 1, vv[mid], (vv[np.maximum(mid - 1, start)] + vv[mid]) / 2.0)
     full = good.all(axis=1)
     if not full.any():
         return []

@@ -14,9 +14,10 @@ running).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from slurmguard.burnin.stats import (
     GroupStats,
@@ -32,10 +33,12 @@ REASON_PREFIX = "slurmguard: burnin: "
 _score = attrgetter("score")
 _flagged = attrgetter("flagged")
 REASON_MAX = 200
+NO_SCORES: Mapping[str, tuple[float, ...]] = MappingProxyType({})
 
 
-@dataclass(frozen=True)
-class NodeVerdict:
+class NodeVerdict(NamedTuple):
+    """One node's verdict (a NamedTuple: 10,000 a fleet report, built positionally)."""
+
     node: str
     group: str
     run_id: int | None
@@ -46,7 +49,7 @@ class NodeVerdict:
     metric: str = ""  # the metric named in the reason (flagged/degrading)
     judgements: tuple[Judgement, ...] = ()
     degrading: tuple[str, ...] = ()  # metrics whose score fell night after night
-    scores: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # metric -> nightly
+    scores: Mapping[str, tuple[float, ...]] = NO_SCORES  # metric -> nightly scores
 
     @property
     def bad(self) -> bool:
@@ -168,17 +171,20 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
              judged: Mapping[str, Sequence[Judgement]],
              trends: Mapping[str, Sequence[tuple[str, Sequence[float]]]],
              stats: Iterable[GroupStats], units: dict[str, str], p: StatParams,
-             drain_degrading: bool) -> Report:
+             drain_degrading: bool, passing: frozenset[str] | None = None) -> Report:
     """One verdict per node from its judgements and falling trends (shared by :func:`judge`
-    and the numpy path, :mod:`slurmguard.burnin.vector`)."""
+    and the numpy path, :mod:`slurmguard.burnin.vector`). ``passing``: the nodes known to
+    pass (a complete run, no falling trend, some metric judged and none flagged), as the
+    numpy path counts them from its columns; else each node's judgements are looked at."""
     out: dict[str, NodeVerdict] = {}
     for node, r in sorted(runs.items()):
         js = tuple(judged.get(node, ()))
-        if (r.status == "complete" and node not in trends and js
+        if node in passing if passing is not None else (
+                r.status == "complete" and node not in trends and js
                 and not any(map(_flagged, js)) and list(map(_score, js)).count(None) < len(js)):
             # Most of a fleet: the "pass" below, built positionally (10,000 nodes a report).
             out[node] = NodeVerdict(node, group[node], r.id, r.status, "pass", "",
-                                    "every metric within bounds", "", js, (), {})
+                                    "every metric within bounds", "", js, (), NO_SCORES)
             continue
         falling = tuple(m for m, _ in trends.get(node, ()))
         common = {"node": node, "group": group[node], "run_id": r.id, "status": r.status,

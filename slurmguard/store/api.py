@@ -36,6 +36,7 @@ from slurmguard.store.engine import (
 )
 from slurmguard.store.models import (
     EVENT_KINDS,
+    BurninPack,
     BurninResult,
     BurninRun,
     BurninSeries,
@@ -566,7 +567,7 @@ class Store(BurninMixin):
         with guard(self.engine, "counts"), self.engine.connect() as conn:
             return {t.__tablename__: int(conn.execute(select(func.count()).select_from(t)).scalar_one())
                     for t in (Node, Run, Result, Event, FleetAlert, GoodputJob, BurninRun,
-                              BurninResult, BurninSeries)}
+                              BurninResult, BurninSeries, BurninPack)}
 
 
 def _node_name(node: str) -> str:

@@ -20,7 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.orm import aliased
 
 from slurmguard.burnin.values import BurninValue
 from slurmguard.errors import InputError
@@ -29,11 +30,14 @@ from slurmguard.store.burnin_read import (
     SeriesRow,
     latest_runs,
     pack_recent,
+    pack_series,
+    packs_covering,
     series_rows,
 )
 from slurmguard.store.engine import guard
 from slurmguard.store.models import (
     BURNIN_STATUSES,
+    BurninPack,
     BurninResult,
     BurninRun,
     BurninSeries,
@@ -241,6 +245,22 @@ class BurninMixin:
                 conn.execute(update(BurninSeries).where(
                     BurninSeries.node_id == run.node_id, BurninSeries.metric == metric).values(**row))
             have[metric] = _Recent(recent, night)  # the same metric again in this run
+        if vals:
+            self._update_pack(conn, run.node_id)
+
+    @staticmethod
+    def _update_pack(conn: Any, node_id: int) -> None:
+        """Rewrite the node's burnin_packs row from its burnin_series rows (same transaction)."""
+        S = BurninSeries
+        rows = conn.execute(select(S.node_id, S.metric, S.unit, S.higher_is_better, S.group_key,
+                                   S.last_run_id, S.last_at, S.last_value, S.last_night,
+                                   S.recent, S.recent_f8).where(S.node_id == node_id)).all()
+        conn.execute(delete(BurninPack).where(BurninPack.node_id == node_id))
+        packed = pack_series(rows)
+        if packed is not None:
+            meta, nums, recent = packed
+            conn.execute(insert(BurninPack).values(node_id=node_id, meta=meta, nums=nums,
+                                                   recent=recent))
 
     def burnin_mark(self, run_ids: Sequence[int], *, status: str | None = None,
                     reason: str | None = None, verdict: str | None = None,
@@ -267,10 +287,13 @@ class BurninMixin:
     def burnin_latest_runs(self, since: float, nodes: Iterable[str] | None = None
                            ) -> list[BurninRunRow]:
         """Each node's newest burn-in run submitted since ``since``, sorted by node."""
-        latest = (select(func.max(BurninRun.id).label("id")).where(BurninRun.submitted >= since)
-                  .group_by(BurninRun.node_id).subquery())
+        # Per node, its newest run since then: one index range per node on (node_id,
+        # submitted), not a scan of every run of every night (as burnin_read's SQL).
+        b, m = aliased(BurninRun), aliased(Node)
+        newest = (select(func.max(b.id)).where(b.node_id == m.id, b.submitted >= since)
+                  .correlate(m).scalar_subquery())
         stmt = (select(*_run_cols()).join(Node, Node.id == BurninRun.node_id)
-                .join(latest, latest.c.id == BurninRun.id))
+                .where(BurninRun.id.in_(select(newest).select_from(m))))
         with guard(self.engine, "burn-in runs"), self.engine.connect() as conn:
             return latest_runs(conn.execute(stmt).all(), nodes)
 
@@ -280,6 +303,17 @@ class BurninMixin:
                 .where(BurninRun.status.in_(OPEN)))
         with guard(self.engine, "burn-in open runs"), self.engine.connect() as conn:
             return [BurninRunRow(*r) for r in conn.execute(stmt.order_by(BurninRun.id)).all()]
+
+    def burnin_packs(self, nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]] | None:
+        """Each node's burnin_packs row as (node, meta, nums, recent): burnin_series packed,
+        what `burnin report` judges; None when the packs do not hold every burnin_series row
+        (then read :meth:`burnin_series_raw`)."""
+        P = BurninPack
+        stmt = select(Node.name, P.meta, P.nums, P.recent).join(Node, Node.id == P.node_id)
+        with guard(self.engine, "burn-in packs"), self.engine.connect() as conn:
+            packs = [(n, m, bytes(b), bytes(r)) for n, m, b, r in conn.execute(stmt)]
+            count = int(conn.execute(select(func.count()).select_from(BurninSeries)).scalar_one())
+        return packs_covering(packs, count, nodes)
 
     def burnin_series_raw(self, since: float = float("-inf"),
                           nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]]:

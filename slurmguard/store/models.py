@@ -233,6 +233,22 @@ class BurninSeries(Base):
     recent_f8: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
 
 
+class BurninPack(Base):
+    """One row per node: its burnin_series rows packed (revision 0006), written with them by
+    ``burnin_finish``, so that `burnin report` reads 10,000 rows of a 10,000-node fleet
+    instead of 100,000 (the format: slurmguard/store/burnin_read.py, docs/store.md). A
+    node without a pack (a series row whose values do not parse) makes the report read
+    burnin_series."""
+
+    __tablename__ = "burnin_packs"
+
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"),
+                                         primary_key=True)
+    meta: Mapped[str] = mapped_column(Text)  # JSON: [metric, unit, higher, group, night] each
+    nums: Mapped[bytes] = mapped_column(LargeBinary)  # float64 x 4 a metric
+    recent: Mapped[bytes] = mapped_column(LargeBinary)  # the metrics' recent_f8, in order
+
+
 class GoodputJob(Base):
     """One job's goodput breakdown (slurmguard.goodput.account), stored by `slurmguard goodput`
     so that fleet reports are one aggregate query. Seconds of wall time per part; the parts
@@ -295,4 +311,5 @@ class GoodputJobNode(Base):
 
 ALL_TABLES = [Node.__table__, Run.__table__, Result.__table__, Event.__table__,
               FleetAlert.__table__, GoodputJob.__table__, GoodputJobNode.__table__,
-              BurninRun.__table__, BurninResult.__table__, BurninSeries.__table__]
+              BurninRun.__table__, BurninResult.__table__, BurninSeries.__table__,
+              BurninPack.__table__]

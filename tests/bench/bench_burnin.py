@@ -5,10 +5,11 @@
 Builds the store once (in a temp dir, schema from sql/schema-sqlite.sql): one complete run per
 node and night (300,000 burnin_runs), every metric's value per run (3,000,000
 burnin_results), and the per-(node, metric) summary rows the worker maintains
-(burnin_series: the last 8 nights as text and as float64 bytes, as burnin_finish writes
-them), in 4 GPU groups, with 1 % slow nodes and 0.5 % degrading ones. Then prints the median of
-  * the in-process report (store reads, verdicts for every node, the table), and
-  * the whole `python -m slurmguard burnin report` process (--json to /dev/null),
+(burnin_series: the last 8 nights as text and as float64 bytes; burnin_packs: one row per
+node with its series packed; both as burnin_finish writes them), in 4 GPU groups, with 1 % slow nodes and 0.5 % degrading ones. Then prints the median of
+  * the in-process report (store reads, verdicts for every node, the table),
+  * the whole `python -m slurmguard burnin report` process (the table an admin reads), and
+  * the whole `python -m slurmguard burnin report --json` process (every node, every metric),
 for the default --since 7d. Target (issue 9): median <= 1 s.
 """
 
@@ -76,14 +77,19 @@ def build(path: Path, nodes: int, metrics: int, nights: int) -> None:
         conn.executemany("INSERT INTO burnin_results (run_id, node_id, at, measurement, metric, "
                          "value, unit, status, reason, details) VALUES (?,?,?,?,?,?,?,?,?,?)",
                          results)
+    rows = [(nid, m, "u", 1, GROUPS[(nid - 1) % len(GROUPS)], last[(nid, m)][0],
+             last[(nid, m)][1], last[(nid, m)][2], pts[-1][0], " ".join(repr(v) for _, v in pts[-8:]),
+             struct.pack(f"<{len(pts[-8:])}d", *(v for _, v in pts[-8:])))
+            for (nid, m), pts in series.items()]
     conn.executemany("INSERT INTO burnin_series (node_id, metric, unit, higher_is_better, "
                      "group_key, last_run_id, last_at, last_value, last_night, recent, "
-                     "recent_f8) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                     [(nid, m, "u", 1, GROUPS[(nid - 1) % len(GROUPS)], last[(nid, m)][0],
-                       last[(nid, m)][1], last[(nid, m)][2], pts[-1][0],
-                       " ".join(repr(v) for _, v in pts[-8:]),
-                       struct.pack(f"<{len(pts[-8:])}d", *(v for _, v in pts[-8:])))
-                      for (nid, m), pts in series.items()])
+                     "recent_f8) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+    from itertools import groupby
+
+    from slurmguard.store.burnin_read import pack_series
+
+    conn.executemany("INSERT INTO burnin_packs (node_id, meta, nums, recent) VALUES (?,?,?,?)",
+                     [(nid, *pack_series(list(g))) for nid, g in groupby(rows, key=lambda r: r[0])])
     conn.commit()
     conn.close()
 
@@ -117,17 +123,25 @@ def main() -> int:
             assert r.exit_code == 0, r.output
         flagged = r.output.count(" flagged ")
         env = dict(os.environ, PYTHONPATH=str(REPO))
-        whole = []
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: bytecode cached
+        cmd = [sys.executable, "-m", "slurmguard", "burnin", "report"]
+        tables, whole = [], []
         for _ in range(args.repeat):
             t = time.monotonic()
-            p = subprocess.run([sys.executable, "-m", "slurmguard", "burnin", "report", "--json"],
-                               env=env, capture_output=True, text=True, timeout=300)
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+            tables.append(time.monotonic() - t)
+            assert p.returncode == 0, p.stderr
+            t = time.monotonic()
+            p = subprocess.run([*cmd, "--json"], env=env, capture_output=True, text=True,
+                               timeout=300)
             whole.append(time.monotonic() - t)
             assert p.returncode == 0, p.stderr
         counts = json.loads(p.stdout)["counts"]
         print(f"verdicts: {counts} (table rows flagged: {flagged})")
         print(f"in-process report:  median {statistics.median(inproc):.3f} s "
               f"(min {min(inproc):.3f}, max {max(inproc):.3f}, n={args.repeat})")
+        print(f"`burnin report` process (table): median {statistics.median(tables):.3f} s "
+              f"(min {min(tables):.3f}, max {max(tables):.3f}, n={args.repeat})")
         print(f"`burnin report --json` process: median {statistics.median(whole):.3f} s "
               f"(min {min(whole):.3f}, max {max(whole):.3f}, n={args.repeat})")
     return 0
