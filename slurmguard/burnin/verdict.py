@@ -179,9 +179,13 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
     out: dict[str, NodeVerdict] = {}
     for node, r in sorted(runs.items()):
         js = tuple(judged.get(node, ()))
-        if node in passing if passing is not None else (
-                r.status == "complete" and node not in trends and js
-                and not any(map(_flagged, js)) and list(map(_score, js)).count(None) < len(js)):
+        if passing is not None:
+            passes = node in passing
+        else:
+            passes = bool(r.status == "complete" and node not in trends and js
+                          and not any(map(_flagged, js))
+                          and list(map(_score, js)).count(None) < len(js))
+        if passes:
             # Most of a fleet: the "pass" below, built positionally (10,000 nodes a report).
             out[node] = NodeVerdict(node, group[node], r.id, r.status, "pass", "",
                                     "every metric within bounds", "", js, (), NO_SCORES)
