@@ -4,10 +4,12 @@ stdlib SQLite reader (slurmguard/store/burnin_read.py) the Store's rows (docs/bu
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -18,11 +20,11 @@ from slurmguard.burnin.vector import judge_packs, judge_rows
 from slurmguard.burnin.verdict import Report, judge
 from slurmguard.errors import StoreError
 from slurmguard.store.burnin_read import (
+    PACK_NUMS,
     SeriesRow,
     SqliteBurninReader,
     pack_recent,
     pack_series,
-    unpack_packs,
 )
 
 pytest.importorskip("numpy")
@@ -44,6 +46,26 @@ def _same(a: Report, b: Report) -> None:
     assert list(a.nodes) == list(b.nodes)
     for n in a.nodes:
         assert repr(a.nodes[n]) == repr(b.nodes[n]), n
+
+
+def unpack_packs(packs: list[Any]) -> list[tuple[Any, ...]]:
+    """burnin_packs rows (node, meta, nums, recent) back as raw burnin_series rows, each
+    node's in metric order: what ``pack_series`` was given (``recent`` text rebuilt from the
+    float64 values, as burnin_finish writes it). The format's inverse, for the tests."""
+    out = []
+    for node, meta, nums, recent in packs:
+        items = json.loads(meta)
+        vals = struct.unpack(f"<{len(nums) // 8}d", nums)
+        at = 0
+        for i, (metric, unit, higher, group, night) in enumerate(items):
+            rid, last_at, value, n = vals[PACK_NUMS * i:PACK_NUMS * (i + 1)]
+            f8 = bytes(recent[at:at + 8 * int(n)])
+            at += 8 * int(n)
+            text = " ".join(map(repr, struct.unpack(f"<{int(n)}d", f8)))
+            out.append((node, metric, unit, higher, group, int(rid), last_at, value, night,
+                        text, f8))
+    return out
+
 
 
 NODES = [f"n{i}" for i in range(10)]

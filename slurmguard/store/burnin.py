@@ -6,6 +6,7 @@
     store.burnin_finish(run_id, "complete")          # also updates burnin_series
     store.burnin_latest_runs(since)                  # [BurninRunRow], one per node
     store.burnin_series(since)                       # [SeriesRow], one per node and metric
+    store.burnin_packs()                             # the same rows, one packed row per node
 
 A run is ``submitted`` (by `burnin submit`), ``running`` (the worker started), then
 ``complete``, ``failed`` (a health check failed or a measurement found a hard fault) or
@@ -87,6 +88,14 @@ def _run_cols() -> list[Any]:
     R = BurninRun
     return [R.id, Node.name, R.job_id, R.level, R.night, R.group_key, R.submitted, R.started,
             R.finished, R.status, R.reason, R.reservation, R.verdict]
+
+
+def _series_cols(node: Any) -> list[Any]:
+    """The columns of a raw burnin_series row (SeriesRow order, then ``recent_f8``), the node
+    as ``node`` (its name for readers, its id for the pack writer)."""
+    S = BurninSeries
+    return [node, S.metric, S.unit, S.higher_is_better, S.group_key, S.last_run_id, S.last_at,
+            S.last_value, S.last_night, S.recent, S.recent_f8]
 
 
 @dataclass(frozen=True)
@@ -251,10 +260,8 @@ class BurninMixin:
     @staticmethod
     def _update_pack(conn: Any, node_id: int) -> None:
         """Rewrite the node's burnin_packs row from its burnin_series rows (same transaction)."""
-        S = BurninSeries
-        rows = conn.execute(select(S.node_id, S.metric, S.unit, S.higher_is_better, S.group_key,
-                                   S.last_run_id, S.last_at, S.last_value, S.last_night,
-                                   S.recent, S.recent_f8).where(S.node_id == node_id)).all()
+        rows = conn.execute(select(*_series_cols(BurninSeries.node_id))
+                            .where(BurninSeries.node_id == node_id)).all()
         conn.execute(delete(BurninPack).where(BurninPack.node_id == node_id))
         packed = pack_series(rows)
         if packed is not None:
@@ -321,10 +328,8 @@ class BurninMixin:
         ``recent`` still the stored text, then ``recent_f8`` (its float64 bytes, or None):
         the report's numpy path reads those by column."""
         S = BurninSeries
-        stmt = (select(Node.name, S.metric, S.unit, S.higher_is_better, S.group_key,
-                       S.last_run_id, S.last_at, S.last_value, S.last_night, S.recent,
-                       S.recent_f8)
-                .join(Node, Node.id == S.node_id).where(S.last_at >= since))
+        stmt = (select(*_series_cols(Node.name)).join(Node, Node.id == S.node_id)
+                .where(S.last_at >= since))
         with guard(self.engine, "burn-in series"), self.engine.connect() as conn:
             rows = _raw_rows(conn, stmt)
         if nodes is not None:

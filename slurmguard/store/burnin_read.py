@@ -136,25 +136,6 @@ def pack_series(rows: Iterable[Sequence[Any]]) -> tuple[str, bytes, bytes] | Non
             b"".join(recent))
 
 
-def unpack_packs(packs: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
-    """burnin_packs rows (node, meta, nums, recent) back as raw burnin_series rows, each
-    node's in metric order: what :func:`pack_series` was given (``recent`` text rebuilt
-    from the float64 values, as burnin_finish writes it)."""
-    out = []
-    for node, meta, nums, recent in packs:
-        items = json.loads(meta)
-        vals = struct.unpack(f"<{len(nums) // 8}d", nums)
-        at = 0
-        for i, (metric, unit, higher, group, night) in enumerate(items):
-            rid, last_at, value, n = vals[PACK_NUMS * i:PACK_NUMS * (i + 1)]
-            f8 = bytes(recent[at:at + 8 * int(n)])
-            at += 8 * int(n)
-            text = " ".join(map(repr, struct.unpack(f"<{int(n)}d", f8)))
-            out.append((node, metric, unit, higher, group, int(rid), last_at, value, night,
-                        text, f8))
-    return out
-
-
 def packs_covering(packs: list[Any], series_count: int, nodes: Iterable[str] | None
                    ) -> list[tuple[Any, ...]] | None:
     """``packs`` (only ``nodes``' when given) when they hold as many metric rows as
