@@ -44,6 +44,8 @@ sg_drain = SlurmView("n1", "idle", frozenset({"DRAIN"}), "slurmguard: gpu-xid: X
 k8s_drain = SlurmView("n1", "idle", frozenset({"DRAIN"}), "slurmguard: k8s: NotReady", NOW - 9999)
 k8s_drain_new = SlurmView("n1", "idle", frozenset({"DRAIN"}), "slurmguard: k8s: NotReady", NOW - 10)
 down = SlurmView("n1", "down", frozenset(), "Not responding", NOW - 9999)
+# Right after an UNDRAIN, or a slurmctld restart, until the next ping answers: "idle*".
+pinging = SlurmView("n1", "idle", frozenset({"NOT_RESPONDING"}))
 
 
 def kv(*, ready: str = "True", ready_age: float = 9999, unsched: bool = False, ours: bool = False,
@@ -71,6 +73,11 @@ TABLE = [
     ("slurmguard drain -> mark", sg_drain, ok_k, [K8S_MARK]),
     ("admin drain -> mark", admin_drain, ok_k, [K8S_MARK]),
     ("slurm down -> mark", down, ok_k, [K8S_MARK]),
+    ("slurm down and not responding -> mark", SlurmView("n1", "down", frozenset({"NOT_RESPONDING"}),
+                                                        "Not responding", NOW - 9999), ok_k, [K8S_MARK]),
+    ("not responding alone (after an undrain) is not down", pinging, ok_k, [NONE]),
+    ("not responding alone: our old mark comes off", pinging, marked, [K8S_UNMARK]),
+    ("not responding alone: a k8s problem still drains", pinging, kv(unsched=True), [SLURM_DRAIN]),
     ("already marked, same reason", sg_drain, marked, [NONE]),
     ("reason changed -> update", admin_drain, marked, [K8S_UPDATE]),
     ("healthy again, mark old -> unmark", ok_s, marked, [K8S_UNMARK]),

@@ -56,7 +56,11 @@ class SlurmView:
 
     @property
     def down(self) -> bool:
-        return self.state == "down" or "NOT_RESPONDING" in self.flags
+        """DOWN in Slurm. NOT_RESPONDING alone is not down: every UNDRAIN (ours included) and
+        a slurmctld restart set it until the node's next ping answer, which can be a third of
+        SlurmdTimeout away; a slurmd that stays silent turns DOWN after SlurmdTimeout, and is
+        mirrored then. Mirroring the flag itself would cordon a node we just healed."""
+        return self.state == "down"
 
     @property
     def bad(self) -> bool:
