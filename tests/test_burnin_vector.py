@@ -67,7 +67,6 @@ def unpack_packs(packs: list[Any]) -> list[tuple[Any, ...]]:
     return out
 
 
-
 NODES = [f"n{i}" for i in range(10)]
 value = st.one_of(st.floats(0, 1000, allow_nan=False), st.sampled_from(
     [0.0, -1.0, math.nan, math.inf, 100.0, 5e-324]))

@@ -46,8 +46,8 @@ def reconcile_cmd(ctx: click.Context, mode: str, nodes: str | None, as_json: boo
                   rounds: int | None) -> None:
     """Reconcile Slurm node state with Kubernetes Nodes (cordon/taint <-> drain).
 
-    A Slurm drain/down puts a cordon and the taint slurmguard.io/unhealthy=<check>:NoSchedule
-    on the Node; a Node NotReady past the grace period, cordoned by someone else, or with a
+    A Slurm drain or DOWN puts a cordon and the taint slurmguard.io/unhealthy=<check>:NoSchedule
+    on the Node (NOT_RESPONDING alone, as after every undrain, does not); a Node NotReady past the grace period, cordoned by someone else, or with a
     problem condition drains the Slurm node with "slurmguard: k8s: <what>". Only our own marks
     are ever removed. If either side cannot be read, nothing changes (exit 4).
     Settings: the [reconcile] config section (docs/reconcile.md).
