@@ -6,7 +6,7 @@
  *
  * Asks the resident agent (`slurmguard agent`) on its unix socket to run HOOK (prolog,
  * epilog, healthcheck) now, prints what the agent's run printed and exits with its exit code.
- * The agent runs the same code as `slurmguard HOOK` (slurmguard/hooks.py:execute), drain and
+ * The agent runs the same code as `slurmguard HOOK` (slurmguard/node/hooks.py:execute), drain and
  * blast-radius permit included, so the verdict, the reason and the drain are one definition.
  *
  * When the agent is absent (no socket, connection refused), slow or hung (no whole answer

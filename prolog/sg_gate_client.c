@@ -4,7 +4,7 @@
  *   slurmguard-gate-client [--socket PATH] [--timeout SEC] [--dry-run] -- FALLBACK ARGV...
  *
  * Asks `slurmguard serve` on its gate socket (serve.gate_socket) for the job's verdict:
- * serve runs slurmguard.gate.answer_job, the function `slurmguard gate` runs, with the store
+ * serve runs slurmguard.gate.answer.answer_job, the function `slurmguard gate` runs, with the store
  * it already holds open. Prints serve's log lines to stderr (slurmctld's log) and exits with
  * the gate's code: 0 run, 1 refused nodes were drained, 5 store unreadable with
  * gate.on_store_error = "closed".

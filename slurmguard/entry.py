@@ -40,7 +40,7 @@ def _parse_fast(argv: list[str]) -> dict | None:
 
 def main() -> None:
     if "gate" in sys.argv[1:4]:  # PrologSlurmctld: once per job, so skip click as well
-        from slurmguard.gate import fast_argv
+        from slurmguard.gate.answer import fast_argv
 
         code = fast_argv(sys.argv[1:])
         if code is not None:
@@ -53,7 +53,7 @@ def main() -> None:
 
         cli_main()
         return
-    from slurmguard.hooks import run_hook
+    from slurmguard.node.hooks import run_hook
 
     code = run_hook(opts["hook"], node_flag=opts["node"], config_path=opts["config_path"],
                     as_json=opts["as_json"], dry_run=opts["dry_run"])

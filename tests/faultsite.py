@@ -10,8 +10,8 @@ import os
 import time
 
 from slurmguard.checks.base import CheckContext, check
+from slurmguard.contract import CheckResult, healthy, unhealthy
 from slurmguard.errors import Unsupported
-from slurmguard.health import CheckResult, healthy, unhealthy
 
 SOURCES = {
     "fault-ok": "faultsite:gather_ok",

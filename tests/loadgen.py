@@ -1,6 +1,6 @@
 """Node clients for the soak and fault tests: threads that act like nodes posting to serve.
 
-Each client is one node: it builds result records with the real ``slurmguard.record.make_record``,
+Each client is one node: it builds result records with the real ``slurmguard.node.record.make_record``,
 POSTs them in batches with the real ``serve_client.post_records``, spools a batch it could not
 deliver with the real ``adapters.spool.write`` and, after each success, replays its spool with the
 real ``delivery.replay_spool``, exactly as a node's hooks do. Every loop is bounded in count
@@ -18,10 +18,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmguard import delivery
 from slurmguard.adapters import serve_client, spool
-from slurmguard.health import CheckResult, Health
-from slurmguard.record import make_record
+from slurmguard.contract import CheckResult, Health
+from slurmguard.node import delivery
+from slurmguard.node.record import make_record
 
 RESULTS_PER_RECORD = 2
 

@@ -378,7 +378,7 @@ class Cluster:
 
     def job(self, job_id: str | int) -> dict[str, str]:
         """`scontrol show job -o` of one job as a dict (through the adapter's parser)."""
-        from slurmguard.adapters.slurm import parse_show_job_oneliner
+        from slurmguard.adapters.slurm.commands import parse_show_job_oneliner
 
         r = self.run("scontrol", "show", "job", "-o", str(job_id))
         jobs = parse_show_job_oneliner(r.stdout)
@@ -407,12 +407,12 @@ class Cluster:
                            + self.log_tail("slurmctld.log"))
 
     def node(self, name: str) -> Any:
-        """The node as the adapter sees it (:class:`slurmguard.adapters.slurm.NodeInfo`)."""
+        """The node as the adapter sees it (:class:`slurmguard.adapters.slurm.commands.NodeInfo`)."""
         return self.cli().node(name)
 
     def cli(self) -> Any:
         """A :class:`SlurmCLI` bound to this cluster (env carries SLURM_CONF)."""
-        from slurmguard.adapters.slurm import SlurmCLI
+        from slurmguard.adapters.slurm.commands import SlurmCLI
 
         return SlurmCLI(self.slurm_section, env=self.env)
 

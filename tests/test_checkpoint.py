@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmguard import checkpoint as ck
 from slurmguard.errors import InputError
+from slurmguard.job import checkpoint as ck
 
 
 def _manifest_ckpt(root: Path, step: int, shards: int = 2) -> Path:
@@ -51,7 +51,7 @@ def test_manifest_torn_falls_back(tmp_path: Path, tear: str, caplog: pytest.LogC
         (d / ck.MANIFEST_NAME).write_text('{"version": 1, "step": ')
     elif tear == "no-manifest":
         (d / ck.MANIFEST_NAME).unlink()
-    with caplog.at_level(logging.WARNING, logger="slurmguard.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="slurmguard.job.checkpoint"):
         best = ck.find_latest(tmp_path)
     assert best is not None and best.step == 10
     if tear != "no-manifest":  # a dir without any marker is simply not a checkpoint

@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurmguard import checkpoint as ck
+from slurmguard.job import checkpoint as ck
 
 TEARS = ["none", "missing-shard", "wrong-checksum", "truncated", "manifest-first", "no-manifest"]
 

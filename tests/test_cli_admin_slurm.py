@@ -10,8 +10,8 @@ import time
 import pytest
 from helpers import require, run_sg, sg_env
 
-from slurmguard.health import CheckResult, Health
-from slurmguard.record import make_record
+from slurmguard.contract import CheckResult, Health
+from slurmguard.node.record import make_record
 
 pytestmark = pytest.mark.slurm
 

@@ -10,8 +10,8 @@ import pytest
 from helpers import run_sg, sg_env
 from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
-from slurmguard.health import CheckResult, Health
-from slurmguard.record import make_record
+from slurmguard.contract import CheckResult, Health
+from slurmguard.node.record import make_record
 from slurmguard.store import Store
 
 pytestmark = pytest.mark.postgres

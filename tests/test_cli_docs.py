@@ -80,7 +80,7 @@ def test_man_page_renders_every_command(tmp_path) -> None:
 
 def test_example_config_is_current() -> None:
     """Here too (land.sh always runs this file): a new config key must regenerate the example."""
-    from slurmguard.config_example import REGENERATE, render
+    from slurmguard.install.config_example import REGENERATE, render
 
     example = REPO / "etc" / "slurmguard.toml.example"
     assert example.read_text() == render(), (

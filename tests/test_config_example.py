@@ -7,7 +7,7 @@ import re
 from helpers import REPO
 
 from slurmguard import config
-from slurmguard.config_example import REGENERATE, render, sections
+from slurmguard.install.config_example import REGENERATE, render, sections
 
 EXAMPLE = REPO / "etc" / "slurmguard.toml.example"
 KEY_LINE = re.compile(r"^#([a-z_][a-z0-9_]*) = ")

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurmguard.decide import Action, decide, drain_reason, reason_check
-from slurmguard.health import CheckResult, Health
+from slurmguard.contract import CheckResult, Health
+from slurmguard.contract import reason_source as reason_check
+from slurmguard.node.decide import Action, decide, drain_reason
 
 H, U, D, E, X = Health.HEALTHY, Health.UNHEALTHY, Health.DEGRADED, Health.ERROR, Health.UNSUPPORTED
 NODE_CHECKS = frozenset({"gpu-xid", "gpu-ecc", "fs-mount"})

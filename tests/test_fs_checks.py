@@ -17,7 +17,7 @@ from slurmguard import config
 from slurmguard.adapters import fs
 from slurmguard.checks.base import CheckContext, GatherContext
 from slurmguard.checks.fs import fs_mount
-from slurmguard.health import Health
+from slurmguard.contract import Health
 
 
 def run(tmp: Path, **params: Any):

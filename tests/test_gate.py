@@ -10,11 +10,12 @@ import pytest
 from helpers import run_sg, sg_argv, sg_env
 from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
-from slurmguard import config, gate
+from slurmguard import config
+from slurmguard.contract import CheckResult, Health
 from slurmguard.errors import EXIT_INPUT, EXIT_OK, EXIT_STORE, EXIT_UNHEALTHY, InputError
-from slurmguard.gate import NodeRow, refusal
-from slurmguard.health import CheckResult, Health
-from slurmguard.record import make_record
+from slurmguard.gate import answer as gate
+from slurmguard.gate.answer import NodeRow, refusal
+from slurmguard.node.record import make_record
 from slurmguard.store import Store
 
 NOW = 1_800_000_000.0
@@ -130,7 +131,7 @@ def test_gate_does_not_import_sqlalchemy_on_the_sqlite_path(tmp_path: Path) -> N
     cfg = tmp_path / "sg.toml"
     cfg.write_text(f'[store]\npath = "{tmp_path}/none.db"\n')
     code = ("import sys, runpy; sys.argv=['slurmguard','gate'];\n"
-            "import slurmguard.gate as g, os\n"
+            "import slurmguard.gate.answer as g, os\n"
             "from slurmguard import config\n"
             "g.run_gate(config.load(), {'SLURM_JOB_NODELIST': 'n1'})\n"
             "bad = [m for m in ('sqlalchemy', 'alembic', 'psycopg', 'click') if m in sys.modules]\n"

@@ -1,7 +1,7 @@
 """The gate's fast path: the compiled client asks a real `slurmguard serve` on its gate socket.
 
 Same answer as `slurmguard gate` (same exit code, same log line, same log file), because serve
-runs slurmguard.gate.answer_job; when serve does not answer the client runs `slurmguard gate`
+runs slurmguard.gate.answer.answer_job; when serve does not answer the client runs `slurmguard gate`
 itself, so fail-open/fail-closed (gate.on_store_error) is the in-process behaviour.
 """
 
@@ -17,8 +17,8 @@ import pytest
 from helpers import REPO, require, sg_argv, sg_env
 from sgserve import Serve, new_port, new_store
 
-from slurmguard.health import CheckResult, Health
-from slurmguard.record import make_record
+from slurmguard.contract import CheckResult, Health
+from slurmguard.node.record import make_record
 from slurmguard.store import Store
 
 LEMON = "slurmguard: lemon: 3 failures in 1h (gpu-xid)"

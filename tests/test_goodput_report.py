@@ -16,7 +16,7 @@ import pytest
 from helpers import REPO, run_sg, sg_env
 from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
-from slurmguard.adapters.slurm_parse import parse_sacct_json, parse_sacct_parsable
+from slurmguard.adapters.slurm.parse import parse_sacct_json, parse_sacct_parsable
 from slurmguard.errors import ParseError
 from slurmguard.goodput.account import PARTS, Allocation, JobInputs, RunRecord, account
 from slurmguard.goodput.sources import run_from_record
@@ -251,7 +251,7 @@ def test_serve_exposes_goodput_gauges(tmp_path: Path) -> None:
 def test_a_run_without_record_is_read_from_the_progress_file(tmp_path: Path) -> None:
     """The wrapper died with its batch node: no run record for that allocation, but the
     ranks' progress events are in the file; the accounting reads them (and says so)."""
-    from slurmguard.adapters.slurm_parse import AcctRecord
+    from slurmguard.adapters.slurm.parse import AcctRecord
     from slurmguard.goodput.sources import job_inputs, progress_files, read_runs
 
     d = tmp_path / "ck" / ".slurmguard"

@@ -21,7 +21,7 @@ import pytest
 from helpers import REPO, run_sg, sg_env
 from requeue_support import Watcher, log_lines, lose_node, quiet, wait_for
 
-from slurmguard.adapters.slurm_parse import SACCT_FIELDS, parse_sacct_parsable
+from slurmguard.adapters.slurm.parse import SACCT_FIELDS, parse_sacct_parsable
 from slurmguard.goodput.account import PARTS
 from slurmguard.nodeset import expand
 

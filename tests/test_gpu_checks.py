@@ -38,8 +38,8 @@ from slurmguard.adapters import nvml
 from slurmguard.adapters.nvml import GpuInfo, NvmlSnapshot, normalize_bus_id
 from slurmguard.checks.base import CheckContext, GatherContext
 from slurmguard.checks.gpu import CHECKS, PARAMS
+from slurmguard.contract import Health
 from slurmguard.errors import ConfigError, SlurmguardError, Unsupported
-from slurmguard.health import Health
 
 BY_NAME = {c.name: c for c in CHECKS}
 BUS = [normalize_bus_id(b) for b in H100_BUS_IDS]
@@ -272,7 +272,7 @@ from slurmguard import config
 from slurmguard.checks.gpu import CHECKS
 cfg = config.load({str(tmp_path / "none.toml")!r}, env={{}})
 try:
-    from slurmguard.runner import run_checks
+    from slurmguard.node.runner import run_checks
 except ImportError:
     run_checks = None
 if run_checks is None:
@@ -296,7 +296,7 @@ else:
     out = json.loads(proc.stdout.splitlines()[-1])
     if "exc" in out or "gathered" in out:
         assert out == {"exc": "Unsupported", "msg": "NVML library not found"}
-        require(False, "slurmguard.runner not on this branch yet: gather checked alone")
+        require(False, "slurmguard.node.runner not on this branch yet: gather checked alone")
     assert set(out) == set(BY_NAME)
     assert all(v == ["unsupported", "nvml: NVML library not found"] for v in out.values()), out
 

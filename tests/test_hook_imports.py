@@ -16,7 +16,7 @@ from fakehw.kmsg import write_gpu_tree
 from fakehw.nvml import build_fake_nvml, default_config, write_config
 from helpers import run_sg, sg_env
 
-from slurmguard.record import uuid4_hex
+from slurmguard.node.record import uuid4_hex
 
 TRIMMED = ("ClusterShell", "socket", "uuid", "click", "sqlalchemy", "pynvml")
 
@@ -39,7 +39,7 @@ checks.gpu.expected_count = 0
     assert p.returncode == 0, p.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in p.stderr.splitlines()
                 if line.startswith("import time:")}
-    assert "slurmguard.hooks" in imported
+    assert "slurmguard.node.hooks" in imported
     assert sorted(m for m in imported if m.split(".")[0] in TRIMMED) == []
     assert "slurmguard.adapters.nvml_lib" in imported  # NVML was read, without pynvml
     gpu = {r["name"]: r for r in json.loads(p.stdout)["results"]}["gpu-count"]
@@ -72,7 +72,7 @@ nvidia_proc_root = "{gpus}"
     env = sg_env(SLURMD_NODENAME="n1", SLURMGUARD_CONFIG=str(cfg), LD_LIBRARY_PATH=str(libdir),
                  FAKE_NVML_CONFIG=str(tmp_path / "nvml.json"))
     code = ("import io, json, sys\n"
-            "from slurmguard.hooks import run_hook\n"
+            "from slurmguard.node.hooks import run_hook\n"
             "out = io.StringIO()\n"
             "rc = run_hook('prolog', out=out, as_json=True)\n"
             "print(json.dumps({'rc': rc, 'out': json.loads(out.getvalue()),"

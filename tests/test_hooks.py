@@ -113,7 +113,7 @@ def test_hook_path_imports_no_heavy_module(tmp_path):
     p = run_sg("-v", "prolog", env=env | {"PYTHONPROFILEIMPORTTIME": "1"})
     imported = {line.split("|")[-1].strip() for line in p.stderr.splitlines()
                 if line.startswith("import time:")}
-    assert "slurmguard.hooks" in imported, p.stderr[-2000:]
+    assert "slurmguard.node.hooks" in imported, p.stderr[-2000:]
     heavy = sorted(m for m in imported if m.split(".")[0] in HEAVY)
     assert heavy == [], f"heavy modules on the hook path: {heavy}"
 

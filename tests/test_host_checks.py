@@ -21,8 +21,8 @@ from slurmguard import config
 from slurmguard.adapters import host
 from slurmguard.checks import host as checks
 from slurmguard.checks.base import CheckContext, GatherContext
+from slurmguard.contract import Health
 from slurmguard.errors import Unsupported
-from slurmguard.health import Health
 
 GIB = 1024 * 1024
 

@@ -13,8 +13,8 @@ from slurmguard import config
 from slurmguard.adapters.sysfs import gather_ib, parse_rate
 from slurmguard.checks.base import CheckContext, GatherContext
 from slurmguard.checks.ib import ib_counters, ib_link
+from slurmguard.contract import Health
 from slurmguard.errors import Unsupported
-from slurmguard.health import Health
 
 
 def run(check: Any, root: Path, tmp: Path, previous: dict | None = None, **params: Any):

@@ -13,10 +13,11 @@ from helpers import run_sg, sg_env
 from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 from sgserve import TOKEN, Serve, new_port, write_config
 
-from slurmguard import config, delivery
+from slurmguard import config
 from slurmguard.adapters import spool as spool_files
-from slurmguard.health import CheckResult, Health
-from slurmguard.record import make_record
+from slurmguard.contract import CheckResult, Health
+from slurmguard.node import delivery
+from slurmguard.node.record import make_record
 from slurmguard.store import Store
 
 pytestmark = pytest.mark.postgres

@@ -24,7 +24,7 @@ from slurmguard.adapters import kmsg
 from slurmguard.checks.base import CheckContext, GatherContext
 from slurmguard.checks.xid import gpu_xid, parse_kernel_line
 from slurmguard.checks.xid_table import XID_TABLE, XidClass, classify, classify_sxid
-from slurmguard.health import Health
+from slurmguard.contract import Health
 
 # ------------------------------------------------------------------------------ line shapes
 

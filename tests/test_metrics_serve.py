@@ -23,11 +23,12 @@ from helpers import REPO, run_sg, sg_env
 from prometheus_client.parser import text_string_to_metric_families
 from sgserve import TOKEN, Serve, new_port, new_store, write_config
 
-from slurmguard import config, delivery
+from slurmguard import config
 from slurmguard.adapters import spool as spool_files
 from slurmguard.adapters.serve_client import post_records
-from slurmguard.health import CheckResult, Health
-from slurmguard.record import make_record
+from slurmguard.contract import CheckResult, Health
+from slurmguard.node import delivery
+from slurmguard.node.record import make_record
 
 DOC = REPO / "docs" / "metrics.md"
 

@@ -10,9 +10,10 @@ from helpers import REPO, run_sg, sg_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmguard import gate, nodeset
+from slurmguard import nodeset
 from slurmguard.errors import InputError
-from slurmguard.requeue import JobMemory, plan
+from slurmguard.gate import answer as gate
+from slurmguard.job.requeue import JobMemory, plan
 
 MALFORMED = ["n[1-", "n[3-1]", "n[a-b]", "n1,,[", "n1;id", "n[1-2]x[", "-x", "../n1", "n 1"]
 

@@ -15,10 +15,11 @@ import pytest
 from helpers import run_sg, sg_env
 from sgserve import Serve, new_port, new_store, write_config
 
-from slurmguard import config, delivery
+from slurmguard import config
 from slurmguard.adapters.serve_client import drain_permit
-from slurmguard.health import CheckResult, Health
-from slurmguard.record import make_record
+from slurmguard.contract import CheckResult, Health
+from slurmguard.node import delivery
+from slurmguard.node.record import make_record
 from slurmguard.store import Store
 
 pytestmark = pytest.mark.slurm

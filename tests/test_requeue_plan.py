@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurmguard.requeue import JobMemory, node_failed, plan
+from slurmguard.job.requeue import JobMemory, node_failed, plan
 
 NOW = 1_000_000.0
 

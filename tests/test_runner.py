@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from slurmguard import config
+from slurmguard.contract import Health
 from slurmguard.errors import ConfigError
-from slurmguard.health import Health
-from slurmguard.runner import registry, run_checks, select_checks
+from slurmguard.node.runner import registry, run_checks, select_checks
 
 
 def make_cfg(tmp_path: Path, extra: str = "") -> config.Config:

@@ -1,5 +1,6 @@
 """`slurmguard setup node|controller` into a prefix: what it writes, --dry-run, idempotence,
-and the package data it installs from (kept identical to prolog/, epilog/, spank/)."""
+and the package data it installs from (prolog/, epilog/ and spank/ themselves: the package's
+data/ links to them, and a built wheel carries the files)."""
 
 from __future__ import annotations
 
@@ -43,15 +44,22 @@ def installed(tmp_path_factory) -> tuple[Path, str, str]:
 @pytest.mark.parametrize("sub,name", PACKAGED)
 def test_package_data_is_the_repo_entry_script(sub: str, name: str) -> None:
     repo, pkg = REPO / sub / name, data_dir() / "hooks" / sub / name
-    assert pkg.read_bytes() == repo.read_bytes(), (
-        f"{pkg} differs from {repo}: the wheel must carry the same script. After editing "
-        f"{sub}/{name}, run: cp -p {sub}/{name} slurmguard/data/hooks/{sub}/{name}")
+    assert pkg.read_bytes() == repo.read_bytes(), f"{pkg} differs from {repo}"
 
 
 @pytest.mark.parametrize("name", ["slurmguard_spank.c", "Makefile", "plugstack.conf"])
 def test_package_data_is_the_repo_spank_source(name: str) -> None:
-    assert (data_dir() / "spank" / name).read_bytes() == (REPO / "spank" / name).read_bytes(), (
-        f"run: cp -p spank/{name} slurmguard/data/spank/{name}")
+    assert (data_dir() / "spank" / name).read_bytes() == (REPO / "spank" / name).read_bytes()
+
+
+@pytest.mark.parametrize("link,target", [("hooks/prolog", "prolog"), ("hooks/epilog", "epilog"),
+                                         ("spank", "spank")])
+def test_hook_and_spank_sources_exist_once(link: str, target: str) -> None:
+    """The package's data/ holds links to the repository's prolog/, epilog/ and spank/: one
+    copy to edit (a build follows the links; test_the_built_package_carries_what_setup_installs)."""
+    pkg = REPO / "slurmguard" / "data" / link
+    assert pkg.is_symlink(), f"{pkg}: must be a link to {target}/, not a copy"
+    assert pkg.resolve() == (REPO / target).resolve()
 
 
 def test_setup_writes_a_working_installation(installed) -> None:
@@ -230,7 +238,11 @@ def test_the_built_package_carries_what_setup_installs(tmp_path) -> None:
                         "build_py", "--build-lib", str(build)], cwd=src, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert (build / "slurmguard/data/hooks/prolog/slurmguard-prolog").exists()
+    for sub, name in [*PACKAGED, ("prolog", "sg_gate_client.c")]:
+        built = build / "slurmguard/data/hooks" / sub / name
+        assert built.is_file() and not built.is_symlink(), built  # a real file in the build
+    assert (build / "slurmguard/data/spank/slurmguard_spank.c").is_file()
+    assert not list(build.glob("slurmguard/data/**/slurmguard-*-client")), "no built binary"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(build)}
     prefix = tmp_path / "root"
     r = subprocess.run([sys.executable, "-m", "slurmguard", "setup", "node", "--prefix",

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurmguard.adapters.slurm import (
+from slurmguard.adapters.slurm.commands import (
     REASON_MAX,
     SlurmCLI,
     format_reason,
@@ -28,7 +28,7 @@ from slurmguard.adapters.slurm import (
     parse_squeue_json,
     validate_node_name,
 )
-from slurmguard.adapters.slurm_parse import (
+from slurmguard.adapters.slurm.parse import (
     parse_node_state,
     parse_scontrol_nodes_json,
     parse_version,
@@ -477,7 +477,7 @@ def test_no_heavy_imports() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, slurmguard.adapters.slurm; "
+    code = ("import sys, slurmguard.adapters.slurm.commands; "
             "print(sorted(m for m in ('sqlalchemy','kubernetes','paramiko','tabulate','psycopg') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -499,7 +499,7 @@ def test_node_name_validator_property(name: str) -> None:
 
 
 def test_empty_job_list_is_not_garbage():
-    from slurmguard.adapters.slurm_parse import parse_show_job_oneliner
+    from slurmguard.adapters.slurm.parse import parse_show_job_oneliner
 
     assert parse_show_job_oneliner("No jobs in the system\n") == []
 
@@ -522,7 +522,7 @@ def test_jobs_leaves_out_ended_jobs(tmp_path: Path) -> None:
 def test_show_config_hook_keys_on_both_versions(version: str) -> None:
     """`scontrol show config` of the test-cluster image: 22.05 prints `Prolog = ...`, 24.11
     `Prolog[0] = ...` (several scripts allowed): both read as the plain key."""
-    from slurmguard.adapters.slurm_conf import parse_show_config
+    from slurmguard.adapters.slurm.conf import parse_show_config
 
     conf = parse_show_config((DATA / f"show-config-docker-{version}.txt").read_text())
     assert conf["prolog"] == "/usr/lib/slurmguard/prolog/slurmguard-prolog"
@@ -534,7 +534,7 @@ def test_show_config_hook_keys_on_both_versions(version: str) -> None:
 
 
 def test_show_config_several_indexed_scripts() -> None:
-    from slurmguard.adapters.slurm_conf import parse_show_config
+    from slurmguard.adapters.slurm.conf import parse_show_config
 
     conf = parse_show_config("Prolog[1]               = /b\nProlog[0]               = /a\n"
                              "Epilog[0]               = (null)\nSlurmUser = slurm(64030)\n")

@@ -16,7 +16,7 @@ import pytest
 from helpers import sg_env
 from slurmcluster import write_hook_script, write_shell_hook
 
-from slurmguard.adapters.slurm import format_reason
+from slurmguard.adapters.slurm.commands import format_reason
 from slurmguard.errors import InputError
 
 pytestmark = pytest.mark.slurm

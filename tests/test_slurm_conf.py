@@ -8,7 +8,7 @@ from helpers import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmguard.adapters.slurm_conf import (
+from slurmguard.adapters.slurm.conf import (
     parse_show_config,
     parse_slurm_conf,
     plugstack_path,

@@ -9,11 +9,11 @@ import pytest
 from helpers import run_sg, sg_env
 from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
+from slurmguard.contract import CheckResult, Health
 from slurmguard.errors import EXIT_STORE, InputError, StoreError
-from slurmguard.health import CheckResult, Health
+from slurmguard.node.record import make_record
 from slurmguard.policy.lemon import lemon_verdict
 from slurmguard.policy.params import PolicyParams
-from slurmguard.record import make_record
 from slurmguard.store import Store
 
 pytestmark = pytest.mark.postgres

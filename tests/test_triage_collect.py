@@ -219,8 +219,8 @@ def test_existing_output_not_overwritten(node_env, tmp_path) -> None:
 
 def test_recent_results_from_the_store(node_env, tmp_path) -> None:
     pytest.importorskip("sqlalchemy")
-    from slurmguard.health import CheckResult, Health
-    from slurmguard.record import make_record
+    from slurmguard.contract import CheckResult, Health
+    from slurmguard.node.record import make_record
     from slurmguard.store import Store
     from slurmguard.store.engine import make_engine
     from slurmguard.store.migrate import upgrade

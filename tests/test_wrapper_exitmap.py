@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurmguard.exitmap import LIMIT_EXIT, REQUEUE_EXIT, RunEnd, decide, match_infra
-from slurmguard.wrapper import Progress
+from slurmguard.job.exitmap import LIMIT_EXIT, REQUEUE_EXIT, RunEnd, decide, match_infra
+from slurmguard.job.wrapper import Progress
 
 BUS, KILL, SEGV = -signal.SIGBUS, -signal.SIGKILL, -signal.SIGSEGV
 

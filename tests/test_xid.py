@@ -23,8 +23,8 @@ from slurmguard.adapters import kmsg
 from slurmguard.checks.base import CheckContext, GatherContext
 from slurmguard.checks.xid import format_xid_line, gpu_xid, normalize_pci, parse_xid_line
 from slurmguard.checks.xid_table import XID_TABLE, XidClass, classify
+from slurmguard.contract import Health
 from slurmguard.errors import Unsupported
-from slurmguard.health import Health
 
 DATA = Path(__file__).parent / "data" / "kmsg"
 

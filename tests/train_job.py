@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's slurmguard
 from slurmguard import progress  # noqa: E402
-from slurmguard.checkpoint import write_manifest  # noqa: E402
+from slurmguard.job.checkpoint import write_manifest  # noqa: E402
 
 
 def advance(state: str, step: int) -> str:

@@ -75,7 +75,7 @@ def gather(cfg: Config, ctx: GatherContext) -> KernelLog:
 
 def finish(p: Mapping[str, object], log: KernelLog) -> KernelLog:
     """Add the GPU map and the boot id to what a reader read (the hook's own read, or the
-    agent's follower, slurmguard/agent.py); Unsupported on a node without NVIDIA driver."""
+    agent's follower, slurmguard/node/agent.py); Unsupported on a node without NVIDIA driver."""
     gpus_root = Path(str(p["nvidia_proc_root"]))
     gpus = read_gpu_map(gpus_root)
     log = KernelLog(log.kind, log.identity, log.end_pos, log.records, gpus, log.scanned,

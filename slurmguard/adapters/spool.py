@@ -4,7 +4,7 @@ Standard library only: it runs in every prolog. A record is written to a temp na
 renamed, and the directory fsync'd, so a crash or power loss leaves either the whole record
 or nothing. Names sort by time, so the oldest is first and replay keeps the order of events.
 The spool keeps at most ``spool_max`` records, dropping the oldest. What to do with the
-records (send them, when) is :mod:`slurmguard.delivery`'s business.
+records (send them, when) is :mod:`slurmguard.node.delivery`'s business.
 """
 
 from __future__ import annotations

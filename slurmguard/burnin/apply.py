@@ -66,7 +66,7 @@ def config_groups(cfg: Any, nodes: Iterable[str]) -> dict[str, str]:
 
 def vanished(store: Any, slurm: Any) -> list[tuple[Any, str]]:
     """Open runs whose job Slurm no longer runs: (run, why). A Slurm failure: none."""
-    from slurmguard.adapters.slurm_burnin import LIVE_STATES, job_states
+    from slurmguard.adapters.slurm.burnin import LIVE_STATES, job_states
 
     runs = store.burnin_open_runs()
     if not runs:
@@ -270,7 +270,7 @@ def _return(cfg: Any, store: Any, slurm: Any, node: str, info: Any, s: Any, now:
         detail.append("lemon cleared")
     if s.probation:
         if info is not None and str(cfg["policy.probation_mark"]) == "feature":
-            from slurmguard.adapters import slurm_marks
+            from slurmguard.adapters.slurm import marks as slurm_marks
 
             try:
                 slurm_marks.set_feature(slurm, info, str(cfg["policy.probation_feature"]), False)
@@ -300,7 +300,7 @@ def _restore(store: Any, slurm: Any, node: str, info: Any, v: NodeVerdict, now: 
 
 def _cleanup_reservations(store: Any, slurm: Any, runs: Mapping[str, Any]) -> list[Outcome]:
     """Delete slurmguard's own burn-in reservations once none of their runs is open."""
-    from slurmguard.adapters.slurm_burnin import (
+    from slurmguard.adapters.slurm.burnin import (
         RESERVATION_PREFIX,
         delete_reservation,
         reservations,

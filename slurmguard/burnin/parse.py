@@ -79,11 +79,11 @@ def parse_dcgm_diag(text: str) -> DcgmDiag:
         if not isinstance(cat, dict):
             continue
         cname = str(cat.get("category") or "")
-        for test in cat.get("tests") or []:
+        for test in _list(cat.get("tests"), "tests"):
             if not isinstance(test, dict):
                 continue
             tname = str(test.get("name") or "unknown")
-            for r in test.get("results") or []:
+            for r in _list(test.get("results"), f"{tname}: results"):
                 if not isinstance(r, dict):
                     continue
                 raw = str(r.get("status", "")).strip().lower()
@@ -93,6 +93,15 @@ def parse_dcgm_diag(text: str) -> DcgmDiag:
                                       _STATUS[raw], tuple(_warnings(r.get("warnings")))))
     err = root.get("runtime_error") or data.get("runtime_error") or ""
     return DcgmDiag(str(root.get("version") or ""), tuple(out), str(err))
+
+
+def _list(value: Any, field: str) -> list[Any]:
+    """A list field of the diag JSON (absent -> empty); anything else is a ParseError."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ParseError(f"dcgmi diag -j: {field}: expected a list, got {type(value).__name__}")
+    return value
 
 
 def _gpu_ids(value: Any) -> tuple[int, ...]:

@@ -98,7 +98,7 @@ def submit_order(nodes: Iterable[str], awaiting: set[str], probation: set[str]) 
 def submit(cfg: Any, store: Any, slurm: Any, nodes: Iterable[str] | None, *, idle: bool,
            level: str, reservation: str | None, config_path: str | None,
            progress: Any = None) -> list[Submitted]:
-    from slurmguard.adapters import slurm_burnin as sb
+    from slurmguard.adapters.slurm import burnin as sb
     from slurmguard.store.burnin import night_of
 
     now = time.time()

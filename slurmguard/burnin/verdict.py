@@ -19,6 +19,7 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from slurmguard import contract
 from slurmguard.burnin.stats import (
     GroupStats,
     Judgement,
@@ -29,7 +30,7 @@ from slurmguard.burnin.stats import (
     worst,
 )
 
-REASON_PREFIX = "slurmguard: burnin: "
+REASON_PREFIX = f"{contract.REASON_PREFIX} burnin: "
 _score = attrgetter("score")
 _flagged = attrgetter("flagged")
 REASON_MAX = 200

@@ -25,7 +25,7 @@ from typing import Any
 
 from slurmguard.burnin import measure
 from slurmguard.burnin.values import BurninValue
-from slurmguard.health import Health
+from slurmguard.contract import Health
 
 EXIT_PARTIAL = 143
 
@@ -44,7 +44,7 @@ def node_name(flag: str | None = None) -> str:
 
 def health(cfg: Any, node: str, job_id: str | None) -> tuple[list[Any], str]:
     """Run the burn-in's health checks; (results, "<check>: <reason>" of the first failure)."""
-    from slurmguard.runner import registry, run_checks, select_checks
+    from slurmguard.node.runner import registry, run_checks, select_checks
 
     available, sources = registry(cfg)
     checks = select_checks(cfg, "check", tuple(cfg["burnin.checks"]), available)

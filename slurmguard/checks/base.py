@@ -2,7 +2,7 @@
 
 A hook gathers each source once (one NVML pass, one kernel-log read, one sysfs walk) into a
 snapshot; every check then reads that snapshot and its area's params and returns one
-:class:`~slurmguard.health.CheckResult`. Checks never touch the world themselves, so they are
+:class:`~slurmguard.contract.CheckResult`. Checks never touch the world themselves, so they are
 tested with hand-built inputs.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from slurmguard.health import CheckResult
+from slurmguard.contract import CheckResult
 
 # Data sources: name -> "module:function". Imported lazily, only when an enabled check needs
 # one, so the hook path never imports what it does not use. A gather function takes
@@ -42,7 +42,7 @@ class GatherContext(NamedTuple):
 class CheckContext:
     """The inputs of one check: its area's params, the gathered sources, its saved state.
 
-    A plain class, not a dataclass (see slurmguard.health): ``new_state`` is written by the
+    A plain class, not a dataclass (see slurmguard.contract): ``new_state`` is written by the
     check and saved for its next run."""
 
     __slots__ = ("params", "sources", "previous", "now", "hook", "node", "new_state")

@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from slurmguard.checks.base import Check, CheckContext, check
+from slurmguard.contract import CheckResult, degraded, healthy, unhealthy
 from slurmguard.fieldtypes import AbsPath, Float, StrList
-from slurmguard.health import CheckResult, degraded, healthy, unhealthy
 
 AREA = "fs"
 PARAMS: dict[str, Any] = {

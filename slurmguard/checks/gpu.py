@@ -20,8 +20,8 @@ from typing import Any
 
 from slurmguard.adapters.nvml import GpuInfo, NvmlSnapshot, normalize_bus_id
 from slurmguard.checks.base import Check, CheckContext, check
+from slurmguard.contract import CheckResult, Health, one_line
 from slurmguard.fieldtypes import Choice, Field, Int, StrList
-from slurmguard.health import CheckResult, Health, one_line
 
 AREA = "gpu"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from slurmguard.checks.base import Check, CheckContext, check
+from slurmguard.contract import CheckResult, degraded, error, healthy, unhealthy, unsupported
 from slurmguard.fieldtypes import AbsPath, Choice, Float, Int, Str, StrList
-from slurmguard.health import CheckResult, degraded, error, healthy, unhealthy, unsupported
 
 AREA = "host"
 PARAMS: dict[str, Any] = {

@@ -24,8 +24,8 @@ import fnmatch
 from typing import Any
 
 from slurmguard.checks.base import Check, CheckContext, check
+from slurmguard.contract import CheckResult, degraded, healthy, unhealthy
 from slurmguard.fieldtypes import AbsPath, Field, Float, Int, StrList
-from slurmguard.health import CheckResult, degraded, healthy, unhealthy
 
 
 def _int_table(value: Any) -> str | None:

@@ -40,8 +40,8 @@ from slurmguard.checks.xid_table import (
     classify_sxid,
     nvlink_words,
 )
+from slurmguard.contract import CheckResult, degraded, healthy, unhealthy
 from slurmguard.fieldtypes import AbsPath, Bool, Choice, Float, Int, IntList
-from slurmguard.health import CheckResult, degraded, healthy, unhealthy
 from slurmguard.lazyre import LazyPattern
 
 AREA = "xid"

@@ -21,7 +21,7 @@ def _store(cfg: Any) -> Any:
 
 
 def _slurm(cfg: Any) -> Any:
-    from slurmguard.adapters.slurm import SlurmCLI
+    from slurmguard.adapters.slurm.commands import SlurmCLI
 
     return SlurmCLI(cfg.section("slurm"))
 
@@ -123,7 +123,7 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
 
 def _unrunnable_comment(info: Any) -> str:
     """The Comment an entry script sets when it could not run slurmguard, or ''."""
-    from slurmguard.doctor import COMMENT_PREFIX
+    from slurmguard.install.doctor import COMMENT_PREFIX
 
     comment = str((info.raw.get("Comment") if info is not None else "") or "")
     return comment if comment.startswith(COMMENT_PREFIX) else ""
@@ -164,7 +164,7 @@ def _hook_unrunnable(cfg: Any) -> dict[str, Any] | None:
     import os
     import socket
 
-    from slurmguard.doctor import MARKER, read_marker
+    from slurmguard.install.doctor import MARKER, read_marker
 
     path = os.path.join(str(cfg["hooks.state_dir"]), MARKER)
     lines = read_marker(path)

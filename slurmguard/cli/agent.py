@@ -1,4 +1,4 @@
-"""`slurmguard agent`: the resident node agent (see slurmguard/agent.py and docs/agent.md)."""
+"""`slurmguard agent`: the resident node agent (see slurmguard/node/agent.py and docs/agent.md)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def agent_cmd(ctx: click.Context, node: str | None, socket_path: str | None) -> 
       systemctl enable --now slurmguard-agent     # the unit runs: slurmguard agent
       slurmguard agent --node gpu001 --socket /run/slurmguard/agent.sock
     """
-    from slurmguard import agent as agent_mod
-    from slurmguard.hooks import node_identity
+    from slurmguard.node import agent as agent_mod
+    from slurmguard.node.hooks import node_identity
 
     obj = ctx.find_root().obj or {}
     logging.basicConfig(level=logging.DEBUG if obj.get("verbose") else logging.INFO,

@@ -31,7 +31,7 @@ def _store(cfg: Any) -> Any:
 
 
 def _slurm(cfg: Any) -> Any:
-    from slurmguard.adapters.slurm import SlurmCLI
+    from slurmguard.adapters.slurm.commands import SlurmCLI
 
     return SlurmCLI(cfg.section("slurm"))
 
@@ -62,7 +62,7 @@ def submit_cmd(ctx: click.Context, nodeset: str | None, idle: bool, reservation:
       slurmguard burnin submit --idle --wait && slurmguard burnin report --apply
     """
     from slurmguard.burnin import submit as sm
-    from slurmguard.burnin.progress import bar
+    from slurmguard.burnin.bar import bar
     from slurmguard.errors import EXIT_OK, EXIT_REFUSED, InputError
 
     if bool(nodeset) == bool(idle):
@@ -73,7 +73,7 @@ def submit_cmd(ctx: click.Context, nodeset: str | None, idle: bool, reservation:
 
         nodes = expand(nodeset)
     if reservation:
-        from slurmguard.adapters.slurm_burnin import validate_reservation
+        from slurmguard.adapters.slurm.burnin import validate_reservation
 
         validate_reservation(reservation)
     cfg = load_config(ctx)
@@ -242,7 +242,7 @@ def report_cmd(ctx: click.Context, since: str, node: str | None, metric: str | N
       slurmguard burnin report --apply --json
     """
     from slurmguard.burnin import apply as ap
-    from slurmguard.burnin.progress import bar
+    from slurmguard.burnin.bar import bar
     from slurmguard.nodeset import validate_node_name
 
     if node:

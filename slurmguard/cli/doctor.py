@@ -1,4 +1,4 @@
-"""`slurmguard doctor`: check this host's installation end to end (slurmguard.doctor)."""
+"""`slurmguard doctor`: check this host's installation end to end (slurmguard.install.doctor)."""
 
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def doctor_cmd(ctx: click.Context, role: str | None, as_json: bool, ack: bool,
     """
     import os
 
-    from slurmguard.doctor import COMMENT_PREFIX, FAIL, Doctor, ack_marker
     from slurmguard.errors import SlurmguardError
+    from slurmguard.install.doctor import COMMENT_PREFIX, FAIL, Doctor, ack_marker
 
     cfg = load_config(ctx)
     if ack:
@@ -55,7 +55,7 @@ def doctor_cmd(ctx: click.Context, role: str | None, as_json: bool, ack: bool,
                    err=as_json)
         name = node_name or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
         try:
-            from slurmguard.adapters.slurm import SlurmCLI
+            from slurmguard.adapters.slurm.commands import SlurmCLI
 
             if SlurmCLI(cfg.section("slurm")).clear_comment(name, COMMENT_PREFIX):
                 click.echo(f"cleared the hook-unrunnable Comment of node {name}", err=as_json)

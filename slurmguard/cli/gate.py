@@ -1,4 +1,4 @@
-"""`slurmguard gate`: PrologSlurmctld backstop (see slurmguard/gate.py and docs/serve.md)."""
+"""`slurmguard gate`: PrologSlurmctld backstop (see slurmguard/gate/answer.py and docs/serve.md)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,6 @@ def gate_cmd(ctx: click.Context, dry_run: bool) -> None:
       # slurm.conf:  PrologSlurmctld=/usr/lib/slurmguard/prolog/slurmguard-gate
       SLURM_JOB_ID=42 SLURM_JOB_NODELIST='gpu[001-004]' slurmguard gate --dry-run
     """
-    from slurmguard.gate import main
+    from slurmguard.gate.answer import main
 
     sys.exit(main((ctx.find_root().obj or {}).get("config_path"), dry_run=dry_run))

@@ -25,7 +25,7 @@ def _store(cfg: Any) -> Any:
 
 
 def _slurm(cfg: Any) -> Any:
-    from slurmguard.adapters.slurm import SlurmCLI
+    from slurmguard.adapters.slurm.commands import SlurmCLI
 
     return SlurmCLI(cfg.section("slurm"))
 
@@ -69,7 +69,7 @@ def goodput_cmd(ctx: click.Context, since: str, jobs: tuple[str, ...], by: str, 
     store = _store(cfg)
     try:
         if jobs:
-            from slurmguard.adapters.slurm import validate_job_id
+            from slurmguard.adapters.slurm.commands import validate_job_id
 
             ids = [validate_job_id(j) for j in jobs]
             found = do_collect(section, job_ids=ids, runs=runs, store=store, slurm=_slurm(cfg))

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from slurmguard.hooks import run_hook
+from slurmguard.node.hooks import run_hook
 
 _node_opt = click.option(
     "--node", metavar="NAME",
@@ -44,8 +44,8 @@ def check_cmd(obj: dict, node: str | None, as_json: bool, only: tuple[str, ...],
     """
     if forget:
         from slurmguard import config
-        from slurmguard.hooks import node_identity
-        from slurmguard.runner import forget_state
+        from slurmguard.node.hooks import node_identity
+        from slurmguard.node.runner import forget_state
 
         cfg = config.load(obj.get("config_path")).for_node(node_identity(node))
         had = forget_state(cfg, forget)

@@ -64,7 +64,7 @@ def reconcile_cmd(ctx: click.Context, mode: str, nodes: str | None, as_json: boo
     from slurmguard.errors import SlurmguardError
 
     try:
-        from slurmguard.adapters.slurm import SlurmCLI
+        from slurmguard.adapters.slurm.commands import SlurmCLI
     except ImportError as exc:
         raise SlurmguardError(f"the Slurm adapter is missing from this install: {exc}") from None
     from slurmguard.reconcile.apply import Reconciler

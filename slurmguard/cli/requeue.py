@@ -1,4 +1,4 @@
-"""`slurmguard requeue watch`: the requeue watcher (thin over slurmguard.requeue)."""
+"""`slurmguard requeue watch`: the requeue watcher (thin over slurmguard.job.requeue)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-log = logging.getLogger("slurmguard.requeue")
+log = logging.getLogger("slurmguard.job.requeue")
 
 
 @click.group("requeue")
@@ -78,10 +78,10 @@ def watch_cmd(ctx: click.Context, once: bool, interval: float | None, max_requeu
     """
     from slurmguard import config
     from slurmguard.errors import SlurmguardError
-    from slurmguard.requeue import Watcher
+    from slurmguard.job.requeue import Watcher
 
     try:
-        from slurmguard.adapters.slurm import SlurmCLI
+        from slurmguard.adapters.slurm.commands import SlurmCLI
     except ImportError as exc:
         raise SlurmguardError(f"the Slurm adapter is missing from this install: {exc}") from None
 

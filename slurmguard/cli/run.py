@@ -1,4 +1,4 @@
-"""`slurmguard run`: the checkpoint-aware job wrapper (thin over slurmguard.wrapper)."""
+"""`slurmguard run`: the checkpoint-aware job wrapper (thin over slurmguard.job.wrapper)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _node_probe(config_path: str | None):  # type: ignore[no-untyped-def]
 
     def probe() -> str | None:
         try:
-            from slurmguard.adapters.slurm import SlurmCLI  # lands with the cluster issue
+            from slurmguard.adapters.slurm.commands import SlurmCLI  # lands with the cluster issue
         except ImportError:
             return None
         from slurmguard import config
@@ -75,7 +75,7 @@ def run_cmd(ctx: click.Context, checkpoint_dir: str | None, resume: str, max_req
     \b
       slurmguard run --checkpoint-dir /shared/ckpt/run1 --show-checkpoint
     """
-    from slurmguard import checkpoint, wrapper
+    from slurmguard.job import checkpoint, wrapper
 
     if checkpoint_dir is not None:
         if not checkpoint_dir.startswith("/"):

@@ -80,7 +80,7 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
         fleet.start()
     gate_sock = None
     if scfg["gate_socket"]:
-        from slurmguard.gatesock import GateSocket
+        from slurmguard.gate.sock import GateSocket
 
         gate_sock = GateSocket(cfg, str(scfg["gate_socket"]), obj.get("config_path"),
                                str(scfg["gate_socket_user"]))

@@ -17,7 +17,7 @@ from slurmguard.install.plan import CONFIG_FILE, ROLES
 def _config(ctx: click.Context, prefix: str) -> tuple[str, bytes | None, object]:
     """(config path, content to create or None, the validated config it gives)."""
     from slurmguard import config
-    from slurmguard.config_example import render
+    from slurmguard.install.config_example import render
     from slurmguard.install.plan import prefixed_config, under
 
     given = (ctx.find_root().obj or {}).get("config_path")

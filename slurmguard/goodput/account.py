@@ -52,7 +52,7 @@ class Allocation:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """What ``slurmguard run`` recorded for one run (runs.jsonl, slurmguard/wrapper.py)."""
+    """What ``slurmguard run`` recorded for one run (runs.jsonl, slurmguard/job/wrapper.py)."""
 
     restart: int
     started: float

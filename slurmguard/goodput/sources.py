@@ -155,7 +155,7 @@ def run_from_progress(paths: Iterable[Path], start: float, end: float,
                       index: int) -> RunRecord | None:
     """A run summarised from the progress events of [start, end] (the ranks write them
     even when the wrapper died with its batch node and left no run record)."""
-    from slurmguard.wrapper import Progress
+    from slurmguard.job.wrapper import Progress
 
     prog = Progress(last_event=start)
     for path in paths:

@@ -199,7 +199,7 @@ class Plan:
 
 def slurm_settings() -> tuple[dict[str, str], str]:
     """This host's slurm.conf settings (empty when it cannot be read) and its path."""
-    from slurmguard.adapters.slurm_conf import read_slurm_conf, slurm_conf_path
+    from slurmguard.adapters.slurm.conf import read_slurm_conf, slurm_conf_path
     from slurmguard.errors import ParseError
 
     path = slurm_conf_path()
@@ -212,7 +212,7 @@ def slurm_settings() -> tuple[dict[str, str], str]:
 def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: bytes | None,
           exe: str) -> Plan:
     """Every step of `setup ROLE` (``config_content``: the config to create, or None)."""
-    from slurmguard.adapters.slurm_conf import slurm_user
+    from slurmguard.adapters.slurm.conf import slurm_user
     from slurmguard.install import spank
 
     plan = Plan(role, prefix, exe, config_file)

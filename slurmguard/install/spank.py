@@ -84,7 +84,7 @@ def gate_client() -> bytes | None:
 
 def add_steps(plan: Any, conf: dict[str, str], conf_path: str) -> None:
     """The plugin file step and the plugstack.conf line, or a note saying how to get there."""
-    from slurmguard.adapters.slurm_conf import plugstack_path
+    from slurmguard.adapters.slurm.conf import plugstack_path
 
     target = f"{plugin_dir(conf, plan.prefix)}/{PLUGIN}"
     plan.plugstack_file = plugstack_path(conf, conf_path)

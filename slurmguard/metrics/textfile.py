@@ -30,7 +30,8 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 
-HEALTHS = ("healthy", "degraded", "unhealthy", "unsupported", "error")
+from slurmguard.contract import HEALTHS
+
 # decide.Action values, plus the outcome of a run that slurmguard itself could not finish.
 VERDICTS = ("pass", "drain", "undrain", "checker-error", "leave", "internal-error")
 UNRUNNABLE_FILE = "slurmguard_hook_unrunnable.prom"  # the entry scripts' (contract 2)

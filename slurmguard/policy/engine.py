@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from slurmguard.contract import REASON_PREFIX
 from slurmguard.policy.blast import DrainRequest, guard
 from slurmguard.policy.lemon import lemon_verdict, top_checks
 from slurmguard.policy.params import PolicyParams
@@ -51,7 +52,7 @@ def plan(views: Mapping[str, NodeView], now: float, p: PolicyParams, *,
             if st is not None and not st.down and not st.drained:
                 # The guard's cause is the failing check (what a shared fault would share).
                 cause = top_checks(v, now, p.window, 1) or "lemon"
-                requests.append(DrainRequest(name, cause, reason or "slurmguard: lemon: flagged"))
+                requests.append(DrainRequest(name, cause, reason or f"{REASON_PREFIX} lemon: flagged"))
         elif v.probation and v.probation_passes >= p.probation_jobs:
             actions.append(Action("probation_end", node=name, source="probation",
                                   reason=f"passed {v.probation_passes} jobs"))

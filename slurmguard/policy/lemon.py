@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from slurmguard.contract import REASON_PREFIX
 from slurmguard.policy.params import PolicyParams, human_window
 from slurmguard.policy.types import ERROR, UNHEALTHY, UNSUPPORTED, NodeView, Sample
 
@@ -28,7 +29,7 @@ class Verdict:
 
     @property
     def reason(self) -> str:
-        return f"slurmguard: {self.source}: {self.text}"
+        return f"{REASON_PREFIX} {self.source}: {self.text}"
 
 
 def judged(samples: tuple[Sample, ...], since: float) -> list[Sample]:

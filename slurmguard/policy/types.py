@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-HEALTHY = "healthy"
-DEGRADED = "degraded"
-UNHEALTHY = "unhealthy"
-UNSUPPORTED = "unsupported"
-ERROR = "error"
+from slurmguard.contract import Health
+
+HEALTHY = Health.HEALTHY.value
+DEGRADED = Health.DEGRADED.value
+UNHEALTHY = Health.UNHEALTHY.value
+UNSUPPORTED = Health.UNSUPPORTED.value
+ERROR = Health.ERROR.value
 
 # A run's health when checks disagree: the worst node verdict wins; a checker error only
 # when nothing else was learnt (it never counts as a failure).

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from slurmguard.contract import REASON_PREFIX
+
 # The owned marks (architecture.md, "Kubernetes view"). Stable strings: they live on Nodes.
 TAINT_KEY = "slurmguard.io/unhealthy"
 CORDONED_BY = "slurmguard.io/cordoned-by"
@@ -22,8 +24,7 @@ REASON_ANNOTATION = "slurmguard.io/slurm-reason"
 MARKED_AT = "slurmguard.io/marked-at"
 CONDITION = "SlurmguardHealthy"
 
-REASON_PREFIX = "slurmguard:"
-K8S_REASON_PREFIX = "slurmguard: k8s:"
+K8S_REASON_PREFIX = f"{REASON_PREFIX} k8s:"
 
 
 def parse_time(text: str | None, *, local: bool = False) -> float | None:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from slurmguard.contract import REASON_PREFIX
 from slurmguard.errors import InputError, SlurmguardError
 from slurmguard.policy.blast import DrainRequest, guard
 from slurmguard.policy.blast import scopes as blast_scopes
@@ -59,7 +60,7 @@ class Fleet:
         self.params = PolicyParams.from_section(self.pcfg)
         self.interval = float(cfg["serve.policy_interval"])
         if slurm is None:
-            from slurmguard.adapters.slurm import SlurmCLI
+            from slurmguard.adapters.slurm.commands import SlurmCLI
 
             slurm = SlurmCLI(cfg.section("slurm"))
         self.slurm = slurm
@@ -135,19 +136,19 @@ class Fleet:
     # -- ingest hook
     def after_ingest(self, records: list[dict[str, Any]]) -> None:
         """Ledger the drains/undrains nodes did themselves, then evaluate those nodes."""
-        from slurmguard.decide import reason_check
+        from slurmguard.contract import reason_source
 
         for r in records:
             applied = str(r.get("applied", ""))
             reason = r["decision"]["reason"]
             if applied == "drained":
-                self.metrics.drains.labels(cause=reason_check(reason) or "unknown",
+                self.metrics.drains.labels(cause=reason_source(reason) or "unknown",
                                            source=r["hook"]).inc()
                 recent = self.store.events(node=r["node"], kinds=["drain"], since=r["started"] - 120,
                                            limit=1)
                 if not any(e.details.get("via") == "permit" for e in recent):  # not via /permit
                     self.store.record_event(r["node"], "drain", ACTOR, reason,
-                                            source=reason_check(reason) or r["hook"],
+                                            source=reason_source(reason) or r["hook"],
                                             at=r["started"], details={"hook": r["hook"]})
             elif applied == "undrained":
                 # reason: "<check> passes again" (decide.py): the check whose drain was cleared
@@ -230,7 +231,7 @@ class Fleet:
         mark = str(self.pcfg.get("probation_mark", "feature"))
         if mark == "none":
             return
-        from slurmguard.adapters import slurm_marks
+        from slurmguard.adapters.slurm import marks as slurm_marks
 
         for name, v in views.items():
             info = infos.get(name)
@@ -244,13 +245,13 @@ class Fleet:
     def _end_probation(self, node: str, info: Any, reason: str, now: float) -> None:
         mark = str(self.pcfg.get("probation_mark", "feature"))
         if info is not None and mark == "feature":
-            from slurmguard.adapters import slurm_marks
+            from slurmguard.adapters.slurm import marks as slurm_marks
 
             slurm_marks.set_feature(self.slurm, info, str(self.pcfg["probation_feature"]), False)
         elif info is not None and mark == "weight":
             # The configured weight comes back with the next `scontrol reconfigure`; until
             # then 1 (Slurm's default) puts the node back in the normal order.
-            from slurmguard.adapters import slurm_marks
+            from slurmguard.adapters.slurm import marks as slurm_marks
 
             slurm_marks.set_weight(self.slurm, info, 1)
         self.store.set_flags(node, probation=False, probation_since=None)
@@ -266,7 +267,7 @@ class Fleet:
         if not isinstance(check, str) or not _CHECK_NAME.fullmatch(check):
             # It becomes an event's source and a metrics label: a plain check name only.
             raise InputError(f"permit.check: expected a check name, got {_show(check)}")
-        reason = body.get("reason") or f"slurmguard: {check}: failed"
+        reason = body.get("reason") or f"{REASON_PREFIX} {check}: failed"
         if not isinstance(reason, str) or "\x00" in reason or not _encodable(reason):
             raise InputError(f"permit.reason: expected text without NUL, got {_show(reason)}")
         reason = reason[:1000]

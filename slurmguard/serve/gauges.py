@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from slurmguard.health import Health
+from slurmguard.contract import Health
 
 HEALTHS = tuple(h.value for h in Health) + ("unknown",)
 FLAGS = ("lemon", "burnin_required", "probation")

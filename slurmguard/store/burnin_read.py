@@ -1,7 +1,7 @@
 """Burn-in rows, and the read-only SQLite reader `burnin report` uses (no SQLAlchemy import).
 
 `burnin report` without ``--apply`` only reads: on a SQLite store it reads with the
-standard library's sqlite3 (as the gate does, slurmguard/gate.py), because importing
+standard library's sqlite3 (as the gate does, slurmguard/gate/answer.py), because importing
 SQLAlchemy and the models costs ~0.5 s of a report that should take about a second at
 10,000 nodes (docs/burnin.md, "Report at fleet scale"). The SQL here is the SQL
 :class:`slurmguard.store.burnin.BurninMixin` builds, and tests/test_burnin_vector.py holds the

@@ -1,4 +1,4 @@
-"""Validation of result records (the JSON that hooks send; see slurmguard.record.make_record).
+"""Validation of result records (the JSON that hooks send; see slurmguard.node.record.make_record).
 
 Bad input is refused with one line naming the field and the value; nothing else is stored
 from that record.
@@ -10,12 +10,12 @@ import math
 import re
 from typing import Any
 
+from slurmguard.contract import HEALTHS
 from slurmguard.errors import InputError
 from slurmguard.nodeset import is_node_name
 
 _ID = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
 _CHECK = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-HEALTHS = ("healthy", "degraded", "unhealthy", "unsupported", "error")
 EPOCH_MIN = 946_684_800.0  # 2000-01-01: anything earlier is a broken clock, not a run
 FUTURE_SLACK = 86_400.0  # a node's clock may run ahead of serve's by a day at most
 

@@ -70,7 +70,7 @@ def check_reason(text: str) -> str:
 def drain_nodes(slurm: Any, store: Any, nodes: Sequence[str], text: str,
                 actor: str) -> list[Outcome]:
     """Drain each node with ``slurmguard: admin: <text>`` and record who did it."""
-    from slurmguard.adapters.slurm import format_reason
+    from slurmguard.adapters.slurm.commands import format_reason
 
     text = check_reason(text)
     reason = format_reason(SOURCE, text)

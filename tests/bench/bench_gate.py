@@ -30,7 +30,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from slurmguard import config, gate  # noqa: E402
+from slurmguard import config  # noqa: E402
+from slurmguard.gate import answer as gate  # noqa: E402
 from slurmguard.nodeset import expand  # noqa: E402
 
 NOW = time.time()

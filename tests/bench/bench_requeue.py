@@ -33,7 +33,7 @@ from helpers import sg_argv, sg_env  # noqa: E402
 from requeue_support import lose_node  # noqa: E402
 from slurmcluster import Cluster  # noqa: E402
 
-from slurmguard.adapters.slurm_parse import parse_show_job_oneliner  # noqa: E402
+from slurmguard.adapters.slurm.parse import parse_show_job_oneliner  # noqa: E402
 
 
 def jobs(c: Cluster) -> dict[str, dict[str, str]]:

@@ -20,7 +20,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 from slurmcluster import Cluster  # noqa: E402
 
-from slurmguard.adapters.slurm import (  # noqa: E402
+from slurmguard.adapters.slurm.commands import (  # noqa: E402
     format_reason,
     node_info_from_show,
     parse_show_node_oneliner,

@@ -22,10 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sgserve import Serve, new_port, write_config  # noqa: E402
 
-from slurmguard import config, delivery  # noqa: E402
+from slurmguard import config  # noqa: E402
 from slurmguard.adapters import spool as spool_files  # noqa: E402
-from slurmguard.health import CheckResult, Health  # noqa: E402
-from slurmguard.record import make_record  # noqa: E402
+from slurmguard.contract import CheckResult, Health  # noqa: E402
+from slurmguard.node import delivery
+from slurmguard.node.record import make_record  # noqa: E402
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 
 Run by hand: `python tests/bench/bench_textfile.py [ROUNDS]` (default 40). Two measurements:
 
-1. in-process: the hook's own write (`slurmguard.hooks._write_metrics` path:
+1. in-process: the hook's own write (`slurmguard.node.hooks._write_metrics` path:
    `textfile.write_hook` with the 11 default prolog checks, previous file read, rename),
    ROUNDS x 50 calls, median per call; the module's import time is measured once in a fresh
    interpreter (`-X importtime`) and added;
@@ -58,7 +58,7 @@ def import_cost(n: int = 7) -> float:
     costs = []
     for _ in range(n + 1):
         p = subprocess.run([sys.executable, "-X", "importtime", "-c",
-                            "import slurmguard.hooks, slurmguard.metrics.textfile"],
+                            "import slurmguard.node.hooks, slurmguard.metrics.textfile"],
                            env=_env(PYTHONPATH=str(REPO)), capture_output=True, text=True, check=True)
         total = 0
         for line in p.stderr.splitlines():

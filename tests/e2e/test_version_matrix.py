@@ -18,7 +18,11 @@ import json
 import pytest
 from dockercluster import DockerCluster
 
-from slurmguard.adapters.slurm import NodeInfo, node_info_from_show, parse_show_node_oneliner
+from slurmguard.adapters.slurm.commands import (
+    NodeInfo,
+    node_info_from_show,
+    parse_show_node_oneliner,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -69,7 +73,7 @@ def test_xid_drain_job_elsewhere_undrain_admin_drain_untouched(
 
 ADAPTER_PROBE = r"""
 import json, sys
-from slurmguard.adapters.slurm import SlurmCLI, format_reason
+from slurmguard.adapters.slurm.commands import SlurmCLI, format_reason
 cli = SlurmCLI({})
 out = {"version": cli.version(), "ping": cli.ping()}
 out["text"] = {n.name: n.to_dict() for n in cli.nodes()}

@@ -22,9 +22,10 @@ from loadgen import count_in_store
 from reliability import record
 from sgserve import TOKEN, Serve, new_port, new_store, write_config
 
-from slurmguard import config, delivery
+from slurmguard import config
 from slurmguard.adapters import spool
-from slurmguard.record import make_record
+from slurmguard.node import delivery
+from slurmguard.node.record import make_record
 
 
 def _cfg(d: Path, spool_dir: Path, port: int, spool_max: int = 100) -> tuple[Path, Path]:

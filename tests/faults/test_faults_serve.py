@@ -23,7 +23,7 @@ from reliability import record, setting
 from sgserve import TOKEN, Serve, new_port, new_store, write_config
 
 from slurmguard.adapters import serve_client
-from slurmguard.record import make_record
+from slurmguard.node.record import make_record
 
 KILL_SECONDS = setting("kill_seconds", 6, 60)
 KILL_CLIENTS = int(setting("kill_clients", 50, 200))

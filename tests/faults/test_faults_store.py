@@ -17,8 +17,8 @@ from helpers import run_sg, sg_env
 from reliability import record, setting
 from sgserve import new_store
 
-from slurmguard.health import CheckResult, Health
-from slurmguard.record import make_record
+from slurmguard.contract import CheckResult, Health
+from slurmguard.node.record import make_record
 from slurmguard.store import Store
 
 LOCK_SECONDS = setting("gate_lock_seconds", 8, 30)

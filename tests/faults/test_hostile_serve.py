@@ -27,7 +27,7 @@ from pgserver import pg_server  # noqa: F401  (fixture)
 from reliability import record, setting
 from sgserve import TOKEN, Serve, new_port, new_store, write_config
 
-from slurmguard.record import make_record
+from slurmguard.node.record import make_record
 
 pytestmark = pytest.mark.postgres
 

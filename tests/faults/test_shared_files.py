@@ -16,10 +16,10 @@ import pytest
 from helpers import sg_argv, sg_env
 from reliability import record
 
-from slurmguard import delivery
 from slurmguard.adapters import spool
 from slurmguard.errors import InputError
-from slurmguard.record import make_record
+from slurmguard.node import delivery
+from slurmguard.node.record import make_record
 
 CHILD = ("import os; from slurmguard import progress; "
          "print(os.environ['SLURMGUARD_PROGRESS']); progress.step(1); progress.step(2)")

@@ -1,7 +1,7 @@
 """The result record: the JSON of one hook run, as the node sends it and serve stores it.
 
 Validated on the serve side by :mod:`slurmguard.store.records`; delivered by
-:mod:`slurmguard.delivery`. Standard library only.
+:mod:`slurmguard.node.delivery`. Standard library only.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from slurmguard import __version__
-from slurmguard.health import CheckResult
+from slurmguard.contract import CheckResult
 
 RECORD_VERSION = 1
 

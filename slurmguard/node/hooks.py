@@ -21,14 +21,14 @@ import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple, TextIO
 
-from slurmguard.decide import Action, Decision, decide
+from slurmguard.contract import Health, one_line
 from slurmguard.errors import (
     EXIT_CHECKER,
     EXIT_OK,
     EXIT_UNHEALTHY,
     SlurmguardError,
 )
-from slurmguard.health import Health, one_line
+from slurmguard.node.decide import Action, Decision, decide
 
 HOOKS = ("prolog", "epilog", "healthcheck", "check")
 # Seconds kept back from the budget for the drain command and the report.
@@ -87,7 +87,7 @@ def execute(cfg: Any, hook: str, node: str, *, only: tuple[str, ...] = (), as_js
     """One hook run (gather, evaluate, decide, act, report), printed and logged; its exit code.
 
     The one definition of a hook run: `slurmguard prolog` calls it in its own process; the
-    resident agent (slurmguard/agent.py) calls it with its cached and live ``sources`` and
+    resident agent (slurmguard/node/agent.py) calls it with its cached and live ``sources`` and
     sends back what was written to ``out`` and ``err``. ``extra`` goes into the record (the
     agent's source ages and boot id).
     """
@@ -156,7 +156,7 @@ class _SlurmView:
     __slots__ = ("cli", "info", "problem")
 
     def __init__(self) -> None:
-        self.cli: Any = None  # slurmguard.adapters.slurm.SlurmCLI, imported only when needed
+        self.cli: Any = None  # slurmguard.adapters.slurm.commands.SlurmCLI, imported only when needed
         self.info: Any = None  # NodeInfo | None
         self.problem = ""
 
@@ -176,10 +176,10 @@ def _checks_deadline(cfg: Any, t0: float, budget: float) -> float:
 def _gather_and_evaluate(cfg: Any, hook: str, node: str, only: tuple[str, ...],
                          job_id: str | None, job_uid: int | None, deadline: float,
                          sources: Mapping[str, Any] | None = None) -> tuple[list[Any], Any]:
-    """Steps 1-2 (slurmguard.runner): gather the sources once, run the pure checks.
+    """Steps 1-2 (slurmguard.node.runner): gather the sources once, run the pure checks.
     Returns every check this node knows and the run's RunReport. ``sources`` replaces
     entries of the source table (the agent's cached and live sources)."""
-    from slurmguard.runner import registry, run_checks, select_checks
+    from slurmguard.node.runner import registry, run_checks, select_checks
 
     available, table = registry(cfg)
     if sources:
@@ -198,7 +198,7 @@ def _slurm_view(cfg: Any, hook: str, node: str, acting: bool, report: Any) -> _S
     if not (acting and (has_unhealthy or hook == "healthcheck")):
         return view
     try:
-        from slurmguard.adapters.slurm import SlurmCLI
+        from slurmguard.adapters.slurm.commands import SlurmCLI
 
         view.cli = SlurmCLI(cfg.section("slurm"))
     except Exception as exc:  # keep the verdict; say why Slurm was not told
@@ -212,7 +212,7 @@ def _slurm_view(cfg: Any, hook: str, node: str, acting: bool, report: Any) -> _S
 
 
 def _decide(cfg: Any, hook: str, report: Any, available: list[Any], slurm: _SlurmView) -> Decision:
-    """Step 3: the pure rule (slurmguard.decide) over the results and the node's state."""
+    """Step 3: the pure rule (slurmguard.node.decide) over the results and the node's state."""
     hooks_cfg = cfg.section("hooks")
     info = slurm.info
     return decide(
@@ -269,7 +269,7 @@ def _report(cfg: Any, hook: str, node: str, report: Any, decision: Decision, app
             acting: bool, job_id: str | None, t0: float,
             extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Step 5: the result record, delivered to serve (or spooled) when one is configured."""
-    from slurmguard.record import make_record
+    from slurmguard.node.record import make_record
 
     record = make_record(
         node, hook, report.results, decision.action.value, decision.reason, job_id=job_id,
@@ -279,7 +279,7 @@ def _report(cfg: Any, hook: str, node: str, report: Any, decision: Decision, app
     if extra:
         record.update(extra)
     if acting and cfg["hooks.report_url"]:
-        from slurmguard.delivery import deliver
+        from slurmguard.node.delivery import deliver
 
         try:
             record["delivery"] = deliver(record, cfg)

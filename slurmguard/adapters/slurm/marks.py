@@ -8,7 +8,7 @@ reconfigure, so serve re-applies them on each policy pass while probation lasts.
 
 from __future__ import annotations
 
-from slurmguard.adapters.slurm import NodeInfo, SlurmCLI, validate_node_name
+from slurmguard.adapters.slurm.commands import NodeInfo, SlurmCLI, validate_node_name
 
 
 def _features(info: NodeInfo) -> list[str]:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from slurmguard.errors import InputError
 
-log = logging.getLogger("slurmguard.checkpoint")
+log = logging.getLogger("slurmguard.job.checkpoint")
 
 MANIFEST_NAME = ".slurmguard-manifest.json"
 MANIFEST_VERSION = 1

@@ -19,9 +19,8 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import NamedTuple
 
-from slurmguard.health import CheckResult, Health, one_line
+from slurmguard.contract import CheckResult, Health, format_reason, reason_source
 
-REASON_PREFIX = "slurmguard:"
 REASON_MAX = 160  # long enough to say what broke, short enough for `sinfo -R`
 
 
@@ -42,16 +41,7 @@ class Decision(NamedTuple):
 
 def drain_reason(check: str, text: str) -> str:
     """``slurmguard: <check>: <text>`` on one line, capped for `sinfo -R`."""
-    return one_line(f"{REASON_PREFIX} {check}: {text}", REASON_MAX)
-
-
-def reason_check(reason: str | None) -> str | None:
-    """The check name in one of our reasons (``slurmguard: gpu-xid: ...`` -> ``gpu-xid``)."""
-    if not reason or not reason.startswith(REASON_PREFIX):
-        return None
-    rest = reason[len(REASON_PREFIX):].strip()
-    name, sep, _ = rest.partition(":")
-    return name.strip() if sep else None
+    return format_reason(check, text, REASON_MAX)
 
 
 def decide(
@@ -84,7 +74,7 @@ def decide(
     if errors:
         return Decision(Action.CHECKER_ERROR, "checker error in " + ", ".join(errors), (), errors)
     if hook == "healthcheck":
-        drained_by = reason_check(current_reason)
+        drained_by = reason_source(current_reason)
         healthy_now = {r.name for r in results if r.health is Health.HEALTHY}
         if drained_by and drained_by in node_checks and drained_by in healthy_now:
             return Decision(Action.UNDRAIN, f"{drained_by} passes again", (), ())

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slurmguard.contract import REASON_PREFIX, is_ours
 from slurmguard.errors import EXIT_OK, EXIT_STORE, EXIT_UNHEALTHY, StoreError
 
 _CHUNK = 500
@@ -54,15 +55,15 @@ def refusal(row: NodeRow | None, now: float, fresh: float) -> str | None:
     if row is None:
         return None
     if row.lemon:
-        return row.lemon_reason or "slurmguard: lemon: flagged by fleet policy"
+        return row.lemon_reason or f"{REASON_PREFIX} lemon: flagged by fleet policy"
     if row.burnin_required:
-        return "slurmguard: burn-in: awaiting burn-in"
+        return f"{REASON_PREFIX} burn-in: awaiting burn-in"
     if (row.last_health == "unhealthy" and row.last_seen is not None
             and now - row.last_seen <= fresh):
         reason = (row.last_reason or "").strip()
-        if reason.startswith("slurmguard:"):
+        if is_ours(reason):
             return reason
-        return f"slurmguard: gate: unhealthy result {int(now - row.last_seen)}s ago: {reason or 'unhealthy'}"
+        return f"{REASON_PREFIX} gate: unhealthy result {int(now - row.last_seen)}s ago: {reason or 'unhealthy'}"
     return None
 
 
@@ -155,7 +156,7 @@ def run_gate(cfg: Any, env: Mapping[str, str], *, dry_run: bool = False,
 
 
 def _drain(cfg: Any, refused: Mapping[str, str], job: str) -> list[str]:
-    from slurmguard.adapters.slurm import SlurmCLI
+    from slurmguard.adapters.slurm.commands import SlurmCLI
     from slurmguard.errors import SlurmguardError
 
     cli = SlurmCLI(cfg.section("slurm"))
@@ -206,7 +207,7 @@ def main(config_path: str | None, *, dry_run: bool = False,
 def answer_job(cfg: Any, env: Mapping[str, str], *, dry_run: bool = False,
                err: Any = None) -> int:
     """The gate's whole answer for one job: check, drain, log; the exit code. The one
-    definition, run by `slurmguard gate` and by serve's gate socket (slurmguard/gatesock.py)."""
+    definition, run by `slurmguard gate` and by serve's gate socket (slurmguard/gate/sock.py)."""
     outcome = run_gate(cfg, env, dry_run=dry_run)
     if outcome.message:
         log_line(cfg, outcome.message + (f" (drained {','.join(outcome.drained)})"
@@ -228,18 +229,18 @@ _GATE_HELP = {
 def _count(cfg: Any, o: GateOutcome) -> None:
     """The gate's counters in <metrics.textfile_dir>/slurmguard_gate.prom (the controller's
     node_exporter; standard library only, as the rest of the gate)."""
-    from slurmguard.decide import reason_check
+    from slurmguard.contract import reason_source
     from slurmguard.metrics.textfile import bump_counters, labels
 
     result = "refused" if o.refused else (
         "store_unreadable" if "store unreadable" in o.message else "allowed")
     add: dict[tuple[str, str], int] = {("slurmguard_gate_jobs_total", labels(result=result)): 1}
     for node, reason in o.refused.items():
-        key = ("slurmguard_gate_refusals_total", labels(cause=reason_check(reason) or "unknown"))
+        key = ("slurmguard_gate_refusals_total", labels(cause=reason_source(reason) or "unknown"))
         add[key] = add.get(key, 0) + 1
         if node in o.drained:
             key = ("slurmguard_drains_total",
-                   labels(cause=reason_check(reason) or "unknown", source="gate"))
+                   labels(cause=reason_source(reason) or "unknown", source="gate"))
             add[key] = add.get(key, 0) + 1
     problem = bump_counters(str(cfg["metrics.textfile_dir"]), GATE_FILE, _GATE_HELP, add)
     if problem:

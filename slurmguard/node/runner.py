@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 
 from slurmguard.checks.base import SOURCES, Check, CheckContext, GatherContext
 from slurmguard.config import Config
+from slurmguard.contract import CheckResult, Health, error, one_line, unsupported
 from slurmguard.errors import ConfigError, Unsupported
-from slurmguard.health import CheckResult, Health, error, one_line, unsupported
 
 STATE_FILE = "state.json"
 
@@ -91,7 +91,7 @@ def select_checks(cfg: Config, hook: str, only: Sequence[str] = (),
 
 def resolve_source(target: Any) -> Any:
     """A source table entry as a function of (cfg, ctx): "module:function" is imported; a
-    callable (the resident agent's cached and live sources, slurmguard/agent.py) is itself."""
+    callable (the resident agent's cached and live sources, slurmguard/node/agent.py) is itself."""
     if callable(target):
         return target
     module, fn = str(target).split(":")

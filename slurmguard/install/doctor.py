@@ -81,8 +81,8 @@ class Doctor:
 
     # -- Slurm's configuration -----------------------------------------------------------------
     def read_slurm(self) -> None:
-        from slurmguard.adapters.slurm import SlurmCLI
-        from slurmguard.adapters.slurm_conf import read_slurm_conf, slurm_conf_path
+        from slurmguard.adapters.slurm.commands import SlurmCLI
+        from slurmguard.adapters.slurm.conf import read_slurm_conf, slurm_conf_path
 
         try:
             self.conf = SlurmCLI(self.cfg.section("slurm"), env=self.env).show_config()
@@ -134,7 +134,7 @@ class Doctor:
             self.add(name, True, f"{key}={path}")
 
     def check_timeout(self) -> None:
-        from slurmguard.adapters.slurm_conf import timeout_seconds
+        from slurmguard.adapters.slurm.conf import timeout_seconds
 
         if not self.conf:
             self.add("PrologEpilogTimeout", None, "slurm.conf unreadable")
@@ -150,7 +150,7 @@ class Doctor:
                  "hooks.budget, so that slurmguard's own watchdog ends a slow run)")
 
     def check_nohold(self) -> None:
-        from slurmguard.adapters.slurm_conf import scheduler_parameters
+        from slurmguard.adapters.slurm.conf import scheduler_parameters
 
         if not self.conf:
             self.add("nohold_on_prolog_fail", None, "slurm.conf unreadable")
@@ -266,7 +266,7 @@ class Doctor:
                  "a GPU is missing: run `slurmguard check` for details")
 
     def check_spank(self) -> None:
-        from slurmguard.adapters.slurm_conf import plugstack_path, slurm_conf_path
+        from slurmguard.adapters.slurm.conf import plugstack_path, slurm_conf_path
 
         path = plugstack_path(self.conf, slurm_conf_path(self.env))
         lines = _plugstack_lines(path)

@@ -1,6 +1,6 @@
 """Slurm calls of burn-in: submit a job script, job states, MAINT reservations.
 
-Everything goes through :class:`slurmguard.adapters.slurm.SlurmCLI` (and so through
+Everything goes through :class:`slurmguard.adapters.slurm.commands.SlurmCLI` (and so through
 :func:`slurmguard.proc.run_command`, argv lists and a timeout).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from slurmguard.adapters.slurm import SlurmCLI, validate_nodeset
+from slurmguard.adapters.slurm.commands import SlurmCLI, validate_nodeset
 from slurmguard.errors import InputError, ParseError
 
 RESERVATION_PREFIX = "slurmguard_burnin"

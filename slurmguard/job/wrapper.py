@@ -4,7 +4,7 @@ Runs as the job's user, usually as the batch step (``slurmguard run ... -- srun 
 or per task (``srun slurmguard run ... -- python train.py``). It:
 
 1. refuses to start a run that is over the requeue cap (``SLURM_RESTART_COUNT`` > max);
-2. finds the newest complete checkpoint (slurmguard.checkpoint) and exports
+2. finds the newest complete checkpoint (slurmguard.job.checkpoint) and exports
    ``SLURMGUARD_RESUME_FROM`` / ``SLURMGUARD_RESUME_STEP`` and ``SLURM_RESTART_COUNT`` (0 when
    Slurm did not set it);
 3. starts the command in its own process group, forwards SIGTERM/SIGINT/SIGUSR1 to that group,
@@ -13,7 +13,7 @@ or per task (``srun slurmguard run ... -- python train.py``). It:
    ``--stall-timeout`` s) is logged, and with ``--stall-action requeue`` ends the run for a
    requeue; per-node step times name a slow node;
 5. copies the child's stderr through, noting lines that mean an infrastructure fault;
-6. maps the end of the run to an exit code with :func:`slurmguard.exitmap.decide` and appends a
+6. maps the end of the run to an exit code with :func:`slurmguard.job.exitmap.decide` and appends a
    one-line JSON record of the run to ``<checkpoint-dir>/.slurmguard/runs.jsonl``.
 """
 
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from slurmguard import checkpoint, exitmap
 from slurmguard.errors import InputError, RefusedError
+from slurmguard.job import checkpoint, exitmap
 
 STATE_DIR = ".slurmguard"  # inside the checkpoint dir: shared by every node of the job
 SLOW_FACTOR = 1.5  # a node whose median step time is 1.5x the job's median is named slow
@@ -408,7 +408,7 @@ class _Watch:
 
 def _decide(opts: RunOptions, prep: _Prepared, rc: int, watch: _Watch,
             infra: list[str]) -> exitmap.Verdict:
-    """Step 4: the wrapper's exit code (slurmguard.exitmap); a failed run asks whether this
+    """Step 4: the wrapper's exit code (slurmguard.job.exitmap); a failed run asks whether this
     node was drained by us (then it is a node fault: requeue)."""
     drained = None
     if rc != 0 and opts.node_probe is not None:

@@ -37,9 +37,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from slurmguard.contract import REASON_PREFIX
 from slurmguard.errors import ParseError
-
-REASON_PREFIX = "slurmguard:"
 
 # Base states as Slurm names them (NODE_STATE_*); anything else is a flag.
 BASE_STATES = frozenset({"idle", "allocated", "mixed", "down", "unknown", "future", "error"})

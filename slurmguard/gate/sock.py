@@ -3,7 +3,7 @@
 slurmctld runs PrologSlurmctld for every job; a Python process per job costs 60-90 ms of a
 controller core. The compiled ``slurmguard-gate-client`` (prolog/sg_gate_client.c) asks
 `slurmguard serve`, which is already running with the store open, over a unix socket; serve
-answers with :func:`slurmguard.gate.answer_job`, the very function `slurmguard gate` runs, with
+answers with :func:`slurmguard.gate.answer.answer_job`, the very function `slurmguard gate` runs, with
 serve's own config (the client's config path must be serve's). The client falls back to
 `slurmguard gate` when serve does not answer, so the fail-open/fail-closed setting
 (``gate.on_store_error``) and every refusal are the same on both paths.
@@ -27,7 +27,7 @@ import struct
 import threading
 from typing import Any
 
-log = logging.getLogger("slurmguard.gatesock")
+log = logging.getLogger("slurmguard.gate.sock")
 PROTO = "SGG1"
 
 
@@ -108,7 +108,7 @@ class GateSocket:
             threading.Thread(target=self._one, args=(conn,), daemon=True).start()
 
     def handle(self, line: str) -> bytes:
-        from slurmguard.gate import answer_job
+        from slurmguard.gate.answer import answer_job
 
         try:
             req = parse_request(line)

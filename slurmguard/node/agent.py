@@ -6,7 +6,7 @@ set for Xid critical errors), follows the kernel log, runs the slow sources (fil
 probes, the /proc scan, IB counters, chrony, munge) in the background, and runs a hook when
 the thin client (``slurmguard-agent-client``, C, prolog/sg_agent_client.c) asks.
 
-One definition of a hook run: the agent calls :func:`slurmguard.hooks.execute`, the same
+One definition of a hook run: the agent calls :func:`slurmguard.node.hooks.execute`, the same
 gather/evaluate/decide/act/report code the in-process ``slurmguard prolog`` runs, with its
 own *source table*: each source is a callable that returns the live or cached value (or
 raises the cached exception), so the checks, their timeouts, the decision, the drain (with
@@ -50,7 +50,7 @@ from typing import Any
 from slurmguard.checks.base import GatherContext
 from slurmguard.errors import ConfigError, SlurmguardError
 
-log = logging.getLogger("slurmguard.agent")
+log = logging.getLogger("slurmguard.node.agent")
 
 PROTO = "SGA1"
 HOOKS = ("prolog", "epilog", "healthcheck")
@@ -325,7 +325,7 @@ class Agent:
 
     def _gather_into(self, key: tuple[str, str], target: Any, cfg: Any,
                      ctx: GatherContext) -> _Cached:
-        from slurmguard.runner import resolve_source
+        from slurmguard.node.runner import resolve_source
 
         with self.cache_lock:
             gen = self.gen
@@ -343,7 +343,7 @@ class Agent:
     def sources_for(self, cfg: Any, node: str, job_uid: int | None,
                     ages: dict[str, float]) -> dict[str, Any]:
         """The source table of one hook run: name -> callable(cfg, ctx)."""
-        from slurmguard.runner import registry, resolve_source
+        from slurmguard.node.runner import registry, resolve_source
 
         table = registry(cfg)[1]
         background = set(cfg["agent.background"])
@@ -388,7 +388,7 @@ class Agent:
 
     def background_once(self) -> None:
         """Refresh every background source some hook of a known node reads (not in flight)."""
-        from slurmguard.runner import registry, select_checks
+        from slurmguard.node.runner import registry, select_checks
 
         for node in sorted(self.nodes):
             try:
@@ -457,7 +457,7 @@ class Agent:
     def run(self, hook: str, node: str, job_id: str | None, job_uid: int | None, *,
             as_json: bool, dry_run: bool, started: float) -> tuple[int, str, str]:
         """Run ``hook`` for ``node`` exactly as `slurmguard <hook>` would: (exit, out, err)."""
-        from slurmguard import hooks
+        from slurmguard.node import hooks
 
         cfg = self.config_for(node)
         self.nodes.add(node)

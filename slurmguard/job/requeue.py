@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from slurmguard.errors import SlurmguardError
 from slurmguard.nodeset import expand, fold
 
-log = logging.getLogger("slurmguard.requeue")
+log = logging.getLogger("slurmguard.job.requeue")
 
 ACTIVE = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"}
 # States of a run that is ending: Slurm may already have released (or lost) some of its nodes,

@@ -11,7 +11,7 @@ unlike RESUME, leaves a DOWN base state alone).
 
 Parsers are pure and turn garbage into :class:`ParseError` with a one-line message; hostile
 names are refused with :class:`InputError` before any command runs. The text parsers live in
-:mod:`slurmguard.adapters.slurm_parse`; this module re-exports them.
+:mod:`slurmguard.adapters.slurm.parse`; this module re-exports them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from slurmguard.adapters.slurm_parse import (
+from slurmguard.adapters.slurm.parse import (
     SACCT_FIELDS,
     AcctRecord,
     JobInfo,
@@ -37,8 +37,8 @@ from slurmguard.adapters.slurm_parse import (
     parse_squeue_json,
     parse_version,
 )
+from slurmguard.contract import REASON_MAX, REASON_PREFIX, format_reason, one_line
 from slurmguard.errors import CommandError, InputError, ParseError
-from slurmguard.health import one_line
 from slurmguard.nodeset import validate_node_name, validate_nodeset  # the one rule
 from slurmguard.proc import CommandResult, run_command
 
@@ -51,10 +51,6 @@ __all__ = [
     "validate_node_name", "validate_nodeset",
 ]
 
-REASON_PREFIX = "slurmguard:"
-# `sinfo -R` shows 20 characters by default; Slurm itself accepts far more. 200 keeps a
-# reason readable in `scontrol show node` and in the store without truncating useful detail.
-REASON_MAX = 200
 
 _JOB_RE = re.compile(r"[0-9]{1,12}(_[0-9]{1,9})?(\+[0-9]{1,6})?")
 _FIELD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
@@ -66,16 +62,6 @@ def validate_job_id(job_id: object) -> str:
     if not isinstance(text, str) or not _JOB_RE.fullmatch(text):
         raise InputError(f"job id: not a Slurm job id: {_show(job_id)}")
     return text
-
-
-def format_reason(source: str, text: str) -> str:
-    """``slurmguard: <source>: <one line>``, flattened and capped at :data:`REASON_MAX`.
-
-    Example: ``format_reason("gpu-xid", "Xid 79 on GPU 3")`` ->
-    ``"slurmguard: gpu-xid: Xid 79 on GPU 3"``.
-    """
-    src = one_line(source, 64) or "unknown"
-    return one_line(f"{REASON_PREFIX} {src}: {one_line(text, REASON_MAX)}", REASON_MAX)
 
 
 def _show(value: object) -> str:
@@ -274,6 +260,6 @@ class SlurmCLI:
 
     def show_config(self) -> dict[str, str]:
         """The running slurmctld's config (``scontrol show config``), lower-case keys."""
-        from slurmguard.adapters.slurm_conf import parse_show_config
+        from slurmguard.adapters.slurm.conf import parse_show_config
 
         return parse_show_config(self._run("scontrol", "show", "config").stdout)

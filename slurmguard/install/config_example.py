@@ -1,6 +1,6 @@
 """Render etc/slurmguard.toml.example: every config key, its default and what it means.
 
-    python -m slurmguard.config_example > etc/slurmguard.toml.example
+    python -m slurmguard.install.config_example > etc/slurmguard.toml.example
 
 Generated from the one config declaration (slurmguard.config.SCHEMA, check areas included),
 so it lists every key the config knows; tests/test_config_example.py fails when the file is
@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-REGENERATE = "python -m slurmguard.config_example > etc/slurmguard.toml.example"
+REGENERATE = "python -m slurmguard.install.config_example > etc/slurmguard.toml.example"
 
 _HEADER = f"""# slurmguard configuration: every key with its default.
 #
