@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .views import REASON_ANNOTATION, REASON_PREFIX, KubeView, SlurmView
+from .views import K8S_REASON_PREFIX, REASON_ANNOTATION, REASON_PREFIX, KubeView, SlurmView
 
 # Action kinds. Stable strings: shown in tables, JSON and metrics.
 K8S_MARK = "k8s-mark"
@@ -164,7 +164,7 @@ def plan_node(s: SlurmView, k: KubeView, rules: Rules, now: float) -> list[Actio
             out.append(Action(kind=NONE, why=f"k8s: {what}; Slurm node down: left alone", **base))
         elif not s.drained:
             out.append(Action(kind=SLURM_DRAIN, why=f"k8s: {what}",
-                              reason=f"slurmguard: k8s: {what}", **base))
+                              reason=f"{K8S_REASON_PREFIX} {what}", **base))
     elif s.from_k8s and not pending:
         held = _held(s.reason_time, rules, now)
         if k.ready != "True":
@@ -250,7 +250,7 @@ def _cap(rows: list[Action], slurm: Mapping[str, SlurmView], kube: Mapping[str, 
 def _cause(a: Action) -> str:
     """The guard's cause: the check behind a mirrored Slurm drain, or what Kubernetes says."""
     if a.kind == SLURM_DRAIN:
-        return "k8s-" + a.reason.removeprefix("slurmguard: k8s: ").split(",")[0].strip()
+        return "k8s-" + a.reason.removeprefix(K8S_REASON_PREFIX).strip().split(",")[0].strip()
     return a.taint or "slurm-drain"
 
 
