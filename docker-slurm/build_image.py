@@ -264,7 +264,7 @@ def _checkout_files() -> list[Path]:
                           "--exclude-standard"], capture_output=True, check=True).stdout
     return sorted(REPO / f for f in out.decode().split("\0")
                   if f and not f.startswith(_SITE_SKIP)
-                  and (REPO / f).is_file() and not (REPO / f).is_symlink())
+                  and ((REPO / f).is_symlink() or (REPO / f).is_file()))
 
 
 def site_tag(release_name: str = DEFAULT_RELEASE) -> str:
@@ -273,6 +273,9 @@ def site_tag(release_name: str = DEFAULT_RELEASE) -> str:
     h = hashlib.sha256(f"site release={rel.name}\0".encode())
     for path in [HERE / "site" / "Dockerfile", *_checkout_files()]:
         h.update(str(path.relative_to(REPO)).encode() + b"\0")
+        if path.is_symlink():  # slurmguard/data/hooks/* -> prolog/, epilog/: the link itself
+            h.update(b"l" + os.readlink(path).encode() + b"\0")
+            continue
         h.update(b"x" if os.access(path, os.X_OK) else b"-")
         h.update(path.read_bytes() + b"\0")
     return f"{SITE_IMAGE}:{rel.name}-{h.hexdigest()[:12]}"
@@ -298,7 +301,10 @@ def build_site(release_name: str = DEFAULT_RELEASE, force: bool = False,
         for f in _checkout_files():
             dst = ctx / "root/root/slurmguard" / f.relative_to(REPO)
             dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, dst)
+            if f.is_symlink():  # kept a link, as a clone has it (package data -> hook dirs)
+                os.symlink(os.readlink(f), dst)
+            else:
+                shutil.copy2(f, dst)
         _run(["docker", "build", "--network", "host", "--force-rm", "-t", tag,
               "--build-arg", f"DEBIAN_RELEASE={rel.name}",
               "--build-arg", f"README_COMMAND={readme_command()}", str(ctx)],
