@@ -29,16 +29,6 @@ SOURCES: dict[str, str] = {
 }
 
 
-class GatherContext(NamedTuple):
-    """What a gather function may know besides config: which node, which hook, the deadline."""
-
-    node: str
-    hook: str
-    deadline: float  # time.monotonic() value by which the gather must be done
-    job_id: str | None = None
-    job_uid: int | None = None
-
-
 class CheckContext:
     """The inputs of one check: its area's params, the gathered sources, its saved state.
 

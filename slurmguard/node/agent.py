@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurmguard.checks.base import GatherContext
 from slurmguard.errors import ConfigError, SlurmguardError
+from slurmguard.sources import GatherContext
 
 log = logging.getLogger("slurmguard.node.agent")
 

@@ -19,10 +19,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from slurmguard.checks.base import SOURCES, Check, CheckContext, GatherContext
+from slurmguard.checks.base import SOURCES, Check, CheckContext
 from slurmguard.config import Config
 from slurmguard.contract import CheckResult, Health, error, one_line, unsupported
 from slurmguard.errors import ConfigError, Unsupported
+from slurmguard.sources import GatherContext
 
 STATE_FILE = "state.json"
 
