@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from slurmguard.atomic import write_atomic
 from slurmguard.checks.base import SOURCES, Check, CheckContext
 from slurmguard.config import Config
 from slurmguard.contract import CheckResult, Health, error, one_line, unsupported
@@ -247,13 +247,12 @@ def _load_state(path: Path) -> dict[str, Any]:
 
 
 def _save_state(path: Path, state: dict[str, Any]) -> str | None:
-    """Write atomically; a failure is a warning (a checker problem), never a node fault."""
+    """Write atomically; a failure is a warning (a checker problem), never a node fault.
+    Not durable: a lost cursor after a power loss means one first-run window, and a latch
+    ends with the boot anyway; an fsync per hook would cost the budget on a busy disk."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(state, fh, sort_keys=True)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(state, sort_keys=True), mode=0o644, durable=False)
         return None
     except OSError as exc:
         return one_line(f"cannot save check state to {path}: {exc.strerror or exc}")
