@@ -12,13 +12,12 @@ two readers to the same rows. PostgreSQL stores, and anything that writes, go th
 from __future__ import annotations
 
 import json
-import os
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from slurmguard.errors import StoreError
-from slurmguard.store.version import schema_problem
+from slurmguard.store.sqlite_read import open_read_only, sqlite_path
 
 
 class BurninRunRow(NamedTuple):
@@ -148,16 +147,6 @@ def packs_covering(packs: list[Any], series_count: int, nodes: Iterable[str] | N
     return packs
 
 
-def sqlite_path(section: Mapping[str, Any]) -> str | None:
-    """The file of a SQLite ``[store]`` section (None for any other database)."""
-    url = str(section.get("url") or "")
-    if url and not url.startswith("sqlite:///"):
-        return None
-    path = url[len("sqlite:///"):] if url else str(section.get("path")
-                                                    or "/var/lib/slurmguard/slurmguard.db")
-    return path if path and path != ":memory:" else None
-
-
 class SqliteBurninReader:
     """The read side of the burn-in store API over one read-only sqlite3 connection."""
 
@@ -166,24 +155,7 @@ class SqliteBurninReader:
 
         self._sqlite3 = sqlite3
         self.path = path
-        if not os.path.exists(path):
-            raise StoreError(f"store {path}: no such file; run: slurmguard setup controller")
-        try:
-            self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_timeout)
-        except sqlite3.Error as exc:
-            raise StoreError(f"store {path}: {exc}") from None
-        try:
-            try:
-                row = self.conn.execute("SELECT version_num FROM alembic_version").fetchone()
-            except sqlite3.Error:
-                row = None
-            problem = schema_problem(row[0] if row else None, path)
-        except BaseException:
-            self.conn.close()
-            raise
-        if problem:
-            self.conn.close()
-            raise StoreError(problem)
+        self.conn = open_read_only(path, busy_timeout)
 
     @classmethod
     def open(cls, section: Mapping[str, Any]) -> SqliteBurninReader | None:
