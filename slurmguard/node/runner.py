@@ -10,7 +10,6 @@ slurmguard's own faults are never node faults.
 
 from __future__ import annotations
 
-import importlib
 import json
 import threading
 import time
@@ -18,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from slurmguard import sitemod
 from slurmguard.atomic import write_atomic
 from slurmguard.checks.base import SOURCES, Check, CheckContext
 from slurmguard.config import Config
@@ -46,24 +46,17 @@ def registry(cfg: Config) -> tuple[list[Check], dict[str, str]]:
     """
     from slurmguard.checks import ALL_CHECKS
 
-    checks, sources = list(ALL_CHECKS), dict(SOURCES)
-    for mod_name in cfg["checks.site_modules"]:
-        try:
-            mod = importlib.import_module(mod_name)
-        except ImportError as exc:
-            raise ConfigError(f"checks.site_modules: cannot import {mod_name!r}: {exc}") from None
+    key = "checks.site_modules"
+    checks, sources = {c.name: c for c in ALL_CHECKS}, dict(SOURCES)
+    for mod_name, mod in sitemod.load(key, cfg[key]):
         for name, target in getattr(mod, "SOURCES", {}).items():
-            if name in sources:
-                raise ConfigError(f"checks.site_modules: {mod_name} redefines source {name!r}")
-            sources[name] = target
+            sitemod.add(key, mod_name, "source", sources, name, target)
         for c in getattr(mod, "CHECKS", []):
-            if any(c.name == k.name for k in checks):
-                raise ConfigError(f"checks.site_modules: {mod_name} redefines check {c.name!r}")
+            sitemod.add(key, mod_name, "check", checks, c.name, c)
             missing = [s for s in c.sources if s not in sources]
             if missing:
-                raise ConfigError(f"checks.site_modules: check {c.name!r} reads unknown source {missing[0]!r}")
-            checks.append(c)
-    return checks, sources
+                raise ConfigError(f"{key}: check {c.name!r} reads unknown source {missing[0]!r}")
+    return list(checks.values()), sources
 
 
 def select_checks(cfg: Config, hook: str, only: Sequence[str] = (),
@@ -93,10 +86,7 @@ def select_checks(cfg: Config, hook: str, only: Sequence[str] = (),
 def resolve_source(target: Any) -> Any:
     """A source table entry as a function of (cfg, ctx): "module:function" is imported; a
     callable (the resident agent's cached and live sources, slurmguard/node/agent.py) is itself."""
-    if callable(target):
-        return target
-    module, fn = str(target).split(":")
-    return getattr(importlib.import_module(module), fn)
+    return sitemod.resolve(target)
 
 
 class _Gather(threading.Thread):
