@@ -72,6 +72,14 @@ SERIES_SQL = ("SELECT n.name, s.metric, s.unit, s.higher_is_better, s.group_key,
               "FROM burnin_series s JOIN nodes n ON n.id = s.node_id WHERE s.last_at >= ?")
 
 
+def of_nodes(rows: list[Any], nodes: Iterable[str] | None) -> list[Any]:
+    """The rows (node name first) of ``nodes``; all of them when ``nodes`` is None."""
+    if nodes is None:
+        return rows
+    wanted = set(nodes)
+    return [r for r in rows if r[0] in wanted]
+
+
 def latest_runs(rows: Iterable[Sequence[Any]], nodes: Iterable[str] | None) -> list[BurninRunRow]:
     """Run rows (RUN_COLUMNS order) as :class:`BurninRunRow`, only ``nodes``, sorted by node."""
     out = [BurninRunRow(*r) for r in rows]
@@ -141,10 +149,7 @@ def packs_covering(packs: list[Any], series_count: int, nodes: Iterable[str] | N
     burnin_series does; None when they do not (a pack not written: read burnin_series)."""
     if sum(len(n) for _, _, n, _ in packs) != series_count * 8 * PACK_NUMS:
         return None
-    if nodes is not None:
-        wanted = set(nodes)
-        packs = [r for r in packs if r[0] in wanted]
-    return packs
+    return of_nodes(packs, nodes)
 
 
 class SqliteBurninReader:
@@ -192,11 +197,7 @@ class SqliteBurninReader:
     def burnin_series_raw(self, since: float = float("-inf"),
                           nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]]:
         """As :meth:`slurmguard.store.burnin.BurninMixin.burnin_series_raw`."""
-        rows = self._fetch("burn-in series", SERIES_SQL, (since,))
-        if nodes is not None:
-            wanted = set(nodes)
-            rows = [r for r in rows if r[0] in wanted]
-        return rows
+        return of_nodes(self._fetch("burn-in series", SERIES_SQL, (since,)), nodes)
 
     def burnin_series(self, since: float = float("-inf"), nodes: Iterable[str] | None = None,
                       nights: int | None = None) -> list[SeriesRow]:
