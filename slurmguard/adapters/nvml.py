@@ -1,4 +1,4 @@
-"""One NVML pass over every GPU: everything the GPU checks read, in frozen dataclasses.
+"""One NVML pass over every GPU: everything the GPU checks read (slurmguard.sources.nvml).
 
 ``gather(cfg, ctx)`` is the ``nvml`` source of :data:`slurmguard.checks.base.SOURCES`. It
 calls NVML through slurmguard.adapters.nvml_lib (ctypes, imported lazily, so hooks without
@@ -31,7 +31,7 @@ from slurmguard.errors import SlurmguardError, Unsupported
 from slurmguard.sources.nvml import GpuInfo, NvmlSnapshot, normalize_bus_id
 
 # NVML return codes (nvml.h); pynvml exposes the same numbers, but this module must be
-# importable (and its data classes usable by the pure checks) without pynvml.
+# importable without pynvml (the hook path binds NVML itself, adapters/nvml_lib.py).
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_DRIVER_NOT_LOADED = 9
