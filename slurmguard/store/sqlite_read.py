@@ -15,13 +15,14 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from slurmguard.config import SCHEMA
 from slurmguard.errors import StoreError
 from slurmguard.store.version import schema_problem
 
 if TYPE_CHECKING:
     import sqlite3
 
-DEFAULT_PATH = "/var/lib/slurmguard/slurmguard.db"
+DEFAULT_PATH: str = SCHEMA["store"]["path"].default  # store.path's default, for hand-built sections
 _SQLITE = "sqlite:///"
 
 
