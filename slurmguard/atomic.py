@@ -16,12 +16,14 @@ metrics textfiles, the checkpoint manifest, installed hooks, ...):
    with FileExistsError rather than replace a file that must not be overwritten;
 5. on any failure the temporary file is removed and the error raised.
 
-Standard library (``os`` only): the hook path imports it. tests/test_atomic.py.
+Standard library (``os``, ``contextlib``: loaded at every interpreter start): the hook
+path imports it. tests/test_atomic.py.
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from typing import IO, Any
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -107,7 +109,5 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
 
 
 def _unlink(path: str) -> None:
-    try:
+    with suppress(OSError):  # already gone, or never made
         os.unlink(path)
-    except OSError:
-        pass

@@ -15,6 +15,7 @@ import os
 import socket
 import stat
 import struct
+from contextlib import suppress
 
 from slurmguard.errors import ConfigError
 
@@ -72,10 +73,8 @@ def _clear_stale(path: str, *, key: str, server: str) -> None:
 
 def remove(path: str) -> None:
     """Unlink the socket file on shutdown; already gone is fine."""
-    try:
+    with suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
 
 
 def peer_uid(conn: socket.socket) -> int:
