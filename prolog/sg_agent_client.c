@@ -22,32 +22,15 @@
  * The request carries SLURMD_NODENAME, SLURM_JOB_ID, SLURM_JOB_UID and SLURMGUARD_CONFIG.
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
-#include <unistd.h>
+
+#include "sg_client_common.h"
 
 #define PROTO "SGA1"
 #define MAX_ANSWER (4 << 20)
 
-static char **fallback_argv;
 static double started;
 
-static double now_mono(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void fall_back(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static void fall_back(const char *fmt, ...)
 {
 	char why[512], when[64];
@@ -60,15 +43,7 @@ static void fall_back(const char *fmt, ...)
 		snprintf(when, sizeof when, "%.6f", started);
 		setenv("SLURMGUARD_HOOK_STARTED", when, 1);
 	}
-	if (fallback_argv && fallback_argv[0]) {
-		fflush(NULL);
-		execv(fallback_argv[0], fallback_argv);
-		fprintf(stderr, "slurmguard-agent-client: cannot run %s: %s; allowing the job\n",
-			fallback_argv[0], strerror(errno));
-	} else {
-		fprintf(stderr, "slurmguard-agent-client: no fallback command; allowing the job\n");
-	}
-	exit(0);
+	exec_fallback("slurmguard-agent-client");
 }
 
 /* Copy src to dst replacing %n by node; 0 on success. */
@@ -94,15 +69,6 @@ static int expand(char *dst, size_t n, const char *src, const char *node)
 	return 0;
 }
 
-/* A request value may not hold a space, a newline or anything unprintable. */
-static int safe(const char *v)
-{
-	for (const unsigned char *p = (const unsigned char *)v; *p; p++)
-		if (*p <= ' ' || *p == 0x7f)
-			return 0;
-	return 1;
-}
-
 static void read_boot_id(const char *path, char *out, size_t n)
 {
 	FILE *f = fopen(path, "r");
@@ -115,21 +81,6 @@ static void read_boot_id(const char *path, char *out, size_t n)
 	out[strcspn(out, "\r\n")] = 0;
 	if (!out[0])
 		snprintf(out, n, "unknown-boot");
-}
-
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
 }
 
 int main(int argc, char **argv)
@@ -195,63 +146,11 @@ int main(int argc, char **argv)
 	if (rl < 0 || (size_t)rl >= sizeof req)
 		fall_back("request too long");
 
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		fall_back("socket: %s", strerror(errno));
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	memcpy(addr.sun_path, sock_path, strlen(sock_path) + 1);
-	/* A unix socket connects at once or not at all (EAGAIN: the agent's backlog is full). */
-	if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0)
-		fall_back("connect %s: %s", sock_path, strerror(errno));
-
 	char *buf = malloc(MAX_ANSWER + 1);
-	size_t have = 0, sent = 0;
 	if (!buf)
 		fall_back("out of memory");
-	for (;;) {
-		double left = timeout - (now_mono() - t0);
-		if (left <= 0)
-			fall_back("no whole answer within %.2fs", timeout);
-		struct pollfd pfd = { .fd = fd, .events = sent < (size_t)rl ? POLLOUT : POLLIN };
-		int pr = poll(&pfd, 1, (int)(left * 1000) + 1);
-		if (pr < 0) {
-			if (errno == EINTR)
-				continue;
-			fall_back("poll: %s", strerror(errno));
-		}
-		if (pr == 0)
-			continue;
-		if (sent < (size_t)rl) {
-			ssize_t w = send(fd, req + sent, (size_t)rl - sent, MSG_NOSIGNAL);
-			if (w < 0) {
-				if (errno == EAGAIN || errno == EINTR)
-					continue;
-				fall_back("send: %s", strerror(errno));
-			}
-			sent += (size_t)w;
-			continue;
-		}
-		ssize_t r = read(fd, buf + have, MAX_ANSWER - have);
-		if (r < 0) {
-			if (errno == EAGAIN || errno == EINTR)
-				continue;
-			fall_back("read: %s", strerror(errno));
-		}
-		if (r == 0)
-			break;
-		have += (size_t)r;
-		if (have >= MAX_ANSWER)
-			fall_back("answer too long");
-	}
-	close(fd);
-	buf[have] = 0;
-
-	char *nl = memchr(buf, '\n', have);
-	if (!nl)
-		fall_back("answer cut short (no header)");
-	*nl = 0;
-	if (strncmp(buf, PROTO " unavailable", strlen(PROTO " unavailable")) == 0)
-		fall_back("agent refused: %.300s", buf + strlen(PROTO " unavailable "));
+	size_t have = exchange(sock_path, req, (size_t)rl, t0, timeout, buf, MAX_ANSWER);
+	size_t body = answer_header(buf, have, PROTO, "agent");
 	int code = -1;
 	unsigned long lo = 0, le = 0;
 	char aboot[128], tail[2];
@@ -261,9 +160,7 @@ int main(int argc, char **argv)
 		fall_back("answer has exit code %d", code);
 	if (strcmp(aboot, boot) != 0)
 		fall_back("agent answered for boot %.40s, this node is in boot %.40s", aboot, boot);
-	size_t body = (size_t)(nl + 1 - buf), trailer = strlen(PROTO " END\n");
-	if (lo > MAX_ANSWER || le > MAX_ANSWER || body + lo + le + trailer != have ||
-	    memcmp(buf + body + lo + le, PROTO " END\n", trailer) != 0)
+	if (lo > MAX_ANSWER || le > MAX_ANSWER || !framed(buf, have, body, lo + le, PROTO))
 		fall_back("answer cut short or malformed");
 	/* stdout/stderr gone (slurmd closed them): the verdict still stands */
 	(void)(write_all(1, buf + body, lo) || write_all(2, buf + body + lo, le));

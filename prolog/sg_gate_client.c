@@ -17,30 +17,13 @@
  * SLURMGUARD_GATE_SOCKET (default /run/slurmguard/gate.sock), SLURMGUARD_GATE_TIMEOUT (2 s).
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <poll.h>
 #include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
-#include <unistd.h>
+
+#include "sg_client_common.h"
 
 #define PROTO "SGG1"
 #define MAX_ANSWER (1 << 20)
 
-static char **fallback_argv;
-
-static double now_mono(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void fall_back(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static void fall_back(const char *fmt, ...)
 {
 	char why[512];
@@ -49,21 +32,7 @@ static void fall_back(const char *fmt, ...)
 	vsnprintf(why, sizeof why, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "slurmguard-gate-client: serve not used (%s); running slurmguard gate\n", why);
-	if (fallback_argv && fallback_argv[0]) {
-		fflush(NULL);
-		execv(fallback_argv[0], fallback_argv);
-		fprintf(stderr, "slurmguard-gate-client: cannot run %s: %s; allowing the job\n",
-			fallback_argv[0], strerror(errno));
-	}
-	exit(0);
-}
-
-static int safe(const char *v)
-{
-	for (const unsigned char *p = (const unsigned char *)v; *p; p++)
-		if (*p <= ' ' || *p == 0x7f)
-			return 0;
-	return 1;
+	exec_fallback("slurmguard-gate-client");
 }
 
 int main(int argc, char **argv)
@@ -104,60 +73,11 @@ int main(int argc, char **argv)
 		fall_back("out of memory");
 	int rl = snprintf(req, need, PROTO " job=%s nodes=%s dry=%d config=%s\n", job, nodes, dry, config);
 
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	if (strlen(sock) >= sizeof addr.sun_path)
-		fall_back("socket path too long");
-	memcpy(addr.sun_path, sock, strlen(sock) + 1);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		fall_back("socket: %s", strerror(errno));
-	if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0)
-		fall_back("connect %s: %s", sock, strerror(errno));
-
 	char *buf = malloc(MAX_ANSWER + 1);
-	size_t have = 0, sent = 0;
 	if (!buf)
 		fall_back("out of memory");
-	for (;;) {
-		double left = timeout - (now_mono() - t0);
-		if (left <= 0)
-			fall_back("no whole answer within %.2fs", timeout);
-		struct pollfd pfd = { .fd = fd, .events = sent < (size_t)rl ? POLLOUT : POLLIN };
-		int pr = poll(&pfd, 1, (int)(left * 1000) + 1);
-		if (pr < 0 && errno != EINTR)
-			fall_back("poll: %s", strerror(errno));
-		if (pr <= 0)
-			continue;
-		if (sent < (size_t)rl) {
-			ssize_t w = send(fd, req + sent, (size_t)rl - sent, MSG_NOSIGNAL);
-			if (w < 0) {
-				if (errno == EAGAIN || errno == EINTR)
-					continue;
-				fall_back("send: %s", strerror(errno));
-			}
-			sent += (size_t)w;
-			continue;
-		}
-		ssize_t r = read(fd, buf + have, MAX_ANSWER - have);
-		if (r < 0) {
-			if (errno == EAGAIN || errno == EINTR)
-				continue;
-			fall_back("read: %s", strerror(errno));
-		}
-		if (r == 0)
-			break;
-		have += (size_t)r;
-		if (have >= MAX_ANSWER)
-			fall_back("answer too long");
-	}
-	close(fd);
-	buf[have] = 0;
-	char *nl = memchr(buf, '\n', have);
-	if (!nl)
-		fall_back("answer cut short (no header)");
-	*nl = 0;
-	if (strncmp(buf, PROTO " unavailable", strlen(PROTO " unavailable")) == 0)
-		fall_back("serve refused: %.300s", buf + strlen(PROTO " unavailable "));
+	size_t have = exchange(sock, req, (size_t)rl, t0, timeout, buf, MAX_ANSWER);
+	size_t body = answer_header(buf, have, PROTO, "serve");
 	int code = -1;
 	unsigned long le = 0;
 	char tail[2];
@@ -165,15 +85,8 @@ int main(int argc, char **argv)
 		fall_back("malformed answer header");
 	if (code != 0 && code != 1 && code != 5)
 		fall_back("answer has exit code %d", code);
-	size_t body = (size_t)(nl + 1 - buf), trailer = strlen(PROTO " END\n");
-	if (le > MAX_ANSWER || body + le + trailer != have || memcmp(buf + body + le, PROTO " END\n", trailer) != 0)
+	if (le > MAX_ANSWER || !framed(buf, have, body, le, PROTO))
 		fall_back("answer cut short or malformed");
-	size_t off = 0;
-	while (off < le) {
-		ssize_t w = write(2, buf + body + off, le - off);
-		if (w <= 0)
-			break;
-		off += (size_t)w;
-	}
+	(void)write_all(2, buf + body, le); /* slurmctld's log gone: the verdict still stands */
 	return code;
 }

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from slurmguard.atomic import write_atomic
 from slurmguard.errors import ConfigError, InputError
 from slurmguard.fieldtypes import (  # re-exported: sections below and callers use them
     AbsPath,
@@ -457,17 +458,11 @@ class _ParseCache:
     def save(self) -> None:
         if self.path is None or not (self.changed or self.used.keys() != self.files.keys()):
             return
-        tmp = self.path.with_name(f".{_CACHE_NAME}.{os.getpid()}")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with open(fd, "w", encoding="utf-8") as fh:
-                json.dump({"version": _CACHE_VERSION, "files": self.used}, fh)
-            os.replace(tmp, self.path)
+        try:  # a cache: not durable (lost, the files are parsed again)
+            write_atomic(self.path, json.dumps({"version": _CACHE_VERSION, "files": self.used}),
+                         durable=False)
         except OSError:  # no state dir (yet), read-only, not root: parse next time too
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            pass
 
 
 def _check_nodeset(f: Path, where: str, pattern: str) -> None:

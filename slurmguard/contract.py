@@ -5,7 +5,9 @@
 - the **drain reason**: ``slurmguard: <source>: <one line>``. The prefix decides what
   slurmguard may undrain (only reasons that start with it, with UNDRAIN), so it is spelled
   here and nowhere else (tests/test_contract.py greps the package for other spellings);
-- the **result record's field names** (the JSON a hook run sends to serve).
+- the **result record's field names** (the JSON a hook run sends to serve);
+- the **Kubernetes marks** the reconciler owns on a Node (taint, cordon annotation, condition)
+  and the time stamp format they carry.
 
 Standard library only: the hook path imports it.
 """
@@ -123,3 +125,21 @@ def reason_source(reason: str | None) -> str | None:
 def reason_text(reason: str) -> str:
     """A reason without the prefix (``slurmguard: lemon: x`` -> ``lemon: x``); others as given."""
     return reason[len(REASON_PREFIX):].strip() if is_ours(reason) else reason
+
+
+# The owned Kubernetes marks (architecture.md, "Kubernetes view"). Stable strings: they live
+# on Nodes; the reconciler clears only a cordon whose annotation says it is ours.
+TAINT_KEY = "slurmguard.io/unhealthy"
+CORDONED_BY = "slurmguard.io/cordoned-by"
+CORDONED_BY_US = "slurmguard"
+REASON_ANNOTATION = "slurmguard.io/slurm-reason"
+MARKED_AT = "slurmguard.io/marked-at"
+CONDITION = "SlurmguardHealthy"
+
+
+def rfc3339(epoch: float) -> str:
+    """The stamp written into ``MARKED_AT`` and the taint's ``timeAdded``: whole seconds, UTC
+    (``time``, not ``datetime``: this module is on the hook path)."""
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))

@@ -2,7 +2,8 @@
 
 The `slurmguard:` prefix decides what slurmguard may undrain, so a second spelling of it (a
 literal `"slurmguard: lemon: ..."` somewhere) is a second definition waiting to drift: this
-test reads every string in the package (docstrings aside) and fails on one.
+test reads every string in the package (docstrings aside) and fails on one. Likewise the
+Kubernetes marks (taint, cordon annotation, condition: what the reconciler may remove).
 """
 
 from __future__ import annotations
@@ -54,6 +55,28 @@ def test_the_scan_finds_a_literal_reason(tmp_path: Path) -> None:
     bad.write_text('"""slurmguard: doc: fine"""\nR = "slurmguard: lemon: flagged"\n'
                    'E = "slurmguard: error: not a reason"\n')
     assert [t for _, t in _strings(bad) if _REASON_FORM.match(t)] == ["slurmguard: lemon: flagged"]
+
+
+# The owned Kubernetes marks, as whole literals (prose that names them is fine).
+_MARKS = {contract.TAINT_KEY, contract.CORDONED_BY, contract.REASON_ANNOTATION,
+          contract.MARKED_AT, contract.CONDITION}
+
+
+def test_no_second_spelling_of_the_kubernetes_marks() -> None:
+    found = [f"{p.relative_to(REPO)}:{line}: {text!r}"
+             for p in sorted(PACKAGE.rglob("*.py")) if p.name != "contract.py"
+             for line, text in _strings(p) if text in _MARKS]
+    assert found == [], "spell the marks as slurmguard.contract.TAINT_KEY, CORDONED_BY, ..."
+
+
+def test_the_scan_finds_a_literal_mark(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""Taints slurmguard.io/unhealthy."""\nT = "slurmguard.io/unhealthy"\n')
+    assert [t for _, t in _strings(bad) if t in _MARKS] == ["slurmguard.io/unhealthy"]
+
+
+def test_mark_time_is_rfc3339_utc_whole_seconds() -> None:
+    assert contract.rfc3339(1_800_000_000.9) == "2027-01-15T08:00:00Z"
 
 
 def test_health_values_are_the_stored_strings() -> None:

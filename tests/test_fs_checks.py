@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from slurmguard import config
 from slurmguard.adapters import fs
-from slurmguard.checks.base import CheckContext, GatherContext
+from slurmguard.checks.base import CheckContext
 from slurmguard.checks.fs import fs_mount
 from slurmguard.contract import Health
+from slurmguard.sources import GatherContext
 
 
 def run(tmp: Path, **params: Any):

@@ -35,11 +35,12 @@ from hypothesis import strategies as st
 
 from slurmguard import config
 from slurmguard.adapters import nvml
-from slurmguard.adapters.nvml import GpuInfo, NvmlSnapshot, normalize_bus_id
-from slurmguard.checks.base import CheckContext, GatherContext
+from slurmguard.checks.base import CheckContext
 from slurmguard.checks.gpu import CHECKS, PARAMS
 from slurmguard.contract import Health
 from slurmguard.errors import ConfigError, SlurmguardError, Unsupported
+from slurmguard.sources import GatherContext
+from slurmguard.sources.nvml import GpuInfo, NvmlSnapshot, normalize_bus_id
 
 BY_NAME = {c.name: c for c in CHECKS}
 BUS = [normalize_bus_id(b) for b in H100_BUS_IDS]
@@ -277,7 +278,7 @@ except ImportError:
     run_checks = None
 if run_checks is None:
     from slurmguard.adapters import nvml
-    from slurmguard.checks.base import GatherContext
+    from slurmguard.sources import GatherContext
     try:
         nvml.gather(cfg, GatherContext("n1", "check", time.monotonic() + 5))
         print(json.dumps({{"gathered": True}}))

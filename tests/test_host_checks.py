@@ -20,9 +20,10 @@ from hypothesis import strategies as st
 from slurmguard import config
 from slurmguard.adapters import host
 from slurmguard.checks import host as checks
-from slurmguard.checks.base import CheckContext, GatherContext
+from slurmguard.checks.base import CheckContext
 from slurmguard.contract import Health
 from slurmguard.errors import Unsupported
+from slurmguard.sources import GatherContext
 
 GIB = 1024 * 1024
 

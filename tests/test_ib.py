@@ -11,10 +11,11 @@ from fakehw.sysfs import set_counter, write_config, write_ib_fabric, write_ib_po
 
 from slurmguard import config
 from slurmguard.adapters.sysfs import gather_ib, parse_rate
-from slurmguard.checks.base import CheckContext, GatherContext
+from slurmguard.checks.base import CheckContext
 from slurmguard.checks.ib import ib_counters, ib_link
 from slurmguard.contract import Health
 from slurmguard.errors import Unsupported
+from slurmguard.sources import GatherContext
 
 
 def run(check: Any, root: Path, tmp: Path, previous: dict | None = None, **params: Any):

@@ -13,6 +13,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import pytest
 from helpers import REPO
 
 PACKAGE = REPO / "slurmguard"
@@ -180,3 +181,79 @@ def test_the_store_is_reached_through_its_api_only():
         if bad:
             offenders[str(path.relative_to(REPO))] = bad
     assert offenders == {}
+
+
+# -- layers -----------------------------------------------------------------------------------
+# Pure code: decisions and the types they read, tested with hand-built inputs (style.md,
+# practice 2). It may import other pure code and the shared bottom (contract, fieldtypes,
+# nodeset, errors, lazyre), never anything that touches the world.
+PURE = ("slurmguard.checks", "slurmguard.policy", "slurmguard.reconcile.plan",
+        "slurmguard.reconcile.views", "slurmguard.burnin.stats", "slurmguard.burnin.verdict",
+        "slurmguard.node.decide", "slurmguard.job.exitmap", "slurmguard.sources")
+# What touches the world: the adapters and the one subprocess helper.
+ADAPTERS = ("slurmguard.adapters", "slurmguard.proc")
+# The layers above the adapters that use them; an adapter importing one of them runs the
+# arrow the wrong way (move the shared type down, into slurmguard/sources/ or contract.py).
+ABOVE_ADAPTERS = ("slurmguard.checks", "slurmguard.policy", "slurmguard.reconcile",
+                  "slurmguard.node", "slurmguard.gate", "slurmguard.job", "slurmguard.serve")
+# The CLI sits on top: only it, the console entry and ``python -m slurmguard`` import it.
+CLI = ("slurmguard.cli",)
+CLI_USERS = ("slurmguard.cli", "slurmguard.entry", "slurmguard.__main__")
+# Removed when the CLI output helper lands (library code then renders without cli/).
+# (importer, imported package: itself and its submodules)
+CLI_ALLOWED = {("slurmguard.goodput.report", "slurmguard.cli._common"),
+               ("slurmguard.install.plan", "slurmguard.cli")}
+
+
+def _within(mod: str, prefixes: tuple[str, ...]) -> bool:
+    return any(mod == p or mod.startswith(p + ".") for p in prefixes)
+
+
+def layer_violations(graph: Mapping[str, Iterable[str]]) -> list[tuple[str, str, str]]:
+    """(rule, importer, imported) for every arrow that runs the wrong way, sorted."""
+    found: list[tuple[str, str, str]] = []
+    for mod, deps in graph.items():
+        for dep in deps:
+            if _within(mod, PURE) and _within(dep, ADAPTERS):
+                found.append(("pure code imports no adapter", mod, dep))
+            if _within(mod, ADAPTERS) and _within(dep, ABOVE_ADAPTERS):
+                found.append(("adapters import no layer above them", mod, dep))
+            if (_within(dep, CLI) and not _within(mod, CLI_USERS)
+                    and not any(mod == a and _within(dep, (b,)) for a, b in CLI_ALLOWED)):
+                found.append(("library code never imports cli/", mod, dep))
+    return sorted(found)
+
+
+def test_package_layers_import_downwards():
+    assert layer_violations(_package_graph()) == []
+
+
+# The arrows that ran the wrong way before the shared types moved down (issue "The house by
+# role"): each must be reported by the rule that forbids it.
+WRONG_ARROWS = [
+    ("pure code imports no adapter", "slurmguard.checks.gpu", "slurmguard.adapters.nvml"),
+    ("adapters import no layer above them", "slurmguard.adapters.kmsg", "slurmguard.checks.base"),
+    ("adapters import no layer above them", "slurmguard.adapters.kmsg", "slurmguard.checks.xid"),
+    ("adapters import no layer above them", "slurmguard.adapters.fs", "slurmguard.checks.base"),
+    ("adapters import no layer above them", "slurmguard.adapters.host", "slurmguard.checks.host"),
+    ("adapters import no layer above them", "slurmguard.adapters.sysfs", "slurmguard.checks.base"),
+    ("adapters import no layer above them", "slurmguard.adapters.k8s", "slurmguard.reconcile.views"),
+    ("library code never imports cli/", "slurmguard.store.api", "slurmguard.cli._common"),
+    ("library code never imports cli/", "slurmguard.node.hooks", "slurmguard.cli"),
+]
+
+
+@pytest.mark.parametrize("rule,importer,imported", WRONG_ARROWS)
+def test_layer_rules_report_a_wrong_arrow(rule: str, importer: str, imported: str):
+    graph = {importer: {imported, "slurmguard.contract"}, imported: set()}
+    assert layer_violations(graph) == [(rule, importer, imported)]
+
+
+def test_layer_rules_pass_downward_arrows_and_the_allowlist():
+    graph = {"slurmguard.checks.gpu": {"slurmguard.sources.nvml", "slurmguard.contract"},
+             "slurmguard.adapters.kmsg": {"slurmguard.sources.xidline", "slurmguard.proc"},
+             "slurmguard.node.runner": {"slurmguard.adapters.nvml", "slurmguard.checks"},
+             "slurmguard.entry": {"slurmguard.cli"},
+             "slurmguard.goodput.report": {"slurmguard.cli._common"},
+             "slurmguard.install.plan": {"slurmguard.cli", "slurmguard.cli.mangen"}}
+    assert layer_violations(graph) == []

@@ -21,10 +21,12 @@ from hypothesis import strategies as st
 
 from slurmguard import config
 from slurmguard.adapters import kmsg
-from slurmguard.checks.base import CheckContext, GatherContext
-from slurmguard.checks.xid import gpu_xid, parse_kernel_line
+from slurmguard.checks.base import CheckContext
+from slurmguard.checks.xid import gpu_xid
 from slurmguard.checks.xid_table import XID_TABLE, XidClass, classify, classify_sxid
 from slurmguard.contract import Health
+from slurmguard.sources import GatherContext
+from slurmguard.sources.xidline import parse_kernel_line
 
 # ------------------------------------------------------------------------------ line shapes
 

@@ -14,7 +14,8 @@ from k8sapi.server import NodeAPIServer
 pytest.importorskip("kubernetes")
 
 from slurmguard.adapters.k8s import KubeConflict, KubeError, KubeGone, KubeNodes  # noqa: E402
-from slurmguard.reconcile.views import CORDONED_BY, TAINT_KEY, kube_view  # noqa: E402
+from slurmguard.contract import CORDONED_BY, TAINT_KEY  # noqa: E402
+from slurmguard.reconcile.views import kube_view  # noqa: E402
 
 NOW = time.time()
 

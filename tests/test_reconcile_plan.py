@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurmguard.contract import CORDONED_BY, MARKED_AT, REASON_ANNOTATION, TAINT_KEY, rfc3339
 from slurmguard.reconcile.plan import (
     HOLD,
     K8S_MARK,
@@ -20,18 +21,7 @@ from slurmguard.reconcile.plan import (
     plan_node,
     taint_value,
 )
-from slurmguard.reconcile.views import (
-    CORDONED_BY,
-    MARKED_AT,
-    REASON_ANNOTATION,
-    TAINT_KEY,
-    KubeView,
-    NameMapping,
-    SlurmView,
-    kube_view,
-    map_kube_names,
-    rfc3339,
-)
+from slurmguard.reconcile.views import KubeView, NameMapping, SlurmView, kube_view, map_kube_names
 
 NOW = 1_800_000_000.0
 R = Rules(not_ready_grace=300, min_hold=300, blast_max_nodes=100, blast_max_percent=100)

@@ -17,7 +17,8 @@ from slurmguard.install.plan import HOOK_SCRIPTS, data_dir
 from slurmguard.store.version import HEAD
 
 PACKAGED = [("prolog", n) for n in (*HOOK_SCRIPTS["prolog"], "slurm.conf.snippet", "Makefile",
-                                     "sg_agent_client.c")] + \
+                                     "sg_agent_client.c", "sg_gate_client.c",
+                                     "sg_client_common.h")] + \
            [("epilog", n) for n in (*HOOK_SCRIPTS["epilog"], "slurm.conf.snippet")]
 VENV_SG = str(Path(sys.executable).parent / "slurmguard")
 
@@ -238,7 +239,7 @@ def test_the_built_package_carries_what_setup_installs(tmp_path) -> None:
                         "build_py", "--build-lib", str(build)], cwd=src, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    for sub, name in [*PACKAGED, ("prolog", "sg_gate_client.c")]:
+    for sub, name in PACKAGED:
         built = build / "slurmguard/data/hooks" / sub / name
         assert built.is_file() and not built.is_symlink(), built  # a real file in the build
     assert (build / "slurmguard/data/spank/slurmguard_spank.c").is_file()
@@ -258,6 +259,9 @@ def test_the_built_package_carries_what_setup_installs(tmp_path) -> None:
             assert got == (REPO / sub / name).read_text().replace(
                 "SLURMGUARD_DEFAULTS=/etc/default/slurmguard",
                 f"SLURMGUARD_DEFAULTS={prefix}/etc/default/slurmguard"), name
+    if shutil.which("gcc"):  # both C clients compiled from the build's files (with their header)
+        for client in ("slurmguard-agent-client", "slurmguard-gate-client"):
+            assert os.access(prefix / "usr/lib/slurmguard/prolog" / client, os.X_OK), client
 
 
 def test_setup_keeps_the_sites_defaults_and_their_overrides(tmp_path) -> None:

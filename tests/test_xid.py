@@ -20,11 +20,13 @@ from hypothesis import strategies as st
 
 from slurmguard import config
 from slurmguard.adapters import kmsg
-from slurmguard.checks.base import CheckContext, GatherContext
-from slurmguard.checks.xid import format_xid_line, gpu_xid, normalize_pci, parse_xid_line
+from slurmguard.checks.base import CheckContext
+from slurmguard.checks.xid import gpu_xid
 from slurmguard.checks.xid_table import XID_TABLE, XidClass, classify
 from slurmguard.contract import Health
 from slurmguard.errors import Unsupported
+from slurmguard.sources import GatherContext
+from slurmguard.sources.xidline import format_xid_line, normalize_pci, parse_xid_line
 
 DATA = Path(__file__).parent / "data" / "kmsg"
 

@@ -15,10 +15,10 @@ import threading
 import time
 from typing import NamedTuple
 
-from slurmguard.checks.base import GatherContext
 from slurmguard.config import Config
 from slurmguard.errors import CommandError, SlurmguardError
 from slurmguard.proc import run_command
+from slurmguard.sources import GatherContext
 
 
 class Mount(NamedTuple):

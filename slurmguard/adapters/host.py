@@ -18,11 +18,12 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from slurmguard.checks.base import GatherContext
 from slurmguard.config import Config
 from slurmguard.errors import CommandError, SlurmguardError, Unsupported
 from slurmguard.lazyre import LazyPattern
 from slurmguard.proc import run_command
+from slurmguard.sources import GatherContext
+from slurmguard.sources.procs import leftovers
 
 
 class HostSnapshot(NamedTuple):
@@ -144,8 +145,6 @@ def gather_procs(cfg: Config, ctx: GatherContext) -> ProcSnapshot:
     get up to ``checks.host.leftover_grace`` seconds to finish exiting: the scan is repeated
     until they are gone or the grace (bounded by the deadline) runs out.
     """
-    from slurmguard.checks.host import leftovers
-
     snap = _scan_procs(cfg, ctx)
     uid = ctx.job_uid
     if uid is None or uid < int(cfg["checks.host.leftover_min_uid"]):

@@ -20,8 +20,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from slurmguard.errors import EXIT_EXTERNAL, ConfigError, SlurmguardError
-from slurmguard.reconcile.views import (
+from slurmguard.contract import (
     CONDITION,
     CORDONED_BY,
     CORDONED_BY_US,
@@ -30,6 +29,7 @@ from slurmguard.reconcile.views import (
     TAINT_KEY,
     rfc3339,
 )
+from slurmguard.errors import EXIT_EXTERNAL, ConfigError, SlurmguardError
 
 
 class KubeError(SlurmguardError):

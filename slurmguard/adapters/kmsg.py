@@ -28,12 +28,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import NamedTuple
 
-from slurmguard.checks.base import GatherContext
-from slurmguard.checks.xid import MARKERS, normalize_pci, parse_kernel_line
 from slurmguard.config import Config
 from slurmguard.errors import CommandError, SlurmguardError, Unsupported
 from slurmguard.lazyre import LazyPattern
 from slurmguard.proc import run_command
+from slurmguard.sources import GatherContext
+from slurmguard.sources.xidline import MARKERS, normalize_pci, parse_kernel_line
 
 # Cheap pre-filter (substring tests in C); the check parses the survivors.
 _MARKS = MARKERS

@@ -1,4 +1,4 @@
-"""One NVML pass over every GPU: everything the GPU checks read, in frozen dataclasses.
+"""One NVML pass over every GPU: everything the GPU checks read (slurmguard.sources.nvml).
 
 ``gather(cfg, ctx)`` is the ``nvml`` source of :data:`slurmguard.checks.base.SOURCES`. It
 calls NVML through slurmguard.adapters.nvml_lib (ctypes, imported lazily, so hooks without
@@ -25,12 +25,13 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from slurmguard.errors import SlurmguardError, Unsupported
+from slurmguard.sources.nvml import GpuInfo, NvmlSnapshot, normalize_bus_id
 
 # NVML return codes (nvml.h); pynvml exposes the same numbers, but this module must be
-# importable (and its data classes usable by the pure checks) without pynvml.
+# importable without pynvml (the hook path binds NVML itself, adapters/nvml_lib.py).
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_DRIVER_NOT_LOADED = 9
@@ -44,72 +45,6 @@ NVML_NVLINK_MAX_LINKS = 36
 _SKIP = (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND)
 _LOST_ON_HANDLE = (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_UNKNOWN, NVML_ERROR_RESET_REQUIRED)
 _LOST_ON_FIELD = (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED)
-
-
-class GpuInfo(NamedTuple):
-    """One GPU as NVML reports it. ``None``: the field is not supported (or failed, see errors)."""
-
-    index: int
-    pci_bus_id: str  # "0000:3A:00.0" (4-digit domain, as in lspci); "" when unknown
-    name: str = ""
-    uuid: str = ""
-    lost: bool = False
-    lost_reason: str = ""  # NVML's error string for the lost GPU
-    temperature: int | None = None  # degrees C, NVML_TEMPERATURE_GPU
-    temperature_slowdown: int | None = None  # NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
-    temperature_shutdown: int | None = None  # NVML_TEMPERATURE_THRESHOLD_SHUTDOWN
-    ecc_enabled: bool | None = None  # current ECC mode
-    ecc_volatile_uncorrected: int | None = None  # since the last driver load / GPU reset
-    ecc_aggregate_uncorrected: int | None = None  # lifetime (infoROM)
-    retired_pages_pending: bool | None = None  # pre-Ampere dynamic page retirement
-    remap_correctable: int | None = None  # rows remapped for correctable errors (Ampere+)
-    remap_uncorrectable: int | None = None
-    remap_pending: bool | None = None  # a remap waits for a GPU reset
-    remap_failure: bool | None = None  # a remap failed: no spare rows left
-    clocks_event_reasons: int | None = None  # nvmlClocksEventReason* bitmask
-    nvlink: tuple[tuple[int, bool], ...] | None = None  # (link, active) for links that exist
-    pcie_width: int | None = None
-    pcie_max_width: int | None = None
-    pcie_gen: int | None = None
-    pcie_max_gen: int | None = None
-    persistence_mode: bool | None = None
-    power_usage_w: float | None = None
-    power_limit_w: float | None = None
-    errors: tuple[tuple[str, str], ...] = ()  # (field, NVML error) other than NOT_SUPPORTED
-
-    @property
-    def label(self) -> str:
-        """``GPU 2 (0000:3A:00.0)``: how reasons name a GPU."""
-        return f"GPU {self.index} ({self.pci_bus_id or 'bus id unknown'})"
-
-    def error_of(self, *fields: str) -> str | None:
-        """The recorded error of the first of ``fields`` that failed, or None."""
-        for f, msg in self.errors:
-            if f in fields:
-                return f"{f}: {msg}"
-        return None
-
-
-class NvmlSnapshot(NamedTuple):
-    """All GPUs of the node at one instant, plus what the driver lists on the PCI side."""
-
-    driver_version: str
-    count: int  # nvmlDeviceGetCount: GPUs the driver enumerated
-    gpus: tuple[GpuInfo, ...]
-    driver_bus_ids: tuple[str, ...] | None = None  # /proc/driver/nvidia/gpus; None: unreadable
-    duration: float = 0.0
-
-
-def normalize_bus_id(bus_id: str) -> str:
-    """``00000000:3a:00.0`` -> ``0000:3A:00.0`` (NVML's 8-digit domain to lspci's 4 digits)."""
-    bus_id = bus_id.strip()
-    dom, sep, rest = bus_id.partition(":")
-    if not sep:
-        return bus_id.upper()
-    try:
-        return f"{int(dom, 16) & 0xFFFF:04X}:{rest.upper()}"
-    except ValueError:
-        return bus_id.upper()
 
 
 # ---------------------------------------------------------------------------------------------

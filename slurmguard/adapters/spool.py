@@ -1,7 +1,7 @@
 """The node's durable record spool: one file per result record that serve has not taken yet.
 
 Standard library only: it runs in every prolog. A record is written to a temp name, fsync'd,
-renamed, and the directory fsync'd, so a crash or power loss leaves either the whole record
+renamed, and the directory fsync'd (slurmguard.atomic), so a crash or power loss leaves either the whole record
 or nothing. Names sort by time, so the oldest is first and replay keeps the order of events.
 The spool keeps at most ``spool_max`` records, dropping the oldest. What to do with the
 records (send them, when) is :mod:`slurmguard.node.delivery`'s business.
@@ -18,6 +18,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from slurmguard.atomic import write_atomic
 
 _SUFFIX = ".json"
 DROPPED_FILE = ".dropped"  # in the spool: how many records spool_max has dropped, ever
@@ -56,23 +58,11 @@ def write_and_say(record: dict[str, Any], spool_dir: str, spool_max: int) -> tup
     check_dir(spool_dir)
     name = f"{time.time_ns():020d}-{record.get('id') or uuid.uuid4().hex}{_SUFFIX}"
     path = os.path.join(spool_dir, name)
-    tmp = os.path.join(spool_dir, "." + name + ".tmp")
     # "spooled": when it was spooled, so serve can count replays (slurmguard_spool_replayed_*).
-    data = json.dumps({**record, "spooled": time.time()}, separators=(",", ":")).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        try:
-            view = memoryview(data)
-            while view:  # os.write may write less than asked (a nearly full disk)
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-    except OSError:
-        remove(tmp)  # no partial file left behind on a full disk
-        raise
-    _fsync_dir(spool_dir)
+    data = json.dumps({**record, "spooled": time.time()}, separators=(",", ":"))
+    # Durable (fsync, rename, fsync of the directory); no partial file is left behind on a
+    # full disk. The name is unique (time and record id): a plain rename.
+    write_atomic(path, data)
     dropped = _trim(spool_dir, spool_max)
     if not dropped:
         return path, ""
@@ -92,14 +82,10 @@ def _count_dropped(spool_dir: str, n: int) -> int:
     """Add ``n`` to the spool's dropped-records counter (a small file); returns the total."""
     path = os.path.join(spool_dir, DROPPED_FILE)
     total = n + dropped_count(spool_dir)
-    tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(f"{total}\n")
-        os.replace(tmp, path)
+        write_atomic(path, f"{total}\n", durable=False)  # a counter shown to admins
     except OSError:
-        remove(tmp)
+        pass
     return total
 
 
@@ -189,11 +175,3 @@ def _trim(spool_dir: str, spool_max: int) -> list[str]:
         except FileNotFoundError:
             pass
     return dropped
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

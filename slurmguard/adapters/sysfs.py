@@ -18,10 +18,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import NamedTuple
 
-from slurmguard.checks.base import GatherContext
 from slurmguard.config import Config
 from slurmguard.errors import Unsupported
 from slurmguard.lazyre import LazyPattern
+from slurmguard.sources import GatherContext
 
 
 class IbPort(NamedTuple):

@@ -9,13 +9,13 @@ cannot run. It runs in a child process with the same time limit as the built-in 
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slurmguard import sitemod
 from slurmguard.burnin.values import BurninValue
 from slurmguard.errors import CommandError, ConfigError
 
@@ -40,16 +40,12 @@ BUILTIN: tuple[Measurement, ...] = (
 
 
 def registry(cfg: Any) -> dict[str, Measurement]:
+    key = "burnin.site_modules"
     out = {m.name: m for m in BUILTIN}
-    for mod_name in cfg["burnin.site_modules"]:
-        try:
-            mod = importlib.import_module(mod_name)
-        except ImportError as exc:
-            raise ConfigError(f"burnin.site_modules: cannot import {mod_name!r}: {exc}") from None
+    for mod_name, mod in sitemod.load(key, cfg[key]):
         for name, target in getattr(mod, "MEASUREMENTS", {}).items():
-            if name in out:
-                raise ConfigError(f"burnin.site_modules: {mod_name} redefines measurement {name!r}")
-            out[name] = Measurement(name, f"site measurement ({target})", target)
+            sitemod.add(key, mod_name, "measurement", out, name,
+                        Measurement(name, f"site measurement ({target})", target))
     return out
 
 

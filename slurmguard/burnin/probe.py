@@ -338,15 +338,14 @@ BUILTIN = {
 
 
 def main(argv: list[str]) -> int:
-    import importlib
+    from slurmguard import sitemod
 
     name = argv[0] if argv else ""
     params = json.loads(sys.stdin.read() or "{}")
     target = params.get("target")
     try:
         if target:
-            mod, fn = target.split(":")
-            func = getattr(importlib.import_module(mod), fn)
+            func = sitemod.resolve(target)
         else:
             func = BUILTIN[name]
         values = list(func(params))

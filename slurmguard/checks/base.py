@@ -15,7 +15,7 @@ from slurmguard.contract import CheckResult
 
 # Data sources: name -> "module:function". Imported lazily, only when an enabled check needs
 # one, so the hook path never imports what it does not use. A gather function takes
-# (cfg: Config, ctx: GatherContext) and returns the source's data, raising
+# (cfg: Config, ctx: slurmguard.sources.GatherContext) and returns the source's data, raising
 # slurmguard.errors.Unsupported when the source does not exist on this node.
 SOURCES: dict[str, str] = {
     "nvml": "slurmguard.adapters.nvml:gather",
@@ -27,16 +27,6 @@ SOURCES: dict[str, str] = {
     "timesync": "slurmguard.adapters.host:gather_timesync",
     "munge": "slurmguard.adapters.host:gather_munge",
 }
-
-
-class GatherContext(NamedTuple):
-    """What a gather function may know besides config: which node, which hook, the deadline."""
-
-    node: str
-    hook: str
-    deadline: float  # time.monotonic() value by which the gather must be done
-    job_id: str | None = None
-    job_uid: int | None = None
 
 
 class CheckContext:

@@ -1,4 +1,4 @@
-"""Checks of area 'gpu': pure functions of one NVML snapshot (slurmguard.adapters.nvml).
+"""Checks of area 'gpu': pure functions of one NVML snapshot (slurmguard.sources.nvml).
 
 Every check looks at all GPUs and returns one result whose reason names the first GPU at
 fault by index and PCI bus id (``GPU 2 (0000:3A:00.0) fell off the bus``) and counts the
@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from slurmguard.adapters.nvml import GpuInfo, NvmlSnapshot, normalize_bus_id
 from slurmguard.checks.base import Check, CheckContext, check
 from slurmguard.contract import CheckResult, Health, one_line
 from slurmguard.fieldtypes import Choice, Field, Int, StrList
+from slurmguard.sources.nvml import GpuInfo, NvmlSnapshot, normalize_bus_id
 
 AREA = "gpu"
 

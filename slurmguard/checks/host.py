@@ -10,6 +10,7 @@ from typing import Any
 from slurmguard.checks.base import Check, CheckContext, check
 from slurmguard.contract import CheckResult, degraded, error, healthy, unhealthy, unsupported
 from slurmguard.fieldtypes import AbsPath, Choice, Float, Int, Str, StrList
+from slurmguard.sources.procs import leftovers
 
 AREA = "host"
 PARAMS: dict[str, Any] = {
@@ -120,16 +121,6 @@ def host_daemons(ctx: CheckContext) -> CheckResult:
     if missing:
         return unhealthy("host-daemons", "not running: " + ", ".join(missing), required=want)
     return healthy("host-daemons", required=want)
-
-
-def leftovers(procs: Any, uid: int, job_id: str | None, ignore: Any, self_pid: int) -> list[Any]:
-    """Processes of ``uid`` that count as leftovers of job ``job_id`` (see below)."""
-    skip = set(ignore)
-    return [
-        p for p in procs
-        if p.uid == uid and p.state != "Z" and p.comm not in skip and p.pid != self_pid
-        and not (p.job_id and job_id and p.job_id != job_id)
-    ]
 
 
 # host-leftover-procs (epilog). Fault: processes of the finished job that survived it -

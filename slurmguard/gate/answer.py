@@ -31,6 +31,7 @@ from typing import Any
 
 from slurmguard.contract import REASON_PREFIX, is_ours
 from slurmguard.errors import EXIT_OK, EXIT_STORE, EXIT_UNHEALTHY, StoreError
+from slurmguard.store.sqlite_read import open_read_only, sqlite_path
 
 _CHUNK = 500
 _COLUMN_NAMES = ("name", "last_seen", "last_health", "last_reason", "lemon", "lemon_reason",
@@ -71,22 +72,8 @@ def read_sqlite(path: str, nodes: Sequence[str], busy_timeout: float) -> dict[st
     """The gate's rows from a SQLite store, read-only, with the stdlib driver."""
     import sqlite3
 
-    from slurmguard.store.version import schema_problem
-
-    if not os.path.exists(path):
-        raise StoreError(f"store {path}: no such file")
+    conn = open_read_only(path, busy_timeout)
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_timeout)
-    except sqlite3.Error as exc:
-        raise StoreError(f"store {path}: {exc}") from None
-    try:
-        try:
-            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
-        except sqlite3.Error:
-            row = None
-        problem = schema_problem(row[0] if row else None, path)
-        if problem:
-            raise StoreError(problem)
         out: dict[str, NodeRow] = {}
         for i in range(0, len(nodes), _CHUNK):
             chunk = list(nodes[i:i + _CHUNK])
@@ -102,9 +89,8 @@ def read_sqlite(path: str, nodes: Sequence[str], busy_timeout: float) -> dict[st
 
 def read_store(section: Mapping[str, Any], nodes: Sequence[str]) -> dict[str, NodeRow]:
     """The gate's rows for ``nodes`` from the configured store."""
-    url = str(section.get("url") or "")
-    if not url or url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):] if url else str(section.get("path"))
+    path = sqlite_path(section)
+    if path is not None:
         return read_sqlite(path, nodes, float(section.get("busy_timeout", 5.0)))
     from slurmguard.store.api import Store
 

@@ -22,10 +22,10 @@ import logging
 import os
 import pwd
 import socket
-import stat
-import struct
 import threading
 from typing import Any
+
+from slurmguard import unixsock
 
 log = logging.getLogger("slurmguard.gate.sock")
 PROTO = "SGG1"
@@ -61,30 +61,14 @@ class GateSocket:
         self.path = path
         self.config_path = os.path.realpath(config_path) if config_path else ""
         self.allowed = {0, os.geteuid()}
-        d = os.path.dirname(path) or "."
-        os.makedirs(d, mode=0o755, exist_ok=True)
-        st = os.stat(d)
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
-            from slurmguard.errors import ConfigError
-
-            raise ConfigError(f"serve.gate_socket: directory {d} is writable by others")
-        try:
-            if stat.S_ISSOCK(os.lstat(path).st_mode):
-                os.unlink(path)
-        except FileNotFoundError:
-            pass
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            self.sock.bind(path)
-        finally:
-            os.umask(old)
-        os.chmod(path, 0o600)
+        owner = None
         if user:
             pw = pwd.getpwnam(user)
-            os.chown(path, pw.pw_uid, pw.pw_gid)
+            owner = (pw.pw_uid, pw.pw_gid)
             self.allowed.add(pw.pw_uid)
-        self.sock.listen(128)
+        # 0755 directory: the gate_socket_user (slurmctld's user) must reach the socket.
+        self.sock = unixsock.bind_private(path, key="serve.gate_socket", server="serve",
+                                          backlog=128, dir_mode=0o755, owner=owner)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="gate-socket", daemon=True)
 
@@ -94,10 +78,7 @@ class GateSocket:
     def close(self) -> None:
         self.stop.set()
         self.sock.close()
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
+        unixsock.remove(self.path)
 
     def _loop(self) -> None:
         while not self.stop.is_set():
@@ -129,17 +110,12 @@ class GateSocket:
         with conn:
             try:
                 conn.settimeout(5.0)
-                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-                uid = struct.unpack("3i", creds)[1]
+                uid = unixsock.peer_uid(conn)
                 if uid not in self.allowed:
                     conn.sendall(refusal(f"uid {uid} may not ask"))
                     return
-                buf = b""
-                while b"\n" not in buf and len(buf) < 1 << 20:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                conn.sendall(self.handle(buf.split(b"\n", 1)[0].decode("utf-8", "replace")))
+                line = unixsock.read_line(conn, 1 << 20)
+                if line is not None:
+                    conn.sendall(self.handle(line))
             except OSError:
                 return

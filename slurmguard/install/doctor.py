@@ -15,11 +15,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from slurmguard import __version__
+from slurmguard.contract import REASON_PREFIX
 from slurmguard.errors import SlurmguardError
 
 PASS, FAIL, SKIP = "pass", "FAIL", "skip"
 MARKER = "hook-unrunnable.log"
-COMMENT_PREFIX = "slurmguard: hook-unrunnable"  # the Slurm node Comment the scripts set
+COMMENT_PREFIX = f"{REASON_PREFIX} hook-unrunnable"  # the Slurm node Comment the scripts set
 HOOK_KEYS = {"node": (("Prolog", "slurmguard-prolog"), ("Epilog", "slurmguard-epilog"),
                       ("HealthCheckProgram", "slurmguard-healthcheck")),
              "controller": (("PrologSlurmctld", "slurmguard-gate"),)}

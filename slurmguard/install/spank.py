@@ -60,7 +60,8 @@ def build_plugin(cc: str, include: str) -> bytes:
 
 
 def agent_client() -> bytes | None:
-    """The compiled hook client of the node agent (docs/agent.md); None without a compiler."""
+    """The compiled hook client of the node agent (docs/agent.md); None without a compiler.
+    Both clients include prolog/sg_client_common.h, found beside their source (package data)."""
     from slurmguard.install.paths import data_dir
 
     cc, _ = find_toolchain()

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from slurmguard.atomic import write_atomic
 
 
 @dataclass(frozen=True)
@@ -116,20 +117,9 @@ def _dir_state(step: DirStep) -> tuple[str, list[str]]:
 def _write_file(step: FileStep) -> None:
     parent = os.path.dirname(step.path)
     os.makedirs(parent, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".sg-setup-", dir=parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(step.content)
-        os.chmod(tmp, step.mode)
-        if _can_chown():
-            os.chown(tmp, step.owner.uid, step.owner.gid)
-        os.replace(tmp, step.path)  # atomic: a hook never sees half a script
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    owner = (step.owner.uid, step.owner.gid) if _can_chown() else None
+    # atomic: a hook never sees half a script; durable: setup runs once, then the node may reboot
+    write_atomic(step.path, step.content, mode=step.mode, owner=owner)
 
 
 def apply(steps: list[Step], *, dry_run: bool) -> list[Outcome]:

@@ -26,12 +26,12 @@ import json
 import logging
 import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurmguard.atomic import write_atomic
 from slurmguard.errors import InputError
 
 log = logging.getLogger("slurmguard.job.checkpoint")
@@ -180,24 +180,9 @@ def write_manifest(ckpt_dir: str | os.PathLike[str], step: int,
             os.fsync(fh.fileno())  # the data must be on disk before the manifest says it is
         entries.append({"path": name, "size": p.stat().st_size, "sha256": sha256_file(p)})
     doc = {"version": MANIFEST_VERSION, "step": step, "created": time.time(), "files": entries}
-    fd, tmp = tempfile.mkstemp(prefix=MANIFEST_NAME + ".", dir=root)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, root / MANIFEST_NAME)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dfd = os.open(root, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    # Durable (file and directory fsynced); the temporary name starts with MANIFEST_NAME + "."
+    # so a listing taken meanwhile leaves it out.
+    write_atomic(root / MANIFEST_NAME, json.dumps(doc, indent=1))
     return root / MANIFEST_NAME
 
 

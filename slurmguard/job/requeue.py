@@ -26,12 +26,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from slurmguard.atomic import write_atomic
 from slurmguard.errors import SlurmguardError
 from slurmguard.nodeset import expand, fold
 
@@ -211,11 +211,9 @@ class Watcher:
     def _save(self) -> None:
         if not self.state_path:
             return
-        d = os.path.dirname(self.state_path) or "."
-        fd, tmp = tempfile.mkstemp(prefix=".requeue-state.", dir=d)
-        with os.fdopen(fd, "w") as fh:
-            json.dump({k: asdict(v) for k, v in self.memory.items()}, fh)
-        os.replace(tmp, self.state_path)
+        # Every poll writes it: not fsynced (a power loss of the controller ends the jobs too).
+        write_atomic(self.state_path, json.dumps({k: asdict(v) for k, v in self.memory.items()}),
+                     durable=False)
 
     def poll(self, now: float | None = None) -> list[Action]:
         """One pass: read jobs and nodes, act on what :func:`plan` says, emit events."""

@@ -14,8 +14,9 @@ the same time never write the same file)::
     slurmguard_hook_runs_total{hook="prolog",verdict="drain"} 17
 
 The file is written under a temporary name that node_exporter ignores (``.``-prefixed, not
-ending in ``.prom``) and renamed over the old one, so a scrape sees the old file or the new
-one, never half of one. No fsync: after a power loss the next run rewrites it. The
+ending in ``.prom``; random and ``O_EXCL|O_NOFOLLOW``, as the directory may be shared) and
+renamed over the old one (slurmguard.atomic), so a scrape sees the old file or the new one,
+never half of one. No fsync: after a power loss the next run rewrites it. The
 ``_total`` counter continues from the file the previous run left; two runs of the same hook
 at once take turns on ``.slurmguard_hook_<hook>.lock`` (waiting at most ~200 ms).
 
@@ -30,6 +31,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 
+from slurmguard.atomic import write_atomic
 from slurmguard.contract import HEALTHS
 
 # decide.Action values, plus the outcome of a run that slurmguard itself could not finish.
@@ -122,22 +124,14 @@ def write_hook(directory: str, hook: str, *, results: Iterable[tuple[str, str]],
     """Rewrite this hook's textfile atomically. Returns None, or a one-line problem (the
     caller logs it: a metrics file that cannot be written is never a node fault)."""
     path = hook_file(directory, hook)
-    tmp = os.path.join(directory, f".slurmguard_hook_{hook}.{os.getpid()}.tmp")
     lock = _lock(directory, hook)
     try:
         runs = previous_runs(path)
         runs[verdict] = runs.get(verdict, 0) + 1
         text = render(hook, results, verdict, reason, duration,
                       now=time.time() if now is None else now, runs=runs, check=check)
-        fd = _create(tmp)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        write_atomic(path, text, mode=0o644, durable=False)
     except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         return f"metrics textfile {path}: {exc.strerror or exc}"
     finally:
         if lock is not None:
@@ -179,7 +173,6 @@ def bump_counters(directory: str, filename: str, helps: Mapping[str, str],
     once per job, like the gate). Families: ``helps`` (name -> HELP text); every series the
     file had is kept. Returns None or a one-line problem, never raises."""
     path = os.path.join(directory, filename)
-    tmp = os.path.join(directory, f".{filename}.{os.getpid()}.tmp")
     lock = _lock(directory, filename)
     try:
         counts = read_counters(path, helps)
@@ -189,31 +182,13 @@ def bump_counters(directory: str, filename: str, helps: Mapping[str, str],
         for name, text in helps.items():
             out += [f"# HELP {name} {text}", f"# TYPE {name} counter"]
             out += [f"{name}{{{lbl}}} {int(v)}" for (n, lbl), v in sorted(counts.items()) if n == name]
-        fd = _create(tmp)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write("\n".join(out) + "\n")
-        os.replace(tmp, path)
+        write_atomic(path, "\n".join(out) + "\n", mode=0o644, durable=False)
     except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         return f"metrics textfile {path}: {exc.strerror or exc}"
     finally:
         if lock is not None:
             os.close(lock)
     return None
-
-
-def _create(tmp: str) -> int:
-    """A new temp file at ``tmp``, never through a symlink someone planted at the name (the
-    textfile directory may be shared): a leftover of ours, or a planted link, is removed
-    first (unlink removes a link, not its target), then O_EXCL|O_NOFOLLOW."""
-    try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
 
 
 def _lock(directory: str, hook: str) -> int | None:

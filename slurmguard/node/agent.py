@@ -37,8 +37,6 @@ import logging
 import os
 import select
 import socket
-import stat
-import struct
 import threading
 import time
 from collections import deque
@@ -47,8 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurmguard.checks.base import GatherContext
+from slurmguard import unixsock
 from slurmguard.errors import ConfigError, SlurmguardError
+from slurmguard.sources import GatherContext
 
 log = logging.getLogger("slurmguard.node.agent")
 
@@ -537,41 +536,10 @@ def refusal(why: str) -> bytes:
     return f"{PROTO} unavailable {' '.join(why.split())[:300]}\n".encode()
 
 
-def _peer_uid(conn: socket.socket) -> int:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
-
-
 def bind_socket(path: str) -> socket.socket:
-    """A unix stream socket at ``path``, mode 0600, in a directory not writable by others."""
-    d = os.path.dirname(path) or "."
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    st = os.stat(d)
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
-        raise ConfigError(f"agent.socket: directory {d} is writable by others")
-    try:
-        if stat.S_ISSOCK(os.lstat(path).st_mode):
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            probe.settimeout(1.0)
-            try:
-                probe.connect(path)
-            except OSError:
-                os.unlink(path)  # a stale socket of an earlier agent: nobody listens
-            else:
-                raise ConfigError(f"agent.socket: {path}: another agent is answering there")
-            finally:
-                probe.close()
-    except FileNotFoundError:
-        pass
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        s.bind(path)
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    s.listen(64)
-    return s
+    """A unix stream socket at ``path``, mode 0600, in a directory not writable by others;
+    a stale socket is replaced, a live one (another agent) refused (slurmguard.unixsock)."""
+    return unixsock.bind_private(path, key="agent.socket", server="agent")
 
 
 def serve(agent: Agent, path: str, *, ready: Callable[[], None] | None = None) -> None:
@@ -600,18 +568,15 @@ def serve(agent: Agent, path: str, *, ready: Callable[[], None] | None = None) -
             with conn:
                 try:
                     conn.settimeout(2.0)
-                    uid = _peer_uid(conn)
+                    uid = unixsock.peer_uid(conn)
                     if uid not in (0, me):
                         conn.sendall(refusal(f"uid {uid} may not ask"))
                         return
-                    buf = b""
-                    while b"\n" not in buf and len(buf) < MAX_REQUEST:
-                        chunk = conn.recv(MAX_REQUEST)
-                        if not chunk:
-                            return
-                        buf += chunk
+                    line = unixsock.read_line(conn, MAX_REQUEST)
+                    if line is None:
+                        return
                     conn.settimeout(None)
-                    conn.sendall(agent.handle(buf.split(b"\n", 1)[0].decode("utf-8", "replace")))
+                    conn.sendall(agent.handle(line))
                 except OSError:
                     return  # the client gave up (its timeout): it runs the hook itself
 
@@ -624,10 +589,7 @@ def serve(agent: Agent, path: str, *, ready: Callable[[], None] | None = None) -
             threading.Thread(target=one, args=(conn,), name="ask", daemon=True).start()
     finally:
         srv.close()
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        unixsock.remove(path)
         agent.nvml.stop()
         agent.kernel_log.close()
 

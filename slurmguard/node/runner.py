@@ -10,19 +10,20 @@ slurmguard's own faults are never node faults.
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from slurmguard.checks.base import SOURCES, Check, CheckContext, GatherContext
+from slurmguard import sitemod
+from slurmguard.atomic import write_atomic
+from slurmguard.checks.base import SOURCES, Check, CheckContext
 from slurmguard.config import Config
 from slurmguard.contract import CheckResult, Health, error, one_line, unsupported
 from slurmguard.errors import ConfigError, Unsupported
+from slurmguard.sources import GatherContext
 
 STATE_FILE = "state.json"
 
@@ -45,24 +46,17 @@ def registry(cfg: Config) -> tuple[list[Check], dict[str, str]]:
     """
     from slurmguard.checks import ALL_CHECKS
 
-    checks, sources = list(ALL_CHECKS), dict(SOURCES)
-    for mod_name in cfg["checks.site_modules"]:
-        try:
-            mod = importlib.import_module(mod_name)
-        except ImportError as exc:
-            raise ConfigError(f"checks.site_modules: cannot import {mod_name!r}: {exc}") from None
+    key = "checks.site_modules"
+    checks, sources = {c.name: c for c in ALL_CHECKS}, dict(SOURCES)
+    for mod_name, mod in sitemod.load(key, cfg[key]):
         for name, target in getattr(mod, "SOURCES", {}).items():
-            if name in sources:
-                raise ConfigError(f"checks.site_modules: {mod_name} redefines source {name!r}")
-            sources[name] = target
+            sitemod.add(key, mod_name, "source", sources, name, target)
         for c in getattr(mod, "CHECKS", []):
-            if any(c.name == k.name for k in checks):
-                raise ConfigError(f"checks.site_modules: {mod_name} redefines check {c.name!r}")
+            sitemod.add(key, mod_name, "check", checks, c.name, c)
             missing = [s for s in c.sources if s not in sources]
             if missing:
-                raise ConfigError(f"checks.site_modules: check {c.name!r} reads unknown source {missing[0]!r}")
-            checks.append(c)
-    return checks, sources
+                raise ConfigError(f"{key}: check {c.name!r} reads unknown source {missing[0]!r}")
+    return list(checks.values()), sources
 
 
 def select_checks(cfg: Config, hook: str, only: Sequence[str] = (),
@@ -92,10 +86,7 @@ def select_checks(cfg: Config, hook: str, only: Sequence[str] = (),
 def resolve_source(target: Any) -> Any:
     """A source table entry as a function of (cfg, ctx): "module:function" is imported; a
     callable (the resident agent's cached and live sources, slurmguard/node/agent.py) is itself."""
-    if callable(target):
-        return target
-    module, fn = str(target).split(":")
-    return getattr(importlib.import_module(module), fn)
+    return sitemod.resolve(target)
 
 
 class _Gather(threading.Thread):
@@ -246,13 +237,12 @@ def _load_state(path: Path) -> dict[str, Any]:
 
 
 def _save_state(path: Path, state: dict[str, Any]) -> str | None:
-    """Write atomically; a failure is a warning (a checker problem), never a node fault."""
+    """Write atomically; a failure is a warning (a checker problem), never a node fault.
+    Not durable: a lost cursor after a power loss means one first-run window, and a latch
+    ends with the boot anyway; an fsync per hook would cost the budget on a busy disk."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(state, fh, sort_keys=True)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(state, sort_keys=True), mode=0o644, durable=False)
         return None
     except OSError as exc:
         return one_line(f"cannot save check state to {path}: {exc.strerror or exc}")

@@ -29,7 +29,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .views import K8S_REASON_PREFIX, REASON_ANNOTATION, REASON_PREFIX, KubeView, SlurmView
+from slurmguard.contract import REASON_ANNOTATION, REASON_PREFIX
+
+from .views import K8S_REASON_PREFIX, KubeView, SlurmView
 
 # Action kinds. Stable strings: shown in tables, JSON and metrics.
 K8S_MARK = "k8s-mark"

@@ -14,15 +14,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from slurmguard.contract import REASON_PREFIX
-
-# The owned marks (architecture.md, "Kubernetes view"). Stable strings: they live on Nodes.
-TAINT_KEY = "slurmguard.io/unhealthy"
-CORDONED_BY = "slurmguard.io/cordoned-by"
-CORDONED_BY_US = "slurmguard"
-REASON_ANNOTATION = "slurmguard.io/slurm-reason"
-MARKED_AT = "slurmguard.io/marked-at"
-CONDITION = "SlurmguardHealthy"
+from slurmguard.contract import (
+    CONDITION,
+    CORDONED_BY,
+    CORDONED_BY_US,
+    MARKED_AT,
+    REASON_PREFIX,
+    TAINT_KEY,
+)
 
 K8S_REASON_PREFIX = f"{REASON_PREFIX} k8s:"
 
@@ -38,10 +37,6 @@ def parse_time(text: str | None, *, local: bool = False) -> float | None:
     if dt.tzinfo is None and not local:
         dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()  # a naive time is local time: how Slurm prints ReasonTime
-
-
-def rfc3339(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from slurmguard.store.burnin_read import (
     BurninRunRow,
     SeriesRow,
     latest_runs,
+    of_nodes,
     pack_recent,
     pack_series,
     packs_covering,
@@ -332,10 +333,7 @@ class BurninMixin:
                 .where(S.last_at >= since))
         with guard(self.engine, "burn-in series"), self.engine.connect() as conn:
             rows = _raw_rows(conn, stmt)
-        if nodes is not None:
-            wanted = set(nodes)
-            rows = [r for r in rows if r[0] in wanted]
-        return rows
+        return of_nodes(rows, nodes)
 
     def burnin_series(self, since: float = float("-inf"), nodes: Iterable[str] | None = None,
                       nights: int | None = None) -> list[SeriesRow]:

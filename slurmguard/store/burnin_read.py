@@ -12,13 +12,12 @@ two readers to the same rows. PostgreSQL stores, and anything that writes, go th
 from __future__ import annotations
 
 import json
-import os
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from slurmguard.errors import StoreError
-from slurmguard.store.version import schema_problem
+from slurmguard.store.sqlite_read import open_read_only, sqlite_path
 
 
 class BurninRunRow(NamedTuple):
@@ -71,6 +70,14 @@ SERIES_COUNT_SQL = "SELECT count(*) FROM burnin_series"
 SERIES_SQL = ("SELECT n.name, s.metric, s.unit, s.higher_is_better, s.group_key, "
               "s.last_run_id, s.last_at, s.last_value, s.last_night, s.recent, s.recent_f8 "
               "FROM burnin_series s JOIN nodes n ON n.id = s.node_id WHERE s.last_at >= ?")
+
+
+def of_nodes(rows: list[Any], nodes: Iterable[str] | None) -> list[Any]:
+    """The rows (node name first) of ``nodes``; all of them when ``nodes`` is None."""
+    if nodes is None:
+        return rows
+    wanted = set(nodes)
+    return [r for r in rows if r[0] in wanted]
 
 
 def latest_runs(rows: Iterable[Sequence[Any]], nodes: Iterable[str] | None) -> list[BurninRunRow]:
@@ -142,20 +149,7 @@ def packs_covering(packs: list[Any], series_count: int, nodes: Iterable[str] | N
     burnin_series does; None when they do not (a pack not written: read burnin_series)."""
     if sum(len(n) for _, _, n, _ in packs) != series_count * 8 * PACK_NUMS:
         return None
-    if nodes is not None:
-        wanted = set(nodes)
-        packs = [r for r in packs if r[0] in wanted]
-    return packs
-
-
-def sqlite_path(section: Mapping[str, Any]) -> str | None:
-    """The file of a SQLite ``[store]`` section (None for any other database)."""
-    url = str(section.get("url") or "")
-    if url and not url.startswith("sqlite:///"):
-        return None
-    path = url[len("sqlite:///"):] if url else str(section.get("path")
-                                                    or "/var/lib/slurmguard/slurmguard.db")
-    return path if path and path != ":memory:" else None
+    return of_nodes(packs, nodes)
 
 
 class SqliteBurninReader:
@@ -166,24 +160,7 @@ class SqliteBurninReader:
 
         self._sqlite3 = sqlite3
         self.path = path
-        if not os.path.exists(path):
-            raise StoreError(f"store {path}: no such file; run: slurmguard setup controller")
-        try:
-            self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_timeout)
-        except sqlite3.Error as exc:
-            raise StoreError(f"store {path}: {exc}") from None
-        try:
-            try:
-                row = self.conn.execute("SELECT version_num FROM alembic_version").fetchone()
-            except sqlite3.Error:
-                row = None
-            problem = schema_problem(row[0] if row else None, path)
-        except BaseException:
-            self.conn.close()
-            raise
-        if problem:
-            self.conn.close()
-            raise StoreError(problem)
+        self.conn = open_read_only(path, busy_timeout)
 
     @classmethod
     def open(cls, section: Mapping[str, Any]) -> SqliteBurninReader | None:
@@ -220,11 +197,7 @@ class SqliteBurninReader:
     def burnin_series_raw(self, since: float = float("-inf"),
                           nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]]:
         """As :meth:`slurmguard.store.burnin.BurninMixin.burnin_series_raw`."""
-        rows = self._fetch("burn-in series", SERIES_SQL, (since,))
-        if nodes is not None:
-            wanted = set(nodes)
-            rows = [r for r in rows if r[0] in wanted]
-        return rows
+        return of_nodes(self._fetch("burn-in series", SERIES_SQL, (since,)), nodes)
 
     def burnin_series(self, since: float = float("-inf"), nodes: Iterable[str] | None = None,
                       nights: int | None = None) -> list[SeriesRow]:

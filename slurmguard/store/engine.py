@@ -18,15 +18,8 @@ from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError, SQLA
 from sqlalchemy.exc import TimeoutError as TimeoutError_
 
 from slurmguard.errors import StoreError
+from slurmguard.store.sqlite_read import store_url
 from slurmguard.store.version import schema_problem
-
-
-def store_url(section: Mapping[str, Any]) -> str:
-    """The SQLAlchemy URL of the configured store."""
-    url = str(section.get("url") or "")
-    if url:
-        return url
-    return "sqlite:///" + str(section.get("path") or "/var/lib/slurmguard/slurmguard.db")
 
 
 def describe(url: str) -> str:

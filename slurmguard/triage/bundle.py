@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmguard import __version__
+from slurmguard.atomic import AtomicFile
 from slurmguard.errors import InputError
 
 FORMAT = "slurmguard-triage-bundle"
@@ -156,23 +157,17 @@ class Bundle:
         _write_new(self.root / "manifest.json",
                    (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
         if self.tar_file is not None:
-            # A fresh, unpredictable name (mkstemp: O_EXCL, mode 0600) in the target's
-            # directory, then a hard link to the final name, which fails rather than replace
-            # anything that appeared there meanwhile (a planted file or symlink).
-            fd, part_name = tempfile.mkstemp(prefix=f".{self.tar_file.name}.", suffix=".part",
-                                             dir=self.tar_file.parent)
-            part = Path(part_name)
+            # A fresh, unpredictable name in the target's directory, then a hard link to the
+            # final name, which fails rather than replace anything that appeared there
+            # meanwhile (a planted file or symlink): slurmguard.atomic, exclusive.
             try:
-                with os.fdopen(fd, "wb") as fh, tarfile.open(fileobj=fh, mode="w:gz") as tar:
+                with (AtomicFile(self.tar_file, mode=0o644, exclusive=True, durable=False) as fh,
+                      tarfile.open(fileobj=fh, mode="w:gz") as tar):
                     tar.add(self.root, arcname=self.root.name)
-                os.chmod(part, 0o644)
-                try:
-                    os.link(part, self.tar_file)
-                except FileExistsError:
-                    raise InputError(f"--tar {self.tar_file}: appeared while collecting "
-                                     "(not overwritten)") from None
+            except FileExistsError:
+                raise InputError(f"--tar {self.tar_file}: appeared while collecting "
+                                 "(not overwritten)") from None
             finally:
-                part.unlink(missing_ok=True)
                 shutil.rmtree(self._staging, ignore_errors=True)
         return manifest
 

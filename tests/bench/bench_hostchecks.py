@@ -21,9 +21,11 @@ from fakehw.sysfs import write_config  # noqa: E402
 
 from slurmguard import config  # noqa: E402
 from slurmguard.adapters import fs, host, kmsg  # noqa: E402
-from slurmguard.checks.base import CheckContext, GatherContext  # noqa: E402
-from slurmguard.checks.xid import gpu_xid, parse_xid_line  # noqa: E402
+from slurmguard.checks.base import CheckContext  # noqa: E402
+from slurmguard.checks.xid import gpu_xid  # noqa: E402
 from slurmguard.errors import Unsupported  # noqa: E402
+from slurmguard.sources import GatherContext  # noqa: E402
+from slurmguard.sources.xidline import parse_xid_line  # noqa: E402
 
 
 def median_ms(fn, n: int = 15) -> float:

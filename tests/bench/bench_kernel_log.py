@@ -25,8 +25,9 @@ from test_kernel_log_shapes import BTIME, MSG, _forms  # noqa: E402
 
 from slurmguard import config  # noqa: E402
 from slurmguard.adapters import kmsg  # noqa: E402
-from slurmguard.checks.base import CheckContext, GatherContext  # noqa: E402
+from slurmguard.checks.base import CheckContext  # noqa: E402
 from slurmguard.checks.xid import gpu_xid  # noqa: E402
+from slurmguard.sources import GatherContext  # noqa: E402
 
 LINES = 100_000
 FAULTS = (MSG, f"NVRM: GPU {DEFAULT_GPUS[3]}: GPU has fallen off the bus.",

@@ -17,8 +17,9 @@ from fakehw.nvml import build_fake_nvml, default_config, write_config  # noqa: E
 
 from slurmguard import config  # noqa: E402
 from slurmguard.adapters import nvml  # noqa: E402
-from slurmguard.checks.base import CheckContext, GatherContext  # noqa: E402
+from slurmguard.checks.base import CheckContext  # noqa: E402
 from slurmguard.checks.gpu import CHECKS  # noqa: E402
+from slurmguard.sources import GatherContext  # noqa: E402
 
 
 def main(rounds: int = 30) -> None:

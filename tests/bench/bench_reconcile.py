@@ -15,16 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from slurmguard.contract import CORDONED_BY, MARKED_AT, rfc3339  # noqa: E402
 from slurmguard.reconcile.plan import Rules, plan  # noqa: E402
-from slurmguard.reconcile.views import (  # noqa: E402
-    CORDONED_BY,
-    MARKED_AT,
-    NameMapping,
-    SlurmView,
-    kube_view,
-    map_kube_names,
-    rfc3339,
-)
+from slurmguard.reconcile.views import NameMapping, SlurmView, kube_view, map_kube_names  # noqa: E402
 
 
 def synth(n: int, now: float, seed: int = 1) -> tuple[dict[str, SlurmView], list[dict]]:
