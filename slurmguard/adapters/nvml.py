@@ -25,9 +25,12 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from slurmguard.errors import SlurmguardError, Unsupported
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 # NVML return codes (nvml.h); pynvml exposes the same numbers, but this module must be
 # importable (and its data classes usable by the pure checks) without pynvml.
@@ -177,7 +180,7 @@ def _open(path: str) -> Any:
         raise Unsupported("NVML library not found") from None
 
 
-def gather(cfg: Any, ctx: Any) -> NvmlSnapshot:
+def gather(cfg: Config, ctx: Any) -> NvmlSnapshot:
     """Read every GPU once through NVML (see the module docstring for error handling)."""
     t0 = time.monotonic()
     nv = _open(str(cfg["checks.gpu.nvml_library"] or ""))

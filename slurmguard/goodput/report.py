@@ -15,6 +15,7 @@ from typing import Any
 from slurmguard.errors import SlurmguardError
 from slurmguard.goodput import sources
 from slurmguard.goodput.account import CAUSES, PARTS, Breakdown, Fault, Params, account
+from slurmguard.output import iso, table
 
 
 def params_of(section: Mapping[str, Any]) -> Params:
@@ -63,7 +64,7 @@ def collect(section: Mapping[str, Any], *, job_ids: Sequence[str] | None = None,
                if any(isinstance(r.get("ended"), (int, float)) and lo <= r["ended"] <= hi
                       for r in recs)]
     if skip_collected and store is not None and ids:
-        done = store.goodput_collected(ids)
+        done = store.goodput.collected(ids)
         ids = [j for j in ids if j not in done]
     out = []
     for jid in ids:
@@ -80,7 +81,7 @@ def collect(section: Mapping[str, Any], *, job_ids: Sequence[str] | None = None,
                 nodes = sorted({str(r["node"]) for r in records.get(jid, []) if r.get("node")})
             if starts and nodes:
                 try:
-                    faults = [Fault(n, at, why) for n, at, why in store.node_faults(
+                    faults = [Fault(n, at, why) for n, at, why in store.goodput.node_faults(
                         nodes, since=min(starts), until=max(ends) + params.drain_window)]
                 except SlurmguardError as exc:
                     notes.append(f"store unreadable ({exc.message})")
@@ -106,8 +107,6 @@ def _h(seconds: float) -> str:
 
 
 def job_table(d: Mapping[str, Any]) -> str:
-    from slurmguard.cli._common import table
-
     wall = d["wall_s"] or 0.0
     rows = [[p, f"{d['parts'][p]:.1f}", f"{d['gpu_hours'][p]:.3f}",
              f"{100 * d['parts'][p] / wall:.1f}%" if wall else "-"] for p in PARTS]
@@ -122,8 +121,6 @@ def job_table(d: Mapping[str, Any]) -> str:
 
 
 def fleet_table(groups: Sequence[tuple[str, Mapping[str, Any]]], by: str, since: float) -> str:
-    from slurmguard.cli._common import iso, table
-
     if not groups:
         return (f"no jobs in the store that ended since {iso(since)} (collect them with "
                 "`slurmguard goodput --collect`)")
