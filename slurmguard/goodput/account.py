@@ -231,15 +231,7 @@ def _last_ckpt(r: RunRecord) -> int | None:
 def account(job: JobInputs, params: Params = Params()) -> Breakdown:
     """Where the job's wall time went; see the module docstring for each part."""
     unknown: list[str] = list(job.notes)
-    allocs: list[Allocation] = []
-    horizon = -math.inf
-    for a in sorted((a for a in job.allocations if _finite(a.start) and _finite(a.end)),
-                    key=lambda a: a.start):
-        start = max(a.start, horizon)  # overlapping records: count each second once
-        if a.end <= start:
-            continue
-        allocs.append(Allocation(start, a.end, a.nodes, max(0, a.gpus), a.state))
-        horizon = a.end
+    allocs = _allocations(job)
     runs = sorted(job.runs, key=lambda r: (r.started, r.restart))
     matched = match_runs(allocs, runs)
     parts, gpu_s = _zero(), _zero()
@@ -264,21 +256,7 @@ def account(job: JobInputs, params: Params = Params()) -> Breakdown:
              and r.step_samples >= params.min_samples]
     best = min(paces) if paces else None
     job_med = statistics.median(paces) if paces else None
-
-    # Which steps of each run survived: those at or below every later run's resume step.
-    keep: dict[int, float] = {}
-    final_ok = job.state.upper() in ("COMPLETED", "SUCCESS") or (
-        bool(runs) and runs[-1].verdict == "success")
-    for i, r in enumerate(runs):
-        later = [_resume(x) for x in runs[i + 1:]]
-        if later:
-            keep[id(r)] = float(min(later))
-        elif final_ok:
-            keep[id(r)] = math.inf
-        else:
-            ck = _last_ckpt(r)
-            keep[id(r)] = float(ck if ck is not None else _resume(r))
-
+    keep = _kept_steps(job, runs)
     out_runs: list[RunBreakdown] = []
     steps_lost = 0
     prev_end: float | None = None
@@ -303,6 +281,39 @@ def account(job: JobInputs, params: Params = Params()) -> Breakdown:
                      allocs[0].start, allocs[-1].end, wall, held, parts, gpu_s,
                      sum((a.end - a.start) * a.gpus for a in allocs), unknown, out_runs,
                      steps_lost, job_med)
+
+
+def _allocations(job: JobInputs) -> list[Allocation]:
+    """The job's allocations in time order, overlaps cut (each second counted once)."""
+    allocs: list[Allocation] = []
+    horizon = -math.inf
+    for a in sorted((a for a in job.allocations if _finite(a.start) and _finite(a.end)),
+                    key=lambda a: a.start):
+        start = max(a.start, horizon)  # overlapping records: count each second once
+        if a.end <= start:
+            continue
+        allocs.append(Allocation(start, a.end, a.nodes, max(0, a.gpus), a.state))
+        horizon = a.end
+    return allocs
+
+
+def _kept_steps(job: JobInputs, runs: Sequence[RunRecord]) -> dict[int, float]:
+    """Which steps of each run survived (by ``id`` of the run): those at or below every later
+    run's resume step; the last run's all when the job succeeded, else up to its last
+    complete checkpoint."""
+    keep: dict[int, float] = {}
+    final_ok = job.state.upper() in ("COMPLETED", "SUCCESS") or (
+        bool(runs) and runs[-1].verdict == "success")
+    for i, r in enumerate(runs):
+        later = [_resume(x) for x in runs[i + 1:]]
+        if later:
+            keep[id(r)] = float(min(later))
+        elif final_ok:
+            keep[id(r)] = math.inf
+        else:
+            ck = _last_ckpt(r)
+            keep[id(r)] = float(ck if ck is not None else _resume(r))
+    return keep
 
 
 def _run_parts(a: Allocation, r: RunRecord | None, job: JobInputs, params: Params,
