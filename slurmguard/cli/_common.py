@@ -6,13 +6,18 @@ reports use it too."""
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from slurmguard import config
 from slurmguard.output import iso
 
-__all__ = ["ago", "is_tty", "iso", "load_config", "parse_since", "warn"]
+if TYPE_CHECKING:
+    from slurmguard.adapters.slurm.commands import SlurmCLI
+    from slurmguard.store.api import Store
+
+__all__ = ["ago", "is_tty", "iso", "load_config", "open_store", "parse_since", "slurm_of", "warn"]
 
 
 def load_config(ctx: click.Context) -> config.Config:
@@ -20,6 +25,20 @@ def load_config(ctx: click.Context) -> config.Config:
     root = ctx.find_root()
     path = (root.obj or {}).get("config_path")
     return config.load(path)
+
+
+def open_store(cfg: config.Config) -> Store:
+    """The configured store (SQLAlchemy is imported here, when a command needs it)."""
+    from slurmguard.store.api import Store
+
+    return Store.open(cfg)
+
+
+def slurm_of(cfg: config.Config) -> SlurmCLI:
+    """The Slurm commands, with the paths and timeout of ``[slurm]``."""
+    from slurmguard.adapters.slurm.commands import SlurmCLI
+
+    return SlurmCLI(cfg.section("slurm"))
 
 
 def warn(message: str) -> None:

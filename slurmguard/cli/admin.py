@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from slurmguard.cli._common import ago, iso, load_config, parse_since, warn
+from slurmguard.cli._common import ago, iso, load_config, open_store, parse_since, slurm_of, warn
 from slurmguard.errors import EXIT_OK, EXIT_REFUSED, SlurmguardError
 from slurmguard.output import Block, Result, Table, emit
 
@@ -18,16 +18,6 @@ if TYPE_CHECKING:
     from slurmguard.config import Config
 
 
-def _store(cfg: Config) -> Any:
-    from slurmguard.store import Store
-
-    return Store.open(cfg)
-
-
-def _slurm(cfg: Config) -> Any:
-    from slurmguard.adapters.slurm.commands import SlurmCLI
-
-    return SlurmCLI(cfg.section("slurm"))
 
 
 def _state(info: Any) -> str:
@@ -90,10 +80,10 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
 
     names = expand(nodeset) if nodeset else None
     cfg = load_config(ctx)
-    store = _store(cfg)
+    store = open_store(cfg)
     infos: dict[str, Any] = {}
     try:
-        slurm_nodes = _slurm(cfg).nodes(nodeset)
+        slurm_nodes = slurm_of(cfg).nodes(nodeset)
         infos = {i.name: i for i in slurm_nodes}
     except SlurmguardError as exc:
         warn(f"warning: Slurm state unavailable ({exc.message}); showing the store only")
@@ -210,10 +200,10 @@ def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, 
 
     validate_node_name(node)
     cfg = load_config(ctx)
-    store = _store(cfg)
+    store = open_store(cfg)
     info = None
     try:
-        info = _slurm(cfg).node(node)
+        info = slurm_of(cfg).node(node)
     except SlurmguardError as exc:
         warn(f"warning: Slurm state unavailable ({exc.message})")
     summary = next(iter(store.nodes.summary([node])), None)
@@ -267,8 +257,8 @@ def drain_cmd(ctx: click.Context, nodeset: str, reason: str, as_json: bool) -> i
     nodes = expand(nodeset)
     check_reason(reason)
     cfg = load_config(ctx)
-    store = _store(cfg)  # before Slurm: a change must never go unrecorded
-    outcomes = drain_nodes(_slurm(cfg), store, nodes, reason, f"admin:{admin_name()}")
+    store = open_store(cfg)  # before Slurm: a change must never go unrecorded
+    outcomes = drain_nodes(slurm_of(cfg), store, nodes, reason, f"admin:{admin_name()}")
     return _report(outcomes, as_json)
 
 
@@ -296,8 +286,8 @@ def resume_cmd(ctx: click.Context, nodeset: str, force: bool, as_json: bool) -> 
 
     nodes = expand(nodeset)
     cfg = load_config(ctx)
-    store = _store(cfg)
-    outcomes = resume_nodes(_slurm(cfg), store, nodes, f"admin:{admin_name()}", force=force)
+    store = open_store(cfg)
+    outcomes = resume_nodes(slurm_of(cfg), store, nodes, f"admin:{admin_name()}", force=force)
     return _report(outcomes, as_json)
 
 
@@ -336,7 +326,7 @@ def events_cmd(ctx: click.Context, since: str, node: str | None, kinds: tuple[st
     if node:
         validate_node_name(node)
     start = parse_since(since)
-    store = _store(load_config(ctx))
+    store = open_store(load_config(ctx))
     rows = store.nodes.events(since=start, node=node, kinds=list(kinds) or None, limit=limit)
     emit(Result([{"id": e.id, "at": iso(e.at), "node": e.node, "kind": e.kind, "actor": e.who,
                   "source": e.source, "reason": e.reason, "details": e.details} for e in rows],

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from slurmguard.cli._common import load_config, parse_since, warn
+from slurmguard.cli._common import load_config, open_store, parse_since, slurm_of, warn
 from slurmguard.output import Result, Table, emit
 
 if TYPE_CHECKING:
@@ -25,16 +25,6 @@ def burnin_grp() -> None:
     """
 
 
-def _store(cfg: Config) -> Any:
-    from slurmguard.store import Store
-
-    return Store.open(cfg)
-
-
-def _slurm(cfg: Config) -> Any:
-    from slurmguard.adapters.slurm.commands import SlurmCLI
-
-    return SlurmCLI(cfg.section("slurm"))
 
 
 @burnin_grp.command("submit")
@@ -78,8 +68,8 @@ def submit_cmd(ctx: click.Context, nodeset: str | None, idle: bool, reservation:
 
         validate_reservation(reservation)
     cfg = load_config(ctx)
-    store = _store(cfg)
-    slurm = _slurm(cfg)
+    store = open_store(cfg)
+    slurm = slurm_of(cfg)
     root = ctx.find_root().obj or {}
     done = sm.submit(cfg, store, slurm, nodes, idle=idle, level=level, reservation=reservation,
                      config_path=root.get("config_path"),
@@ -193,12 +183,12 @@ def _report_store(cfg: Config, read_only: bool) -> Any:
         reader = SqliteBurninReader.open(cfg.section("store"))
         if reader is not None:
             return reader
-    return _store(cfg)
+    return open_store(cfg)
 
 
 def _slurm_if_up(cfg: Config, needed: bool) -> Any:
     """Slurm, or None when it does not answer (the report works from the store alone)."""
-    slurm = _slurm(cfg)
+    slurm = slurm_of(cfg)
     if slurm.ping():
         return slurm
     warn("warning: Slurm unavailable (scontrol ping); open runs shown as they are")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from slurmguard.cli._common import iso, load_config, parse_since, warn
+from slurmguard.cli._common import iso, load_config, open_store, parse_since, slurm_of, warn
 from slurmguard.output import Result, emit
 
 if TYPE_CHECKING:
@@ -15,23 +15,17 @@ if TYPE_CHECKING:
 
 
 def _store(cfg: Config) -> Any:
+    """The store, or None (with a warning when it is configured but unusable): one job's
+    breakdown needs no store."""
     from slurmguard.errors import SlurmguardError
 
     try:
-        from slurmguard.store import Store
-    except ImportError:
+        return open_store(cfg)
+    except ImportError:  # the server extra (SQLAlchemy) is not installed
         return None
-    try:
-        return Store.open(cfg)
     except SlurmguardError as exc:
         warn(f"goodput: no store ({exc.message})")
         return None
-
-
-def _slurm(cfg: Config) -> Any:
-    from slurmguard.adapters.slurm.commands import SlurmCLI
-
-    return SlurmCLI(cfg.section("slurm"))
 
 
 @click.command("goodput")
@@ -81,7 +75,7 @@ def goodput_cmd(ctx: click.Context, since: str, jobs: tuple[str, ...], by: str, 
             from slurmguard.goodput.report import collect as do_collect
 
             found = do_collect(cfg.section("goodput"), since=t_since, runs=runs, store=store,
-                               slurm=_slurm(cfg), skip_collected=True)
+                               slurm=slurm_of(cfg), skip_collected=True)
             n = store.goodput.record([b.to_dict() for b in found])
             warn(f"goodput: accounted {n} job(s) newly ended since {iso(t_since)}")
         emit(_fleet_report(store, t_since, by), as_json)
@@ -101,7 +95,7 @@ def _jobs_report(cfg: Config, store: Any, jobs: tuple[str, ...], runs: tuple[str
 
     ids = [validate_job_id(j) for j in jobs]
     found = do_collect(cfg.section("goodput"), job_ids=ids, runs=runs, store=store,
-                       slurm=_slurm(cfg))
+                       slurm=slurm_of(cfg))
     out = []
     for b in found:
         d = b.to_dict()
