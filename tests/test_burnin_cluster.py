@@ -179,7 +179,7 @@ def test_stragglers_and_a_failure_are_drained_awaiting_nodes_returned(bed: dict)
     for n in AWAITING:  # lemons drained by policy, awaiting burn-in
         assert c.cli().drain(n, "slurmguard: lemon: 3 failures in 1h (gpu-xid)")
         store.nodes.set_flags(n, lemon=True, lemon_reason="slurmguard: lemon: 3 failures in 1h (gpu-xid)",
-                        burnin_required=True, probation=True)
+                              burnin_required=True, probation=True)
     before = _states(c)
 
     p = _sg(bed, "burnin", "submit", "--idle", "--json")

@@ -93,8 +93,8 @@ def test_resume_refuses_a_lemon_until_forced(cluster, env) -> None:
 def test_resume_refused_while_still_failing(cluster, env) -> None:
     store = env["store"]
     store.nodes.record_results(make_record("n3", "healthcheck",
-                                     [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")],
-                                     "drain", "slurmguard: gpu-xid: Xid 79"))
+                                           [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")],
+                                           "drain", "slurmguard: gpu-xid: Xid 79"))
     assert cluster.cli().drain("n3", "slurmguard: gpu-xid: Xid 79")
     try:
         r = sg(cluster, env, "resume", "n3")

@@ -41,7 +41,7 @@ def fleet(store_url: str, tmp_path):  # noqa: F811
         s.nodes.record_results(rec(node, now - 50, "fs-mount"))
     s.nodes.set_flags("n2", lemon=True, lemon_reason="4 failures in 1h", lemon_since=now - 2000)
     s.nodes.record_event("n2", "drain", "slurmguard", "slurmguard: lemon: 4 failures in 1h",
-                   source="lemon", at=now - 1900)
+                         source="lemon", at=now - 1900)
     s.nodes.record_event("n1", "drain", "admin:carol", "bios update", source="admin", at=now - 10 * 86400)
     s.nodes.open_alert("fs-mount", "partition:gpu", ["n4", "n5"], "fs-mount failing on 2 nodes of gpu")
     s.close()

@@ -58,7 +58,7 @@ def _fill(url: str) -> None:
     ok = [CheckResult("gpu-count", Health.HEALTHY)]
     bad = ok + [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")]
     s.nodes.record_many([make_record("n1", "prolog", ok, "pass", "", started=now - 5),
-                   make_record("n2", "prolog", bad, "drain", "slurmguard: gpu-xid: Xid 79",
+                         make_record("n2", "prolog", bad, "drain", "slurmguard: gpu-xid: Xid 79",
                                       started=now - 5),
                    make_record("n3", "prolog", ok, "pass", "", started=now - 5)])
     s.nodes.set_flags("n3", lemon=True, lemon_reason=LEMON)

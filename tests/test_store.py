@@ -65,7 +65,7 @@ def test_checker_errors_are_not_failures(store: Store) -> None:
     (s,) = store.nodes.summary(["n1"], now=T0 + 1)
     assert s.last_health == "healthy" and s.failures == 0
     store.nodes.record_results(make_record("n2", "prolog", [CheckResult("x", Health.ERROR, "boom")],
-                                     "checker-error", "", started=T0))
+                                           "checker-error", "", started=T0))
     (s,) = store.nodes.summary(["n2"], now=T0 + 1)
     assert s.last_health == "error" and s.failures == 0
     assert store.nodes.lemon_candidates(PolicyParams(window=10, lemon_failures=1), now=T0 + 1) == []
@@ -73,7 +73,7 @@ def test_checker_errors_are_not_failures(store: Store) -> None:
 
 def test_events_ledger_with_actors(store: Store) -> None:
     store.nodes.record_event("n1", "drain", "slurmguard", "slurmguard: gpu-xid: xid 79",
-                       source="gpu-xid", at=T0)
+                             source="gpu-xid", at=T0)
     store.nodes.record_event("n1", "clear", "admin:alice", "fixed", at=T0 + 10)
     store.nodes.record_event("n2", "state_change", "kubernetes", "NotReady", at=T0 + 20)
     store.nodes.record_event("n2", "drain", "slurm", "Not responding", at=T0 + 30)
@@ -144,7 +144,7 @@ def test_probation_counts_passing_jobs(store: Store) -> None:
 
 def test_return_of_a_lemon_is_recorded_with_the_admin(store: Store) -> None:
     store.nodes.set_flags("n1", lemon=True, lemon_reason="lemon: 3 failures in 1h (gpu-xid)",
-                    lemon_since=T0, burnin_required=True)
+                          lemon_since=T0, burnin_required=True)
     (s,) = store.nodes.summary(["n1"])
     assert s.lemon and s.burnin_required
     store.nodes.return_node("n1", "admin:carol", "resume --force", at=T0 + 5)

@@ -229,8 +229,8 @@ def test_recent_results_from_the_store(node_env, tmp_path) -> None:
     upgrade(make_engine({"url": url}))
     store = Store.open(url=url)
     store.nodes.record_results(make_record("n1", "healthcheck",
-                                     [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")],
-                                     "drain", "slurmguard: gpu-xid: Xid 79"))
+                                           [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")],
+                                           "drain", "slurmguard: gpu-xid: Xid 79"))
     store.nodes.record_event("n1", "drain", "admin:alice", "checking", source="admin")
     store.close()
     cfg = tmp_path / "with-store.toml"

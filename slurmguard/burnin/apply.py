@@ -200,7 +200,7 @@ def apply(cfg: Config, store: Any, report: Report, runs: Mapping[str, Any], slur
         try:
             if slurm.drain(r.node, r.reason):
                 store.nodes.record_event(r.node, "drain", ACTOR, r.reason, source=r.cause, at=now,
-                                   details={"via": "burnin", "run": runs[r.node].id})
+                                         details={"via": "burnin", "run": runs[r.node].id})
                 out.append(Outcome(r.node, "drained", r.reason))
             else:
                 out.append(Outcome(r.node, "none", "not drained (state changed)"))
@@ -209,11 +209,11 @@ def apply(cfg: Config, store: Any, report: Report, runs: Mapping[str, Any], slur
     for a in refusals:
         if a.kind == "refuse":
             store.nodes.record_event(a.node, "drain_refused", ACTOR, a.reason, source=a.source,
-                               at=now, details={"scope": a.scope, "via": "burnin"})
+                                     at=now, details={"scope": a.scope, "via": "burnin"})
             out.append(Outcome(a.node, "refused", f"blast-radius guard ({a.scope})"))
         elif a.kind == "alert":
             store.nodes.open_alert(a.source, a.scope, a.nodes, a.reason, now=now,
-                             window=params.blast_window)
+                                   window=params.blast_window)
             log.error("fleet alert: %s", a.reason)
     for n, v in sorted(todo.items()):
         s = summaries.get(n)
@@ -282,7 +282,7 @@ def _return(cfg: Config, store: Any, slurm: Any, node: str, info: Any, s: Any, n
         store.nodes.record_event(node, "probation_end", ACTOR, "burn-in passed", source="burnin", at=now)
         detail.append("probation ended")
     store.nodes.set_flags(node, lemon=False, lemon_reason=None, lemon_since=None,
-                    burnin_required=False, probation=False, probation_since=None)
+                          burnin_required=False, probation=False, probation_since=None)
     return Outcome(node, "returned", ", ".join(detail) or "flags cleared")
 
 
@@ -294,7 +294,7 @@ def _restore(store: Any, slurm: Any, node: str, info: Any, v: NodeVerdict, now: 
     try:
         if slurm.drain(node, reason):
             store.nodes.record_event(node, "drain", ACTOR, reason, source="burnin", at=now,
-                               details={"via": "burnin", "restore": True})
+                                     details={"via": "burnin", "restore": True})
             return Outcome(node, "restored", reason)
     except SlurmguardError as exc:
         return Outcome(node, "error", f"drain failed: {exc.message}")

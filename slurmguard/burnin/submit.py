@@ -148,7 +148,7 @@ def submit(cfg: Config, store: Any, slurm: Any, nodes: Iterable[str] | None, *, 
         for n in reserve:
             if slurm.undrain(n):
                 store.nodes.record_event(n, "clear", ACTOR, f"opened for burn-in in reservation {own_res}",
-                                   source="burnin", at=now, details={"reservation": own_res})
+                                         source="burnin", at=now, details={"reservation": own_res})
     argv = program(cfg, config_path)
     text = script(argv, level)
     it = todo if progress is None else progress(todo)

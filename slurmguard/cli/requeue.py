@@ -52,7 +52,7 @@ def store_recorder(cfg: Config) -> Callable[[dict[str, Any]], None] | None:
         for node in ev.get("failed_nodes") or ev.get("failed") or []:
             try:
                 store.nodes.record_event(node, "state_change", "slurmguard", f"job {ev['job_id']} {what}",
-                                   source="requeue", details=ev)
+                                         source="requeue", details=ev)
             except SlurmguardError as exc:
                 log.warning("requeue watcher: store: %s", exc.message)
 

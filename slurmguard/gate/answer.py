@@ -177,7 +177,7 @@ def _drain(cfg: Config, refused: Mapping[str, str], job: str) -> list[str]:
             store = Store.open(section=cfg.section("store"))
             for node in drained:
                 store.nodes.record_event(node, "drain", "slurmguard", refused[node], source="gate",
-                                   details={"job": job})
+                                         details={"job": job})
             store.close()
         except Exception as exc:  # noqa: BLE001
             log_line(cfg, f"could not record gate drains: {exc}")

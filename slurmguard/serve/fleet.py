@@ -148,16 +148,16 @@ class Fleet:
                 self.metrics.drains.labels(cause=reason_source(reason) or "unknown",
                                            source=r["hook"]).inc()
                 recent = self.store.nodes.events(node=r["node"], kinds=["drain"], since=r["started"] - 120,
-                                           limit=1)
+                                                 limit=1)
                 if not any(e.details.get("via") == "permit" for e in recent):  # not via /permit
                     self.store.nodes.record_event(r["node"], "drain", ACTOR, reason,
-                                            source=reason_source(reason) or r["hook"],
-                                            at=r["started"], details={"hook": r["hook"]})
+                                                  source=reason_source(reason) or r["hook"],
+                                                  at=r["started"], details={"hook": r["hook"]})
             elif applied == "undrained":
                 # reason: "<check> passes again" (decide.py): the check whose drain was cleared
                 self.metrics.undrains.labels(cause=(reason.split() or ["unknown"])[0]).inc()
                 self.store.nodes.record_event(r["node"], "clear", ACTOR, reason, source=r["hook"],
-                                        at=r["started"], details={"hook": r["hook"]})
+                                              at=r["started"], details={"hook": r["hook"]})
         with self.lock:
             self._pending.update(r["node"] for r in records)
         if self._thread is None:  # not started (tests, one-shot use): evaluate inline
@@ -201,24 +201,24 @@ class Fleet:
     def _apply(self, a: Action, now: float, infos: dict[str, Any], via_permit: bool = False) -> None:
         if a.kind == "lemon":
             self.store.nodes.set_flags(a.node, lemon=True, lemon_reason=a.reason, lemon_since=now,
-                                 burnin_required=bool(self.params.burnin_after_lemon))
+                                       burnin_required=bool(self.params.burnin_after_lemon))
             self.store.nodes.record_event(a.node, "lemon", ACTOR, a.reason, source=a.source, at=now)
             self.metrics.lemons.labels(cause=a.source or "unknown").inc()
             log.warning("policy: %s is a lemon: %s", a.node, a.reason)
         elif a.kind == "drain":
             if self.slurm.drain(a.node, a.reason):
                 self.store.nodes.record_event(a.node, "drain", ACTOR, a.reason, source=a.source, at=now,
-                                        details={"via": "policy"})
+                                              details={"via": "policy"})
                 self.metrics.drains.labels(cause=a.source or "unknown", source="policy").inc()
                 log.warning("policy: drained %s: %s", a.node, a.reason)
         elif a.kind == "refuse":
             self.metrics.drains_refused.labels(cause=a.source or "unknown",
                                                via="permit" if via_permit else "policy").inc()
             self.store.nodes.record_event(a.node, "drain_refused", ACTOR, a.reason, source=a.source,
-                                    at=now, details={"scope": a.scope})
+                                          at=now, details={"scope": a.scope})
         elif a.kind == "alert":
             alert, created = self.store.nodes.open_alert(a.source, a.scope, a.nodes, a.reason, now=now,
-                                                   window=self.params.blast_window)
+                                                         window=self.params.blast_window)
             if alert.count != len(a.nodes):  # merged with earlier refusals: say the total
                 self.store.nodes.open_alert(a.source, a.scope, (), re.sub(
                     r"failing on \d+ nodes", f"failing on {alert.count} nodes", a.reason),
@@ -290,7 +290,7 @@ class Fleet:
                                      self.params, failing={check: same_cause})
             if allowed:
                 self.store.nodes.record_event(node, "drain", ACTOR, reason, source=check, at=now,
-                                        details={"via": "permit"})
+                                              details={"via": "permit"})
                 self.metrics.permits.labels(cause=check, result="allowed").inc()
                 return {"allow": True}
             self.metrics.permits.labels(cause=check, result="refused").inc()

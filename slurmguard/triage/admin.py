@@ -88,7 +88,7 @@ def drain_nodes(slurm: Any, store: Any, nodes: Sequence[str], text: str,
             out.append(Outcome(node, "drain", "skipped", "state changed meanwhile; not drained"))
             continue
         eid = store.nodes.record_event(node, "drain", actor, text, source=SOURCE,
-                                 details={"slurm_reason": reason,
+                                       details={"slurm_reason": reason,
                                           "previous_reason": info.reason if info.drained else ""})
         out.append(Outcome(node, "drain", "drained", reason, eid))
     return out
@@ -122,7 +122,7 @@ def resume_nodes(slurm: Any, store: Any, nodes: Sequence[str], actor: str, *,
             continue
         note = "forced: " + "; ".join(objections) if objections else "resumed"
         eid = store.nodes.record_event(node, "clear", actor, note, source=SOURCE,
-                                 details={"force": force, "objections": objections,
+                                       details={"force": force, "objections": objections,
                                           "previous_reason": info.reason})
         s = summaries.get(node)
         if s is not None and (s.lemon or s.burnin_required):
