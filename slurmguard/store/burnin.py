@@ -30,6 +30,7 @@ from slurmguard.store.burnin_read import (
     BurninRunRow,
     SeriesRow,
     latest_runs,
+    only_nodes,
     pack_recent,
     pack_series,
     packs_covering,
@@ -147,8 +148,8 @@ class Burnin:
 
     # ------------------------------------------------------------------ writes
     def submitted(self, node: str, *, job_id: str | None, level: str, night: str,
-                         group_key: str = "", reservation: str = "",
-                         at: float | None = None) -> int:
+                  group_key: str = "", reservation: str = "",
+                  at: float | None = None) -> int:
         """Record a submitted burn-in job; returns the run id."""
         at = time.time() if at is None else at
         night_number(night)
@@ -161,7 +162,7 @@ class Burnin:
                 verdict_at=None).returning(BurninRun.id)).scalar_one())
 
     def started(self, node: str, *, job_id: str | None, group_key: str, level: str = "quick",
-                       night: str = "", at: float | None = None) -> int:
+                night: str = "", at: float | None = None) -> int:
         """The worker started: the submitted run of (node, job) becomes ``running`` (a run is
         created when none was submitted, e.g. a worker started by hand). Returns its id."""
         at = time.time() if at is None else at
@@ -189,7 +190,7 @@ class Burnin:
             return int(rid)
 
     def record(self, run_id: int, values: Sequence[BurninValue], *,
-                      at: float | None = None) -> None:
+               at: float | None = None) -> None:
         """Store measured values of a run (as each measurement ends: a killed job keeps them)."""
         at = time.time() if at is None else at
         rows = []
@@ -212,7 +213,7 @@ class Burnin:
             conn.execute(insert(BurninResult), [{**r, "node_id": nid} for r in rows])
 
     def finish(self, run_id: int, status: str, reason: str = "", *,
-                      at: float | None = None, keep_nights: int = RECENT_NIGHTS) -> None:
+               at: float | None = None, keep_nights: int = RECENT_NIGHTS) -> None:
         """End a run. A ``complete`` run's values become the node's latest in burnin_series.
 
         Only an open run (submitted/running) changes: a run already marked partial by
@@ -271,8 +272,8 @@ class Burnin:
                                                    recent=recent))
 
     def mark(self, run_ids: Sequence[int], *, status: str | None = None,
-                    reason: str | None = None, verdict: str | None = None,
-                    at: float | None = None) -> None:
+             reason: str | None = None, verdict: str | None = None,
+             at: float | None = None) -> None:
         """Set status (partial, for vanished jobs), reason and/or verdict of runs."""
         at = time.time() if at is None else at
         values: dict[str, Any] = {}
@@ -293,7 +294,7 @@ class Burnin:
 
     # ------------------------------------------------------------------ reads
     def latest_runs(self, since: float, nodes: Iterable[str] | None = None
-                           ) -> list[BurninRunRow]:
+                    ) -> list[BurninRunRow]:
         """Each node's newest burn-in run submitted since ``since``, sorted by node."""
         # Per node, its newest run since then: one index range per node on (node_id,
         # submitted), not a scan of every run of every night (as burnin_read's SQL).
@@ -324,7 +325,7 @@ class Burnin:
         return packs_covering(packs, count, nodes)
 
     def series_raw(self, since: float = float("-inf"),
-                          nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]]:
+                   nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]]:
         """The summary rows since ``since`` as plain tuples in :class:`SeriesRow` field order,
         ``recent`` still the stored text, then ``recent_f8`` (its float64 bytes, or None):
         the report's numpy path reads those by column."""
@@ -333,13 +334,10 @@ class Burnin:
                 .where(S.last_at >= since))
         with guard(self.engine, "burn-in series"), self.engine.connect() as conn:
             rows = _raw_rows(conn, stmt)
-        if nodes is not None:
-            wanted = set(nodes)
-            rows = [r for r in rows if r[0] in wanted]
-        return rows
+        return only_nodes(rows, nodes)
 
     def series(self, since: float = float("-inf"), nodes: Iterable[str] | None = None,
-                      nights: int | None = None) -> list[SeriesRow]:
+               nights: int | None = None) -> list[SeriesRow]:
         """The summary row of every (node, metric) whose latest value is since ``since``.
 
         ``nights``: keep only the last that many values of ``recent`` (the report needs
@@ -361,7 +359,7 @@ class Burnin:
         return out
 
     def history(self, node: str, metric: str, since: float = float("-inf")
-                       ) -> list[tuple[float, float]]:
+                ) -> list[tuple[float, float]]:
         """(time, value) of one node's metric over complete runs, oldest first."""
         stmt = (select(BurninResult.at, BurninResult.value)
                 .join(BurninRun, BurninRun.id == BurninResult.run_id)

@@ -82,6 +82,14 @@ def latest_runs(rows: Iterable[Sequence[Any]], nodes: Iterable[str] | None) -> l
     return sorted(out, key=lambda r: r.node)
 
 
+def only_nodes(rows: list[tuple[Any, ...]], nodes: Iterable[str] | None) -> list[tuple[Any, ...]]:
+    """The rows whose first column is one of ``nodes`` (all rows for None)."""
+    if nodes is None:
+        return rows
+    wanted = set(nodes)
+    return [r for r in rows if r[0] in wanted]
+
+
 def series_rows(rows: Iterable[Sequence[Any]], nodes: Iterable[str] | None = None,
                 nights: int | None = None) -> list[SeriesRow]:
     """Raw burnin_series rows (SeriesRow order, ``recent`` as stored text, then
@@ -211,7 +219,7 @@ class SqliteBurninReader:
         return self
 
     def latest_runs(self, since: float, nodes: Iterable[str] | None = None
-                           ) -> list[BurninRunRow]:
+                    ) -> list[BurninRunRow]:
         """As :meth:`slurmguard.store.burnin.Burnin.latest_runs`."""
         return latest_runs(self._fetch("burn-in runs", LATEST_RUNS_SQL, (since,)), nodes)
 
@@ -226,15 +234,12 @@ class SqliteBurninReader:
         return packs_covering(packs, count, nodes)
 
     def series_raw(self, since: float = float("-inf"),
-                          nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]]:
+                   nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]]:
         """As :meth:`slurmguard.store.burnin.Burnin.series_raw`."""
         rows = self._fetch("burn-in series", SERIES_SQL, (since,))
-        if nodes is not None:
-            wanted = set(nodes)
-            rows = [r for r in rows if r[0] in wanted]
-        return rows
+        return only_nodes(rows, nodes)
 
     def series(self, since: float = float("-inf"), nodes: Iterable[str] | None = None,
-                      nights: int | None = None) -> list[SeriesRow]:
+               nights: int | None = None) -> list[SeriesRow]:
         """As :meth:`slurmguard.store.burnin.Burnin.series`."""
         return series_rows(self.series_raw(since), nodes, nights)

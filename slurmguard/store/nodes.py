@@ -236,7 +236,7 @@ class Nodes:
     # ------------------------------------------------------------------ reads
 
     def summary(self, nodes: Iterable[str] | None = None, *, now: float | None = None,
-                     window: float = 7 * 86400) -> list[NodeSummary]:
+                window: float = 7 * 86400) -> list[NodeSummary]:
         """One summary per known node (all nodes, or those named), sorted by name."""
         now = time.time() if now is None else now
         names = None if nodes is None else sorted(set(nodes))
