@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -510,45 +510,53 @@ def _validate(raw: Mapping[str, Any], schema: Mapping[str, Any], prefix: str, f:
     return out
 
 
-def _coerce(spec: Field, value: Any, path: str, f: Path) -> Any:
-    def bad(expected: str) -> ConfigError:
-        return ConfigError(f"{path}: expected {expected}, got {_show(value)} (in {f})")
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)  # TOML true is not 1
 
-    kind = spec.kind
-    if kind in ("str", "path", "choice"):
-        if not isinstance(value, str):
-            raise bad("a string")
-        if kind == "path" and not value.startswith("/"):
-            raise bad("an absolute path")
-        if kind == "choice" and value not in spec.choices:
-            raise bad("one of " + ", ".join(spec.choices))
-    elif kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad("an integer")
-    elif kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad("a number")
+
+# One entry per field kind: (does the value have this type, what was expected). A kind's
+# extra rule (an absolute path, one of the choices) is a second, separate step below.
+_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "path": (lambda v: isinstance(v, str), "a string"),
+    "choice": (lambda v: isinstance(v, str), "a string"),
+    "int": (_is_int, "an integer"),
+    "float": (lambda v: _is_int(v) or isinstance(v, float), "a number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "list[str]": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+                  "a list of strings"),
+    "list[int]": (lambda v: isinstance(v, list) and all(map(_is_int, v)), "a list of integers"),
+    "table": (lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
+              "a table of strings"),
+}
+
+
+def _broken_rule(spec: Field, value: Any) -> str | None:
+    """What a value of the right type should have been (a kind's extra rule, the minimum), or
+    None when it is acceptable."""
+    if spec.kind == "path" and not value.startswith("/"):
+        return "an absolute path"
+    if spec.kind == "choice" and value not in spec.choices:
+        return "one of " + ", ".join(spec.choices)
+    if spec.kind in ("int", "float") and spec.minimum is not None and value < spec.minimum:
+        return f"a number >= {spec.minimum:g}"
+    return None
+
+
+def _coerce(spec: Field, value: Any, path: str, f: Path) -> Any:
+    """``value`` checked against ``spec`` (an int where a float is expected becomes a float);
+    a ConfigError naming the key, what was expected and the value otherwise."""
+    has_type, expected = _KINDS.get(spec.kind, (lambda v: True, ""))
+    if not has_type(value):
+        raise ConfigError(f"{path}: expected {expected}, got {_show(value)} (in {f})")
+    if spec.kind == "float":
         value = float(value)
-    elif kind == "bool":
-        if not isinstance(value, bool):
-            raise bad("true or false")
-    elif kind == "list[str]":
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise bad("a list of strings")
-    elif kind == "list[int]":
-        if not isinstance(value, list) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value
-        ):
-            raise bad("a list of integers")
-    elif kind == "table":
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            raise bad("a table of strings")
-    if spec.minimum is not None and kind in ("int", "float") and value < spec.minimum:
-        raise bad(f"a number >= {spec.minimum:g}")
-    if spec.validate is not None:
-        problem = spec.validate(value)
-        if problem:
-            raise ConfigError(f"{path}: {problem}, got {_show(value)} (in {f})")
+    broken = _broken_rule(spec, value)
+    if broken is not None:
+        raise ConfigError(f"{path}: expected {broken}, got {_show(value)} (in {f})")
+    problem = spec.validate(value) if spec.validate is not None else None
+    if problem:
+        raise ConfigError(f"{path}: {problem}, got {_show(value)} (in {f})")
     return value
 
 

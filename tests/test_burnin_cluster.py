@@ -166,7 +166,7 @@ def _states(c) -> dict[str, tuple[str, bool, str]]:
 def _wait_runs(store: Store, run_ids: list[int], statuses: set[str], timeout: float = 150) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        runs = {r.id: r for r in store.burnin_latest_runs(0)}
+        runs = {r.id: r for r in store.burnin.latest_runs(0)}
         if all(runs.get(i) is not None and runs[i].status in statuses for i in run_ids):
             return runs
         time.sleep(0.5)
@@ -178,8 +178,8 @@ def test_stragglers_and_a_failure_are_drained_awaiting_nodes_returned(bed: dict)
     store = Store.open(url=f"sqlite:///{bed['db']}")
     for n in AWAITING:  # lemons drained by policy, awaiting burn-in
         assert c.cli().drain(n, "slurmguard: lemon: 3 failures in 1h (gpu-xid)")
-        store.set_flags(n, lemon=True, lemon_reason="slurmguard: lemon: 3 failures in 1h (gpu-xid)",
-                        burnin_required=True, probation=True)
+        store.nodes.set_flags(n, lemon=True, lemon_reason="slurmguard: lemon: 3 failures in 1h (gpu-xid)",
+                              burnin_required=True, probation=True)
     before = _states(c)
 
     p = _sg(bed, "burnin", "submit", "--idle", "--json")
@@ -219,15 +219,15 @@ def test_stragglers_and_a_failure_are_drained_awaiting_nodes_returned(bed: dict)
         assert after[n][1] and after[n][2] == by[n]["reason"][:200], after[n]
     for n in AWAITING:  # returned: undrained, flags cleared, probation ended
         assert not after[n][1], after[n]
-    (s7, s8) = store.node_summary(list(AWAITING))
+    (s7, s8) = store.nodes.summary(list(AWAITING))
     assert not any(s.lemon or s.burnin_required or s.probation for s in (s7, s8))
-    kinds = {(e.node, e.kind) for e in store.events(kinds=["lemon_cleared", "probation_end", "clear"])}
+    kinds = {(e.node, e.kind) for e in store.nodes.events(kinds=["lemon_cleared", "probation_end", "clear"])}
     assert {(n, k) for n in AWAITING for k in ("lemon_cleared", "probation_end", "clear")} <= kinds
     for n in set(NODES) - {*STRAGGLERS, FAILING, *AWAITING}:  # no other node changed state
         assert after[n][:2] == before[n][:2] == ("idle", False), (n, before[n], after[n])
     # the reservation is gone; lemon counting sees the burn-in failures as unhealthy runs
     assert "slurmguard_burnin_" not in c.run("scontrol", "show", "reservation").stdout
-    lemons = dict(store.lemon_candidates(PolicyParams(lemon_failures=1)))
+    lemons = dict(store.nodes.lemon_candidates(PolicyParams(lemon_failures=1)))
     assert set(lemons) == {*STRAGGLERS, FAILING} and all("(burnin)" in r for r in lemons.values()), lemons
     # applying again changes nothing
     p = _sg(bed, "burnin", "report", "--apply", "--json")

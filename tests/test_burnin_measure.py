@@ -251,13 +251,13 @@ def test_worker_complete_run_with_nvml_clocks(tmp_path: Path, nvml_lib: Path) ->
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     store = Store.open(url=f"sqlite:///{tmp_path}/s.db")
-    (run,) = store.burnin_latest_runs(0)
+    (run,) = store.burnin.latest_runs(0)
     assert (run.status, run.job_id, run.group_key) == ("complete", "4242", "8x NVIDIA H100 80GB HBM3")
-    vals = {r.metric: r for r in store.burnin_results([run.id]) if r.metric}
+    vals = {r.metric: r for r in store.burnin.results([run.id]) if r.metric}
     clk = vals["gpu_sm_clock_mhz"]
     assert (clk.value, clk.unit) == (1410.0, "MHz") and clk.details["slowest_gpu"] == 5
     assert clk.details["throttle"] == {"5": ["hw_slowdown"]} and "GPU 5: hw_slowdown" in clk.reason
-    assert {s.metric for s in store.burnin_series()} == {"gpu_sm_clock_mhz", "site_seconds"}
+    assert {s.metric for s in store.burnin.series()} == {"gpu_sm_clock_mhz", "site_seconds"}
 
 
 def test_worker_health_failure_during_the_run_fails_the_run(tmp_path: Path, nvml_lib: Path) -> None:
@@ -272,7 +272,7 @@ def test_worker_health_failure_during_the_run_fails_the_run(tmp_path: Path, nvml
                  with_fault(default_config(), 2, ecc={"volatile_uncorrected": 1}))
     out, err = p.communicate(timeout=120)
     assert p.returncode == 1, err
-    (run,) = Store.open(url=f"sqlite:///{tmp_path}/s.db").burnin_latest_runs(0)
+    (run,) = Store.open(url=f"sqlite:///{tmp_path}/s.db").burnin.latest_runs(0)
     assert run.status == "failed" and run.reason.startswith("gpu-ecc: ")
     assert "(during the burn-in)" in run.reason
 
@@ -289,8 +289,8 @@ def test_worker_sigterm_leaves_a_partial_record(tmp_path: Path, nvml_lib: Path) 
     assert p.returncode == 143, err
     assert "recorded as partial" in out
     store = Store.open(url=f"sqlite:///{tmp_path}/s.db")
-    (run,) = store.burnin_latest_runs(0)
+    (run,) = store.burnin.latest_runs(0)
     assert run.status == "partial" and "SIGTERM" in run.reason
     # what it measured before the signal is kept; a partial run is no one's latest value
-    assert [r.metric for r in store.burnin_results([run.id])] == ["site_seconds"]
-    assert store.burnin_series() == []
+    assert [r.metric for r in store.burnin.results([run.id])] == ["site_seconds"]
+    assert store.burnin.series() == []

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slurmguard.burnin.stats import StatParams, judge_group, robust_z, score
-from slurmguard.cli.burnin import _echo_report_json
+from slurmguard.output import lines_json
 
 DOC = {"since": "2026-12-01T00:00:00Z", "counts": {"pass": 2, "flagged": 1},
        "groups": [{"group": "8x H100", "metric": "m", "n": 3, "median": 1.5, "mad": 0.1,
@@ -26,7 +26,7 @@ DOC = {"since": "2026-12-01T00:00:00Z", "counts": {"pass": 2, "flagged": 1},
 def test_report_json_is_the_same_document_one_node_a_line() -> None:
     @click.command()
     def cmd() -> None:
-        _echo_report_json(DOC)
+        click.echo(lines_json(DOC))
 
     out = CliRunner().invoke(cmd).output
     assert json.loads(out) == json.loads(json.dumps(DOC, indent=2, sort_keys=True))
@@ -69,16 +69,16 @@ def test_series_nights_keeps_the_last_values(tmp_path) -> None:
     store = Store.open(url=url)
     t0 = 1_800_000_000.0
     for day, value in [(10, 40.0), (11, 39.0), (13, 38.0), (14, 37.5)]:
-        rid = store.burnin_started("n1", job_id=None, group_key="g", night=f"2027-01-{day}",
+        rid = store.burnin.started("n1", job_id=None, group_key="g", night=f"2027-01-{day}",
                                    at=t0 + day)
-        store.burnin_record(rid, [BurninValue("host-cpu", "ok", "host_cpu_gflops", value,
+        store.burnin.record(rid, [BurninValue("host-cpu", "ok", "host_cpu_gflops", value,
                                               "GFLOP/s")], at=t0 + day)
-        store.burnin_finish(rid, "complete", at=t0 + day)
-    (full,) = store.burnin_series()
+        store.burnin.finish(rid, "complete", at=t0 + day)
+    (full,) = store.burnin.series()
     assert full.recent[:2] == (40.0, 39.0) and math.isnan(full.recent[2])
     assert full.recent[3:] == (38.0, 37.5)
     for k in (1, 2, 3, 5, 8):
-        (part,) = store.burnin_series(nights=k)
+        (part,) = store.burnin.series(nights=k)
         assert part[:-1] == full[:-1]
         assert repr(part.recent) == repr(full.recent[-k:])
     store.close()

@@ -26,55 +26,55 @@ def store(store_url: str):  # noqa: F811
 
 def _run(store: Store, node: str, value: float, *, night: str = "2027-01-14", at: float = T0,
          status: str = "complete", job: str | None = None, group: str = "8x H100") -> int:
-    rid = store.burnin_submitted(node, job_id=job, level="quick", night=night, at=at)
-    assert store.burnin_started(node, job_id=job, group_key=group, at=at + 1) == rid if job else True
+    rid = store.burnin.submitted(node, job_id=job, level="quick", night=night, at=at)
+    assert store.burnin.started(node, job_id=job, group_key=group, at=at + 1) == rid if job else True
     if not job:
-        rid = store.burnin_started(node, job_id=None, group_key=group, night=night, at=at + 1)
-    store.burnin_record(rid, [
+        rid = store.burnin.started(node, job_id=None, group_key=group, night=night, at=at + 1)
+    store.burnin.record(rid, [
         BurninValue("host-cpu", "ok", "host_cpu_gflops", value, "GFLOP/s"),
         BurninValue("disk-io", "ok", "disk_write_seconds", 10.0, "s", higher_is_better=False),
         BurninValue("gpu-matmul", "unsupported", reason="torch/cupy not importable"),
     ], at=at + 2)
-    store.burnin_finish(rid, status, at=at + 3)
+    store.burnin.finish(rid, status, at=at + 3)
     return rid
 
 
 def test_run_lifecycle_and_series(store: Store) -> None:
-    rid = store.burnin_submitted("n1", job_id="41", level="full", night="2027-01-14", at=T0)
-    assert store.burnin_open_runs()[0].status == "submitted"
-    assert store.burnin_started("n1", job_id="41", group_key="8x H100", at=T0 + 5) == rid
-    store.burnin_record(rid, [BurninValue("host-cpu", "ok", "host_cpu_gflops", 40.0, "GFLOP/s")],
+    rid = store.burnin.submitted("n1", job_id="41", level="full", night="2027-01-14", at=T0)
+    assert store.burnin.open_runs()[0].status == "submitted"
+    assert store.burnin.started("n1", job_id="41", group_key="8x H100", at=T0 + 5) == rid
+    store.burnin.record(rid, [BurninValue("host-cpu", "ok", "host_cpu_gflops", 40.0, "GFLOP/s")],
                         at=T0 + 6)
-    store.burnin_finish(rid, "complete", at=T0 + 7)
-    (run,) = store.burnin_latest_runs(T0 - 1)
+    store.burnin.finish(rid, "complete", at=T0 + 7)
+    (run,) = store.burnin.latest_runs(T0 - 1)
     assert (run.status, run.level, run.group_key, run.started, run.finished) == \
         ("complete", "full", "8x H100", T0 + 5, T0 + 7)
-    (s,) = store.burnin_series(T0 - 1)
+    (s,) = store.burnin.series(T0 - 1)
     assert (s.metric, s.last_value, s.last_run_id, s.last_night, s.recent) == \
         ("host_cpu_gflops", 40.0, rid, "2027-01-14", (40.0,))
-    assert store.burnin_open_runs() == []
+    assert store.burnin.open_runs() == []
     assert store.counts()["burnin_results"] == 1
 
 
 def _night(store: Store, night: str, value: float, keep: int = 4) -> None:
-    rid = store.burnin_started("n1", job_id=None, group_key="g", night=night)
-    store.burnin_record(rid, [BurninValue("host-cpu", "ok", "m", value, "u")])
-    store.burnin_finish(rid, "complete", keep_nights=keep)
+    rid = store.burnin.started("n1", job_id=None, group_key="g", night=night)
+    store.burnin.record(rid, [BurninValue("host-cpu", "ok", "m", value, "u")])
+    store.burnin.finish(rid, "complete", keep_nights=keep)
 
 
 def test_series_keeps_one_value_per_night_gaps_and_at_most_keep(store: Store) -> None:
     for i in range(5):
         _night(store, f"2027-01-1{i}", float(i))
     _night(store, "2027-01-14", 9.0)  # a second run the same night replaces its value
-    (s,) = store.burnin_series()
+    (s,) = store.burnin.series()
     assert (s.last_night, s.recent) == ("2027-01-14", (1.0, 2.0, 3.0, 9.0))
     _night(store, "2027-01-16", 5.0)  # a night without a run is nan
     _night(store, "2027-01-12", 7.0)  # an older night finishing late: history only
-    (s,) = store.burnin_series()
+    (s,) = store.burnin.series()
     assert s.last_night == "2027-01-16" and s.recent[:2] == (3.0, 9.0) and s.recent[3] == 5.0
     assert s.recent[2] != s.recent[2]
     _night(store, "2027-02-28", 1.0)  # a long gap forgets the old nights
-    (s,) = store.burnin_series()
+    (s,) = store.burnin.series()
     assert s.recent[-1] == 1.0 and len(s.recent) == 4 and all(v != v for v in s.recent[:-1])
 
 
@@ -82,29 +82,29 @@ def test_partial_and_failed_runs_do_not_touch_the_series(store: Store) -> None:
     _run(store, "n1", 40.0)
     _run(store, "n1", 1.0, status="partial", at=T0 + 100)
     _run(store, "n1", 2.0, status="failed", at=T0 + 200)
-    (s,) = [x for x in store.burnin_series() if x.metric == "host_cpu_gflops"]
+    (s,) = [x for x in store.burnin.series() if x.metric == "host_cpu_gflops"]
     assert s.last_value == 40.0
-    assert store.burnin_latest_runs(T0 - 1)[0].status == "failed"
+    assert store.burnin.latest_runs(T0 - 1)[0].status == "failed"
 
 
 def test_a_run_marked_partial_is_not_revived_by_a_late_worker(store: Store) -> None:
-    rid = store.burnin_submitted("n1", job_id="7", level="quick", night="2027-01-14")
-    store.burnin_mark([rid], status="partial", reason="job 7 ended")
-    store.burnin_finish(rid, "complete")
-    (run,) = store.burnin_latest_runs(0)
+    rid = store.burnin.submitted("n1", job_id="7", level="quick", night="2027-01-14")
+    store.burnin.mark([rid], status="partial", reason="job 7 ended")
+    store.burnin.finish(rid, "complete")
+    (run,) = store.burnin.latest_runs(0)
     assert run.status == "partial" and run.reason == "job 7 ended"
 
 
 def test_bad_input_is_refused_with_the_field(store: Store) -> None:
-    rid = store.burnin_submitted("n1", job_id="1", level="quick", night="2027-01-14")
+    rid = store.burnin.submitted("n1", job_id="1", level="quick", night="2027-01-14")
     with pytest.raises(InputError, match="burn-in night"):
-        store.burnin_submitted("n1", job_id="1", level="quick", night="yesterday")
+        store.burnin.submitted("n1", job_id="1", level="quick", night="yesterday")
     with pytest.raises(InputError, match="burn-in result status"):
-        store.burnin_record(rid, [BurninValue("x", "great")])
+        store.burnin.record(rid, [BurninValue("x", "great")])
     with pytest.raises(InputError, match="burn-in status"):
-        store.burnin_finish(rid, "running")
+        store.burnin.finish(rid, "running")
     with pytest.raises(InputError, match="node"):
-        store.burnin_submitted("bad name;rm", job_id="1", level="quick", night="2027-01-14")
+        store.burnin.submitted("bad name;rm", job_id="1", level="quick", night="2027-01-14")
     assert store.counts()["burnin_results"] == 0
 
 
@@ -112,7 +112,7 @@ def test_history_lists_complete_runs_only(store: Store) -> None:
     _run(store, "n1", 40.0, at=T0)
     _run(store, "n1", 1.0, status="partial", at=T0 + 86400)
     _run(store, "n1", 38.0, at=T0 + 2 * 86400)
-    assert [v for _, v in store.burnin_history("n1", "host_cpu_gflops")] == [40.0, 38.0]
+    assert [v for _, v in store.burnin.history("n1", "host_cpu_gflops")] == [40.0, 38.0]
 
 
 # ----------------------------------------------------------------- `burnin report` (CLI)
@@ -135,7 +135,7 @@ def test_report_cli_table_json_and_plot(tmp_path: Path) -> None:
         _run(store, f"n{i}", 40.0 + 0.1 * i, at=now - 600)
     _run(store, "n8", 10.0, at=now - 600)
     _run(store, "n9", 40.0, at=now - 600, status="failed")
-    store.burnin_mark([store.burnin_latest_runs(0, ["n9"])[0].id], reason="gpu-ecc: GPU 2 broke")
+    store.burnin.mark([store.burnin.latest_runs(0, ["n9"])[0].id], reason="gpu-ecc: GPU 2 broke")
     cfg = _config(tmp_path, cli_url)
     env = sg_env(SLURMGUARD_CONFIG=str(cfg))
     p = run_sg("burnin", "report", "--json", env=env)

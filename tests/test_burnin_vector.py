@@ -190,31 +190,31 @@ def test_sqlite_reader_reads_what_the_store_reads(tmp_path) -> None:
     t0 = 1_800_000_000.0
     for i, node in enumerate(["n2", "n1", "n3"]):
         for day in (13, 14):
-            rid = store.burnin_submitted(node, job_id=f"{i}{day}", level="quick",
+            rid = store.burnin.submitted(node, job_id=f"{i}{day}", level="quick",
                                          night=f"2027-01-{day}", at=t0 + day)
-            store.burnin_started(node, job_id=f"{i}{day}", group_key="g", at=t0 + day)
-            store.burnin_record(rid, [
+            store.burnin.started(node, job_id=f"{i}{day}", group_key="g", at=t0 + day)
+            store.burnin.record(rid, [
                 BurninValue("host-cpu", "ok", "host_cpu_gflops", 40.0 + i / 3, "GFLOP/s"),
                 BurninValue("disk", "ok", "disk_s", 1.5, "s", higher_is_better=False)],
                 at=t0 + day)
             if node != "n3" or day == 13:
-                store.burnin_finish(rid, "complete", at=t0 + day)
+                store.burnin.finish(rid, "complete", at=t0 + day)
     reader = SqliteBurninReader.open({"path": f"{tmp_path}/s.db"})
     assert reader is not None
     for since in (float("-inf"), t0 + 14):
-        assert reader.burnin_latest_runs(since) == store.burnin_latest_runs(since)
-        assert reader.burnin_latest_runs(since, ["n1"]) == store.burnin_latest_runs(since, ["n1"])
-        assert sorted(reader.burnin_series(since, nights=2)) == \
-            sorted(store.burnin_series(since, nights=2))
-        assert sorted(reader.burnin_series_raw(since)) == sorted(store.burnin_series_raw(since))
-    assert reader.burnin_open_runs() == store.burnin_open_runs() != []
+        assert reader.burnin.latest_runs(since) == store.burnin.latest_runs(since)
+        assert reader.burnin.latest_runs(since, ["n1"]) == store.burnin.latest_runs(since, ["n1"])
+        assert sorted(reader.burnin.series(since, nights=2)) == \
+            sorted(store.burnin.series(since, nights=2))
+        assert sorted(reader.burnin.series_raw(since)) == sorted(store.burnin.series_raw(since))
+    assert reader.burnin.open_runs() == store.burnin.open_runs() != []
     # burnin_finish rewrote each node's pack with its series rows
-    assert reader.burnin_packs() == store.burnin_packs()
-    assert sorted(p[0] for p in store.burnin_packs(["n3", "n1"])) == ["n1", "n3"]
-    assert sorted(unpack_packs(store.burnin_packs())) == sorted(
-        (*r[:3], bool(r[3]), *r[4:]) for r in reader.burnin_series_raw())
-    assert len(reader.burnin_series()) == 6
-    for row in reader.burnin_series_raw():  # burnin_finish keeps both forms of the values
+    assert reader.burnin.packs() == store.burnin.packs()
+    assert sorted(p[0] for p in store.burnin.packs(["n3", "n1"])) == ["n1", "n3"]
+    assert sorted(unpack_packs(store.burnin.packs())) == sorted(
+        (*r[:3], bool(r[3]), *r[4:]) for r in reader.burnin.series_raw())
+    assert len(reader.burnin.series()) == 6
+    for row in reader.burnin.series_raw():  # burnin_finish keeps both forms of the values
         text, packed = row[9], row[10]
         assert struct.unpack(f"<{len(packed) // 8}d", packed) == tuple(map(float, text.split()))
         assert len(text.split()) == (2 if row[0] != "n3" else 1)
@@ -234,30 +234,30 @@ def test_sqlite_reader_refuses_a_missing_or_foreign_file(tmp_path) -> None:
 @settings(max_examples=150, deadline=None)
 @given(fleets(), params, st.sampled_from([None, "cpu", "lat"]))
 def test_report_json_lines_equal_the_encoder(fleet, p, metric) -> None:
-    # `report --json` writes each node's line itself (slurmguard/cli/burnin.py, _node_line):
+    # `report --json` writes each node's line itself (slurmguard/burnin/render.py, node_line):
     # the same text as json.dumps of the node's dict, keys sorted, nan/inf/None included.
     import json
 
-    from slurmguard.cli.burnin import _node_json, _node_line
+    from slurmguard.burnin.render import node_json, node_line
 
     runs, rows = fleet
     rows.append(SeriesRow("n0", "lat", "s", False, "A", 100, 0.0, 0.0, "2027-01-14", ()))
     rep = judge(runs, rows, p, groups_of={"n1": "gr\u00fcppe \"x\""})
     names: dict[str, tuple[str, str]] = {}
     for v in rep.nodes.values():
-        want = json.dumps(_node_json(v, rep.units, metric), sort_keys=True, default=str)
-        assert _node_line(v, rep.units, metric, names) == want
+        want = json.dumps(node_json(v, rep.units, metric), sort_keys=True, default=str)
+        assert node_line(v, rep.units, metric, names) == want
 
 
 def test_json_numbers_spell_what_json_spells() -> None:
     import json
 
-    from slurmguard.cli.burnin import _numbers
+    from slurmguard.burnin.render import numbers
 
     xs = [1.5, math.nan, math.inf, -math.inf, None, 3, 1e-05, 0.1 + 0.2, True, -0.0]
-    assert _numbers(xs) == [json.dumps(x) for x in xs]
-    assert _numbers(xs[:-2]) == [json.dumps(x) for x in xs[:-2]]  # the one-repr path
-    assert _numbers([]) == []
+    assert numbers(xs) == [json.dumps(x) for x in xs]
+    assert numbers(xs[:-2]) == [json.dumps(x) for x in xs[:-2]]  # the one-repr path
+    assert numbers([]) == []
 
 
 def test_migrations_fill_recent_f8_and_packs_from_stored_rows(tmp_path) -> None:
@@ -282,11 +282,11 @@ def test_migrations_fill_recent_f8_and_packs_from_stored_rows(tmp_path) -> None:
     assert upgrade(engine, "head") == ("0004", "0006")
     engine.dispose()
     store = Store.open(url=f"sqlite:///{tmp_path}/s.db")
-    raw = store.burnin_series_raw()
+    raw = store.burnin.series_raw()
     got = {(r[0], r[1]): r[10] for r in raw}
     assert got["n1", "a"] == struct.pack("<3d", 1.0, math.nan, 2.5)
     assert got["n1", "b"] == struct.pack("<d", 2.5) and got["n1", "c"] is None
-    assert store.burnin_packs() is None  # n1 has no pack: the report reads burnin_series
+    assert store.burnin.packs() is None  # n1 has no pack: the report reads burnin_series
     with sqlite3.connect(tmp_path / "s.db") as conn:
         packs = conn.execute("SELECT n.name, p.meta, p.nums, p.recent FROM burnin_packs p "
                              "JOIN nodes n ON n.id = p.node_id").fetchall()

@@ -55,7 +55,7 @@ def scontrol(cluster, *args: str) -> None:
 
 
 def events(env, node: str) -> list:
-    return list(reversed(env["store"].events(node=node)))  # oldest first
+    return list(reversed(env["store"].nodes.events(node=node)))  # oldest first
 
 
 def test_drain_then_resume_roundtrip(cluster, env) -> None:
@@ -72,7 +72,7 @@ def test_drain_then_resume_roundtrip(cluster, env) -> None:
 
 def test_resume_refuses_a_lemon_until_forced(cluster, env) -> None:
     store = env["store"]
-    store.set_flags("n2", lemon=True, lemon_reason="3 failures in 1h", lemon_since=time.time())
+    store.nodes.set_flags("n2", lemon=True, lemon_reason="3 failures in 1h", lemon_since=time.time())
     assert cluster.cli().drain("n2", "slurmguard: lemon: 3 failures in 1h")
     r = sg(cluster, env, "resume", "n2")
     assert r.returncode == 7
@@ -86,15 +86,15 @@ def test_resume_refuses_a_lemon_until_forced(cluster, env) -> None:
     assert ("clear", "admin:bob") in ev and ("lemon_cleared", "admin:bob") in ev
     clear = next(e for e in events(env, "n2") if e.kind == "clear")
     assert clear.reason.startswith("forced: lemon") and clear.details["force"] is True
-    summary = store.node_summary(["n2"])[0]
+    summary = store.nodes.summary(["n2"])[0]
     assert not summary.lemon and summary.probation
 
 
 def test_resume_refused_while_still_failing(cluster, env) -> None:
     store = env["store"]
-    store.record_results(make_record("n3", "healthcheck",
-                                     [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")],
-                                     "drain", "slurmguard: gpu-xid: Xid 79"))
+    store.nodes.record_results(make_record("n3", "healthcheck",
+                                           [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")],
+                                           "drain", "slurmguard: gpu-xid: Xid 79"))
     assert cluster.cli().drain("n3", "slurmguard: gpu-xid: Xid 79")
     try:
         r = sg(cluster, env, "resume", "n3")

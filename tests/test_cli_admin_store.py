@@ -33,17 +33,17 @@ def fleet(store_url: str, tmp_path):  # noqa: F811
     now = time.time()
     s = Store.open(url=store_url)
     for i, node in enumerate(["n1", "n2", "n3", "n4", "n5", "n6"]):
-        s.record_results(rec(node, now - 7200 - i, duration=9.0 if node == "n6" else 0.5))
+        s.nodes.record_results(rec(node, now - 7200 - i, duration=9.0 if node == "n6" else 0.5))
     for k in range(4):
-        s.record_results(rec("n2", now - 3000 + k * 60, "gpu-xid"))
-    s.record_results(rec("n3", now - 100, "ib-link"))
+        s.nodes.record_results(rec("n2", now - 3000 + k * 60, "gpu-xid"))
+    s.nodes.record_results(rec("n3", now - 100, "ib-link"))
     for node in ("n4", "n5"):
-        s.record_results(rec(node, now - 50, "fs-mount"))
-    s.set_flags("n2", lemon=True, lemon_reason="4 failures in 1h", lemon_since=now - 2000)
-    s.record_event("n2", "drain", "slurmguard", "slurmguard: lemon: 4 failures in 1h",
-                   source="lemon", at=now - 1900)
-    s.record_event("n1", "drain", "admin:carol", "bios update", source="admin", at=now - 10 * 86400)
-    s.open_alert("fs-mount", "partition:gpu", ["n4", "n5"], "fs-mount failing on 2 nodes of gpu")
+        s.nodes.record_results(rec(node, now - 50, "fs-mount"))
+    s.nodes.set_flags("n2", lemon=True, lemon_reason="4 failures in 1h", lemon_since=now - 2000)
+    s.nodes.record_event("n2", "drain", "slurmguard", "slurmguard: lemon: 4 failures in 1h",
+                         source="lemon", at=now - 1900)
+    s.nodes.record_event("n1", "drain", "admin:carol", "bios update", source="admin", at=now - 10 * 86400)
+    s.nodes.open_alert("fs-mount", "partition:gpu", ["n4", "n5"], "fs-mount failing on 2 nodes of gpu")
     s.close()
     cfg = tmp_path / "sg.toml"
     cfg.write_text(f'[store]\nurl = "{store_url}"\n'

@@ -1,4 +1,4 @@
-"""The CLI's own layout of plain tables (slurmguard/cli/_common.py) is tabulate's "simple"
+"""The CLI's own layout of plain tables (slurmguard/output.py) is tabulate's "simple"
 format, byte for byte; other tables go to tabulate."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tabulate import tabulate
 
-from slurmguard.cli._common import _simple_table, table
+from slurmguard.output import _simple_table, table
 
 text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=12)
 cell = st.one_of(text, st.sampled_from(["", " ", "  x  ", "-", "None"]), st.none(),

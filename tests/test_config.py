@@ -148,3 +148,38 @@ def test_unknown_key_lists_the_valid_keys_of_its_section(tmp_path):
     f.write_text("[hookz]\nbudget = 5\n")
     with pytest.raises(ConfigError, match=r"^hookz: unknown key .*valid keys of the top level: .*hooks"):
         config.load(str(f))
+
+
+# One row per field kind: a value it takes (and what it becomes), and values it refuses with
+# the one-line message naming key, expectation and value (config._coerce's table of kinds).
+_F = config.Field
+COERCE_TABLE = [
+    (config.Str("x"), "abc", "abc", [(1, 'expected a string, got 1')]),
+    (config.AbsPath("/x"), "/usr/bin/x", "/usr/bin/x",
+     [("usr/bin/x", 'expected an absolute path, got "usr/bin/x"'), (3, "expected a string, got 3")]),
+    (config.Choice("a", ["a", "b"]), "b", "b", [("c", 'expected one of a, b, got "c"')]),
+    (config.Int(1, minimum=1), 3, 3, [(True, "expected an integer, got True"),
+                                      (2.5, "expected an integer, got 2.5"),
+                                      (0, "expected a number >= 1, got 0")]),
+    (config.Float(1.0, minimum=0.5), 2, 2.0, [("2", 'expected a number, got "2"'),
+                                              (False, "expected a number, got False"),
+                                              (0, "expected a number >= 0.5, got 0.0")]),
+    (config.Bool(False), True, True, [(1, "expected true or false, got 1")]),
+    (config.StrList([]), ["a"], ["a"], [(["a", 1], "expected a list of strings, got ['a', 1]"),
+                                       ("a", 'expected a list of strings, got "a"')]),
+    (config.IntList([]), [1, 2], [1, 2], [([1, True], "expected a list of integers, got [1, True]")]),
+    (config.Table(), {"a": "b"}, {"a": "b"}, [({"a": 1}, "expected a table of strings, got {'a': 1}")]),
+    (_F("str", "", validate=lambda v: "bad" if v == "no" else None), "yes", "yes",
+     [("no", 'bad, got "no"')]),
+]
+
+
+@pytest.mark.parametrize(("spec", "good", "becomes", "bad"), COERCE_TABLE,
+                         ids=[row[0].kind for row in COERCE_TABLE])
+def test_each_field_kind_takes_its_type_and_names_what_it_refuses(spec, good, becomes, bad):
+    value = config._coerce(spec, good, "a.key", Path("/etc/x.toml"))
+    assert value == becomes and type(value) is type(becomes)
+    for value, message in bad:
+        with pytest.raises(ConfigError) as ei:
+            config._coerce(spec, value, "a.key", Path("/etc/x.toml"))
+        assert str(ei.value) == f"a.key: {message} (in /etc/x.toml)"

@@ -57,11 +57,11 @@ def _fill(url: str) -> None:
     now = time.time()
     ok = [CheckResult("gpu-count", Health.HEALTHY)]
     bad = ok + [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")]
-    s.record_many([make_record("n1", "prolog", ok, "pass", "", started=now - 5),
-                   make_record("n2", "prolog", bad, "drain", "slurmguard: gpu-xid: Xid 79",
+    s.nodes.record_many([make_record("n1", "prolog", ok, "pass", "", started=now - 5),
+                         make_record("n2", "prolog", bad, "drain", "slurmguard: gpu-xid: Xid 79",
                                       started=now - 5),
                    make_record("n3", "prolog", ok, "pass", "", started=now - 5)])
-    s.set_flags("n3", lemon=True, lemon_reason=LEMON)
+    s.nodes.set_flags("n3", lemon=True, lemon_reason=LEMON)
     s.close()
 
 
@@ -150,7 +150,7 @@ def test_prolog_slurmctld_gate_refuses_a_lemon_and_slurm_requeues(slurm_cluster_
     url = new_store(tmp_path, "s.db")
     s = Store.open(url=url)
     for n in ("n1", "n2"):
-        s.set_flags(n, lemon=True, lemon_reason=LEMON)
+        s.nodes.set_flags(n, lemon=True, lemon_reason=LEMON)
     s.close()
     cfg = tmp_path / "sg.toml"
     (tmp_path / "textfile").mkdir()
@@ -177,7 +177,7 @@ exec {" ".join(shlex.quote(a) for a in sg_argv("gate"))}
     assert j.get("JobState") in ("PENDING", "COMPLETED", "RUNNING")
     log = (tmp_path / "gate.log").read_text()
     assert f"job {job}: refused 2 of 2 nodes" in log
-    ev = Store.open(url=url).events(kinds=["drain"])
+    ev = Store.open(url=url).nodes.events(kinds=["drain"])
     assert {e.node for e in ev} == {"n1", "n2"} and all(e.source == "gate" for e in ev)
     assert not cluster.node("n3").drained
     # the controller's textfile (docs/metrics.md): the drains by cause, the refused job

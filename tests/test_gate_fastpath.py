@@ -43,11 +43,11 @@ class Setup:
         now = time.time()
         ok = [CheckResult("gpu-count", Health.HEALTHY)]
         bad = ok + [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")]
-        s.record_many([make_record("n1", "prolog", ok, "pass", "", started=now - 5),
-                       make_record("n2", "prolog", bad, "drain", "slurmguard: gpu-xid: Xid 79",
+        s.nodes.record_many([make_record("n1", "prolog", ok, "pass", "", started=now - 5),
+                             make_record("n2", "prolog", bad, "drain", "slurmguard: gpu-xid: Xid 79",
                                    started=now - 5),
                        make_record("n3", "prolog", ok, "pass", "", started=now - 5)])
-        s.set_flags("n3", lemon=True, lemon_reason=LEMON)
+        s.nodes.set_flags("n3", lemon=True, lemon_reason=LEMON)
         s.close()
         self.sock = d / "run" / "gate.sock"
         self.port = new_port()

@@ -192,24 +192,24 @@ def test_store_fleet_queries(store: Any) -> None:
     rows = [_breakdown("1", now - 10, "gpu", "alice", ("n1", "n2")),
             _breakdown("2", now - 20, "gpu", "bob", ("n2",)),
             _breakdown("3", now - 86400 * 3, "cpu", "bob", ("n3",))]
-    assert store.record_goodput(rows) == 3
-    assert store.record_goodput(rows[:1]) == 1  # replaced, not doubled
-    assert store.goodput_collected(["1", "2", "9"]) == {"1", "2"}
-    (fleet,) = store.goodput_totals(since=now - 86400)
+    assert store.goodput.record(rows) == 3
+    assert store.goodput.record(rows[:1]) == 1  # replaced, not doubled
+    assert store.goodput.collected(["1", "2", "9"]) == {"1", "2"}
+    (fleet,) = store.goodput.totals(since=now - 86400)
     assert fleet[1]["jobs"] == 2 and fleet[1]["parts"]["productive"] == 2 * 81
     assert fleet[1]["allocated_gpu_hours"] == round(200 * 4 / 3600, 4)
-    users = dict(store.goodput_totals(since=now - 86400 * 7, by="user"))
+    users = dict(store.goodput.totals(since=now - 86400 * 7, by="user"))
     assert users["bob"]["jobs"] == 2 and users["alice"]["jobs"] == 1
-    nodes = dict(store.goodput_totals(since=now - 86400, by="node"))
+    nodes = dict(store.goodput.totals(since=now - 86400, by="node"))
     assert nodes["n2"]["jobs"] == 2
     # a job on two nodes splits its GPUs over them: the fleet's GPU-hours are kept
     assert math.isclose(sum(t["allocated_gpu_hours"] for t in nodes.values()),
                         fleet[1]["allocated_gpu_hours"], abs_tol=1e-3)
-    series = store.goodput_series(since=now - 86400 * 7)
+    series = store.goodput.series(since=now - 86400 * 7)
     assert len(series) == 2 and all(set(v) == set(PARTS) for _, v in series)
-    got = store.goodput_job("1")
+    got = store.goodput.job("1")
     assert got["nodes"] == ["n1", "n2"] and got["parts"]["productive"] == 81
-    assert store.goodput_job("nope") is None
+    assert store.goodput.job("nope") is None
 
 
 def test_serve_exposes_goodput_gauges(tmp_path: Path) -> None:
@@ -224,7 +224,7 @@ def test_serve_exposes_goodput_gauges(tmp_path: Path) -> None:
     url = new_store(tmp_path)
     st = Store.open(url=url)
     now = time.time()
-    st.record_goodput([_breakdown("7", now - 60, "gpu", "alice", ("n1", "n2")),
+    st.goodput.record([_breakdown("7", now - 60, "gpu", "alice", ("n1", "n2")),
                        _breakdown("8", now - 120, "gpu", "bob", ("n3",)),
                        _breakdown("9", now - 86400 * 2, "old", "bob", ("n3",))])  # outside 24 h
     st.close()

@@ -55,7 +55,7 @@ site_modules = ["faultsite"]
         assert log.count("not drained: ") == NODES - 1, log
         store = Store.open(url=url)
         try:
-            alerts = store.alerts()
+            alerts = store.nodes.alerts()
             assert len(alerts) == 1, alerts
             assert alerts[0].cause == "fault-value"
         finally:

@@ -59,7 +59,7 @@ def test_deliver_sends_and_ingest_is_exactly_once(setup) -> None:
     assert status == 200 and ans["stored"] == [] and ans["duplicate"] == [r["id"], r["id"]]
     store = Store.open(url=url)
     assert store.counts()["runs"] == 1
-    (s,) = store.node_summary(["n1"])
+    (s,) = store.nodes.summary(["n1"])
     assert s.failing_checks == ("gpu-xid",)
     store.close()
     h = serve.healthz()

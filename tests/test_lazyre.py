@@ -10,14 +10,15 @@ from hypothesis import strategies as st
 from slurmguard.adapters import kmsg
 from slurmguard.checks import xid, xid_table
 from slurmguard.lazyre import LazyPattern
+from slurmguard.sources import xidline
 
 # Every lazy pattern of the hook path, with the plain compiled pattern it must equal.
-PATTERNS = [v for mod in (kmsg, xid, xid_table) for v in vars(mod).values()
+PATTERNS = [v for mod in (kmsg, xid, xid_table, xidline) for v in vars(mod).values()
             if isinstance(v, LazyPattern)]
 
 
 def test_the_hook_path_patterns_are_lazy():
-    assert len(PATTERNS) >= 19  # kmsg 8, xid 5, xid_table 6
+    assert len(PATTERNS) >= 19  # kmsg 8, xid + xidline 5, xid_table 6
 
 
 @given(st.sampled_from(PATTERNS), st.text(alphabet="NVRM: Xid(PCI0a-f:.,)= 0123456789kernel[]<>-T",

@@ -218,7 +218,7 @@ textfile_dir = "{tdir}"
 
     gurl = new_store(tmp_path, "gate.db")
     st = Store.open(url=gurl)
-    st.set_flags("n1", lemon=True, lemon_reason="slurmguard: lemon: 3 failures in 1h (gpu-xid)")
+    st.nodes.set_flags("n1", lemon=True, lemon_reason="slurmguard: lemon: 3 failures in 1h (gpu-xid)")
     st.close()
     gcfg = tmp_path / "gate.toml"
     gcfg.write_text(f'[store]\nurl = "{gurl}"\n[gate]\ndrain = false\n'
@@ -271,7 +271,7 @@ def test_store_outage_leaves_the_fleet_gauges_out_but_the_scrape_answers(tmp_pat
 
     url = new_store(tmp_path)
     store = Store.open(url=url)
-    store.set_flags("n1", lemon=True)
+    store.nodes.set_flags("n1", lemon=True)
     m = ServeMetrics(cache_seconds=0)
     add_store_gauges(m, store)
     smp = samples(m.exposition().decode())

@@ -72,7 +72,7 @@ def test_lemon_is_drained_again_after_a_plain_undrain(slurm_cluster_factory, tmp
                 assert cli.undrain("n1")
                 assert delivery.deliver(_rec("n1", "healthcheck", None, "undrained"), cfg) == "sent"
         store = Store.open(url=url)
-        (s,) = _wait(lambda: [x for x in store.node_summary(["n1"]) if x.lemon], what="lemon flag")
+        (s,) = _wait(lambda: [x for x in store.nodes.summary(["n1"]) if x.lemon], what="lemon flag")
         assert s.lemon_reason == LEMON and s.burnin_required
         # The node is still drained for gpu-xid (ours): serve leaves that drain as it is.
         assert cluster.node("n1").reason == "slurmguard: gpu-xid: broken"
@@ -82,7 +82,7 @@ def test_lemon_is_drained_again_after_a_plain_undrain(slurm_cluster_factory, tmp
         info = cluster.wait_node("n1", lambda n: n.drained, timeout=30, what="drained again")
         redrain = time.monotonic() - t0
         assert info.reason == LEMON, info
-        ev = store.events(node="n1", kinds=["drain"])
+        ev = store.nodes.events(node="n1", kinds=["drain"])
         assert ev[0].reason == LEMON and ev[0].who == "slurmguard" and ev[0].details["via"] == "policy"
         # The nodes' own drains are in the ledger too (from the records' "applied").
         assert sum(1 for e in ev if e.reason == "slurmguard: gpu-xid: broken") == 3
@@ -100,13 +100,13 @@ def test_lemon_is_drained_again_after_a_plain_undrain(slurm_cluster_factory, tmp
         assert not info.drained
         time.sleep(2.5)  # two policy passes: no re-drain
         assert not cluster.node("n1").drained
-        kinds = {(e.kind, e.who) for e in store.events(node="n1")}
+        kinds = {(e.kind, e.who) for e in store.nodes.events(node="n1")}
         assert ("lemon_cleared", "admin:alice") in kinds and ("probation_start", "admin:alice") in kinds
         for j in range(3):
             assert delivery.deliver(_rec("n1", "epilog", None, "none", str(100 + j)), cfg) == "sent"
         cluster.wait_node("n1", lambda n: "sg_probation" not in n.features, timeout=30,
                           what="probation feature removed")
-        (s,) = store.node_summary(["n1"])
+        (s,) = store.nodes.summary(["n1"])
         assert not s.probation and s.probation_passes == 3
         store.close()
         print(f"lemon re-drained {redrain:.1f} s after the admin's undrain")
@@ -139,12 +139,12 @@ def test_twenty_nodes_failing_fs_mount_drain_at_most_the_cap(slurm_cluster_facto
         drained = [(n.name, n.reason) for n in cli.nodes() if n.drained]
         assert len(drained) == 2 == applied.count("drained"), (drained, applied)
         store = Store.open(url=url)
-        alerts = store.alerts()
+        alerts = store.nodes.alerts()
         assert len(alerts) == 1, alerts
         (a,) = alerts
         assert a.cause == "fs-mount" and a.scope == "partition:gpu" and a.count == 20
         assert "fs-mount failing on" in a.message and "shared cause" in a.message
-        assert len(store.events(kinds=["drain_refused"])) == 18
+        assert len(store.nodes.events(kinds=["drain_refused"])) == 18
         # Later policy passes do not drain more for the same cause.
         time.sleep(1.5)
         assert len([n for n in cli.nodes() if n.drained]) == 2

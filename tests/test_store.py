@@ -40,66 +40,66 @@ def store(store_url: str):  # noqa: F811
 
 def test_record_is_stored_exactly_once(store: Store) -> None:
     r = rec("n1", T0, "gpu-xid")
-    assert store.record_results(r) is True
-    assert store.record_results(r) is False
+    assert store.nodes.record_results(r) is True
+    assert store.nodes.record_results(r) is False
     r2 = rec("n1", T0 + 1)
-    assert store.record_many([r, r2, r2]) == [r2["id"]]
+    assert store.nodes.record_many([r, r2, r2]) == [r2["id"]]
     c = store.counts()
     assert c["runs"] == 2 and c["nodes"] == 1 and c["results"] == 3
 
 
 def test_node_view_follows_newest_run_not_replayed_old_ones(store: Store) -> None:
-    store.record_results(rec("n1", T0 + 100))
-    store.record_results(rec("n1", T0, "fs-mount"))  # an old record replayed from a spool
-    (s,) = store.node_summary(["n1"], now=T0 + 200)
+    store.nodes.record_results(rec("n1", T0 + 100))
+    store.nodes.record_results(rec("n1", T0, "fs-mount"))  # an old record replayed from a spool
+    (s,) = store.nodes.summary(["n1"], now=T0 + 200)
     assert s.last_health == "healthy" and s.last_seen == T0 + 100
     assert s.failing_checks == () and s.failures == 1
-    store.record_results(rec("n1", T0 + 150, "fs-mount", "gpu-xid"))
-    (s,) = store.node_summary(["n1"], now=T0 + 200)
+    store.nodes.record_results(rec("n1", T0 + 150, "fs-mount", "gpu-xid"))
+    (s,) = store.nodes.summary(["n1"], now=T0 + 200)
     assert s.last_health == "unhealthy" and s.failing_checks == ("fs-mount", "gpu-xid")
     assert s.failures == 2 and s.last_reason == "slurmguard: fs-mount: broke"
 
 
 def test_checker_errors_are_not_failures(store: Store) -> None:
-    store.record_results(rec("n1", T0, errors=("gpu-ecc",)))
-    (s,) = store.node_summary(["n1"], now=T0 + 1)
+    store.nodes.record_results(rec("n1", T0, errors=("gpu-ecc",)))
+    (s,) = store.nodes.summary(["n1"], now=T0 + 1)
     assert s.last_health == "healthy" and s.failures == 0
-    store.record_results(make_record("n2", "prolog", [CheckResult("x", Health.ERROR, "boom")],
-                                     "checker-error", "", started=T0))
-    (s,) = store.node_summary(["n2"], now=T0 + 1)
+    store.nodes.record_results(make_record("n2", "prolog", [CheckResult("x", Health.ERROR, "boom")],
+                                           "checker-error", "", started=T0))
+    (s,) = store.nodes.summary(["n2"], now=T0 + 1)
     assert s.last_health == "error" and s.failures == 0
-    assert store.lemon_candidates(PolicyParams(window=10, lemon_failures=1), now=T0 + 1) == []
+    assert store.nodes.lemon_candidates(PolicyParams(window=10, lemon_failures=1), now=T0 + 1) == []
 
 
 def test_events_ledger_with_actors(store: Store) -> None:
-    store.record_event("n1", "drain", "slurmguard", "slurmguard: gpu-xid: xid 79",
-                       source="gpu-xid", at=T0)
-    store.record_event("n1", "clear", "admin:alice", "fixed", at=T0 + 10)
-    store.record_event("n2", "state_change", "kubernetes", "NotReady", at=T0 + 20)
-    store.record_event("n2", "drain", "slurm", "Not responding", at=T0 + 30)
-    ev = store.events(since=T0)
+    store.nodes.record_event("n1", "drain", "slurmguard", "slurmguard: gpu-xid: xid 79",
+                             source="gpu-xid", at=T0)
+    store.nodes.record_event("n1", "clear", "admin:alice", "fixed", at=T0 + 10)
+    store.nodes.record_event("n2", "state_change", "kubernetes", "NotReady", at=T0 + 20)
+    store.nodes.record_event("n2", "drain", "slurm", "Not responding", at=T0 + 30)
+    ev = store.nodes.events(since=T0)
     assert [(e.node, e.kind, e.who) for e in ev] == [
         ("n2", "drain", "slurm"), ("n2", "state_change", "kubernetes"),
         ("n1", "clear", "admin:alice"), ("n1", "drain", "slurmguard")]
-    assert [e.kind for e in store.events(node="n1", kinds=["clear"])] == ["clear"]
-    assert store.events(since=T0 + 25)[0].reason == "Not responding"
+    assert [e.kind for e in store.nodes.events(node="n1", kinds=["clear"])] == ["clear"]
+    assert store.nodes.events(since=T0 + 25)[0].reason == "Not responding"
     with pytest.raises(InputError, match="actor"):
-        store.record_event("n1", "drain", "root", "x")
+        store.nodes.record_event("n1", "drain", "root", "x")
     with pytest.raises(InputError, match="event kind"):
-        store.record_event("n1", "explode", "slurmguard", "x")
+        store.nodes.record_event("n1", "explode", "slurmguard", "x")
     with pytest.raises(InputError, match="node"):
-        store.record_event("n1;rm -rf", "drain", "slurmguard", "x")
+        store.nodes.record_event("n1;rm -rf", "drain", "slurmguard", "x")
 
 
 def test_history_merges_results_and_events_newest_first(store: Store) -> None:
-    store.record_results(rec("n1", T0, "gpu-xid"))
-    store.record_event("n1", "drain", "slurmguard", "slurmguard: gpu-xid: x", at=T0 + 1)
-    store.record_results(rec("n1", T0 + 2))
-    h = store.history("n1")
+    store.nodes.record_results(rec("n1", T0, "gpu-xid"))
+    store.nodes.record_event("n1", "drain", "slurmguard", "slurmguard: gpu-xid: x", at=T0 + 1)
+    store.nodes.record_results(rec("n1", T0 + 2))
+    h = store.nodes.history("n1")
     assert [(i.kind, i.health) for i in h] == [("result", "healthy"), ("drain", ""),
                                               ("result", "unhealthy")]
     assert h[2].checks == ("gpu-xid",) and h[1].actor == "slurmguard"
-    assert store.history("nope") == []
+    assert store.nodes.history("nope") == []
 
 
 def test_lemon_candidates_are_the_policy_verdict_and_drain_history_sql_runs(store: Store) -> None:
@@ -108,71 +108,71 @@ def test_lemon_candidates_are_the_policy_verdict_and_drain_history_sql_runs(stor
     from sqlalchemy import text
 
     for i in range(3):
-        store.record_results(rec("bad", T0 + i * 60, "gpu-xid"))
-    store.record_results(rec("ok", T0, "gpu-xid"))
-    store.record_results(rec("ok", T0 + 60))
+        store.nodes.record_results(rec("bad", T0 + i * 60, "gpu-xid"))
+    store.nodes.record_results(rec("ok", T0, "gpu-xid"))
+    store.nodes.record_results(rec("ok", T0 + 60))
     now = T0 + 600
     # The thresholds are the policy's (policy/params.py), and the verdict is lemon_verdict's.
-    assert store.lemon_candidates(now=now) == [("bad", "slurmguard: lemon: 3 failures in 1h (gpu-xid)")]
+    assert store.nodes.lemon_candidates(now=now) == [("bad", "slurmguard: lemon: 3 failures in 1h (gpu-xid)")]
     p = PolicyParams(lemon_failures=4)
-    views = store.policy_views(["bad", "ok"], window=p.window, now=now)
+    views = store.nodes.policy_views(["bad", "ok"], window=p.window, now=now)
     assert lemon_verdict(views["bad"], now, p) is None
-    assert store.lemon_candidates(p, now=now) == []
-    assert store.lemon_candidates(PolicyParams(lemon_failures=1), now=now) == [
+    assert store.nodes.lemon_candidates(p, now=now) == []
+    assert store.nodes.lemon_candidates(PolicyParams(lemon_failures=1), now=now) == [
         ("bad", "slurmguard: lemon: 3 failures in 1h (gpu-xid)"),
         ("ok", "slurmguard: lemon: 1 failures in 1h (gpu-xid)")]
-    store.set_flags("bad", lemon=True, lemon_reason="x")
-    assert store.lemon_candidates(now=now) == []  # already marked: not a candidate
+    store.nodes.set_flags("bad", lemon=True, lemon_reason="x")
+    assert store.nodes.lemon_candidates(now=now) == []  # already marked: not a candidate
     hist = (Path(__file__).resolve().parents[1] / "sql" / "drain_history.sql").read_text()
-    store.record_event("bad", "drain", "admin:bob", "flaky", at=T0)
+    store.nodes.record_event("bad", "drain", "admin:bob", "flaky", at=T0)
     with store.engine.connect() as conn:
         rows = conn.execute(text(hist), {"since": T0 - 1}).all()
     assert [(r[1], r[2], r[3], r[4]) for r in rows] == [("bad", "drain", "admin", "bob")]
 
 
 def test_probation_counts_passing_jobs(store: Store) -> None:
-    store.record_results(rec("n1", T0))
-    store.return_node("n1", "admin:alice", "replaced GPU", at=T0 + 1)
-    store.record_results(rec("n1", T0 + 2, hook="epilog", job="11"))
-    store.record_results(rec("n1", T0 + 3, hook="prolog", job="12"))  # not a finished job
-    store.record_results(rec("n1", T0 + 4, "gpu-xid", hook="epilog", job="12"))  # failed
-    store.record_results(rec("n1", T0 + 5, hook="epilog", job="13"))
-    (s,) = store.node_summary(["n1"])
+    store.nodes.record_results(rec("n1", T0))
+    store.nodes.return_node("n1", "admin:alice", "replaced GPU", at=T0 + 1)
+    store.nodes.record_results(rec("n1", T0 + 2, hook="epilog", job="11"))
+    store.nodes.record_results(rec("n1", T0 + 3, hook="prolog", job="12"))  # not a finished job
+    store.nodes.record_results(rec("n1", T0 + 4, "gpu-xid", hook="epilog", job="12"))  # failed
+    store.nodes.record_results(rec("n1", T0 + 5, hook="epilog", job="13"))
+    (s,) = store.nodes.summary(["n1"])
     assert s.probation and s.probation_passes == 2
-    assert [e.who for e in store.events(kinds=["probation_start"])] == ["admin:alice"]
+    assert [e.who for e in store.nodes.events(kinds=["probation_start"])] == ["admin:alice"]
 
 
 def test_return_of_a_lemon_is_recorded_with_the_admin(store: Store) -> None:
-    store.set_flags("n1", lemon=True, lemon_reason="lemon: 3 failures in 1h (gpu-xid)",
-                    lemon_since=T0, burnin_required=True)
-    (s,) = store.node_summary(["n1"])
+    store.nodes.set_flags("n1", lemon=True, lemon_reason="lemon: 3 failures in 1h (gpu-xid)",
+                          lemon_since=T0, burnin_required=True)
+    (s,) = store.nodes.summary(["n1"])
     assert s.lemon and s.burnin_required
-    store.return_node("n1", "admin:carol", "resume --force", at=T0 + 5)
-    (s,) = store.node_summary(["n1"])
+    store.nodes.return_node("n1", "admin:carol", "resume --force", at=T0 + 5)
+    (s,) = store.nodes.summary(["n1"])
     assert not s.lemon and not s.burnin_required and s.probation
-    kinds = [(e.kind, e.who) for e in store.events()]
+    kinds = [(e.kind, e.who) for e in store.nodes.events()]
     assert ("lemon_cleared", "admin:carol") in kinds
 
 
 def test_one_fleet_alert_per_cause_and_scope(store: Store) -> None:
-    a, created = store.open_alert("fs-mount", "partition:gpu", ["n1", "n2"], "m", now=T0)
+    a, created = store.nodes.open_alert("fs-mount", "partition:gpu", ["n1", "n2"], "m", now=T0)
     assert created and a.nodes == "n[1-2]" and a.count == 2
-    b, created = store.open_alert("fs-mount", "partition:gpu", ["n3", "n2"], "m2", now=T0 + 5)
+    b, created = store.nodes.open_alert("fs-mount", "partition:gpu", ["n3", "n2"], "m2", now=T0 + 5)
     assert not created and b.id == a.id and b.nodes == "n[1-3]" and b.count == 3
-    c, created = store.open_alert("gpu-xid", "partition:gpu", ["n1"], "m", now=T0 + 5)
+    c, created = store.nodes.open_alert("gpu-xid", "partition:gpu", ["n1"], "m", now=T0 + 5)
     assert created and c.id != a.id
-    assert {x.cause for x in store.alerts()} == {"fs-mount", "gpu-xid"}
-    store.close_alert(a.id, now=T0 + 6)
-    assert [x.cause for x in store.alerts()] == ["gpu-xid"]
+    assert {x.cause for x in store.nodes.alerts()} == {"fs-mount", "gpu-xid"}
+    store.nodes.close_alert(a.id, now=T0 + 6)
+    assert [x.cause for x in store.nodes.alerts()] == ["gpu-xid"]
 
 
 def test_policy_view_counts_foreign_drains_only(store: Store) -> None:
-    store.record_results(rec("n1", T0, "gpu-xid"))
-    store.record_results(rec("n1", T0 + 10, errors=("gpu-ecc",)))
-    store.record_event("n1", "drain", "slurmguard", "x", at=T0 + 1)
-    store.record_event("n1", "drain", "admin:alice", "x", at=T0 + 2)
-    store.record_event("n1", "drain", "kubernetes", "x", at=T0 - 7200)  # outside the window
-    v = store.policy_views(["n1", "unknown"], window=3600, now=T0 + 60)
+    store.nodes.record_results(rec("n1", T0, "gpu-xid"))
+    store.nodes.record_results(rec("n1", T0 + 10, errors=("gpu-ecc",)))
+    store.nodes.record_event("n1", "drain", "slurmguard", "x", at=T0 + 1)
+    store.nodes.record_event("n1", "drain", "admin:alice", "x", at=T0 + 2)
+    store.nodes.record_event("n1", "drain", "kubernetes", "x", at=T0 - 7200)  # outside the window
+    v = store.nodes.policy_views(["n1", "unknown"], window=3600, now=T0 + 60)
     assert set(v) == {"n1"}
     assert v["n1"].foreign_drains == (T0 + 2,)
     assert [(s.health, s.checks) for s in v["n1"].samples] == [("unhealthy", ("gpu-xid",)),
@@ -183,20 +183,20 @@ def test_bad_record_is_refused_naming_the_field(store: Store) -> None:
     r = rec("n1", T0)
     r["results"][0]["health"] = "sick"
     with pytest.raises(InputError, match=r"record.results\[0\].health"):
-        store.record_results(r)
+        store.nodes.record_results(r)
     r = rec("n1", T0)
     r["started"] = "yesterday"
     with pytest.raises(InputError, match="record.started"):
-        store.record_many([rec("n2", T0), r])
+        store.nodes.record_many([rec("n2", T0), r])
     assert store.counts()["runs"] == 0  # nothing of a bad batch is stored
 
 
 def test_many_nodes_in_one_batch(store: Store) -> None:
     batch = [rec(f"gpu{i:04d}", T0 + i, *(("fs-mount",) if i % 2 else ())) for i in range(1200)]
-    assert len(store.record_many(batch)) == 1200
-    assert len(store.node_summary()) == 1200
-    assert len(store.node_summary([f"gpu{i:04d}" for i in range(0, 1200, 2)])) == 600
-    assert store.fleet_failure_rate(window=10_000, now=T0 + 1200) == (600, 1200)
+    assert len(store.nodes.record_many(batch)) == 1200
+    assert len(store.nodes.summary()) == 1200
+    assert len(store.nodes.summary([f"gpu{i:04d}" for i in range(0, 1200, 2)])) == 600
+    assert store.nodes.fleet_failure_rate(window=10_000, now=T0 + 1200) == (600, 1200)
 
 
 def test_newer_schema_is_refused(store_url: str) -> None:  # noqa: F811

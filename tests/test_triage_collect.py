@@ -228,10 +228,10 @@ def test_recent_results_from_the_store(node_env, tmp_path) -> None:
     url = f"sqlite:///{tmp_path}/sg.db"
     upgrade(make_engine({"url": url}))
     store = Store.open(url=url)
-    store.record_results(make_record("n1", "healthcheck",
-                                     [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")],
-                                     "drain", "slurmguard: gpu-xid: Xid 79"))
-    store.record_event("n1", "drain", "admin:alice", "checking", source="admin")
+    store.nodes.record_results(make_record("n1", "healthcheck",
+                                           [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")],
+                                           "drain", "slurmguard: gpu-xid: Xid 79"))
+    store.nodes.record_event("n1", "drain", "admin:alice", "checking", source="admin")
     store.close()
     cfg = tmp_path / "with-store.toml"
     text = node_env["cfg"].read_text().replace("[triage.host_map]", f'[store]\nurl = "{url}"\n'

@@ -25,10 +25,13 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmguard.errors import SlurmguardError, Unsupported
 from slurmguard.sources.nvml import GpuInfo, NvmlSnapshot, normalize_bus_id
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 # NVML return codes (nvml.h); pynvml exposes the same numbers, but this module must be
 # importable without pynvml (the hook path binds NVML itself, adapters/nvml_lib.py).
@@ -112,7 +115,7 @@ def _open(path: str) -> Any:
         raise Unsupported("NVML library not found") from None
 
 
-def gather(cfg: Any, ctx: Any) -> NvmlSnapshot:
+def gather(cfg: Config, ctx: Any) -> NvmlSnapshot:
     """Read every GPU once through NVML (see the module docstring for error handling)."""
     t0 = time.monotonic()
     nv = _open(str(cfg["checks.gpu.nvml_library"] or ""))

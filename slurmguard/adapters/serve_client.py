@@ -9,9 +9,12 @@ timeout; an unreachable serve, a non-200 answer or an unreadable token raise
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmguard import __version__
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 
 class DeliveryError(Exception):
@@ -38,7 +41,7 @@ def post_records(url: str, token: str, records: list[dict[str, Any]], timeout: f
     return post_json(url, token, {"records": records}, timeout)
 
 
-def drain_permit(node: str, check: str, reason: str, cfg: Any) -> tuple[bool, str]:
+def drain_permit(node: str, check: str, reason: str, cfg: Config) -> tuple[bool, str]:
     """Ask serve whether this node may drain itself now (the blast-radius guard).
 
     Returns (allowed, why). Fails open: when serve is not configured or cannot be reached in

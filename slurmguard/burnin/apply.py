@@ -22,11 +22,14 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmguard.burnin.stats import StatParams
 from slurmguard.burnin.verdict import REASON_PREFIX, NodeVerdict, Report, judge
 from slurmguard.errors import SlurmguardError
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 log = logging.getLogger("slurmguard.burnin")
 ACTOR = "slurmguard"
@@ -42,11 +45,11 @@ class Outcome:
         return {"node": self.node, "action": self.action, "detail": self.detail}
 
 
-def stat_params(cfg: Any) -> StatParams:
+def stat_params(cfg: Config) -> StatParams:
     return StatParams.from_section(cfg.section("burnin"))
 
 
-def config_groups(cfg: Any, nodes: Iterable[str]) -> dict[str, str]:
+def config_groups(cfg: Config, nodes: Iterable[str]) -> dict[str, str]:
     """Node -> configured group name (``[burnin.groups]``; the first matching wins)."""
     groups = cfg["burnin.groups"] or {}
     if not groups:
@@ -68,7 +71,7 @@ def vanished(store: Any, slurm: Any) -> list[tuple[Any, str]]:
     """Open runs whose job Slurm no longer runs: (run, why). A Slurm failure: none."""
     from slurmguard.adapters.slurm.burnin import LIVE_STATES, job_states
 
-    runs = store.burnin_open_runs()
+    runs = store.burnin.open_runs()
     if not runs:
         return []
     states = job_states(slurm)
@@ -95,7 +98,7 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def build(cfg: Any, store: Any, since: float, *, nodes: Iterable[str] | None = None,
+def build(cfg: Config, store: Any, since: float, *, nodes: Iterable[str] | None = None,
           slurm: Any = None, mark_vanished: bool = False) -> tuple[Report, dict[str, Any]]:
     """The report over each node's latest run since ``since`` (and those runs by node).
 
@@ -105,7 +108,7 @@ def build(cfg: Any, store: Any, since: float, *, nodes: Iterable[str] | None = N
         return _build(cfg, store, since, nodes=nodes, slurm=slurm, mark_vanished=mark_vanished)
 
 
-def _build(cfg: Any, store: Any, since: float, *, nodes: Iterable[str] | None,
+def _build(cfg: Config, store: Any, since: float, *, nodes: Iterable[str] | None,
            slurm: Any, mark_vanished: bool) -> tuple[Report, dict[str, Any]]:
     gone: dict[int, str] = {}
     if slurm is not None:
@@ -115,9 +118,9 @@ def _build(cfg: Any, store: Any, since: float, *, nodes: Iterable[str] | None,
             log.warning("burn-in: cannot ask Slurm for job states: %s", exc)
         if gone and mark_vanished:
             for rid, why in gone.items():
-                store.burnin_mark([rid], status="partial", reason=why)
+                store.burnin.mark([rid], status="partial", reason=why)
     names = None if nodes is None else list(nodes)
-    runs = store.burnin_latest_runs(since, names)
+    runs = store.burnin.latest_runs(since, names)
     if gone:
         runs = [r._replace(status="partial", reason=gone[r.id]) if r.id in gone else r
                 for r in runs]
@@ -132,12 +135,12 @@ def _build(cfg: Any, store: Any, since: float, *, nodes: Iterable[str] | None,
     from slurmguard.burnin.vector import judge_packs, judge_rows
 
     report = None
-    packs = store.burnin_packs(names)
+    packs = store.burnin.packs(names)
     if packs is not None:
         report = judge_packs(runs, packs, params, since=since, groups_of=groups_of,
                              drain_degrading=drain_degrading)
     if report is None:
-        raw = store.burnin_series_raw(since, names)
+        raw = store.burnin.series_raw(since, names)
         report = judge_rows(runs, raw, params, groups_of=groups_of,
                             drain_degrading=drain_degrading)
     if report is None:
@@ -149,7 +152,7 @@ def _build(cfg: Any, store: Any, since: float, *, nodes: Iterable[str] | None,
     return report, by_node
 
 
-def _scopes(cfg: Any, infos: Mapping[str, Any]) -> dict[str, frozenset[str]]:
+def _scopes(cfg: Config, infos: Mapping[str, Any]) -> dict[str, frozenset[str]]:
     from slurmguard.policy.blast import scopes
 
     return scopes({i.name: i.partitions for i in infos.values()}, cfg["policy.groups"] or {},
@@ -164,7 +167,7 @@ def _cause(v: NodeVerdict) -> str:
     return ("burnin-" + (v.metric or "straggler"))[:64]
 
 
-def apply(cfg: Any, store: Any, report: Report, runs: Mapping[str, Any], slurm: Any,
+def apply(cfg: Config, store: Any, report: Report, runs: Mapping[str, Any], slurm: Any,
           *, now: float | None = None) -> list[Outcome]:
     """Carry out the report's verdicts (see the module doc). Returns one outcome per action."""
     from slurmguard.policy.blast import DrainRequest, guard
@@ -173,7 +176,7 @@ def apply(cfg: Any, store: Any, report: Report, runs: Mapping[str, Any], slurm: 
     now = time.time() if now is None else now
     params = PolicyParams.from_section(cfg.section("policy"))
     infos = {n.name: n for n in slurm.nodes()}
-    summaries = {s.name: s for s in store.node_summary(list(report.nodes))}
+    summaries = {s.name: s for s in store.nodes.summary(list(report.nodes))}
     out: list[Outcome] = []
     todo = {n: v for n, v in report.nodes.items()
             if runs[n].verdict is None and v.verdict not in ("pending",)}
@@ -191,13 +194,13 @@ def apply(cfg: Any, store: Any, report: Report, runs: Mapping[str, Any], slurm: 
             out.append(Outcome(n, "none", f"already drained: {info.reason}"))
         else:
             requests.append(DrainRequest(n, _cause(v), v.reason))
-    recent = store.drained_by_us_since(now - params.blast_window)
+    recent = store.nodes.drained_by_us_since(now - params.blast_window)
     allowed, refusals = guard(requests, recent, _scopes(cfg, infos), params)
     for r in allowed:
         try:
             if slurm.drain(r.node, r.reason):
-                store.record_event(r.node, "drain", ACTOR, r.reason, source=r.cause, at=now,
-                                   details={"via": "burnin", "run": runs[r.node].id})
+                store.nodes.record_event(r.node, "drain", ACTOR, r.reason, source=r.cause, at=now,
+                                         details={"via": "burnin", "run": runs[r.node].id})
                 out.append(Outcome(r.node, "drained", r.reason))
             else:
                 out.append(Outcome(r.node, "none", "not drained (state changed)"))
@@ -205,12 +208,12 @@ def apply(cfg: Any, store: Any, report: Report, runs: Mapping[str, Any], slurm: 
             out.append(Outcome(r.node, "error", f"drain failed: {exc.message}"))
     for a in refusals:
         if a.kind == "refuse":
-            store.record_event(a.node, "drain_refused", ACTOR, a.reason, source=a.source,
-                               at=now, details={"scope": a.scope, "via": "burnin"})
+            store.nodes.record_event(a.node, "drain_refused", ACTOR, a.reason, source=a.source,
+                                     at=now, details={"scope": a.scope, "via": "burnin"})
             out.append(Outcome(a.node, "refused", f"blast-radius guard ({a.scope})"))
         elif a.kind == "alert":
-            store.open_alert(a.source, a.scope, a.nodes, a.reason, now=now,
-                             window=params.blast_window)
+            store.nodes.open_alert(a.source, a.scope, a.nodes, a.reason, now=now,
+                                   window=params.blast_window)
             log.error("fleet alert: %s", a.reason)
     for n, v in sorted(todo.items()):
         s = summaries.get(n)
@@ -223,7 +226,7 @@ def apply(cfg: Any, store: Any, report: Report, runs: Mapping[str, Any], slurm: 
             out.append(_restore(store, slurm, n, info, v, now))
     for n, v in todo.items():
         if v.verdict in ("failed", "flagged", "pass", "no_verdict", "degrading", "partial"):
-            store.burnin_mark([runs[n].id], verdict=v.verdict, at=now)
+            store.burnin.mark([runs[n].id], verdict=v.verdict, at=now)
     out += _cleanup_reservations(store, slurm, runs)
     return out
 
@@ -250,10 +253,10 @@ def _record_runs(store: Any, todo: Mapping[str, NodeVerdict], runs: Mapping[str,
                                               "metric": v.metric}}],
                      "slurmguard_version": __version__})
     if recs:
-        store.record_many(recs)
+        store.nodes.record_many(recs)
 
 
-def _return(cfg: Any, store: Any, slurm: Any, node: str, info: Any, s: Any, now: float) -> Outcome:
+def _return(cfg: Config, store: Any, slurm: Any, node: str, info: Any, s: Any, now: float) -> Outcome:
     """A node awaiting burn-in passed: UNDRAIN (ours only), clear flags, end probation."""
     detail = []
     if info is not None and info.drained:
@@ -261,12 +264,12 @@ def _return(cfg: Any, store: Any, slurm: Any, node: str, info: Any, s: Any, now:
             return Outcome(node, "none", f"passed, but drained by someone else: {info.reason}")
         try:
             if slurm.undrain(node):
-                store.record_event(node, "clear", ACTOR, "burn-in passed", source="burnin", at=now)
+                store.nodes.record_event(node, "clear", ACTOR, "burn-in passed", source="burnin", at=now)
                 detail.append("undrained")
         except SlurmguardError as exc:
             return Outcome(node, "error", f"undrain failed: {exc.message}")
     if s.lemon:
-        store.record_event(node, "lemon_cleared", ACTOR, "burn-in passed", source="burnin", at=now)
+        store.nodes.record_event(node, "lemon_cleared", ACTOR, "burn-in passed", source="burnin", at=now)
         detail.append("lemon cleared")
     if s.probation:
         if info is not None and str(cfg["policy.probation_mark"]) == "feature":
@@ -276,10 +279,10 @@ def _return(cfg: Any, store: Any, slurm: Any, node: str, info: Any, s: Any, now:
                 slurm_marks.set_feature(slurm, info, str(cfg["policy.probation_feature"]), False)
             except SlurmguardError as exc:
                 log.warning("burn-in: %s: cannot remove the probation feature: %s", node, exc)
-        store.record_event(node, "probation_end", ACTOR, "burn-in passed", source="burnin", at=now)
+        store.nodes.record_event(node, "probation_end", ACTOR, "burn-in passed", source="burnin", at=now)
         detail.append("probation ended")
-    store.set_flags(node, lemon=False, lemon_reason=None, lemon_since=None,
-                    burnin_required=False, probation=False, probation_since=None)
+    store.nodes.set_flags(node, lemon=False, lemon_reason=None, lemon_since=None,
+                          burnin_required=False, probation=False, probation_since=None)
     return Outcome(node, "returned", ", ".join(detail) or "flags cleared")
 
 
@@ -290,8 +293,8 @@ def _restore(store: Any, slurm: Any, node: str, info: Any, v: NodeVerdict, now: 
         return Outcome(node, "none", "partial; node already out of service")
     try:
         if slurm.drain(node, reason):
-            store.record_event(node, "drain", ACTOR, reason, source="burnin", at=now,
-                               details={"via": "burnin", "restore": True})
+            store.nodes.record_event(node, "drain", ACTOR, reason, source="burnin", at=now,
+                                     details={"via": "burnin", "restore": True})
             return Outcome(node, "restored", reason)
     except SlurmguardError as exc:
         return Outcome(node, "error", f"drain failed: {exc.message}")
@@ -309,7 +312,7 @@ def _cleanup_reservations(store: Any, slurm: Any, runs: Mapping[str, Any]) -> li
     ours = {r.reservation for r in runs.values() if r.reservation.startswith(RESERVATION_PREFIX)}
     if not ours:
         return []
-    still_open = {r.reservation for r in store.burnin_open_runs()}
+    still_open = {r.reservation for r in store.burnin.open_runs()}
     out = []
     try:
         existing = set(reservations(slurm))

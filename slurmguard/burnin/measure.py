@@ -13,11 +13,14 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmguard import sitemod
 from slurmguard.burnin.values import BurninValue
 from slurmguard.errors import CommandError, ConfigError
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ BUILTIN: tuple[Measurement, ...] = (
 )
 
 
-def registry(cfg: Any) -> dict[str, Measurement]:
+def registry(cfg: Config) -> dict[str, Measurement]:
     key = "burnin.site_modules"
     out = {m.name: m for m in BUILTIN}
     for mod_name, mod in sitemod.load(key, cfg[key]):
@@ -49,7 +52,7 @@ def registry(cfg: Any) -> dict[str, Measurement]:
     return out
 
 
-def select(cfg: Any) -> list[Measurement]:
+def select(cfg: Config) -> list[Measurement]:
     reg = registry(cfg)
     names = list(cfg["burnin.measurements"])
     if "all" in names:
@@ -63,7 +66,7 @@ def select(cfg: Any) -> list[Measurement]:
     return out
 
 
-def params(cfg: Any, level: str, gpus: int) -> dict[str, Any]:
+def params(cfg: Config, level: str, gpus: int) -> dict[str, Any]:
     b = cfg.section("burnin")
     seconds = float(b["full_seconds"] if level == "full" else b["quick_seconds"])
     return {"seconds": seconds, "timeout": float(b["measurement_timeout"]),

@@ -56,11 +56,11 @@ def plot_report(report: Any, path: str, metric: str | None = None) -> None:
 def plot_history(store: Any, node: str, metric: str | None, path: str, since: float) -> None:
     """One node's values over its complete runs, per metric."""
     plt = _pyplot()
-    metrics = [metric] if metric else sorted({s.metric for s in store.burnin_series(nodes=[node])})
+    metrics = [metric] if metric else sorted({s.metric for s in store.burnin.series(nodes=[node])})
     fig, axes = plt.subplots(max(1, len(metrics)), 1, figsize=(9, 2.2 * max(1, len(metrics))),
                              squeeze=False)
     for ax, m in zip(axes[:, 0], metrics or ["-"], strict=False):
-        pts = store.burnin_history(node, m, since) if m != "-" else []
+        pts = store.burnin.history(node, m, since) if m != "-" else []
         ax.plot([time.strftime("%m-%d", time.gmtime(t)) for t, _ in pts], [v for _, v in pts],
                 marker="o")
         ax.set_title(f"{node}: {m}", fontsize=9)

@@ -19,9 +19,12 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmguard.errors import SlurmguardError
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 ACTOR = "slurmguard"
 
@@ -41,7 +44,7 @@ class Submitted:
                 "note": self.note}
 
 
-def program(cfg: Any, config_path: str | None) -> list[str]:
+def program(cfg: Config, config_path: str | None) -> list[str]:
     argv = list(cfg["burnin.program"]) or [sys.executable, "-m", "slurmguard"]
     if config_path:
         argv += ["-c", os.path.abspath(config_path)]
@@ -53,7 +56,7 @@ def script(argv: Sequence[str], level: str) -> str:
     return f"#!/bin/sh\n# slurmguard burn-in (docs/burnin.md)\nexec {words}\n"
 
 
-def sbatch_args(cfg: Any, node: str, reservation: str) -> list[str]:
+def sbatch_args(cfg: Config, node: str, reservation: str) -> list[str]:
     b = cfg.section("burnin")
     args = [f"--nodelist={node}", "--nodes=1", "--exclusive", "--no-requeue", "--chdir=/",
             f"--job-name=sg-burnin-{node}", f"--time={b['time_limit']}", f"--nice={b['nice']}"]
@@ -80,7 +83,7 @@ def _minutes(limit: str) -> int:
     return int(minutes + (int(days) * 1440 if days else 0)) + 1
 
 
-def feature_group(cfg: Any, info: Any) -> str:
+def feature_group(cfg: Config, info: Any) -> str:
     if cfg["burnin.group_by"] != "feature" or info is None:
         return ""
     feats = set(getattr(info, "features", ()) or ())
@@ -95,7 +98,7 @@ def submit_order(nodes: Iterable[str], awaiting: set[str], probation: set[str]) 
     return sorted(nodes, key=lambda n: (n not in awaiting, n not in probation, n))
 
 
-def submit(cfg: Any, store: Any, slurm: Any, nodes: Iterable[str] | None, *, idle: bool,
+def submit(cfg: Config, store: Any, slurm: Any, nodes: Iterable[str] | None, *, idle: bool,
            level: str, reservation: str | None, config_path: str | None,
            progress: Any = None) -> list[Submitted]:
     from slurmguard.adapters.slurm import burnin as sb
@@ -104,7 +107,7 @@ def submit(cfg: Any, store: Any, slurm: Any, nodes: Iterable[str] | None, *, idl
     now = time.time()
     night = night_of(now, int(cfg["burnin.night_boundary_utc"]))
     infos = {n.name: n for n in slurm.nodes()}
-    summaries = store.node_summary()
+    summaries = store.nodes.summary()
     awaiting = {s.name for s in summaries if s.burnin_required}
     probation = {s.name for s in summaries if s.probation}
     if nodes is None:
@@ -144,8 +147,8 @@ def submit(cfg: Any, store: Any, slurm: Any, nodes: Iterable[str] | None, *, idl
                               _minutes(str(cfg["burnin.time_limit"])) + 60)
         for n in reserve:
             if slurm.undrain(n):
-                store.record_event(n, "clear", ACTOR, f"opened for burn-in in reservation {own_res}",
-                                   source="burnin", at=now, details={"reservation": own_res})
+                store.nodes.record_event(n, "clear", ACTOR, f"opened for burn-in in reservation {own_res}",
+                                         source="burnin", at=now, details={"reservation": own_res})
     argv = program(cfg, config_path)
     text = script(argv, level)
     it = todo if progress is None else progress(todo)
@@ -156,7 +159,7 @@ def submit(cfg: Any, store: Any, slurm: Any, nodes: Iterable[str] | None, *, idl
         except SlurmguardError as exc:
             out.append(Submitted(n, None, None, n in awaiting, res, f"sbatch failed: {exc.message}"))
             continue
-        rid = store.burnin_submitted(n, job_id=job, level=level, night=night,
+        rid = store.burnin.submitted(n, job_id=job, level=level, night=night,
                                      group_key=feature_group(cfg, infos.get(n)), reservation=res,
                                      at=now)
         out.append(Submitted(n, job, rid, n in awaiting, res,
@@ -166,7 +169,7 @@ def submit(cfg: Any, store: Any, slurm: Any, nodes: Iterable[str] | None, *, idl
     return sorted(out, key=lambda s: order.get(s.node, 1 << 30))
 
 
-def wait(cfg: Any, store: Any, slurm: Any, run_ids: Sequence[int], timeout: float,
+def wait(cfg: Config, store: Any, slurm: Any, run_ids: Sequence[int], timeout: float,
          poll: float = 5.0) -> list[int]:
     """Wait until these runs are no longer open (or their jobs vanished); the ids still open."""
     from slurmguard.burnin.apply import vanished
@@ -174,7 +177,7 @@ def wait(cfg: Any, store: Any, slurm: Any, run_ids: Sequence[int], timeout: floa
     pending = set(run_ids)
     deadline = time.monotonic() + timeout
     while pending and time.monotonic() < deadline:
-        open_ids = {r.id for r in store.burnin_open_runs()}
+        open_ids = {r.id for r in store.burnin.open_runs()}
         pending &= open_ids
         if pending:
             try:

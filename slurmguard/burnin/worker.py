@@ -21,11 +21,14 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmguard.burnin import measure
 from slurmguard.burnin.values import BurninValue
 from slurmguard.contract import Health
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 EXIT_PARTIAL = 143
 
@@ -42,7 +45,7 @@ def node_name(flag: str | None = None) -> str:
     return os.environ.get("SLURMD_NODENAME") or flag or socket.gethostname().split(".")[0]
 
 
-def health(cfg: Any, node: str, job_id: str | None) -> tuple[list[Any], str]:
+def health(cfg: Config, node: str, job_id: str | None) -> tuple[list[Any], str]:
     """Run the burn-in's health checks; (results, "<check>: <reason>" of the first failure)."""
     from slurmguard.node.runner import registry, run_checks, select_checks
 
@@ -53,7 +56,7 @@ def health(cfg: Any, node: str, job_id: str | None) -> tuple[list[Any], str]:
     return list(report.results), (f"{bad[0].name}: {bad[0].reason}" if bad else "")
 
 
-def group_key(cfg: Any, inventory: list[BurninValue]) -> str:
+def group_key(cfg: Config, inventory: list[BurninValue]) -> str:
     """The comparison group of this node when ``group_by = gpu``: "8x NVIDIA H100 ..."."""
     if cfg["burnin.group_by"] != "gpu":
         return ""  # feature (set by submit) or none
@@ -67,7 +70,7 @@ def group_key(cfg: Any, inventory: list[BurninValue]) -> str:
     return f"{count}x {' + '.join(names) or 'GPU'}"[:128]
 
 
-def run(cfg: Any, *, node: str, job_id: str | None, level: str,
+def run(cfg: Config, *, node: str, job_id: str | None, level: str,
         echo: Callable[[str], None] = print) -> int:
     from slurmguard.store import Store
 
@@ -81,7 +84,7 @@ def run(cfg: Any, *, node: str, job_id: str | None, level: str,
     p = measure.params(cfg, level, gpus)
     from slurmguard.store.burnin import night_of
 
-    run_id = store.burnin_started(node, job_id=job_id, group_key=group_key(cfg, inv), level=level,
+    run_id = store.burnin.started(node, job_id=job_id, group_key=group_key(cfg, inv), level=level,
                                   night=night_of(time.time(), int(b["night_boundary_utc"])))
     summary: dict[str, Any] = {"node": node, "job_id": job_id, "run_id": run_id, "level": level,
                                "gpus": gpus, "values": []}
@@ -98,7 +101,7 @@ def run(cfg: Any, *, node: str, job_id: str | None, level: str,
         else:
             for m in chosen:
                 values = measure.run(m, p)
-                store.burnin_record(run_id, values)
+                store.burnin.record(run_id, values)
                 for v in values:
                     summary["values"].append({"measurement": v.measurement, "status": v.status,
                                               "metric": v.metric, "value": v.value,
@@ -114,19 +117,19 @@ def run(cfg: Any, *, node: str, job_id: str | None, level: str,
                 status, reason = "failed", f"{bad} (during the burn-in)"
     except Interrupted as exc:
         name = signal.Signals(exc.signum).name
-        store.burnin_finish(run_id, "partial", f"{name}: cancelled, preempted or out of time")
+        store.burnin.finish(run_id, "partial", f"{name}: cancelled, preempted or out of time")
         echo(f"burn-in of {node} cut short by {name}: recorded as partial")
         return EXIT_PARTIAL
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    store.burnin_finish(run_id, status, reason)
+    store.burnin.finish(run_id, status, reason)
     summary.update(status=status, reason=reason)
     echo(json.dumps(summary, sort_keys=True, default=str))
     return 0 if status == "complete" else 1
 
 
-def main_entry(cfg: Any, node_flag: str | None, level: str) -> int:
+def main_entry(cfg: Config, node_flag: str | None, level: str) -> int:
     node = node_name(node_flag)
     job = os.environ.get("SLURM_JOB_ID") or None
     return run(cfg, node=node, job_id=job, level=level,

@@ -1,15 +1,23 @@
-"""Small helpers shared by the admin commands: config loading, output formatting."""
+"""Small helpers shared by the admin commands: config loading, warnings, times.
+
+Output (tables, JSON, ``emit``) is :mod:`slurmguard.output`, below cli/ so that library
+reports use it too."""
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from slurmguard import config
+from slurmguard.output import iso
+
+if TYPE_CHECKING:
+    from slurmguard.adapters.slurm.commands import SlurmCLI
+    from slurmguard.store.api import Store
+
+__all__ = ["ago", "is_tty", "iso", "load_config", "open_store", "parse_since", "slurm_of", "warn"]
 
 
 def load_config(ctx: click.Context) -> config.Config:
@@ -19,58 +27,18 @@ def load_config(ctx: click.Context) -> config.Config:
     return config.load(path)
 
 
-def echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+def open_store(cfg: config.Config) -> Store:
+    """The configured store (SQLAlchemy is imported here, when a command needs it)."""
+    from slurmguard.store.api import Store
+
+    return Store.open(cfg)
 
 
-def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
-    """A plain-text table: tabulate's "simple" format.
+def slurm_of(cfg: config.Config) -> SlurmCLI:
+    """The Slurm commands, with the paths and timeout of ``[slurm]``."""
+    from slurmguard.adapters.slurm.commands import SlurmCLI
 
-    Tables of plain cells (printable ASCII text, ints, None) are laid out here, the same
-    text tabulate writes (tests/test_cli_table.py holds the two equal): importing tabulate
-    costs ~70 ms (its version string alone imports importlib.metadata), a tenth of a fleet
-    `burnin report`. Anything else (wide or non-ASCII text, newlines, floats, ragged rows)
-    goes to tabulate itself."""
-    fast = _simple_table(rows, headers)
-    if fast is not None:
-        return fast
-    from tabulate import tabulate
-
-    return tabulate(rows, headers=list(headers), tablefmt="simple", disable_numparse=True)
-
-
-def _plain(cell: Any) -> str | None:
-    """A cell as tabulate writes it with numparse off, or None when it is not a plain cell."""
-    if cell is None:
-        return ""
-    t = type(cell)
-    if t is str:
-        return cell.strip() if cell.isascii() and cell.isprintable() else None
-    if t is int or t is bool:
-        return str(cell)
-    return None
-
-
-def _simple_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str | None:
-    heads = list(headers)  # headers are not stripped
-    if not all(type(h) is str and h.isascii() and h.isprintable() for h in heads):
-        return None
-    body = []
-    for row in rows:
-        if len(row) != len(heads):
-            return None
-        cells = [_plain(c) for c in row]
-        if None in cells:
-            return None
-        body.append(cells)
-    widths = [len(h) + 2 for h in heads]  # tabulate pads headers by 2
-    for cells in body:
-        widths = [max(w, len(c)) for w, c in zip(widths, cells, strict=True)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(heads, widths, strict=True)).rstrip(),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
-              for cells in body]
-    return "\n".join(lines)
+    return SlurmCLI(cfg.section("slurm"))
 
 
 def warn(message: str) -> None:
@@ -103,13 +71,6 @@ def parse_since(text: str, now: float | None = None) -> float:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()
-
-
-def iso(ts: float | None) -> str | None:
-    """Epoch seconds -> ``2026-12-02T15:40:00Z`` (None stays None)."""
-    import time
-
-    return None if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 def ago(ts: float | None, now: float | None = None) -> str:

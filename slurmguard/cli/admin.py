@@ -6,24 +6,18 @@ SQLAlchemy and tabulate are imported only when these commands run.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from slurmguard.cli._common import ago, echo_json, iso, load_config, parse_since, table, warn
+from slurmguard.cli._common import ago, iso, load_config, open_store, parse_since, slurm_of, warn
 from slurmguard.errors import EXIT_OK, EXIT_REFUSED, SlurmguardError
+from slurmguard.output import Block, Result, Table, emit
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 
-def _store(cfg: Any) -> Any:
-    from slurmguard.store import Store
-
-    return Store.open(cfg)
-
-
-def _slurm(cfg: Any) -> Any:
-    from slurmguard.adapters.slurm.commands import SlurmCLI
-
-    return SlurmCLI(cfg.section("slurm"))
 
 
 def _state(info: Any) -> str:
@@ -86,17 +80,17 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
 
     names = expand(nodeset) if nodeset else None
     cfg = load_config(ctx)
-    store = _store(cfg)
+    store = open_store(cfg)
     infos: dict[str, Any] = {}
     try:
-        slurm_nodes = _slurm(cfg).nodes(nodeset)
+        slurm_nodes = slurm_of(cfg).nodes(nodeset)
         infos = {i.name: i for i in slurm_nodes}
     except SlurmguardError as exc:
         warn(f"warning: Slurm state unavailable ({exc.message}); showing the store only")
-    summaries = {s.name: s for s in store.node_summary(names)}
+    summaries = {s.name: s for s in store.nodes.summary(names)}
     all_names = names or sorted(set(infos) | set(summaries))
     wanted = {w.strip().lower() for s in states for w in s.split(",") if w.strip()}
-    alerts = store.alerts(open_only=True)
+    alerts = store.nodes.alerts(open_only=True)
     rows = []
     for name in all_names:
         info, s = infos.get(name), summaries.get(name)
@@ -104,21 +98,15 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
             continue
         rows.append(_node_dict(name, info, s))
     marker = _hook_unrunnable(cfg)
-    if as_json:
-        for r in rows:
-            r.pop("_last_seen")
-        echo_json({"alerts": [_alert_dict(a) for a in alerts], "nodes": rows,
-                   "this_host_marker": marker})
-        return
-    for line in _alert_lines(alerts) + ([_marker_line(marker)] if marker else []):
-        click.echo(line)
-    if alerts or marker:
-        click.echo()
-    click.echo(table([[r["name"], r["state"], _cut(r["reason"], 40), ago(r["_last_seen"]),
-                       r["last_health"] or "-", ",".join(r["failing_checks"]) or "-",
-                       r["failures_7d"], ",".join(r["flags"]) or "-"] for r in rows],
-                     ["node", "state", "reason", "last check", "health", "failing", "fail/7d",
-                      "flags"]))
+    data = {"alerts": [_alert_dict(a) for a in alerts], "this_host_marker": marker,
+            "nodes": [{k: v for k, v in r.items() if k != "_last_seen"} for r in rows]}
+    head = _alert_lines(alerts) + ([_marker_line(marker)] if marker else [])
+    emit(Result(data, [*head, *([""] if head else []), Table(
+        [[r["name"], r["state"], _cut(r["reason"], 40), ago(r["_last_seen"]),
+          r["last_health"] or "-", ",".join(r["failing_checks"]) or "-",
+          r["failures_7d"], ",".join(r["flags"]) or "-"] for r in rows],
+        ["node", "state", "reason", "last check", "health", "failing", "fail/7d", "flags"])]),
+         as_json)
 
 
 def _unrunnable_comment(info: Any) -> str:
@@ -156,7 +144,7 @@ def _node_dict(name: str, info: Any, s: Any) -> dict[str, Any]:
     }
 
 
-def _hook_unrunnable(cfg: Any) -> dict[str, Any] | None:
+def _hook_unrunnable(cfg: Config) -> dict[str, Any] | None:
     """This host's hook-unrunnable marker (docs/install.md "Loud fail-open"), or None.
 
     The marker is written by an entry script that could not run slurmguard, on the host where
@@ -212,39 +200,40 @@ def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, 
 
     validate_node_name(node)
     cfg = load_config(ctx)
-    store = _store(cfg)
+    store = open_store(cfg)
     info = None
     try:
-        info = _slurm(cfg).node(node)
+        info = slurm_of(cfg).node(node)
     except SlurmguardError as exc:
         warn(f"warning: Slurm state unavailable ({exc.message})")
-    summary = next(iter(store.node_summary([node])), None)
-    items = store.history(node, since=parse_since(since) if since else None, limit=limit)
+    summary = next(iter(store.nodes.summary([node])), None)
+    items = store.nodes.history(node, since=parse_since(since) if since else None, limit=limit)
     data = _node_dict(node, info, summary)
     data.pop("_last_seen")
     timeline = [{"at": iso(i.at), "kind": i.kind, "health": i.health, "actor": i.actor,
                  "source": i.source, "reason": i.reason, "checks": list(i.checks)} for i in items]
     marker = _hook_unrunnable(cfg)
-    if as_json:
-        echo_json({"node": data, "timeline": timeline, "this_host_marker": marker})
-        return
-    if marker:
-        click.echo(_marker_line(marker))
-    click.echo(f"node:        {node}")
-    click.echo(f"slurm state: {data['state']}" + (f"  reason: {data['reason']}" if data["reason"] else ""))
-    click.echo(f"last check:  {data['last_check'] or '-'} {data['last_health'] or ''}".rstrip())
-    click.echo(f"failing:     {', '.join(data['failing_checks']) or '-'}")
-    click.echo(f"fail/7d:     {data['failures_7d']}   flags: {', '.join(data['flags']) or '-'}")
+    emit(Result({"node": data, "timeline": timeline, "this_host_marker": marker},
+                _show_text(node, data, timeline, marker)), as_json)
+
+
+def _show_text(node: str, data: dict[str, Any], timeline: list[dict[str, Any]],
+               marker: dict[str, Any] | None) -> list[Block]:
+    out: list[Block] = [_marker_line(marker)] if marker else []
+    out += [f"node:        {node}",
+            f"slurm state: {data['state']}" + (f"  reason: {data['reason']}" if data["reason"] else ""),
+            f"last check:  {data['last_check'] or '-'} {data['last_health'] or ''}".rstrip(),
+            f"failing:     {', '.join(data['failing_checks']) or '-'}",
+            f"fail/7d:     {data['failures_7d']}   flags: {', '.join(data['flags']) or '-'}"]
     if data["lemon_reason"]:
-        click.echo(f"lemon:       {data['lemon_reason']}")
+        out.append(f"lemon:       {data['lemon_reason']}")
     if data["hook_unrunnable"]:
-        click.echo(f"HOOK UNRUNNABLE: {data['hook_unrunnable']} (jobs ran unchecked; on the node: "
+        out.append(f"HOOK UNRUNNABLE: {data['hook_unrunnable']} (jobs ran unchecked; on the node: "
                    "slurmguard doctor, then doctor --ack)")
-    click.echo()
-    click.echo(table([[t["at"], t["kind"], t["health"] or "-", t["actor"] or "-", t["source"] or "-",
-                       _cut(t["reason"] + (f" [{', '.join(t['checks'])}]" if t["checks"] else ""), 70)]
-                      for t in timeline],
-                     ["time", "kind", "health", "actor", "source", "reason"]))
+    return out + ["", Table(
+        [[t["at"], t["kind"], t["health"] or "-", t["actor"] or "-", t["source"] or "-",
+          _cut(t["reason"] + (f" [{', '.join(t['checks'])}]" if t["checks"] else ""), 70)]
+         for t in timeline], ["time", "kind", "health", "actor", "source", "reason"])]
 
 
 @click.command("drain")
@@ -268,8 +257,8 @@ def drain_cmd(ctx: click.Context, nodeset: str, reason: str, as_json: bool) -> i
     nodes = expand(nodeset)
     check_reason(reason)
     cfg = load_config(ctx)
-    store = _store(cfg)  # before Slurm: a change must never go unrecorded
-    outcomes = drain_nodes(_slurm(cfg), store, nodes, reason, f"admin:{admin_name()}")
+    store = open_store(cfg)  # before Slurm: a change must never go unrecorded
+    outcomes = drain_nodes(slurm_of(cfg), store, nodes, reason, f"admin:{admin_name()}")
     return _report(outcomes, as_json)
 
 
@@ -297,17 +286,15 @@ def resume_cmd(ctx: click.Context, nodeset: str, force: bool, as_json: bool) -> 
 
     nodes = expand(nodeset)
     cfg = load_config(ctx)
-    store = _store(cfg)
-    outcomes = resume_nodes(_slurm(cfg), store, nodes, f"admin:{admin_name()}", force=force)
+    store = open_store(cfg)
+    outcomes = resume_nodes(slurm_of(cfg), store, nodes, f"admin:{admin_name()}", force=force)
     return _report(outcomes, as_json)
 
 
 def _report(outcomes: list[Any], as_json: bool) -> int:
-    if as_json:
-        echo_json([o.to_dict() for o in outcomes])
-    else:
-        click.echo(table([[o.node, o.result, o.message] for o in outcomes],
-                         ["node", "result", "detail"]))
+    emit(Result([o.to_dict() for o in outcomes],
+                [Table([[o.node, o.result, o.message] for o in outcomes], ["node", "result", "detail"])]),
+         as_json)
     refused = [o for o in outcomes if o.refused]
     for o in refused:
         warn(f"refused: {o.node}: {o.message}")
@@ -339,11 +326,10 @@ def events_cmd(ctx: click.Context, since: str, node: str | None, kinds: tuple[st
     if node:
         validate_node_name(node)
     start = parse_since(since)
-    store = _store(load_config(ctx))
-    rows = store.events(since=start, node=node, kinds=list(kinds) or None, limit=limit)
-    if as_json:
-        echo_json([{"id": e.id, "at": iso(e.at), "node": e.node, "kind": e.kind, "actor": e.who,
-                    "source": e.source, "reason": e.reason, "details": e.details} for e in rows])
-        return
-    click.echo(table([[iso(e.at), e.node, e.kind, e.who, e.source or "-", _cut(e.reason, 70)]
-                      for e in rows], ["time", "node", "kind", "actor", "source", "reason"]))
+    store = open_store(load_config(ctx))
+    rows = store.nodes.events(since=start, node=node, kinds=list(kinds) or None, limit=limit)
+    emit(Result([{"id": e.id, "at": iso(e.at), "node": e.node, "kind": e.kind, "actor": e.who,
+                  "source": e.source, "reason": e.reason, "details": e.details} for e in rows],
+                [Table([[iso(e.at), e.node, e.kind, e.who, e.source or "-", _cut(e.reason, 70)]
+                        for e in rows], ["time", "node", "kind", "actor", "source", "reason"])]),
+         as_json)

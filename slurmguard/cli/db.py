@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from slurmguard.errors import StoreError
+from slurmguard.output import Result, emit
 
 
 def _cfg(ctx: click.Context) -> object:
@@ -69,13 +68,9 @@ def current_cmd(ctx: click.Context, url: str | None, as_json: bool) -> None:
         section["url"] = url
     st = Store.status(section)
     where, rev, head, problem, counts = st.where, st.revision, st.head, st.problem, st.counts
-    if as_json:
-        click.echo(json.dumps({"store": where, "revision": rev, "head": head,
-                               "current": problem is None, "problem": problem, "rows": counts},
-                              indent=2))
-    else:
-        click.echo(f"store:    {where}\nrevision: {rev or '(none)'} (head {head})")
-        for table, n in counts.items():
-            click.echo(f"{table + ':':<13} {n}")
+    emit(Result({"store": where, "revision": rev, "head": head, "current": problem is None,
+                 "problem": problem, "rows": counts},
+                [f"store:    {where}\nrevision: {rev or '(none)'} (head {head})",
+                 *(f"{table + ':':<13} {n}" for table, n in counts.items())]), as_json)
     if problem is not None:
         raise StoreError(problem)

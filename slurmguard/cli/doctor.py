@@ -6,7 +6,8 @@ import socket
 
 import click
 
-from slurmguard.cli._common import echo_json, load_config
+from slurmguard.cli._common import load_config
+from slurmguard.output import Result, Table, emit
 
 
 def _auto_role(conf: dict[str, str]) -> str:
@@ -69,15 +70,10 @@ def doctor_cmd(ctx: click.Context, role: str | None, as_json: bool, ack: bool,
         doc.items.clear()
     items = doc.run()
     ok = not any(i.status == FAIL for i in items)
-    if as_json:
-        echo_json({"ok": ok, "role": doc.role, "items": [i.to_dict() for i in items]})
-    else:
-        click.echo(f"slurmguard doctor ({doc.role}):")
-        from tabulate import tabulate
-
-        click.echo(tabulate([[i.name, i.status, i.detail, i.fix or "-"] for i in items],
-                            headers=["item", "result", "detail", "fix"], tablefmt="simple",
-                            disable_numparse=True, maxcolwidths=[None, None, 60, 60]))
-        failed = [i.name for i in items if i.status == FAIL]
-        click.echo(f"\n{'all items pass' if ok else 'FAILED: ' + ', '.join(failed)}")
+    failed = [i.name for i in items if i.status == FAIL]
+    emit(Result({"ok": ok, "role": doc.role, "items": [i.to_dict() for i in items]},
+                [f"slurmguard doctor ({doc.role}):",
+                 Table([[i.name, i.status, i.detail, i.fix or "-"] for i in items],
+                       ["item", "result", "detail", "fix"], wrap=[None, None, 60, 60]),
+                 f"\n{'all items pass' if ok else 'FAILED: ' + ', '.join(failed)}"]), as_json)
     return 0 if ok else 1

@@ -3,31 +3,29 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from slurmguard.cli._common import echo_json, iso, load_config, parse_since, warn
+from slurmguard.cli._common import iso, load_config, open_store, parse_since, slurm_of, warn
+from slurmguard.output import Result, emit
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 
-def _store(cfg: Any) -> Any:
+def _store(cfg: Config) -> Any:
+    """The store, or None (with a warning when it is configured but unusable): one job's
+    breakdown needs no store."""
     from slurmguard.errors import SlurmguardError
 
     try:
-        from slurmguard.store import Store
-    except ImportError:
+        return open_store(cfg)
+    except ImportError:  # the server extra (SQLAlchemy) is not installed
         return None
-    try:
-        return Store.open(cfg)
     except SlurmguardError as exc:
         warn(f"goodput: no store ({exc.message})")
         return None
-
-
-def _slurm(cfg: Any) -> Any:
-    from slurmguard.adapters.slurm.commands import SlurmCLI
-
-    return SlurmCLI(cfg.section("slurm"))
 
 
 @click.command("goodput")
@@ -60,33 +58,13 @@ def goodput_cmd(ctx: click.Context, since: str, jobs: tuple[str, ...], by: str, 
       slurmguard goodput --since 30d --collect --plot badput.png
     """
     from slurmguard.errors import InputError
-    from slurmguard.goodput.report import collect as do_collect
-    from slurmguard.goodput.report import fleet_table, job_table, plot
 
     cfg = load_config(ctx)
-    section = cfg.section("goodput")
     t_since = parse_since(since)
     store = _store(cfg)
     try:
         if jobs:
-            from slurmguard.adapters.slurm.commands import validate_job_id
-
-            ids = [validate_job_id(j) for j in jobs]
-            found = do_collect(section, job_ids=ids, runs=runs, store=store, slurm=_slurm(cfg))
-            out = []
-            for b in found:
-                d = b.to_dict()
-                if b.start is None and store is not None:
-                    stored = store.goodput_job(b.job_id)
-                    if stored is not None:  # the sources are gone; the store remembers
-                        d = stored
-                out.append(d)
-            if store is not None:
-                store.record_goodput([d for d in out if not d.get("stored")])
-            if as_json:
-                echo_json(out[0] if len(out) == 1 else out)
-            else:
-                click.echo("\n\n".join(job_table(d) for d in out))
+            emit(_jobs_report(cfg, store, jobs, runs), as_json)
             if plot_path:
                 raise InputError("--plot: draws the fleet over time; leave out --job")
             return 0
@@ -94,28 +72,59 @@ def goodput_cmd(ctx: click.Context, since: str, jobs: tuple[str, ...], by: str, 
             raise InputError("goodput: the fleet report reads the node-state store: configure "
                              "[store] (or give --job ID for one job from the live sources)")
         if collect:
-            found = do_collect(section, since=t_since, runs=runs, store=store,
-                               slurm=_slurm(cfg), skip_collected=True)
-            n = store.record_goodput([b.to_dict() for b in found])
+            from slurmguard.goodput.report import collect as do_collect
+
+            found = do_collect(cfg.section("goodput"), since=t_since, runs=runs, store=store,
+                               slurm=slurm_of(cfg), skip_collected=True)
+            n = store.goodput.record([b.to_dict() for b in found])
             warn(f"goodput: accounted {n} job(s) newly ended since {iso(t_since)}")
-        groups = store.goodput_totals(since=t_since, by=by)
-        if as_json:
-            echo_json({"since": iso(t_since), "until": iso(time.time()), "by": by,
-                       "groups": {g: t for g, t in groups}} if by != "cause" else
-                      {"since": iso(t_since), "until": iso(time.time()), "by": by,
-                       **(groups[0][1] if groups else {"jobs": 0})})
-        else:
-            click.echo(fleet_table(groups, by, t_since))
+        emit(_fleet_report(store, t_since, by), as_json)
         if plot_path:
-            span = time.time() - t_since
-            bucket = 3600.0 if span <= 3 * 86400 else 86400.0
-            plot(store.goodput_series(since=t_since, bucket=bucket), plot_path,
-                 f"slurmguard badput by cause since {iso(t_since)}")
-            if not as_json:
-                click.echo(f"plot: {plot_path}")
+            _plot(store, t_since, plot_path, as_json)
         return 0
     finally:
         if store is not None:
             store.close()
 
 
+def _jobs_report(cfg: Config, store: Any, jobs: tuple[str, ...], runs: tuple[str, ...]) -> Result:
+    """The named jobs from the live sources; the store's copy where the sources are gone."""
+    from slurmguard.adapters.slurm.commands import validate_job_id
+    from slurmguard.goodput.report import collect as do_collect
+    from slurmguard.goodput.report import job_table
+
+    ids = [validate_job_id(j) for j in jobs]
+    found = do_collect(cfg.section("goodput"), job_ids=ids, runs=runs, store=store,
+                       slurm=slurm_of(cfg))
+    out = []
+    for b in found:
+        d = b.to_dict()
+        if b.start is None and store is not None:
+            stored = store.goodput.job(b.job_id)
+            if stored is not None:  # the sources are gone; the store remembers
+                d = stored
+        out.append(d)
+    if store is not None:
+        store.goodput.record([d for d in out if not d.get("stored")])
+    return Result(out[0] if len(out) == 1 else out, [job_table(d) for d in out], sep="\n\n")
+
+
+def _fleet_report(store: Any, t_since: float, by: str) -> Result:
+    from slurmguard.goodput.report import fleet_table
+
+    groups = store.goodput.totals(since=t_since, by=by)
+    head = {"since": iso(t_since), "until": iso(time.time()), "by": by}
+    data = ({**head, "groups": {g: t for g, t in groups}} if by != "cause" else
+            {**head, **(groups[0][1] if groups else {"jobs": 0})})
+    return Result(data, [fleet_table(groups, by, t_since)])
+
+
+def _plot(store: Any, t_since: float, plot_path: str, as_json: bool) -> None:
+    from slurmguard.goodput.report import plot
+
+    span = time.time() - t_since
+    bucket = 3600.0 if span <= 3 * 86400 else 86400.0
+    plot(store.goodput.series(since=t_since, bucket=bucket), plot_path,
+         f"slurmguard badput by cause since {iso(t_since)}")
+    if not as_json:
+        click.echo(f"plot: {plot_path}")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import click
 
 from slurmguard.node.hooks import run_hook
+from slurmguard.output import Result, emit
 
 _node_opt = click.option(
     "--node", metavar="NAME",
@@ -102,12 +102,9 @@ def checks_cmd(as_json: bool) -> None:
 
     rows = [{"name": c.name, "area": c.area, "sources": list(c.sources), "summary": c.summary}
             for c in ALL_CHECKS]
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
     width = max([len(r["name"]) for r in rows] + [4])
-    for r in rows:
-        click.echo(f"{r['name']:<{width}}  {r['area']:<5}  {r['summary']}")
+    emit(Result(rows, [f"{r['name']:<{width}}  {r['area']:<5}  {r['summary']}" for r in rows]),
+         as_json)
 
 
 @click.command("config")
@@ -127,10 +124,10 @@ def config_cmd(obj: dict, defaults: bool, node: str | None) -> None:
     from slurmguard import config
 
     if defaults:
-        click.echo(json.dumps(config.defaults(), indent=2, sort_keys=True))
+        emit(Result(config.defaults()), as_json=True)
         return
     cfg = config.load(obj.get("config_path"))
     if node:
         cfg = cfg.for_node(node)
     out = {"files": cfg.sources, "config": cfg.as_dict()}
-    click.echo(json.dumps(out, indent=2, sort_keys=True))
+    emit(Result(out), as_json=True)

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import signal
 from typing import Any
 
 import click
 
 from slurmguard.errors import EXIT_EXTERNAL, EXIT_OK
+from slurmguard.output import Block, Result, Table, emit, json_line
 
 
-def _table(r: Any) -> str:
-    from tabulate import tabulate
-
+def _text(r: Any) -> list[Block]:
     rows = [(a.node, a.slurm, a.kube, a.kind, a.why) for a in r.plan.actions]
-    out = [tabulate(rows, headers=["node", "Slurm view", "Kubernetes view", "action", "why"])
-           if rows else "(no node seen on both sides)"]
+    out: list[Block] = [Table(rows, ["node", "Slurm view", "Kubernetes view", "action", "why"])
+                        if rows else "(no node seen on both sides)"]
     if r.plan.slurm_only:
         out.append("only in Slurm: " + ", ".join(r.plan.slurm_only))
     if r.plan.k8s_only:
@@ -28,7 +26,7 @@ def _table(r: Any) -> str:
     for o in r.outcomes:
         if not o.ok:
             out.append(f"FAILED: {o.action.node}: {o.action.kind}: {o.error}")
-    return "\n".join(out)
+    return out
 
 
 @click.command("reconcile")
@@ -82,7 +80,7 @@ def reconcile_cmd(ctx: click.Context, mode: str, nodes: str | None, as_json: boo
     if mode != "watch":
         r = rec.round(apply=mode == "once")
         rec.metrics.write()
-        click.echo(json.dumps({"mode": mode, **r.to_dict()}, indent=2) if as_json else _table(r))
+        emit(Result({"mode": mode, **r.to_dict()}, _text(r)), as_json)
         ctx.exit(EXIT_OK if r.ok else EXIT_EXTERNAL)
 
     from slurmguard.reconcile.watch import watch_loop
@@ -96,7 +94,7 @@ def reconcile_cmd(ctx: click.Context, mode: str, nodes: str | None, as_json: boo
 
     def show(r: Any) -> None:
         if as_json:
-            click.echo(json.dumps({"mode": "watch", **r.to_dict()}))
+            click.echo(json_line({"mode": "watch", **r.to_dict()}))
 
     watch_loop(rec, interval=float(section["interval"]), resync=float(section["resync"]),
                rounds=rounds, on_round=show, should_stop=lambda: stop["flag"])

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+from slurmguard.output import json_line
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 log = logging.getLogger("slurmguard.job.requeue")
 
@@ -25,7 +29,7 @@ def requeue_grp() -> None:
     """
 
 
-def store_recorder(cfg: Any) -> Callable[[dict[str, Any]], None] | None:
+def store_recorder(cfg: Config) -> Callable[[dict[str, Any]], None] | None:
     """Record recoveries in the node-state store when one is configured and reachable."""
     try:
         from slurmguard.store import Store  # the server extra; absent on plain installs
@@ -47,8 +51,8 @@ def store_recorder(cfg: Any) -> Callable[[dict[str, Any]], None] | None:
                 "requeue-cap": "requeue cap reached: left to Slurm"}[ev["event"]]
         for node in ev.get("failed_nodes") or ev.get("failed") or []:
             try:
-                store.record_event(node, "state_change", "slurmguard", f"job {ev['job_id']} {what}",
-                                   source="requeue", details=ev)
+                store.nodes.record_event(node, "state_change", "slurmguard", f"job {ev['job_id']} {what}",
+                                         source="requeue", details=ev)
             except SlurmguardError as exc:
                 log.warning("requeue watcher: store: %s", exc.message)
 
@@ -91,7 +95,7 @@ def watch_cmd(ctx: click.Context, once: bool, interval: float | None, max_requeu
 
     def record(ev: dict[str, Any]) -> None:
         if as_json:
-            click.echo(json.dumps(ev, sort_keys=True))
+            click.echo(json_line(ev))
         else:
             click.echo(f"job {ev['job_id']}: {ev['event']}: " + ", ".join(
                 f"{k}={v}" for k, v in ev.items() if k not in ("event", "job_id", "time") and v))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from slurmguard.errors import InputError
+from slurmguard.output import Result, emit
 
 
 def _node_probe(config_path: str | None):  # type: ignore[no-untyped-def]
@@ -87,7 +87,7 @@ def run_cmd(ctx: click.Context, checkpoint_dir: str | None, resume: str, max_req
     if show_checkpoint:
         if not checkpoint_dir:
             raise InputError("--show-checkpoint needs --checkpoint-dir")
-        click.echo(json.dumps(checkpoint.scan(checkpoint_dir).to_dict(), indent=1))
+        emit(Result(checkpoint.scan(checkpoint_dir).to_dict()), as_json=True)
         return 0
     if command and command[0] == "--":
         command = command[1:]

@@ -6,9 +6,12 @@ import logging
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 
 @click.command("serve")
@@ -30,7 +33,6 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
       slurmguard serve --port 8742 --no-policy     # ingest only
     """
     from slurmguard import config
-    from slurmguard.serve.ingest import IngestServer
     from slurmguard.serve.token import load_token
     from slurmguard.store.api import Store
 
@@ -43,31 +45,13 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
     if scfg["upgrade"]:
         Store.upgrade(cfg.section("store"))
     store = Store.open(cfg)
-    from slurmguard.metrics.registry import ServeMetrics
-    from slurmguard.serve.gauges import add_goodput_gauges, add_store_gauges
-
-    metrics = ServeMetrics()
-    add_store_gauges(metrics, store)
-    add_goodput_gauges(metrics, store, cfg.section("goodput")["metrics_window"])
-    fleet: Any = None
-    on_commit = None
-    routes = {}
+    metrics = _metrics(cfg, store)
+    fleet = None
     if scfg["policy"] and not no_policy:
         from slurmguard.serve.fleet import Fleet
 
         fleet = Fleet(cfg, store, metrics=metrics)
-        on_commit = fleet.after_ingest
-        routes["/permit"] = fleet.permit
-    server = IngestServer(store, token, host=host or str(scfg["host"]),
-                          port=int(scfg["port"]) if port is None else port,
-                          batch_size=int(scfg["batch_size"]),
-                          batch_interval=float(scfg["batch_interval"]),
-                          max_body=int(scfg["max_body"]), on_commit=on_commit, routes=routes,
-                          workers=int(scfg["workers"]),
-                          max_connections=int(scfg["max_connections"]),
-                          idle_timeout=float(scfg["idle_timeout"]),
-                          request_timeout=float(scfg["request_timeout"]),
-                          metrics=metrics, metrics_token=bool(cfg["metrics.require_token"]))
+    server = _server(cfg, store, token, metrics, fleet, host, port)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -78,14 +62,7 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
     server.start()
     if fleet is not None:
         fleet.start()
-    gate_sock = None
-    if scfg["gate_socket"]:
-        from slurmguard.gate.sock import GateSocket
-
-        gate_sock = GateSocket(cfg, str(scfg["gate_socket"]), obj.get("config_path"),
-                               str(scfg["gate_socket_user"]))
-        gate_sock.start()
-        click.echo(f"slurmguard serve: gate socket {scfg['gate_socket']}", err=True)
+    gate_sock = _gate_socket(cfg, obj.get("config_path"))
     h, p = server.address
     click.echo(f"slurmguard serve: listening on http://{h}:{p} (store {store.where})",
                err=True)
@@ -97,3 +74,47 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
         fleet.stop()
     server.shutdown()
     store.close()
+
+
+def _metrics(cfg: Config, store: Any) -> Any:
+    """/metrics: serve's own counters, and gauges read from the store at scrape time."""
+    from slurmguard.metrics.registry import ServeMetrics
+    from slurmguard.serve.gauges import add_goodput_gauges, add_store_gauges
+
+    metrics = ServeMetrics()
+    add_store_gauges(metrics, store)
+    add_goodput_gauges(metrics, store, cfg.section("goodput")["metrics_window"])
+    return metrics
+
+
+def _server(cfg: Config, store: Any, token: str, metrics: Any, fleet: Any,
+            host: str | None, port: int | None) -> Any:
+    """The ingest endpoint; with the fleet policy, its pass after each commit and /permit."""
+    from slurmguard.serve.ingest import IngestServer
+
+    scfg = cfg.section("serve")
+    return IngestServer(store, token, host=host or str(scfg["host"]),
+                        port=int(scfg["port"]) if port is None else port,
+                        batch_size=int(scfg["batch_size"]),
+                        batch_interval=float(scfg["batch_interval"]),
+                        max_body=int(scfg["max_body"]),
+                        on_commit=fleet.after_ingest if fleet is not None else None,
+                        routes={"/permit": fleet.permit} if fleet is not None else {},
+                        workers=int(scfg["workers"]),
+                        max_connections=int(scfg["max_connections"]),
+                        idle_timeout=float(scfg["idle_timeout"]),
+                        request_timeout=float(scfg["request_timeout"]),
+                        metrics=metrics, metrics_token=bool(cfg["metrics.require_token"]))
+
+
+def _gate_socket(cfg: Config, config_path: str | None) -> Any:
+    """The gate's fast path (serve.gate_socket), started; None when not configured."""
+    scfg = cfg.section("serve")
+    if not scfg["gate_socket"]:
+        return None
+    from slurmguard.gate.sock import GateSocket
+
+    gate_sock = GateSocket(cfg, str(scfg["gate_socket"]), config_path, str(scfg["gate_socket_user"]))
+    gate_sock.start()
+    click.echo(f"slurmguard serve: gate socket {scfg['gate_socket']}", err=True)
+    return gate_sock

@@ -11,7 +11,7 @@ import tempfile
 
 import click
 
-from slurmguard.install.plan import CONFIG_FILE, ROLES
+from slurmguard.install.plan import CONFIG_FILE, ROLES, Docs
 
 
 def _config(ctx: click.Context, prefix: str) -> tuple[str, bytes | None, object]:
@@ -68,7 +68,7 @@ def setup_cmd(ctx: click.Context, role: str, prefix: str, dry_run: bool) -> int:
 
     exe = planmod.slurmguard_executable()
     config_file, content, cfg = _config(ctx, prefix)
-    plan = planmod.build(role, prefix, cfg, config_file, content, exe)
+    plan = planmod.build(role, prefix, cfg, config_file, content, exe, _docs())
     outcomes = apply(plan.steps, dry_run=dry_run)
     verb = {"created": "would create", "updated": "would update", "ran": "would run",
             "unchanged": "unchanged"} if dry_run else {"created": "created", "updated": "updated",
@@ -123,3 +123,13 @@ def _show_content(step: object) -> None:
         return
     for line in text.splitlines():
         click.echo(f"      | {line}")
+
+
+def _docs() -> Docs:
+    """The man page and bash completion script that setup installs (from this CLI)."""
+    from click.shell_completion import BashComplete
+
+    from slurmguard.cli import cli, mangen
+    comp = BashComplete(cli, {}, "slurmguard", "_SLURMGUARD_COMPLETE")
+    # source() would also run bash to check the script; the template alone is the script
+    return Docs(manpage=mangen.render(), completion=comp.source_template % comp.source_vars())

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from slurmguard.cli._common import echo_json, iso, load_config, table, warn
+from slurmguard.cli._common import iso, load_config, warn
 from slurmguard.errors import EXIT_EXTERNAL, EXIT_OK, ConfigError, InputError, SlurmguardError
+from slurmguard.output import Block, Result, Table, emit
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 
 @click.group("triage", invoke_without_command=True)
@@ -38,23 +42,20 @@ def triage_cmd(ctx: click.Context, limit: int, as_json: bool) -> None:
 
     store = Store.open(load_config(ctx))
     now = time.time()
-    alerts = store.alerts(open_only=True)
-    suspects = rank(store.node_summary(), alerts, store.hook_speeds(since=now - 86400))[:limit]
-    if as_json:
-        echo_json({"alerts": [{"id": a.id, "cause": a.cause, "scope": a.scope, "nodes": a.nodes,
-                               "count": a.count, "message": a.message} for a in alerts],
-                   "suspects": [dict(s.to_dict(), rank=i + 1) for i, s in enumerate(suspects)]})
-        return
+    alerts = store.nodes.alerts(open_only=True)
+    suspects = rank(store.nodes.summary(), alerts, store.nodes.hook_speeds(since=now - 86400))[:limit]
+    data = {"alerts": [{"id": a.id, "cause": a.cause, "scope": a.scope, "nodes": a.nodes,
+                        "count": a.count, "message": a.message} for a in alerts],
+            "suspects": [dict(s.to_dict(), rank=i + 1) for i, s in enumerate(suspects)]}
+    blocks: list[Block] = []
     if alerts:
-        click.echo("Suspected shared causes (open fleet alerts):")
-        click.echo(table([[f"#{a.id}", a.cause, a.scope, a.count, a.nodes, a.message] for a in alerts],
-                         ["alert", "cause", "scope", "nodes", "nodeset", "message"]))
-        click.echo()
-    if not suspects:
-        click.echo("No suspects: no node has failures, marks or slow hooks on record.")
-        return
-    click.echo(table([[i + 1, s.node, f"{s.score:g}", "; ".join(s.evidence)]
-                      for i, s in enumerate(suspects)], ["rank", "node", "score", "evidence"]))
+        blocks += ["Suspected shared causes (open fleet alerts):",
+                   Table([[f"#{a.id}", a.cause, a.scope, a.count, a.nodes, a.message] for a in alerts],
+                         ["alert", "cause", "scope", "nodes", "nodeset", "message"]), ""]
+    blocks.append(Table([[i + 1, s.node, f"{s.score:g}", "; ".join(s.evidence)]
+                         for i, s in enumerate(suspects)], ["rank", "node", "score", "evidence"])
+                  if suspects else "No suspects: no node has failures, marks or slow hooks on record.")
+    emit(Result(data, blocks), as_json)
 
 
 @triage_cmd.command("collect")
@@ -122,29 +123,27 @@ def collect_cmd(ctx: click.Context, nodeset: str, out_dir: str | None, tar_file:
         out_dir = "slurmguard-triage-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     bundle = Bundle(out_dir, tar_file)
     manifest = collect(nodes, opts, bundle, recent=_recent_results(cfg))
-    if as_json:
-        echo_json({"bundle": bundle.location, **manifest})
-    else:
-        _print_summary(bundle.location, manifest)
+    emit(Result({"bundle": bundle.location, **manifest}, _summary(bundle.location, manifest)),
+         as_json)
     failed = [n for n, e in manifest["nodes"].items() if e["status"] == "failed"]
     for node in failed:
         warn(f"error: {node}: {manifest['nodes'][node]['error']}")
     return EXIT_EXTERNAL if failed else EXIT_OK
 
 
-def _print_summary(location: str, manifest: dict[str, Any]) -> None:
+def _summary(location: str, manifest: dict[str, Any]) -> list[Block]:
     rows = []
     for node, e in manifest["nodes"].items():
         facts = e["facts"]
         problems = "; ".join(f"{k}: {v['error']}" for k, v in e["steps"].items() if v.get("error"))
         rows.append([node, e["status"], facts.get("xid_count", "-"), facts.get("ib_ports", "-"),
                      facts.get("nvidia_smi", "-"), e["error"] or problems or ""])
-    click.echo(table(rows, ["node", "status", "xids", "ib ports", "nvidia-smi", "error"]))
     s = manifest["summary"]
-    click.echo(f"\n{s['ok']} ok, {s['partial']} partial, {s['failed']} failed; bundle: {location}")
+    return [Table(rows, ["node", "status", "xids", "ib ports", "nvidia-smi", "error"]),
+            f"\n{s['ok']} ok, {s['partial']} partial, {s['failed']} failed; bundle: {location}"]
 
 
-def _recent_results(cfg: Any) -> Any:
+def _recent_results(cfg: Config) -> Any:
     """A function node -> its recent results and events from the store, or None when no
     store is configured or it cannot be opened (the bundle is still worth having)."""
     section = cfg.section("store")
@@ -161,6 +160,6 @@ def _recent_results(cfg: Any) -> Any:
     def recent(node: str) -> list[dict[str, Any]]:
         return [{"at": iso(i.at), "kind": i.kind, "health": i.health, "actor": i.actor,
                  "source": i.source, "reason": i.reason, "checks": list(i.checks)}
-                for i in store.history(node, limit=100)]
+                for i in store.nodes.history(node, limit=100)]
 
     return recent

@@ -27,11 +27,14 @@ import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmguard.contract import REASON_PREFIX, is_ours
 from slurmguard.errors import EXIT_OK, EXIT_STORE, EXIT_UNHEALTHY, StoreError
 from slurmguard.store.sqlite_read import open_read_only, sqlite_path
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 _CHUNK = 500
 _COLUMN_NAMES = ("name", "last_seen", "last_health", "last_reason", "lemon", "lemon_reason",
@@ -97,7 +100,7 @@ def read_store(section: Mapping[str, Any], nodes: Sequence[str]) -> dict[str, No
     store = Store.open(section=section)
     try:
         return {r[0]: NodeRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]))
-                for r in store.node_columns(nodes, _COLUMN_NAMES)}
+                for r in store.nodes.columns(nodes, _COLUMN_NAMES)}
     finally:
         store.close()
 
@@ -110,7 +113,7 @@ class GateOutcome:
     message: str
 
 
-def run_gate(cfg: Any, env: Mapping[str, str], *, dry_run: bool = False,
+def run_gate(cfg: Config, env: Mapping[str, str], *, dry_run: bool = False,
              now: float | None = None) -> GateOutcome:
     """Check the job's nodes; drain the refused ones; return the exit code and what was done."""
     gcfg = cfg.section("gate")
@@ -141,7 +144,7 @@ def run_gate(cfg: Any, env: Mapping[str, str], *, dry_run: bool = False,
                        f"job {job}: refused {len(refused)} of {len(nodes)} nodes: {what}")
 
 
-def _drain(cfg: Any, refused: Mapping[str, str], job: str) -> list[str]:
+def _drain(cfg: Config, refused: Mapping[str, str], job: str) -> list[str]:
     from slurmguard.adapters.slurm.commands import SlurmCLI
     from slurmguard.errors import SlurmguardError
 
@@ -159,15 +162,15 @@ def _drain(cfg: Any, refused: Mapping[str, str], job: str) -> list[str]:
 
             store = Store.open(section=cfg.section("store"))
             for node in drained:
-                store.record_event(node, "drain", "slurmguard", refused[node], source="gate",
-                                   details={"job": job})
+                store.nodes.record_event(node, "drain", "slurmguard", refused[node], source="gate",
+                                         details={"job": job})
             store.close()
         except Exception as exc:  # noqa: BLE001
             log_line(cfg, f"could not record gate drains: {exc}")
     return drained
 
 
-def log_line(cfg: Any, line: str, err: Any = None) -> None:
+def log_line(cfg: Config, line: str, err: Any = None) -> None:
     """One line to stderr (slurmctld's log; ``err``: the fast path's answer) and to
     gate.log_file when set."""
     text = f"slurmguard gate: {line}"
@@ -190,7 +193,7 @@ def main(config_path: str | None, *, dry_run: bool = False,
     return answer_job(cfg, os.environ if env is None else env, dry_run=dry_run)
 
 
-def answer_job(cfg: Any, env: Mapping[str, str], *, dry_run: bool = False,
+def answer_job(cfg: Config, env: Mapping[str, str], *, dry_run: bool = False,
                err: Any = None) -> int:
     """The gate's whole answer for one job: check, drain, log; the exit code. The one
     definition, run by `slurmguard gate` and by serve's gate socket (slurmguard/gate/sock.py)."""
@@ -212,7 +215,7 @@ _GATE_HELP = {
 }
 
 
-def _count(cfg: Any, o: GateOutcome) -> None:
+def _count(cfg: Config, o: GateOutcome) -> None:
     """The gate's counters in <metrics.textfile_dir>/slurmguard_gate.prom (the controller's
     node_exporter; standard library only, as the rest of the gate)."""
     from slurmguard.contract import reason_source

@@ -23,7 +23,10 @@ import os
 import pwd
 import socket
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 from slurmguard import unixsock
 
@@ -56,7 +59,7 @@ def refusal(why: str) -> bytes:
 class GateSocket:
     """A thread answering gate requests on ``path`` with serve's config."""
 
-    def __init__(self, cfg: Any, path: str, config_path: str | None, user: str = "") -> None:
+    def __init__(self, cfg: Config, path: str, config_path: str | None, user: str = "") -> None:
         self.cfg = cfg
         self.path = path
         self.config_path = os.path.realpath(config_path) if config_path else ""

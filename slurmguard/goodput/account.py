@@ -231,15 +231,7 @@ def _last_ckpt(r: RunRecord) -> int | None:
 def account(job: JobInputs, params: Params = Params()) -> Breakdown:
     """Where the job's wall time went; see the module docstring for each part."""
     unknown: list[str] = list(job.notes)
-    allocs: list[Allocation] = []
-    horizon = -math.inf
-    for a in sorted((a for a in job.allocations if _finite(a.start) and _finite(a.end)),
-                    key=lambda a: a.start):
-        start = max(a.start, horizon)  # overlapping records: count each second once
-        if a.end <= start:
-            continue
-        allocs.append(Allocation(start, a.end, a.nodes, max(0, a.gpus), a.state))
-        horizon = a.end
+    allocs = _allocations(job)
     runs = sorted(job.runs, key=lambda r: (r.started, r.restart))
     matched = match_runs(allocs, runs)
     parts, gpu_s = _zero(), _zero()
@@ -264,21 +256,7 @@ def account(job: JobInputs, params: Params = Params()) -> Breakdown:
              and r.step_samples >= params.min_samples]
     best = min(paces) if paces else None
     job_med = statistics.median(paces) if paces else None
-
-    # Which steps of each run survived: those at or below every later run's resume step.
-    keep: dict[int, float] = {}
-    final_ok = job.state.upper() in ("COMPLETED", "SUCCESS") or (
-        bool(runs) and runs[-1].verdict == "success")
-    for i, r in enumerate(runs):
-        later = [_resume(x) for x in runs[i + 1:]]
-        if later:
-            keep[id(r)] = float(min(later))
-        elif final_ok:
-            keep[id(r)] = math.inf
-        else:
-            ck = _last_ckpt(r)
-            keep[id(r)] = float(ck if ck is not None else _resume(r))
-
+    keep = _kept_steps(job, runs)
     out_runs: list[RunBreakdown] = []
     steps_lost = 0
     prev_end: float | None = None
@@ -305,21 +283,49 @@ def account(job: JobInputs, params: Params = Params()) -> Breakdown:
                      steps_lost, job_med)
 
 
+def _allocations(job: JobInputs) -> list[Allocation]:
+    """The job's allocations in time order, overlaps cut (each second counted once)."""
+    allocs: list[Allocation] = []
+    horizon = -math.inf
+    for a in sorted((a for a in job.allocations if _finite(a.start) and _finite(a.end)),
+                    key=lambda a: a.start):
+        start = max(a.start, horizon)  # overlapping records: count each second once
+        if a.end <= start:
+            continue
+        allocs.append(Allocation(start, a.end, a.nodes, max(0, a.gpus), a.state))
+        horizon = a.end
+    return allocs
+
+
+def _kept_steps(job: JobInputs, runs: Sequence[RunRecord]) -> dict[int, float]:
+    """Which steps of each run survived (by ``id`` of the run): those at or below every later
+    run's resume step; the last run's all when the job succeeded, else up to its last
+    complete checkpoint."""
+    keep: dict[int, float] = {}
+    final_ok = job.state.upper() in ("COMPLETED", "SUCCESS") or (
+        bool(runs) and runs[-1].verdict == "success")
+    for i, r in enumerate(runs):
+        later = [_resume(x) for x in runs[i + 1:]]
+        if later:
+            keep[id(r)] = float(min(later))
+        elif final_ok:
+            keep[id(r)] = math.inf
+        else:
+            ck = _last_ckpt(r)
+            keep[id(r)] = float(ck if ck is not None else _resume(r))
+    return keep
+
+
 def _run_parts(a: Allocation, r: RunRecord | None, job: JobInputs, params: Params,
                keep: Mapping[int, float], best: float | None, job_med: float | None,
                unknown: list[str]) -> tuple[dict[str, float], int, float | None]:
     """Seconds per part of one allocation, the steps it lost, and its median step time."""
     A, E = a.start, a.end
     rp = _zero()
-    if r is None:
+    why = _no_progress(a, r)
+    if r is None or why:
         rp["unknown"] = E - A
-        unknown.append(f"allocation at {A:.0f} on {','.join(a.nodes) or '?'}: no wrapper record "
-                       "(not run under `slurmguard run`, or its records were not found)")
-        return rp, 0, None
-    if r.first_step is None or r.last_step is None:
-        rp["unknown"] = E - A
-        unknown.append(f"run {r.restart}: no progress reports (the program does not call "
-                       "slurmguard.progress)")
+        unknown.append(why)
         return rp, 0, None
     med = r.median_step_s if _finite(r.median_step_s) and r.median_step_s > 0 else job_med
     m = med or 0.0
@@ -328,21 +334,7 @@ def _run_parts(a: Allocation, r: RunRecord | None, job: JobInputs, params: Param
     tl, nl = r.last_step
     fss = min(max(t1 - m * max(0, n1 - resume), A), E)  # when the first step began
     tl = min(max(tl, fss), E)
-
-    faulty = a.state.upper() in NODE_FAIL_STATES or any(
-        f.node in a.nodes and A <= f.at <= E + params.drain_window for f in job.faults)
-    ended_stalled = any(to >= E - max(m, 1.0) for _, to in r.stalls)
-    if r.verdict == "success":
-        tail = "other"
-    elif faulty:
-        tail = "drained_node"
-    elif ended_stalled:
-        tail = "stall"
-    elif not job.store:
-        tail = "unknown"
-    else:
-        tail = "other"
-
+    tail = _tail(a, r, job, params, m)
     spans: list[tuple[float, float, str]] = []
     for t, _, secs in r.checkpoints:
         if _finite(secs) and secs and secs > 0:
@@ -357,7 +349,40 @@ def _run_parts(a: Allocation, r: RunRecord | None, job: JobInputs, params: Param
     step_s = got.pop("step", 0.0)
     for k, v in got.items():
         rp[k] += v
+    lost_steps = _split_steps(rp, step_s, r, params, keep, best, m, resume, nl)
+    return rp, lost_steps, med
 
+
+def _no_progress(a: Allocation, r: RunRecord | None) -> str:
+    """Why an allocation's time is all unknown ('' when its run reported progress)."""
+    if r is None:
+        return (f"allocation at {a.start:.0f} on {','.join(a.nodes) or '?'}: no wrapper record "
+                "(not run under `slurmguard run`, or its records were not found)")
+    if r.first_step is None or r.last_step is None:
+        return (f"run {r.restart}: no progress reports (the program does not call "
+                "slurmguard.progress)")
+    return ""
+
+
+def _tail(a: Allocation, r: RunRecord, job: JobInputs, params: Params, m: float) -> str:
+    """Whose is the time after the last step: a faulty node's, a stall's, or other."""
+    faulty = a.state.upper() in NODE_FAIL_STATES or any(
+        f.node in a.nodes and a.start <= f.at <= a.end + params.drain_window for f in job.faults)
+    ended_stalled = any(to >= a.end - max(m, 1.0) for _, to in r.stalls)
+    if r.verdict == "success":
+        return "other"
+    if faulty:
+        return "drained_node"
+    if ended_stalled:
+        return "stall"
+    return "unknown" if not job.store else "other"
+
+
+def _split_steps(rp: dict[str, float], step_s: float, r: RunRecord, params: Params,
+                 keep: Mapping[int, float], best: float | None, m: float, resume: int,
+                 nl: int) -> int:
+    """Share the step time out into rp: slow steps as stall, steps past the kept checkpoint
+    as lost work, a straggler's excess, the rest productive. Returns the steps lost."""
     executed = max(0, nl - resume)
     # Steps far slower than the median (a stall the wrapper was not told to time out).
     if m > 0 and executed:
@@ -374,7 +399,6 @@ def _run_parts(a: Allocation, r: RunRecord | None, job: JobInputs, params: Param
         lost = step_s * lost_steps / executed
     rp["lost_work"] += lost
     step_s -= lost
-
     pace = best
     if r.slow_nodes and r.node_median_step_s:
         fast = [v for n, v in r.node_median_step_s.items() if n not in r.slow_nodes]
@@ -386,7 +410,7 @@ def _run_parts(a: Allocation, r: RunRecord | None, job: JobInputs, params: Param
         rp["straggler"] += strag
         step_s -= strag
     rp["productive"] += step_s
-    return rp, lost_steps, med
+    return lost_steps
 
 
 def combine(items: Sequence[Breakdown]) -> dict[str, Any]:

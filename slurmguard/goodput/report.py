@@ -15,6 +15,7 @@ from typing import Any
 from slurmguard.errors import SlurmguardError
 from slurmguard.goodput import sources
 from slurmguard.goodput.account import CAUSES, PARTS, Breakdown, Fault, Params, account
+from slurmguard.output import iso, table
 
 
 def params_of(section: Mapping[str, Any]) -> Params:
@@ -34,58 +35,22 @@ def collect(section: Mapping[str, Any], *, job_ids: Sequence[str] | None = None,
     """
     params = params_of(section)
     notes: list[str] = []
-    acct: dict[str, list[Any]] | None = None
-    if slurm is not None:
-        try:
-            recs = slurm.accounting(list(job_ids) if job_ids else None, since=since, until=until)
-            acct = {}
-            for r in recs:
-                acct.setdefault(r.job_id, []).append(r)
-        except SlurmguardError as exc:
-            notes.append(f"no Slurm accounting ({exc.message})")
-    else:
-        notes.append("no Slurm accounting (not configured)")
+    acct = _accounting(slurm, job_ids, since, until, notes)
     patterns = [*runs, *section.get("run_dirs", [])]
     if acct is not None:
         for recs in acct.values():  # the job's working directory, too
             patterns += sorted({f"{r.workdir}" for r in recs if getattr(r, "workdir", "")})
     wanted = set(job_ids) if job_ids else None
     records = sources.read_runs(sources.runs_files(patterns), wanted)
-    if job_ids:
-        ids = list(dict.fromkeys(job_ids))
-    elif acct is not None:
-        ids = [j for j, recs in acct.items()
-               if all(r.end is not None for r in recs if r.start is not None)
-               and any(r.start is not None for r in recs)]
-    else:  # no accounting: the jobs the wrapper recorded as ended in the window
-        lo, hi = since or 0.0, until or time.time()
-        ids = [j for j, recs in records.items()
-               if any(isinstance(r.get("ended"), (int, float)) and lo <= r["ended"] <= hi
-                      for r in recs)]
+    ids = _job_ids(job_ids, acct, records, since, until)
     if skip_collected and store is not None and ids:
-        done = store.goodput_collected(ids)
+        done = store.goodput.collected(ids)
         ids = [j for j in ids if j not in done]
     out = []
     for jid in ids:
         acct_recs = acct.get(jid, []) if acct is not None else None
-        faults: list[Fault] | None = None
-        if store is not None:
-            allocs = [r for r in acct_recs or [] if r.start is not None]
-            nodes = sorted({n for r in allocs for n in sources.expand_nodes(r.nodes)})
-            starts = [r.start for r in allocs] or [
-                r["started"] for r in records.get(jid, []) if isinstance(r.get("started"), (int, float))]
-            ends = [r.end or time.time() for r in allocs] or [
-                r["ended"] for r in records.get(jid, []) if isinstance(r.get("ended"), (int, float))]
-            if not nodes:
-                nodes = sorted({str(r["node"]) for r in records.get(jid, []) if r.get("node")})
-            if starts and nodes:
-                try:
-                    faults = [Fault(n, at, why) for n, at, why in store.node_faults(
-                        nodes, since=min(starts), until=max(ends) + params.drain_window)]
-                except SlurmguardError as exc:
-                    notes.append(f"store unreadable ({exc.message})")
-            else:
-                faults = []
+        faults = None if store is None else _faults(store, acct_recs, records.get(jid, []),
+                                                      params, notes)
         job_notes = list(notes)
         if jid not in records:
             job_notes.append("no wrapper records found for this job (searched: "
@@ -97,6 +62,62 @@ def collect(section: Mapping[str, Any], *, job_ids: Sequence[str] | None = None,
     return out
 
 
+def _accounting(slurm: Any, job_ids: Sequence[str] | None, since: float | None,
+                until: float | None, notes: list[str]) -> dict[str, list[Any]] | None:
+    """sacct's records per job, or None (and why, in ``notes``) without accounting."""
+    if slurm is None:
+        notes.append("no Slurm accounting (not configured)")
+        return None
+    try:
+        recs = slurm.accounting(list(job_ids) if job_ids else None, since=since, until=until)
+    except SlurmguardError as exc:
+        notes.append(f"no Slurm accounting ({exc.message})")
+        return None
+    acct: dict[str, list[Any]] = {}
+    for r in recs:
+        acct.setdefault(r.job_id, []).append(r)
+    return acct
+
+
+def _job_ids(job_ids: Sequence[str] | None, acct: Mapping[str, list[Any]] | None,
+             records: Mapping[str, list[dict[str, Any]]], since: float | None,
+             until: float | None) -> list[str]:
+    """The jobs to account: those named, else those that ended in the window."""
+    if job_ids:
+        return list(dict.fromkeys(job_ids))
+    if acct is not None:
+        return [j for j, recs in acct.items()
+                if all(r.end is not None for r in recs if r.start is not None)
+                and any(r.start is not None for r in recs)]
+    # no accounting: the jobs the wrapper recorded as ended in the window
+    lo, hi = since or 0.0, until or time.time()
+    return [j for j, recs in records.items()
+            if any(isinstance(r.get("ended"), (int, float)) and lo <= r["ended"] <= hi
+                   for r in recs)]
+
+
+def _faults(store: Any, acct_recs: list[Any] | None, recs: list[dict[str, Any]], params: Params,
+            notes: list[str]) -> list[Fault] | None:
+    """The store's faults of the job's nodes over its time (None when the store fails: then
+    ``notes`` says so, for this job and the ones after it)."""
+    allocs = [r for r in acct_recs or [] if r.start is not None]
+    nodes = sorted({n for r in allocs for n in sources.expand_nodes(r.nodes)})
+    starts = [r.start for r in allocs] or [
+        r["started"] for r in recs if isinstance(r.get("started"), (int, float))]
+    ends = [r.end or time.time() for r in allocs] or [
+        r["ended"] for r in recs if isinstance(r.get("ended"), (int, float))]
+    if not nodes:
+        nodes = sorted({str(r["node"]) for r in recs if r.get("node")})
+    if not (starts and nodes):
+        return []
+    try:
+        return [Fault(n, at, why) for n, at, why in store.goodput.node_faults(
+            nodes, since=min(starts), until=max(ends) + params.drain_window)]
+    except SlurmguardError as exc:
+        notes.append(f"store unreadable ({exc.message})")
+        return None
+
+
 # ---------------------------------------------------------------------------------------------
 # rendering
 
@@ -106,8 +127,6 @@ def _h(seconds: float) -> str:
 
 
 def job_table(d: Mapping[str, Any]) -> str:
-    from slurmguard.cli._common import table
-
     wall = d["wall_s"] or 0.0
     rows = [[p, f"{d['parts'][p]:.1f}", f"{d['gpu_hours'][p]:.3f}",
              f"{100 * d['parts'][p] / wall:.1f}%" if wall else "-"] for p in PARTS]
@@ -122,8 +141,6 @@ def job_table(d: Mapping[str, Any]) -> str:
 
 
 def fleet_table(groups: Sequence[tuple[str, Mapping[str, Any]]], by: str, since: float) -> str:
-    from slurmguard.cli._common import iso, table
-
     if not groups:
         return (f"no jobs in the store that ended since {iso(since)} (collect them with "
                 "`slurmguard goodput --collect`)")

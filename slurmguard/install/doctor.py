@@ -12,11 +12,14 @@ import re
 import stat
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from slurmguard import __version__
 from slurmguard.contract import REASON_PREFIX
 from slurmguard.errors import SlurmguardError
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 PASS, FAIL, SKIP = "pass", "FAIL", "skip"
 MARKER = "hook-unrunnable.log"
@@ -41,7 +44,7 @@ class Item:
 class Doctor:
     """Collects the items for one role; every check is a method returning Items."""
 
-    def __init__(self, role: str, cfg: Any, env: dict[str, str] | None = None) -> None:
+    def __init__(self, role: str, cfg: Config, env: dict[str, str] | None = None) -> None:
         self.role = role
         self.cfg = cfg
         self.env = env

@@ -27,10 +27,13 @@ import re
 import shlex
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from slurmguard.install.paths import data_dir, under
 from slurmguard.install.steps import ROOT, ActionStep, DirStep, FileStep, Owner, Step
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 __all__ = ["Plan", "build", "data_dir", "under"]
 
@@ -99,16 +102,6 @@ def unit_files(role: str, exe: str) -> list[tuple[str, bytes]]:
         if unit_role(text) == role:
             out.append((p.name, text.replace("@SLURMGUARD@", exe).encode()))
     return out
-
-
-def bash_completion() -> str:
-    """click's bash completion script for `slurmguard` (docs/cli.md "Shell completion")."""
-    from click.shell_completion import BashComplete
-
-    from slurmguard.cli import cli
-
-    comp = BashComplete(cli, {}, "slurmguard", "_SLURMGUARD_COMPLETE")
-    return comp.source_template % comp.source_vars()  # source() would also run bash to check
 
 
 def owner_of(user: str) -> Owner:
@@ -209,8 +202,16 @@ def slurm_settings() -> tuple[dict[str, str], str]:
         return {}, path
 
 
-def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: bytes | None,
-          exe: str) -> Plan:
+class Docs(NamedTuple):
+    """What setup installs from the CLI's help: rendered by the caller, since install/ never
+    imports cli/ (tests/test_import_graph.py)."""
+
+    manpage: str
+    completion: str
+
+
+def build(role: str, prefix: str, cfg: Config, config_file: str, config_content: bytes | None,
+          exe: str, docs: Docs) -> Plan:
     """Every step of `setup ROLE` (``config_content``: the config to create, or None)."""
     from slurmguard.adapters.slurm.conf import slurm_user
     from slurmguard.install import spank
@@ -219,7 +220,6 @@ def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: by
     conf, conf_path = slurm_settings()
     slurm_owner = owner_of(slurm_user(conf))
     hooks = cfg.section("hooks")
-    defaults_file = under(prefix, DEFAULTS_FILE)
     lib = under(prefix, LIB_DIR)
     textfile_dir = str(_get(cfg, "metrics.textfile_dir", ""))
 
@@ -228,6 +228,36 @@ def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: by
         plan.steps.append(DirStep(os.path.dirname(config_file), 0o755, what="config directory"))
         plan.steps.append(FileStep(config_file, config_content, 0o644, keep_existing=True,
                                    what="config (created once, never rewritten)"))
+    _entry_script_steps(plan, lib)
+    _defaults_steps(plan, cfg, lib, textfile_dir)
+    # On the controller the state dir also holds the SQLite store that the gate
+    # (PrologSlurmctld, run as SlurmUser) reads: group SlurmUser, group-writable for SQLite's
+    # -shm/-wal files. The same mode on nodes, so that one host can run both setups.
+    plan.steps.append(DirStep(hooks["state_dir"], 0o770, slurm_owner, what="hook state"))
+    plan.steps.append(DirStep(hooks["spool_dir"], 0o700, what="results waiting for serve"))
+    if textfile_dir:
+        plan.steps.append(DirStep(textfile_dir, 0o755, what="node-exporter textfile directory"))
+    # The man page and completion script come from the CLI, which install/ never imports:
+    # the caller (cli/setup.py) renders them.
+    plan.steps.append(FileStep(under(prefix, MAN_FILE), docs.manpage.encode(), 0o644,
+                               what="man page"))
+    plan.steps.append(FileStep(under(prefix, COMPLETION_FILE), docs.completion.encode(), 0o644,
+                               what="bash completion"))
+    plan.conf_lines = conf_lines(lib, float(hooks["budget"]), role)
+    if role == "node":
+        spank.add_steps(plan, conf, conf_path)
+        if hooks["report_url"] and not os.path.exists(hooks["token_file"]):
+            plan.notes.append(f"hooks.report_url is set but {hooks['token_file']} is missing: copy "
+                              "the controller's serve token there (root, mode 0600)")
+    else:
+        _controller_steps(plan, cfg, slurm_owner)
+    _unit_steps(plan)
+    plan.steps = _unique(plan.steps)
+    return plan
+
+
+def _entry_script_steps(plan: Plan, lib: str) -> None:
+    defaults_file = under(plan.prefix, DEFAULTS_FILE)
     for sub, names in HOOK_SCRIPTS.items():
         plan.steps.append(DirStep(f"{lib}/{sub}", 0o755, what="entry scripts"))
         for name in names:
@@ -237,6 +267,12 @@ def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: by
         plan.steps.append(FileStep(f"{lib}/{sub}/slurm.conf.snippet",
                                    snippet.replace(LIB_DIR, lib).encode(), 0o644,
                                    what="slurm.conf lines"))
+
+
+def _defaults_steps(plan: Plan, cfg: Config, lib: str, textfile_dir: str) -> None:
+    """The C clients and the defaults file the entry scripts and units read."""
+    from slurmguard.install import spank
+
     # The agent's hook client (docs/agent.md), built on both roles so that the defaults file
     # is the same whichever setup ran last on a host.
     client = spank.agent_client()
@@ -254,56 +290,41 @@ def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: by
         extra["SLURMGUARD_GATE_CLIENT"] = gpath
     if cfg["serve.gate_socket"]:
         extra["SLURMGUARD_GATE_SOCKET"] = str(cfg["serve.gate_socket"])
+    defaults_file = under(plan.prefix, DEFAULTS_FILE)
     plan.steps.append(DirStep(os.path.dirname(defaults_file), 0o755))
     try:
         with open(defaults_file, encoding="utf-8", errors="replace") as fh:
             existing = fh.read()
     except OSError:
         existing = ""
-    plan.steps.append(FileStep(defaults_file, defaults_text(exe, config_file, hooks["state_dir"],
-                                                            textfile_dir, client_path, extra,
-                                                            existing),
-                               0o644, what="what the entry scripts run"))
-    # On the controller the state dir also holds the SQLite store that the gate
-    # (PrologSlurmctld, run as SlurmUser) reads: group SlurmUser, group-writable for SQLite's
-    # -shm/-wal files. The same mode on nodes, so that one host can run both setups.
-    plan.steps.append(DirStep(hooks["state_dir"], 0o770, slurm_owner, what="hook state"))
-    plan.steps.append(DirStep(hooks["spool_dir"], 0o700, what="results waiting for serve"))
-    if textfile_dir:
-        plan.steps.append(DirStep(textfile_dir, 0o755, what="node-exporter textfile directory"))
-    from slurmguard.cli import mangen
+    text = defaults_text(plan.exe, plan.config_file, cfg["hooks.state_dir"], textfile_dir,
+                         client_path, extra, existing)
+    plan.steps.append(FileStep(defaults_file, text, 0o644, what="what the entry scripts run"))
 
-    plan.steps.append(FileStep(under(prefix, MAN_FILE), mangen.render().encode(), 0o644,
-                               what="man page"))
-    plan.steps.append(FileStep(under(prefix, COMPLETION_FILE), bash_completion().encode(), 0o644,
-                               what="bash completion"))
-    plan.conf_lines = conf_lines(lib, float(hooks["budget"]), role)
-    if role == "node":
-        spank.add_steps(plan, conf, conf_path)
-        if hooks["report_url"] and not os.path.exists(hooks["token_file"]):
-            plan.notes.append(f"hooks.report_url is set but {hooks['token_file']} is missing: copy "
-                              "the controller's serve token there (root, mode 0600)")
-    else:
-        _controller_steps(plan, cfg, slurm_owner)
+
+def _unit_steps(plan: Plan) -> None:
     unit_dir = under(plan.prefix, UNIT_DIR)
     names = []
-    for name, content in unit_files(role, plan.exe):
+    for name, content in unit_files(plan.role, plan.exe):
         plan.steps.append(FileStep(f"{unit_dir}/{name}", content, 0o644, what="systemd unit"))
         names.append(name)
     if names:
         plan.enable = ["systemctl daemon-reload", "systemctl enable --now " + " ".join(names)]
+
+
+def _unique(steps: list[Step]) -> list[Step]:
+    """One step per path: one directory may serve several purposes (state = store dir)."""
     seen: set[str] = set()
     unique: list[Step] = []
-    for step in plan.steps:  # one directory may serve several purposes (state = store dir)
+    for step in steps:
         key = getattr(step, "path", None) or id(step)
         if key not in seen:
             seen.add(key)
             unique.append(step)
-    plan.steps = unique
-    return plan
+    return unique
 
 
-def _get(cfg: Any, dotted: str, default: Any) -> Any:
+def _get(cfg: Config, dotted: str, default: Any) -> Any:
     try:
         return cfg[dotted]
     except KeyError:
@@ -326,7 +347,7 @@ def conf_lines(lib: str, budget: float, role: str) -> list[str]:
     ]
 
 
-def _controller_steps(plan: Plan, cfg: Any, slurm_owner: Owner) -> None:
+def _controller_steps(plan: Plan, cfg: Config, slurm_owner: Owner) -> None:
     import secrets
 
     serve = cfg.section("serve")

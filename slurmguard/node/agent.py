@@ -43,11 +43,14 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmguard import unixsock
 from slurmguard.errors import ConfigError, SlurmguardError
 from slurmguard.sources import GatherContext
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 log = logging.getLogger("slurmguard.node.agent")
 
@@ -183,7 +186,7 @@ class NvmlHolder:
     hook process could never see it: using it would make the two paths disagree).
     """
 
-    def __init__(self, cfg: Any, on_event: Callable[[int, int], None]) -> None:
+    def __init__(self, cfg: Config, on_event: Callable[[int, int], None]) -> None:
         self.cfg = cfg
         self.on_event = on_event
         self.status = "not started"
@@ -322,7 +325,7 @@ class Agent:
         except Exception:  # noqa: BLE001
             pass
 
-    def _gather_into(self, key: tuple[str, str], target: Any, cfg: Any,
+    def _gather_into(self, key: tuple[str, str], target: Any, cfg: Config,
                      ctx: GatherContext) -> _Cached:
         from slurmguard.node.runner import resolve_source
 
@@ -339,7 +342,7 @@ class Agent:
                 self.cache[key] = c  # a value of an older config is never stored
         return c
 
-    def sources_for(self, cfg: Any, node: str, job_uid: int | None,
+    def sources_for(self, cfg: Config, node: str, job_uid: int | None,
                     ages: dict[str, float]) -> dict[str, Any]:
         """The source table of one hook run: name -> callable(cfg, ctx)."""
         from slurmguard.node.runner import registry, resolve_source
@@ -408,7 +411,7 @@ class Agent:
                     self._inflight.add(key)
                 ctx = GatherContext(node=node, hook="agent", deadline=time.monotonic() + timeout)
 
-                def work(key: tuple[str, str] = key, target: Any = table[name], cfg: Any = cfg,
+                def work(key: tuple[str, str] = key, target: Any = table[name], cfg: Config = cfg,
                          ctx: GatherContext = ctx) -> None:
                     try:
                         self._gather_into(key, target, cfg, ctx)

@@ -17,15 +17,18 @@ adapters: :mod:`slurmguard.adapters.serve_client` (HTTP) and :mod:`slurmguard.ad
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmguard.adapters import spool
 from slurmguard.adapters.serve_client import DeliveryError, post_records, read_token
 
+if TYPE_CHECKING:
+    from slurmguard.config import Config
+
 _BATCH = 200  # records per replay request
 
 
-def deliver(record: dict[str, Any], cfg: Any, *, replay: bool = True) -> str:
+def deliver(record: dict[str, Any], cfg: Config, *, replay: bool = True) -> str:
     """Send a record to serve, or spool it. Returns "sent", "spooled" or "skipped".
 
     Never raises for delivery problems (they must not change a hook's verdict); the caller

@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, NamedTuple, TextIO
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 from slurmguard.contract import Health, one_line
 from slurmguard.errors import (
@@ -29,6 +29,9 @@ from slurmguard.errors import (
     SlurmguardError,
 )
 from slurmguard.node.decide import Action, Decision, decide
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 HOOKS = ("prolog", "epilog", "healthcheck", "check")
 # Seconds kept back from the budget for the drain command and the report.
@@ -79,7 +82,7 @@ def run_hook(hook: str, *, node_flag: str | None = None, config_path: str | None
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def execute(cfg: Any, hook: str, node: str, *, only: tuple[str, ...] = (), as_json: bool = False,
+def execute(cfg: Config, hook: str, node: str, *, only: tuple[str, ...] = (), as_json: bool = False,
             out: TextIO, err: TextIO, dry_run: bool = False, t0: float,
             job_id: str | None = None, job_uid: int | None = None,
             sources: Mapping[str, Any] | None = None,
@@ -134,7 +137,7 @@ def _spent_before() -> float:
         return 0.0
 
 
-def _run(cfg: Any, hook: str, node: str, only: tuple[str, ...], acting: bool, t0: float,
+def _run(cfg: Config, hook: str, node: str, only: tuple[str, ...], acting: bool, t0: float,
          budget: float, *, job_id: str | None = None, job_uid: int | None = None,
          sources: Mapping[str, Any] | None = None,
          extra: Mapping[str, Any] | None = None) -> HookOutcome:
@@ -167,13 +170,13 @@ def _job_from_env() -> tuple[str | None, int | None]:
     return job_id, int(uid) if uid and uid.isdigit() else None
 
 
-def _checks_deadline(cfg: Any, t0: float, budget: float) -> float:
+def _checks_deadline(cfg: Config, t0: float, budget: float) -> float:
     """When gathering must end: the budget less what the drain and the report need."""
     reserve = min(float(cfg["slurm.timeout"]), budget * _RESERVE_FRACTION)
     return t0 + max(0.1, budget - reserve)
 
 
-def _gather_and_evaluate(cfg: Any, hook: str, node: str, only: tuple[str, ...],
+def _gather_and_evaluate(cfg: Config, hook: str, node: str, only: tuple[str, ...],
                          job_id: str | None, job_uid: int | None, deadline: float,
                          sources: Mapping[str, Any] | None = None) -> tuple[list[Any], Any]:
     """Steps 1-2 (slurmguard.node.runner): gather the sources once, run the pure checks.
@@ -190,7 +193,7 @@ def _gather_and_evaluate(cfg: Any, hook: str, node: str, only: tuple[str, ...],
     return available, report
 
 
-def _slurm_view(cfg: Any, hook: str, node: str, acting: bool, report: Any) -> _SlurmView:
+def _slurm_view(cfg: Config, hook: str, node: str, acting: bool, report: Any) -> _SlurmView:
     """Ask Slurm about the node only when the answer matters: to drain (the adapter checks
     DOWN and foreign drains itself) or, in healthcheck mode, to see whether our drain can go."""
     view = _SlurmView()
@@ -211,7 +214,7 @@ def _slurm_view(cfg: Any, hook: str, node: str, acting: bool, report: Any) -> _S
     return view
 
 
-def _decide(cfg: Any, hook: str, report: Any, available: list[Any], slurm: _SlurmView) -> Decision:
+def _decide(cfg: Config, hook: str, report: Any, available: list[Any], slurm: _SlurmView) -> Decision:
     """Step 3: the pure rule (slurmguard.node.decide) over the results and the node's state."""
     hooks_cfg = cfg.section("hooks")
     info = slurm.info
@@ -226,7 +229,7 @@ def _decide(cfg: Any, hook: str, report: Any, available: list[Any], slurm: _Slur
     )
 
 
-def _permit(cfg: Any, node: str, decision: Decision) -> str | None:
+def _permit(cfg: Config, node: str, decision: Decision) -> str | None:
     """The fleet's blast-radius guard: when many nodes fail the same check at once the cause
     is shared (a filesystem, a fabric) and draining them all would empty the partition. serve
     answers; unreachable serve fails open. Returns why the drain is refused, or None."""
@@ -236,7 +239,7 @@ def _permit(cfg: Any, node: str, decision: Decision) -> str | None:
     return None if allowed else why
 
 
-def _act(cfg: Any, hook: str, node: str, decision: Decision, acting: bool,
+def _act(cfg: Config, hook: str, node: str, decision: Decision, acting: bool,
          slurm: _SlurmView) -> tuple[str, int]:
     """Step 4: drain or undrain in Slurm. Returns (what was done, the hook's exit code)."""
     if decision.action is Action.DRAIN:
@@ -265,7 +268,7 @@ def _act(cfg: Any, hook: str, node: str, decision: Decision, acting: bool,
     return "none", EXIT_OK
 
 
-def _report(cfg: Any, hook: str, node: str, report: Any, decision: Decision, applied: str,
+def _report(cfg: Config, hook: str, node: str, report: Any, decision: Decision, applied: str,
             acting: bool, job_id: str | None, t0: float,
             extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Step 5: the result record, delivered to serve (or spooled) when one is configured."""
@@ -291,7 +294,7 @@ def _report(cfg: Any, hook: str, node: str, report: Any, decision: Decision, app
     return record
 
 
-def _write_metrics(cfg: Any, hook: str, node: str, t0: float, o: HookOutcome | None) -> None:
+def _write_metrics(cfg: Config, hook: str, node: str, t0: float, o: HookOutcome | None) -> None:
     """The node_exporter textfile of this run (``metrics.textfile_dir``; off when empty).
 
     ``o`` None: slurmguard itself failed (verdict ``internal-error``, no check results)."""
@@ -327,7 +330,7 @@ def _print_human(out: TextIO, o: HookOutcome, hook: str, node: str) -> None:
     out.write(line + "\n")
 
 
-def _log_line(cfg: Any, hook: str, node: str, text: str, err: TextIO | None = None) -> None:
+def _log_line(cfg: Config, hook: str, node: str, text: str, err: TextIO | None = None) -> None:
     line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} slurmguard {hook} node={node} {one_line(text, 400)}\n"
     if hook != "check":
         (err or sys.stderr).write(line)
@@ -344,7 +347,7 @@ def _log_line(cfg: Any, hook: str, node: str, text: str, err: TextIO | None = No
             pass
 
 
-def _arm_watchdog(left: float, budget: float, hook: str, node: str, cfg: Any) -> None:
+def _arm_watchdog(left: float, budget: float, hook: str, node: str, cfg: Config) -> None:
     """Backstop: if anything overruns the budget, log and leave with 'job may run'."""
 
     def fire(signum: int, frame: Any) -> None:

@@ -2,7 +2,7 @@
 threshold (lemon, flapping, blast radius, probation), and read once into PolicyParams.
 
 Nothing else states a threshold: config registers :data:`SECTION`, PolicyParams takes its
-defaults from it, and ``Store.lemon_candidates`` asks :func:`slurmguard.policy.lemon.lemon_verdict`.
+defaults from it, and ``Store.nodes.lemon_candidates`` asks :func:`slurmguard.policy.lemon.lemon_verdict`.
 """
 
 from __future__ import annotations

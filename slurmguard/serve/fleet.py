@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmguard.contract import REASON_PREFIX
 from slurmguard.errors import InputError, SlurmguardError
@@ -25,6 +25,9 @@ from slurmguard.policy.params import PolicyParams
 from slurmguard.policy.types import Action
 from slurmguard.store.api import Store
 from slurmguard.store.records import validate_node
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
 
 log = logging.getLogger("slurmguard.serve")
 
@@ -50,7 +53,7 @@ _SCOPES_TTL = 30.0
 
 
 class Fleet:
-    def __init__(self, cfg: Any, store: Store, slurm: Any = None, metrics: Any = None) -> None:
+    def __init__(self, cfg: Config, store: Store, slurm: Any = None, metrics: Any = None) -> None:
         from slurmguard.metrics.registry import ServeMetrics
 
         self.cfg = cfg
@@ -101,7 +104,7 @@ class Fleet:
             try:
                 if time.monotonic() >= next_full:
                     next_full = time.monotonic() + self.interval
-                    nodes |= set(self.store.active_nodes(time.time() - self.params.window))
+                    nodes |= set(self.store.nodes.active(time.time() - self.params.window))
                 self.evaluate(nodes)
                 self.metrics.policy_passes.labels(result="ok").inc()
             except Exception:
@@ -144,17 +147,17 @@ class Fleet:
             if applied == "drained":
                 self.metrics.drains.labels(cause=reason_source(reason) or "unknown",
                                            source=r["hook"]).inc()
-                recent = self.store.events(node=r["node"], kinds=["drain"], since=r["started"] - 120,
-                                           limit=1)
+                recent = self.store.nodes.events(node=r["node"], kinds=["drain"], since=r["started"] - 120,
+                                                 limit=1)
                 if not any(e.details.get("via") == "permit" for e in recent):  # not via /permit
-                    self.store.record_event(r["node"], "drain", ACTOR, reason,
-                                            source=reason_source(reason) or r["hook"],
-                                            at=r["started"], details={"hook": r["hook"]})
+                    self.store.nodes.record_event(r["node"], "drain", ACTOR, reason,
+                                                  source=reason_source(reason) or r["hook"],
+                                                  at=r["started"], details={"hook": r["hook"]})
             elif applied == "undrained":
                 # reason: "<check> passes again" (decide.py): the check whose drain was cleared
                 self.metrics.undrains.labels(cause=(reason.split() or ["unknown"])[0]).inc()
-                self.store.record_event(r["node"], "clear", ACTOR, reason, source=r["hook"],
-                                        at=r["started"], details={"hook": r["hook"]})
+                self.store.nodes.record_event(r["node"], "clear", ACTOR, reason, source=r["hook"],
+                                              at=r["started"], details={"hook": r["hook"]})
         with self.lock:
             self._pending.update(r["node"] for r in records)
         if self._thread is None:  # not started (tests, one-shot use): evaluate inline
@@ -180,11 +183,11 @@ class Fleet:
             log.warning("policy: Slurm unavailable, no drains this pass: %s", exc)
             scopes, infos = {}, {}
         with self.lock:
-            views = self.store.policy_views(nodes, window=self.params.window, now=now)
-            bad, judged = self.store.fleet_failure_rate(window=self.params.window, now=now)
+            views = self.store.nodes.policy_views(nodes, window=self.params.window, now=now)
+            bad, judged = self.store.nodes.fleet_failure_rate(window=self.params.window, now=now)
             states = {n: SlurmState(drained=i.drained, ours=i.ours, down=i.down or i.not_responding)
                       for n, i in infos.items() if n in views}
-            recent = self.store.drained_by_us_since(now - self.params.blast_window)
+            recent = self.store.nodes.drained_by_us_since(now - self.params.blast_window)
             actions = plan(views, now, self.params, fleet_rate=(bad / judged) if judged else None,
                            slurm=states, scopes=scopes, recent=recent)
             for a in actions:
@@ -197,27 +200,27 @@ class Fleet:
 
     def _apply(self, a: Action, now: float, infos: dict[str, Any], via_permit: bool = False) -> None:
         if a.kind == "lemon":
-            self.store.set_flags(a.node, lemon=True, lemon_reason=a.reason, lemon_since=now,
-                                 burnin_required=bool(self.params.burnin_after_lemon))
-            self.store.record_event(a.node, "lemon", ACTOR, a.reason, source=a.source, at=now)
+            self.store.nodes.set_flags(a.node, lemon=True, lemon_reason=a.reason, lemon_since=now,
+                                       burnin_required=bool(self.params.burnin_after_lemon))
+            self.store.nodes.record_event(a.node, "lemon", ACTOR, a.reason, source=a.source, at=now)
             self.metrics.lemons.labels(cause=a.source or "unknown").inc()
             log.warning("policy: %s is a lemon: %s", a.node, a.reason)
         elif a.kind == "drain":
             if self.slurm.drain(a.node, a.reason):
-                self.store.record_event(a.node, "drain", ACTOR, a.reason, source=a.source, at=now,
-                                        details={"via": "policy"})
+                self.store.nodes.record_event(a.node, "drain", ACTOR, a.reason, source=a.source, at=now,
+                                              details={"via": "policy"})
                 self.metrics.drains.labels(cause=a.source or "unknown", source="policy").inc()
                 log.warning("policy: drained %s: %s", a.node, a.reason)
         elif a.kind == "refuse":
             self.metrics.drains_refused.labels(cause=a.source or "unknown",
                                                via="permit" if via_permit else "policy").inc()
-            self.store.record_event(a.node, "drain_refused", ACTOR, a.reason, source=a.source,
-                                    at=now, details={"scope": a.scope})
+            self.store.nodes.record_event(a.node, "drain_refused", ACTOR, a.reason, source=a.source,
+                                          at=now, details={"scope": a.scope})
         elif a.kind == "alert":
-            alert, created = self.store.open_alert(a.source, a.scope, a.nodes, a.reason, now=now,
-                                                   window=self.params.blast_window)
+            alert, created = self.store.nodes.open_alert(a.source, a.scope, a.nodes, a.reason, now=now,
+                                                         window=self.params.blast_window)
             if alert.count != len(a.nodes):  # merged with earlier refusals: say the total
-                self.store.open_alert(a.source, a.scope, (), re.sub(
+                self.store.nodes.open_alert(a.source, a.scope, (), re.sub(
                     r"failing on \d+ nodes", f"failing on {alert.count} nodes", a.reason),
                     now=now, window=self.params.blast_window)
             if created:
@@ -254,8 +257,8 @@ class Fleet:
             from slurmguard.adapters.slurm import marks as slurm_marks
 
             slurm_marks.set_weight(self.slurm, info, 1)
-        self.store.set_flags(node, probation=False, probation_since=None)
-        self.store.record_event(node, "probation_end", ACTOR, reason, source="probation", at=now)
+        self.store.nodes.set_flags(node, probation=False, probation_since=None)
+        self.store.nodes.record_event(node, "probation_end", ACTOR, reason, source="probation", at=now)
 
     # -- /permit
     def permit(self, body: Any) -> dict[str, Any]:
@@ -281,13 +284,13 @@ class Fleet:
                 raise InputError(f"permit.node: {node!r} is not a node Slurm knows")
             if node not in fleet:
                 scopes = {**scopes, "fleet": fleet | {node}}
-            recent = self.store.drained_by_us_since(now - self.params.blast_window)
+            recent = self.store.nodes.drained_by_us_since(now - self.params.blast_window)
             same_cause = [n for n, evs in recent.items() if any(src == check for _, src in evs)]
             allowed, actions = guard([DrainRequest(node, check, reason)], recent, scopes,
                                      self.params, failing={check: same_cause})
             if allowed:
-                self.store.record_event(node, "drain", ACTOR, reason, source=check, at=now,
-                                        details={"via": "permit"})
+                self.store.nodes.record_event(node, "drain", ACTOR, reason, source=check, at=now,
+                                              details={"via": "permit"})
                 self.metrics.permits.labels(cause=check, result="allowed").inc()
                 return {"allow": True}
             self.metrics.permits.labels(cause=check, result="refused").inc()

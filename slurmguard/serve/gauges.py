@@ -22,7 +22,7 @@ def add_store_gauges(metrics: Any, store: Any) -> None:
         # One store query for the three gauges of one scrape.
         with lock:
             if time.monotonic() - cache["at"] > 1.0 or cache["value"] is None:
-                cache["value"], cache["at"] = store.state_counts(), time.monotonic()
+                cache["value"], cache["at"] = store.nodes.state_counts(), time.monotonic()
             return cache["value"]
 
     metrics.add_gauge("slurmguard_nodes",
@@ -46,7 +46,7 @@ def add_goodput_gauges(metrics: Any, store: Any, window: float = 86400.0) -> Non
     def groups() -> list[tuple[str, dict[str, Any]]]:
         with lock:  # one store query for the gauges of one scrape
             if time.monotonic() - cache["at"] > 1.0 or cache["value"] is None:
-                cache["value"] = store.goodput_totals(since=time.time() - window, by="partition")
+                cache["value"] = store.goodput.totals(since=time.time() - window, by="partition")
                 cache["at"] = time.monotonic()
             return cache["value"]
 

@@ -1,12 +1,12 @@
-"""The store's burn-in API (a mixin of :class:`slurmguard.store.Store`; docs/burnin.md).
+"""The store's burn-in area, ``store.burnin`` (docs/burnin.md).
 
-    run_id = store.burnin_submitted("n1", job_id="42", level="quick", night="2026-12-02")
-    run_id = store.burnin_started("n1", job_id="42", group_key="8x NVIDIA H100 80GB HBM3")
-    store.burnin_record(run_id, [BurninValue(...), ...])
-    store.burnin_finish(run_id, "complete")          # also updates burnin_series
-    store.burnin_latest_runs(since)                  # [BurninRunRow], one per node
-    store.burnin_series(since)                       # [SeriesRow], one per node and metric
-    store.burnin_packs()                             # the same rows, one packed row per node
+    run_id = store.burnin.submitted("n1", job_id="42", level="quick", night="2026-12-02")
+    run_id = store.burnin.started("n1", job_id="42", group_key="8x NVIDIA H100 80GB HBM3")
+    store.burnin.record(run_id, [BurninValue(...), ...])
+    store.burnin.finish(run_id, "complete")          # also updates burnin_series
+    store.burnin.latest_runs(since)                  # [BurninRunRow], one per node
+    store.burnin.series(since)                       # [SeriesRow], one per node and metric
+    store.burnin.packs()                             # the same rows, one packed row per node
 
 A run is ``submitted`` (by `burnin submit`), ``running`` (the worker started), then
 ``complete``, ``failed`` (a health check failed or a measurement found a hard fault) or
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.orm import aliased
 
 from slurmguard.burnin.values import BurninValue
@@ -45,6 +45,7 @@ from slurmguard.store.models import (
     BurninSeries,
     Node,
 )
+from slurmguard.store.nodes import node_ids
 from slurmguard.store.records import validate_node
 
 _R = BurninRun.__table__
@@ -139,36 +140,36 @@ def _extend(recent: str, last_night: str | None, night: str, value: float, keep:
     return " ".join(vals[-keep:])
 
 
-class BurninMixin:
-    engine: Any
+class Burnin:
+    """Burn-in runs, results and series: one per store, on its engine (``store.burnin``)."""
 
-    def _node_ids(self, conn: Any, names: Iterable[str], now: float) -> dict[str, int]:
-        raise NotImplementedError  # provided by Store
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
 
     # ------------------------------------------------------------------ writes
-    def burnin_submitted(self, node: str, *, job_id: str | None, level: str, night: str,
-                         group_key: str = "", reservation: str = "",
-                         at: float | None = None) -> int:
+    def submitted(self, node: str, *, job_id: str | None, level: str, night: str,
+                  group_key: str = "", reservation: str = "",
+                  at: float | None = None) -> int:
         """Record a submitted burn-in job; returns the run id."""
         at = time.time() if at is None else at
         night_number(night)
         with guard(self.engine, "burn-in submit"), self.engine.begin() as conn:
-            nid = self._node_ids(conn, [validate_node(node)], at)[node]
+            nid = node_ids(conn, [validate_node(node)], at)[node]
             return int(conn.execute(insert(BurninRun).values(
                 node_id=nid, job_id=job_id, level=level[:16], night=night[:16],
                 group_key=group_key[:128], submitted=at, started=None, finished=None,
                 status="submitted", reason="", reservation=reservation[:128], verdict=None,
                 verdict_at=None).returning(BurninRun.id)).scalar_one())
 
-    def burnin_started(self, node: str, *, job_id: str | None, group_key: str, level: str = "quick",
-                       night: str = "", at: float | None = None) -> int:
+    def started(self, node: str, *, job_id: str | None, group_key: str, level: str = "quick",
+                night: str = "", at: float | None = None) -> int:
         """The worker started: the submitted run of (node, job) becomes ``running`` (a run is
         created when none was submitted, e.g. a worker started by hand). Returns its id."""
         at = time.time() if at is None else at
         night = night or night_of(at)
         night_number(night)
         with guard(self.engine, "burn-in start"), self.engine.begin() as conn:
-            nid = self._node_ids(conn, [validate_node(node)], at)[node]
+            nid = node_ids(conn, [validate_node(node)], at)[node]
             rid = None
             if job_id:
                 rid = conn.execute(select(BurninRun.id).where(
@@ -188,8 +189,8 @@ class BurninMixin:
                 conn.execute(update(BurninRun).where(BurninRun.id == rid).values(**values))
             return int(rid)
 
-    def burnin_record(self, run_id: int, values: Sequence[BurninValue], *,
-                      at: float | None = None) -> None:
+    def record(self, run_id: int, values: Sequence[BurninValue], *,
+               at: float | None = None) -> None:
         """Store measured values of a run (as each measurement ends: a killed job keeps them)."""
         at = time.time() if at is None else at
         rows = []
@@ -211,8 +212,8 @@ class BurninMixin:
                 raise InputError(f"burn-in run: no run {run_id}")
             conn.execute(insert(BurninResult), [{**r, "node_id": nid} for r in rows])
 
-    def burnin_finish(self, run_id: int, status: str, reason: str = "", *,
-                      at: float | None = None, keep_nights: int = RECENT_NIGHTS) -> None:
+    def finish(self, run_id: int, status: str, reason: str = "", *,
+               at: float | None = None, keep_nights: int = RECENT_NIGHTS) -> None:
         """End a run. A ``complete`` run's values become the node's latest in burnin_series.
 
         Only an open run (submitted/running) changes: a run already marked partial by
@@ -270,9 +271,9 @@ class BurninMixin:
             conn.execute(insert(BurninPack).values(node_id=node_id, meta=meta, nums=nums,
                                                    recent=recent))
 
-    def burnin_mark(self, run_ids: Sequence[int], *, status: str | None = None,
-                    reason: str | None = None, verdict: str | None = None,
-                    at: float | None = None) -> None:
+    def mark(self, run_ids: Sequence[int], *, status: str | None = None,
+             reason: str | None = None, verdict: str | None = None,
+             at: float | None = None) -> None:
         """Set status (partial, for vanished jobs), reason and/or verdict of runs."""
         at = time.time() if at is None else at
         values: dict[str, Any] = {}
@@ -292,8 +293,8 @@ class BurninMixin:
                 conn.execute(stmt.values(**values))
 
     # ------------------------------------------------------------------ reads
-    def burnin_latest_runs(self, since: float, nodes: Iterable[str] | None = None
-                           ) -> list[BurninRunRow]:
+    def latest_runs(self, since: float, nodes: Iterable[str] | None = None
+                    ) -> list[BurninRunRow]:
         """Each node's newest burn-in run submitted since ``since``, sorted by node."""
         # Per node, its newest run since then: one index range per node on (node_id,
         # submitted), not a scan of every run of every night (as burnin_read's SQL).
@@ -305,17 +306,17 @@ class BurninMixin:
         with guard(self.engine, "burn-in runs"), self.engine.connect() as conn:
             return latest_runs(conn.execute(stmt).all(), nodes)
 
-    def burnin_open_runs(self) -> list[BurninRunRow]:
+    def open_runs(self) -> list[BurninRunRow]:
         """Runs still submitted or running (their jobs may have vanished)."""
         stmt = (select(*_run_cols()).join(Node, Node.id == BurninRun.node_id)
                 .where(BurninRun.status.in_(OPEN)))
         with guard(self.engine, "burn-in open runs"), self.engine.connect() as conn:
             return [BurninRunRow(*r) for r in conn.execute(stmt.order_by(BurninRun.id)).all()]
 
-    def burnin_packs(self, nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]] | None:
+    def packs(self, nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]] | None:
         """Each node's burnin_packs row as (node, meta, nums, recent): burnin_series packed,
         what `burnin report` judges; None when the packs do not hold every burnin_series row
-        (then read :meth:`burnin_series_raw`)."""
+        (then read :meth:`series_raw`)."""
         P = BurninPack
         stmt = select(Node.name, P.meta, P.nums, P.recent).join(Node, Node.id == P.node_id)
         with guard(self.engine, "burn-in packs"), self.engine.connect() as conn:
@@ -323,8 +324,8 @@ class BurninMixin:
             count = int(conn.execute(select(func.count()).select_from(BurninSeries)).scalar_one())
         return packs_covering(packs, count, nodes)
 
-    def burnin_series_raw(self, since: float = float("-inf"),
-                          nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]]:
+    def series_raw(self, since: float = float("-inf"),
+                   nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]]:
         """The summary rows since ``since`` as plain tuples in :class:`SeriesRow` field order,
         ``recent`` still the stored text, then ``recent_f8`` (its float64 bytes, or None):
         the report's numpy path reads those by column."""
@@ -335,15 +336,15 @@ class BurninMixin:
             rows = _raw_rows(conn, stmt)
         return of_nodes(rows, nodes)
 
-    def burnin_series(self, since: float = float("-inf"), nodes: Iterable[str] | None = None,
-                      nights: int | None = None) -> list[SeriesRow]:
+    def series(self, since: float = float("-inf"), nodes: Iterable[str] | None = None,
+               nights: int | None = None) -> list[SeriesRow]:
         """The summary row of every (node, metric) whose latest value is since ``since``.
 
         ``nights``: keep only the last that many values of ``recent`` (the report needs
         trend_nights + 1; parsing the 8 stored floats of 100,000 rows is most of this read)."""
-        return series_rows(self.burnin_series_raw(since), nodes, nights)
+        return series_rows(self.series_raw(since), nodes, nights)
 
-    def burnin_results(self, run_ids: Sequence[int]) -> list[BurninResultRow]:
+    def results(self, run_ids: Sequence[int]) -> list[BurninResultRow]:
         """Every stored result of these runs."""
         out: list[BurninResultRow] = []
         with guard(self.engine, "burn-in results"), self.engine.connect() as conn:
@@ -357,8 +358,8 @@ class BurninMixin:
                                                json.loads(r.details or "{}")))
         return out
 
-    def burnin_history(self, node: str, metric: str, since: float = float("-inf")
-                       ) -> list[tuple[float, float]]:
+    def history(self, node: str, metric: str, since: float = float("-inf")
+                ) -> list[tuple[float, float]]:
         """(time, value) of one node's metric over complete runs, oldest first."""
         stmt = (select(BurninResult.at, BurninResult.value)
                 .join(BurninRun, BurninRun.id == BurninResult.run_id)

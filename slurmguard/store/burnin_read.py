@@ -4,7 +4,7 @@
 standard library's sqlite3 (as the gate does, slurmguard/gate/answer.py), because importing
 SQLAlchemy and the models costs ~0.5 s of a report that should take about a second at
 10,000 nodes (docs/burnin.md, "Report at fleet scale"). The SQL here is the SQL
-:class:`slurmguard.store.burnin.BurninMixin` builds, and tests/test_burnin_vector.py holds the
+:class:`slurmguard.store.burnin.Burnin` builds, and tests/test_burnin_vector.py holds the
 two readers to the same rows. PostgreSQL stores, and anything that writes, go through
 :class:`slurmguard.store.Store`.
 """
@@ -153,7 +153,10 @@ def packs_covering(packs: list[Any], series_count: int, nodes: Iterable[str] | N
 
 
 class SqliteBurninReader:
-    """The read side of the burn-in store API over one read-only sqlite3 connection."""
+    """The read side of the burn-in store API over one read-only sqlite3 connection.
+
+    It stands in for a :class:`~slurmguard.store.Store` in `burnin report`, which reads only
+    ``store.burnin``: that area is the reader itself."""
 
     def __init__(self, path: str, busy_timeout: float = 5.0) -> None:
         import sqlite3
@@ -179,27 +182,32 @@ class SqliteBurninReader:
     def close(self) -> None:
         self.conn.close()
 
-    def burnin_latest_runs(self, since: float, nodes: Iterable[str] | None = None
-                           ) -> list[BurninRunRow]:
-        """As :meth:`slurmguard.store.burnin.BurninMixin.burnin_latest_runs`."""
+    @property
+    def burnin(self) -> SqliteBurninReader:
+        """The burn-in area, as on a Store (``reader.burnin.latest_runs(since)``)."""
+        return self
+
+    def latest_runs(self, since: float, nodes: Iterable[str] | None = None
+                    ) -> list[BurninRunRow]:
+        """As :meth:`slurmguard.store.burnin.Burnin.latest_runs`."""
         return latest_runs(self._fetch("burn-in runs", LATEST_RUNS_SQL, (since,)), nodes)
 
-    def burnin_open_runs(self) -> list[BurninRunRow]:
-        """As :meth:`slurmguard.store.burnin.BurninMixin.burnin_open_runs`."""
+    def open_runs(self) -> list[BurninRunRow]:
+        """As :meth:`slurmguard.store.burnin.Burnin.open_runs`."""
         return [BurninRunRow(*r) for r in self._fetch("burn-in open runs", OPEN_RUNS_SQL)]
 
-    def burnin_packs(self, nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]] | None:
-        """As :meth:`slurmguard.store.burnin.BurninMixin.burnin_packs`."""
+    def packs(self, nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]] | None:
+        """As :meth:`slurmguard.store.burnin.Burnin.packs`."""
         packs = self._fetch("burn-in packs", PACKS_SQL)
         (count,), = self._fetch("burn-in series count", SERIES_COUNT_SQL)
         return packs_covering(packs, count, nodes)
 
-    def burnin_series_raw(self, since: float = float("-inf"),
-                          nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]]:
-        """As :meth:`slurmguard.store.burnin.BurninMixin.burnin_series_raw`."""
+    def series_raw(self, since: float = float("-inf"),
+                   nodes: Iterable[str] | None = None) -> list[tuple[Any, ...]]:
+        """As :meth:`slurmguard.store.burnin.Burnin.series_raw`."""
         return of_nodes(self._fetch("burn-in series", SERIES_SQL, (since,)), nodes)
 
-    def burnin_series(self, since: float = float("-inf"), nodes: Iterable[str] | None = None,
-                      nights: int | None = None) -> list[SeriesRow]:
-        """As :meth:`slurmguard.store.burnin.BurninMixin.burnin_series`."""
-        return series_rows(self.burnin_series_raw(since), nodes, nights)
+    def series(self, since: float = float("-inf"), nodes: Iterable[str] | None = None,
+               nights: int | None = None) -> list[SeriesRow]:
+        """As :meth:`slurmguard.store.burnin.Burnin.series`."""
+        return series_rows(self.series_raw(since), nodes, nights)

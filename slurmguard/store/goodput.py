@@ -1,4 +1,4 @@
-"""Store queries for goodput accounting (used through :class:`slurmguard.store.Store`).
+"""The store's goodput area, ``store.goodput``: job breakdowns and fleet totals.
 
 Fleet reports are one ``GROUP BY`` over ``goodput_jobs`` (indexed by ``ended``), so
 ``slurmguard goodput --since 30d`` costs the same whatever the results table holds.
@@ -16,8 +16,8 @@ from sqlalchemy import Engine, case, delete, func, insert, literal, or_, select
 from slurmguard.goodput.account import PARTS
 from slurmguard.store.engine import guard
 from slurmguard.store.models import Event, GoodputJob, GoodputJobNode, Node
+from slurmguard.store.nodes import chunks
 
-_CHUNK = 500
 BY = ("cause", "partition", "user", "node")
 
 
@@ -38,69 +38,6 @@ def _row(b: Mapping[str, Any], now: float) -> dict[str, Any]:
     return row
 
 
-def record(engine: Engine, breakdowns: Sequence[Mapping[str, Any]], now: float | None = None) -> int:
-    """Store (replace) the breakdowns of these jobs; jobs without a known allocation are
-    skipped. Returns how many were stored."""
-    now = time.time() if now is None else now
-    rows = [_row(b, now) for b in breakdowns if b.get("start") is not None and b.get("end") is not None]
-    if not rows:
-        return 0
-    with guard(engine, "record goodput"), engine.begin() as conn:
-        ids = [r["job_id"] for r in rows]
-        for chunk in _chunks(ids):
-            conn.execute(delete(GoodputJobNode).where(GoodputJobNode.job_row.in_(
-                select(GoodputJob.id).where(GoodputJob.job_id.in_(chunk)))))
-            conn.execute(delete(GoodputJob).where(GoodputJob.job_id.in_(chunk)))
-        conn.execute(insert(GoodputJob), rows)
-        row_ids: dict[str, int] = {}
-        for chunk in _chunks(ids):
-            row_ids.update(conn.execute(select(GoodputJob.job_id, GoodputJob.id).where(
-                GoodputJob.job_id.in_(chunk))).all())
-        nodes = []
-        kept = [b for b in breakdowns if b.get("start") is not None and b.get("end") is not None]
-        for b, b_row in zip(kept, rows, strict=True):
-            names = list(dict.fromkeys(n[:128] for n in b.get("nodes") or []))
-            nodes += [{"job_row": row_ids[b_row["job_id"]], "node": n, "share": 1.0 / len(names)}
-                      for n in names]
-        if nodes:
-            conn.execute(insert(GoodputJobNode), nodes)
-    return len(rows)
-
-
-def collected(engine: Engine, job_ids: Iterable[str]) -> set[str]:
-    ids = sorted({str(j) for j in job_ids})
-    out: set[str] = set()
-    with guard(engine, "goodput jobs"), engine.connect() as conn:
-        for chunk in _chunks(ids):
-            out.update(conn.execute(select(GoodputJob.job_id).where(
-                GoodputJob.job_id.in_(chunk))).scalars())
-    return out
-
-
-def job(engine: Engine, job_id: str) -> dict[str, Any] | None:
-    """A stored breakdown in :meth:`Breakdown.to_dict` shape (runs from ``details``)."""
-    with guard(engine, "goodput job"), engine.connect() as conn:
-        r = conn.execute(select(GoodputJob.__table__).where(
-            GoodputJob.job_id == str(job_id))).first()
-        if r is None:
-            return None
-        nodes = list(conn.execute(select(GoodputJobNode.node).where(
-            GoodputJobNode.job_row == r.id).order_by(GoodputJobNode.id)).scalars())
-    parts = {p: getattr(r, f"{p}_s") for p in PARTS}
-    details = json.loads(r.details or "{}")
-    return {"job_id": r.job_id, "user": r.user, "partition": r.partition, "state": r.state,
-            "nodes": nodes, "gpus": r.gpus, "start": r.started, "end": r.ended,
-            "wall_s": r.wall_s, "allocated_s": r.wall_s, "held_s": r.held_s,
-            "ettr": round(parts["productive"] / r.wall_s, 4) if r.wall_s > 0 else None,
-            "parts": parts, "gpu_hours": {p: round(v * r.gpus / 3600, 4) for p, v in parts.items()},
-            "allocated_gpu_hours": round(r.wall_s * r.gpus / 3600, 4),
-            "held_gpu_hours": round(r.held_s * r.gpus / 3600, 4),
-            "productive_gpu_hours": round(parts["productive"] * r.gpus / 3600, 4),
-            "unknown": json.loads(r.unknown or "[]"), "steps_lost": r.steps_lost,
-            "step_time_s": details.get("step_time_s"), "runs": details.get("runs", []),
-            "stored": True}
-
-
 def _sums(cols: Any, weight: Any) -> list[Any]:
     out = [func.count().label("jobs"), func.sum(cols.wall_s).label("wall"),
            func.sum(cols.held_s * weight).label("held_gpu"),
@@ -111,79 +48,143 @@ def _sums(cols: Any, weight: Any) -> list[Any]:
     return out
 
 
-def totals(engine: Engine, *, since: float, until: float | None = None,
-           by: str = "cause") -> list[tuple[str, dict[str, Any]]]:
-    """Totals of jobs that ended in [since, until], per group (``by`` partition, user, node;
-    ``cause``: one group, the fleet). Each value is :func:`slurmguard.goodput.account.totals`.
-    By node, a job's time counts once for each of its nodes (GPUs split evenly over them)."""
-    from slurmguard.goodput.account import totals as make_totals
 
-    until = time.time() if until is None else until
-    j = GoodputJob
-    where = [j.ended >= since, j.ended <= until]
-    if by == "node":
-        weight = j.gpus * GoodputJobNode.share
-        stmt = (select(GoodputJobNode.node.label("g"), *_sums(j, weight))
-                .select_from(j).join(GoodputJobNode, GoodputJobNode.job_row == j.id)
-                .where(*where).group_by(GoodputJobNode.node))
-    else:
-        key = {"cause": literal("fleet"), "partition": j.partition, "user": j.user}[by]
-        stmt = select(key.label("g"), *_sums(j, j.gpus)).where(*where)
-        if by != "cause":
-            stmt = stmt.group_by(key)
-    with guard(engine, "goodput totals"), engine.connect() as conn:
-        rows = conn.execute(stmt).all()
-    out = []
-    for r in rows:
-        if not r.jobs:
-            continue
-        m = r._mapping
-        out.append((str(r.g), make_totals(
-            int(r.jobs), float(r.wall or 0), {p: float(m[f"s_{p}"] or 0) for p in PARTS},
-            {p: float(m[f"g_{p}"] or 0) for p in PARTS}, float(r.held_gpu or 0), int(r.unk or 0))))
-    return sorted(out)
+class Goodput:
+    """Goodput breakdowns of ended jobs: one per store, on its engine (``store.goodput``)."""
 
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
 
-def series(engine: Engine, *, since: float, until: float | None = None,
-           bucket: float = 86400.0) -> list[tuple[float, dict[str, float]]]:
-    """Badput seconds per cause per time bucket (by job end), oldest first: for ``--plot``."""
-    until = time.time() if until is None else until
-    j = GoodputJob
-    b = func.floor((j.ended - since) / bucket).label("b")
-    stmt = (select(b, *[func.sum(getattr(j, f"{p}_s")).label(p) for p in PARTS])
-            .where(j.ended >= since, j.ended <= until).group_by(b).order_by(b))
-    with guard(engine, "goodput series"), engine.connect() as conn:
-        rows = conn.execute(stmt).all()
-    return [(since + int(r.b) * bucket, {p: float(r._mapping[p] or 0) for p in PARTS})
-            for r in rows]
+    def record(self, breakdowns: Sequence[Mapping[str, Any]], now: float | None = None) -> int:
+        """Store (replace) the breakdowns of these jobs; jobs without a known allocation are
+        skipped. Returns how many were stored."""
+        now = time.time() if now is None else now
+        rows = [_row(b, now) for b in breakdowns if b.get("start") is not None and b.get("end") is not None]
+        if not rows:
+            return 0
+        with guard(self.engine, "record goodput"), self.engine.begin() as conn:
+            ids = [r["job_id"] for r in rows]
+            for chunk in chunks(ids):
+                conn.execute(delete(GoodputJobNode).where(GoodputJobNode.job_row.in_(
+                    select(GoodputJob.id).where(GoodputJob.job_id.in_(chunk)))))
+                conn.execute(delete(GoodputJob).where(GoodputJob.job_id.in_(chunk)))
+            conn.execute(insert(GoodputJob), rows)
+            row_ids: dict[str, int] = {}
+            for chunk in chunks(ids):
+                row_ids.update(conn.execute(select(GoodputJob.job_id, GoodputJob.id).where(
+                    GoodputJob.job_id.in_(chunk))).all())
+            nodes = []
+            kept = [b for b in breakdowns if b.get("start") is not None and b.get("end") is not None]
+            for b, b_row in zip(kept, rows, strict=True):
+                names = list(dict.fromkeys(n[:128] for n in b.get("nodes") or []))
+                nodes += [{"job_row": row_ids[b_row["job_id"]], "node": n, "share": 1.0 / len(names)}
+                          for n in names]
+            if nodes:
+                conn.execute(insert(GoodputJobNode), nodes)
+        return len(rows)
 
 
-# Fault evidence for the drained-node part: slurmguard's drains, and node failures the
-# requeue watcher saw under a job. Admin drains (maintenance) are not faults.
-def node_faults(engine: Engine, nodes: Iterable[str], *, since: float,
-                until: float) -> list[tuple[str, float, str]]:
-    names = sorted(set(nodes))
-    out: list[tuple[str, float, str]] = []
-    with guard(engine, "node faults"), engine.connect() as conn:
-        for chunk in _chunks(names):
-            stmt = (select(Node.name, Event.at, Event.kind, Event.source, Event.reason)
-                    .join(Node, Node.id == Event.node_id)
-                    .where(Node.name.in_(chunk), Event.at >= since, Event.at <= until,
-                           or_((Event.kind == "drain") & (Event.actor_kind == "slurmguard"),
-                               (Event.kind == "state_change") & (Event.source == "requeue"),
-                               Event.kind == "lemon")))
-            for name, at, kind, source, reason in conn.execute(stmt):
-                out.append((name, float(at), f"{kind} ({source}): {reason}"[:200]))
-    return sorted(out, key=lambda x: x[1])
+    def collected(self, job_ids: Iterable[str]) -> set[str]:
+        ids = sorted({str(j) for j in job_ids})
+        out: set[str] = set()
+        with guard(self.engine, "goodput jobs"), self.engine.connect() as conn:
+            for chunk in chunks(ids):
+                out.update(conn.execute(select(GoodputJob.job_id).where(
+                    GoodputJob.job_id.in_(chunk))).scalars())
+        return out
+
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        """A stored breakdown in :meth:`Breakdown.to_dict` shape (runs from ``details``)."""
+        with guard(self.engine, "goodput job"), self.engine.connect() as conn:
+            r = conn.execute(select(GoodputJob.__table__).where(
+                GoodputJob.job_id == str(job_id))).first()
+            if r is None:
+                return None
+            nodes = list(conn.execute(select(GoodputJobNode.node).where(
+                GoodputJobNode.job_row == r.id).order_by(GoodputJobNode.id)).scalars())
+        parts = {p: getattr(r, f"{p}_s") for p in PARTS}
+        details = json.loads(r.details or "{}")
+        return {"job_id": r.job_id, "user": r.user, "partition": r.partition, "state": r.state,
+                "nodes": nodes, "gpus": r.gpus, "start": r.started, "end": r.ended,
+                "wall_s": r.wall_s, "allocated_s": r.wall_s, "held_s": r.held_s,
+                "ettr": round(parts["productive"] / r.wall_s, 4) if r.wall_s > 0 else None,
+                "parts": parts, "gpu_hours": {p: round(v * r.gpus / 3600, 4) for p, v in parts.items()},
+                "allocated_gpu_hours": round(r.wall_s * r.gpus / 3600, 4),
+                "held_gpu_hours": round(r.held_s * r.gpus / 3600, 4),
+                "productive_gpu_hours": round(parts["productive"] * r.gpus / 3600, 4),
+                "unknown": json.loads(r.unknown or "[]"), "steps_lost": r.steps_lost,
+                "step_time_s": details.get("step_time_s"), "runs": details.get("runs", []),
+                "stored": True}
+
+
+    def totals(self, *, since: float, until: float | None = None,
+               by: str = "cause") -> list[tuple[str, dict[str, Any]]]:
+        """Totals of jobs that ended in [since, until], per group (``by`` partition, user, node;
+        ``cause``: one group, the fleet). Each value is :func:`slurmguard.goodput.account.totals`.
+        By node, a job's time counts once for each of its nodes (GPUs split evenly over them)."""
+        from slurmguard.goodput.account import totals as make_totals
+
+        until = time.time() if until is None else until
+        j = GoodputJob
+        where = [j.ended >= since, j.ended <= until]
+        if by == "node":
+            weight = j.gpus * GoodputJobNode.share
+            stmt = (select(GoodputJobNode.node.label("g"), *_sums(j, weight))
+                    .select_from(j).join(GoodputJobNode, GoodputJobNode.job_row == j.id)
+                    .where(*where).group_by(GoodputJobNode.node))
+        else:
+            key = {"cause": literal("fleet"), "partition": j.partition, "user": j.user}[by]
+            stmt = select(key.label("g"), *_sums(j, j.gpus)).where(*where)
+            if by != "cause":
+                stmt = stmt.group_by(key)
+        with guard(self.engine, "goodput totals"), self.engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+        out = []
+        for r in rows:
+            if not r.jobs:
+                continue
+            m = r._mapping
+            out.append((str(r.g), make_totals(
+                int(r.jobs), float(r.wall or 0), {p: float(m[f"s_{p}"] or 0) for p in PARTS},
+                {p: float(m[f"g_{p}"] or 0) for p in PARTS}, float(r.held_gpu or 0), int(r.unk or 0))))
+        return sorted(out)
+
+
+    def series(self, *, since: float, until: float | None = None,
+               bucket: float = 86400.0) -> list[tuple[float, dict[str, float]]]:
+        """Badput seconds per cause per time bucket (by job end), oldest first: for ``--plot``."""
+        until = time.time() if until is None else until
+        j = GoodputJob
+        b = func.floor((j.ended - since) / bucket).label("b")
+        stmt = (select(b, *[func.sum(getattr(j, f"{p}_s")).label(p) for p in PARTS])
+                .where(j.ended >= since, j.ended <= until).group_by(b).order_by(b))
+        with guard(self.engine, "goodput series"), self.engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+        return [(since + int(r.b) * bucket, {p: float(r._mapping[p] or 0) for p in PARTS})
+                for r in rows]
+
+
+    # Fault evidence for the drained-node part: slurmguard's drains, and node failures the
+    # requeue watcher saw under a job. Admin drains (maintenance) are not faults.
+    def node_faults(self, nodes: Iterable[str], *, since: float,
+                    until: float) -> list[tuple[str, float, str]]:
+        names = sorted(set(nodes))
+        out: list[tuple[str, float, str]] = []
+        with guard(self.engine, "node faults"), self.engine.connect() as conn:
+            for chunk in chunks(names):
+                stmt = (select(Node.name, Event.at, Event.kind, Event.source, Event.reason)
+                        .join(Node, Node.id == Event.node_id)
+                        .where(Node.name.in_(chunk), Event.at >= since, Event.at <= until,
+                               or_((Event.kind == "drain") & (Event.actor_kind == "slurmguard"),
+                                   (Event.kind == "state_change") & (Event.source == "requeue"),
+                                   Event.kind == "lemon")))
+                for name, at, kind, source, reason in conn.execute(stmt):
+                    out.append((name, float(at), f"{kind} ({source}): {reason}"[:200]))
+        return sorted(out, key=lambda x: x[1])
 
 
 def _nodeset(nodes: Iterable[str]) -> str:
     from slurmguard.nodeset import fold
 
     return fold(sorted(set(nodes)))
-
-
-def _chunks(items: Sequence[Any]) -> Iterable[list[Any]]:
-    items = list(items)
-    for i in range(0, len(items), _CHUNK):
-        yield items[i:i + _CHUNK]

@@ -74,6 +74,47 @@ def validate_node(name: Any, field: str = "node") -> str:
     return name
 
 
+def _job_id(job_id: Any) -> str | int | None:
+    if isinstance(job_id, bool) or (job_id is not None and not isinstance(job_id, (str, int))):
+        raise _bad("job_id", job_id, "a job id or null")
+    if isinstance(job_id, str):
+        job_id = _text("job_id", job_id, 64)
+    return job_id
+
+
+def _decision(decision: Any) -> tuple[str, str]:
+    """(action, reason) of a record's ``decision`` object."""
+    decision = {} if decision is None else decision  # "" or 0 is a wrong type, not absent
+    if not isinstance(decision, dict):
+        raise _bad("decision", decision, "an object")
+    action = decision.get("action", "pass")
+    if not isinstance(action, str) or len(action) > 32:
+        raise _bad("decision.action", action, "a string")
+    action = _text("decision.action", action, 32)
+    return action, _text("decision.reason", decision.get("reason", ""), 1000)
+
+
+def _result(i: int, r: Any) -> dict[str, Any]:
+    """One check result of a record, checked field by field (``results[i].field`` in errors)."""
+    if not isinstance(r, dict):
+        raise _bad(f"results[{i}]", r, "an object")
+    name = r.get("name")
+    if not isinstance(name, str) or not _CHECK.fullmatch(name):
+        raise _bad(f"results[{i}].name", name, "a check name")
+    health = r.get("health")
+    if health not in HEALTHS:
+        raise _bad(f"results[{i}].health", health, "one of " + ", ".join(HEALTHS))
+    details = r.get("details")
+    details = {} if details is None else details
+    if not isinstance(details, dict):
+        raise _bad(f"results[{i}].details", details, "an object")
+    rdur = _number(f"results[{i}].duration", r.get("duration", 0.0), "seconds (0 to 1e7)",
+                   0.0, 1e7)
+    rreason = _text(f"results[{i}].reason", r.get("reason", ""), 1000)
+    return {"name": name, "health": health, "reason": rreason, "details": details,
+            "duration": rdur}
+
+
 def validate_record(rec: Any, *, now: float | None = None) -> dict[str, Any]:
     """Check a decoded record; returns it normalized or raises InputError naming the field.
 
@@ -96,43 +137,13 @@ def validate_record(rec: Any, *, now: float | None = None) -> dict[str, Any]:
     if now is not None and not EPOCH_MIN <= started <= now + FUTURE_SLACK:
         raise _bad("started", started, f"epoch seconds between {EPOCH_MIN:.0f} and now + 1 day")
     duration = _number("duration", rec.get("duration", 0.0), "seconds (0 to 1e7)", 0.0, 1e7)
-    job_id = rec.get("job_id")
-    if isinstance(job_id, bool) or (job_id is not None and not isinstance(job_id, (str, int))):
-        raise _bad("job_id", job_id, "a job id or null")
-    if isinstance(job_id, str):
-        job_id = _text("job_id", job_id, 64)
-    decision = rec.get("decision")
-    decision = {} if decision is None else decision  # "" or 0 is a wrong type, not absent
-    if not isinstance(decision, dict):
-        raise _bad("decision", decision, "an object")
-    action = decision.get("action", "pass")
-    if not isinstance(action, str) or len(action) > 32:
-        raise _bad("decision.action", action, "a string")
-    action = _text("decision.action", action, 32)
-    reason = _text("decision.reason", decision.get("reason", ""), 1000)
+    job_id = _job_id(rec.get("job_id"))
+    action, reason = _decision(rec.get("decision"))
     results = rec.get("results")
     results = [] if results is None else results
     if not isinstance(results, list):
         raise _bad("results", results, "a list")
-    out_results = []
-    for i, r in enumerate(results):
-        if not isinstance(r, dict):
-            raise _bad(f"results[{i}]", r, "an object")
-        name = r.get("name")
-        if not isinstance(name, str) or not _CHECK.fullmatch(name):
-            raise _bad(f"results[{i}].name", name, "a check name")
-        health = r.get("health")
-        if health not in HEALTHS:
-            raise _bad(f"results[{i}].health", health, "one of " + ", ".join(HEALTHS))
-        details = r.get("details")
-        details = {} if details is None else details
-        if not isinstance(details, dict):
-            raise _bad(f"results[{i}].details", details, "an object")
-        rdur = _number(f"results[{i}].duration", r.get("duration", 0.0), "seconds (0 to 1e7)",
-                       0.0, 1e7)
-        rreason = _text(f"results[{i}].reason", r.get("reason", ""), 1000)
-        out_results.append({"name": name, "health": health, "reason": rreason,
-                            "details": details, "duration": rdur})
+    out_results = [_result(i, r) for i, r in enumerate(results)]
     return {
         "version": rec.get("version", 1),
         "id": rid,

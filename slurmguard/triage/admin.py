@@ -87,8 +87,8 @@ def drain_nodes(slurm: Any, store: Any, nodes: Sequence[str], text: str,
         if not slurm.drain(node, reason):
             out.append(Outcome(node, "drain", "skipped", "state changed meanwhile; not drained"))
             continue
-        eid = store.record_event(node, "drain", actor, text, source=SOURCE,
-                                 details={"slurm_reason": reason,
+        eid = store.nodes.record_event(node, "drain", actor, text, source=SOURCE,
+                                       details={"slurm_reason": reason,
                                           "previous_reason": info.reason if info.drained else ""})
         out.append(Outcome(node, "drain", "drained", reason, eid))
     return out
@@ -97,7 +97,7 @@ def drain_nodes(slurm: Any, store: Any, nodes: Sequence[str], text: str,
 def resume_nodes(slurm: Any, store: Any, nodes: Sequence[str], actor: str, *,
                  force: bool = False) -> list[Outcome]:
     """UNDRAIN our own drains; refuse a node that still fails or is a lemon unless forced."""
-    summaries = {s.name: s for s in store.node_summary(list(nodes))}
+    summaries = {s.name: s for s in store.nodes.summary(list(nodes))}
     out: list[Outcome] = []
     for node in nodes:
         info = slurm.node(node)
@@ -121,13 +121,13 @@ def resume_nodes(slurm: Any, store: Any, nodes: Sequence[str], actor: str, *,
             out.append(Outcome(node, "resume", "skipped", "state changed meanwhile; not resumed"))
             continue
         note = "forced: " + "; ".join(objections) if objections else "resumed"
-        eid = store.record_event(node, "clear", actor, note, source=SOURCE,
-                                 details={"force": force, "objections": objections,
+        eid = store.nodes.record_event(node, "clear", actor, note, source=SOURCE,
+                                       details={"force": force, "objections": objections,
                                           "previous_reason": info.reason})
         s = summaries.get(node)
         if s is not None and (s.lemon or s.burnin_required):
             # Returned by an admin: the lemon mark goes, probation (policy) starts.
-            store.return_node(node, actor, note)
+            store.nodes.return_node(node, actor, note)
         out.append(Outcome(node, "resume", "resumed", note, eid))
     return out
 

@@ -1,7 +1,7 @@
 """`slurmguard triage`: rank suspect nodes with the evidence behind each rank.
 
 :func:`rank` is pure (table-tested in tests/test_triage_rank.py); its inputs come from the
-store's API (``Store.node_summary``, ``Store.alerts``, ``Store.hook_speeds``). Scoring
+store's API (``Store.nodes.summary``, ``Store.nodes.alerts``, ``Store.nodes.hook_speeds``). Scoring
 (documented in docs/triage.md) favours what predicts lost GPU time:
 
 - a lemon mark (+50) or a pending burn-in (+20): policy already judged the node;
@@ -66,7 +66,7 @@ def rank(summaries: Iterable[Any], alerts: Sequence[Any] = (),
     """Suspects, highest score first (ties by name); nodes with nothing against them left out.
 
     ``summaries``: store NodeSummary objects; ``alerts``: open AlertRow objects;
-    ``speeds``: {hook: {node: mean seconds}} from ``Store.hook_speeds``.
+    ``speeds``: {hook: {node: mean seconds}} from ``Store.nodes.hook_speeds``.
     """
     from slurmguard.nodeset import expand
 

@@ -106,7 +106,7 @@ def build(path: Path, jobs: int, results: int, nodes: int = 2000) -> None:
     store = Store.open(url=f"sqlite:///{tmp}")
     rows = breakdowns(jobs, nodes)
     for i in range(0, len(rows), 5000):
-        store.record_goodput(rows[i:i + 5000])
+        store.goodput.record(rows[i:i + 5000])
     store.close()
     tmp.rename(path)
 
@@ -175,7 +175,7 @@ def main() -> int:
         q = []
         for _ in range(args.n):
             t = time.perf_counter()
-            (fleet,) = store.goodput_totals(since=time.time() - 30 * 86400)
+            (fleet,) = store.goodput.totals(since=time.time() - 30 * 86400)
             q.append(time.perf_counter() - t)
         store.close()
         print(f"{name}: the fleet query alone: median {statistics.median(q) * 1e3:.1f} ms "

@@ -126,7 +126,7 @@ def run_scenario(factory: Any, tmp: Path, mode: str) -> None:
     from slurmguard.store import Store
 
     store = Store.open(section={"path": str(tmp / "sg.db")})
-    evs = [e for e in store.events(node=victim) if e.source == "requeue"]
+    evs = [e for e in store.nodes.events(node=victim) if e.source == "requeue"]
     assert evs and f"job {jid}" in evs[-1].reason
     print(f"\n{mode}: requeue -> running again in {recovery:.1f}s; resumed from step "
           f"{expect}; {len(run0)} + {len(run1)} steps")

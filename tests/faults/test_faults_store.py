@@ -30,8 +30,8 @@ def _store(d: Path) -> tuple[str, Path]:
     url = new_store(d)
     s = Store.open(url=url)
     bad = [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")]
-    s.record_many([make_record("n2", "prolog", bad, "drain", "slurmguard: gpu-xid: Xid 79"),
-                   make_record("n1", "prolog", [], "pass", "")])
+    s.nodes.record_many([make_record("n2", "prolog", bad, "drain", "slurmguard: gpu-xid: Xid 79"),
+                         make_record("n1", "prolog", [], "pass", "")])
     s.close()
     return url, Path(url[len("sqlite:///"):])
 

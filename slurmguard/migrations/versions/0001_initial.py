@@ -16,6 +16,15 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # One function per table (and its indexes), in the order the foreign keys need.
+    _nodes()
+    _fleet_alerts()
+    _runs()
+    _events()
+    _results()
+
+
+def _nodes() -> None:
     op.create_table(
         "nodes",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -36,6 +45,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_nodes"),
         sa.UniqueConstraint("name", name="uq_nodes_name"),
     )
+
+
+def _fleet_alerts() -> None:
     op.create_table(
         "fleet_alerts",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -51,6 +63,9 @@ def upgrade() -> None:
     )
     op.create_index("ix_fleet_alerts_cause_scope_closed", "fleet_alerts",
                     ["cause", "scope", "closed"])
+
+
+def _runs() -> None:
     op.create_table(
         "runs",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -72,6 +87,9 @@ def upgrade() -> None:
     )
     op.create_index("ix_runs_node_id_started", "runs", ["node_id", "started"])
     op.create_index("ix_runs_health_started", "runs", ["health", "started"])
+
+
+def _events() -> None:
     op.create_table(
         "events",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -90,6 +108,9 @@ def upgrade() -> None:
     op.create_index("ix_events_node_id_at", "events", ["node_id", "at"])
     op.create_index("ix_events_at", "events", ["at"])
     op.create_index("ix_events_kind_at", "events", ["kind", "at"])
+
+
+def _results() -> None:
     op.create_table(
         "results",
         sa.Column("id", sa.Integer(), nullable=False),

@@ -16,6 +16,13 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # One function per table (and its indexes), in the order the foreign keys need.
+    _burnin_runs()
+    _burnin_results()
+    _burnin_series()
+
+
+def _burnin_runs() -> None:
     op.create_table(
         "burnin_runs",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -39,6 +46,9 @@ def upgrade() -> None:
     op.create_index("ix_burnin_runs_node_id_submitted", "burnin_runs", ["node_id", "submitted"])
     op.create_index("ix_burnin_runs_status_submitted", "burnin_runs", ["status", "submitted"])
     op.create_index("ix_burnin_runs_job_id", "burnin_runs", ["job_id"])
+
+
+def _burnin_results() -> None:
     op.create_table(
         "burnin_results",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -61,6 +71,9 @@ def upgrade() -> None:
     op.create_index("ix_burnin_results_run_id", "burnin_results", ["run_id"])
     op.create_index("ix_burnin_results_node_id_metric_at", "burnin_results",
                     ["node_id", "metric", "at"])
+
+
+def _burnin_series() -> None:
     op.create_table(
         "burnin_series",
         sa.Column("node_id", sa.Integer(), nullable=False),

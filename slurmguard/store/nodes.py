@@ -1,0 +1,443 @@
+"""The store's nodes area: result records, node flags, the event ledger, fleet alerts, and
+the views the fleet policy, triage and the admin commands read (``store.nodes``).
+
+    store.nodes.record_results(record)           # one result record; False if already stored
+    store.nodes.record_event("n1", "drain", "admin:alice", "bad fan")
+    store.nodes.summary(["n1", "n2"])            # -> [NodeSummary]
+    store.nodes.history("n1")                    # -> [TimelineItem], newest first
+
+Every method raises :class:`~slurmguard.errors.StoreError` (one line) when the database
+cannot be reached, and :class:`~slurmguard.errors.InputError` for a bad record or name.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Engine, and_, bindparam, func, insert, select, update
+
+from slurmguard.errors import InputError
+from slurmguard.nodeset import expand, fold
+from slurmguard.policy.params import PolicyParams
+from slurmguard.policy.types import UNHEALTHY, NodeView, Sample, worst_health
+from slurmguard.store.engine import guard
+from slurmguard.store.models import EVENT_KINDS, Event, FleetAlert, Node, Result, Run
+from slurmguard.store.records import validate_node, validate_record
+from slurmguard.store.rows import (
+    AlertRow,
+    EventRow,
+    NodeSummary,
+    TimelineItem,
+    _alert_row,
+    _who,
+    parse_actor,
+)
+
+_N = Node.__table__
+_E = Event.__table__
+_A = FleetAlert.__table__
+CHUNK = 500  # rows per IN (...) list: below SQLite's and PostgreSQL's parameter limits
+
+
+def chunks(items: Sequence[Any]) -> Iterable[list[Any]]:
+    """``items`` in lists of at most :data:`CHUNK` (one IN (...) list each)."""
+    items = list(items)
+    for i in range(0, len(items), CHUNK):
+        yield items[i:i + CHUNK]
+
+
+def node_ids(conn: Any, names: Iterable[str], now: float) -> dict[str, int]:
+    """The ``nodes`` row id of each name, creating the rows not there yet (every area's writes
+    go through here: a node is known from its first record, event or burn-in run)."""
+    names = sorted(set(names))
+    out: dict[str, int] = {}
+    for chunk in chunks(names):
+        out.update(conn.execute(select(Node.name, Node.id).where(Node.name.in_(chunk))).all())
+    missing = [n for n in names if n not in out]
+    for name in missing:
+        out[name] = conn.execute(insert(Node).values(
+            name=name, first_seen=now, lemon=False, burnin_required=False, probation=False,
+            probation_passes=0).returning(Node.id)).scalar_one()
+    return out
+
+
+def _node_name(node: str) -> str:
+    return validate_node(node)
+
+
+class Nodes:
+    """Nodes and events: one per store, on its engine (``store.nodes``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # ------------------------------------------------------------------ writes
+
+    def record_results(self, record: Mapping[str, Any], *, received: float | None = None) -> bool:
+        """Store one result record; False when its ``id`` is already stored (exactly-once)."""
+        return bool(self.record_many([record], received=received))
+
+    def record_many(self, records: Sequence[Mapping[str, Any]], *,
+                    received: float | None = None) -> list[str]:
+        """Store a batch of records in one transaction; returns the ids newly stored.
+
+        Records already stored (same ``id``) and duplicates within the batch are skipped, so
+        replaying a spool any number of times stores each record once.
+        """
+        recs = [validate_record(r) for r in records]
+        received = time.time() if received is None else received
+        with guard(self.engine, "record results"), self.engine.begin() as conn:
+            ids = [r["id"] for r in recs]
+            seen: set[str] = set()
+            for chunk in chunks(ids):
+                seen.update(conn.execute(select(Run.record_id).where(Run.record_id.in_(chunk))).scalars())
+            fresh: list[dict[str, Any]] = []
+            for r in recs:
+                if r["id"] not in seen:
+                    seen.add(r["id"])
+                    fresh.append(r)
+            if not fresh:
+                return []
+            ids = node_ids(conn, {r["node"] for r in fresh}, received)
+            self._insert_runs(conn, fresh, ids, received)
+        return [r["id"] for r in fresh]
+
+    @staticmethod
+    def _insert_runs(conn: Any, recs: list[dict[str, Any]], node_ids: dict[str, int],
+                     received: float) -> None:
+        # executemany with prebuilt statements: building one statement per row costs more
+        # than the database work (measured: 4 ms vs 0.5 ms per record on SQLite).
+        runs = []
+        for r in recs:
+            health = worst_health([x["health"] for x in r["results"]]) if r["results"] else "healthy"
+            failing = [x for x in r["results"] if x["health"] == UNHEALTHY]
+            reason = r["decision"]["reason"] or (
+                f"{failing[0]['name']}: {failing[0]['reason']}" if failing else "")
+            runs.append({"record_id": r["id"], "node_id": node_ids[r["node"]], "hook": r["hook"],
+                         "job_id": r["job_id"], "started": r["started"], "duration": r["duration"],
+                         "health": health, "action": r["decision"]["action"], "reason": reason,
+                         "received": received, "version": r["slurmguard_version"]})
+        conn.execute(insert(Run), runs)
+        run_ids: dict[str, int] = {}
+        for chunk in chunks([r["id"] for r in recs]):
+            run_ids.update(conn.execute(select(Run.record_id, Run.id).where(
+                Run.record_id.in_(chunk))).all())
+        results = [{"run_id": run_ids[r["id"]], "node_id": node_ids[r["node"]],
+                    "started": r["started"], "name": x["name"], "health": x["health"],
+                    "reason": x["reason"], "details": json.dumps(x["details"], sort_keys=True, default=str),
+                    "duration": x["duration"]} for r in recs for x in r["results"]]
+        if results:
+            conn.execute(insert(Result), results)
+        # The node's current view follows its newest run only: a replayed old record is
+        # history, not news (the WHERE also guards against a newer run already stored).
+        newest: dict[int, dict[str, Any]] = {}
+        passes: dict[int, int] = {}
+        for run in runs:
+            nid = run["node_id"]
+            if nid not in newest or run["started"] >= newest[nid]["started"]:
+                newest[nid] = run
+            # Probation counts passing jobs: an epilog of a job that found nothing wrong.
+            if run["hook"] == "epilog" and run["job_id"] and run["health"] not in (UNHEALTHY, "error"):
+                passes[nid] = passes.get(nid, 0) + 1
+        conn.execute(
+            update(Node).where(Node.id == bindparam("b_id"),
+                               Node.last_seen.is_(None) | (Node.last_seen <= bindparam("b_started")))
+            .values(last_seen=bindparam("b_started"), last_health=bindparam("b_health"),
+                    last_hook=bindparam("b_hook"), last_reason=bindparam("b_reason"),
+                    last_run_id=bindparam("b_run")),
+            [{"b_id": nid, "b_started": run["started"], "b_health": run["health"],
+              "b_hook": run["hook"], "b_reason": run["reason"], "b_run": run_ids[run["record_id"]]}
+             for nid, run in newest.items()])
+        if passes:
+            conn.execute(
+                update(Node).where(Node.id == bindparam("b_id"), Node.probation.is_(True))
+                .values(probation_passes=Node.probation_passes + bindparam("b_inc")),
+                [{"b_id": nid, "b_inc": n} for nid, n in passes.items()])
+
+    def record_event(self, node: str, kind: str, actor: str, reason: str = "", *,
+                     source: str = "", at: float | None = None,
+                     details: Mapping[str, Any] | None = None) -> int:
+        """Append one event to the drain ledger; returns its id.
+
+        ``actor`` is ``slurmguard``, ``kubernetes``, ``slurm`` or ``admin:NAME``.
+        """
+        if kind not in EVENT_KINDS:
+            raise InputError(f"event kind: expected one of {', '.join(EVENT_KINDS)}, got {kind!r}")
+        actor_kind, actor_name = parse_actor(actor)
+        at = time.time() if at is None else at
+        with guard(self.engine, "record event"), self.engine.begin() as conn:
+            node_id = node_ids(conn, [_node_name(node)], at)[node]
+            return int(conn.execute(insert(Event).values(
+                node_id=node_id, at=at, kind=kind, actor_kind=actor_kind, actor=actor_name,
+                source=source[:64], reason=reason[:1000],
+                details=json.dumps(dict(details or {}), sort_keys=True, default=str),
+            ).returning(Event.id)).scalar_one())
+
+    def set_flags(self, node: str, **flags: Any) -> None:
+        """Set node flags: lemon, lemon_reason, lemon_since, burnin_required, probation,
+        probation_since, probation_passes. Creates the node row if needed."""
+        allowed = {"lemon", "lemon_reason", "lemon_since", "burnin_required", "probation",
+                   "probation_since", "probation_passes"}
+        bad = set(flags) - allowed
+        if bad:
+            raise InputError(f"node flags: unknown {', '.join(sorted(bad))}")
+        with guard(self.engine, "set node flags"), self.engine.begin() as conn:
+            node_id = node_ids(conn, [_node_name(node)], time.time())[node]
+            conn.execute(update(Node).where(Node.id == node_id).values(**flags))
+
+    def return_node(self, node: str, actor: str, reason: str = "returned", *,
+                    probation: bool = True, at: float | None = None) -> None:
+        """An admin (or burn-in) returns a node: clear lemon/burn-in, start probation."""
+        at = time.time() if at is None else at
+        summary = self.summary([node])
+        was_lemon = bool(summary and summary[0].lemon)
+        self.set_flags(node, lemon=False, lemon_reason=None, lemon_since=None,
+                       burnin_required=False, probation=probation,
+                       probation_since=at if probation else None, probation_passes=0)
+        if was_lemon:
+            self.record_event(node, "lemon_cleared", actor, reason, source="lemon", at=at)
+        if probation:
+            self.record_event(node, "probation_start", actor, reason, source="probation", at=at)
+
+    def open_alert(self, cause: str, scope: str, nodes: Sequence[str], message: str, *,
+                   now: float | None = None, window: float = 3600.0) -> tuple[AlertRow, bool]:
+        """Record one fleet alert per (cause, scope): reuse an open one updated within
+        ``window``. Returns (alert, created)."""
+        now = time.time() if now is None else now
+        with guard(self.engine, "fleet alert"), self.engine.begin() as conn:
+            row = conn.execute(select(_A).where(
+                FleetAlert.cause == cause, FleetAlert.scope == scope, FleetAlert.closed.is_(None),
+                FleetAlert.updated >= now - window).order_by(FleetAlert.id.desc()).limit(1)).first()
+            if row is not None:
+                alert = row
+                merged = fold(sorted(set(expand(alert.nodes, source="alert.nodes", allow_empty=True)) | set(nodes)))
+                count = len(expand(merged, source="alert.nodes", allow_empty=True))
+                conn.execute(update(FleetAlert).where(FleetAlert.id == alert.id).values(
+                    updated=now, nodes=merged, count=count, message=message))
+                created = False
+                alert_id = alert.id
+            else:
+                ns = fold(sorted(set(nodes)))
+                alert_id = conn.execute(insert(FleetAlert).values(
+                    opened=now, updated=now, closed=None, cause=cause, scope=scope, nodes=ns,
+                    count=len(set(nodes)), message=message).returning(FleetAlert.id)).scalar_one()
+                created = True
+            out = conn.execute(select(_A).where(FleetAlert.id == alert_id)).one()
+            return _alert_row(out), created
+
+    def close_alert(self, alert_id: int, *, now: float | None = None) -> None:
+        with guard(self.engine, "close alert"), self.engine.begin() as conn:
+            conn.execute(update(FleetAlert).where(FleetAlert.id == alert_id).values(
+                closed=time.time() if now is None else now))
+
+    # ------------------------------------------------------------------ reads
+
+    def summary(self, nodes: Iterable[str] | None = None, *, now: float | None = None,
+                window: float = 7 * 86400) -> list[NodeSummary]:
+        """One summary per known node (all nodes, or those named), sorted by name."""
+        now = time.time() if now is None else now
+        names = None if nodes is None else sorted(set(nodes))
+        with guard(self.engine, "node summary"), self.engine.connect() as conn:
+            rows = []
+            if names is None:
+                rows = list(conn.execute(select(_N).order_by(_N.c.name)).all())
+            else:
+                for chunk in chunks(names):
+                    rows.extend(conn.execute(select(_N).where(_N.c.name.in_(chunk))).all())
+                rows.sort(key=lambda n: n.name)
+            ids = [n.id for n in rows]
+            failures: dict[int, int] = {}
+            failing: dict[int, list[str]] = {}
+            for chunk in chunks(ids):
+                failures.update(conn.execute(
+                    select(Run.node_id, func.count()).where(
+                        Run.node_id.in_(chunk), Run.health == UNHEALTHY, Run.started >= now - window)
+                    .group_by(Run.node_id)).all())
+            last_runs = [n.last_run_id for n in rows if n.last_run_id is not None]
+            for chunk in chunks(last_runs):
+                for node_id, name in conn.execute(select(Result.node_id, Result.name).where(
+                        Result.run_id.in_(chunk), Result.health == UNHEALTHY).order_by(Result.name)):
+                    failing.setdefault(node_id, []).append(name)
+        return [NodeSummary(
+            name=n.name, last_seen=n.last_seen, last_health=n.last_health, last_hook=n.last_hook,
+            last_reason=n.last_reason, failing_checks=tuple(failing.get(n.id, ())),
+            failures=failures.get(n.id, 0), lemon=bool(n.lemon), lemon_reason=n.lemon_reason,
+            burnin_required=bool(n.burnin_required), probation=bool(n.probation),
+            probation_passes=n.probation_passes or 0) for n in rows]
+
+    def history(self, node: str, *, since: float | None = None, limit: int = 200) -> list[TimelineItem]:
+        """The node's results and events, newest first."""
+        with guard(self.engine, "history"), self.engine.connect() as conn:
+            node_id = conn.execute(select(Node.id).where(Node.name == node)).scalar()
+            if node_id is None:
+                return []
+            cond_r = [Run.node_id == node_id] + ([Run.started >= since] if since else [])
+            runs = conn.execute(select(Run.id, Run.started, Run.health, Run.hook, Run.reason)
+                                .where(*cond_r).order_by(Run.started.desc()).limit(limit)).all()
+            checks: dict[int, list[str]] = {}
+            for chunk in chunks([r.id for r in runs]):
+                for run_id, name in conn.execute(select(Result.run_id, Result.name).where(
+                        Result.run_id.in_(chunk), Result.health == UNHEALTHY)):
+                    checks.setdefault(run_id, []).append(name)
+            cond_e = [Event.node_id == node_id] + ([Event.at >= since] if since else [])
+            events = conn.execute(select(_E).where(*cond_e).order_by(Event.at.desc())
+                                  .limit(limit)).all()
+        items = [TimelineItem(r.started, node, "result", r.health, "", r.hook, r.reason,
+                              tuple(sorted(checks.get(r.id, ())))) for r in runs]
+        items += [TimelineItem(e.at, node, e.kind, "", _who(e.actor_kind, e.actor), e.source,
+                               e.reason) for e in events]
+        items.sort(key=lambda i: i.at, reverse=True)
+        return items[:limit]
+
+    def events(self, *, since: float | None = None, node: str | None = None,
+               kinds: Sequence[str] | None = None, limit: int = 1000) -> list[EventRow]:
+        """The event ledger across all actors, newest first."""
+        stmt = select(_E, Node.name.label("node_name")).join(Node, Node.id == Event.node_id)
+        if since is not None:
+            stmt = stmt.where(Event.at >= since)
+        if node is not None:
+            stmt = stmt.where(Node.name == node)
+        if kinds:
+            stmt = stmt.where(Event.kind.in_(list(kinds)))
+        with guard(self.engine, "events"), self.engine.connect() as conn:
+            rows = conn.execute(stmt.order_by(Event.at.desc(), Event.id.desc()).limit(limit)).all()
+        return [EventRow(e.id, e.at, e.node_name, e.kind, e.actor_kind, e.actor, e.source,
+                         e.reason, json.loads(e.details or "{}")) for e in rows]
+
+    def alerts(self, *, open_only: bool = True, since: float | None = None) -> list[AlertRow]:
+        stmt = select(_A)
+        if open_only:
+            stmt = stmt.where(FleetAlert.closed.is_(None))
+        if since is not None:
+            stmt = stmt.where(FleetAlert.updated >= since)
+        with guard(self.engine, "alerts"), self.engine.connect() as conn:
+            return [_alert_row(a) for a in conn.execute(stmt.order_by(FleetAlert.opened.desc()))]
+
+    def lemon_candidates(self, params: PolicyParams | None = None, *,
+                         now: float | None = None) -> list[tuple[str, str]]:
+        """Nodes the fleet policy calls lemons (or flapping) now, not yet marked: [(node,
+        reason)]. The one definition of a lemon is :func:`slurmguard.policy.lemon.lemon_verdict`
+        with the thresholds of ``params`` (the ``[policy]`` section; PolicyParams() defaults),
+        over the same views serve's policy pass reads."""
+        from slurmguard.policy.lemon import lemon_verdict
+
+        p = params or PolicyParams()
+        now = time.time() if now is None else now
+        views = self.policy_views(self.active(now - p.window), window=p.window, now=now)
+        bad, judged = self.fleet_failure_rate(window=p.window, now=now)
+        rate = bad / judged if judged else None
+        out = []
+        for name in sorted(views):
+            verdict = None if views[name].lemon else lemon_verdict(views[name], now, p, rate)
+            if verdict is not None:
+                out.append((name, verdict.reason))
+        return out
+
+    def hook_speeds(self, *, since: float) -> dict[str, dict[str, float]]:
+        """{hook: {node: mean duration of its runs since ``since``}} (checker errors left out)."""
+        stmt = (select(Run.hook, Node.name, func.avg(Run.duration))
+                .join(Node, Node.id == Run.node_id)
+                .where(Run.started >= since, Run.health != "error")
+                .group_by(Run.hook, Node.name))
+        out: dict[str, dict[str, float]] = {}
+        with guard(self.engine, "hook speeds"), self.engine.connect() as conn:
+            for hook, node, mean in conn.execute(stmt):
+                out.setdefault(hook, {})[node] = float(mean or 0.0)
+        return out
+
+    def fleet_failure_rate(self, *, window: float, now: float | None = None) -> tuple[int, int]:
+        """(unhealthy runs, all judged runs) across the fleet within ``window``."""
+        now = time.time() if now is None else now
+        with guard(self.engine, "failure rate"), self.engine.connect() as conn:
+            rows = dict(conn.execute(select(Run.health, func.count()).where(
+                Run.started >= now - window).group_by(Run.health)).all())
+        judged = sum(v for k, v in rows.items() if k != "error")
+        return int(rows.get(UNHEALTHY, 0)), int(judged)
+
+    def policy_views(self, nodes: Iterable[str], *, window: float,
+                     now: float | None = None) -> dict[str, NodeView]:
+        """The policy's view of each named node: runs and foreign drains within ``window``."""
+        now = time.time() if now is None else now
+        since = now - window
+        names = sorted(set(nodes))
+        out: dict[str, NodeView] = {}
+        with guard(self.engine, "policy view"), self.engine.connect() as conn:
+            for chunk in chunks(names):
+                rows = conn.execute(select(_N).where(_N.c.name.in_(chunk))).all()
+                by_id = {n.id: n for n in rows}
+                if not by_id:
+                    continue
+                runs = conn.execute(select(Run.id, Run.node_id, Run.started, Run.health, Run.hook,
+                                           Run.job_id).where(
+                    Run.node_id.in_(list(by_id)), Run.started >= since)
+                    .order_by(Run.started)).all()
+                checks: dict[int, list[str]] = {}
+                for rchunk in chunks([r.id for r in runs if r.health == UNHEALTHY]):
+                    for run_id, name in conn.execute(select(Result.run_id, Result.name).where(
+                            Result.run_id.in_(rchunk), Result.health == UNHEALTHY)):
+                        checks.setdefault(run_id, []).append(name)
+                drains = conn.execute(select(Event.node_id, Event.at).where(and_(
+                    Event.node_id.in_(list(by_id)), Event.at >= since, Event.kind == "drain",
+                    Event.actor_kind != "slurmguard")).order_by(Event.at)).all()
+                resets = dict(conn.execute(select(Event.node_id, func.max(Event.at)).where(
+                    Event.node_id.in_(list(by_id)),
+                    Event.kind.in_(["lemon_cleared", "probation_start"])).group_by(Event.node_id)).all())
+                samples: dict[int, list[Sample]] = {}
+                for r in runs:
+                    samples.setdefault(r.node_id, []).append(Sample(
+                        r.started, r.health, tuple(sorted(checks.get(r.id, ()))), r.hook, r.job_id))
+                foreign: dict[int, list[float]] = {}
+                for node_id, at in drains:
+                    foreign.setdefault(node_id, []).append(at)
+                for nid, n in by_id.items():
+                    out[n.name] = NodeView(
+                        name=n.name, samples=tuple(samples.get(nid, ())),
+                        foreign_drains=tuple(foreign.get(nid, ())), lemon=bool(n.lemon),
+                        lemon_reason=n.lemon_reason or "", burnin_required=bool(n.burnin_required),
+                        probation=bool(n.probation), probation_passes=n.probation_passes or 0,
+                        reset_at=resets.get(nid))
+        return out
+
+    def columns(self, nodes: Sequence[str], columns: Sequence[str]) -> list[tuple[Any, ...]]:
+        """``columns`` of the ``nodes`` rows of these names (unknown names: no row)."""
+        cols = [_N.c[c] for c in columns]
+        out: list[tuple[Any, ...]] = []
+        with guard(self.engine, "node rows"), self.engine.connect() as conn:
+            for chunk in chunks(list(nodes)):
+                out += [tuple(r) for r in conn.execute(select(*cols).where(_N.c.name.in_(chunk)))]
+        return out
+
+    def active(self, since: float) -> list[str]:
+        """Nodes with a run since ``since``, or flagged lemon, burn-in or probation."""
+        stmt = select(Node.name).where((Node.last_seen >= since) | Node.lemon.is_(True)
+                                       | Node.probation.is_(True) | Node.burnin_required.is_(True))
+        with guard(self.engine, "active nodes"), self.engine.connect() as conn:
+            return sorted(conn.execute(stmt).scalars())
+
+    def drained_by_us_since(self, since: float) -> dict[str, list[tuple[float, str]]]:
+        """Nodes slurmguard drained since ``since``: name -> [(time, source)]."""
+        stmt = (select(Node.name, Event.at, Event.source).join(Node, Node.id == Event.node_id)
+                .where(Event.kind == "drain", Event.actor_kind == "slurmguard", Event.at >= since))
+        out: dict[str, list[tuple[float, str]]] = {}
+        with guard(self.engine, "recent drains"), self.engine.connect() as conn:
+            for name, at, source in conn.execute(stmt):
+                out.setdefault(name, []).append((at, source))
+        return out
+
+    def state_counts(self) -> dict[str, dict[str, int]]:
+        """Known nodes per last health (``unknown``: never reported), per flag (lemon,
+        burnin_required, probation), and open fleet alerts: the fleet gauges of /metrics."""
+        with guard(self.engine, "state counts"), self.engine.connect() as conn:
+            health: dict[str, int] = {}
+            for h, n in conn.execute(select(Node.last_health, func.count()).group_by(Node.last_health)):
+                health[h or "unknown"] = health.get(h or "unknown", 0) + int(n)
+            flags = {name: int(conn.execute(select(func.count()).select_from(Node).where(
+                col.is_(True))).scalar_one()) for name, col in (
+                ("lemon", Node.lemon), ("burnin_required", Node.burnin_required),
+                ("probation", Node.probation))}
+            alerts = int(conn.execute(select(func.count()).select_from(FleetAlert).where(
+                FleetAlert.closed.is_(None))).scalar_one())
+        return {"health": health, "flags": flags, "alerts": {"open": alerts}}
