@@ -24,7 +24,7 @@ import pytest
 from fakehw.kmsg import inject_xid, write_gpu_tree
 from fakehw.nvml import build_fake_nvml, default_config, with_fault, write_config
 from fakehw.sysfs import write_cpus, write_ib_fabric, write_ib_port, write_meminfo
-from helpers import REPO, require, sg_argv, sg_env
+from support.helpers import REPO, require, sg_argv, sg_env
 
 GPU2 = "0000:3a:00.0"
 BUDGET = 8.0
@@ -558,7 +558,7 @@ def test_other_users_are_refused(tmp_path):
 
 def test_agent_path_reports_to_serve_like_the_hook(client, tmp_path):
     """Same record delivery (and, on a drain, the same permit call): the record reaches serve."""
-    from sgserve import TOKEN, Serve, new_port, new_store
+    from support.sgserve import TOKEN, Serve, new_port, new_store
 
     n = Node(tmp_path / "n")
     port = new_port()

@@ -30,7 +30,7 @@ from fakehw.nvml import (
     with_fault,
     write_config,
 )
-from helpers import REPO, require, sg_env
+from support.helpers import REPO, require, sg_env
 
 from slurmguard.policy.params import PolicyParams
 from slurmguard.store import Store
@@ -94,7 +94,7 @@ class Throttle:
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory):
-    import slurmcluster
+    from support import slurmcluster
 
     missing = slurmcluster.missing_components()
     require(not missing, f"real Slurm cluster needs {', '.join(missing)}")
@@ -128,7 +128,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory):
         common = (f'[store]\npath = "{db}"\n[hooks]\nstate_dir = "{tmp}/state"\n'
                   f'[slurm]\ntimeout = 20.0\n[checks.gpu]\nexpected_count = 8\n'
                   f'[policy]\nblast_max_percent = 50.0\n'
-                  f'[burnin]\npartition = "burnin"\ntime_limit = "10"\nsite_modules = ["burninsite"]\n'
+                  f'[burnin]\npartition = "burnin"\ntime_limit = "10"\nsite_modules = ["support.burninsite"]\n'
                   f'output = "{c.logdir}/burnin-%N-%j.out"\nchecks = ["gpu-count", "gpu-ecc", "gpu-lost"]\n'
                   # A shared 2-core machine: 8 "nodes" time-slice the same CPUs, so a healthy
                   # node may measure half the median; the injected slowdowns are 5-10x.

@@ -20,9 +20,9 @@ from fakehw.nvml import (
     with_fault,
     write_config,
 )
-from helpers import REPO, sg_argv, sg_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.helpers import REPO, sg_argv, sg_env
 
 from slurmguard import config
 from slurmguard.burnin import measure
@@ -149,7 +149,7 @@ def test_property_nccl_parser_answers_or_raises_parseerror(text: str) -> None:
 def _cfg(tmp_path: Path, body: str = "") -> config.Config:
     f = tmp_path / "sg.toml"
     f.write_text(f'[store]\npath = "{tmp_path}/s.db"\n[hooks]\nstate_dir = "{tmp_path}/state"\n'
-                 f'[burnin]\nsite_modules = ["burninsite"]\nquick_seconds = 0.2\ndisk_mb = 4\n'
+                 f'[burnin]\nsite_modules = ["support.burninsite"]\nquick_seconds = 0.2\ndisk_mb = 4\n'
                  f'scratch = "{tmp_path}"\nmeasurement_timeout = 20\n{body}')
     return config.load(str(f))
 
@@ -233,7 +233,7 @@ def _worker(tmp_path: Path, nvml_lib: Path, nvml: dict, measurements: str, **env
     write_config(tmp_path / "nvml.json", nvml)
     cfg = tmp_path / "sg.toml"
     cfg.write_text(f'[store]\npath = "{tmp_path}/s.db"\n[hooks]\nstate_dir = "{tmp_path}/state"\n'
-                   f'[burnin]\nsite_modules = ["burninsite"]\nquick_seconds = 0.5\n'
+                   f'[burnin]\nsite_modules = ["support.burninsite"]\nquick_seconds = 0.5\n'
                    f'checks = ["gpu-count", "gpu-ecc"]\nmeasurements = {measurements}\n'
                    f'[checks.gpu]\nexpected_count = 8\n')
     subprocess.run(sg_argv("-c", str(cfg), "db", "upgrade"), env=sg_env(), check=True,

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, require, sg_argv, sg_env
-from sgserve import Serve, new_port, new_store
+from support.helpers import REPO, require, sg_argv, sg_env
+from support.sgserve import Serve, new_port, new_store
 
 from slurmguard.contract import CheckResult, Health
 from slurmguard.node.record import make_record

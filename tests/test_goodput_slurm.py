@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, run_sg, sg_env
-from requeue_support import Watcher, log_lines, lose_node, quiet, wait_for
+from support.helpers import REPO, run_sg, sg_env
+from support.requeue_support import Watcher, log_lines, lose_node, quiet, wait_for
 
 from slurmguard.adapters.slurm.parse import SACCT_FIELDS, parse_sacct_parsable
 from slurmguard.goodput.account import PARTS

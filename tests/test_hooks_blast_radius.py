@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, sg_argv
-from sgserve import Serve, new_port, new_store, write_config
-from slurmcluster import write_hook_script
+from support.helpers import REPO, sg_argv
+from support.sgserve import Serve, new_port, new_store, write_config
+from support.slurmcluster import write_hook_script
 
 pytestmark = pytest.mark.slurm
 NODES = 10
@@ -25,7 +25,7 @@ def test_shared_fault_drains_at_most_the_cap(slurm_cluster_factory, tmp_path: Pa
 log_file = "{tmp_path}/hooks.log"
 prolog = ["fault-value"]
 [checks]
-site_modules = ["faultsite"]
+site_modules = ["support.faultsite"]
 """)
     # Every node's prolog finds the same fault: what a dead shared filesystem looks like.
     hook = write_hook_script(tmp_path / "prolog", sg_argv("prolog"), {

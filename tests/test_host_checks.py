@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from fakehw.sysfs import write_config, write_cpus, write_edac, write_meminfo, write_proc
-from helpers import require
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.helpers import require
 
 from slurmguard import config
 from slurmguard.adapters import host

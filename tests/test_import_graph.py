@@ -13,7 +13,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from helpers import REPO
+from support.helpers import REPO
 
 PACKAGE = REPO / "slurmguard"
 

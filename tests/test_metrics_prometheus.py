@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, require, sg_argv, sg_env
-from sgserve import Serve, new_port, new_store, write_config
+from support.helpers import REPO, require, sg_argv, sg_env
+from support.sgserve import Serve, new_port, new_store, write_config
 from test_metrics_serve import install_prolog
 
 pytestmark = pytest.mark.slurm
@@ -100,7 +100,7 @@ class Prom:
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
-    import slurmcluster
+    from support import slurmcluster
 
     missing = slurmcluster.missing_components()
     require(not missing, f"real Slurm cluster needs {', '.join(missing)}")
@@ -120,7 +120,7 @@ def scenario(tmp_path_factory):
         cfg = write_config(d, store_url=new_store(d), port=port, extra=f"""
 healthcheck = ["fault-value"]
 [checks]
-site_modules = ["faultsite"]
+site_modules = ["support.faultsite"]
 [requeue]
 state_file = "{d}/requeue.json"
 metrics_file = "{tdir}/slurmguard_requeue.prom"

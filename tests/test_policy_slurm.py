@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import run_sg, sg_env
-from sgserve import Serve, new_port, new_store, write_config
+from support.helpers import run_sg, sg_env
+from support.sgserve import Serve, new_port, new_store, write_config
 
 from slurmguard import config
 from slurmguard.adapters.serve_client import drain_permit

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import run_sg, sg_env
 from k8sapi.fixture import k8sapi  # noqa: F401 - fixture
 from k8sapi.server import NodeAPIServer, now_rfc3339
+from support.helpers import run_sg, sg_env
 
 pytest.importorskip("kubernetes")
 pytestmark = pytest.mark.slurm

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO
+from support.helpers import REPO
 
 pytestmark = pytest.mark.slurm
 

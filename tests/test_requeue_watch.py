@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import sg_argv, sg_env
-from slurmcluster import write_shell_hook
+from support.helpers import sg_argv, sg_env
+from support.slurmcluster import write_shell_hook
 
 pytestmark = pytest.mark.slurm
 

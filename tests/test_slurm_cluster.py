@@ -1,4 +1,4 @@
-"""The Slurm adapter against a real slurmctld + slurmd cluster (tests/slurmcluster.py).
+"""The Slurm adapter against a real slurmctld + slurmd cluster (tests/support/slurmcluster.py).
 
 Proves the ownership rules on real Slurm 22.05: our drain round-trips, an admin's drain and
 a DOWN node are left alone, and a Prolog that drains first and then fails keeps our reason
@@ -13,8 +13,8 @@ import sys
 import time
 
 import pytest
-from helpers import sg_env
-from slurmcluster import write_hook_script, write_shell_hook
+from support.helpers import sg_env
+from support.slurmcluster import write_hook_script, write_shell_hook
 
 from slurmguard.adapters.slurm.commands import format_reason
 from slurmguard.errors import InputError

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, sg_argv, sg_env
+from support.helpers import REPO, sg_argv, sg_env
 
 TRAIN = str(REPO / "tests" / "train_job.py")
 

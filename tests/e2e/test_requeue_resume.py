@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from dockercluster import DockerCluster
 from dockercluster import wait_for as wait_until
-from helpers import REPO, sg_argv, sg_env
-from requeue_support import Watcher, log_lines, lose_node, quiet, wait_for
+from support.helpers import REPO, sg_argv, sg_env
+from support.requeue_support import Watcher, log_lines, lose_node, quiet, wait_for
 from test_spank import build_plugin
 
 from slurmguard.nodeset import expand

@@ -1,6 +1,6 @@
 """Faults on the serve side, against a real `slurmguard serve` process: slow and stuck
 clients, the connection cap, kill -9 in the middle of a load, a store locked by another
-writer. Nodes are the real node-side client code (tests/loadgen.py); afterwards every record
+writer. Nodes are the real node-side client code (tests/support/loadgen.py); afterwards every record
 is counted in the store: 0 lost, 0 duplicated.
 """
 
@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from loadgen import count_in_store, drain_spools, run_clients
-from pgserver import pg_server  # noqa: F401  (fixture)
-from reliability import record, setting
-from sgserve import TOKEN, Serve, new_port, new_store, write_config
+from support.loadgen import count_in_store, drain_spools, run_clients
+from support.pgserver import pg_server  # noqa: F401  (fixture)
+from support.reliability import record, setting
+from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
 
 from slurmguard.adapters import serve_client
 from slurmguard.node.record import make_record
@@ -326,8 +326,8 @@ def test_postgresql_crash_mid_load(tmp_path: Path) -> None:
     """The database (not serve) crashes mid-load and comes back: serve answers 503 meanwhile,
     nodes spool and replay, every record is stored exactly once. Its own PostgreSQL, with
     synchronous_commit=on (production's default), since this one is killed."""
-    import pgserver
-    from helpers import require
+    from support import pgserver
+    from support.helpers import require
 
     from slurmguard.store.engine import make_engine
     from slurmguard.store.migrate import upgrade

@@ -3,7 +3,7 @@ PostgreSQL, then every record counted in the store (0 lost, 0 duplicated); and 5
 connections held open while nodes post, which must not delay them beyond the stated bound.
 
 CI runs the bounded form (a few seconds per scenario); the long form is
-``SLURMGUARD_RELIABILITY=long`` (60 s per store), sizes overridable (tests/reliability.py).
+``SLURMGUARD_RELIABILITY=long`` (60 s per store), sizes overridable (tests/support/reliability.py).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from loadgen import count_in_store, drain_spools, run_clients
-from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
-from reliability import record, setting
-from sgserve import TOKEN, Serve, new_port, new_store, write_config
+from support.loadgen import count_in_store, drain_spools, run_clients
+from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
+from support.reliability import record, setting
+from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
 
 pytestmark = pytest.mark.postgres
 

@@ -10,8 +10,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from helpers import sg_argv, sg_env
-from pgserver import free_port
+from support.helpers import sg_argv, sg_env
+from support.pgserver import free_port
 
 TOKEN = "test-token-0123456789abcdef"
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from helpers import sg_argv, sg_env
+from support.helpers import sg_argv, sg_env
 
 
 def _socket_inodes(spool: Path) -> set[str]:

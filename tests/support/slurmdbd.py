@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from slurmcluster import ClusterError, free_ports
+from support.slurmcluster import ClusterError, free_ports
 
 MARIADBD = "/usr/sbin/mariadbd"
 INSTALL_DB = "/usr/bin/mariadb-install-db"
