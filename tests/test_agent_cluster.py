@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from fakehw.kmsg import inject_xid
 from support.helpers import require, sg_argv, sg_env
+from support.wait import wait_for
 from test_agent import build_clients
 from test_hooks_slurm import GPU2_PCI, NODES, Fleet, drained_nodes
 
@@ -144,9 +145,8 @@ def test_xid79_drains_n3_with_the_in_process_reason(setup, tmp_path):
     assert drained_nodes(c) == {"n3": expected}
     # Requeued by Slurm (the rerun on another node, ~121 s later without the requeue watcher,
     # is test_hooks_slurm's; not waited for here).
-    deadline = time.monotonic() + 60
-    while c.job(jid).get("Restarts") != "1" and time.monotonic() < deadline:
-        time.sleep(0.5)
+    wait_for(lambda: c.job(jid).get("Restarts") == "1", 60, interval=0.5,
+             what=f"Slurm to requeue job {jid}")
     assert c.job(jid).get("Restarts") == "1", c.job(jid)
     c.run("scancel", jid)
     assert "answered prolog for n3" in (setup.root / "agent-n3.log").read_text()

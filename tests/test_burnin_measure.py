@@ -23,6 +23,7 @@ from fakehw.nvml import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.helpers import REPO, sg_argv, sg_env
+from support.wait import wait_for
 
 from slurmguard import config
 from slurmguard.burnin import measure
@@ -264,9 +265,7 @@ def test_worker_health_failure_during_the_run_fails_the_run(tmp_path: Path, nvml
     marker = tmp_path / "started"
     p = _worker(tmp_path, nvml_lib, default_config(), '["site-slow"]',
                 FAKE_BENCH_MARKER=str(marker), FAKE_BENCH_SLEEP="3")
-    deadline = time.monotonic() + 60
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(marker.exists, 60, what="the site load to start")
     # an uncorrectable ECC error appears while the load runs
     write_config(tmp_path / "nvml.json",
                  with_fault(default_config(), 2, ecc={"volatile_uncorrected": 1}))
@@ -281,9 +280,7 @@ def test_worker_sigterm_leaves_a_partial_record(tmp_path: Path, nvml_lib: Path) 
     marker = tmp_path / "started"
     p = _worker(tmp_path, nvml_lib, default_config(), '["site-value", "site-slow"]',
                 FAKE_BENCH_MARKER=str(marker))
-    deadline = time.monotonic() + 60
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(marker.exists, 60, what="the site load to start")
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 143, err

@@ -30,7 +30,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any
 import pytest
 from support.helpers import REPO, require, sg_argv, sg_env
 from support.sgserve import Serve, new_port, new_store, write_config
+from support.wait import STARTING, wait_for
 from test_metrics_serve import install_prolog
 
 pytestmark = pytest.mark.slurm
@@ -56,18 +56,8 @@ def _get(url: str, timeout: float = 10) -> bytes:
 
 
 def _wait(pred: Any, timeout: float, what: str) -> Any:
-    end = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < end:
-        try:
-            last = pred()
-        except (OSError, ValueError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}: {last!r}")
+    """Poll Prometheus or a file that may not answer yet (refused, half-written JSON)."""
+    return wait_for(pred, timeout, interval=0.3, what=what, ignore=STARTING)
 
 
 class Proc:

@@ -135,6 +135,7 @@ def test_connection_cap_evicts_idle_first(tmp_path: Path) -> None:
     try:
         for _ in range(cap):
             held.append(socket.create_connection(("127.0.0.1", port)))
+        # The clock must advance: only a connection idle for > 0.5 s may be evicted.
         time.sleep(1)
         for _ in range(cap):  # as many again: the idle ones are closed to make room
             held.append(socket.create_connection(("127.0.0.1", port)))
@@ -148,7 +149,7 @@ def test_connection_cap_evicts_idle_first(tmp_path: Path) -> None:
             s = socket.create_connection(("127.0.0.1", port))
             s.sendall(b"POST /ingest HTTP/1.1\r\n")
             held.append(s)
-            time.sleep(0.02)
+            time.sleep(0.02)  # paced: serve reads each request line before the next arrives
         time.sleep(1)
         answers = [_peek(s) for s in held]
         refused = [a for a in answers if a]
@@ -204,7 +205,7 @@ def test_kill_9_serve_mid_load(tmp_path: Path, engine: str, request: pytest.Fixt
 
     def killer() -> None:
         started.wait(30)
-        time.sleep(KILL_SECONDS / 3)
+        time.sleep(KILL_SECONDS / 3)  # the scenario: the kill lands in the middle of the load
         assert serve.proc is not None
         os.killpg(serve.proc.pid, signal.SIGKILL)  # no shutdown, no flush: mid-transaction
         serve.proc.wait()
@@ -348,10 +349,10 @@ def test_postgresql_crash_mid_load(tmp_path: Path) -> None:
 
         def crasher() -> None:
             started.wait(30)
-            time.sleep(KILL_SECONDS / 3)
+            time.sleep(KILL_SECONDS / 3)  # the scenario: the crash lands in the middle of the load
             pg.crash()
             down.append(time.monotonic())
-            time.sleep(min(3.0, KILL_SECONDS / 4))
+            time.sleep(min(3.0, KILL_SECONDS / 4))  # the scenario: an outage this long
             pg.start_again()
             down.append(time.monotonic())
 

@@ -9,7 +9,6 @@ CI runs the bounded form (a few seconds per scenario); the long form is
 from __future__ import annotations
 
 import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from support.loadgen import count_in_store, drain_spools, run_clients
 from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 from support.reliability import record, setting
 from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
+from support.wait import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -73,9 +73,8 @@ def test_idle_connections_do_not_delay_nodes(tmp_path: Path) -> None:
         partial = 50
         for i in range(IDLE + partial):
             held.append(_idle_socket(port, partial=i >= IDLE))
-        end = time.monotonic() + 30
-        while serve.healthz()["connections"] < IDLE + partial and time.monotonic() < end:
-            time.sleep(0.1)
+        wait_for(lambda: serve.healthz()["connections"] >= IDLE + partial, 30,
+                 what="serve to hold every idle and partial connection")
         open_now = serve.healthz()["connections"]
         busy = run_clients(f"{serve.url}/ingest", TOKEN, clients=20, seconds=3, batch=BATCH,
                            spool_root=tmp_path / "busy", prefix="busy")

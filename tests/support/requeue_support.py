@@ -102,16 +102,6 @@ class Watcher:
         return events
 
 
-def wait_for(pred: Any, timeout: float, what: str, step: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def log_lines(path: Path) -> list[tuple[int, int, str]]:
     if not path.exists():
         return []

@@ -23,9 +23,12 @@ class WaitTimeout(AssertionError):
     """The condition did not hold in time; the message names what and the last value seen."""
 
 
-def wait_for(condition: Callable[[], T], timeout: float = 30.0, interval: float = 0.1,
+def wait_for(condition: Callable[[], T], timeout: float = 30.0, *, interval: float = 0.1,
              what: str = "", ignore: tuple[type[BaseException], ...] = ()) -> T:
     """Call ``condition`` every ``interval`` s until it returns something truthy; return it.
+
+    Everything after ``timeout`` is keyword-only, so that a call never reads a description
+    as an interval.
 
     Raises WaitTimeout after ``timeout`` s, naming ``what`` and the last value (or the last
     ignored exception) seen. ``ignore``: exception types that count as "not yet" (e.g.
@@ -50,8 +53,8 @@ def wait_for(condition: Callable[[], T], timeout: float = 30.0, interval: float 
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
 
-def counter_advanced(read: Callable[[], int], by: int = 1, timeout: float = 30.0,
-                     interval: float = 0.1, what: str = "a pass") -> int:
+def counter_advanced(read: Callable[[], int], by: int = 1, *, timeout: float = 30.0,
+                     interval: float = 0.1, what: str = "pass") -> int:
     """Wait until the counter ``read()`` has advanced by ``by`` from its value now.
 
     For "nothing happens" tests: read the counter, then wait for ``by`` more passes, so that
