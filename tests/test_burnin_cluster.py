@@ -31,6 +31,7 @@ from fakehw.nvml import (
     write_config,
 )
 from support.helpers import REPO, require, sg_env
+from support.wait import WaitTimeout, wait_for
 
 from slurmguard.policy.params import PolicyParams
 from slurmguard.store import Store
@@ -83,13 +84,19 @@ class Throttle:
             os.killpg(self.busy.pid, signal.SIGKILL)
             self.busy.wait()
         if self.path is not None:
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
+            path = self.path
+
+            def removed() -> bool:
                 try:
-                    self.path.rmdir()
-                    return
+                    path.rmdir()
                 except OSError:  # processes still leaving
-                    time.sleep(0.2)
+                    return False
+                return True
+
+            try:
+                wait_for(removed, 10, interval=0.2, what=f"{path} to empty")
+            except WaitTimeout:
+                pass  # teardown does its best, as before
 
 
 @pytest.fixture(scope="module")
@@ -164,13 +171,16 @@ def _states(c) -> dict[str, tuple[str, bool, str]]:
 
 
 def _wait_runs(store: Store, run_ids: list[int], statuses: set[str], timeout: float = 150) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    runs: dict = {}
+
+    def finished() -> dict | None:
+        nonlocal runs
         runs = {r.id: r for r in store.burnin_latest_runs(0)}
-        if all(runs.get(i) is not None and runs[i].status in statuses for i in run_ids):
-            return runs
-        time.sleep(0.5)
-    raise AssertionError(f"burn-in runs not {statuses} after {timeout}s: {runs}")
+        return runs if all(runs.get(i) is not None and runs[i].status in statuses
+                           for i in run_ids) else None
+
+    return wait_for(finished, timeout, interval=0.5, what=f"burn-in runs {run_ids} {statuses}",
+                    error=lambda msg: AssertionError(f"{msg}: {runs}"))
 
 
 def test_stragglers_and_a_failure_are_drained_awaiting_nodes_returned(bed: dict) -> None:

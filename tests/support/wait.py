@@ -24,7 +24,8 @@ class WaitTimeout(AssertionError):
 
 
 def wait_for(condition: Callable[[], T], timeout: float = 30.0, *, interval: float = 0.1,
-             what: str = "", ignore: tuple[type[BaseException], ...] = ()) -> T:
+             what: str = "", ignore: tuple[type[BaseException], ...] = (),
+             error: Callable[[str], BaseException] = WaitTimeout) -> T:
     """Call ``condition`` every ``interval`` s until it returns something truthy; return it.
 
     Everything after ``timeout`` is keyword-only, so that a call never reads a description
@@ -33,7 +34,9 @@ def wait_for(condition: Callable[[], T], timeout: float = 30.0, *, interval: flo
     Raises WaitTimeout after ``timeout`` s, naming ``what`` and the last value (or the last
     ignored exception) seen. ``ignore``: exception types that count as "not yet" (e.g.
     STARTING while a server comes up). The condition is always tried once more at the
-    deadline, so a slow machine that oversleeps still gets its last look.
+    deadline, so a slow machine that oversleeps still gets its last look. ``error``: the
+    exception type to raise instead, built from that message (a harness raises its own, with
+    a log tail).
     """
     deadline = time.monotonic() + timeout
     last: object = None
@@ -47,9 +50,9 @@ def wait_for(condition: Callable[[], T], timeout: float = 30.0, *, interval: flo
                 return value
             last = value
         if time.monotonic() >= deadline:
-            raise WaitTimeout(f"timed out after {timeout:g}s waiting for "
-                              f"{what or getattr(condition, '__name__', 'a condition')}; "
-                              f"last seen: {last!r}")
+            raise error(f"timed out after {timeout:g}s waiting for "
+                        f"{what or getattr(condition, '__name__', 'a condition')}; "
+                        f"last seen: {last!r}")
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
 
