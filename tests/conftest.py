@@ -3,11 +3,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# Make `tests.helpers` importable as `helpers` from any test module.
+# Put tests/ on sys.path: the harness is imported as `support.<module>` (tests/support/) and
+# the stand-ins as `fakehw`, `k8sapi` from any test module, whatever its directory.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-# --- Real Slurm test cluster (tests/slurmcluster.py; docs/testing.md "Real Slurm test cluster")
+# --- Real Slurm test cluster (tests/support/slurmcluster.py; docs/testing.md "Real Slurm test cluster")
 import os  # noqa: E402
 
 import pytest  # noqa: E402
@@ -20,8 +21,7 @@ def slurm_cluster_factory(tmp_path_factory):
     Skips when slurmctld/slurmd/munged are missing (fails under CI=true); every cluster
     started is stopped (by pid) at teardown.
     """
-    import helpers
-    import slurmcluster
+    from support import helpers, slurmcluster
 
     missing = slurmcluster.missing_components()
     helpers.require(not missing, f"real Slurm cluster needs {', '.join(missing)}")
@@ -58,20 +58,20 @@ def pytest_collection_modifyitems(items):
 
 def pytest_sessionfinish(session, exitstatus):
     """SLURMGUARD_RELIABILITY_DOC=1: merge this run's reliability rows into
-    docs/reliability.json and re-render docs/reliability.md (tests/reliability.py). Never set
+    docs/reliability.json and re-render docs/reliability.md (tests/support/reliability.py). Never set
     in CI, so a CI run leaves the tree as it was."""
     if os.environ.get("SLURMGUARD_RELIABILITY_DOC") == "1" and exitstatus == 0:
-        import reliability
+        from support import reliability
 
         reliability.update_doc()
 
 
 @pytest.fixture(scope="module")
 def slurmdbd(tmp_path_factory):
-    """A running slurmdbd on a private MariaDB (tests/slurmdbd.py), one per test module:
+    """A running slurmdbd on a private MariaDB (tests/support/slurmdbd.py), one per test module:
     ``slurm_cluster_factory(..., accounting=slurmdbd)`` records that cluster's jobs there."""
-    import helpers
-    import slurmdbd as dbd
+    from support import helpers
+    from support import slurmdbd as dbd
 
     missing = dbd.missing_components()
     helpers.require(not missing, f"Slurm accounting needs {', '.join(missing)} "

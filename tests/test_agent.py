@@ -24,7 +24,10 @@ import pytest
 from fakehw.kmsg import inject_xid, write_gpu_tree
 from fakehw.nvml import build_fake_nvml, default_config, with_fault, write_config
 from fakehw.sysfs import write_cpus, write_ib_fabric, write_ib_port, write_meminfo
-from helpers import REPO, require, sg_argv, sg_env
+from support.helpers import REPO, require, sg_argv, sg_env
+from support.wait import counter_advanced, wait_for
+
+from slurmguard.node import agent as agent_mod
 
 GPU2 = "0000:3a:00.0"
 BUDGET = 8.0
@@ -159,6 +162,17 @@ def in_process(node: Node, hook: str = "prolog") -> subprocess.CompletedProcess[
 def via_client(client: Path, node: Node, hook: str = "prolog", **env: str) -> subprocess.CompletedProcess[str]:
     argv = [str(client), hook, "--json", "--", *sg_argv(hook, "--json")]
     return subprocess.run(argv, env=node.env(**env), capture_output=True, text=True, timeout=60)
+
+
+def agent_status(node: Node) -> dict:
+    """The agent's `SGA1 status` answer (no hook runs)."""
+    raw = agent_mod.ask(str(node.sock), f"{agent_mod.PROTO} status", 5.0).decode()
+    head, _, rest = raw.partition("\n")
+    return json.loads(rest[:int(head.split()[3])])
+
+
+def background_passes(node: Node) -> int:
+    return int(agent_status(node)["passes"]["background"])
 
 
 def summary(p: subprocess.CompletedProcess[str]) -> dict:
@@ -299,7 +313,7 @@ def test_xid_injected_1ms_before_the_ask_is_seen(client, node, agent):
     node.reset_state()
     try:
         inject_xid(node.kmsg, GPU2, 79, "GPU has fallen off the bus.")
-        time.sleep(0.001)
+        time.sleep(0.001)  # the scenario: the line is 1 ms old when the prolog asks
         p = via_client(client, node)
         assert "agent not used" not in p.stderr, p.stderr
         assert p.returncode == 1
@@ -313,11 +327,8 @@ def test_xid_injected_1ms_before_the_ask_is_seen(client, node, agent):
 def test_nvml_xid_event_reaches_the_answer(client, node, agent):
     write_config(node.nvml, with_fault(default_config(8), 2, xid_events=[79]))
     try:
-        deadline = time.monotonic() + 20
-        events: list = []
-        while time.monotonic() < deadline and not events:
-            events = json.loads(via_client(client, node).stdout)["agent"]["xid_events"]
-            time.sleep(0.1)
+        events = wait_for(lambda: json.loads(via_client(client, node).stdout)["agent"]["xid_events"],
+                          timeout=20, what="an NVML Xid event in the agent's answer")
         assert events and events[-1]["gpu"] == 2 and events[-1]["xid"] == 79, events
     finally:
         write_config(node.nvml, default_config(8))
@@ -330,17 +341,27 @@ def test_background_values_are_reused_within_max_age(client, tmp_path):
     os.replace(n.root / "new.toml", n.config)
     a = AgentProc(n)
     try:
-        deadline = time.monotonic() + 20
-        ages: dict = {}
-        while time.monotonic() < deadline:
+        def cached_ages() -> dict | None:
             ages = json.loads(via_client(client, n).stdout)["agent"]["ages"]
-            if ages.get("fs", 0) > 0 and ages.get("ib", 0) > 0:
-                break
-            time.sleep(0.2)
+            return ages if ages.get("fs", 0) > 0 and ages.get("ib", 0) > 0 else None
+
+        ages = wait_for(cached_ages, timeout=20, what="fs and ib served from the agent's cache")
         assert 0 < ages["fs"] <= 30 and 0 < ages["ib"] <= 30, ages
         assert ages["nvml"] == 0.0
     finally:
         a.stop()
+
+
+def test_status_reports_rounds_and_runs_no_hook(node, agent):
+    """`SGA1 status` answers who the agent is and its loop rounds, without running a hook."""
+    log = node.root / "hooks.log"
+    before = log.read_text() if log.exists() else ""
+    status = agent_status(node)
+    assert status["node"] == "n7" and status["boot_id"] == node.boot.read_text().strip()
+    assert status["passes"]["healthcheck"] == 0  # healthcheck_interval is 0 here
+    now = counter_advanced(lambda: background_passes(node), timeout=30, what="background round")
+    assert now > status["passes"]["background"]
+    assert (log.read_text() if log.exists() else "") == before
 
 
 def test_agent_runs_no_hook_on_its_own_schedule(node, agent):
@@ -348,7 +369,9 @@ def test_agent_runs_no_hook_on_its_own_schedule(node, agent):
     before = (node.root / "hooks.log").read_text() if (node.root / "hooks.log").exists() else ""
     write_config(node.nvml, with_fault(default_config(8), 2, off_bus=True))
     try:
-        time.sleep(3 * 1.0)  # three background rounds (agent.refresh = 1 s)
+        # Three background rounds (agent.refresh = 1 s), counted by the agent itself.
+        counter_advanced(lambda: background_passes(node), by=3, timeout=30,
+                         what="background rounds")
         after = (node.root / "hooks.log").read_text() if (node.root / "hooks.log").exists() else ""
         assert after == before
     finally:
@@ -364,9 +387,8 @@ def test_healthcheck_interval_makes_the_agent_the_healthcheck(tmp_path):
     a = AgentProc(n)
     try:
         log = n.root / "hooks.log"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (log.exists() and "healthcheck node=n7 drain:" in log.read_text()):
-            time.sleep(0.2)
+        wait_for(lambda: log.exists() and "healthcheck node=n7 drain:" in log.read_text(),
+                 timeout=30, what="a scheduled healthcheck's drain in hooks.log")
         assert "healthcheck node=n7 drain: slurmguard: gpu-count" in log.read_text()
         assert "scheduled " in a.log.read_text()
     finally:
@@ -382,10 +404,8 @@ def test_config_change_is_seen_at_once_despite_the_cache(client, tmp_path):
     os.replace(n.root / "new.toml", n.config)
     a = AgentProc(n)
     try:
-        deadline = time.monotonic() + 20
-        while json.loads(via_client(client, n).stdout)["agent"]["ages"].get("fs", 0) == 0:
-            assert time.monotonic() < deadline, "fs never served from the cache"
-            time.sleep(0.2)
+        wait_for(lambda: json.loads(via_client(client, n).stdout)["agent"]["ages"].get("fs", 0),
+                 timeout=20, what="fs served from the cache")
         text = n.config.read_text().replace('mounts = ["/"]', 'mounts = ["/", "/nonexistent-scratch"]')
         (n.root / "new.toml").write_text(text)
         os.replace(n.root / "new.toml", n.config)
@@ -558,7 +578,7 @@ def test_other_users_are_refused(tmp_path):
 
 def test_agent_path_reports_to_serve_like_the_hook(client, tmp_path):
     """Same record delivery (and, on a drain, the same permit call): the record reaches serve."""
-    from sgserve import TOKEN, Serve, new_port, new_store
+    from support.sgserve import TOKEN, Serve, new_port, new_store
 
     n = Node(tmp_path / "n")
     port = new_port()

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from fakehw.kmsg import inject_xid
-from helpers import require, sg_argv, sg_env
+from support.helpers import require, sg_argv, sg_env
+from support.wait import wait_for
 from test_agent import build_clients
 from test_hooks_slurm import GPU2_PCI, NODES, Fleet, drained_nodes
 
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.slurm
 
 class Setup:
     def __init__(self, root: Path) -> None:
-        import slurmcluster
+        from support import slurmcluster
 
         missing = slurmcluster.missing_components()
         require(not missing, f"real Slurm cluster needs {', '.join(missing)}")
@@ -144,9 +145,8 @@ def test_xid79_drains_n3_with_the_in_process_reason(setup, tmp_path):
     assert drained_nodes(c) == {"n3": expected}
     # Requeued by Slurm (the rerun on another node, ~121 s later without the requeue watcher,
     # is test_hooks_slurm's; not waited for here).
-    deadline = time.monotonic() + 60
-    while c.job(jid).get("Restarts") != "1" and time.monotonic() < deadline:
-        time.sleep(0.5)
+    wait_for(lambda: c.job(jid).get("Restarts") == "1", 60, interval=0.5,
+             what=f"Slurm to requeue job {jid}")
     assert c.job(jid).get("Restarts") == "1", c.job(jid)
     c.run("scancel", jid)
     assert "answered prolog for n3" in (setup.root / "agent-n3.log").read_text()
@@ -156,7 +156,7 @@ def test_xid79_drains_n3_with_the_in_process_reason(setup, tmp_path):
 def test_agent_path_asks_the_same_blast_radius_permit(setup, tmp_path):
     """Two nodes fail the same check with serve's cap at one drain: the agent-answered prologs
     drain the first and spare the second (exit 0, 'not drained: ...'), as in-process hooks do."""
-    from sgserve import TOKEN, Serve, new_port, new_store
+    from support.sgserve import TOKEN, Serve, new_port, new_store
 
     c, fleet = setup.cluster, setup.fleet
     port = new_port()

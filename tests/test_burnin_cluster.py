@@ -30,7 +30,8 @@ from fakehw.nvml import (
     with_fault,
     write_config,
 )
-from helpers import REPO, require, sg_env
+from support.helpers import REPO, require, sg_env
+from support.wait import WaitTimeout, wait_for
 
 from slurmguard.policy.params import PolicyParams
 from slurmguard.store import Store
@@ -83,18 +84,24 @@ class Throttle:
             os.killpg(self.busy.pid, signal.SIGKILL)
             self.busy.wait()
         if self.path is not None:
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
+            path = self.path
+
+            def removed() -> bool:
                 try:
-                    self.path.rmdir()
-                    return
+                    path.rmdir()
                 except OSError:  # processes still leaving
-                    time.sleep(0.2)
+                    return False
+                return True
+
+            try:
+                wait_for(removed, 10, interval=0.2, what=f"{path} to empty")
+            except WaitTimeout:
+                pass  # teardown does its best, as before
 
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory):
-    import slurmcluster
+    from support import slurmcluster
 
     missing = slurmcluster.missing_components()
     require(not missing, f"real Slurm cluster needs {', '.join(missing)}")
@@ -128,7 +135,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory):
         common = (f'[store]\npath = "{db}"\n[hooks]\nstate_dir = "{tmp}/state"\n'
                   f'[slurm]\ntimeout = 20.0\n[checks.gpu]\nexpected_count = 8\n'
                   f'[policy]\nblast_max_percent = 50.0\n'
-                  f'[burnin]\npartition = "burnin"\ntime_limit = "10"\nsite_modules = ["burninsite"]\n'
+                  f'[burnin]\npartition = "burnin"\ntime_limit = "10"\nsite_modules = ["support.burninsite"]\n'
                   f'output = "{c.logdir}/burnin-%N-%j.out"\nchecks = ["gpu-count", "gpu-ecc", "gpu-lost"]\n'
                   # A shared 2-core machine: 8 "nodes" time-slice the same CPUs, so a healthy
                   # node may measure half the median; the injected slowdowns are 5-10x.
@@ -164,13 +171,16 @@ def _states(c) -> dict[str, tuple[str, bool, str]]:
 
 
 def _wait_runs(store: Store, run_ids: list[int], statuses: set[str], timeout: float = 150) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    runs: dict = {}
+
+    def finished() -> dict | None:
+        nonlocal runs
         runs = {r.id: r for r in store.burnin.latest_runs(0)}
-        if all(runs.get(i) is not None and runs[i].status in statuses for i in run_ids):
-            return runs
-        time.sleep(0.5)
-    raise AssertionError(f"burn-in runs not {statuses} after {timeout}s: {runs}")
+        return runs if all(runs.get(i) is not None and runs[i].status in statuses
+                           for i in run_ids) else None
+
+    return wait_for(finished, timeout, interval=0.5, what=f"burn-in runs {run_ids} {statuses}",
+                    error=lambda msg: AssertionError(f"{msg}: {runs}"))
 
 
 def test_stragglers_and_a_failure_are_drained_awaiting_nodes_returned(bed: dict) -> None:

@@ -20,9 +20,10 @@ from fakehw.nvml import (
     with_fault,
     write_config,
 )
-from helpers import REPO, sg_argv, sg_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.helpers import REPO, sg_argv, sg_env
+from support.wait import wait_for
 
 from slurmguard import config
 from slurmguard.burnin import measure
@@ -149,7 +150,7 @@ def test_property_nccl_parser_answers_or_raises_parseerror(text: str) -> None:
 def _cfg(tmp_path: Path, body: str = "") -> config.Config:
     f = tmp_path / "sg.toml"
     f.write_text(f'[store]\npath = "{tmp_path}/s.db"\n[hooks]\nstate_dir = "{tmp_path}/state"\n'
-                 f'[burnin]\nsite_modules = ["burninsite"]\nquick_seconds = 0.2\ndisk_mb = 4\n'
+                 f'[burnin]\nsite_modules = ["support.burninsite"]\nquick_seconds = 0.2\ndisk_mb = 4\n'
                  f'scratch = "{tmp_path}"\nmeasurement_timeout = 20\n{body}')
     return config.load(str(f))
 
@@ -233,7 +234,7 @@ def _worker(tmp_path: Path, nvml_lib: Path, nvml: dict, measurements: str, **env
     write_config(tmp_path / "nvml.json", nvml)
     cfg = tmp_path / "sg.toml"
     cfg.write_text(f'[store]\npath = "{tmp_path}/s.db"\n[hooks]\nstate_dir = "{tmp_path}/state"\n'
-                   f'[burnin]\nsite_modules = ["burninsite"]\nquick_seconds = 0.5\n'
+                   f'[burnin]\nsite_modules = ["support.burninsite"]\nquick_seconds = 0.5\n'
                    f'checks = ["gpu-count", "gpu-ecc"]\nmeasurements = {measurements}\n'
                    f'[checks.gpu]\nexpected_count = 8\n')
     subprocess.run(sg_argv("-c", str(cfg), "db", "upgrade"), env=sg_env(), check=True,
@@ -264,9 +265,7 @@ def test_worker_health_failure_during_the_run_fails_the_run(tmp_path: Path, nvml
     marker = tmp_path / "started"
     p = _worker(tmp_path, nvml_lib, default_config(), '["site-slow"]',
                 FAKE_BENCH_MARKER=str(marker), FAKE_BENCH_SLEEP="3")
-    deadline = time.monotonic() + 60
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(marker.exists, 60, what="the site load to start")
     # an uncorrectable ECC error appears while the load runs
     write_config(tmp_path / "nvml.json",
                  with_fault(default_config(), 2, ecc={"volatile_uncorrected": 1}))
@@ -281,9 +280,7 @@ def test_worker_sigterm_leaves_a_partial_record(tmp_path: Path, nvml_lib: Path) 
     marker = tmp_path / "started"
     p = _worker(tmp_path, nvml_lib, default_config(), '["site-value", "site-slow"]',
                 FAKE_BENCH_MARKER=str(marker))
-    deadline = time.monotonic() + 60
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(marker.exists, 60, what="the site load to start")
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 143, err

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import run_sg, sg_env
-from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
+from support.helpers import run_sg, sg_env
+from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
 from slurmguard.burnin.values import BurninValue
 from slurmguard.errors import InputError

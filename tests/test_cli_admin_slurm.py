@@ -1,4 +1,4 @@
-"""drain / resume / nodes against a REAL Slurm test cluster (tests/slurmcluster.py) and a
+"""drain / resume / nodes against a REAL Slurm test cluster (tests/support/slurmcluster.py) and a
 SQLite store: ownership of drains, lemon refusal and --force, the admin named in events."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import time
 
 import pytest
-from helpers import require, run_sg, sg_env
+from support.helpers import require, run_sg, sg_env
 
 from slurmguard.contract import CheckResult, Health
 from slurmguard.node.record import make_record
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slurm
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    import slurmcluster
+    from support import slurmcluster
 
     missing = slurmcluster.missing_components()
     require(not missing, f"real Slurm cluster needs {', '.join(missing)}")

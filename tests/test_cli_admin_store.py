@@ -7,8 +7,8 @@ import json
 import time
 
 import pytest
-from helpers import run_sg, sg_env
-from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
+from support.helpers import run_sg, sg_env
+from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
 from slurmguard.contract import CheckResult, Health
 from slurmguard.node.record import make_record

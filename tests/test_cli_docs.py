@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helpers import REPO, run_sg
+from support.helpers import REPO, run_sg
 
 from slurmguard.cli import docgen
 
@@ -44,7 +44,7 @@ def test_generator_runs_as_documented(tmp_path) -> None:
     import subprocess
     import sys
 
-    from helpers import sg_env
+    from support.helpers import sg_env
 
     out = subprocess.run([sys.executable, "-m", "slurmguard.cli.docgen"], env=sg_env(),
                          capture_output=True, text=True, check=True, cwd=tmp_path).stdout

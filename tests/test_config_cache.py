@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import sg_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.helpers import sg_env
 
 from slurmguard import config
 from slurmguard.errors import ConfigError

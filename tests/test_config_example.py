@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from helpers import REPO
+from support.helpers import REPO
 
 from slurmguard import config
 from slurmguard.install.config_example import REGENERATE, render, sections

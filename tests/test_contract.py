@@ -12,9 +12,9 @@ import ast
 import re
 from pathlib import Path
 
-from helpers import REPO
 from hypothesis import given
 from hypothesis import strategies as st
+from support.helpers import REPO
 
 from slurmguard import contract
 from slurmguard.contract import (

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import require, sg_env
+from support.helpers import require, sg_env
 
 pytestmark = pytest.mark.slurm
 VENV_SG = str(Path(sys.executable).parent / "slurmguard")
@@ -49,7 +49,7 @@ timeout = 20.0
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):  # type: ignore[no-untyped-def]
     """setup node + controller into a prefix, then a 2-node cluster running those scripts."""
-    import slurmcluster
+    from support import slurmcluster
 
     missing = slurmcluster.missing_components()
     require(not missing, f"real Slurm cluster needs {', '.join(missing)}")

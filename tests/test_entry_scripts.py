@@ -6,7 +6,7 @@ import os
 import subprocess
 
 import pytest
-from helpers import REPO
+from support.helpers import REPO
 
 SCRIPTS = ["prolog/slurmguard-prolog", "prolog/slurmguard-healthcheck", "prolog/slurmguard-gate",
            "epilog/slurmguard-epilog"]

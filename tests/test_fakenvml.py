@@ -26,7 +26,7 @@ from fakehw.nvml import (
     with_fault,
     write_config,
 )
-from helpers import require
+from support.helpers import require
 
 PRELUDE = """
 import json, sys, time

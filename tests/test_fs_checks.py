@@ -12,6 +12,7 @@ import pytest
 from fakehw.sysfs import write_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.wait import wait_for
 
 from slurmguard import config
 from slurmguard.adapters import fs
@@ -127,9 +128,8 @@ def test_hung_probe_is_bounded_and_killed(tmp_path: Path) -> None:
     assert all(p.timed_out for p in snap.probes.values())
     groups = [int(x) for x in pids.read_text().split()]
     assert len(groups) == 2
-    deadline = time.monotonic() + 2
-    while any(_group_alive(g) for g in groups) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: not any(_group_alive(g) for g in groups), 2, interval=0.05,
+             what="the probe process groups to be gone")
     assert not any(_group_alive(g) for g in groups)
 
 

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import run_sg, sg_argv, sg_env
-from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
+from support.helpers import run_sg, sg_argv, sg_env
+from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
 from slurmguard import config
 from slurmguard.contract import CheckResult, Health
@@ -144,8 +144,8 @@ def test_gate_does_not_import_sqlalchemy_on_the_sqlite_path(tmp_path: Path) -> N
 @pytest.mark.slurm
 def test_prolog_slurmctld_gate_refuses_a_lemon_and_slurm_requeues(slurm_cluster_factory,
                                                                  tmp_path: Path) -> None:
-    import slurmcluster
-    from sgserve import new_store
+    from support import slurmcluster
+    from support.sgserve import new_store
 
     url = new_store(tmp_path, "s.db")
     s = Store.open(url=url)

@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, require, sg_argv, sg_env
-from sgserve import Serve, new_port, new_store
+from support.helpers import REPO, require, sg_argv, sg_env
+from support.sgserve import Serve, new_port, new_store
+from support.wait import wait_for
 
 from slurmguard.contract import CheckResult, Health
 from slurmguard.node.record import make_record
@@ -85,9 +86,7 @@ def gate_client(tmp_path_factory) -> Path:
 def served(tmp_path_factory):
     s = Setup(tmp_path_factory.mktemp("gate"))
     srv = Serve(s.cfg, s.port).start()
-    deadline = time.monotonic() + 20
-    while not s.sock.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(s.sock.exists, 20, interval=0.05, what="the gate socket")
     yield s
     srv.stop()
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, run_sg, sg_env
-from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
+from support.helpers import REPO, run_sg, sg_env
+from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
 from slurmguard.adapters.slurm.parse import parse_sacct_json, parse_sacct_parsable
 from slurmguard.errors import ParseError
@@ -217,7 +217,7 @@ def test_serve_exposes_goodput_gauges(tmp_path: Path) -> None:
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
-    from sgserve import Serve, new_port, new_store, write_config
+    from support.sgserve import Serve, new_port, new_store, write_config
 
     from slurmguard.store import Store
 

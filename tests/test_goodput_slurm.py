@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, run_sg, sg_env
-from requeue_support import Watcher, log_lines, lose_node, quiet, wait_for
+from support.helpers import REPO, run_sg, sg_env
+from support.requeue_support import Watcher, log_lines, lose_node, quiet
+from support.wait import wait_for
 
 from slurmguard.adapters.slurm.parse import SACCT_FIELDS, parse_sacct_parsable
 from slurmguard.goodput.account import PARTS
@@ -45,17 +46,17 @@ def lose_a_node(c: Any, jid: str, log: Path, restart: int, at_step: int) -> tupl
     """Wait for ``at_step`` in run ``restart``, kill a non-batch node of the job like a power
     loss, wait until the survivor blocks; returns the node and the last step of that run."""
     wait_for(lambda: any(s >= at_step and r == restart for s, r, _ in log_lines(log)), 90,
-             f"step {at_step} of run {restart}")
+             interval=0.2, what=f"step {at_step} of run {restart}")
     job = c.job(jid)
     victim = next(n for n in expand(job["NodeList"]) if n != job["BatchHost"])
     lose_node(c, victim)
-    wait_for(lambda: quiet(log, 1.5), 30, "the surviving rank to block")
+    wait_for(lambda: quiet(log, 1.5), 30, interval=0.2, what="the surviving rank to block")
     return victim, max(s for s, r, _ in log_lines(log) if r == restart)
 
 
 def wait_requeued(c: Any, jid: str, restarts: int) -> None:
     wait_for(lambda: (j := c.job(jid))["JobState"] == "PENDING" and j["Restarts"] == str(restarts),
-             120, f"Slurm to requeue the job (restart {restarts})", 0.2)
+             120, interval=0.2, what=f"Slurm to requeue the job (restart {restarts})")
     c.wait_job(jid, ["RUNNING", "COMPLETED"], timeout=60)
 
 
@@ -102,7 +103,8 @@ def test_goodput_of_a_job_that_lost_two_nodes_and_stalled(
 
     # sacct answers for real; wait until slurmdbd has the final record.
     recs = wait_for(lambda: (x := c.cli().accounting([jid])) and any(
-        a.state == "COMPLETED" and a.end for a in x) and x, 60, "sacct to show the job ended")
+        a.state == "COMPLETED" and a.end for a in x) and x, 60, interval=0.2,
+        what="sacct to show the job ended")
     assert [a.state for a in recs][-1] == "COMPLETED" and len(recs) == 3, recs
     # sacct -P (the fallback where --json is missing) reads the same allocations.
     text = c.run("sacct", "-D", "-X", "-P", "-n", f"--format={SACCT_FIELDS}", "-j", jid).stdout

@@ -29,9 +29,9 @@ from fakehw.nvml import (
     with_fault,
     write_config,
 )
-from helpers import require, sg_argv, sg_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.helpers import require, sg_argv, sg_env
 
 from slurmguard import config
 from slurmguard.adapters import nvml

@@ -14,7 +14,7 @@ import uuid
 
 from fakehw.kmsg import write_gpu_tree
 from fakehw.nvml import build_fake_nvml, default_config, write_config
-from helpers import run_sg, sg_env
+from support.helpers import run_sg, sg_env
 
 from slurmguard.node.record import uuid4_hex
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, run_sg, sg_env
+from support.helpers import REPO, run_sg, sg_env
 
 HEAVY = ("sqlalchemy", "kubernetes", "paramiko", "alembic", "psycopg", "tabulate")
 
@@ -34,7 +34,7 @@ healthcheck = [{names}]
 check = [{names}]
 {extra}
 [checks]
-site_modules = ["faultsite"]
+site_modules = ["support.faultsite"]
 """)
     return str(p)
 

@@ -5,13 +5,13 @@ let their jobs run (exit 0, "not drained: ..."), and one fleet alert names the c
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, sg_argv
-from sgserve import Serve, new_port, new_store, write_config
-from slurmcluster import write_hook_script
+from support.helpers import REPO, sg_argv
+from support.sgserve import Serve, new_port, new_store, write_config
+from support.slurmcluster import write_hook_script
+from support.wait import wait_for
 
 pytestmark = pytest.mark.slurm
 NODES = 10
@@ -25,7 +25,7 @@ def test_shared_fault_drains_at_most_the_cap(slurm_cluster_factory, tmp_path: Pa
 log_file = "{tmp_path}/hooks.log"
 prolog = ["fault-value"]
 [checks]
-site_modules = ["faultsite"]
+site_modules = ["support.faultsite"]
 """)
     # Every node's prolog finds the same fault: what a dead shared filesystem looks like.
     hook = write_hook_script(tmp_path / "prolog", sg_argv("prolog"), {
@@ -36,12 +36,11 @@ site_modules = ["faultsite"]
     try:
         ids = [c.sbatch("#!/bin/sh\ntrue\n", "-w", n, "--output=/dev/null") for n in c.nodes]
         log_path = tmp_path / "hooks.log"
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:  # every node's prolog has run once
+        def prolog_nodes() -> bool:  # every node's prolog has run once
             log = log_path.read_text() if log_path.exists() else ""
-            if len({ln.split("node=")[1].split()[0] for ln in log.splitlines() if "node=" in ln}) == NODES:
-                break
-            time.sleep(0.5)
+            return len({ln.split("node=")[1].split()[0] for ln in log.splitlines() if "node=" in ln}) == NODES
+
+        wait_for(prolog_nodes, 180, interval=0.5, what="every node's prolog in hooks.log")
         # Jobs on nodes the guard spared run to completion (their prolog exited 0).
         # (the one job whose prolog drained its node was requeued: Restarts=1, pending)
         done = [c.wait_job(jid, states={"COMPLETED"}, timeout=120) for jid in ids

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from fakehw.kmsg import inject_xid, write_gpu_tree
 from fakehw.nvml import build_fake_nvml, default_config, write_config
-from helpers import REPO, sg_argv, sg_env
-from slurmcluster import write_hook_script
+from support.helpers import REPO, sg_argv, sg_env
+from support.slurmcluster import write_hook_script
 
 pytestmark = pytest.mark.slurm
 NODES = ["n1", "n2", "n3", "n4"]
@@ -60,7 +60,7 @@ expected_count = 8
 [checks.xid]
 source = "file"
 nvidia_proc_root = "{self.gpus}"
-{'[checks]' + chr(10) + 'site_modules = ["faultsite"]' if site_checks else ''}
+{'[checks]' + chr(10) + 'site_modules = ["support.faultsite"]' if site_checks else ''}
 {groups}
 """)
 

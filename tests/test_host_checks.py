@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 from fakehw.sysfs import write_config, write_cpus, write_edac, write_meminfo, write_proc
-from helpers import require
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.helpers import require
+from support.wait import wait_for
 
 from slurmguard import config
 from slurmguard.adapters import host
@@ -160,6 +161,14 @@ def test_leftover_no_job_uid(tmp_path: Path) -> None:
     assert r.health is Health.UNSUPPORTED
 
 
+def _runs_sleep(pid: int) -> bool:
+    """The child has exec'd (its /proc entry shows sleep, not the forked python)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"/bin/sleep")
+    except FileNotFoundError:
+        return False
+
+
 def test_leftover_real_process(tmp_path: Path) -> None:
     """A real process of another uid, found in the real /proc, then gone once killed."""
     require(os.geteuid() == 0, "needs root to start a process as another uid")
@@ -167,7 +176,7 @@ def test_leftover_real_process(tmp_path: Path) -> None:
     child = subprocess.Popen(["/bin/sleep", "60"], user=uid, group=uid,
                              env={"SLURM_JOB_ID": "77"})
     try:
-        time.sleep(0.1)
+        wait_for(lambda: _runs_sleep(child.pid), 10, interval=0.02, what="the child exec'ing sleep")
         cfg = cfg_for(tmp_path, leftover_grace=0.3)
         t0 = time.monotonic()
         r, _ = run(checks.host_leftover_procs, "procs", cfg, job_uid=uid, job_id="77")
@@ -231,9 +240,11 @@ def test_munge_round_trip_real_daemon(tmp_path: Path) -> None:
          f"--pid-file={d / 'munged.pid'}", f"--log-file={d / 'munged.log'}",
          f"--seed-file={d / 'seed'}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 10
-        while not sock.exists() and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
+        try:
+            wait_for(lambda: sock.exists() or proc.poll() is not None, 10, interval=0.05,
+                     what="munged's socket")
+        except AssertionError:
+            pass  # require() below skips (or fails under CI) with munged's own words
         require(sock.exists(), f"munged did not start: {proc.stderr.read1(2000) if proc.poll() is not None else 'no socket'}")
         cfg = cfg_for(tmp_path, munge_socket=str(sock))
         r, _ = run(checks.host_munge, "munge", cfg)
@@ -261,7 +272,7 @@ def test_leftover_exiting_within_grace_is_not_counted(tmp_path: Path) -> None:
     uid = 54322
     child = subprocess.Popen(["/bin/sleep", "0.5"], user=uid, group=uid)
     try:
-        time.sleep(0.05)
+        wait_for(lambda: _runs_sleep(child.pid), 10, interval=0.02, what="the child exec'ing sleep")
         cfg = cfg_for(tmp_path, leftover_grace=5.0)
         t0 = time.monotonic()
         # the reaper thread stands in for slurmstepd collecting its killed child

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from support.helpers import REPO
 
 PACKAGE = REPO / "slurmguard"
 

@@ -9,9 +9,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import run_sg, sg_env
-from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
-from sgserve import TOKEN, Serve, new_port, write_config
+from support.helpers import run_sg, sg_env
+from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
+from support.sgserve import TOKEN, Serve, new_port, write_config
 
 from slurmguard import config
 from slurmguard.adapters import spool as spool_files

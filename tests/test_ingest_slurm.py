@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import sg_argv, sg_env
-from sgserve import Serve, new_port, new_store, write_config
+from support.helpers import sg_argv, sg_env
+from support.sgserve import Serve, new_port, new_store, write_config
 
 from slurmguard.adapters import spool as spool_files
 from slurmguard.store import Store
@@ -21,7 +21,7 @@ JOBS = 20
 
 def test_prologs_spool_while_serve_is_down_and_replay_exactly_once(slurm_cluster_factory,
                                                                    tmp_path: Path) -> None:
-    import slurmcluster
+    from support import slurmcluster
 
     url = new_store(tmp_path)
     port = new_port()

@@ -10,10 +10,10 @@ import threading
 import time
 
 import pytest
-from helpers import require
 from k8sapi.fixture import core_api, k8sapi  # noqa: F401 - fixture
 from k8sapi.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from k8sapi.server import NodeAPIServer
+from support.helpers import require
 
 kubernetes = pytest.importorskip("kubernetes")
 from kubernetes import client, watch  # noqa: E402

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import REPO, require
+from support.helpers import REPO, require
 
 
 def test_ruff_clean():

@@ -30,15 +30,15 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, require, sg_argv, sg_env
-from sgserve import Serve, new_port, new_store, write_config
+from support.helpers import REPO, require, sg_argv, sg_env
+from support.sgserve import Serve, new_port, new_store, write_config
+from support.wait import STARTING, wait_for
 from test_metrics_serve import install_prolog
 
 pytestmark = pytest.mark.slurm
@@ -56,18 +56,8 @@ def _get(url: str, timeout: float = 10) -> bytes:
 
 
 def _wait(pred: Any, timeout: float, what: str) -> Any:
-    end = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < end:
-        try:
-            last = pred()
-        except (OSError, ValueError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}: {last!r}")
+    """Poll Prometheus or a file that may not answer yet (refused, half-written JSON)."""
+    return wait_for(pred, timeout, interval=0.3, what=what, ignore=STARTING)
 
 
 class Proc:
@@ -100,7 +90,7 @@ class Prom:
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
-    import slurmcluster
+    from support import slurmcluster
 
     missing = slurmcluster.missing_components()
     require(not missing, f"real Slurm cluster needs {', '.join(missing)}")
@@ -120,7 +110,7 @@ def scenario(tmp_path_factory):
         cfg = write_config(d, store_url=new_store(d), port=port, extra=f"""
 healthcheck = ["fault-value"]
 [checks]
-site_modules = ["faultsite"]
+site_modules = ["support.faultsite"]
 [requeue]
 state_file = "{d}/requeue.json"
 metrics_file = "{tdir}/slurmguard_requeue.prom"

@@ -19,9 +19,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import REPO, run_sg, sg_env
 from prometheus_client.parser import text_string_to_metric_families
-from sgserve import TOKEN, Serve, new_port, new_store, write_config
+from support.helpers import REPO, run_sg, sg_env
+from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
 
 from slurmguard import config
 from slurmguard.adapters import spool as spool_files
@@ -205,7 +205,7 @@ scontrol = "{tmp_path}/no-scontrol"
 state_dir = "{tmp_path}/state"
 prolog = ["fault-value"]
 [checks]
-site_modules = ["faultsite"]
+site_modules = ["support.faultsite"]
 [metrics]
 textfile_dir = "{tdir}"
 """)

@@ -10,10 +10,10 @@ import json
 import os
 from pathlib import Path
 
-from helpers import REPO, run_sg, sg_env
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
+from support.helpers import REPO, run_sg, sg_env
 
 from slurmguard.metrics import textfile
 
@@ -31,7 +31,7 @@ log_file = "{tmp_path}/hooks.log"
 prolog = ["fault-value", "fault-unsupported"]
 healthcheck = ["fault-value"]
 [checks]
-site_modules = ["faultsite"]
+site_modules = ["support.faultsite"]
 [metrics]
 textfile_dir = "{textfile_dir}"
 """)
@@ -116,7 +116,7 @@ def test_internal_error_is_a_verdict_in_the_textfile(tmp_path):
     tdir.mkdir()
     cfg = write_cfg(tmp_path, tdir)
     # a site module that cannot be imported: slurmguard's fault, the job runs (exit 0)
-    Path(cfg).write_text(Path(cfg).read_text().replace('["faultsite"]', '["no_such_site_module"]'))
+    Path(cfg).write_text(Path(cfg).read_text().replace('["support.faultsite"]', '["no_such_site_module"]'))
     p = run_sg("prolog", env=env_for(cfg))
     assert p.returncode == 0, p.stderr
     smp = samples(tdir / "slurmguard_hook_prolog.prom")

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import REPO, run_sg, sg_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.helpers import REPO, run_sg, sg_env
 
 from slurmguard import nodeset
 from slurmguard.errors import InputError

@@ -12,8 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import run_sg, sg_env
-from sgserve import Serve, new_port, new_store, write_config
+from support.helpers import run_sg, sg_env
+from support.sgserve import Serve, new_port, new_store, write_config
+from support.wait import counter_advanced, wait_for
 
 from slurmguard import config
 from slurmguard.adapters.serve_client import drain_permit
@@ -42,16 +43,6 @@ def _rec(node: str, hook: str, fail: str | None, applied: str, job: str | None =
     return r
 
 
-def _wait(pred, timeout: float = 30.0, what: str = ""):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_lemon_is_drained_again_after_a_plain_undrain(slurm_cluster_factory, tmp_path: Path) -> None:
     cluster = slurm_cluster_factory(nodes=4)
     cli = cluster.cli()
@@ -72,7 +63,8 @@ def test_lemon_is_drained_again_after_a_plain_undrain(slurm_cluster_factory, tmp
                 assert cli.undrain("n1")
                 assert delivery.deliver(_rec("n1", "healthcheck", None, "undrained"), cfg) == "sent"
         store = Store.open(url=url)
-        (s,) = _wait(lambda: [x for x in store.nodes.summary(["n1"]) if x.lemon], what="lemon flag")
+        (s,) = wait_for(lambda: [x for x in store.nodes.summary(["n1"]) if x.lemon], 30,
+                        what="lemon flag")
         assert s.lemon_reason == LEMON and s.burnin_required
         # The node is still drained for gpu-xid (ours): serve leaves that drain as it is.
         assert cluster.node("n1").reason == "slurmguard: gpu-xid: broken"
@@ -98,7 +90,8 @@ def test_lemon_is_drained_again_after_a_plain_undrain(slurm_cluster_factory, tmp
         info = cluster.wait_node("n1", lambda n: "sg_probation" in n.features, timeout=30,
                                  what="probation feature")
         assert not info.drained
-        time.sleep(2.5)  # two policy passes: no re-drain
+        # Two policy passes (counted by serve, policy_interval = 1 s): no re-drain.
+        counter_advanced(serve.policy_passes, by=2, timeout=30, what="policy passes")
         assert not cluster.node("n1").drained
         kinds = {(e.kind, e.who) for e in store.nodes.events(node="n1")}
         assert ("lemon_cleared", "admin:alice") in kinds and ("probation_start", "admin:alice") in kinds
@@ -122,7 +115,9 @@ def test_twenty_nodes_failing_fs_mount_drain_at_most_the_cap(slurm_cluster_facto
     port = new_port()
     # A permit that does not answer in report_timeout fails open (by design): on a loaded
     # 2-core CI machine 20 simultaneous permits can take seconds, so give them time here.
-    cfg_path = write_config(tmp_path, store_url=url, port=port, report_timeout=60.0)
+    # policy_interval 1 s: the full passes after the permits are what the end of the test counts.
+    cfg_path = write_config(tmp_path, store_url=url, port=port, report_timeout=60.0,
+                            serve_extra="policy_interval = 1.0")
     cfg = config.load(str(cfg_path), env={})
     serve = Serve(cfg_path, port, env={"SLURM_CONF": cluster.env["SLURM_CONF"]}).start()
     reason = "slurmguard: fs-mount: /shared is not mounted"
@@ -146,7 +141,7 @@ def test_twenty_nodes_failing_fs_mount_drain_at_most_the_cap(slurm_cluster_facto
         assert "fs-mount failing on" in a.message and "shared cause" in a.message
         assert len(store.nodes.events(kinds=["drain_refused"])) == 18
         # Later policy passes do not drain more for the same cause.
-        time.sleep(1.5)
+        counter_advanced(serve.policy_passes, by=2, timeout=30, what="policy passes")
         assert len([n for n in cli.nodes() if n.drained]) == 2
         store.close()
     finally:

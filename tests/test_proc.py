@@ -6,6 +6,7 @@ import os
 import time
 
 import pytest
+from support.wait import wait_for
 
 from slurmguard.errors import CommandError
 from slurmguard.proc import run_command
@@ -41,22 +42,20 @@ def test_timeout_kills_the_whole_group(tmp_path):
         run_command(["/bin/sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], timeout=0.5)
     assert ei.value.timed_out and time.monotonic() - t0 < 2.0
     gc = int(pidfile.read_text())
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline:
+
+    def gone() -> bool:
         try:
             os.kill(gc, 0)
         except ProcessLookupError:
-            break
+            return True
         # a zombie reparented to init still answers kill(0): check its state
         try:
             with open(f"/proc/{gc}/stat") as fh:
-                if fh.read().split(")")[-1].split()[0] == "Z":
-                    break
+                return fh.read().split(")")[-1].split()[0] == "Z"
         except FileNotFoundError:
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail("grandchild survived the timeout")
+            return True
+
+    wait_for(gone, 2, interval=0.05, what="the grandchild to be gone after the timeout")
 
 
 def test_check_false_returns_rc():

@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import run_sg, sg_env
 from k8sapi.fixture import k8sapi  # noqa: F401 - fixture
 from k8sapi.server import NodeAPIServer, now_rfc3339
+from support.helpers import run_sg, sg_env
+from support.wait import wait_for
 
 pytest.importorskip("kubernetes")
 pytestmark = pytest.mark.slurm
@@ -203,14 +203,16 @@ def test_watch_loop_follows_events(slurm_cluster: Any, k8sapi: NodeAPIServer, tm
                                  "should_stop": stop.is_set})
     t.start()
     try:
-        time.sleep(1.0)
+        # the first round has listed the nodes: what follows can only come by the watch
+        wait_for(lambda: rounds, 30, what="the first reconcile round")
         # a watch event (not the 20 s poll) must bring the drain
         k8sapi.set_condition("n3", "Ready", "False", "KubeletNotReady", "down", since=now_rfc3339())
         c.wait_node("n3", lambda i: i.drained, timeout=10, what="drained for NotReady")
         # history compacted and the watch cut: the loop relists and keeps going
         k8sapi.compact()
+        seen = len(rounds)
         k8sapi.drop_watches()
-        time.sleep(0.5)
+        wait_for(lambda: len(rounds) > seen, 30, what="a round after the watch was cut")
         k8sapi.set_condition("n3", "Ready", "True", "KubeletReady", "up")
         c.wait_node("n3", lambda i: not i.drained, timeout=10, what="undrained")
     finally:

@@ -117,7 +117,7 @@ def test_watch_events_gone_and_drop(k8sapi: NodeAPIServer) -> None:
 def test_cli_slurm_unreadable_fails_closed(k8sapi: NodeAPIServer, tmp_path) -> None:
     import json
 
-    from helpers import run_sg
+    from support.helpers import run_sg
 
     k8sapi.add_node("n1", ready=False, unschedulable=True)  # would drain Slurm if Slurm were read
     before = k8sapi.node("n1")
@@ -135,7 +135,7 @@ def test_cli_slurm_unreadable_fails_closed(k8sapi: NodeAPIServer, tmp_path) -> N
 
 
 def test_cli_bad_config_names_the_key(tmp_path) -> None:
-    from helpers import run_sg
+    from support.helpers import run_sg
 
     conf = tmp_path / "sg.toml"
     conf.write_text('[reconcile]\nname_mapping = "pattern"\nname_pattern = "(["\n')

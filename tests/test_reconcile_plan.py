@@ -281,7 +281,7 @@ def test_reconcile_modules_do_not_import_kubernetes() -> None:
     import subprocess
     import sys
 
-    from helpers import sg_env
+    from support.helpers import sg_env
 
     code = ("import sys, slurmguard.reconcile.plan, slurmguard.reconcile.apply, "
             "slurmguard.reconcile.watch, slurmguard.cli.reconcile; "

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO
+from support.helpers import REPO
+from support.wait import wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -28,15 +29,6 @@ def _submit(c: Any, tmp: Path, fault: str, max_requeues: int = 2) -> tuple[str, 
     return c.sbatch(script, "-N1", "--requeue"), ck
 
 
-def _wait(pred: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if v := pred():
-            return v
-        time.sleep(0.3)
-    raise AssertionError("timed out")
-
-
 def test_requeue_exit_in_real_slurm(slurm_cluster_factory: Any, tmp_path: Path) -> None:
     c = slurm_cluster_factory(nodes=2, extra_conf=["RequeueExit=75"])
     c.env["PYTHONPATH"] = str(REPO)
@@ -45,7 +37,8 @@ def test_requeue_exit_in_real_slurm(slurm_cluster_factory: Any, tmp_path: Path) 
     capped, ck_cap = _submit(c, tmp_path, "--nccl-at", max_requeues=0)
 
     # SIGBUS -> exit 75 -> Slurm requeues it (and would wait ~121 s: the watcher's job).
-    _wait(lambda: (x := c.job(infra))["Restarts"] == "1" and x["JobState"] == "PENDING", 60)
+    wait_for(lambda: (x := c.job(infra))["Restarts"] == "1" and x["JobState"] == "PENDING", 60,
+             interval=0.3, what=f"job {infra} requeued and pending")
     eligible = c.cli().job(infra).eligible_time
     assert eligible is not None and eligible - time.time() > 60  # Slurm's ~121 s wait
     c.run("scontrol", "update", f"jobid={infra}", "EligibleTime=now")
@@ -79,7 +72,7 @@ def test_failure_on_a_node_we_drained_is_infra(slurm_cluster_factory: Any, tmp_p
     node = c.wait_job(jid, ["RUNNING"], timeout=60)["NodeList"]
     assert c.cli().drain(node, "slurmguard: gpu-xid: Xid 79 on GPU 0")
     go.touch()  # the program now fails, on a node slurmguard drained under it
-    _wait(lambda: c.job(jid)["Restarts"] == "1", 60)
+    wait_for(lambda: c.job(jid)["Restarts"] == "1", 60, interval=0.3, what=f"job {jid} requeued")
     run = json.loads((ck / ".slurmguard" / "runs.jsonl").read_text().splitlines()[0])
     assert (run["verdict"], run["exit_code"]) == ("infra", 75)
     assert "this node was drained during the run: slurmguard: gpu-xid: Xid 79" in run["reason"]

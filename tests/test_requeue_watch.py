@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import sg_argv, sg_env
-from slurmcluster import write_shell_hook
+from support.helpers import sg_argv, sg_env
+from support.slurmcluster import write_shell_hook
+from support.wait import wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -40,13 +40,15 @@ exit 0
     env = sg_env(SLURM_CONF=str(c.conf_path), SLURMGUARD_CONFIG=str(cfg))
     jid = c.sbatch("#!/bin/sh\necho ran on $SLURMD_NODENAME\n", "-N1", "--requeue")  # lands on n1 first
     events: list[dict[str, Any]] = []
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not any(e["event"] == "requeue-expedite" for e in events):
+
+    def expedited() -> bool:
         r = subprocess.run(sg_argv("requeue", "watch", "--once", "--json"), env=env,
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
-        events += [json.loads(x) for x in r.stdout.splitlines()]
-        time.sleep(0.3)
+        events.extend(json.loads(x) for x in r.stdout.splitlines())
+        return any(e["event"] == "requeue-expedite" for e in events)
+
+    wait_for(expedited, 90, interval=0.3, what="the watcher to expedite the requeue")
     exp = [e for e in events if e["event"] == "requeue-expedite"]
     assert exp, (events, c.job(jid))
     # released: the watcher saw the launch-failure hold (it acts in the same poll, so the

@@ -24,7 +24,7 @@ check_timeout = 1.0
 check = ["fault-value", "fault-hang", "fault-gather-raises", "fault-check-raises",
          "fault-unsupported", "fault-counter"]
 [checks]
-site_modules = ["faultsite"]
+site_modules = ["support.faultsite"]
 {extra}
 """
     )

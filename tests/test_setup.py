@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, run_sg
+from support.helpers import REPO, run_sg
 
 from slurmguard.install.plan import HOOK_SCRIPTS, data_dir
 from slurmguard.store.version import HEAD

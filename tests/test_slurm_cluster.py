@@ -1,4 +1,4 @@
-"""The Slurm adapter against a real slurmctld + slurmd cluster (tests/slurmcluster.py).
+"""The Slurm adapter against a real slurmctld + slurmd cluster (tests/support/slurmcluster.py).
 
 Proves the ownership rules on real Slurm 22.05: our drain round-trips, an admin's drain and
 a DOWN node are left alone, and a Prolog that drains first and then fails keeps our reason
@@ -13,8 +13,9 @@ import sys
 import time
 
 import pytest
-from helpers import sg_env
-from slurmcluster import write_hook_script, write_shell_hook
+from support.helpers import sg_env
+from support.slurmcluster import write_hook_script, write_shell_hook
+from support.wait import wait_for
 
 from slurmguard.adapters.slurm.commands import format_reason
 from slurmguard.errors import InputError
@@ -101,10 +102,8 @@ exit 0""")
     c = slurm_cluster_factory(nodes=2, prolog=prolog)
     cli = c.cli()
     jid = c.sbatch("true\n", "-w", "n1", "--requeue")
-    deadline = time.monotonic() + 60
-    while (job := cli.job(jid)).restart_count < 1 or job.state != "PENDING":
-        assert time.monotonic() < deadline, job
-        time.sleep(0.3)
+    job = wait_for(lambda: (j := cli.job(jid)).restart_count >= 1 and j.state == "PENDING" and j,
+                   60, interval=0.3, what=f"job {jid} requeued and pending")
     n1 = cli.node("n1")
     assert n1.drained and n1.reason == reason and n1.ours
     assert not job.held and job.priority and job.requeue
@@ -162,10 +161,8 @@ def test_epilog_and_healthcheck_hooks(slurm_cluster_factory, tmp_path) -> None:
                               health_check_interval=5, node_env={"SG_NODE_ENV": "1"})
     jid = c.sbatch("true\n", "-w", "n2")
     c.wait_job(jid)
-    deadline = time.monotonic() + 30
-    while not ((tmp_path / "epilog-n2.env").exists() and (tmp_path / "health-n1.env").exists()):
-        assert time.monotonic() < deadline, sorted(p.name for p in tmp_path.iterdir())
-        time.sleep(0.2)
+    wait_for(lambda: (tmp_path / "epilog-n2.env").exists() and (tmp_path / "health-n1.env").exists(),
+             30, interval=0.2, what="the epilog's and the health check's environment files")
     epi = dict(line.split("=", 1) for line in (tmp_path / "epilog-n2.env").read_text().splitlines()
                if "=" in line)
     assert epi["SLURM_JOB_ID"] == jid and epi["SLURM_SCRIPT_CONTEXT"] == "epilog_slurmd"

@@ -4,9 +4,9 @@ output captured from the test cluster) and slurm.conf files (includes, records, 
 from __future__ import annotations
 
 import pytest
-from helpers import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.helpers import REPO
 
 from slurmguard.adapters.slurm.conf import (
     parse_show_config,

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import REPO, require
+from support.helpers import REPO, require
 
 pytestmark = pytest.mark.slurm
 

@@ -6,8 +6,8 @@ import time
 import uuid
 
 import pytest
-from helpers import run_sg, sg_env
-from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
+from support.helpers import run_sg, sg_env
+from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
 from slurmguard.contract import CheckResult, Health
 from slurmguard.errors import EXIT_STORE, InputError, StoreError

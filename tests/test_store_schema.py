@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import run_sg, sg_env
-from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
+from support.helpers import run_sg, sg_env
+from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
 from slurmguard.store.ddl import ddl
 from slurmguard.store.engine import make_engine

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import require
+from support.helpers import require
 
 from slurmguard.install.plan import ROLES, data_dir, unit_role
 

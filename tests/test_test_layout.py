@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from helpers import REPO
+from support.helpers import REPO
 
 TESTS = REPO / "tests"
 
@@ -17,6 +17,23 @@ def _modules() -> list[Path]:
 def test_modules_are_named_by_capability_not_issue():
     named = [str(p.relative_to(REPO)) for p in _modules() if re.search(r"issue_?\d", p.name)]
     assert named == []
+
+
+# What may sit flat in tests/ besides test modules: the shared fixtures and the training job
+# that Slurm runs by path. Harness code (clusters, servers, site modules, helpers) lives in
+# tests/support/, so that a listing of tests/ is a listing of what is tested.
+FLAT_ALLOWED = {"conftest.py", "train_job.py"}
+
+
+def test_only_tests_sit_flat_and_harness_code_lives_in_support():
+    flat = sorted(p.name for p in TESTS.glob("*.py")
+                  if not p.name.startswith("test_") and p.name not in FLAT_ALLOWED)
+    assert flat == []
+    support = TESTS / "support"
+    assert (support / "__init__.py").is_file()
+    assert sorted(p.name for p in support.glob("test_*.py")) == []
+    assert {"helpers.py", "slurmcluster.py", "pgserver.py", "sgserve.py"} <= {
+        p.name for p in support.glob("*.py")}
 
 
 def test_modules_that_start_a_cluster_themselves_carry_its_marker():

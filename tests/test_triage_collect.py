@@ -1,4 +1,4 @@
-"""`slurmguard triage collect` against a REAL OpenSSH server on loopback (tests/sshserver.py).
+"""`slurmguard triage collect` against a REAL OpenSSH server on loopback (tests/support/sshserver.py).
 
 Node names are mapped to 127.0.0.1:PORT with --host-map; the "remote" slurmguard is this
 checkout run through a wrapper script; the node's kernel log is a stand-in dmesg script
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-import sshserver
-from helpers import REPO, require, run_sg
+from support import sshserver
+from support.helpers import REPO, require, run_sg
 
 pytestmark = pytest.mark.ssh
 

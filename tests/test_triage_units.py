@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from helpers import sg_env
 from hypothesis import given
 from hypothesis import strategies as st
+from support.helpers import sg_env
 
 from slurmguard.errors import InputError
 from slurmguard.nodeset import expand, validate_node_name

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, sg_argv, sg_env
+from support.helpers import REPO, sg_argv, sg_env
+from support.wait import wait_for
 
 TRAIN = str(REPO / "tests" / "train_job.py")
 
@@ -119,9 +120,8 @@ def test_sigusr1_checkpoints_and_requeues(tmp_path: Path, reference: dict[str, o
     env.pop("SLURM_RESTART_COUNT", None)
     p = subprocess.Popen(sg_argv("run", "--checkpoint-dir", str(job.ckpt), "--", *job.train),
                          env=env, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while not (job.log.exists() and len(job.steps()) >= 7) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: job.log.exists() and len(job.steps()) >= 7, 30, interval=0.05,
+             what="7 training steps")
     p.send_signal(signal.SIGUSR1)
     _, err = p.communicate(timeout=30)
     assert p.returncode == 75, err

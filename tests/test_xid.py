@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from fakehw.kmsg import DEFAULT_GPUS, append_kmsg, inject_xid, write_gpu_tree
 from fakehw.sysfs import write_config
-from helpers import require
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.helpers import require
 
 from slurmguard import config
 from slurmguard.adapters import kmsg

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from fakehw.kmsg import DEFAULT_GPUS, append_kmsg, write_gpu_tree
 from fakehw.nvml import build_fake_nvml, default_config, write_config
-from helpers import REPO, sg_argv
-from slurmcluster import write_hook_script
+from support.helpers import REPO, sg_argv
+from support.slurmcluster import write_hook_script
 
 pytestmark = pytest.mark.slurm
 NODES = ("n1", "n2", "n3")

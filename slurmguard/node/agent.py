@@ -33,6 +33,7 @@ in-process instead (docs/agent.md, "Fallback").
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import select
@@ -294,6 +295,9 @@ class Agent:
         self.nvml = NvmlHolder(self.cfg, self._on_xid_event)
         self.stop = threading.Event()
         self.started = time.time()
+        # Rounds completed by the background and scheduled-healthcheck loops: `SGA1 status`
+        # reports them, so a caller can wait until the agent had its chance (tests).
+        self.passes = {"background": 0, "healthcheck": 0}
 
     # -- config ---------------------------------------------------------------------------------
     def _current_stamp(self) -> tuple[Any, ...]:
@@ -424,6 +428,7 @@ class Agent:
     def _background_loop(self) -> None:
         while not self.stop.is_set():
             self.background_once()
+            self.passes["background"] += 1
             self.stop.wait(float(self.cfg["agent.refresh"]))
 
     def _follow_loop(self) -> None:
@@ -452,6 +457,8 @@ class Agent:
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.exception("scheduled healthcheck failed")
                 continue
+            finally:
+                self.passes["healthcheck"] += 1
             for line in err.splitlines():
                 log.info("scheduled %s", line)
 
@@ -478,8 +485,16 @@ class Agent:
                                  sources=sources, extra=extra)
         return code, out.getvalue(), err.getvalue()
 
+    def status(self) -> dict[str, Any]:
+        """What `SGA1 status` answers: identity and loop rounds; runs no hook, reads nothing."""
+        return {"node": self.node, "boot_id": self.boot_id, "pid": os.getpid(),
+                "uptime": round(time.time() - self.started, 3), "passes": dict(self.passes),
+                "nvml": self.nvml.status}
+
     def handle(self, line: str) -> bytes:
         """Parse one request line and answer it (a refusal when the request does not fit)."""
+        if line.rstrip("\n") == f"{PROTO} status":
+            return answer(0, self.boot_id, json.dumps(self.status()), "")
         try:
             req = parse_request(line)
         except ValueError as exc:

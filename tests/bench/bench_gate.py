@@ -174,7 +174,7 @@ def fast_path(d: Path, db: Path, args: argparse.Namespace, job_env) -> tuple[lis
     import shutil
     import tempfile
 
-    from sgserve import Serve, new_port
+    from support.sgserve import Serve, new_port
 
     tmp = Path(tempfile.mkdtemp(prefix="sg-bench-gatefast-"))
     try:

@@ -8,7 +8,7 @@ Builds the store once (cached under /tmp/sg-bench-goodput; schema from sql/schem
 prints the median of n runs of the whole `python -m slurmguard goodput --since 30d --json`
 process, and of the same with `--by partition|user|node`, and of the store query alone.
 Target (issue 11): `goodput --since 30d` median <= 2 s. ``--pg`` also times a real PostgreSQL
-store (tests/pgserver.py) filled with the same jobs.
+store (tests/support/pgserver.py) filled with the same jobs.
 """
 
 from __future__ import annotations
@@ -189,10 +189,10 @@ def main() -> int:
 
 
 def pg_config(d: Path, db: Path) -> tuple[Path, object]:
-    """A real PostgreSQL store (tests/pgserver.py) with the same goodput jobs (the results
+    """A real PostgreSQL store (tests/support/pgserver.py) with the same goodput jobs (the results
     are not copied: the report reads goodput_jobs and goodput_job_nodes only)."""
-    import pgserver
     from sqlalchemy import insert
+    from support import pgserver
 
     from slurmguard.store import Store
     from slurmguard.store.models import GoodputJob, GoodputJobNode

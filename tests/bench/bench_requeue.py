@@ -3,9 +3,9 @@ again, with and without `slurmguard requeue watch`. Median over TRIALS jobs.
 
 Run by hand (root, Slurm installed):  python tests/bench/bench_requeue.py [--trials 5]
 
-Each mode gets its own real test cluster (tests/slurmcluster.py) with 2*TRIALS nodes: TRIALS
+Each mode gets its own real test cluster (tests/support/slurmcluster.py) with 2*TRIALS nodes: TRIALS
 one-node `--requeue` jobs start on the first half, their nodes are lost at once (slurmd,
-slurmstepd and job processes killed, tests/requeue_support.py), and every job is timed from
+slurmstepd and job processes killed, tests/support/requeue_support.py), and every job is timed from
 the poll that first shows it PENDING with Restarts=1 to the poll that shows it RUNNING again
 (on a spare node). The polls run every 0.1 s, so each figure is good to about 0.2 s. With
 the watcher the trials run one after another (independent, each at a random phase of the
@@ -29,9 +29,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parents[1]))
 
-from helpers import sg_argv, sg_env  # noqa: E402
-from requeue_support import lose_node  # noqa: E402
-from slurmcluster import Cluster  # noqa: E402
+from support.helpers import sg_argv, sg_env  # noqa: E402
+from support.requeue_support import lose_node  # noqa: E402
+from support.slurmcluster import Cluster  # noqa: E402
 
 from slurmguard.adapters.slurm.parse import parse_show_job_oneliner  # noqa: E402
 

@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
-from slurmcluster import Cluster  # noqa: E402
+from support.slurmcluster import Cluster  # noqa: E402
 
 from slurmguard.adapters.slurm.commands import (  # noqa: E402
     format_reason,

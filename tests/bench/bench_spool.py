@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sgserve import Serve, new_port, write_config  # noqa: E402
+from support.sgserve import Serve, new_port, write_config  # noqa: E402
 
 from slurmguard import config  # noqa: E402
 from slurmguard.adapters import spool as spool_files  # noqa: E402
@@ -37,7 +37,7 @@ def main() -> int:
     d = Path(tempfile.mkdtemp(prefix="sg-bench-spool-"))
     pg = None
     if args.pg:
-        from pgserver import PgServer, _pg_bin
+        from support.pgserver import PgServer, _pg_bin
 
         pg = PgServer(_pg_bin() or "")
         pg.start()

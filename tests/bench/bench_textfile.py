@@ -77,7 +77,7 @@ scontrol = "{t}/no-scontrol"
 state_dir = "{t}/state"
 prolog = ["fault-value"]
 [checks]
-site_modules = ["faultsite"]
+site_modules = ["support.faultsite"]
 """
     (t / "off.toml").write_text(base)
     (t / "on.toml").write_text(base + f'[metrics]\ntextfile_dir = "{t}/textfile"\n')

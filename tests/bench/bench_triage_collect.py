@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import sshserver  # noqa: E402
+from support import sshserver  # noqa: E402
 
 from slurmguard.triage.bundle import Bundle  # noqa: E402
 from slurmguard.triage.collect import CollectOptions, collect  # noqa: E402

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from dockercluster import REPO, DockerCluster
-from helpers import require
+from support.helpers import require
 
 sys.path.insert(0, str(REPO / "docker-slurm"))
 import build_image  # noqa: E402

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import docker
 import pytest
 from dockercluster import LABEL, ClusterError, parse_kv, wait_for
-from helpers import require
+from support.helpers import require
 
 pytestmark = pytest.mark.e2e
 

@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 from dockercluster import DockerCluster
 from dockercluster import wait_for as wait_until
-from helpers import REPO, sg_argv, sg_env
-from requeue_support import Watcher, log_lines, lose_node, quiet, wait_for
+from support.helpers import REPO, sg_argv, sg_env
+from support.requeue_support import Watcher, log_lines, lose_node, quiet
+from support.wait import wait_for
 from test_spank import build_plugin
 
 from slurmguard.nodeset import expand
@@ -73,12 +74,12 @@ def run_scenario(factory: Any, tmp: Path, mode: str) -> None:
     try:
         jid = c.sbatch(script, "-N2", "--requeue", *opts)
         c.wait_job(jid, ["RUNNING"], timeout=60)
-        wait_for(lambda: len(log_lines(log)) >= 12, 60, "12 steps")
+        wait_for(lambda: len(log_lines(log)) >= 12, 60, interval=0.2, what="12 steps")
         job = c.job(jid)
         victim = next(n for n in expand(job["NodeList"]) if n != job["BatchHost"])
         lose_node(c, victim)
         # The survivor blocks in its next collective, as with NCCL: wait until it has.
-        wait_for(lambda: quiet(log, 1.5), 30, "the surviving rank to block")
+        wait_for(lambda: quiet(log, 1.5), 30, interval=0.2, what="the surviving rank to block")
         run0 = [s for s, r, _ in log_lines(log) if r == 0]
         newest = EVERY * (max(run0) // EVERY)
         expect = newest
@@ -86,7 +87,7 @@ def run_scenario(factory: Any, tmp: Path, mode: str) -> None:
             (ck / f"step-{newest:06d}" / "shard1.bin").unlink()  # torn: a shard missing
             expect = newest - EVERY
         job = wait_for(lambda: (j := c.job(jid))["JobState"] == "PENDING"
-                       and j["Restarts"] == "1" and j, 120, "Slurm to requeue the job", 0.1)
+                       and j["Restarts"] == "1" and j, 120, what="Slurm to requeue the job")
         t_requeue = time.monotonic()
         c.wait_job(jid, ["RUNNING", "COMPLETED"], timeout=30)
         recovery = time.monotonic() - t_requeue

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from dockercluster import DockerCluster
-from helpers import run_sg
+from support.helpers import run_sg
 
 pytestmark = pytest.mark.e2e
 

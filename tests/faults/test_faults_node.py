@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import REPO, require, run_sg, sg_env
-from loadgen import count_in_store
-from reliability import record
-from sgserve import TOKEN, Serve, new_port, new_store, write_config
+from support.helpers import REPO, require, run_sg, sg_env
+from support.loadgen import count_in_store
+from support.reliability import record
+from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
 
 from slurmguard import config
 from slurmguard.adapters import spool
@@ -52,7 +52,7 @@ budget = 10.0
 prolog = ["fault-value"]
 epilog = ["fault-value"]
 [checks]
-site_modules = ["faultsite"]
+site_modules = ["support.faultsite"]
 """)
     return cfg, calls
 

@@ -1,6 +1,6 @@
 """Faults on the serve side, against a real `slurmguard serve` process: slow and stuck
 clients, the connection cap, kill -9 in the middle of a load, a store locked by another
-writer. Nodes are the real node-side client code (tests/loadgen.py); afterwards every record
+writer. Nodes are the real node-side client code (tests/support/loadgen.py); afterwards every record
 is counted in the store: 0 lost, 0 duplicated.
 """
 
@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
-from loadgen import count_in_store, drain_spools, run_clients
-from pgserver import pg_server  # noqa: F401  (fixture)
-from reliability import record, setting
-from sgserve import TOKEN, Serve, new_port, new_store, write_config
+from support.loadgen import count_in_store, drain_spools, run_clients
+from support.pgserver import pg_server  # noqa: F401  (fixture)
+from support.reliability import record, setting
+from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
+from support.wait import wait_for
 
 from slurmguard.adapters import serve_client
 from slurmguard.node.record import make_record
@@ -54,6 +55,39 @@ def _peek(s: socket.socket) -> bytes:
         return b""
     finally:
         s.setblocking(True)
+
+
+def _closed_by_peer(s: socket.socket) -> bool:
+    """serve answered (a 503 waits to be read) or closed this connection."""
+    try:
+        s.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True  # reset
+    return True  # data, or b"" at EOF
+
+
+def _held_by_serve(serve: Serve) -> int:
+    """TCP connections serve has accepted and still holds open: its socket fds (from /proc)
+    that are connections on its port. Connections still in the kernel's accept queue, which
+    a client cannot tell from accepted ones, do not count."""
+    assert serve.proc is not None
+    fds = Path(f"/proc/{serve.proc.pid}/fd")
+    inodes = set()
+    for fd in fds.iterdir():
+        try:
+            link = os.readlink(fd)
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    held = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        if int(f[1].split(":")[1], 16) == serve.port and f[3] != "0A" and f[9] in inodes:
+            held += 1  # 0A: the listening socket
+    return held
 
 
 def _post_one(serve: Serve, node: str = "n1") -> dict:
@@ -135,28 +169,33 @@ def test_connection_cap_evicts_idle_first(tmp_path: Path) -> None:
     try:
         for _ in range(cap):
             held.append(socket.create_connection(("127.0.0.1", port)))
-        time.sleep(1)
+        wait_for(lambda: _held_by_serve(serve) == cap, 30, what=f"serve to accept {cap}")
+        time.sleep(0.6)  # the clock must advance: only a connection idle 0.5 s may be evicted
         for _ in range(cap):  # as many again: the idle ones are closed to make room
             held.append(socket.create_connection(("127.0.0.1", port)))
-        time.sleep(0.5)
+        wait_for(lambda: all(_closed_by_peer(s) for s in held[:cap]), 30,
+                 what="the first idle connections to be evicted")
+        time.sleep(0.6)  # the clock again: the node's POST below needs an idle one to evict
         _post_one(serve)  # a real node still gets in
         for s in held:
             s.close()
         held = []
-        time.sleep(1)
+        wait_for(lambda: _held_by_serve(serve) == 0, 30, what="serve to see every close")
         for _ in range(cap + 10):  # more connections that each started a request than the cap
             s = socket.create_connection(("127.0.0.1", port))
             s.sendall(b"POST /ingest HTTP/1.1\r\n")
             held.append(s)
-            time.sleep(0.02)
-        time.sleep(1)
+            time.sleep(0.02)  # paced: serve reads each request line before the next arrives
+        # Every connection settled: answered (503) or closed by serve, or held by it.
+        wait_for(lambda: sum(map(_closed_by_peer, held)) + _held_by_serve(serve) >= len(held),
+                 30, what="serve to accept or refuse every connection")
         answers = [_peek(s) for s in held]
         refused = [a for a in answers if a]
     finally:
         for s in held:
             s.close()
     try:
-        time.sleep(1)
+        wait_for(lambda: _held_by_serve(serve) == 0, 30, what="serve to see every close")
         _post_one(serve, "n2")  # and once they are gone, nodes get in again
         health = serve.healthz()
         import urllib.request
@@ -204,7 +243,7 @@ def test_kill_9_serve_mid_load(tmp_path: Path, engine: str, request: pytest.Fixt
 
     def killer() -> None:
         started.wait(30)
-        time.sleep(KILL_SECONDS / 3)
+        time.sleep(KILL_SECONDS / 3)  # the scenario: the kill lands in the middle of the load
         assert serve.proc is not None
         os.killpg(serve.proc.pid, signal.SIGKILL)  # no shutdown, no flush: mid-transaction
         serve.proc.wait()
@@ -326,8 +365,8 @@ def test_postgresql_crash_mid_load(tmp_path: Path) -> None:
     """The database (not serve) crashes mid-load and comes back: serve answers 503 meanwhile,
     nodes spool and replay, every record is stored exactly once. Its own PostgreSQL, with
     synchronous_commit=on (production's default), since this one is killed."""
-    import pgserver
-    from helpers import require
+    from support import pgserver
+    from support.helpers import require
 
     from slurmguard.store.engine import make_engine
     from slurmguard.store.migrate import upgrade
@@ -348,10 +387,10 @@ def test_postgresql_crash_mid_load(tmp_path: Path) -> None:
 
         def crasher() -> None:
             started.wait(30)
-            time.sleep(KILL_SECONDS / 3)
+            time.sleep(KILL_SECONDS / 3)  # the scenario: the crash lands in the middle of the load
             pg.crash()
             down.append(time.monotonic())
-            time.sleep(min(3.0, KILL_SECONDS / 4))
+            time.sleep(min(3.0, KILL_SECONDS / 4))  # the scenario: an outage this long
             pg.start_again()
             down.append(time.monotonic())
 

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import run_sg, sg_env
-from reliability import record, setting
-from sgserve import new_store
+from support.helpers import run_sg, sg_env
+from support.reliability import record, setting
+from support.sgserve import new_store
 
 from slurmguard.contract import CheckResult, Health
 from slurmguard.node.record import make_record

@@ -4,7 +4,7 @@ unicode never reach a path or a remote command unquoted.
 - Hypothesis over every node-name gate (slurmguard.nodeset, the store's records, the triage
   bundle): whatever is accepted is a plain word that cannot leave a directory, start an
   option or mean anything to a shell.
-- A real sshd (tests/sshserver.py): hostile words go through SSHSession.run to a remote
+- A real sshd (tests/support/sshserver.py): hostile words go through SSHSession.run to a remote
   `printf '%s\\n'` and come back byte for byte, and `$(touch ...)` / backticks / `;` run
   nothing on the node.
 - The real `slurmguard triage collect` CLI refuses hostile node sets before any connection,
@@ -20,11 +20,11 @@ import string
 from pathlib import Path
 
 import pytest
-import sshserver
-from helpers import REPO, require, run_sg, sg_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reliability import record, setting
+from support import sshserver
+from support.helpers import REPO, require, run_sg, sg_env
+from support.reliability import record, setting
 
 from slurmguard.errors import InputError
 from slurmguard.nodeset import expand, is_node_name, validate_node_name
@@ -150,7 +150,7 @@ def test_cli_and_hook_refuse_hostile_names(tmp_path: Path) -> None:
     scontrol.chmod(0o755)
     cfg = tmp_path / "sg.toml"
     cfg.write_text(f'[slurm]\nscontrol = "{scontrol}"\n[hooks]\nstate_dir = "{tmp_path}/state"\n'
-                   'prolog = ["fault-value"]\n[checks]\nsite_modules = ["faultsite"]\n')
+                   'prolog = ["fault-value"]\n[checks]\nsite_modules = ["support.faultsite"]\n')
     before = set(os.listdir(tmp_path))
     for node in ("../../x", "n1;touch x", "$(touch x)"):
         env = sg_env(SLURMGUARD_CONFIG=str(cfg), SLURMD_NODENAME=node, FAULT_VALUE="bad")

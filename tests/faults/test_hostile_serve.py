@@ -20,12 +20,12 @@ import time
 from typing import Any
 
 import pytest
-from helpers import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pgserver import pg_server  # noqa: F401  (fixture)
-from reliability import record, setting
-from sgserve import TOKEN, Serve, new_port, new_store, write_config
+from support.helpers import REPO
+from support.pgserver import pg_server  # noqa: F401  (fixture)
+from support.reliability import record, setting
+from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
 
 from slurmguard.node.record import make_record
 

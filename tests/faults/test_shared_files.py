@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import sg_argv, sg_env
-from reliability import record
+from support.helpers import sg_argv, sg_env
+from support.reliability import record
 
 from slurmguard.adapters import spool
 from slurmguard.errors import InputError
@@ -221,7 +221,7 @@ def test_node_textfiles_are_not_written_through_planted_links(tmp_path: Path, vi
 
 def test_entry_script_textfile_is_not_written_through_planted_links(tmp_path: Path,
                                                                     victim: Path) -> None:
-    from helpers import REPO
+    from support.helpers import REPO
 
     textdir = tmp_path / "textfile"
     textdir.mkdir(mode=0o1777)

@@ -3,20 +3,20 @@ PostgreSQL, then every record counted in the store (0 lost, 0 duplicated); and 5
 connections held open while nodes post, which must not delay them beyond the stated bound.
 
 CI runs the bounded form (a few seconds per scenario); the long form is
-``SLURMGUARD_RELIABILITY=long`` (60 s per store), sizes overridable (tests/reliability.py).
+``SLURMGUARD_RELIABILITY=long`` (60 s per store), sizes overridable (tests/support/reliability.py).
 """
 
 from __future__ import annotations
 
 import socket
-import time
 from pathlib import Path
 
 import pytest
-from loadgen import count_in_store, drain_spools, run_clients
-from pgserver import pg_server, store_url  # noqa: F401  (fixtures)
-from reliability import record, setting
-from sgserve import TOKEN, Serve, new_port, new_store, write_config
+from support.loadgen import count_in_store, drain_spools, run_clients
+from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
+from support.reliability import record, setting
+from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
+from support.wait import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -73,9 +73,8 @@ def test_idle_connections_do_not_delay_nodes(tmp_path: Path) -> None:
         partial = 50
         for i in range(IDLE + partial):
             held.append(_idle_socket(port, partial=i >= IDLE))
-        end = time.monotonic() + 30
-        while serve.healthz()["connections"] < IDLE + partial and time.monotonic() < end:
-            time.sleep(0.1)
+        wait_for(lambda: serve.healthz()["connections"] >= IDLE + partial, 30,
+                 what="serve to hold every idle and partial connection")
         open_now = serve.healthz()["connections"]
         busy = run_clients(f"{serve.url}/ingest", TOKEN, clients=20, seconds=3, batch=BATCH,
                            spool_root=tmp_path / "busy", prefix="busy")

@@ -1,6 +1,6 @@
 """Capture real Slurm output into this directory (run by hand as root: python capture.py).
 
-Starts a 6-node test cluster (tests/slurmcluster.py), puts nodes into the states the adapter
+Starts a 6-node test cluster (tests/support/slurmcluster.py), puts nodes into the states the adapter
 must read, and writes what `scontrol show node -o`, `scontrol show job -o`, `sinfo --json`
 and `squeue --json` print. File names carry the Slurm version (e.g. ``22.05.8``).
 
@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 sys.path.insert(0, str(HERE.parents[1]))
 
-from slurmcluster import Cluster, write_shell_hook  # noqa: E402
+from support.slurmcluster import Cluster, write_shell_hook  # noqa: E402
 
 OUR_REASON = "slurmguard: gpu-xid: Xid=79 on GPU 3 (pci=0000:3b:00.0) fell off the bus"
 

@@ -35,6 +35,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from support.wait import WaitTimeout, wait_for
+
 SBIN = {"slurmctld": "/usr/sbin/slurmctld", "slurmd": "/usr/sbin/slurmd", "munged": "/usr/sbin/munged"}
 BIN = {t: f"/usr/bin/{t}" for t in ("scontrol", "sbatch", "squeue", "sinfo", "sacct", "scancel",
                                      "srun", "munge", "unmunge")}
@@ -83,12 +85,8 @@ def ensure_munge(timeout: float = 15.0) -> None:
     # same moment: the loser fails on the socket lock, which is fine as long as one answers.
     subprocess.run(["/usr/sbin/runuser", "-u", "munge", "--", SBIN["munged"]],
                    capture_output=True, timeout=timeout)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if munge_works():
-            return
-        time.sleep(0.2)
-    raise ClusterError("munged did not start answering `munge -n | unmunge`")
+    wait_for(munge_works, timeout, interval=0.2, what="munged to answer `munge -n | unmunge`",
+             error=ClusterError)
 
 
 def free_ports(count: int) -> list[int]:
@@ -269,15 +267,15 @@ class Cluster:
     def _start_ctld(self) -> None:
         self._ctld = self._spawn([SBIN["slurmctld"], "-D", "-i", "-f", str(self.conf_path)],
                                  self.logdir / "slurmctld.stdout")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self._ctld.poll() is not None:
+        ctld = self._ctld
+
+        def answers_ping() -> bool:
+            if ctld.poll() is not None:
                 raise ClusterError("slurmctld exited at start:\n" + self.log_tail("slurmctld.log"))
-            r = self.run("scontrol", "ping", check=False, timeout=10)
-            if "UP" in r.stdout:
-                return
-            time.sleep(0.2)
-        raise ClusterError("slurmctld did not answer ping:\n" + self.log_tail("slurmctld.log"))
+            return "UP" in self.run("scontrol", "ping", check=False, timeout=10).stdout
+
+        wait_for(answers_ping, 30, interval=0.2, what="slurmctld to answer ping",
+                 error=lambda msg: ClusterError(f"{msg}\n" + self.log_tail("slurmctld.log")))
 
     def start_slurmd(self, node: str) -> None:
         """Start (or restart) the slurmd of ``node``."""
@@ -326,14 +324,19 @@ class Cluster:
                 pass
         # slurmstepd detaches into its own session, and it or its job can outlive a killed
         # slurmd; they inherit SLURM_CONF=<our conf>, which names them as ours exactly.
-        deadline = time.monotonic() + 5
-        while (strays := self._stray_pids()) and time.monotonic() < deadline:
+        def no_strays() -> bool:
+            strays = self._stray_pids()
             for pid in strays:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-            time.sleep(0.1)
+            return not strays
+
+        try:
+            wait_for(no_strays, 5, interval=0.1, what="stray job processes to die")
+        except WaitTimeout:
+            pass  # teardown does its best; the next cluster uses its own ports and dirs
         self._ctld = None
         self._slurmd.clear()
 
@@ -390,18 +393,21 @@ class Cluster:
                  timeout: float = 60, check: bool = True) -> dict[str, str]:
         """Wait until the job's JobState is one of ``states``; returns its fields."""
         want = {s.upper() for s in states}
-        deadline = time.monotonic() + timeout
         last: dict[str, str] = {}
-        while time.monotonic() < deadline:
+
+        def in_state() -> dict[str, str] | None:
+            nonlocal last
             try:
                 last = self.job(job_id)
             except ClusterError:
                 last = {}
-            if last.get("JobState") in want:
+            return last if last.get("JobState") in want else None
+
+        try:
+            return wait_for(in_state, timeout, interval=0.3, what=f"job {job_id} in {sorted(want)}")
+        except WaitTimeout:
+            if not check:
                 return last
-            time.sleep(0.3)
-        if not check:
-            return last
         raise ClusterError(f"job {job_id} not in {sorted(want)} after {timeout}s: "
                            f"JobState={last.get('JobState')} Reason={last.get('Reason')}\n"
                            + self.log_tail("slurmctld.log"))
@@ -418,31 +424,34 @@ class Cluster:
 
     def wait_node(self, name: str, pred: Any, timeout: float = 60, what: str = "") -> Any:
         """Poll ``self.node(name)`` until ``pred(info)`` holds; returns the NodeInfo."""
-        deadline = time.monotonic() + timeout
         info = None
-        while time.monotonic() < deadline:
+
+        def matches() -> Any:
+            nonlocal info
             info = self.node(name)
-            if pred(info):
-                return info
-            time.sleep(0.3)
-        raise ClusterError(f"node {name} not {what or 'as expected'} after {timeout}s: {info}")
+            return info if pred(info) else None
+
+        return wait_for(matches, timeout, interval=0.3, what=f"node {name} {what}".rstrip(),
+                        error=lambda _: ClusterError(
+                            f"node {name} not {what or 'as expected'} after {timeout}s: {info}"))
 
     def wait_nodes_idle(self, timeout: float = 60) -> None:
         """Wait until every node is idle with no flags at all (also not NOT_RESPONDING, which
         a fresh slurmctld sets on every node until its first ping answer)."""
-        deadline = time.monotonic() + timeout
         nodes: list[Any] = []
-        while time.monotonic() < deadline:
+
+        def all_idle() -> bool:
+            nonlocal nodes
             try:
                 nodes = self.cli().nodes()
             except Exception:  # slurmctld still coming up: retry until the deadline
                 nodes = []
-            if len(nodes) == len(self.nodes) and all(
-                    n.state == "idle" and not n.flags for n in nodes):
-                return
-            time.sleep(0.2)
-        raise ClusterError(f"nodes not idle after {timeout}s: {nodes}\n"
-                           + self.log_tail("slurmctld.log"))
+            return len(nodes) == len(self.nodes) and all(
+                n.state == "idle" and not n.flags for n in nodes)
+
+        wait_for(all_idle, timeout, interval=0.2, what="every node idle",
+                 error=lambda _: ClusterError(f"nodes not idle after {timeout}s: {nodes}\n"
+                                              + self.log_tail("slurmctld.log")))
 
     def log(self, path: str) -> str:
         """Text of a log file under the cluster's log dir (e.g. "slurmctld.log")."""

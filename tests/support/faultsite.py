@@ -14,10 +14,10 @@ from slurmguard.contract import CheckResult, healthy, unhealthy
 from slurmguard.errors import Unsupported
 
 SOURCES = {
-    "fault-ok": "faultsite:gather_ok",
-    "fault-hang": "faultsite:gather_hang",
-    "fault-raise": "faultsite:gather_raise",
-    "fault-missing": "faultsite:gather_missing",
+    "fault-ok": "support.faultsite:gather_ok",
+    "fault-hang": "support.faultsite:gather_hang",
+    "fault-raise": "support.faultsite:gather_raise",
+    "fault-missing": "support.faultsite:gather_missing",
 }
 
 

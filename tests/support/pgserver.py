@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import require
+
+from support.helpers import require
 
 
 def _pg_bin() -> str | None:

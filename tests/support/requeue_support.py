@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from helpers import sg_argv, sg_env
+from support.helpers import sg_argv, sg_env
 
 
 def _socket_inodes(spool: Path) -> set[str]:
@@ -100,16 +100,6 @@ class Watcher:
             except ValueError:
                 pass
         return events
-
-
-def wait_for(pred: Any, timeout: float, what: str, step: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def log_lines(path: Path) -> list[tuple[int, int, str]]:

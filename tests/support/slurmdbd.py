@@ -18,7 +18,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from slurmcluster import ClusterError, free_ports
+from support.slurmcluster import ClusterError, free_ports
+from support.wait import wait_for
 
 MARIADBD = "/usr/sbin/mariadbd"
 INSTALL_DB = "/usr/bin/mariadb-install-db"
@@ -79,16 +80,15 @@ class SlurmDBD:
                            "mariadbd.log")
         sql = (f"CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'; "
                "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def user_created() -> bool:
             if proc.poll() is not None:
                 raise ClusterError("mariadbd exited at start:\n" + self.log_tail("mariadbd.log"))
             r = subprocess.run([MARIADB, "--no-defaults", f"--socket={self.socket}", "-uroot",
                                 "-e", sql], capture_output=True, text=True, timeout=30)
-            if r.returncode == 0:
-                return
-            time.sleep(0.2)
-        raise ClusterError("mariadbd did not answer:\n" + self.log_tail("mariadbd.log"))
+            return r.returncode == 0
+
+        wait_for(user_created, timeout, interval=0.2, what="mariadbd to answer",
+                 error=lambda msg: ClusterError(f"{msg}\n" + self.log_tail("mariadbd.log")))
 
     def _start_slurmdbd(self, timeout: float) -> None:
         conf = self.root / "etc" / "slurmdbd.conf"
@@ -104,14 +104,14 @@ class SlurmDBD:
         proc = self._spawn([SLURMDBD, "-D"], "slurmdbd.stdout",
                            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
                                 "SLURM_CONF": str(self.root / "etc" / "slurm.conf")})
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def started() -> bool:
             if proc.poll() is not None:
                 raise ClusterError("slurmdbd exited at start:\n" + self.log_tail("slurmdbd.log"))
-            if "slurmdbd version" in self.log("slurmdbd.log") and " started" in self.log("slurmdbd.log"):
-                return
-            time.sleep(0.2)
-        raise ClusterError("slurmdbd did not start:\n" + self.log_tail("slurmdbd.log"))
+            log = self.log("slurmdbd.log")
+            return "slurmdbd version" in log and " started" in log
+
+        wait_for(started, timeout, interval=0.2, what="slurmdbd to start",
+                 error=lambda msg: ClusterError(f"{msg}\n" + self.log_tail("slurmdbd.log")))
 
     def slurm_conf_lines(self) -> list[str]:
         """slurm.conf lines that make a cluster record its jobs here."""

@@ -16,9 +16,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from support.wait import WaitTimeout, wait_for
 
 SSHD = "/usr/sbin/sshd"
 SSH_KEYGEN = "/usr/bin/ssh-keygen"
@@ -124,15 +125,16 @@ def start_sshd(workdir: Path, host: str = "127.0.0.1", extra_config: str = "") -
     known = workdir / "known_hosts"
     known.write_text(f"[{host}]:{port} {pub[0]} {pub[1]}\n")
     server = SSHServer(host, port, "root", user_key, known, host_key, workdir, proc)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+
+    def greets() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"sshd exited {proc.returncode}: {server.log[-2000:]}")
-        try:
-            with socket.create_connection((host, port), timeout=0.5) as s:
-                if s.recv(64).startswith(b"SSH-"):
-                    return server
-        except OSError:
-            time.sleep(0.1)
-    server.stop()
-    raise RuntimeError(f"sshd did not start listening on {host}:{port}: {server.log[-2000:]}")
+        with socket.create_connection((host, port), timeout=0.5) as s:
+            return s.recv(64).startswith(b"SSH-")
+
+    try:
+        wait_for(greets, 15, what=f"sshd's greeting on {host}:{port}", ignore=(OSError,))
+    except WaitTimeout:
+        server.stop()
+        raise RuntimeError(f"sshd did not start listening on {host}:{port}: {server.log[-2000:]}") from None
+    return server

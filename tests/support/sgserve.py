@@ -6,12 +6,12 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
-from helpers import sg_argv, sg_env
-from pgserver import free_port
+from support.helpers import sg_argv, sg_env
+from support.pgserver import free_port
+from support.wait import WaitTimeout, wait_for
 
 TOKEN = "test-token-0123456789abcdef"
 
@@ -79,18 +79,20 @@ class Serve:
                                      env=sg_env(**self.env), stdout=logf, stderr=logf, text=True,
                                      start_new_session=True)
         logf.close()
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
+
+        def up() -> bool:
+            assert self.proc is not None
             if self.proc.poll() is not None:
                 raise RuntimeError(f"serve exited {self.proc.returncode}: {self.log.read_text()}")
-            try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"serve did not come up: {self.log.read_text()}")
+            with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
+                return r.status == 200
+
+        try:
+            wait_for(up, timeout, what="serve's /healthz", ignore=(OSError,))
+        except WaitTimeout:
+            self.stop()
+            raise RuntimeError(f"serve did not come up: {self.log.read_text()}") from None
+        return self
 
     def healthz(self, token: str | None = TOKEN) -> dict:
         """serve's /healthz; with the token (the default) the figures, without it only the
@@ -100,6 +102,23 @@ class Serve:
             req.add_header("Authorization", f"Bearer {token}")
         with urllib.request.urlopen(req, timeout=5) as r:
             return json.loads(r.read())
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of ``name``'s samples on /metrics whose labels include ``labels`` (0 when
+        there is none yet: a labelled counter has no sample before its first count)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        req = urllib.request.Request(self.url + "/metrics")
+        req.add_header("Authorization", f"Bearer {TOKEN}")  # in case metrics.require_token
+        with urllib.request.urlopen(req, timeout=5) as r:
+            text = r.read().decode()
+        return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+                   if s.name == name and labels.items() <= s.labels.items())
+
+    def policy_passes(self) -> int:
+        """Fleet policy passes completed (`slurmguard_policy_passes_total{result="ok"}`): a
+        test that asserts "the policy did nothing" waits for this to advance first."""
+        return int(self.metric("slurmguard_policy_passes_total", result="ok"))
 
     def stop(self) -> None:
         if self.proc is None:

@@ -10,11 +10,11 @@ import time
 from slurmguard.errors import Unsupported
 
 MEASUREMENTS = {
-    "site-value": "burninsite:value",
-    "site-hang": "burninsite:hang",
-    "site-raise": "burninsite:boom",
-    "site-unsupported": "burninsite:nope",
-    "site-slow": "burninsite:slow",
+    "site-value": "support.burninsite:value",
+    "site-hang": "support.burninsite:hang",
+    "site-raise": "support.burninsite:boom",
+    "site-unsupported": "support.burninsite:nope",
+    "site-slow": "support.burninsite:slow",
 }
 
 
