@@ -107,14 +107,15 @@ def test_lemon_candidates_are_the_policy_verdict_and_drain_history_sql_runs(stor
 
     from sqlalchemy import text
 
-    for i in range(3):
+    for i in range(3):  # three failure episodes, each ended by a passing run
         store.record_results(rec("bad", T0 + i * 60, "gpu-xid"))
+        store.record_results(rec("bad", T0 + i * 60 + 30))
     store.record_results(rec("ok", T0, "gpu-xid"))
     store.record_results(rec("ok", T0 + 60))
     now = T0 + 600
     # The thresholds are the policy's (policy/params.py), and the verdict is lemon_verdict's.
     assert store.lemon_candidates(now=now) == [("bad", "slurmguard: lemon: 3 failures in 1h (gpu-xid)")]
-    p = PolicyParams(lemon_failures=4)
+    p = PolicyParams(lemon_failures=4, flap_transitions=6)
     views = store.policy_views(["bad", "ok"], window=p.window, now=now)
     assert lemon_verdict(views["bad"], now, p) is None
     assert store.lemon_candidates(p, now=now) == []
