@@ -169,7 +169,7 @@ class Reconciler:
             if a.kind in K8S_KINDS:
                 out = self._apply_k8s(a, s, k, now)
             elif a.kind == SLURM_DRAIN:
-                out = self._drain(a, now)
+                out = self.slurm_drain(a, now)
             elif a.kind == SLURM_UNDRAIN:
                 out = Outcome(a, True, bool(self.slurm.undrain(a.node)))
             else:  # pragma: no cover - plan.changes holds only the kinds above
@@ -181,17 +181,21 @@ class Reconciler:
         self.log(f"reconcile: {a.node}: {a.kind}: {state} ({a.why})")
         return out
 
-    def _drain(self, a: Action, now: float) -> Outcome:
-        """A Slurm drain mirrored from Kubernetes, through the one guard and ledger."""
+    def slurm_drain(self, a: Action, now: float) -> Outcome:
+        """A Slurm drain mirrored from Kubernetes (``a.kind == SLURM_DRAIN``), through the one
+        guard and its ledger when a store is configured."""
         from slurmguard.drainguard import StorePermit, Unguarded, guarded_drain
+        from slurmguard.policy.blast import scopes
         from slurmguard.policy.params import PolicyParams
 
         from .plan import _cause
 
         permit: Any = Unguarded("reconcile: capped by the plan from both views (no store)")
         if self.store is not None:
-            permit = StorePermit(self.store, PolicyParams.from_section(self.policy), self._scopes,
-                                 via="reconcile")
+            params = PolicyParams.from_section(self.policy)
+            sc = self._scopes or scopes({i.name: i.partitions for i in self.slurm.nodes()},
+                                        params.groups)
+            permit = StorePermit(self.store, params, sc, via="reconcile")
         done = guarded_drain(self.slurm, permit, a.node, _cause(a)[:64], a.reason,
                              via="reconcile", ledger=self.store, now=now)
         if done.result == "failed":
