@@ -119,6 +119,9 @@ def test_episodes_never_outnumber_failing_sightings_and_each_pass_can_end_them(i
     ("gpu-xid", "slurmguard: gpu-xid: xid 48 on GPU 0", "gpu-xid:48"),
     ("gpu-xid", "slurmguard: gpu-xid: latched", "gpu-xid"),
     ("", "", "unknown"),
+    ("lemon", "slurmguard: lemon: 3 failures in 1h (gpu-xid, ib-link)", "gpu-xid"),
+    ("flapping", "slurmguard: flapping: 4 pass/fail changes in 1h (fs-mount)", "fs-mount"),
+    ("lemon", "slurmguard: lemon: flagged", "lemon"),
 ])
 def test_cause_is_the_check_or_the_xid_class(check, reason, expected) -> None:
     assert cause_key(check, reason) == expected

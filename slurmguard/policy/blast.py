@@ -34,6 +34,7 @@ from slurmguard.policy.types import Action
 
 ANY_CAUSE = "*"  # a recent drain whose cause is unknown: counts against every cause
 _XID = re.compile(r"\bXid\s+(\d+)", re.IGNORECASE)
+_TOP = re.compile(r"\(([a-z0-9][a-z0-9._-]*)[,)]")
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,14 @@ class DrainRequest:
 def cause_key(check: str, reason: str = "") -> str:
     """The guard's cause for a drain of ``check`` with ``reason``: the check name, except
     ``gpu-xid``, which is split by Xid class (an Xid 79 and an Xid 48 on two nodes are two
-    unrelated faults, not one shared one)."""
+    unrelated faults, not one shared one), and a lemon's, which is its top failing check."""
     check = check or "unknown"
+    if check in ("lemon", "flapping"):
+        # "slurmguard: lemon: 3 failures in 1h (gpu-xid, ib-link)": the lemon's top check,
+        # as the policy pass names it (a flaky shared filesystem makes many lemons at once).
+        m = _TOP.search(reason or "")
+        if m:
+            return cause_key(m.group(1).strip(), reason)
     if check == "gpu-xid":
         m = _XID.search(reason or "")
         if m:
