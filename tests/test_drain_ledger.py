@@ -29,7 +29,7 @@ def test_a_drain_slurm_refuses_is_drain_failed_and_gives_its_slot_back(slurm_clu
     real = slurm_cluster.cli()
     # A real scontrol that answers `show` and fails every `update`, as a broken slurmctld
     # connection does mid-way (the error text is Slurm's own).
-    broken_path = write_shell_hook(tmp_path / "scontrol", f"""
+    broken_path = write_shell_hook(tmp_path / "scontrol", """
 case "$1" in update) echo "slurm_update error: Unable to contact slurm controller" >&2; exit 1;; esac
 exec /usr/bin/scontrol "$@"
 """)

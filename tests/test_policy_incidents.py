@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmguard.policy.blast import DrainRequest, cause_key, caps, guard
+from slurmguard.policy.blast import DrainRequest, caps, cause_key, guard
 from slurmguard.policy.lemon import episodes, failures, lemon_verdict, transitions
 from slurmguard.policy.params import PolicyParams
 from slurmguard.policy.types import NodeView, Sample
