@@ -190,8 +190,9 @@ class StorePermit:
 
     def scopes(self, node: str) -> dict[str, frozenset[str]]:
         got = dict(self._scopes() if callable(self._scopes) else self._scopes)
-        # A node Slurm does not list (or no answer from Slurm) still counts in the fleet.
-        got["fleet"] = frozenset(got.get("fleet", frozenset())) | {node}
+        fleet = got.get("fleet", frozenset())
+        if node not in fleet:  # not listed by Slurm (or no answer): still counts in the fleet
+            got["fleet"] = frozenset(fleet) | {node}
         return got
 
     def ask(self, node: str, cause: str, reason: str) -> tuple[bool, str]:

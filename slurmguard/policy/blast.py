@@ -101,7 +101,9 @@ def _ledger(recent: Mapping[str, Iterable[str]] | Iterable[str]) -> dict[str, se
 
 
 def _counted(ledger: Mapping[str, set[str]], members: frozenset[str], cause: str) -> set[str]:
-    return {n for n in members if n in ledger and (cause in ledger[n] or ANY_CAUSE in ledger[n])}
+    # Walk the ledger (a window's drains), not the scope (a fleet of 10,000).
+    return {n for n, causes in ledger.items()
+            if n in members and (cause in causes or ANY_CAUSE in causes)}
 
 
 def guard(requests: Iterable[DrainRequest], recent: Mapping[str, Iterable[str]] | Iterable[str],
@@ -121,7 +123,7 @@ def guard(requests: Iterable[DrainRequest], recent: Mapping[str, Iterable[str]] 
         mine = [s for s, members in scopes.items() if req.node in members or s == "fleet"]
         full = []
         for s in mine:
-            counted = _counted(ledger, scopes[s] | {req.node}, req.cause)
+            counted = _counted(ledger, scopes[s], req.cause)
             # The floor: cap >= 1, so the first node of a cause always fits.
             if req.node not in counted and len(counted) + 1 > cap[s]:
                 full.append(s)
@@ -144,7 +146,8 @@ def _refusals(refused: Mapping[tuple[str, str], list[DrainRequest]], allowed: li
             actions.append(Action("refuse", node=r.node, source=cause, reason=r.reason, scope=scope))
         seen = set(failing.get(cause, ())) if failing else set()
         seen |= {r.node for r in reqs} | {a.node for a in allowed if a.cause == cause}
-        seen |= {n for n in scopes.get(scope, frozenset()) if cause in ledger.get(n, ())}
+        members = scopes.get(scope, frozenset())
+        seen |= {n for n, causes in ledger.items() if n in members and cause in causes}
         if len(seen) < 2:
             # Refused only because of earlier drains of unknown cause: say so, and do not
             # call a fault seen on one node shared.
