@@ -230,7 +230,9 @@ class Fleet:
                            via=via, lock=self.lock, on_verdict=self._count_verdict)
 
     def _count_verdict(self, req: DrainRequest, v: Verdict, via: str) -> None:
-        self.metrics.permits.labels(cause=req.cause, result="allowed" if v.allowed else "refused").inc()
+        if via == "permit":
+            self.metrics.permits.labels(cause=req.cause,
+                                        result="allowed" if v.allowed else "refused").inc()
         for a in v.actions:
             if a.kind == "refuse":
                 self.metrics.drains_refused.labels(cause=a.source or "unknown", via=via).inc()
