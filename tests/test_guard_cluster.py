@@ -8,6 +8,8 @@
   epilog and the next health checks see the same fault; the GPU comes back, the health
   check returns the node, and no lemon drain follows (one incident, not three failures).
   The ledger holds one drain.
+- Default caps in a 4-node partition: a lost GPU on n1 and an unrelated Xid 79 on n2 both
+  drain; the same Xid 79 on n3 is refused, and only then called a shared cause.
 """
 
 from __future__ import annotations
@@ -154,6 +156,62 @@ expected_count = 8
         assert not s.lemon and not s.burnin_required, s
         assert [e.kind for e in store.events(node="n1", kinds=["drain", "drain_failed", "lemon"])] == ["drain"]
         c.run("scontrol", "update", f"jobid={job}", "EligibleTime=now", check=False)
+    finally:
+        store.close()
+        serve.stop()
+
+
+def test_an_unrelated_fault_in_a_small_partition_drains_and_only_a_shared_one_stops(
+        slurm_cluster_factory, tmp_path: Path) -> None:
+    """Default caps (10 %: one node per cause in a 4-node partition). n1 loses a GPU and its
+    health check drains it; then Xid 79 on n2 is another cause and drains too (it was
+    refused as "gpu-xid failing on 1 nodes ... suspect a shared cause"); the same Xid 79 on
+    n3 is the cause's second node: refused, and only now called shared."""
+    from fakehw.kmsg import inject_xid
+    from sgserve import TOKEN
+    from test_hooks_slurm import GPU2_PCI, Fleet
+
+    fleet = Fleet(tmp_path / "fleet")
+    c = slurm_cluster_factory(nodes=4)
+    conf = c.env["SLURM_CONF"]
+    port, url = new_port(), new_store(tmp_path)
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    fleet.config.write_text(fleet.config.read_text().replace("[hooks]\n", f"""[hooks]
+report_url = "http://127.0.0.1:{port}/ingest"
+token_file = "{token}"
+spool_dir = "{tmp_path}/spool"
+report_timeout = 60.0
+""", 1) + f"""
+[store]
+url = "{url}"
+[serve]
+host = "127.0.0.1"
+port = {port}
+token_file = "{token}"
+""")
+    serve = Serve(fleet.config, port, env={"SLURM_CONF": conf}).start()
+    store = Store.open(url=url)
+
+    def healthcheck(node: str) -> str:
+        p = run_sg("healthcheck", env=sg_env(**fleet.env(SLURM_CONF=conf, SLURMD_NODENAME=node)))
+        return p.stderr
+
+    try:
+        write_nvml(fleet.nvml_dir / "n1.json", {**default_config(8), "gpus": default_config(8)["gpus"][:7]})
+        out = healthcheck("n1")
+        assert c.node("n1").drained, out
+        inject_xid(fleet.root / "n2.kmsg", GPU2_PCI, 79, "GPU has fallen off the bus.")
+        out = healthcheck("n2")
+        info = c.node("n2")
+        assert info.drained and info.reason.startswith("slurmguard: gpu-xid:"), (out, info)
+        assert store.alerts() == [] and store.events(kinds=["drain_refused"]) == []
+        inject_xid(fleet.root / "n3.kmsg", GPU2_PCI, 79, "GPU has fallen off the bus.")
+        out = healthcheck("n3")
+        assert not c.node("n3").drained and "not drained: " in out, out
+        (alert,) = store.alerts()
+        assert alert.cause == "gpu-xid:79" and alert.count == 2 and "shared cause" in alert.message
     finally:
         store.close()
         serve.stop()
