@@ -201,8 +201,8 @@ def apply(cfg: Any, store: Any, report: Report, runs: Mapping[str, Any], slurm: 
         if done.result == "drained":
             out.append(Outcome(r.node, "drained", r.reason))
         elif done.result == "refused":
-            log.error("fleet alert: %s", done.detail)
-            out.append(Outcome(r.node, "refused", f"blast-radius guard: {done.detail}"))
+            log.warning("burn-in: %s not drained: %s", r.node, done.detail)
+            out.append(Outcome(r.node, "refused", done.detail))
         elif done.result == "failed":
             out.append(Outcome(r.node, "error", f"drain failed: {done.detail}"))
         else:
