@@ -222,3 +222,26 @@ def test_worked_example_a_thousand_nodes() -> None:
     recent = {n: {"fs-mount"} for n in nodes[:50]}
     got, _ = guard([DrainRequest(nodes[999], "gpu-count", "r")], recent, sc, P)
     assert len(got) == 1  # the fleet's fs-mount allowance spent; a lost GPU still drains
+
+
+def _s(ago: float, health: str, failing: tuple[str, ...] = (), passed: tuple[str, ...] | None = None,
+       hook: str = "healthcheck") -> Sample:
+    return Sample(NOW - ago, health, failing, hook, None, passed)
+
+
+@pytest.mark.parametrize("samples, expected", [
+    # a prolog that ran only gpu-count passes on a node whose fs-mount failed: still one
+    # incident (the prolog did not look)
+    ([_s(600, U, ("fs-mount",), ("gpu-count",)), _s(500, H, (), ("gpu-count",), "prolog"),
+      _s(400, U, ("fs-mount",), ("gpu-count",))], ["fs-mount"]),
+    # the check itself passed in between: two incidents
+    ([_s(600, U, ("fs-mount",), ("gpu-count",)), _s(500, H, (), ("fs-mount", "gpu-count")),
+      _s(400, U, ("fs-mount",), ("gpu-count",))], ["fs-mount", "fs-mount"]),
+    # a failing run in which the check passed ends its episode too
+    ([_s(600, U, ("fs-mount",), ()), _s(500, U, ("gpu-xid",), ("fs-mount",)),
+      _s(400, U, ("fs-mount",), ())], ["fs-mount", "gpu-xid", "fs-mount"]),
+    # a pass whose checks are not known closes everything
+    ([_s(600, U, ("fs-mount",)), _s(500, H), _s(400, U, ("fs-mount",))], ["fs-mount", "fs-mount"]),
+])
+def test_an_episode_ends_when_its_check_passes(samples, expected) -> None:
+    assert [c for c, _ in episodes(samples)] == expected

@@ -1,10 +1,10 @@
 """Lemons and flapping: nodes that fail again and again, or alternate pass and fail.
 
 Failures are counted as **episodes**, not sightings: an episode is one node, one cause (the
-failing check), from its first failing run to the next passing run of the node. The prolog
-that found a lost GPU, the epilog of the same job, every health check and agent run that sees
-it while the node waits: one failure. A run that fails other checks does not end an episode
-(it may not have run that check: a prolog runs fewer checks than a health check).
+failing check), from its first failing run to the first later run in which that check passed.
+The prolog that found a lost GPU, the epilog of the same job, every health check and agent
+run that sees it while the node waits: one failure. A run that did not run the check does
+not end its episode (a prolog may run fewer checks than a health check).
 
 A node is a lemon when, within the policy window (default 1 h),
   * it failed at least ``lemon_failures`` times (default 3): episodes plus drains by
@@ -54,13 +54,18 @@ def _since(view: NodeView, now: float, window: float) -> float:
 def episodes(samples: Iterable[Sample]) -> list[tuple[str, float]]:
     """(cause, start) of each failure episode in judged ``samples`` (oldest first). Pure.
 
-    A cause's episode opens at a failing run that names it while it is not open, and every
-    episode closes at a passing run (healthy or degraded)."""
+    A cause's episode opens at a failing run that names it while it is not open, and closes
+    at a run in which that check passed (``Sample.passed``; a passing run whose checks are not
+    known closes every episode)."""
     out: list[tuple[str, float]] = []
     open_: set[str] = set()
     for s in samples:
-        if s.health != UNHEALTHY:
+        if s.passed is None and s.health != UNHEALTHY:
             open_.clear()
+            continue
+        open_ -= set(s.passed or ())
+        if s.health != UNHEALTHY:
+            open_.discard("unhealthy")
             continue
         for cause in s.checks or ("unhealthy",):
             if cause not in open_:
