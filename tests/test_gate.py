@@ -155,7 +155,9 @@ def test_prolog_slurmctld_gate_refuses_a_lemon_and_slurm_requeues(slurm_cluster_
     cfg = tmp_path / "sg.toml"
     (tmp_path / "textfile").mkdir()
     cfg.write_text(f'[store]\nurl = "{url}"\n[gate]\nlog_file = "{tmp_path}/gate.log"\n'
-                   f'[metrics]\ntextfile_dir = "{tmp_path}/textfile"\n')
+                   f'[metrics]\ntextfile_dir = "{tmp_path}/textfile"\n'
+                   # two lemons of one cause (gpu-xid) in 3 nodes: a cap of 2 lets both drain
+                   '[policy]\nblast_max_percent = 70.0\n')
     env = sg_env(SLURMGUARD_CONFIG=str(cfg))
     import shlex
 
@@ -178,7 +180,8 @@ exec {" ".join(shlex.quote(a) for a in sg_argv("gate"))}
     log = (tmp_path / "gate.log").read_text()
     assert f"job {job}: refused 2 of 2 nodes" in log
     ev = Store.open(url=url).nodes.events(kinds=["drain"])
-    assert {e.node for e in ev} == {"n1", "n2"} and all(e.source == "gate" for e in ev)
+    assert {e.node for e in ev} == {"n1", "n2"}
+    assert all(e.source == "gpu-xid" and e.details["via"] == "gate" for e in ev)
     assert not cluster.node("n3").drained
     # the controller's textfile (docs/metrics.md): the drains by cause, the refused job
     prom = (tmp_path / "textfile" / "slurmguard_gate.prom").read_text()

@@ -12,7 +12,7 @@ from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 from slurmguard.contract import CheckResult, Health
 from slurmguard.errors import EXIT_STORE, InputError, StoreError
 from slurmguard.node.record import make_record
-from slurmguard.policy.lemon import lemon_verdict
+from slurmguard.policy.lemon import failures, lemon_verdict
 from slurmguard.policy.params import PolicyParams
 from slurmguard.store import Store
 
@@ -107,14 +107,16 @@ def test_lemon_candidates_are_the_policy_verdict_and_drain_history_sql_runs(stor
 
     from sqlalchemy import text
 
-    for i in range(3):
+    for i in range(3):  # three failure episodes, each ended by a run where gpu-xid passed
         store.nodes.record_results(rec("bad", T0 + i * 60, "gpu-xid"))
+        store.nodes.record_results(make_record("bad", "healthcheck", [CheckResult("gpu-xid", Health.HEALTHY)],
+                                         "pass", "", started=T0 + i * 60 + 30, duration=0.1))
     store.nodes.record_results(rec("ok", T0, "gpu-xid"))
     store.nodes.record_results(rec("ok", T0 + 60))
     now = T0 + 600
     # The thresholds are the policy's (policy/params.py), and the verdict is lemon_verdict's.
     assert store.nodes.lemon_candidates(now=now) == [("bad", "slurmguard: lemon: 3 failures in 1h (gpu-xid)")]
-    p = PolicyParams(lemon_failures=4)
+    p = PolicyParams(lemon_failures=4, flap_transitions=6)
     views = store.nodes.policy_views(["bad", "ok"], window=p.window, now=now)
     assert lemon_verdict(views["bad"], now, p) is None
     assert store.nodes.lemon_candidates(p, now=now) == []
@@ -249,3 +251,22 @@ def test_record_ids_are_unique_per_make_record() -> None:
     ids = {rec("n1", time.time())["id"] for _ in range(100)}
     assert len(ids) == 100 and all(len(i) == 32 for i in ids)
     assert uuid.UUID(next(iter(ids)))
+
+
+def test_policy_views_carry_which_checks_passed_so_an_episode_ends_only_when_its_check_passes(
+        store: Store) -> None:
+    # fs-mount fails in a health check; a prolog that runs only gpu-count passes; fs-mount
+    # fails again: one incident. Then a health check where fs-mount passes ends it.
+    store.nodes.record_results(rec("n1", T0, "fs-mount", hook="healthcheck"))
+    store.nodes.record_results(rec("n1", T0 + 10, hook="prolog"))
+    store.nodes.record_results(rec("n1", T0 + 20, "fs-mount", hook="healthcheck"))
+    store.nodes.record_results(rec("ok", T0 + 20, hook="prolog"))
+    views = store.nodes.policy_views(["n1", "ok"], window=3600, now=T0 + 30)
+    assert [s.passed for s in views["n1"].samples] == [("gpu-count",)] * 3
+    assert views["ok"].samples[0].passed is None  # never failed: not read
+    assert failures(views["n1"], T0 + 30, 3600) == 1
+    store.nodes.record_results(make_record("n1", "healthcheck", [CheckResult("fs-mount", Health.HEALTHY)],
+                                     "pass", "", started=T0 + 40, duration=0.1))
+    store.nodes.record_results(rec("n1", T0 + 50, "fs-mount", hook="healthcheck"))
+    views = store.nodes.policy_views(["n1"], window=3600, now=T0 + 60)
+    assert failures(views["n1"], T0 + 60, 3600) == 2

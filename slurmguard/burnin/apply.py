@@ -3,8 +3,8 @@
 The judging is pure (:mod:`slurmguard.burnin.verdict`); this module gathers its inputs (store,
 config groups, Slurm) and carries out the verdicts:
 
-* failed or flagged nodes are drained ``slurmguard: burnin: ...`` through the same
-  blast-radius guard as fleet policy (a fleet-wide drop raises one alert instead of draining
+* failed or flagged nodes are drained ``slurmguard: burnin: ...`` through the one
+  blast-radius guard and its ledger (slurmguard.drainguard), as every other drain (a fleet-wide drop raises one alert instead of draining
   the fleet); each judged run is also stored as a result record (hook ``burnin``) so that
   lemon counting includes burn-in failures;
 * nodes awaiting burn-in (or on probation, or lemons) that pass are returned: UNDRAIN (our
@@ -170,7 +170,8 @@ def _cause(v: NodeVerdict) -> str:
 def apply(cfg: Config, store: Any, report: Report, runs: Mapping[str, Any], slurm: Any,
           *, now: float | None = None) -> list[Outcome]:
     """Carry out the report's verdicts (see the module doc). Returns one outcome per action."""
-    from slurmguard.policy.blast import DrainRequest, guard
+    from slurmguard.drainguard import StorePermit, guarded_drain
+    from slurmguard.policy.blast import DrainRequest
     from slurmguard.policy.params import PolicyParams
 
     now = time.time() if now is None else now
@@ -194,27 +195,21 @@ def apply(cfg: Config, store: Any, report: Report, runs: Mapping[str, Any], slur
             out.append(Outcome(n, "none", f"already drained: {info.reason}"))
         else:
             requests.append(DrainRequest(n, _cause(v), v.reason))
-    recent = store.nodes.drained_by_us_since(now - params.blast_window)
-    allowed, refusals = guard(requests, recent, _scopes(cfg, infos), params)
-    for r in allowed:
-        try:
-            if slurm.drain(r.node, r.reason):
-                store.nodes.record_event(r.node, "drain", ACTOR, r.reason, source=r.cause, at=now,
-                                         details={"via": "burnin", "run": runs[r.node].id})
-                out.append(Outcome(r.node, "drained", r.reason))
-            else:
-                out.append(Outcome(r.node, "none", "not drained (state changed)"))
-        except SlurmguardError as exc:
-            out.append(Outcome(r.node, "error", f"drain failed: {exc.message}"))
-    for a in refusals:
-        if a.kind == "refuse":
-            store.nodes.record_event(a.node, "drain_refused", ACTOR, a.reason, source=a.source,
-                                     at=now, details={"scope": a.scope, "via": "burnin"})
-            out.append(Outcome(a.node, "refused", f"blast-radius guard ({a.scope})"))
-        elif a.kind == "alert":
-            store.nodes.open_alert(a.source, a.scope, a.nodes, a.reason, now=now,
-                                   window=params.blast_window)
-            log.error("fleet alert: %s", a.reason)
+    # One permit per drain, in cause order (what the guard's batch would decide), each
+    # counted in the ledger before the next is asked.
+    permit = StorePermit(store, params, _scopes(cfg, infos), via="burnin")
+    for r in sorted(requests, key=lambda r: (r.cause, r.node)):
+        done = guarded_drain(slurm, permit, r.node, r.cause, r.reason, via="burnin",
+                             ledger=store, details={"run": runs[r.node].id}, now=now)
+        if done.result == "drained":
+            out.append(Outcome(r.node, "drained", r.reason))
+        elif done.result == "refused":
+            log.warning("burn-in: %s not drained: %s", r.node, done.detail)
+            out.append(Outcome(r.node, "refused", done.detail))
+        elif done.result == "failed":
+            out.append(Outcome(r.node, "error", f"drain failed: {done.detail}"))
+        else:
+            out.append(Outcome(r.node, "none", "not drained (state changed)"))
     for n, v in sorted(todo.items()):
         s = summaries.get(n)
         info = infos.get(n)
@@ -291,13 +286,15 @@ def _restore(store: Any, slurm: Any, node: str, info: Any, v: NodeVerdict, now: 
     reason = f"{REASON_PREFIX}awaiting burn-in ({v.why})"[:200]
     if info is None or info.down or info.drained:
         return Outcome(node, "none", "partial; node already out of service")
-    try:
-        if slurm.drain(node, reason):
-            store.nodes.record_event(node, "drain", ACTOR, reason, source="burnin", at=now,
-                                     details={"via": "burnin", "restore": True})
-            return Outcome(node, "restored", reason)
-    except SlurmguardError as exc:
-        return Outcome(node, "error", f"drain failed: {exc.message}")
+    from slurmguard.drainguard import Unguarded, guarded_drain
+
+    # Not a new drain: the one this node had before burn-in lifted it for the run.
+    done = guarded_drain(slurm, Unguarded("burn-in restores its own drain"), node, "burnin",
+                         reason, via="burnin", ledger=store, details={"restore": True}, now=now)
+    if done.result == "drained":
+        return Outcome(node, "restored", reason)
+    if done.result == "failed":
+        return Outcome(node, "error", f"drain failed: {done.detail}")
     return Outcome(node, "none", "partial; not drained (state changed)")
 
 

@@ -74,9 +74,17 @@ def reconcile_cmd(ctx: click.Context, mode: str, nodes: str | None, as_json: boo
     def log(line: str) -> None:
         click.echo(line, err=True)
 
+    store = None
+    if mode != "dry-run":
+        from slurmguard.store.api import Store
+
+        try:  # the guard's ledger (docs/policy.md); without it the plan's views cap alone
+            store = Store.open(section=cfg.section("store"))
+        except SlurmguardError as exc:
+            log(f"reconcile: no store ({exc}): drains capped from the two views only")
     rec = Reconciler(section, SlurmCLI(cfg.section("slurm")), KubeNodes(section),
                      policy=cfg.section("policy"), nodeset=nodes,
-                     log=log, metrics=Metrics(section["metrics_file"]))
+                     log=log, metrics=Metrics(section["metrics_file"]), store=store)
     if mode != "watch":
         r = rec.round(apply=mode == "once")
         rec.metrics.write()

@@ -9,15 +9,17 @@ must not run jobs:
 * its newest result is unhealthy and fresher than ``gate.fresh`` seconds (default 900) ->
   that result's reason.
 
-Such nodes are drained with the reason (``gate.drain``) and the gate exits 1, so Slurm
-requeues the job onto other nodes (with ``SchedulerParameters=nohold_on_prolog_fail``). A node
+The gate exits 1 for such nodes, so Slurm requeues the job onto other nodes (with
+``SchedulerParameters=nohold_on_prolog_fail``), and drains them with the reason
+(``gate.drain``) through the one blast-radius guard (slurmguard.drainguard): past the cap a
+node is refused the job but not drained. A node
 the store does not know is allowed. When the store cannot be read, ``gate.on_store_error``
 decides: ``open`` (default) logs one line and lets the job run; ``closed`` exits 5
 (EXIT_STORE) so the job is requeued, and drains nothing: a store fault is never a node fault.
 
 The SQLite path uses the standard library's sqlite3 only (one indexed query on
-``nodes.name``); SQLAlchemy is imported only for PostgreSQL stores and for recording the
-drain events of refused nodes.
+``nodes.name``); SQLAlchemy is imported only for PostgreSQL stores and when a node is
+refused (the guard reads and writes the store's ledger).
 """
 
 from __future__ import annotations
@@ -145,28 +147,42 @@ def run_gate(cfg: Config, env: Mapping[str, str], *, dry_run: bool = False,
 
 
 def _drain(cfg: Config, refused: Mapping[str, str], job: str) -> list[str]:
+    """Drain the refused nodes through the one guard (slurmguard.drainguard): the job is
+    refused on every node named, but a node is drained only within the blast-radius caps, so
+    jobs flowing onto nodes the hooks' guard spared cannot drain the partition."""
     from slurmguard.adapters.slurm.commands import SlurmCLI
+    from slurmguard.contract import reason_source
+    from slurmguard.drainguard import StorePermit, guarded_drain
     from slurmguard.errors import SlurmguardError
+    from slurmguard.policy.blast import cause_key, scopes
+    from slurmguard.policy.params import PolicyParams
+    from slurmguard.store.api import Store
 
     cli = SlurmCLI(cfg.section("slurm"))
+    try:
+        store = Store.open(section=cfg.section("store"))
+    except SlurmguardError as exc:  # no ledger, no permit: refuse the job, drain nothing
+        log_line(cfg, f"store unavailable, nothing drained: {exc}")
+        return []
     drained = []
-    for node, reason in sorted(refused.items()):
-        try:
-            if cli.drain(node, reason):
+    try:
+        infos = cli.nodes()
+        sc = scopes({i.name: i.partitions for i in infos}, cfg["policy.groups"] or {},
+                    fleet=[i.name for i in infos])
+        permit = StorePermit(store, PolicyParams.from_section(cfg.section("policy")), sc,
+                             via="gate")
+        for node, reason in sorted(refused.items()):
+            cause = cause_key(reason_source(reason) or "gate", reason)
+            done = guarded_drain(cli, permit, node, cause, reason, via="gate", ledger=store,
+                                 details={"job": job})
+            if done.result == "drained":
                 drained.append(node)
-        except SlurmguardError as exc:
-            log_line(cfg, f"drain {node} failed: {exc}")
-    if drained:
-        try:  # the ledger; a store problem here must not change the verdict
-            from slurmguard.store.api import Store
-
-            store = Store.open(section=cfg.section("store"))
-            for node in drained:
-                store.nodes.record_event(node, "drain", "slurmguard", refused[node], source="gate",
-                                         details={"job": job})
-            store.close()
-        except Exception as exc:  # noqa: BLE001
-            log_line(cfg, f"could not record gate drains: {exc}")
+            elif done.result in ("refused", "failed"):
+                log_line(cfg, f"{node}: {done.applied}")
+    except SlurmguardError as exc:
+        log_line(cfg, f"drain failed: {exc}")
+    finally:
+        store.close()
     return drained
 
 

@@ -229,34 +229,23 @@ def _decide(cfg: Config, hook: str, report: Any, available: list[Any], slurm: _S
     )
 
 
-def _permit(cfg: Config, node: str, decision: Decision) -> str | None:
-    """The fleet's blast-radius guard: when many nodes fail the same check at once the cause
-    is shared (a filesystem, a fabric) and draining them all would empty the partition. serve
-    answers; unreachable serve fails open. Returns why the drain is refused, or None."""
-    from slurmguard.adapters.serve_client import drain_permit
-
-    allowed, why = drain_permit(node, decision.failing[0], decision.reason, cfg)
-    return None if allowed else why
-
-
 def _act(cfg: Config, hook: str, node: str, decision: Decision, acting: bool,
          slurm: _SlurmView) -> tuple[str, int]:
     """Step 4: drain or undrain in Slurm. Returns (what was done, the hook's exit code)."""
     if decision.action is Action.DRAIN:
-        if acting and cfg["hooks.report_url"]:
-            refused = _permit(cfg, node, decision)
-            if refused is not None:
-                # Exit 0: a non-zero prolog would make Slurm drain the node anyway.
-                return one_line(f"not drained: {refused}"), EXIT_OK
         if not acting:
             return ("none (check only)" if hook == "check" else "none (dry run)"), EXIT_UNHEALTHY
         if slurm.cli is None:
             return f"drain failed: {slurm.problem or 'no Slurm adapter'}", EXIT_UNHEALTHY
-        try:
-            drained = slurm.cli.drain(node, decision.reason)
-        except SlurmguardError as exc:
-            return f"drain failed: {exc.message}", EXIT_UNHEALTHY
-        return ("drained" if drained else "already drained or down"), EXIT_UNHEALTHY
+        # The fleet's blast-radius guard decides (serve's /permit; unreachable serve fails
+        # open): when many nodes fail the same check at once the cause is shared (a
+        # filesystem, a fabric) and draining them all would empty the partition.
+        from slurmguard.drainguard import ServePermit, guarded_drain
+
+        done = guarded_drain(slurm.cli, ServePermit(cfg), node, decision.failing[0],
+                             decision.reason, via=hook)
+        # Refused: exit 0, since a non-zero prolog would make Slurm drain the node anyway.
+        return one_line(done.applied), EXIT_OK if done.result == "refused" else EXIT_UNHEALTHY
     if decision.action is Action.UNDRAIN and slurm.cli is not None:
         try:
             undrained = slurm.cli.undrain(node)

@@ -1,30 +1,65 @@
-"""The blast-radius guard: never drain more than a few nodes of one scope per window.
+"""The blast-radius guard: never drain more than a few nodes of one scope for one cause.
 
-Scopes: the whole fleet (at most ``blast_max_nodes`` nodes, default 50), every Slurm
-partition and every config-named group (``[policy.groups] rack1 = "gpu[001-032]"``): at most
-``blast_max_percent`` (default 10 %) of its nodes, rounded down but at least one. A drain is
-allowed only if it fits every scope the node belongs to; nodes already drained by slurmguard
-within ``blast_window`` count against the cap (and a node already counted costs nothing more).
-When a drain does not fit, draining for that cause stops and ONE fleet alert per (cause,
-scope) names the suspect shared cause: many nodes failing the same check at once (one
-filesystem, one switch) is more likely a shared fault than many broken nodes.
+Scopes: the whole fleet, every Slurm partition and every config-named group
+(``[policy.groups] rack1 = "gpu[001-032]"``). The guard counts **per cause** (the check, or
+the Xid class for ``gpu-xid``: ``gpu-xid:79``) within each scope and window: at most
+``blast_max_nodes`` nodes of the fleet and ``blast_max_percent`` % of a partition or group
+(rounded down, but at least one, and at most ``blast_max_nodes``) may be drained for one
+cause per ``blast_window``. Unrelated faults never use up each other's allowance: a lost GPU
+on one node does not stop an Xid 79 on another.
+
+Floors, for small scopes: every cap is at least 1, so a cause always drains its first node in
+every scope (a fault seen on one node is never a shared cause); a refusal, and the ONE fleet
+alert per (cause, scope) that names a suspect shared cause, needs at least two nodes with
+that cause (the cap's worth already drained plus the one asking).
+
+``recent`` is the ledger's view: node -> the causes slurmguard drained (or permitted a drain
+of) it for within the window. A node already counted for a cause costs nothing more. A plain
+iterable of nodes (cause unknown) counts each node against every cause: the conservative
+reading, used by callers that only see Slurm's drains.
+
+The decision is a pure function of (recent, scopes, params, requests), so it can run inside
+one database transaction that serializes it across serve replicas.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from slurmguard.policy.params import PolicyParams, human_window
 from slurmguard.policy.types import Action
 
+ANY_CAUSE = "*"  # a recent drain whose cause is unknown: counts against every cause
+_XID = re.compile(r"\bXid\s+(\d+)", re.IGNORECASE)
+_TOP = re.compile(r"\(([a-z0-9][a-z0-9._-]*)[,)]")
+
 
 @dataclass(frozen=True)
 class DrainRequest:
     node: str
-    cause: str  # the check (or policy) that wants the drain: "fs-mount", "lemon"
+    cause: str  # what a shared fault would share: "fs-mount", "gpu-xid:79", "lemon"
     reason: str  # the full Slurm reason
+
+
+def cause_key(check: str, reason: str = "") -> str:
+    """The guard's cause for a drain of ``check`` with ``reason``: the check name, except
+    ``gpu-xid``, which is split by Xid class (an Xid 79 and an Xid 48 on two nodes are two
+    unrelated faults, not one shared one), and a lemon's, which is its top failing check."""
+    check = check or "unknown"
+    if check in ("lemon", "flapping"):
+        # "slurmguard: lemon: 3 failures in 1h (gpu-xid, ib-link)": the lemon's top check,
+        # as the policy pass names it (a flaky shared filesystem makes many lemons at once).
+        m = _TOP.search(reason or "")
+        if m:
+            return cause_key(m.group(1).strip(), reason)
+    if check == "gpu-xid":
+        m = _XID.search(reason or "")
+        if m:
+            return f"gpu-xid:{int(m.group(1))}"
+    return check
 
 
 def scopes(partitions: Mapping[str, Iterable[str]],
@@ -47,7 +82,8 @@ def scopes(partitions: Mapping[str, Iterable[str]],
 
 
 def caps(scopes: Mapping[str, frozenset[str]], p: PolicyParams) -> dict[str, int]:
-    """Cap per scope: ``fleet`` -> blast_max_nodes, others -> max(1, floor(P% of size))."""
+    """Cap per scope and cause: ``fleet`` -> blast_max_nodes, others -> max(1, floor(P% of
+    size)), never above blast_max_nodes."""
     out: dict[str, int] = {}
     for scope, members in scopes.items():
         if scope == "fleet":
@@ -58,28 +94,51 @@ def caps(scopes: Mapping[str, frozenset[str]], p: PolicyParams) -> dict[str, int
     return out
 
 
-def guard(requests: Iterable[DrainRequest], recent: Iterable[str],
+def _ledger(recent: Mapping[str, Iterable[str]] | Iterable[str]) -> dict[str, set[str]]:
+    if isinstance(recent, Mapping):
+        return {node: set(causes) or {ANY_CAUSE} for node, causes in recent.items()}
+    return {node: {ANY_CAUSE} for node in recent}
+
+
+def _counted(ledger: Mapping[str, set[str]], members: frozenset[str], cause: str) -> set[str]:
+    # Walk the ledger (a window's drains), not the scope (a fleet of 10,000).
+    return {n for n, causes in ledger.items()
+            if n in members and (cause in causes or ANY_CAUSE in causes)}
+
+
+def guard(requests: Iterable[DrainRequest], recent: Mapping[str, Iterable[str]] | Iterable[str],
           scopes: Mapping[str, frozenset[str]], p: PolicyParams,
           failing: Mapping[str, Iterable[str]] | None = None) -> tuple[list[DrainRequest], list[Action]]:
     """Split drain requests into (allowed, [refuse and alert actions]). Pure and deterministic.
 
-    ``recent``: nodes slurmguard drained within the blast window. ``scopes``: scope name ->
-    member nodes (must include "fleet"). ``failing``: cause -> nodes seen failing it now (for
-    the alert's node list; defaults to the requesters).
+    ``recent``: node -> causes slurmguard drained it for within the blast window (see the
+    module doc). ``scopes``: scope name -> member nodes (must include "fleet"). ``failing``:
+    cause -> nodes seen failing it now (for the alert's node list; defaults to the requesters).
     """
     cap = caps(scopes, p)
-    counted = {scope: set(members) & set(recent) for scope, members in scopes.items()}
+    ledger = _ledger(recent)
     allowed: list[DrainRequest] = []
     refused: dict[tuple[str, str], list[DrainRequest]] = {}
     for req in sorted(requests, key=lambda r: (r.cause, r.node)):
         mine = [s for s, members in scopes.items() if req.node in members or s == "fleet"]
-        full = [s for s in mine if req.node not in counted[s] and len(counted[s]) + 1 > cap[s]]
+        full = []
+        for s in mine:
+            counted = _counted(ledger, scopes[s], req.cause)
+            # The floor: cap >= 1, so the first node of a cause always fits.
+            if req.node not in counted and len(counted) + 1 > cap[s]:
+                full.append(s)
         if full:
             refused.setdefault((req.cause, _narrowest(full, scopes)), []).append(req)
             continue
-        for s in mine:
-            counted[s].add(req.node)
+        ledger.setdefault(req.node, set()).add(req.cause)
         allowed.append(req)
+    return allowed, _refusals(refused, allowed, ledger, scopes, cap, p, failing)
+
+
+def _refusals(refused: Mapping[tuple[str, str], list[DrainRequest]], allowed: list[DrainRequest],
+              ledger: Mapping[str, set[str]], scopes: Mapping[str, frozenset[str]],
+              cap: Mapping[str, int], p: PolicyParams,
+              failing: Mapping[str, Iterable[str]] | None) -> list[Action]:
     actions: list[Action] = []
     w = human_window(p.blast_window)
     for (cause, scope), reqs in sorted(refused.items()):
@@ -87,12 +146,22 @@ def guard(requests: Iterable[DrainRequest], recent: Iterable[str],
             actions.append(Action("refuse", node=r.node, source=cause, reason=r.reason, scope=scope))
         seen = set(failing.get(cause, ())) if failing else set()
         seen |= {r.node for r in reqs} | {a.node for a in allowed if a.cause == cause}
+        members = scopes.get(scope, frozenset())
+        seen |= {n for n, causes in ledger.items() if n in members and cause in causes}
+        if len(seen) < 2:
+            # Refused only because of earlier drains of unknown cause: say so, and do not
+            # call a fault seen on one node shared.
+            actions.append(Action(
+                "alert", source=cause, scope=scope, nodes=tuple(sorted(seen)),
+                reason=(f"blast-radius guard: {scope} reached its cap of {cap[scope]} drains "
+                        f"per {w} (causes unknown); {cause} not drained")))
+            continue
         actions.append(Action(
             "alert", source=cause, scope=scope, nodes=tuple(sorted(seen)),
             reason=(f"blast-radius guard: {cause} failing on {len(seen)} nodes of {scope} "
                     f"(cap {cap[scope]} drains per {w}); suspect a shared cause behind "
                     f"{cause}; stopped draining for it")))
-    return allowed, actions
+    return actions
 
 
 def _narrowest(full: list[str], scopes: Mapping[str, frozenset[str]]) -> str:

@@ -1,19 +1,20 @@
 """One policy pass: what serve should do about a set of nodes now. Pure.
 
-    plan(views, now, params, fleet_rate=..., slurm=..., scopes=..., recent=...) -> [Action]
+    plan(views, now, params, fleet_rate=..., slurm=...) -> [Action]
 
-Actions, in order: ``lemon`` (mark the node a lemon in the store), ``drain`` (allowed by the
-blast-radius guard), ``refuse`` + ``alert`` (past the cap), ``probation_end`` (M passing
-jobs done).
+Actions, in order: ``lemon`` (mark the node a lemon in the store), ``probation_end`` (M
+passing jobs done), ``drain`` (wanted: serve carries each out through
+:func:`slurmguard.drainguard.guarded_drain`, so the one blast-radius guard and its ledger
+decide whether it happens, as for every other drain path).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slurmguard.contract import REASON_PREFIX
-from slurmguard.policy.blast import DrainRequest, guard
+from slurmguard.policy.blast import DrainRequest
 from slurmguard.policy.lemon import lemon_verdict, top_checks
 from slurmguard.policy.params import PolicyParams
 from slurmguard.policy.types import Action, NodeView
@@ -27,13 +28,10 @@ class SlurmState:
 
 
 def plan(views: Mapping[str, NodeView], now: float, p: PolicyParams, *,
-         fleet_rate: float | None = None, slurm: Mapping[str, SlurmState] | None = None,
-         scopes: Mapping[str, frozenset[str]] | None = None,
-         recent: Iterable[str] = ()) -> list[Action]:
+         fleet_rate: float | None = None,
+         slurm: Mapping[str, SlurmState] | None = None) -> list[Action]:
     """The actions for these nodes. ``slurm`` is Slurm's view (missing node: unknown, no drain)."""
     slurm = slurm or {}
-    scopes = dict(scopes or {})
-    scopes.setdefault("fleet", frozenset(views) | frozenset(n for s in scopes.values() for n in s))
     actions: list[Action] = []
     requests: list[DrainRequest] = []
     for name in sorted(views):
@@ -56,7 +54,5 @@ def plan(views: Mapping[str, NodeView], now: float, p: PolicyParams, *,
         elif v.probation and v.probation_passes >= p.probation_jobs:
             actions.append(Action("probation_end", node=name, source="probation",
                                   reason=f"passed {v.probation_passes} jobs"))
-    allowed, refusals = guard(requests, recent, scopes, p)
-    actions += [Action("drain", node=r.node, source=r.cause, reason=r.reason) for r in allowed]
-    actions += refusals
+    actions += [Action("drain", node=r.node, source=r.cause, reason=r.reason) for r in requests]
     return actions

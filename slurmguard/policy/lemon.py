@@ -1,11 +1,18 @@
 """Lemons and flapping: nodes that fail again and again, or alternate pass and fail.
 
+Failures are counted as **episodes**, not sightings: an episode is one node, one cause (the
+failing check), from its first failing run to the first later run in which that check passed.
+The prolog that found a lost GPU, the epilog of the same job, every health check and agent
+run that sees it while the node waits: one failure. A run that did not run the check does
+not end its episode (a prolog may run fewer checks than a health check).
+
 A node is a lemon when, within the policy window (default 1 h),
-  * it failed at least ``lemon_failures`` times (default 3): unhealthy runs plus drains by
-    someone else (an admin, Kubernetes, Slurm itself); our own drains come with an unhealthy
+  * it failed at least ``lemon_failures`` times (default 3): episodes plus drains by
+    someone else (an admin, Kubernetes, Slurm itself); our own drains come with a failing
     run already, so they are not counted twice; or
-  * its failure rate is far above the fleet's: at least ``lemon_rate_factor`` (5x) the fleet
-    rate, at least ``lemon_rate_floor`` (50 %), over at least ``lemon_rate_min_runs`` runs.
+  * its failure rate is far above the fleet's: episodes / (episodes + passing runs) at least
+    ``lemon_rate_factor`` (5x) the fleet rate and at least ``lemon_rate_floor`` (50 %), over
+    at least ``lemon_rate_min_runs`` runs.
 A node is flapping when its judged runs change between pass and fail at least
 ``flap_transitions`` (4) times in the window: it counts as failing (it becomes a lemon with a
 flapping reason) even though its last run may have passed.
@@ -15,6 +22,7 @@ Checker errors (health ``error``) and ``unsupported`` runs are never a failure o
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slurmguard.contract import REASON_PREFIX
@@ -43,10 +51,33 @@ def _since(view: NodeView, now: float, window: float) -> float:
     return max(now - window, view.reset_at or float("-inf"))
 
 
+def episodes(samples: Iterable[Sample]) -> list[tuple[str, float]]:
+    """(cause, start) of each failure episode in judged ``samples`` (oldest first). Pure.
+
+    A cause's episode opens at a failing run that names it while it is not open, and closes
+    at a run in which that check passed (``Sample.passed``; a passing run whose checks are not
+    known closes every episode)."""
+    out: list[tuple[str, float]] = []
+    open_: set[str] = set()
+    for s in samples:
+        if s.passed is None and s.health != UNHEALTHY:
+            open_.clear()
+            continue
+        open_ -= set(s.passed or ())
+        if s.health != UNHEALTHY:
+            open_.discard("unhealthy")
+            continue
+        for cause in s.checks or ("unhealthy",):
+            if cause not in open_:
+                open_.add(cause)
+                out.append((cause, s.at))
+    return out
+
+
 def failures(view: NodeView, now: float, window: float) -> int:
+    """Failure episodes in the window, plus drains by someone else."""
     since = _since(view, now, window)
-    runs = sum(1 for s in judged(view.samples, since) if s.health == UNHEALTHY)
-    return runs + sum(1 for t in view.foreign_drains if t >= since)
+    return len(episodes(judged(view.samples, since))) + sum(1 for t in view.foreign_drains if t >= since)
 
 
 def transitions(view: NodeView, now: float, window: float) -> int:
@@ -55,8 +86,9 @@ def transitions(view: NodeView, now: float, window: float) -> int:
 
 
 def top_checks(view: NodeView, now: float, window: float, limit: int = 2) -> str:
-    counts = Counter(c for s in judged(view.samples, _since(view, now, window)) if s.health == UNHEALTHY
-                     for c in s.checks)
+    """The causes with the most episodes in the window (ties: the earliest first)."""
+    counts = Counter(c for c, _ in episodes(judged(view.samples, _since(view, now, window)))
+                     if c != "unhealthy")
     return ", ".join(name for name, _ in counts.most_common(limit))
 
 
@@ -74,8 +106,10 @@ def lemon_verdict(view: NodeView, now: float, p: PolicyParams,
         return Verdict("flapping", f"{flips} pass/fail changes in {w}{suffix}")
     runs = judged(view.samples, _since(view, now, p.window))
     if fleet_rate is not None and len(runs) >= p.lemon_rate_min_runs:
-        bad = sum(1 for s in runs if s.health == UNHEALTHY)
-        rate = bad / len(runs)
+        # Episodes against passes: a node that stays failing for an hour is one incident.
+        bad = len(episodes(runs))
+        passes = sum(1 for s in runs if s.health != UNHEALTHY)
+        rate = bad / (bad + passes) if bad + passes else 0.0
         if rate >= p.lemon_rate_floor and rate >= p.lemon_rate_factor * fleet_rate and bad > 0:
             return Verdict("lemon", f"failure rate {rate:.0%} vs fleet {fleet_rate:.0%} in {w}{suffix}")
     return None

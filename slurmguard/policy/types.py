@@ -42,6 +42,9 @@ class Sample:
     checks: tuple[str, ...] = ()  # names of the run's unhealthy checks
     hook: str = "healthcheck"
     job_id: str | None = None
+    # checks of the run that passed (healthy or degraded); None: not known (then a passing
+    # run is taken to have passed everything)
+    passed: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -86,8 +86,13 @@ class Reconciler:
     def __init__(self, section: Mapping[str, Any], slurm: Any, kube: Any, *,
                  policy: Mapping[str, Any] | None = None, nodeset: str | None = None, clock: Callable[[], float] = time.time,
                  log: Callable[[str], None] = lambda _line: None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, store: Any = None) -> None:
         self.section = section
+        # The ledger and the one permit for Slurm drains (slurmguard.drainguard); without a
+        # store the plan's guard, counted from the two views, is the only cap.
+        self.store = store
+        self.policy = policy or {}
+        self._scopes: dict[str, frozenset[str]] = {}
         self.slurm, self.kube = slurm, kube
         self.nodeset = nodeset or section.get("nodes") or None
         self.rules, self.mapping = rules_from(section, policy), mapping_from(section)
@@ -138,6 +143,10 @@ class Reconciler:
         sviews = self.read_slurm(errors)
         kviews, unmapped = self.kube_views(kobjs) if kobjs is not None else (None, [])
         p = plan(sviews, kviews, self.rules, now, unmapped=unmapped)
+        if sviews is not None and kviews is not None:
+            from .plan import _scopes
+
+            self._scopes = _scopes(sviews, kviews, self.rules)
         r = Round(plan=p, errors=errors)
         if p.failed:
             self.metrics.round("failed_closed")
@@ -160,7 +169,7 @@ class Reconciler:
             if a.kind in K8S_KINDS:
                 out = self._apply_k8s(a, s, k, now)
             elif a.kind == SLURM_DRAIN:
-                out = Outcome(a, True, bool(self.slurm.drain(a.node, a.reason)))
+                out = self.slurm_drain(a, now)
             elif a.kind == SLURM_UNDRAIN:
                 out = Outcome(a, True, bool(self.slurm.undrain(a.node)))
             else:  # pragma: no cover - plan.changes holds only the kinds above
@@ -171,6 +180,29 @@ class Reconciler:
         state = ("done" if out.changed else "no change") if out.ok else f"FAILED: {out.error}"
         self.log(f"reconcile: {a.node}: {a.kind}: {state} ({a.why})")
         return out
+
+    def slurm_drain(self, a: Action, now: float) -> Outcome:
+        """A Slurm drain mirrored from Kubernetes (``a.kind == SLURM_DRAIN``), through the one
+        guard and its ledger when a store is configured."""
+        from slurmguard.drainguard import StorePermit, Unguarded, guarded_drain
+        from slurmguard.policy.blast import scopes
+        from slurmguard.policy.params import PolicyParams
+
+        from .plan import _cause
+
+        permit: Any = Unguarded("reconcile: capped by the plan from both views (no store)")
+        if self.store is not None:
+            params = PolicyParams.from_section(self.policy)
+            sc = self._scopes or scopes({i.name: i.partitions for i in self.slurm.nodes()},
+                                        params.groups)
+            permit = StorePermit(self.store, params, sc, via="reconcile")
+        done = guarded_drain(self.slurm, permit, a.node, _cause(a)[:64], a.reason,
+                             via="reconcile", ledger=self.store, now=now)
+        if done.result == "failed":
+            return Outcome(a, False, error=done.detail)
+        if done.result == "refused":
+            self.log(f"reconcile: {a.node}: drain refused by the blast-radius guard: {done.detail}")
+        return Outcome(a, True, done.result == "drained")
 
     def _apply_k8s(self, a: Action, s: SlurmView, k: KubeView, now: float) -> Outcome:
         from slurmguard.adapters.k8s import KubeConflict

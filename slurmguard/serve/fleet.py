@@ -3,8 +3,10 @@
 
 The decisions are pure (:mod:`slurmguard.policy`); this module only gathers their inputs
 (store history, Slurm node states and partitions, config groups), carries out the actions
-(drain through the Slurm adapter, flags, events, fleet alerts), and answers ``/permit``: a node
-about to drain itself asks first, so the blast-radius guard also covers node-side drains.
+(flags, events, and drains through :func:`slurmguard.drainguard.guarded_drain`), and answers
+``/permit``: a node about to drain itself asks first. Both use the same permit
+(:class:`slurmguard.drainguard.StorePermit`): one blast-radius guard, one ledger, for every
+drain path (docs/policy.md).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from slurmguard.contract import REASON_PREFIX
+from slurmguard.drainguard import StorePermit, Verdict, guarded_drain
 from slurmguard.errors import InputError, SlurmguardError
-from slurmguard.policy.blast import DrainRequest, guard
+from slurmguard.policy.blast import DrainRequest, cause_key
 from slurmguard.policy.blast import scopes as blast_scopes
 from slurmguard.policy.engine import SlurmState, plan
 from slurmguard.policy.params import PolicyParams
@@ -144,15 +147,19 @@ class Fleet:
         for r in records:
             applied = str(r.get("applied", ""))
             reason = r["decision"]["reason"]
-            if applied == "drained":
-                self.metrics.drains.labels(cause=reason_source(reason) or "unknown",
-                                           source=r["hook"]).inc()
-                recent = self.store.nodes.events(node=r["node"], kinds=["drain"], since=r["started"] - 120,
-                                                 limit=1)
-                if not any(e.details.get("via") == "permit" for e in recent):  # not via /permit
-                    self.store.nodes.record_event(r["node"], "drain", ACTOR, reason,
-                                                  source=reason_source(reason) or r["hook"],
-                                                  at=r["started"], details={"hook": r["hook"]})
+            if applied == "drained" or applied.startswith("drain failed"):
+                # The ledger from what Slurm did (docs/policy.md, "The ledger"): a drain
+                # only when Slurm took it, drain_failed with the error, nothing for a node
+                # that was already drained or down.
+                cause = cause_key(reason_source(reason) or r["hook"], reason)
+                ok = applied == "drained"
+                if ok:
+                    self.metrics.drains.labels(cause=reason_source(reason) or "unknown",
+                                               source=r["hook"]).inc()
+                self.store.nodes.record_event(
+                    r["node"], "drain" if ok else "drain_failed", ACTOR,
+                    reason if ok else applied[:1000], source=cause, at=r["started"],
+                    details={"via": r["hook"], "hook": r["hook"]})
             elif applied == "undrained":
                 # reason: "<check> passes again" (decide.py): the check whose drain was cleared
                 self.metrics.undrains.labels(cause=(reason.split() or ["unknown"])[0]).inc()
@@ -187,18 +194,18 @@ class Fleet:
             bad, judged = self.store.nodes.fleet_failure_rate(window=self.params.window, now=now)
             states = {n: SlurmState(drained=i.drained, ours=i.ours, down=i.down or i.not_responding)
                       for n, i in infos.items() if n in views}
-            recent = self.store.nodes.drained_by_us_since(now - self.params.blast_window)
             actions = plan(views, now, self.params, fleet_rate=(bad / judged) if judged else None,
-                           slurm=states, scopes=scopes, recent=recent)
+                           slurm=states)
             for a in actions:
                 try:
-                    self._apply(a, now, infos)
+                    self._apply(a, now, infos, scopes)
                 except SlurmguardError as exc:
                     log.error("policy: %s %s failed: %s", a.kind, a.node or a.source, exc)
             self._probation_marks(views, infos)
             return actions
 
-    def _apply(self, a: Action, now: float, infos: dict[str, Any], via_permit: bool = False) -> None:
+    def _apply(self, a: Action, now: float, infos: dict[str, Any],
+               scopes: dict[str, frozenset[str]]) -> None:
         if a.kind == "lemon":
             self.store.nodes.set_flags(a.node, lemon=True, lemon_reason=a.reason, lemon_since=now,
                                        burnin_required=bool(self.params.burnin_after_lemon))
@@ -206,28 +213,36 @@ class Fleet:
             self.metrics.lemons.labels(cause=a.source or "unknown").inc()
             log.warning("policy: %s is a lemon: %s", a.node, a.reason)
         elif a.kind == "drain":
-            if self.slurm.drain(a.node, a.reason):
-                self.store.nodes.record_event(a.node, "drain", ACTOR, a.reason, source=a.source, at=now,
-                                              details={"via": "policy"})
+            if not scopes:  # Slurm did not answer this pass: nothing is drained (fail safe)
+                return
+            done = guarded_drain(self.slurm, self.store_permit("policy", scopes), a.node,
+                                 a.source or "lemon", a.reason, via="policy", ledger=self.store,
+                                 now=now)
+            if done.result == "drained":
                 self.metrics.drains.labels(cause=a.source or "unknown", source="policy").inc()
                 log.warning("policy: drained %s: %s", a.node, a.reason)
-        elif a.kind == "refuse":
-            self.metrics.drains_refused.labels(cause=a.source or "unknown",
-                                               via="permit" if via_permit else "policy").inc()
-            self.store.nodes.record_event(a.node, "drain_refused", ACTOR, a.reason, source=a.source,
-                                          at=now, details={"scope": a.scope})
-        elif a.kind == "alert":
-            alert, created = self.store.nodes.open_alert(a.source, a.scope, a.nodes, a.reason, now=now,
-                                                         window=self.params.blast_window)
-            if alert.count != len(a.nodes):  # merged with earlier refusals: say the total
-                self.store.nodes.open_alert(a.source, a.scope, (), re.sub(
-                    r"failing on \d+ nodes", f"failing on {alert.count} nodes", a.reason),
-                    now=now, window=self.params.blast_window)
-            if created:
-                self.metrics.blast_trips.labels(cause=a.source or "unknown", scope=a.scope).inc()
-                log.error("fleet alert: %s", a.reason)
+            elif done.result == "failed":
+                log.error("policy: drain of %s failed: %s", a.node, done.detail)
         elif a.kind == "probation_end":
             self._end_probation(a.node, infos.get(a.node), a.reason, now)
+
+    def store_permit(self, via: str, scopes: Any = None) -> StorePermit:
+        """The one permit, for serve's own drains (``scopes`` of this pass) and for /permit
+        (the cached scopes), decided under serve's lock and counted in serve's metrics."""
+        return StorePermit(self.store, self.params, scopes if scopes is not None else self._cached_scopes,
+                           via=via, lock=self.lock, on_verdict=self._count_verdict)
+
+    def _count_verdict(self, req: DrainRequest, v: Verdict, via: str) -> None:
+        if via == "permit":
+            self.metrics.permits.labels(cause=req.cause,
+                                        result="allowed" if v.allowed else "refused").inc()
+        for a in v.actions:
+            if a.kind == "refuse":
+                self.metrics.drains_refused.labels(cause=a.source or "unknown", via=via).inc()
+        if v.alert_created:
+            scope = next((a.scope for a in v.actions if a.kind == "alert"), "")
+            self.metrics.blast_trips.labels(cause=req.cause, scope=scope).inc()
+            log.error("fleet alert: %s", v.alert)
 
     # -- probation marks
     def _probation_marks(self, views: dict[str, Any], infos: dict[str, Any]) -> None:
@@ -274,27 +289,11 @@ class Fleet:
         if not isinstance(reason, str) or "\x00" in reason or not _encodable(reason):
             raise InputError(f"permit.reason: expected text without NUL, got {_show(reason)}")
         reason = reason[:1000]
-        now = time.time()
         scopes = self._cached_scopes()
-        with self.lock:
-            fleet = scopes.get("fleet", frozenset())
-            if fleet and node not in fleet:
-                # Slurm answered and does not know this node: nothing to drain, nothing to
-                # count. (With no answer from Slurm the node is counted, failing open.)
-                raise InputError(f"permit.node: {node!r} is not a node Slurm knows")
-            if node not in fleet:
-                scopes = {**scopes, "fleet": fleet | {node}}
-            recent = self.store.nodes.drained_by_us_since(now - self.params.blast_window)
-            same_cause = [n for n, evs in recent.items() if any(src == check for _, src in evs)]
-            allowed, actions = guard([DrainRequest(node, check, reason)], recent, scopes,
-                                     self.params, failing={check: same_cause})
-            if allowed:
-                self.store.nodes.record_event(node, "drain", ACTOR, reason, source=check, at=now,
-                                              details={"via": "permit"})
-                self.metrics.permits.labels(cause=check, result="allowed").inc()
-                return {"allow": True}
-            self.metrics.permits.labels(cause=check, result="refused").inc()
-            for a in actions:
-                self._apply(a, now, {}, via_permit=True)
-            alert = next((a.reason for a in actions if a.kind == "alert"), "")
-            return {"allow": False, "alert": alert}
+        fleet = scopes.get("fleet", frozenset())
+        if fleet and node not in fleet:
+            # Slurm answered and does not know this node: nothing to drain, nothing to
+            # count. (With no answer from Slurm the node is counted, failing open.)
+            raise InputError(f"permit.node: {node!r} is not a node Slurm knows")
+        allowed, why = self.store_permit("permit", scopes).ask(node, cause_key(check, reason), reason)
+        return {"allow": True} if allowed else {"allow": False, "alert": why}

@@ -46,6 +46,8 @@ EVENT_KINDS = (
     "probation_start",
     "probation_end",
     "drain_refused",  # the blast-radius guard refused a drain
+    "permit",  # the blast-radius guard allowed a drain (holds its slot; slurmguard/drainguard.py)
+    "drain_failed",  # a drain slurmguard asked Slurm for did not take (the error in reason)
 )
 
 

@@ -22,7 +22,7 @@ from sqlalchemy import Engine, and_, bindparam, func, insert, select, update
 from slurmguard.errors import InputError
 from slurmguard.nodeset import expand, fold
 from slurmguard.policy.params import PolicyParams
-from slurmguard.policy.types import UNHEALTHY, NodeView, Sample, worst_health
+from slurmguard.policy.types import DEGRADED, HEALTHY, UNHEALTHY, NodeView, Sample, worst_health
 from slurmguard.store.engine import guard
 from slurmguard.store.models import EVENT_KINDS, Event, FleetAlert, Node, Result, Run
 from slurmguard.store.records import validate_node, validate_record
@@ -374,11 +374,19 @@ class Nodes:
                                            Run.job_id).where(
                     Run.node_id.in_(list(by_id)), Run.started >= since)
                     .order_by(Run.started)).all()
+                # Check names of every run of the nodes that failed in the window: the
+                # failing ones open episodes, the passing ones close them (policy/lemon.py).
                 checks: dict[int, list[str]] = {}
-                for rchunk in chunks([r.id for r in runs if r.health == UNHEALTHY]):
-                    for run_id, name in conn.execute(select(Result.run_id, Result.name).where(
-                            Result.run_id.in_(rchunk), Result.health == UNHEALTHY)):
-                        checks.setdefault(run_id, []).append(name)
+                passed: dict[int, list[str]] = {}
+                failing = {r.node_id for r in runs if r.health == UNHEALTHY}
+                for rchunk in chunks([r.id for r in runs if r.node_id in failing]):
+                    for run_id, name, health in conn.execute(select(
+                            Result.run_id, Result.name, Result.health).where(
+                            Result.run_id.in_(rchunk))):
+                        if health == UNHEALTHY:
+                            checks.setdefault(run_id, []).append(name)
+                        elif health in (HEALTHY, DEGRADED):
+                            passed.setdefault(run_id, []).append(name)
                 drains = conn.execute(select(Event.node_id, Event.at).where(and_(
                     Event.node_id.in_(list(by_id)), Event.at >= since, Event.kind == "drain",
                     Event.actor_kind != "slurmguard")).order_by(Event.at)).all()
@@ -388,7 +396,8 @@ class Nodes:
                 samples: dict[int, list[Sample]] = {}
                 for r in runs:
                     samples.setdefault(r.node_id, []).append(Sample(
-                        r.started, r.health, tuple(sorted(checks.get(r.id, ()))), r.hook, r.job_id))
+                        r.started, r.health, tuple(sorted(checks.get(r.id, ()))), r.hook, r.job_id,
+                        tuple(sorted(passed.get(r.id, ()))) if r.node_id in failing else None))
                 foreign: dict[int, list[float]] = {}
                 for node_id, at in drains:
                     foreign.setdefault(node_id, []).append(at)

@@ -156,8 +156,8 @@ def validate_record(rec: Any, *, now: float | None = None) -> dict[str, Any]:
         "results": out_results,
         "slurmguard_version": _text("slurmguard_version", rec.get("slurmguard_version"), 32),
         # What the hook did about its decision ("drained", "already drained or down", ...):
-        # serve ledgers node-side drains from it.
-        "applied": _text("applied", rec.get("applied"), 64),
+        # serve ledgers node-side drains from it (a drain_failed event carries the error).
+        "applied": _text("applied", rec.get("applied"), 300),
         # Set by the node's spool (slurmguard.adapters.spool.write): the record was replayed.
         "spooled": _spooled(rec.get("spooled")),
     }

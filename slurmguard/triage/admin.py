@@ -71,6 +71,7 @@ def drain_nodes(slurm: Any, store: Any, nodes: Sequence[str], text: str,
                 actor: str) -> list[Outcome]:
     """Drain each node with ``slurmguard: admin: <text>`` and record who did it."""
     from slurmguard.adapters.slurm.commands import format_reason
+    from slurmguard.drainguard import Unguarded, guarded_drain
 
     text = check_reason(text)
     reason = format_reason(SOURCE, text)
@@ -84,7 +85,13 @@ def drain_nodes(slurm: Any, store: Any, nodes: Sequence[str], text: str,
             out.append(Outcome(node, "drain", "refused",
                                f"already drained by someone else: {info.reason!r}"))
             continue
-        if not slurm.drain(node, reason):
+        # An admin's drain is a human decision, not an unattended one: no cap, but the same
+        # one path (slurmguard.drainguard), and the event below names the admin.
+        done = guarded_drain(slurm, Unguarded("an admin's own drain"), node, SOURCE, reason,
+                             via="admin")
+        if done.error is not None:
+            raise done.error
+        if done.result != "drained":
             out.append(Outcome(node, "drain", "skipped", "state changed meanwhile; not drained"))
             continue
         eid = store.nodes.record_event(node, "drain", actor, text, source=SOURCE,

@@ -1,0 +1,210 @@
+"""Every drain slurmguard makes goes through :func:`guarded_drain`: ask the guard, drain,
+write what happened.
+
+    guarded_drain(slurm, permit, node, cause, reason, via="gate", ledger=store) -> Drained
+
+1. Slurm's view first: a node that is DOWN, FAILed or already drained (by us or anyone) is
+   left alone; nothing is asked and nothing is recorded (the ledger holds no drain that did
+   not happen, and a second sighting of the same fault costs no permit).
+2. The permit: the one blast-radius guard (:func:`slurmguard.policy.blast.guard`) over the one
+   ledger (the store's events), either in this process (:class:`StorePermit`: serve, the gate,
+   the policy pass, burn-in, the reconciler) or through serve's ``POST /permit``
+   (:class:`ServePermit`: the hooks and the agent on a node, which have no database driver).
+   A refused drain stays undone: the permit recorded ``drain_refused`` and the fleet alert.
+3. ``scontrol update state=drain``. Taken: event ``drain``. Slurm refused or timed out: event
+   ``drain_failed`` with the error. (On the node path the record's ``applied`` carries this
+   and serve writes the event: see serve/fleet.py ``after_ingest``.)
+
+The only other way past the guard is :class:`Unguarded`, named at each use: an admin's own
+``slurmguard drain`` (a human decision, not an unattended one) and burn-in putting back a
+drain it had lifted for the run. tests/test_drain_paths.py fails on any ``.drain(`` call in
+the package outside this module.
+
+Standard library only at import (the hooks import it on every drain).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from slurmguard.errors import SlurmguardError
+from slurmguard.policy.blast import DrainRequest, guard
+from slurmguard.policy.params import PolicyParams
+from slurmguard.policy.types import Action
+
+ACTOR = "slurmguard"
+# Event kinds of the guard's ledger: a granted permit holds its slot until the drain lands
+# (``drain``) or fails (``drain_failed`` gives the slot back).
+LEDGER_KINDS = ("permit", "drain", "drain_failed")
+_LEDGER_LIMIT = 1_000_000
+
+
+class Permit(Protocol):
+    def ask(self, node: str, cause: str, reason: str) -> tuple[bool, str]:
+        """(allowed, why); a refusal has been recorded by the permit itself."""
+
+
+@dataclass(frozen=True)
+class Drained:
+    node: str
+    result: str  # drained, refused, already, failed
+    detail: str = ""
+    error: SlurmguardError | None = field(default=None, compare=False)  # when failed
+
+    @property
+    def applied(self) -> str:
+        """The hook record's ``applied`` text (serve turns it into the ledger's event)."""
+        return {"drained": "drained", "already": "already drained or down",
+                "refused": f"not drained: {self.detail}",
+                "failed": f"drain failed: {self.detail}"}[self.result]
+
+
+def guarded_drain(slurm: Any, permit: Permit, node: str, cause: str, reason: str, *,
+                  via: str, ledger: Any = None, details: Mapping[str, Any] | None = None,
+                  now: float | None = None) -> Drained:
+    """Drain ``node`` for ``cause`` with ``reason`` if Slurm, the guard and the ledger agree.
+
+    ``slurm``: the Slurm adapter (``node``, ``drain``). ``ledger``: the store, or None where
+    serve writes the event from the hook's record. Never raises for a Slurm failure."""
+    try:
+        info = slurm.node(node)
+    except SlurmguardError as exc:
+        return Drained(node, "failed", f"cannot read the node: {exc.message}", exc)
+    if info.down or info.drained or "FAIL" in info.flags:
+        return Drained(node, "already", info.reason)
+    allowed, why = permit.ask(node, cause, reason)
+    if not allowed:
+        return Drained(node, "refused", why)
+    at = time.time() if now is None else now
+    extra = {"via": via, **(details or {})}
+    try:
+        taken = slurm.drain(node, reason)
+    except SlurmguardError as exc:
+        if ledger is not None:
+            ledger.nodes.record_event(node, "drain_failed", ACTOR, exc.message, source=cause, at=at,
+                                details=extra)
+        return Drained(node, "failed", exc.message, exc)
+    if not taken:  # drained or DOWN meanwhile: someone else's change stands
+        return Drained(node, "already", "state changed meanwhile")
+    if ledger is not None:
+        ledger.nodes.record_event(node, "drain", ACTOR, reason, source=cause, at=at, details=extra)
+    return Drained(node, "drained", reason)
+
+
+@dataclass(frozen=True)
+class Unguarded:
+    """No guard, on purpose (``why`` says which): an admin's explicit drain, or burn-in
+    restoring a drain it lifted for the run. Everything else asks a real permit."""
+
+    why: str
+
+    def ask(self, node: str, cause: str, reason: str) -> tuple[bool, str]:
+        return True, self.why
+
+
+class ServePermit:
+    """serve's ``POST /permit`` (the node side). Fails open when serve cannot answer in
+    ``hooks.report_timeout``: a faulty node must not take jobs because the controller is busy."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+
+    def ask(self, node: str, cause: str, reason: str) -> tuple[bool, str]:
+        from slurmguard.adapters.serve_client import drain_permit
+
+        return drain_permit(node, cause, reason, self.cfg)
+
+
+def ledger_recent(store: Any, since: float) -> dict[str, set[str]]:
+    """The guard's input from the ledger: node -> causes slurmguard drained it for (or
+    permitted a drain) since ``since``, less the permits whose drain then failed."""
+    events = store.nodes.events(since=since, kinds=list(LEDGER_KINDS), limit=_LEDGER_LIMIT)
+    out: dict[str, set[str]] = {}
+    for e in sorted(events, key=lambda e: (e.at, e.id)):
+        if e.actor_kind != ACTOR:
+            continue
+        causes = out.setdefault(e.node, set())
+        if e.kind == "drain_failed":
+            causes.discard(e.source)
+        else:
+            causes.add(e.source)
+    return {n: c for n, c in out.items() if c}
+
+
+@dataclass
+class Verdict:
+    allowed: bool
+    actions: list[Action]  # refuse and alert actions when refused
+    alert: str = ""  # the alert's text
+    alert_created: bool = False
+
+
+def decide(store: Any, req: DrainRequest, scopes: Mapping[str, frozenset[str]],
+           params: PolicyParams, *, via: str, now: float | None = None) -> Verdict:
+    """The one permit: the guard over the store's ledger, and the ledger's entry for the
+    answer (``permit``, or ``drain_refused`` and the fleet alert). A pure decision between a
+    read and a write of the store, so it can move into one serializing transaction."""
+    now = time.time() if now is None else now
+    recent = ledger_recent(store, now - params.blast_window)
+    failing = {req.cause: [n for n, causes in recent.items() if req.cause in causes]}
+    allowed, actions = guard([req], recent, scopes, params, failing=failing)
+    if allowed:
+        store.nodes.record_event(req.node, "permit", ACTOR, req.reason, source=req.cause, at=now,
+                           details={"via": via})
+        return Verdict(True, [])
+    verdict = Verdict(False, actions)
+    for a in actions:
+        if a.kind == "refuse":
+            store.nodes.record_event(a.node, "drain_refused", ACTOR, a.reason, source=a.source, at=now,
+                               details={"scope": a.scope, "via": via})
+        elif a.kind == "alert":
+            verdict.alert, verdict.alert_created = _alert(store, a, now, params.blast_window)
+    return verdict
+
+
+def _alert(store: Any, a: Action, now: float, window: float) -> tuple[str, bool]:
+    alert, created = store.nodes.open_alert(a.source, a.scope, a.nodes, a.reason, now=now, window=window)
+    text = a.reason
+    if alert.count != len(a.nodes):  # merged with earlier refusals: say the total
+        import re
+
+        text = re.sub(r"failing on \d+ nodes", f"failing on {alert.count} nodes", a.reason)
+        store.nodes.open_alert(a.source, a.scope, (), text, now=now, window=window)
+    return text, created
+
+
+class StorePermit:
+    """The guard in this process, over ``store``'s ledger. ``scopes``: the scopes, or a
+    function returning them (serve caches Slurm's view). ``lock``: serve's, so its threads
+    decide one at a time. ``on_verdict``: serve's metrics."""
+
+    def __init__(self, store: Any, params: PolicyParams,
+                 scopes: Mapping[str, frozenset[str]] | Callable[[], Mapping[str, frozenset[str]]],
+                 *, via: str, lock: Any = None,
+                 on_verdict: Callable[[DrainRequest, Verdict, str], None] | None = None) -> None:
+        self.store, self.params, self.via = store, params, via
+        self._scopes, self._lock, self._on_verdict = scopes, lock, on_verdict
+
+    def scopes(self, node: str) -> dict[str, frozenset[str]]:
+        got = dict(self._scopes() if callable(self._scopes) else self._scopes)
+        fleet = got.get("fleet", frozenset())
+        if node not in fleet:  # not listed by Slurm (or no answer): still counts in the fleet
+            got["fleet"] = frozenset(fleet) | {node}
+        return got
+
+    def ask(self, node: str, cause: str, reason: str) -> tuple[bool, str]:
+        req = DrainRequest(node, cause, reason)
+        scopes = self.scopes(node)
+        if self._lock is None:
+            verdict = decide(self.store, req, scopes, self.params, via=self.via)
+        else:
+            with self._lock:
+                verdict = decide(self.store, req, scopes, self.params, via=self.via)
+        if self._on_verdict is not None:
+            self._on_verdict(req, verdict, self.via)
+        if verdict.allowed:
+            return True, "allowed"
+        return False, verdict.alert or "refused by the blast-radius guard"
