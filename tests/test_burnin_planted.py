@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from burnin_truth import history, precision_recall
-from slurmguard.burnin.stats import StatParams
+pytest.importorskip("numpy")  # the generator and the columnar judge use it
 
-np = pytest.importorskip("numpy")
+from burnin_truth import history, precision_recall  # noqa: E402
 
+from slurmguard.burnin.stats import StatParams  # noqa: E402
 from slurmguard.burnin.vector import judge_rows  # noqa: E402
 
 
