@@ -212,7 +212,7 @@ def slurm_settings() -> tuple[dict[str, str], str]:
 def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: bytes | None,
           exe: str) -> Plan:
     """Every step of `setup ROLE` (``config_content``: the config to create, or None)."""
-    from slurmguard.adapters.slurm.conf import slurm_user
+    from slurmguard.adapters.slurm.conf import DEFAULT_SLURM_CONF, slurm_user
     from slurmguard.install import spank
 
     plan = Plan(role, prefix, exe, config_file)
@@ -247,6 +247,8 @@ def build(role: str, prefix: str, cfg: Any, config_file: str, config_content: by
     # clients ask ([agent] socket, [serve] gate_socket), so the C clients need no TOML.
     extra = {"SLURMGUARD_AGENT_SOCKET": str(cfg["agent.socket"]),
              "SLURMGUARD_SCONTROL": str(cfg["slurm.scontrol"])}  # the fail-open's Slurm mark
+    if conf_path != DEFAULT_SLURM_CONF:  # slurmd starts HealthCheckProgram without SLURM_CONF
+        extra["SLURM_CONF"] = conf_path
     gclient = spank.gate_client()
     if gclient is not None:
         gpath = f"{lib}/prolog/slurmguard-gate-client"
