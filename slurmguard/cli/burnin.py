@@ -350,6 +350,6 @@ def _echo_report_json(data: dict[str, Any], nodes: list[str] | None = None) -> N
 
 
 def _order(verdict: str) -> int:
-    return ["failed", "flagged", "degrading", "partial", "pending", "no_verdict", "pass"].index(
-        verdict) if verdict in ("failed", "flagged", "degrading", "partial", "pending",
-                                "no_verdict", "pass") else 9
+    order = ("failed", "flagged", "suspect", "degrading", "partial", "pending", "no_verdict",
+             "pass")
+    return order.index(verdict) if verdict in order else 9
