@@ -159,7 +159,7 @@ def test_a_pack_that_does_not_read_falls_back() -> None:
 
 
 def test_numpy_judge_on_a_falling_and_a_slow_node() -> None:
-    # The table test's fleet (test_burnin_stats.py): n6 falls 4 nights in a row, n7 is slow.
+    # The table test's fleet (test_burnin_stats.py): n6 falls 5 nights on 2 metrics, n7 is slow.
     # Two metrics each: a trend needs confirm_metrics (2) of them.
     runs = [R(f"n{i}", i, "complete") for i in range(1, 8)]
     rows = [SeriesRow(f"n{i}", m, "GFLOP/s", True, "g", i, 0.0, 100.0, "2027-01-14",

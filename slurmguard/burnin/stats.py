@@ -178,14 +178,6 @@ def theil_sen_drop(scores: Sequence[float]) -> float:
     return -median(slopes) * (n - 1) if slopes else 0.0
 
 
-def noise_of(stats: GroupStats) -> float:
-    """The group's spread as a fraction of its median (1.4826 MAD / median: sigma for
-    normal data)."""
-    if not stats.median or stats.mad is None or stats.median <= 0:
-        return 0.0
-    return 1.4826 * stats.mad / stats.median
-
-
 def nightly_scores(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_better: bool,
                    nights: int) -> dict[str, list[float]]:
     """Each node's scores over its last ``nights`` nights, against each night's median.
@@ -213,7 +205,7 @@ def nightly_scores(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_
 
 
 def degrading_nodes(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_better: bool,
-                    p: StatParams, noise: float = 0.0) -> dict[str, list[float]]:
+                    p: StatParams) -> dict[str, list[float]]:
     """The nodes of one group whose scores fall, with their last ``trend_nights`` + 1 scores.
 
     Each node with a complete, finite tail is scored night by night (:func:`nightly_scores`)
@@ -221,10 +213,8 @@ def degrading_nodes(series: Mapping[str, tuple[int, Sequence[float]]], higher_is
     ``trend_min_drop``, at least ``trend_sigmas`` robust z above the group's drops (median and
     MAD of every such node's drop, the MAD floored at ``mad_floor``: the group's own night to
     night noise, whatever its tails), and its latest score is still >= ``threshold``.
-    Groups with fewer than ``min_group`` such nodes have no trends. ``noise`` is unused (the
-    drops' own spread replaced it).
+    Groups with fewer than ``min_group`` such nodes have no trends.
     """
-    del noise
     nights = max(1, p.trend_nights) + 1
     scored = {n: sc for n, sc in nightly_scores(series, higher_is_better, nights).items()
               if all(map(math.isfinite, sc))}

@@ -30,7 +30,6 @@ from slurmguard.burnin.stats import (
     confirmed,
     degrading_nodes,
     judge_group,
-    noise_of,
     previous_out,
     worst,
 )
@@ -161,7 +160,7 @@ def judge(runs: Iterable[Any], series: Iterable[Any], p: StatParams, *,
             judged.setdefault(j.node, []).append(j)
         if gs.verdict:
             pts = points[(g, metric)]
-            for node, sc in degrading_nodes(pts, higher[metric], p, noise_of(gs)).items():
+            for node, sc in degrading_nodes(pts, higher[metric], p).items():
                 trends.setdefault(node, []).append((metric, sc))
             denom = max(gs.mad or 0.0, abs(gs.median or 0.0) * p.mad_floor)
             for node in previous_out(pts, higher[metric], denom, p):
@@ -188,8 +187,9 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
     it was out of bounds on the night before too. ``passing``: the nodes known to
     pass (a complete run, no falling trend, some metric judged and none out of bounds), as
     the numpy path counts them from its columns; else each node's judgements are looked at.
-    A fall on fewer than ``confirm_metrics`` metrics is no trend (one metric falls four
-    nights running by chance once in 120 tests: 800 a night over 100,000)."""
+    A fall on fewer than ``confirm_metrics`` metrics is no trend: over 100,000 series a
+    night, noise alone makes some single metric "fall"; two at once on one node it rarely
+    does (docs/burnin.md, "False flags across the fleet")."""
     previous = previous or {}
     need = max(1, p.confirm_metrics)
     trends = {n: t for n, t in trends.items() if len(t) >= need}
@@ -222,28 +222,35 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
             out[node] = NodeVerdict(**common, verdict="partial",
                                     why=r.reason or "partial run: not judged")
         else:
-            w = worst(js)
-            if w is not None and confirmed([j for j in js if j.flagged], previous.get(node, ()),
-                                           p):
-                out[node] = NodeVerdict(**common, verdict="flagged",
-                                        reason=straggler_reason(w, units.get(w.metric, "")),
-                                        why=w.why, metric=w.metric)
-            elif w is not None:
-                out[node] = NodeVerdict(**common, verdict="suspect", why=f"{w.metric} {w.why}: "
-                                        "one metric, one night; the next run confirms or clears",
-                                        metric=w.metric)
-            elif falling:
-                m, sc = trends[node][0]
-                tail = sc[-(p.trend_nights + 1):]
-                out[node] = NodeVerdict(
-                    **common, verdict="flagged" if drain_degrading else "degrading",
-                    reason=degrading_reason(m, tail) if drain_degrading else "",
-                    why=f"{m} score fell {p.trend_nights} nights in a row: "
-                        + " ".join(f"{s:.2f}" for s in tail), metric=m)
-            elif js and list(map(_score, js)).count(None) < len(js):  # some group judged it
-                out[node] = NodeVerdict(**common, verdict="pass", why="every metric within bounds")
-            else:
-                out[node] = NodeVerdict(**common, verdict="no_verdict",
-                                        why="health checks passed; no metric had a group of "
-                                            f"min_group {p.min_group} nodes to compare with")
+            out[node] = _judged(common, trends.get(node, ()), previous.get(node, ()), units, p,
+                                drain_degrading)
     return Report(out, tuple(stats), units)
+
+
+def _judged(common: dict[str, Any], trends: Sequence[tuple[str, Sequence[float]]],
+            previous: Iterable[str], units: Mapping[str, str], p: StatParams,
+            drain_degrading: bool) -> NodeVerdict:
+    """The verdict of a complete run that does not pass outright: a corroborated straggler
+    (flagged), an uncorroborated one (suspect), a falling trend, a pass or no verdict."""
+    js: tuple[Judgement, ...] = common["judgements"]
+    w = worst(js)
+    if w is not None and confirmed([j for j in js if j.flagged], previous, p):
+        return NodeVerdict(**common, verdict="flagged",
+                           reason=straggler_reason(w, units.get(w.metric, "")), why=w.why,
+                           metric=w.metric)
+    if w is not None:
+        return NodeVerdict(**common, verdict="suspect", why=f"{w.metric} {w.why}: one metric, "
+                           "one night; the next run confirms or clears", metric=w.metric)
+    if trends:
+        m, sc = trends[0]
+        tail = sc[-(p.trend_nights + 1):]
+        return NodeVerdict(
+            **common, verdict="flagged" if drain_degrading else "degrading",
+            reason=degrading_reason(m, tail) if drain_degrading else "",
+            why=f"{m} score fell over {p.trend_nights + 1} nights: "
+                + " ".join(f"{s:.2f}" for s in tail), metric=m)
+    if js and list(map(_score, js)).count(None) < len(js):  # some group judged it
+        return NodeVerdict(**common, verdict="pass", why="every metric within bounds")
+    return NodeVerdict(**common, verdict="no_verdict",
+                       why="health checks passed; no metric had a group of "
+                           f"min_group {p.min_group} nodes to compare with")
