@@ -249,13 +249,19 @@ _BURNIN: Schema = {  # slurmguard burnin (docs/burnin.md)
     "groups": Table("named comparison groups: name = \"NodeSet\" (win over group_by)"),
     "threshold": Float(0.90, "flag a node whose score is below this fraction of the group median",
                        minimum=0.0),
-    "z_limit": Float(3.5, "flag a node whose robust z-score is below -z_limit (0: off)", minimum=0.0),
+    "z_limit": Float(5.0, "a metric is out of bounds when its robust z-score is below -z_limit "
+                     "(0: off)", minimum=0.0),
+    "clear_z": Float(11.0, "drain on one metric alone, the same night, when score < threshold "
+                     "and robust z < -clear_z", minimum=0.0),
+    "confirm_metrics": Int(2, "drain when this many metrics are out of bounds the same night "
+                           "(or one is, two nights running); a trend needs as many", minimum=1),
     "mad_floor": Float(0.01, "MAD is at least this fraction of the median", minimum=0.0),
     "min_group": Int(4, "smaller groups give no verdict", minimum=1),
-    "trend_nights": Field("int", 4, "degrading: this many nightly drops in a row (1-7)",
+    "trend_nights": Field("int", 4, "degrading: a Theil-Sen line over this many nights + 1 (1-7)",
                           minimum=1, validate=lambda v: None if v <= 7 else "at most 7"),
     "trend_min_drop": Float(0.05, "... losing at least this much score in all", minimum=0.0),
-    "trend_sigmas": Float(3.0, "... and at least this many times the group's noise", minimum=0.0),
+    "trend_sigmas": Float(3.5, "... and at least this robust z above the group's falls",
+                          minimum=0.0),
     "drain_degrading": Bool(False, "drain degrading nodes too (default: report them only)"),
     "night_boundary_utc": Int(12, "UTC hour at which one burn-in night ends and the next begins",
                               minimum=0),

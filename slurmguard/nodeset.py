@@ -11,6 +11,11 @@ The node-name rule: letters, digits, ``.``, ``_``, ``-``; starting with a letter
 characters. Names also become directory names in triage bundles and words on remote command
 lines, so nothing else passes.
 
+A set names at most :data:`MAX_NODES` (100,000) nodes: more than any cluster slurmguard
+is built for, and few enough to expand in well under a second. The size is counted from
+the text before anything is expanded (``n[1-99999999]`` is refused at once, where
+expanding it took ClusterShell ten minutes of CPU).
+
 Standard library only at import time (it is on the hook path); ClusterShell is imported when
 a set is actually expanded or folded.
 """
@@ -25,6 +30,8 @@ from slurmguard.errors import InputError
 _NODE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 # A node set as Slurm writes it: n[1-4,7],gpu001 -- no spaces, no shell characters.
 _NODESET_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,\-\[\]]{0,4095}")
+MAX_NODES = 100_000
+_BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
 
 
 def is_node_name(name: object) -> bool:
@@ -58,6 +65,7 @@ def expand(nodeset: str, *, source: str = "NODESET", allow_empty: bool = False) 
         if allow_empty:
             return []
         raise InputError(f"{source}: empty node set: {nodeset!r}")
+    check_size(nodeset, source=source)
     from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
     try:
@@ -69,6 +77,44 @@ def expand(nodeset: str, *, source: str = "NODESET", allow_empty: bool = False) 
     for name in names:
         validate_node_name(name)
     return names
+
+
+def size_bound(nodeset: str) -> int:
+    """At least the number of names ``nodeset`` expands to, counted from its text: per
+    comma-separated item, the product of its bracket groups' range sizes (an item without
+    brackets counts 1). Never expands anything."""
+    total, depth, start = 0, 0, 0
+    parts = []
+    for i, ch in enumerate(nodeset):
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            parts.append(nodeset[start:i])
+            start = i + 1
+    parts.append(nodeset[start:])
+    for part in parts:
+        count = 1
+        for body in _BRACKET_RE.findall(part):
+            size = 0
+            for r in body.split(","):
+                span, _, step = r.partition("/")  # ClusterShell's n[1-9/2]
+                lo, dash, hi = span.partition("-")
+                if lo.isdigit() and dash and hi.isdigit():
+                    size += max(0, int(hi) - int(lo)) // (int(step) if step.isdigit()
+                                                          and int(step) > 0 else 1) + 1
+                else:
+                    size += 1
+            count *= max(1, size)
+        total += count
+    return total
+
+
+def check_size(nodeset: str, *, source: str = "NODESET") -> None:
+    """InputError naming ``source`` and the bound when ``nodeset`` names more than
+    :data:`MAX_NODES` nodes."""
+    n = size_bound(nodeset)
+    if n > MAX_NODES:
+        raise InputError(f"{source}: node set {_show(nodeset)} names {n:,} nodes, more than "
+                         f"the bound of {MAX_NODES:,}")
 
 
 def contains(pattern: str, node: str) -> bool:
@@ -103,6 +149,7 @@ def contains(pattern: str, node: str) -> bool:
 def check(pattern: str, *, source: str = "NODESET") -> None:
     """Validate ``pattern`` as :func:`expand` does (InputError naming ``source``), without
     expanding (or importing ClusterShell for) the common forms."""
+    check_size(pattern, source=source)
     items = parse_simple(pattern)
     if items is not None and all(_simple_names_ok(i) for i in items):
         return

@@ -98,7 +98,8 @@ params = st.builds(StatParams, threshold=st.sampled_from([0.9, 0.5, 1.2]),
                    mad_floor=st.sampled_from([0.01, 0.0]), min_group=st.sampled_from([1, 2, 4]),
                    trend_nights=st.sampled_from([1, 2, 4]),
                    trend_min_drop=st.sampled_from([0.05, 0.0]),
-                   trend_sigmas=st.sampled_from([3.0, 0.0]))
+                   trend_sigmas=st.sampled_from([3.5, 0.0]),
+                   clear_z=st.sampled_from([11.0, 0.5]), confirm_metrics=st.sampled_from([1, 2]))
 
 
 @settings(max_examples=300, deadline=None)
@@ -158,19 +159,20 @@ def test_a_pack_that_does_not_read_falls_back() -> None:
 
 
 def test_numpy_judge_on_a_falling_and_a_slow_node() -> None:
-    # The table test's fleet (test_burnin_stats.py): n6 falls 4 nights in a row, n7 is slow.
+    # The table test's fleet (test_burnin_stats.py): n6 falls 5 nights on 2 metrics, n7 is slow.
+    # Two metrics each: a trend needs confirm_metrics (2) of them.
     runs = [R(f"n{i}", i, "complete") for i in range(1, 8)]
-    rows = [SeriesRow(f"n{i}", "cpu", "GFLOP/s", True, "g", i, 0.0, 100.0, "2027-01-14",
-                      "100.0 100.0 100.0 100.0 100.0") for i in range(1, 6)]
-    rows.append(SeriesRow("n6", "cpu", "GFLOP/s", True, "g", 6, 0.0, 93.0, "2027-01-14",
-                          "101.0 100.0 99.0 98.0 96.0 93.0"))
-    rows.append(SeriesRow("n7", "cpu", "GFLOP/s", True, "g", 7, 0.0, 50.0, "2027-01-14",
-                          "nan 50.0"))
+    rows = [SeriesRow(f"n{i}", m, "GFLOP/s", True, "g", i, 0.0, 100.0, "2027-01-14",
+                      "100.0 100.0 100.0 100.0 100.0") for i in range(1, 6) for m in ("cpu", "mem")]
+    rows += [SeriesRow("n6", m, "GFLOP/s", True, "g", 6, 0.0, 93.0, "2027-01-14",
+                       "101.0 100.0 99.0 98.0 96.0 93.0") for m in ("cpu", "mem")]
+    rows += [SeriesRow("n7", m, "GFLOP/s", True, "g", 7, 0.0, 50.0, "2027-01-14",
+                       "nan 50.0") for m in ("cpu", "mem")]
     p = StatParams(z_limit=0)
     got = judge_rows(runs, rows, p)
     assert {n: v.verdict for n, v in got.nodes.items()} == {
         **{f"n{i}": "pass" for i in range(1, 6)}, "n6": "degrading", "n7": "flagged"}
-    assert got.nodes["n6"].scores == {"cpu": (1.0, 0.99, 0.98, 0.96, 0.93)}
+    assert got.nodes["n6"].scores == {m: (1.0, 0.99, 0.98, 0.96, 0.93) for m in ("cpu", "mem")}
     assert got.nodes["n7"].reason == "slurmguard: burnin: cpu 50 GFLOP/s = 0.50 of group median"
 
 

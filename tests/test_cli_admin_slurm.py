@@ -160,3 +160,14 @@ def test_hostile_names_refused_before_slurm(cluster, env) -> None:
     assert r.returncode == 0, "newlines collapse into one line"  # check_reason joins them
     assert cluster.node("n1").reason == "slurmguard: admin: two lines"
     assert sg(cluster, env, "resume", "n1").returncode == 0
+
+
+def test_unknown_node_is_an_input_error_not_a_node_fault(cluster, env) -> None:
+    # Exit 1 means "node fault found"; a name neither Slurm nor the store knows is input (6).
+    r = sg(cluster, env, "node", "show", "n99")
+    assert r.returncode == 6 and r.stderr.count("\n") == 1, (r.returncode, r.stderr)
+    assert "node: 'n99' is known neither to Slurm (node: not known to Slurm: 'n99') nor to " \
+           "the store" in r.stderr
+    assert sg(cluster, env, "node", "show", "n1").returncode == 0
+    r = sg(cluster, env, "nodes", "--state", "drainedd")
+    assert r.returncode == 6 and "--state: not a node state: 'drainedd'" in r.stderr

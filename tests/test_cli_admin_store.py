@@ -92,6 +92,18 @@ def test_triage_ranks_with_evidence(fleet) -> None:
     assert table.index("Suspected shared causes") < table.index("rank")
 
 
+def test_unknown_state_or_node_is_an_input_error_not_a_fault(fleet) -> None:
+    r = sg(fleet, "nodes", "--state", "drained,bogus")
+    assert r.returncode == 6 and r.stderr.count("\n") == 1, r.stderr
+    assert "--state: not a node state: 'bogus' (one of: " in r.stderr and "lemon" in r.stderr
+    r = sg(fleet, "node", "show", "nosuch7")
+    assert r.returncode == 6 and r.stderr.count("\n") == 1, r.stderr
+    assert "node: 'nosuch7' is known neither to Slurm (" in r.stderr
+    # a node the store knows is shown without Slurm, with a warning
+    r = sg(fleet, "node", "show", "n2")
+    assert r.returncode == 0 and "Slurm state unavailable" in r.stderr
+
+
 def test_nodes_without_slurm_shows_store_view(fleet) -> None:
     r = sg(fleet, "nodes", "--json")
     assert r.returncode == 0, r.stderr

@@ -57,8 +57,12 @@ def site(tmp_path_factory):  # type: ignore[no-untyped-def]
     require(os.access(VENV_SG, os.X_OK), f"{VENV_SG}: slurmguard is not installed in this venv")
     prefix = tmp_path_factory.mktemp("site")
     cfg = write_config(prefix)
+    # The cluster's slurm.conf is not at Slurm's compiled-in default: setup, run as scontrol
+    # is run (with SLURM_CONF), writes it for the hooks (slurmd gives HealthCheckProgram none).
+    slurm_dir = tmp_path_factory.mktemp("slurm")
+    conf = slurm_dir.resolve() / "slurm" / "etc" / "slurm.conf"
     for role in ("node", "controller"):
-        r = sg("setup", role, "--prefix", str(prefix))
+        r = sg("setup", role, "--prefix", str(prefix), env=sg_env(SLURM_CONF=str(conf)))
         assert r.returncode == 0, r.stdout + r.stderr
     lib = prefix / "usr/lib/slurmguard"
     extra = ["PrologEpilogTimeout=60"]
@@ -68,12 +72,13 @@ def site(tmp_path_factory):  # type: ignore[no-untyped-def]
         plug.parent.mkdir(parents=True, exist_ok=True)
         plug.write_text(f"optional {so}\n")
         extra.append(f"PlugStackConfig={plug}")
-    c = slurmcluster.Cluster.start(tmp_path_factory.mktemp("slurm"), nodes=2,
+    c = slurmcluster.Cluster.start(slurm_dir, nodes=2,
                                    prolog=str(lib / "prolog/slurmguard-prolog"),
                                    epilog=str(lib / "epilog/slurmguard-epilog"),
                                    prolog_slurmctld=str(lib / "prolog/slurmguard-gate"),
                                    health_check_program=str(lib / "prolog/slurmguard-healthcheck"),
                                    extra_conf=extra)
+    assert c.conf_path == conf
     try:
         yield prefix, cfg, c
     finally:
@@ -107,8 +112,53 @@ def test_doctor_passes_on_a_site_wired_by_setup(site, role: str) -> None:  # typ
         assert items["PrologSlurmctld"]["status"] == "pass"
         assert items["store"]["status"] == "pass" and items["serve token"]["status"] == "pass"
     assert f"the entry scripts run {VENV_SG}" in items["slurmguard runnable"]["detail"]
+    assert f"SLURM_CONF={c.conf_path}" in items["hooks' environment"]["detail"]
+    assert items["scontrol ping (hooks)"]["status"] == "pass"
+    assert "is UP" in items["scontrol ping (hooks)"]["detail"]
+    if role == "node":  # two slurmd on this host (slurmd -N n1, -N n2)
+        assert items["per-node state"]["detail"].startswith("2 slurmd on this host (n1, n2)")
+        assert items["NVML"]["detail"].startswith("in the hooks' environment")
     units = items["service units"]
     assert units["status"] == "pass" and "current" in units["detail"], units
+
+
+def test_doctor_fails_until_setup_writes_slurm_conf_for_the_hooks(site) -> None:  # type: ignore[no-untyped-def]
+    # The admin's shell has SLURM_CONF; slurmd's HealthCheckProgram has none. A setup run
+    # without it leaves the hooks unable to reach slurmctld: doctor says so, and how to fix.
+    prefix, cfg, c = site
+    bare = {k: v for k, v in sg_env().items() if k != "SLURM_CONF"}
+    try:
+        # (A later setup without SLURM_CONF keeps the one written before: start afresh.)
+        (prefix / "etc/default/slurmguard").unlink()
+        r = sg("setup", "node", "--prefix", str(prefix), env=bare)
+        assert r.returncode == 0, r.stdout + r.stderr
+        defaults = (prefix / "etc/default/slurmguard").read_text()
+        assert "SLURM_CONF" not in defaults
+        rc, data = doctor(cfg, c, "node")  # doctor itself runs with SLURM_CONF set
+        item = by_name(data)["scontrol ping (hooks)"]
+        assert rc == 1 and item["status"] == "FAIL", item
+        assert "SLURM_CONF=/etc/slurm/slurm.conf (compiled-in default)" in item["detail"]
+        assert item["fix"].startswith(f"Slurm starts HealthCheckProgram without SLURM_CONF: "
+                                      f"run `SLURM_CONF={c.conf_path} slurmguard setup node`")
+    finally:
+        r = sg("setup", "node", "--prefix", str(prefix), env=sg_env(SLURM_CONF=str(c.conf_path)))
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert f"SLURM_CONF={c.conf_path}" in (prefix / "etc/default/slurmguard").read_text()
+    rc, data = doctor(cfg, c, "node")
+    assert rc == 0 and by_name(data)["scontrol ping (hooks)"]["status"] == "pass", data
+
+
+def test_doctor_names_a_shared_state_file_on_a_host_of_several_slurmd(site) -> None:  # type: ignore[no-untyped-def]
+    prefix, cfg, c = site
+    legacy = prefix / "var/lib/slurmguard/state.json"
+    legacy.write_text("{}")
+    try:
+        rc, data = doctor(cfg, c, "node")
+        item = by_name(data)["per-node state"]
+        assert rc == 1 and item["status"] == "FAIL" and f"remove {legacy}" in item["fix"], item
+    finally:
+        legacy.unlink()
+    assert by_name(doctor(cfg, c, "node")[1])["per-node state"]["status"] == "pass"
 
 
 def test_jobs_run_through_the_installed_prolog(site) -> None:  # type: ignore[no-untyped-def]

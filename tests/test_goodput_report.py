@@ -145,9 +145,15 @@ def test_goodput_job_without_accounting(tmp_path: Path) -> None:
         assert r.returncode == 0 and "ETTR" in r.stdout, r.stderr
     r = run_sg("goodput", "--job", "42", env=env)
     assert r.returncode == 0 and "productive" in r.stdout and "unknown: no Slurm accounting" in r.stdout
-    # A job nobody knows: a breakdown that says so, not an error.
+    # A job nobody knows: no table of zeros, one line saying why, exit 6.
     r = run_sg("goodput", "--job", "999", "--json", env=env)
-    assert r.returncode == 0 and json.loads(r.stdout)["wall_s"] == 0
+    assert r.returncode == 6 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    assert "--job 999: nothing to account: no Slurm accounting (" in r.stderr
+    assert "no wrapper record" in r.stderr
+    # With one known job: the known one is shown, the unknown one named, exit 6.
+    r = run_sg("goodput", "--job", "42", "--job", "999", "--json", env=env)
+    assert r.returncode == 6 and json.loads(r.stdout)["job_id"] == "42"
+    assert "--job 999: nothing to account" in r.stderr
 
 
 def test_goodput_bad_input(tmp_path: Path) -> None:

@@ -116,6 +116,10 @@ def test_goodput_of_a_job_that_lost_two_nodes_and_stalled(
     assert r.returncode == 0, r.stderr
     collected = json.loads(r.stdout)
     assert collected["jobs"] == 1 and collected["jobs_with_unknown"] == 0, collected
+    # A job the real accounting does not know: said so in one line, exit 6 (no zeros).
+    r = run_sg("goodput", "--job", "987654", "--json", env=env)
+    assert r.returncode == 6 and r.stdout == "", (r.stdout, r.stderr)
+    assert "--job 987654: nothing to account: Slurm accounting has no such job" in r.stderr
     r = run_sg("goodput", "--job", jid, "--json", env=env)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)

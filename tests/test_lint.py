@@ -97,10 +97,8 @@ def test_every_internal_import_resolves():
     assert broken == []
 
 
-# Functions over this many lines are split (style.md: functions under ~60 lines). The one
-# left is burnin/vector.py's column judge: its owner (the burn-in verdicts work) splits it.
+# Functions over this many lines are split (style.md: functions under ~60 lines).
 LONG_FUNCTION_LINES = 80
-LONG_FUNCTIONS_ALLOWED = {"slurmguard/burnin/vector.py:_judge_cols"}
 
 
 def long_functions(root: Path, limit: int = LONG_FUNCTION_LINES) -> list[str]:
@@ -117,8 +115,7 @@ def long_functions(root: Path, limit: int = LONG_FUNCTION_LINES) -> list[str]:
 
 
 def test_no_function_over_80_lines():
-    found = [f for f in long_functions(REPO / "slurmguard")
-             if f.split(" (")[0] not in LONG_FUNCTIONS_ALLOWED]
+    found = long_functions(REPO / "slurmguard")
     assert found == [], "split these functions (style.md: under ~60 lines):\n" + "\n".join(found)
 
 

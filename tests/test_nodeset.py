@@ -99,3 +99,37 @@ def test_only_the_helper_parses_node_sets() -> None:
     users = sorted(str(p.relative_to(REPO)) for p in (REPO / "slurmguard").rglob("*.py")
                    if "ClusterShell" in p.read_text(encoding="utf-8").replace("ClusterShell NodeSet", ""))
     assert users == ["slurmguard/nodeset.py"]
+
+
+simple_sets = st.lists(st.tuples(st.sampled_from(["n", "gpu", "a-"]),
+                                 st.lists(st.tuples(st.integers(0, 300), st.integers(0, 40),
+                                                    st.integers(1, 4)), min_size=1, max_size=3),
+                                 st.sampled_from(["", "x", "-ib"])), min_size=1, max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(simple_sets)
+def test_size_bound_is_never_below_the_expanded_size(items) -> None:
+    text = ",".join(f"{head}[{','.join(f'{lo}-{lo + span}/{step}' for lo, span, step in rs)}]"
+                    f"{tail}" for head, rs, tail in items)
+    assert nodeset.size_bound(text) >= len(nodeset.expand(text))
+
+
+def test_a_huge_set_is_refused_at_once_naming_the_bound(tmp_path: Path) -> None:
+    import time
+
+    for text in ("n[1-99999999]", "a[1-1000]b[1-1000]", "n[1-60000],m[1-60000]"):
+        with pytest.raises(InputError, match=r"names [\d,]+ nodes, more than the bound of "
+                                             r"100,000$"):
+            nodeset.expand(text)
+        with pytest.raises(InputError, match="more than the bound"):
+            nodeset.check(text, source="groups.big")
+    assert len(nodeset.expand("n[1-100000]")) == nodeset.MAX_NODES
+    cfg_path = tmp_path / "sg.toml"
+    cfg_path.write_text(f'[store]\npath = "{tmp_path}/s.db"\n')
+    t = time.monotonic()
+    r = run_sg("drain", "n[1-99999999]", "--reason", "x", env=sg_env(SLURMGUARD_CONFIG=str(cfg_path)))
+    assert time.monotonic() - t < 30
+    assert r.returncode == 6 and r.stderr.count("\n") == 1, r.stderr
+    assert "NODESET: node set 'n[1-99999999]' names 99,999,999 nodes, more than the bound of " \
+           "100,000" in r.stderr

@@ -31,10 +31,10 @@ site_modules = ["support.faultsite"]
     return config.load(str(p), env={})
 
 
-def run(cfg, hook="check", **kw):
+def run(cfg, hook="check", node="n1", **kw):
     available, sources = registry(cfg)
     checks = select_checks(cfg, hook, available=available)
-    return run_checks(cfg, checks, hook=hook, node="n1", sources=sources, **kw)
+    return run_checks(cfg, checks, hook=hook, node=node, sources=sources, **kw)
 
 
 def test_each_fault_maps_to_its_health(tmp_path):
@@ -69,6 +69,37 @@ def test_state_persists_between_runs(tmp_path):
     first = {r.name: r for r in run(cfg).results}["fault-counter"]
     second = {r.name: r for r in run(cfg).results}["fault-counter"]
     assert first.details["runs"] == 1 and second.details["runs"] == 2
+
+
+def test_state_is_per_node_on_a_host_with_several_slurmd(tmp_path):
+    # `slurmd -N n1` and `slurmd -N n2` on one host share hooks.state_dir: each node keeps
+    # its own state (one node's latched Xid must not fail the other).
+    import json
+
+    from slurmguard.node.runner import forget_state
+
+    cfg = make_cfg(tmp_path)
+    runs = {n: {r.name: r for r in run(cfg, node=n).results}["fault-counter"].details["runs"]
+            for n in ("n1", "n1", "n2")}
+    assert runs == {"n1": 2, "n2": 1}
+    state = tmp_path / "state"
+    assert sorted(p.name for p in state.iterdir()) == ["state.n1.json", "state.n2.json"]
+    assert forget_state(cfg, ["fault-counter"], "n2") == ["fault-counter"]
+    assert json.loads((state / "state.n1.json").read_text())["fault-counter"]["runs"] == 2
+    # A hostile name never becomes a path: the host's file is used.
+    run(cfg, node="../x")
+    assert (state / "state.json").exists() and not (tmp_path / "x.json").exists()
+
+
+def test_a_hosts_old_state_file_is_carried_over_to_its_node(tmp_path):
+    import json
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "state.json").write_text(json.dumps({"fault-counter": {"runs": 5}}))
+    cfg = make_cfg(tmp_path)
+    assert {r.name: r for r in run(cfg).results}["fault-counter"].details["runs"] == 6
+    assert json.loads((state / "state.n1.json").read_text())["fault-counter"]["runs"] == 6
 
 
 def test_unwritable_state_dir_is_a_warning_not_a_fault(tmp_path):

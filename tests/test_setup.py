@@ -285,3 +285,20 @@ def test_setup_keeps_the_sites_defaults_and_their_overrides(tmp_path) -> None:
     sourced = subprocess.run(["/bin/sh", "-c", f'. {defaults}; printf "[%s]" "$SLURMGUARD_AGENT_CLIENT"'],
                              env={}, capture_output=True, text=True, timeout=30).stdout
     assert sourced == "[]"  # the override wins over setup's line above it
+
+
+def test_setup_writes_slurm_conf_for_the_hooks_when_not_the_default(tmp_path) -> None:
+    # slurmd starts HealthCheckProgram without SLURM_CONF: a non-default one must be in the
+    # defaults file the entry scripts source (and export).
+    if not os.access(VENV_SG, os.X_OK):
+        pytest.skip(f"{VENV_SG}: slurmguard is not installed beside this interpreter")
+    for conf, written in (("/opt/slurm/etc/slurm.conf", True), ("/etc/slurm/slurm.conf", False)):
+        prefix = tmp_path / ("custom" if written else "default")
+        env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"} | {"SLURM_CONF": conf}
+        r = subprocess.run([VENV_SG, "setup", "node", "--prefix", str(prefix)], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        text = (prefix / "etc/default/slurmguard").read_text()
+        assert (f"\nSLURM_CONF={conf}\n" in text) is written, text
+        if not written:
+            assert "SLURM_CONF" not in text  # Slurm finds its default without help

@@ -220,7 +220,8 @@ def apply(cfg: Config, store: Any, report: Report, runs: Mapping[str, Any], slur
                 s.burnin_required or s.lemon):
             out.append(_restore(store, slurm, n, info, v, now))
     for n, v in todo.items():
-        if v.verdict in ("failed", "flagged", "pass", "no_verdict", "degrading", "partial"):
+        if v.verdict in ("failed", "flagged", "suspect", "pass", "no_verdict", "degrading",
+                         "partial"):
             store.burnin.mark([runs[n].id], verdict=v.verdict, at=now)
     out += _cleanup_reservations(store, slurm, runs)
     return out
@@ -233,10 +234,12 @@ def _record_runs(store: Any, todo: Mapping[str, NodeVerdict], runs: Mapping[str,
 
     recs = []
     for n, v in todo.items():
-        if v.verdict not in ("failed", "flagged", "pass", "no_verdict", "degrading"):
+        if v.verdict not in ("failed", "flagged", "suspect", "pass", "no_verdict", "degrading"):
             continue
         r = runs[n]
-        health = "unhealthy" if v.bad else ("degraded" if v.verdict == "degrading" else "healthy")
+        # A suspect (one metric out one night) is not a fault yet: degraded, never drained.
+        health = "unhealthy" if v.bad else (
+            "degraded" if v.verdict in ("degrading", "suspect") else "healthy")
         text = v.reason[len(REASON_PREFIX):] if v.reason.startswith(REASON_PREFIX) else v.why
         recs.append({"id": f"burnin-{r.id:08d}", "node": n, "hook": "burnin", "job_id": r.job_id,
                      "started": r.started or r.submitted,

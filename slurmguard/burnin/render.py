@@ -23,7 +23,8 @@ _INFS = (math.inf, -math.inf)
 _EMPTY = '""'
 _NUMBER_TYPES = {float, int, type(None)}
 _JSON_WORDS = {"None": "null", "nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-ORDER = ("failed", "flagged", "degrading", "partial", "pending", "no_verdict", "pass")
+ORDER = ("failed", "flagged", "suspect", "degrading", "partial", "pending", "no_verdict",
+         "pass")
 
 
 def order(verdict: str) -> int:

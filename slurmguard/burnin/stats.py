@@ -10,14 +10,18 @@ per metric, over each node's latest complete burn-in:
   signed so that a negative z is *worse* than the median, with MAD floored at
   ``mad_floor`` x median: a group of identical values (MAD 0) must not make a 0.1 % wobble
   infinitely significant;
-* **flagged** when score < ``threshold`` (default 0.90) or z < -``z_limit`` (default 3.5;
-  0 turns the z rule off). A node better than the median is never flagged;
+* **out of bounds** on a metric when score < ``threshold`` (default 0.90) or z < -``z_limit``
+  (default 5; 0 turns the z rule off). A node better than the median never is. A node is
+  *flagged* (drained) only when that is corroborated (:func:`confirmed`, docs/burnin.md
+  "False flags across the fleet"): on ``confirm_metrics`` (2) metrics the same night, or on
+  the same metric the night before too, or clearly (score < threshold and z < -``clear_z``,
+  11); else it is a *suspect* that the next night's run confirms or clears;
 * groups smaller than ``min_group`` (default 4) give **no verdict**, said so: three nodes
   cannot tell a slow node from a slow group;
-* **degrading**: the node's nightly scores fell ``trend_nights`` (4) times in a row (each
-  night lower than the one before) by at least ``trend_min_drop`` (0.05) and at least
-  ``trend_sigmas`` (3) x the group's noise in all, while still above the threshold: it is
-  reported (and may be drained, ``drain_degrading``) before it crosses it.
+* **degrading**: over its last ``trend_nights`` + 1 (5) nights the node's scores fell, as a
+  Theil-Sen line, by at least ``trend_min_drop`` (0.05) and at least ``trend_sigmas`` (3.5)
+  robust z above the group's falls, on ``confirm_metrics`` (2) metrics, while still above
+  the threshold: it is reported (and may be drained, ``drain_degrading``) before it crosses.
 """
 
 from __future__ import annotations
@@ -35,12 +39,14 @@ Z_CONST = 0.6745
 @dataclass(frozen=True)
 class StatParams:
     threshold: float = 0.90
-    z_limit: float = 3.5
+    z_limit: float = 5.0
+    clear_z: float = 11.0
+    confirm_metrics: int = 2
     mad_floor: float = 0.01
     min_group: int = 4
     trend_nights: int = 4
     trend_min_drop: float = 0.05
-    trend_sigmas: float = 3.0
+    trend_sigmas: float = 3.5
 
     @classmethod
     def from_section(cls, section: Mapping[str, object]) -> StatParams:
@@ -162,28 +168,14 @@ def judge_group(group: str, metric: str, values: Mapping[str, float | None],
     return GroupStats(group, metric, len(vals), med, spread, True), out
 
 
-def degrading(scores: Sequence[float], p: StatParams, noise: float = 0.0) -> bool:
-    """True when the last ``trend_nights`` nightly changes were all drops, together at least
-    ``trend_min_drop`` and at least ``trend_sigmas`` x ``noise`` (the group's spread of
-    scores, 1.4826 MAD / median: a drop the size of the night-to-night noise is not a
-    trend), and the latest score has not crossed the threshold yet (crossing it is a
-    straggler verdict of its own). ``scores`` are oldest first."""
-    k = max(1, p.trend_nights)
-    finite = [s for s in scores if s is not None and math.isfinite(s)]
-    if len(finite) < k + 1:
-        return False
-    tail = finite[-(k + 1):]
-    falling = all(b < a for a, b in zip(tail, tail[1:], strict=False))
-    need = max(p.trend_min_drop, p.trend_sigmas * noise)
-    return falling and (tail[0] - tail[-1]) >= need and tail[-1] >= p.threshold
-
-
-def noise_of(stats: GroupStats) -> float:
-    """The group's spread as a fraction of its median (1.4826 MAD / median: sigma for
-    normal data)."""
-    if not stats.median or stats.mad is None or stats.median <= 0:
-        return 0.0
-    return 1.4826 * stats.mad / stats.median
+def theil_sen_drop(scores: Sequence[float]) -> float:
+    """What a straight line through ``scores`` (one a night, oldest first) loses from the
+    first night to the last: minus the median of the pairwise slopes (Theil-Sen) times the
+    nights between. One odd night moves a median of slopes little, where it moves a
+    least-squares line (and a first-to-last difference) by all of its size."""
+    n = len(scores)
+    slopes = sorted((scores[j] - scores[i]) / (j - i) for i in range(n) for j in range(i + 1, n))
+    return -median(slopes) * (n - 1) if slopes else 0.0
 
 
 def nightly_scores(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_better: bool,
@@ -213,61 +205,77 @@ def nightly_scores(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_
 
 
 def degrading_nodes(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_better: bool,
-                    p: StatParams, noise: float = 0.0) -> dict[str, list[float]]:
-    """The nodes of one group whose nightly scores say :func:`degrading`, with those scores.
+                    p: StatParams) -> dict[str, list[float]]:
+    """The nodes of one group whose scores fall, with their last ``trend_nights`` + 1 scores.
 
-    Equal to ``{n: sc for n, sc in nightly_scores(series, higher, k + 1).items() if
-    degrading(sc, p, noise)}`` (a property test holds it to that), but it scores only the
-    first and last of a node's nights unless those already fall far enough: over 100,000
-    series a night it is what keeps the report fast.
+    Each node with a complete, finite tail is scored night by night (:func:`nightly_scores`)
+    and its :func:`theil_sen_drop` taken; a node falls when its drop is at least
+    ``trend_min_drop``, at least ``trend_sigmas`` robust z above the group's drops (median and
+    MAD of every such node's drop, the MAD floored at ``mad_floor``: the group's own night to
+    night noise, whatever its tails), and its latest score is still >= ``threshold``.
+    Groups with fewer than ``min_group`` such nodes have no trends.
     """
     nights = max(1, p.trend_nights) + 1
-    need = max(p.trend_min_drop, p.trend_sigmas * noise)
+    scored = {n: sc for n, sc in nightly_scores(series, higher_is_better, nights).items()
+              if all(map(math.isfinite, sc))}
+    if len(scored) < max(1, p.min_group):
+        return {}
+    drops = {n: theil_sen_drop(sc) for n, sc in scored.items()}
+    med = median(list(drops.values()))
+    denom = max(mad(list(drops.values()), med), p.mad_floor)
+    out = {}
+    for node, d in drops.items():
+        z = Z_CONST * (d - med) / denom if denom > 0 else 0.0
+        sc = scored[node]
+        if d >= p.trend_min_drop and z >= p.trend_sigmas and sc[-1] >= p.threshold:
+            out[node] = sc
+    return out
+
+
+def previous_out(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_better: bool,
+                 denom: float, p: StatParams) -> frozenset[str]:
+    """The nodes of one group that were out of bounds on the night before their last one too.
+
+    ``series`` as for :func:`degrading_nodes` (each node's last ``trend_nights`` + 1 values
+    count in their night's median). The previous night's score is against that night's
+    median; its z against the group's spread of tonight (``denom``, the floored MAD the
+    judgement used): one nightly run is the re-run that confirms another.
+    """
     by_night: dict[int, list[float]] = {}
-    tails = []
-    # Full tails ending the same night (the common case: one nightly campaign) are
-    # transposed into one column per night with zip(), at C speed; the rest value by value.
-    columns: dict[int, list[Sequence[float]]] = {}
+    prev: dict[str, tuple[int, float]] = {}
+    nights = max(1, p.trend_nights) + 1
     for node, (last, values) in series.items():
         tail = values[-nights:]
         first = last - len(tail) + 1
-        if len(tail) == nights:
-            tails.append((node, first, tail))
-            columns.setdefault(last, []).append(tail)
-        else:
-            for i, v in enumerate(tail):
-                if v == v and v >= 0:
-                    by_night.setdefault(first + i, []).append(v)
-    for last, rows in columns.items():
-        for i, col in enumerate(zip(*rows, strict=True)):
-            vals = [v for v in col if v == v and v >= 0]
-            if vals:
-                by_night.setdefault(last - nights + 1 + i, []).extend(vals)
-    med = {night: median(vs) for night, vs in by_night.items()}
-    out: dict[str, list[float]] = {}
-    threshold = p.threshold
-    ends: dict[int, tuple[float, float]] = {}  # first night -> (its median, the last's)
-    for node, first, tail in tails:
-        a, b = tail[0], tail[-1]
-        if not (a == a and b == b and a >= 0 and b >= 0):
+        for i, v in enumerate(tail):
+            if v == v and v >= 0:  # not nan
+                by_night.setdefault(first + i, []).append(v)
+        if len(tail) >= 2 and tail[-2] == tail[-2] and tail[-2] >= 0:
+            prev[node] = (last - 1, tail[-2])
+    out = []
+    for node, (night, v) in prev.items():
+        vals = by_night[night]
+        if len(vals) < max(1, p.min_group):
             continue
-        me = ends.get(first)
-        if me is None:
-            me = ends[first] = (med[first], med[first + nights - 1])
-        ma, mb = me
-        if higher_is_better and ma > 0 and mb > 0 and ma != math.inf and mb != math.inf:
-            sa, sb = a / ma, b / mb  # score(), inlined for the common case
-        else:
-            sa = score(a, ma, higher_is_better)
-            sb = score(b, mb, higher_is_better)
-        if sa - sb < need or sb < threshold:
-            continue
-        if not all(v == v and v >= 0 for v in tail):
-            continue
-        sc = [score(v, med[first + i], higher_is_better) for i, v in enumerate(tail)]
-        if degrading(sc, p, noise):
-            out[node] = sc
-    return out
+        med = median(vals)
+        z = 0.0 if denom <= 0 else Z_CONST * (v - med) / denom
+        if not higher_is_better:
+            z = -z
+        if score(v, med, higher_is_better) < p.threshold or (p.z_limit > 0 and z < -p.z_limit):
+            out.append(node)
+    return frozenset(out)
+
+
+def confirmed(out: Sequence[Judgement], previous: Iterable[str], p: StatParams) -> bool:
+    """Whether a node's out-of-bounds judgements (``out``, one night) are corroborated enough
+    to drain it: on ``confirm_metrics`` metrics at once, on a metric that was out the night
+    before too (``previous``: those metrics), or clearly below the threshold on one."""
+    if not out:
+        return False
+    if len(out) >= max(1, p.confirm_metrics) or not set(previous).isdisjoint(j.metric for j in out):
+        return True
+    return any(j.score is not None and j.z is not None and j.score < p.threshold
+               and j.z < -p.clear_z for j in out)
 
 
 def worst(judgements: Iterable[Judgement]) -> Judgement | None:

@@ -3,7 +3,7 @@
 At fleet scale (10,000 nodes x 10 metrics: 100,000 summary rows a night) the pure-Python
 judge spends ~1.5 s in per-row loops; here each (group, metric) is a few array operations
 (docs/burnin.md, "Report at fleet scale"). The arithmetic is the pure code's, operation for
-operation (IEEE division and subtraction give the same floats in numpy as in Python; medians
+operation (slurmguard/burnin/segments.py; IEEE division and subtraction give the same floats in numpy as in Python; medians
 are taken from the sorted array the same way), so the verdicts, scores and z values are the
 same; tests/test_burnin_vector.py holds the two to that. numpy is optional (the ``burnin``
 extra): :func:`judge_rows` returns None without it and the caller uses the pure judge.
@@ -19,24 +19,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from functools import partial
 from operator import itemgetter
 from typing import Any, NamedTuple
 
-from slurmguard.burnin.stats import (
-    Z_CONST,
-    GroupStats,
-    Judgement,
-    StatParams,
-    mad,
-    median,
-    noise_of,
-    score,
-)
+from slurmguard.burnin.segments import Cols, judge_cols
+from slurmguard.burnin.stats import StatParams
 from slurmguard.burnin.verdict import Report, _night_number, assemble, node_groups
 from slurmguard.store.burnin_read import PACK_NUMS
 
-_judgement = partial(tuple.__new__, Judgement)  # a Judgement from a plain tuple, in C
 _NO_RUN = object()
 
 
@@ -90,7 +80,7 @@ def judge_packs(runs: Iterable[Any], packs: Iterable[Sequence[Any]], p: StatPara
         cols = _pack_cols(np, by_node, packs, since, max(1, p.trend_nights) + 1)
     except (_Fallback, ValueError, TypeError, KeyError, IndexError):
         return None
-    return _judge_cols(np, by_node, group, cols, p, drain_degrading)
+    return judge_cols(np, by_node, group, cols, p, drain_degrading)
 
 
 class _Meta(NamedTuple):
@@ -103,7 +93,7 @@ class _Meta(NamedTuple):
 
 
 def _pack_cols(np: Any, by_node: dict[str, Any], packs: Iterable[Sequence[Any]], since: float,
-               k: int) -> _Cols:
+               k: int) -> Cols:
     import json
 
     names = sorted(by_node)
@@ -172,7 +162,7 @@ def _pack_cols(np: Any, by_node: dict[str, Any], packs: Iterable[Sequence[Any]],
         idx = ends[:, None] - k + np.arange(k)
         have = idx >= (ends - ln)[:, None]
         tails[have] = flat[idx[have]]
-    return _Cols(names, np.repeat(np.array(ranks, np.int64), cnt)[sel], metrics,
+    return Cols(names, np.repeat(np.array(ranks, np.int64), cnt)[sel], metrics,
                  np.searchsorted(present, mc_kept), units, higher, nums[sel, 2].copy(),
                  night_all[sel], tails)
 
@@ -217,13 +207,6 @@ def _tails(np: Any, recent: Sequence[Any], k: int, packed: Sequence[Any] | None 
     return out
 
 
-def _median_sorted(s: Any) -> float:
-    """:func:`~slurmguard.burnin.stats.median` of an already sorted non-empty array."""
-    n = len(s)
-    mid = n // 2
-    return float(s[mid]) if n % 2 else (float(s[mid - 1]) + float(s[mid])) / 2.0
-
-
 def _judge(np: Any, by_node: dict[str, Any], group: dict[str, str], rows: list[Sequence[Any]],
            p: StatParams, drain_degrading: bool) -> Report:
     if not rows:
@@ -255,183 +238,5 @@ def _judge(np: Any, by_node: dict[str, Any], group: dict[str, str], rows: list[S
     last = np.fromiter(map(nights.__getitem__, night_c), np.int64, nrows)
     k = max(1, p.trend_nights) + 1
     tails = _tails(np, recent_c, k, packed)
-    return _judge_cols(np, by_node, group, _Cols(names, nc, metrics, mc, units, higher, value,
+    return judge_cols(np, by_node, group, Cols(names, nc, metrics, mc, units, higher, value,
                                                  last, tails), p, drain_degrading)
-
-
-class _Cols(NamedTuple):
-    """The summary rows to judge, by column: only the values of each node's latest complete
-    run. ``nc``/``mc`` index ``names`` (every node with a run, sorted) and ``metrics``
-    (sorted); ``last`` is the ordinal of each row's last night; ``tails`` its last
-    trend_nights + 1 nightly values, (rows, k), nan-padded on the left."""
-
-    names: list[str]
-    nc: Any
-    metrics: list[str]
-    mc: Any
-    units: dict[str, str]
-    higher: dict[str, bool]
-    value: Any
-    last: Any
-    tails: Any
-
-
-def _judge_cols(np: Any, by_node: dict[str, Any], group: dict[str, str], c: _Cols,
-                p: StatParams, drain_degrading: bool) -> Report:
-    judged: dict[str, list[Judgement]] = {}
-    trends: dict[str, list[tuple[str, list[float]]]] = {}
-    stats: list[GroupStats] = []
-    names, nc, metrics, mc, higher = c.names, c.nc, c.metrics, c.mc, c.higher
-    value, last, tails = c.value, c.last, c.tails
-    if not len(nc):
-        return assemble(by_node, group, judged, trends, stats, c.units, p, drain_degrading)
-    k = tails.shape[1]
-    g_of = [group[n] for n in names]
-    groups = sorted({g_of[i] for i in np.unique(nc).tolist()})
-    g_rank = {g: i for i, g in enumerate(groups)}
-    gc = np.array([g_rank.get(g, -1) for g in g_of], dtype=np.int64)[nc]
-    order = np.lexsort((nc, mc, gc))  # sorted by (group, metric, node), as judge() walks
-    key = gc[order] * len(metrics) + mc[order]
-    cuts = np.flatnonzero(np.diff(key)) + 1
-    # Each row's score, z, flag and why, filled in segment by segment; the Judgements are
-    # made at the end, per node in metric order (a node is in one group: its walk order).
-    n_rows = len(nc)
-    sc_all = np.ones(n_rows)
-    z_all = np.zeros(n_rows)
-    judged_rows = np.zeros(n_rows, dtype=bool)  # a usable value: the row gets a Judgement
-    verdict_rows = np.zeros(n_rows, dtype=bool)  # and its group gave a verdict
-    flag_all = np.zeros(n_rows, dtype=bool)
-    why_of: dict[int, str] = {}
-    min_n = max(1, p.min_group)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        for seg in np.split(order, cuts):
-            g = groups[int(gc[seg[0]])]
-            metric = metrics[int(mc[seg[0]])]
-            hib = higher[metric]
-            v_all = value[seg]
-            ok = np.isfinite(v_all) & (v_all >= 0)
-            sel = seg[ok]
-            vals = v_all[ok]
-            judged_rows[sel] = True
-            if len(vals) < min_n:
-                vl = vals.tolist()
-                stats.append(GroupStats(g, metric, len(vl), median(vl) if vl else None,
-                                        mad(vl) if vl else None, False,
-                                        f"{len(vl)} node(s) in group {g}, fewer than min_group "
-                                        f"{p.min_group}: no verdict"))
-                continue
-            med = _median_sorted(np.sort(vals))
-            spread = _median_sorted(np.sort(np.abs(vals - med)))
-            gs = GroupStats(g, metric, len(vals), med, spread, True)
-            stats.append(gs)
-            if not (med > 0 and math.isfinite(med)):
-                sc = np.ones_like(vals)
-            elif hib:
-                sc = vals / med
-            else:
-                sc = np.where(vals <= 0, math.inf, med / vals)
-            denom = max(spread, abs(med) * p.mad_floor)
-            if denom <= 0:
-                z = np.zeros_like(vals)
-            else:
-                z = Z_CONST * (vals - med) / denom
-                if not hib:
-                    z = -z
-            by_score = sc < p.threshold
-            by_z = ~by_score & (z < -p.z_limit) if p.z_limit > 0 else np.zeros_like(by_score)
-            sc_all[sel] = sc
-            z_all[sel] = z
-            verdict_rows[sel] = True
-            flag_all[sel] = by_score | by_z
-            for i in np.flatnonzero(by_score).tolist():
-                why_of[int(sel[i])] = f"score {float(sc[i]):.2f} < {p.threshold:.2f}"
-            for i in np.flatnonzero(by_z).tolist():
-                why_of[int(sel[i])] = f"robust z {float(z[i]):.1f} < -{p.z_limit:g}"
-            noise = noise_of(gs)
-            for node, scores in _degrading(np, seg, nc, names, tails, last, k, hib, p, noise):
-                trends.setdefault(node, []).append((metric, scores))
-    rows = np.flatnonzero(judged_rows)
-    fin = rows[np.lexsort((mc[rows], nc[rows]))]  # by node, then metric
-    owner = nc[fin]
-    node_l = list(map(names.__getitem__, owner.tolist()))
-    scl, zl = sc_all[fin].tolist(), z_all[fin].tolist()
-    verdict_l = verdict_rows[fin]
-    for i in np.flatnonzero(~verdict_l).tolist():  # groups too small: no score, no z
-        scl[i] = zl[i] = None
-    whys = [""] * len(fin)
-    if why_of:
-        at = np.empty(n_rows, dtype=np.int64)
-        at[fin] = np.arange(len(fin))
-        for r, why in why_of.items():
-            whys[int(at[r])] = why
-    flag_l = flag_all[fin]
-    items = tuple(map(_judgement, zip(node_l, map(metrics.__getitem__, mc[fin].tolist()),
-                                      value[fin].tolist(), scl, zl, flag_l.tolist(), whys,
-                                      strict=True)))
-    if items:
-        starts = [0, *(np.flatnonzero(np.diff(owner)) + 1).tolist()]
-        for a, b in zip(starts, [*starts[1:], len(items)], strict=True):
-            judged[node_l[a]] = items[a:b]
-    # The nodes that pass outright, counted from the columns: some metric judged by a
-    # group, none flagged, no falling trend (every row here is of a complete run).
-    size = len(names)
-    has_verdict = np.bincount(owner, weights=verdict_l, minlength=size) > 0
-    has_flag = np.bincount(owner, weights=flag_l, minlength=size) > 0
-    passing = frozenset(names[i] for i in np.flatnonzero(has_verdict & ~has_flag).tolist())
-    return assemble(by_node, group, judged, trends, stats, c.units, p, drain_degrading,
-                    passing=passing - trends.keys())
-
-
-def _degrading(np: Any, seg: Any, nc: Any, names: list[str], tails: Any, last: Any, k: int,
-               hib: bool, p: StatParams, noise: float) -> list[tuple[str, list[float]]]:
-    """:func:`~slurmguard.burnin.stats.degrading_nodes` of one (group, metric) segment."""
-    t = tails[seg]
-    first = last[seg] - (k - 1)
-    night = first[:, None] + np.arange(k)
-    good = (t == t) & (t >= 0)  # not nan, not negative: counted in the night's median
-    if not good.any():
-        return []
-    lasts = last[seg]
-    if (lasts == lasts[0]).all():
-        # Every node's last night is the same (a fleet's nightly run): each night is one
-        # column, sorted on its own (the excluded values as +inf, after every counted one).
-        # Equal values may come out in another order than the lexsort's below, which only
-        # a 0.0 and a -0.0 tell apart: a median of either sign scores everyone 1.0.
-        srt = np.sort(np.where(good, t, math.inf).T, axis=1)  # night x node
-        count = good.sum(axis=0)
-        mid = count // 2
-        col = np.arange(k)
-        hi = srt[col, np.minimum(mid, len(t) - 1)]
-        lo = srt[col, np.maximum(mid - 1, 0)]
-        some = count > 0
-        uniq = night[0][some]
-        med = np.where(count % 2 == 1, hi, (lo + hi) / 2.0)[some]
-    else:
-        nv, vv = night[good], t[good]
-        o = np.lexsort((vv, nv))
-        nv, vv = nv[o], vv[o]
-        uniq, start, count = np.unique(nv, return_index=True, return_counts=True)
-        mid = start + count // 2
-        med = np.where(count % 2 == 1, vv[mid], (vv[np.maximum(mid - 1, start)] + vv[mid]) / 2.0)
-    full = good.all(axis=1)
-    if not full.any():
-        return []
-    tf, nf = t[full], night[full]
-    m = med[np.searchsorted(uniq, nf)]
-    comparable = (m > 0) & np.isfinite(m)
-    if hib:
-        s = np.where(comparable, tf / m, 1.0)
-    else:
-        s = np.where(comparable, np.where(tf <= 0, math.inf, m / tf), 1.0)
-    need = max(p.trend_min_drop, p.trend_sigmas * noise)
-    hit = (np.isfinite(s).all(axis=1) & (s[:, 1:] < s[:, :-1]).all(axis=1)
-           & ((s[:, 0] - s[:, -1]) >= need) & (s[:, -1] >= p.threshold))
-    out = []
-    med_of = dict(zip(uniq.tolist(), med.tolist(), strict=True))
-    rows = seg[full][hit]
-    for r, vals, ns in zip(rows.tolist(), tf[hit].tolist(), nf[hit].tolist(), strict=True):
-        # The few falling nodes are scored again with score() itself: the same floats as
-        # the pure code, by construction.
-        out.append((names[int(nc[r])], [score(v, med_of[n], hib) for v, n in zip(vals, ns,
-                                                                                strict=True)]))
-    return out

@@ -4,8 +4,11 @@
     report.nodes["n3"].verdict      # "flagged"
     report.nodes["n3"].reason       # "slurmguard: burnin: host_cpu_gflops 3.1 GFLOP/s = 0.12 of group median"
 
-Verdicts: ``failed`` (a health check or a hard measurement failed), ``flagged`` (a straggler
-on some metric), ``degrading`` (scores falling night after night, still above the threshold),
+Verdicts: ``failed`` (a health check or a hard measurement failed), ``flagged`` (a straggler,
+corroborated: :func:`~slurmguard.burnin.stats.confirmed`), ``suspect`` (out of bounds on
+one metric, one night: the next night's run confirms or clears it; never drained),
+``degrading`` (scores falling night after night on ``confirm_metrics`` metrics, still above
+the threshold),
 ``pass``, ``no_verdict`` (the run was complete but no metric had a group big enough),
 ``partial`` (cancelled, preempted, killed: never a failure), ``pending`` (still queued or
 running).
@@ -24,9 +27,10 @@ from slurmguard.burnin.stats import (
     GroupStats,
     Judgement,
     StatParams,
+    confirmed,
     degrading_nodes,
     judge_group,
-    noise_of,
+    previous_out,
     worst,
 )
 
@@ -44,7 +48,7 @@ class NodeVerdict(NamedTuple):
     group: str
     run_id: int | None
     status: str  # the run's status
-    verdict: str  # failed, flagged, degrading, pass, no_verdict, partial, pending
+    verdict: str  # failed, flagged, suspect, degrading, pass, no_verdict, partial, pending
     reason: str = ""  # the Slurm drain reason for failed/flagged ("" otherwise)
     why: str = ""  # the plain explanation (also for pass / partial / no_verdict)
     metric: str = ""  # the metric named in the reason (flagged/degrading)
@@ -148,16 +152,20 @@ def judge(runs: Iterable[Any], series: Iterable[Any], p: StatParams, *,
     stats: list[GroupStats] = []
     judged: dict[str, list[Judgement]] = {}
     trends: dict[str, list[tuple[str, list[float]]]] = {}
+    previous: dict[str, set[str]] = {}
     for (g, metric), vals in sorted(values.items()):
         gs, js = judge_group(g, metric, vals, p, higher[metric])
         stats.append(gs)
         for j in js:
             judged.setdefault(j.node, []).append(j)
         if gs.verdict:
-            for node, sc in degrading_nodes(points[(g, metric)], higher[metric], p,
-                                            noise_of(gs)).items():
+            pts = points[(g, metric)]
+            for node, sc in degrading_nodes(pts, higher[metric], p).items():
                 trends.setdefault(node, []).append((metric, sc))
-    return assemble(runs, group, judged, trends, stats, units, p, drain_degrading)
+            denom = max(gs.mad or 0.0, abs(gs.median or 0.0) * p.mad_floor)
+            for node in previous_out(pts, higher[metric], denom, p):
+                previous.setdefault(node, set()).add(metric)
+    return assemble(runs, group, judged, trends, stats, units, p, drain_degrading, previous)
 
 
 def node_groups(runs: Iterable[Any], groups_of: Mapping[str, str] | None
@@ -172,11 +180,21 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
              judged: Mapping[str, Sequence[Judgement]],
              trends: Mapping[str, Sequence[tuple[str, Sequence[float]]]],
              stats: Iterable[GroupStats], units: dict[str, str], p: StatParams,
-             drain_degrading: bool, passing: frozenset[str] | None = None) -> Report:
+             drain_degrading: bool, previous: Mapping[str, Iterable[str]] | None = None,
+             passing: frozenset[str] | None = None) -> Report:
     """One verdict per node from its judgements and falling trends (shared by :func:`judge`
-    and the numpy path, :mod:`slurmguard.burnin.vector`). ``passing``: the nodes known to
-    pass (a complete run, no falling trend, some metric judged and none flagged), as the
-    numpy path counts them from its columns; else each node's judgements are looked at."""
+    and the numpy path, :mod:`slurmguard.burnin.vector`). ``previous``: node -> the metrics
+    it was out of bounds on the night before too. ``passing``: the nodes known to
+    pass (a complete run, no falling trend, some metric judged and none out of bounds), as
+    the numpy path counts them from its columns; else each node's judgements are looked at.
+    A fall on fewer than ``confirm_metrics`` metrics is no trend: over 100,000 series a
+    night, noise alone makes some single metric "fall"; two at once on one node it rarely
+    does (docs/burnin.md, "False flags across the fleet")."""
+    previous = previous or {}
+    need = max(1, p.confirm_metrics)
+    trends = {n: t for n, t in trends.items() if len(t) >= need}
+    if passing is not None:
+        passing = passing - trends.keys()
     out: dict[str, NodeVerdict] = {}
     for node, r in sorted(runs.items()):
         js = tuple(judged.get(node, ()))
@@ -204,23 +222,35 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
             out[node] = NodeVerdict(**common, verdict="partial",
                                     why=r.reason or "partial run: not judged")
         else:
-            w = worst(js)
-            if w is not None:
-                out[node] = NodeVerdict(**common, verdict="flagged",
-                                        reason=straggler_reason(w, units.get(w.metric, "")),
-                                        why=w.why, metric=w.metric)
-            elif falling:
-                m, sc = trends[node][0]
-                tail = sc[-(p.trend_nights + 1):]
-                out[node] = NodeVerdict(
-                    **common, verdict="flagged" if drain_degrading else "degrading",
-                    reason=degrading_reason(m, tail) if drain_degrading else "",
-                    why=f"{m} score fell {p.trend_nights} nights in a row: "
-                        + " ".join(f"{s:.2f}" for s in tail), metric=m)
-            elif js and list(map(_score, js)).count(None) < len(js):  # some group judged it
-                out[node] = NodeVerdict(**common, verdict="pass", why="every metric within bounds")
-            else:
-                out[node] = NodeVerdict(**common, verdict="no_verdict",
-                                        why="health checks passed; no metric had a group of "
-                                            f"min_group {p.min_group} nodes to compare with")
+            out[node] = _judged(common, trends.get(node, ()), previous.get(node, ()), units, p,
+                                drain_degrading)
     return Report(out, tuple(stats), units)
+
+
+def _judged(common: dict[str, Any], trends: Sequence[tuple[str, Sequence[float]]],
+            previous: Iterable[str], units: Mapping[str, str], p: StatParams,
+            drain_degrading: bool) -> NodeVerdict:
+    """The verdict of a complete run that does not pass outright: a corroborated straggler
+    (flagged), an uncorroborated one (suspect), a falling trend, a pass or no verdict."""
+    js: tuple[Judgement, ...] = common["judgements"]
+    w = worst(js)
+    if w is not None and confirmed([j for j in js if j.flagged], previous, p):
+        return NodeVerdict(**common, verdict="flagged",
+                           reason=straggler_reason(w, units.get(w.metric, "")), why=w.why,
+                           metric=w.metric)
+    if w is not None:
+        return NodeVerdict(**common, verdict="suspect", why=f"{w.metric} {w.why}: one metric, "
+                           "one night; the next run confirms or clears", metric=w.metric)
+    if trends:
+        m, sc = trends[0]
+        tail = sc[-(p.trend_nights + 1):]
+        return NodeVerdict(
+            **common, verdict="flagged" if drain_degrading else "degrading",
+            reason=degrading_reason(m, tail) if drain_degrading else "",
+            why=f"{m} score fell over {p.trend_nights + 1} nights: "
+                + " ".join(f"{s:.2f}" for s in tail), metric=m)
+    if js and list(map(_score, js)).count(None) < len(js):  # some group judged it
+        return NodeVerdict(**common, verdict="pass", why="every metric within bounds")
+    return NodeVerdict(**common, verdict="no_verdict",
+                       why="health checks passed; no metric had a group of "
+                           f"min_group {p.min_group} nodes to compare with")

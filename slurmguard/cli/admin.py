@@ -37,6 +37,35 @@ def _alert_dict(a: Any) -> dict[str, Any]:
             "scope": a.scope, "nodes": a.nodes, "count": a.count, "message": a.message}
 
 
+# What `nodes --state` matches: Slurm's base states and flags (lower case), slurmguard's own
+# flags and the stored health values.
+_SLURM_FLAGS = ("blocked", "cloud", "completing", "drain", "drained", "draining", "fail",
+                "failing", "invalid_reg", "maintenance", "not_responding", "planned",
+                "power_down", "powered_down", "powering_down", "powering_up", "reboot_issued",
+                "reboot_requested", "reserved", "resume", "undrain")
+_OWN_STATES = ("lemon", "probation", "burnin", "hook-unrunnable")
+
+
+def _known_states() -> frozenset[str]:
+    from slurmguard.adapters.slurm.parse import BASE_STATES
+    from slurmguard.contract import HEALTHS
+
+    return frozenset(BASE_STATES) | frozenset(_SLURM_FLAGS) | frozenset(_OWN_STATES) \
+        | frozenset(HEALTHS)
+
+
+def _wanted_states(states: tuple[str, ...]) -> set[str]:
+    """The --state words, lower case; InputError (exit 6) naming an unknown one."""
+    from slurmguard.errors import InputError
+
+    wanted = {w.strip().lower() for s in states for w in s.split(",") if w.strip()}
+    unknown = sorted(wanted - _known_states())
+    if unknown:
+        raise InputError(f"--state: not a node state: {unknown[0]!r} (one of: "
+                         f"{', '.join(sorted(_known_states()))})")
+    return wanted
+
+
 def _matches(states: set[str], info: Any, s: Any) -> bool:
     if not states:
         return True
@@ -79,6 +108,7 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
     from slurmguard.nodeset import expand
 
     names = expand(nodeset) if nodeset else None
+    wanted = _wanted_states(states)
     cfg = load_config(ctx)
     store = open_store(cfg)
     infos: dict[str, Any] = {}
@@ -89,7 +119,6 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
         warn(f"warning: Slurm state unavailable ({exc.message}); showing the store only")
     summaries = {s.name: s for s in store.nodes.summary(names)}
     all_names = names or sorted(set(infos) | set(summaries))
-    wanted = {w.strip().lower() for s in states for w in s.split(",") if w.strip()}
     alerts = store.nodes.alerts(open_only=True)
     rows = []
     for name in all_names:
@@ -196,18 +225,25 @@ def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, 
       slurmguard node show gpu017
       slurmguard node show gpu017 --since 24h --json
     """
+    from slurmguard.errors import InputError
     from slurmguard.nodeset import validate_node_name
 
     validate_node_name(node)
     cfg = load_config(ctx)
     store = open_store(cfg)
-    info = None
+    info, slurm_says = None, ""
     try:
         info = slurm_of(cfg).node(node)
     except SlurmguardError as exc:
-        warn(f"warning: Slurm state unavailable ({exc.message})")
+        slurm_says = exc.message
     summary = next(iter(store.nodes.summary([node])), None)
     items = store.nodes.history(node, since=parse_since(since) if since else None, limit=limit)
+    if info is None and summary is None and not items:
+        # Nothing to show is a wrong name, not a node fault (exit 1 means a fault).
+        raise InputError(f"node: {node!r} is known neither to Slurm ({slurm_says}) nor to "
+                         "the store")
+    if slurm_says:
+        warn(f"warning: Slurm state unavailable ({slurm_says})")
     data = _node_dict(node, info, summary)
     data.pop("_last_seen")
     timeline = [{"at": iso(i.at), "kind": i.kind, "health": i.health, "actor": i.actor,

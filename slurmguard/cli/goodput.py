@@ -28,6 +28,14 @@ def _store(cfg: Config) -> Any:
         return None
 
 
+def _nothing_known(b: Any) -> str:
+    """Why one job's breakdown is empty: no accounting, or a job accounting does not know."""
+    no_acct = next((u for u in b.unknown if u.startswith("no Slurm accounting")), "")
+    why = no_acct or "Slurm accounting has no such job"
+    return (f"--job {b.job_id}: nothing to account: {why}, and no wrapper record "
+            "(--runs DIR, goodput.run_dirs) nor stored breakdown")
+
+
 @click.command("goodput")
 @click.option("--since", default="7d", show_default=True, metavar="WHEN",
               help="Jobs that ended since: 90m, 12h, 7d, 2w or an ISO time.")
@@ -49,7 +57,8 @@ def goodput_cmd(ctx: click.Context, since: str, jobs: tuple[str, ...], by: str, 
                 plot_path: str | None, runs: tuple[str, ...], collect: bool) -> int:
     """Goodput: allocated and productive GPU-hours, ETTR (productive / allocated wall time),
     and badput by cause: lost work, requeue wait, restart, stalls, checkpoint saves, nodes
-    found faulty, stragglers. Parts no source can explain are reported as unknown.
+    found faulty, stragglers. Parts no source can explain are reported as unknown. A --job
+    that no source knows (no accounting, an unknown job) is said so, exit 6.
 
     \b
     Example:
@@ -57,17 +66,18 @@ def goodput_cmd(ctx: click.Context, since: str, jobs: tuple[str, ...], by: str, 
       slurmguard goodput --since 7d --by partition
       slurmguard goodput --since 30d --collect --plot badput.png
     """
-    from slurmguard.errors import InputError
+    from slurmguard.errors import EXIT_INPUT, InputError
 
     cfg = load_config(ctx)
     t_since = parse_since(since)
     store = _store(cfg)
     try:
         if jobs:
-            emit(_jobs_report(cfg, store, jobs, runs), as_json)
+            result, empty = _jobs_report(cfg, store, jobs, runs)
+            emit(result, as_json)
             if plot_path:
                 raise InputError("--plot: draws the fleet over time; leave out --job")
-            return 0
+            return EXIT_INPUT if empty else 0
         if store is None:
             raise InputError("goodput: the fleet report reads the node-state store: configure "
                              "[store] (or give --job ID for one job from the live sources)")
@@ -87,26 +97,37 @@ def goodput_cmd(ctx: click.Context, since: str, jobs: tuple[str, ...], by: str, 
             store.close()
 
 
-def _jobs_report(cfg: Config, store: Any, jobs: tuple[str, ...], runs: tuple[str, ...]) -> Result:
-    """The named jobs from the live sources; the store's copy where the sources are gone."""
+def _jobs_report(cfg: Config, store: Any, jobs: tuple[str, ...],
+                 runs: tuple[str, ...]) -> tuple[Result, list[str]]:
+    """The named jobs from the live sources; the store's copy where the sources are gone.
+    Also why each job no source knows is left out (all of them: InputError)."""
     from slurmguard.adapters.slurm.commands import validate_job_id
+    from slurmguard.errors import InputError
     from slurmguard.goodput.report import collect as do_collect
     from slurmguard.goodput.report import job_table
 
     ids = [validate_job_id(j) for j in jobs]
     found = do_collect(cfg.section("goodput"), job_ids=ids, runs=runs, store=store,
                        slurm=slurm_of(cfg))
-    out = []
+    out, empty = [], []
     for b in found:
         d = b.to_dict()
         if b.start is None and store is not None:
             stored = store.goodput.job(b.job_id)
             if stored is not None:  # the sources are gone; the store remembers
                 d = stored
+        if d.get("start") is None and not d.get("stored"):
+            empty.append(_nothing_known(b))
+            continue
         out.append(d)
+    if not out:  # a table of zeros would read as a job that did nothing
+        raise InputError(empty[0])
+    for line in empty:
+        warn(f"slurmguard: error: {line}")
     if store is not None:
         store.goodput.record([d for d in out if not d.get("stored")])
-    return Result(out[0] if len(out) == 1 else out, [job_table(d) for d in out], sep="\n\n")
+    return Result(out[0] if len(out) == 1 else out, [job_table(d) for d in out],
+                  sep="\n\n"), empty
 
 
 def _fleet_report(store: Any, t_since: float, by: str) -> Result:

@@ -47,8 +47,9 @@ def check_cmd(obj: dict, node: str | None, as_json: bool, only: tuple[str, ...],
         from slurmguard.node.hooks import node_identity
         from slurmguard.node.runner import forget_state
 
-        cfg = config.load(obj.get("config_path")).for_node(node_identity(node))
-        had = forget_state(cfg, forget)
+        name = node_identity(node)
+        cfg = config.load(obj.get("config_path")).for_node(name)
+        had = forget_state(cfg, forget, name)
         click.echo(f"forgot saved state of: {', '.join(had) or 'nothing (none saved)'}", err=True)
     code = run_hook("check", node_flag=node, config_path=obj.get("config_path"), only=only,
                     as_json=as_json)

@@ -51,6 +51,7 @@ class Doctor:
         self.items: list[Item] = []
         self.conf: dict[str, str] = {}
         self.conf_source = ""
+        self.hook_env: dict[str, str] | None = None  # what the entry scripts give slurmguard
 
     # -- helpers -------------------------------------------------------------------------------
     def add(self, name: str, ok: bool | None, detail: str, fix: str = "") -> None:
@@ -71,11 +72,14 @@ class Doctor:
             self.guarded("PrologEpilogTimeout", self.check_timeout)
         self.guarded("nohold_on_prolog_fail", self.check_nohold)
         self.guarded("slurmguard runnable", self.check_runnable)
+        self.guarded("hooks' environment", self.check_hook_env)
+        self.guarded("scontrol ping (hooks)", self.check_hook_ping)
         self.guarded("state dir", self.check_state_dir)
         self.guarded("hook-unrunnable marker", self.check_marker)
         self.guarded("service units", self.check_units)
         if self.role == "node":
             self.guarded("NVML", self.check_nvml)
+            self.guarded("per-node state", self.check_node_state)
             self.guarded("SPANK plugin", self.check_spank)
             self.guarded("hook token", self.check_hook_token)
         else:
@@ -204,6 +208,66 @@ class Doctor:
             return
         self.add("slurmguard runnable", True, f"the entry scripts run {exe} ({r.stdout.strip()})")
 
+    def check_hook_env(self) -> None:
+        """The environment slurmd's hooks give slurmguard: the defaults file and nothing else."""
+        from slurmguard.install.hookenv import HOOK_PATH, hook_environment
+
+        defaults = self._defaults_file()
+        if not os.path.exists(defaults):
+            self.add("hooks' environment", None, f"{defaults} is missing (see slurmguard runnable)")
+            return
+        self.hook_env = hook_environment(defaults, os.environ.get("SLURMD_NODENAME") or None)
+        shown = [f"{k}={v}" for k, v in sorted(self.hook_env.items())
+                 if k not in ("PATH", "SLURMD_NODENAME")]
+        self.add("hooks' environment", True, f"from {defaults} only (PATH={HOOK_PATH}): "
+                 + (", ".join(shown) or "nothing set"))
+
+    def check_hook_ping(self) -> None:
+        """slurmctld must answer the hooks' scontrol: else no drain or return of theirs works."""
+        from slurmguard.adapters.slurm.conf import DEFAULT_SLURM_CONF
+        from slurmguard.install.hookenv import scontrol_ping
+
+        if self.hook_env is None:
+            self.add("scontrol ping (hooks)", None, "no hooks' environment to ping from")
+            return
+        scontrol = str(self.cfg["slurm.scontrol"])
+        ok, said = scontrol_ping(scontrol, self.hook_env, float(self.cfg["slurm.timeout"]))
+        where = self.hook_env.get("SLURM_CONF") or f"{DEFAULT_SLURM_CONF} (compiled-in default)"
+        conf = (self.env or os.environ).get("SLURM_CONF") or self.conf.get("slurm_conf", "")
+        fix = (f"Slurm starts HealthCheckProgram without SLURM_CONF: run `SLURM_CONF={conf} "
+               f"slurmguard setup {self.role}` (writes SLURM_CONF={conf} into "
+               f"{self._defaults_file()})" if conf and conf != where else
+               "start slurmctld, or set SLURM_CONF in " + self._defaults_file())
+        self.add("scontrol ping (hooks)", ok, f"{scontrol} ping with SLURM_CONF={where}: {said}",
+                 fix)
+
+    def check_node_state(self) -> None:
+        """Several slurmd on this host (``slurmd -N``) keep their check state apart."""
+        from slurmguard.adapters.slurm.commands import SlurmCLI
+        from slurmguard.node.runner import STATE_FILE
+
+        host = os.uname().nodename.split(".")[0]
+        try:
+            nodes = SlurmCLI(self.cfg.section("slurm"), env=self.env).nodes()
+        except SlurmguardError as exc:
+            self.add("per-node state", None, f"Slurm's node list unavailable ({exc.message})")
+            return
+        mine = sorted(n.name for n in nodes
+                      if str(n.raw.get("NodeHostName", "")).split(".")[0] in (host, "localhost"))
+        state_dir = str(self.cfg["hooks.state_dir"])
+        legacy = os.path.join(state_dir, STATE_FILE)
+        if len(mine) < 2:
+            self.add("per-node state", True, f"{len(mine) or 'no'} Slurm node(s) on this host "
+                     f"({', '.join(mine) or host}); check state in {state_dir}/state.<node>.json")
+            return
+        shared = os.path.exists(legacy)
+        self.add("per-node state", not shared,
+                 f"{len(mine)} slurmd on this host ({', '.join(mine)}): check state kept per "
+                 f"node ({state_dir}/state.<node>.json)"
+                 + (f"; {legacy} (one host file from before) still lies there" if shared else ""),
+                 f"each node has read it once; remove {legacy} so that no new node inherits "
+                 "another's latched Xid")
+
     def check_units(self) -> None:
         """Installed units of this role must be what this slurmguard's setup writes: a venv
         that moved leaves units starting a slurmguard that no longer exists."""
@@ -254,6 +318,9 @@ class Doctor:
 
         cfg = self.cfg.for_node(os.environ.get("SLURMD_NODENAME") or None)
         expected = int(cfg["checks.gpu.expected_count"])
+        if self.hook_env is not None:
+            self._nvml_as_hooks(expected)
+            return
         try:
             snap = nvml.gather(cfg, None)
         except Unsupported as exc:
@@ -268,6 +335,31 @@ class Doctor:
         self.add("NVML", ok, f"driver {snap.driver_version}, {snap.count} GPU(s)"
                  + (f", expected {expected}" if expected >= 0 else ""),
                  "a GPU is missing: run `slurmguard check` for details")
+
+    def _nvml_as_hooks(self, expected: int) -> None:
+        """NVML as the hooks load it: their slurmguard, their config, their environment."""
+        from slurmguard.install.hookenv import nvml_as_hooks
+
+        assert self.hook_env is not None
+        exe = _sourced_slurmguard(self._defaults_file())
+        got = nvml_as_hooks(exe, self.hook_env, float(self.cfg["hooks.budget"]) + 30)
+        health, reason, details = got.get("health"), got.get("reason") or "", got.get("details") or {}
+        devices = [e for e in _listdir("/dev") if re.fullmatch(r"nvidia\d+", e)]
+        where = "in the hooks' environment"
+        if health == "unsupported":
+            ok = expected <= 0 and not devices
+            self.add("NVML", ok, f"{where}: {reason}; checks.gpu.expected_count={expected}; "
+                     f"/dev/nvidia*: {len(devices)}",
+                     "the hooks cannot load NVML: install the driver (libnvidia-ml.so.1), or "
+                     "set checks.gpu.nvml_library in the hooks' config "
+                     f"({self.hook_env.get('SLURMGUARD_CONFIG', 'SLURMGUARD_CONFIG')})")
+            return
+        count = details.get("count")
+        self.add("NVML", health == "healthy", f"{where}: {count} GPU(s)"
+                 + (f", expected {expected}" if expected >= 0 else "")
+                 + (f": {reason}" if reason else ""),
+                 "a GPU is missing or NVML fails for the hooks: run `slurmguard check` "
+                 "for details")
 
     def check_spank(self) -> None:
         from slurmguard.adapters.slurm.conf import plugstack_path, slurm_conf_path

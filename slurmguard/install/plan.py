@@ -229,7 +229,7 @@ def build(role: str, prefix: str, cfg: Config, config_file: str, config_content:
         plan.steps.append(FileStep(config_file, config_content, 0o644, keep_existing=True,
                                    what="config (created once, never rewritten)"))
     _entry_script_steps(plan, lib)
-    _defaults_steps(plan, cfg, lib, textfile_dir)
+    _defaults_steps(plan, cfg, lib, textfile_dir, conf_path)
     # On the controller the state dir also holds the SQLite store that the gate
     # (PrologSlurmctld, run as SlurmUser) reads: group SlurmUser, group-writable for SQLite's
     # -shm/-wal files. The same mode on nodes, so that one host can run both setups.
@@ -269,8 +269,10 @@ def _entry_script_steps(plan: Plan, lib: str) -> None:
                                    what="slurm.conf lines"))
 
 
-def _defaults_steps(plan: Plan, cfg: Config, lib: str, textfile_dir: str) -> None:
+def _defaults_steps(plan: Plan, cfg: Config, lib: str, textfile_dir: str,
+                    conf_path: str) -> None:
     """The C clients and the defaults file the entry scripts and units read."""
+    from slurmguard.adapters.slurm.conf import DEFAULT_SLURM_CONF
     from slurmguard.install import spank
 
     # The agent's hook client (docs/agent.md), built on both roles so that the defaults file
@@ -283,6 +285,8 @@ def _defaults_steps(plan: Plan, cfg: Config, lib: str, textfile_dir: str) -> Non
     # clients ask ([agent] socket, [serve] gate_socket), so the C clients need no TOML.
     extra = {"SLURMGUARD_AGENT_SOCKET": str(cfg["agent.socket"]),
              "SLURMGUARD_SCONTROL": str(cfg["slurm.scontrol"])}  # the fail-open's Slurm mark
+    if conf_path != DEFAULT_SLURM_CONF:  # slurmd starts HealthCheckProgram without SLURM_CONF
+        extra["SLURM_CONF"] = conf_path
     gclient = spank.gate_client()
     if gclient is not None:
         gpath = f"{lib}/prolog/slurmguard-gate-client"

@@ -25,7 +25,19 @@ from slurmguard.contract import CheckResult, Health, error, one_line, unsupporte
 from slurmguard.errors import ConfigError, Unsupported
 from slurmguard.sources import GatherContext
 
-STATE_FILE = "state.json"
+STATE_FILE = "state.json"  # before 0.x: one file per host; read once, as a fallback
+
+
+def state_path(cfg: Config, node: str) -> Path:
+    """Where ``node``'s check state lives: ``state.<node>.json`` in hooks.state_dir.
+
+    Per node, not per host: with several slurmd on one host (``slurmd -N n3``, Slurm's
+    multiple-slurmd mode) one node's latched Xid must not fail the others. ``node`` is a
+    validated Slurm node name (letters, digits, ``._-``): a safe file name."""
+    from slurmguard.nodeset import is_node_name
+
+    name = f"state.{node}.json" if is_node_name(node) else STATE_FILE
+    return Path(cfg["hooks.state_dir"]) / name
 
 
 class RunReport(NamedTuple):
@@ -129,14 +141,14 @@ def run_checks(
                         job_uid=job_uid)
     gathered = gather(cfg, checks, ctx, SOURCES if sources is None else sources)
 
-    state_path = Path(cfg["hooks.state_dir"]) / STATE_FILE
-    previous_state = _load_state(state_path)
+    path = state_path(cfg, node)
+    previous_state = _load_node_state(path)
     results, new_state = evaluate(cfg, checks, gathered, previous_state, now=started_wall,
                                   hook=hook, node=node, t0=t0)
 
     warnings: list[str] = []
     if new_state:
-        problem = _save_state(state_path, {**previous_state, **new_state})
+        problem = _save_state(path, {**previous_state, **new_state})
         if problem:
             warnings.append(problem)
     return RunReport(node, hook, tuple(results), started_wall, time.monotonic() - t0,
@@ -236,6 +248,14 @@ def _load_state(path: Path) -> dict[str, Any]:
         return {}
 
 
+def _load_node_state(path: Path) -> dict[str, Any]:
+    """A node's state; a host that kept one state.json (before per-node state) carries it
+    over to its node once, so an upgrade forgets no latched Xid."""
+    if path.exists():
+        return _load_state(path)
+    return _load_state(path.with_name(STATE_FILE))
+
+
 def _save_state(path: Path, state: dict[str, Any]) -> str | None:
     """Write atomically; a failure is a warning (a checker problem), never a node fault.
     Not durable: a lost cursor after a power loss means one first-run window, and a latch
@@ -248,7 +268,7 @@ def _save_state(path: Path, state: dict[str, Any]) -> str | None:
         return one_line(f"cannot save check state to {path}: {exc.strerror or exc}")
 
 
-def forget_state(cfg: Config, names: Sequence[str]) -> list[str]:
+def forget_state(cfg: Config, names: Sequence[str], node: str) -> list[str]:
     """Drop the saved state of these checks (e.g. latched Xids after a GPU reset).
 
     The read cursor (key ``cursor``) is kept so already-read log lines are not read again.
@@ -258,8 +278,8 @@ def forget_state(cfg: Config, names: Sequence[str]) -> list[str]:
     for n in names:
         if n not in known:
             raise ConfigError(f"--forget: unknown check {n!r} (see `slurmguard checks`)")
-    path = Path(cfg["hooks.state_dir"]) / STATE_FILE
-    state = _load_state(path)
+    path = state_path(cfg, node)
+    state = _load_node_state(path)
     had = [n for n in names if n in state]
     for n in had:
         # Keep the read cursor: forgetting it would make the check read old log lines again.

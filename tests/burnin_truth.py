@@ -1,0 +1,119 @@
+"""Burn-in histories with planted truth, for the planted-truth tests and the benchmarks
+(docs/burnin.md, "False flags across the fleet").
+
+    fleet = history(seed=1, nodes=10_000, shape="t4")
+    report = judge_rows(fleet.runs, fleet.rows, StatParams())
+    precision_recall(report, "flagged", fleet.slow)
+
+What is planted, and why it looks like a fleet:
+
+* **groups**: 4 GPU groups (node i in group i % 4), 10 metrics, 8 nights (what
+  ``burnin_series.recent`` keeps), all nodes' last night the same (one nightly campaign).
+* **noise**: each (group, metric) has its own level, uniform in 1-3 % (the coefficient of
+  variation: standard deviation / mean), either Gaussian or Student-t with 4 degrees of
+  freedom scaled to that standard deviation (``shape="t4"``: heavy tails; a healthy node
+  lands 12 robust z below the median about once in 10,000 tests). Each night the whole
+  group moves together by up to +-1 % (a fleet-wide change is not a node's fault).
+* **slow nodes** (``slow_frac``, 1 %): a fault on one component, which every metric that
+  exercises it sees: 3 in 4 faults hit a component measured by 2-3 metrics (GPU compute and
+  memory, host CPU and memory, disk write and read), 1 in 4 a single metric (the network);
+  the loss is 15-50 %; half started tonight, half 1-4 nights ago (and stayed).
+* **degrading nodes** (``falling_frac``, 0.5 %): a component that wears: its 2-3 metrics
+  lose 2 % a night over the last 4 nights (8 % in all), the node's latest score still
+  near or above the threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+import numpy as np
+
+from slurmguard.store.burnin_read import SeriesRow
+
+GROUPS = ("8x NVIDIA H100 80GB HBM3", "8x NVIDIA A100-SXM4-80GB", "4x NVIDIA L40S",
+          "8x NVIDIA H200")
+# Components and the metrics that measure them (indices into METRICS).
+METRICS = ("gpu_tflops", "gpu_membw_gbs", "gpu_power_w", "host_cpu_gflops", "host_membw_gbs",
+           "disk_write_mbs", "disk_read_mbs", "nccl_busbw_gbs", "pcie_h2d_gbs", "pcie_d2h_gbs")
+COMPONENTS = ((0, 1, 2), (3, 4), (5, 6), (8, 9), (7,))
+LAST_NIGHT = date(2027, 1, 14)
+
+
+@dataclass(frozen=True)
+class Run:
+    node: str
+    id: int
+    status: str = "complete"
+    reason: str = ""
+    group_key: str = ""
+
+
+@dataclass(frozen=True)
+class Fleet:
+    runs: list[Run]
+    rows: list[SeriesRow]
+    slow: frozenset[str]  # planted slow nodes: the truth for "flagged"
+    falling: frozenset[str]  # planted degrading nodes: the truth for "degrading"
+
+
+def _noise(rng: np.random.Generator, shape: str, cv: np.ndarray, size: tuple[int, ...]
+           ) -> np.ndarray:
+    """Relative noise with standard deviation ``cv`` (broadcast over the last axes)."""
+    if shape == "gauss":
+        return rng.standard_normal(size) * cv
+    if shape in ("t3", "t4", "t5"):  # Student-t with nu degrees of freedom, scaled to sd 1
+        nu = int(shape[1])
+        return rng.standard_t(nu, size) / math.sqrt(nu / (nu - 2.0)) * cv
+    raise ValueError(f"shape: expected gauss, t3, t4 or t5, got {shape!r}")
+
+
+def history(seed: int = 1, nodes: int = 10_000, nights: int = 8, shape: str = "gauss",
+            slow_frac: float = 0.01, falling_frac: float = 0.005) -> Fleet:
+    """A fleet's burn-in summary rows with planted slow and degrading nodes (module doc)."""
+    rng = np.random.default_rng(seed)
+    nm, ng = len(METRICS), len(GROUPS)
+    group = np.arange(nodes) % ng
+    base = rng.uniform(10, 1000, nm)
+    cv = rng.uniform(0.01, 0.03, (ng, nm))  # per (group, metric)
+    drift = 1.0 + rng.uniform(-0.01, 0.01, (ng, nm, nights))
+    values = base[None, :, None] * drift[group] * (
+        1.0 + _noise(rng, shape, cv[group][:, :, None], (nodes, nm, nights)))
+    picked = rng.permutation(nodes)
+    n_slow, n_fall = round(nodes * slow_frac), round(nodes * falling_frac)
+    slow, falling = picked[:n_slow], picked[n_slow:n_slow + n_fall]
+    for i in slow.tolist():
+        comp = COMPONENTS[rng.integers(len(COMPONENTS))] if rng.random() < 0.75 \
+            else COMPONENTS[-1]
+        start = nights - 1 - (0 if rng.random() < 0.5 else int(rng.integers(1, 5)))
+        values[i, list(comp), start:] *= 1.0 - rng.uniform(0.15, 0.50)
+    for i in falling.tolist():
+        comp = list(COMPONENTS[rng.integers(len(COMPONENTS) - 1)])
+        for back in range(4):  # the last 4 nights: -2 %, -4 %, -6 %, -8 %
+            values[i, comp, nights - 4 + back] *= 1.0 - 0.02 * (back + 1)
+    names = [f"gpu{i:05d}" for i in range(nodes)]
+    night = LAST_NIGHT.isoformat()
+    runs = [Run(n, i + 1, group_key=GROUPS[group[i]]) for i, n in enumerate(names)]
+    rows = [SeriesRow(names[i], METRICS[m], "u", True, GROUPS[group[i]], i + 1, 0.0,
+                      float(values[i, m, -1]), night, tuple(values[i, m].tolist()))
+            for i in range(nodes) for m in range(nm)]
+    return Fleet(runs, rows, frozenset(names[i] for i in slow.tolist()),
+                 frozenset(names[i] for i in falling.tolist()))
+
+
+def precision_recall(report: Any, verdict: str, truth: Iterable[str],
+                     faulty: Iterable[str] = ()) -> tuple[float, float, int]:
+    """(precision, recall, healthy nodes given it) of the nodes given ``verdict`` against
+    ``truth``. ``faulty``: other planted faults that are no false alarm either (a degrading
+    node whose component already lost 8 % may well be flagged as slow)."""
+    truth = set(truth)
+    bad = truth | set(faulty)
+    got = {n for n, v in report.nodes.items() if v.verdict == verdict}
+    precision = len(got & bad) / len(got) if got else 1.0
+    recall = len(got & truth) / len(truth) if truth else 1.0
+    return precision, recall, len(got - bad)
+
