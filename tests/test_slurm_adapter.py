@@ -37,17 +37,19 @@ from slurmguard.errors import InputError, ParseError
 
 DATA = Path(__file__).parent / "data" / "slurm"
 # Real output of both ends of the version matrix: 22.05.8 from the native test cluster
-# (capture.py), 24.11.5 from the Debian 13 containers (capture_docker.py), the same moments.
-VERSIONS = ["22.05.8", "24.11.5"]
+# (capture.py), 24.11.5 and 26.05.5 from the Debian 13 and forky containers
+# (capture_docker.py), the same moments.
+VERSIONS = ["22.05.8", "24.11.5", "26.05.5"]
 V = "22.05.8"
 OUR_XID = "slurmguard: gpu-xid: Xid=79 on GPU 3 (pci=0000:3b:00.0) fell off the bus"
 OUR_ECC = "slurmguard: gpu-ecc: 3 uncorrectable ECC errors on GPU 0"
 # n6: drained by its Prolog, which then failed (22.05: a shell prolog; 24.11: slurmguard's
 # own prolog finding an injected Xid on GPU 2).
 N6_REASON = {"22.05.8": "slurmguard: test: prolog failed",
-             "24.11.5": "slurmguard: gpu-xid: GPU 2 (PCI 0000:3a:00) Xid 79: GPU has fallen off the bus"}
+             "24.11.5": "slurmguard: gpu-xid: GPU 2 (PCI 0000:3a:00) Xid 79: GPU has fallen off the bus",
+             "26.05.5": "slurmguard: gpu-xid: GPU 2 (PCI 0000:3a:00) Xid 79: GPU has fallen off the bus"}
 # Node features: the native cluster sets Feature=sgtest, the containers none.
-FEATURES = {"22.05.8": ("sgtest",), "24.11.5": ()}
+FEATURES = {"22.05.8": ("sgtest",), "24.11.5": (), "26.05.5": ()}
 
 # moment -> node -> (state, flags, reason or None for "none"); "N6" is N6_REASON.
 EXPECTED = {
@@ -177,10 +179,10 @@ def test_leftover_reasons_of_ours(line: str, reason: str) -> None:
     assert n.ours == ("DRAIN" in n.flags)
 
 
+@pytest.mark.parametrize("version", ["24.11.5", "26.05.5"])
 @pytest.mark.parametrize("stem", ["idle", "states", "undrained"])
-def test_scontrol_json_agrees_with_scontrol_text(stem: str) -> None:
+def test_scontrol_json_agrees_with_scontrol_text(stem: str, version: str) -> None:
     """scontrol --json show nodes (23.02+): every node with its own reason."""
-    version = "24.11.5"
     by_json = {n.name: n for n in parse_scontrol_nodes_json(
         (DATA / f"scontrol-nodes-{stem}-{version}.json").read_text())}
     by_text = _nodes(f"show-node-{stem}-{version}.txt")

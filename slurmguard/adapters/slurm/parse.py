@@ -72,6 +72,7 @@ class NodeInfo:
     reason_time: str = ""
     partitions: tuple[str, ...] = ()
     features: tuple[str, ...] = ()
+    gres: str = ""  # as Slurm prints it: "gpu:h100:8(S:0-1)" (adapters/slurm/gres.py counts it)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -290,6 +291,7 @@ def node_info_from_show(f: Mapping[str, str]) -> NodeInfo:
         reason_time=f.get("ReasonTime", "") if reason else "",
         partitions=_csv(f.get("Partitions", "")),
         features=_csv(f.get("ActiveFeatures", f.get("Features", ""))),
+        gres=_null(f.get("Gres", "")),
         raw=dict(f),
     )
 
@@ -397,7 +399,12 @@ def _nodes_from_groups(groups: list[Any]) -> list[NodeInfo]:
         else:
             features = _jlist(feats, f"{what}: features")
         reason, user, at = _group_reason(group.get("reason", ""), what)
+        # 26.05 (v0.0.45) moved the reason's user out of `reason` to the group
+        user = user or _jstr(group, "reason_set_by_user", what)
         reason = _live_reason(reason, state, flags)
+        gres = group.get("gres", "")
+        gres = _jstr(gres, "total", f"{what}: gres") if isinstance(gres, dict) else _jstr(
+            group, "gres", what)
         for name in names:
             prev = seen.get(name)
             if prev is not None:
@@ -409,7 +416,8 @@ def _nodes_from_groups(groups: list[Any]) -> list[NodeInfo]:
                 name=name, state=state, flags=flags, reason=reason if alone else "",
                 reason_user=user if alone else "",
                 reason_time=_iso(at) if alone and at else "",
-                partitions=(partition,) if partition else (), features=features, raw=group)
+                partitions=(partition,) if partition else (), features=features,
+                gres=_null(gres), raw=group)
     return list(seen.values())
 
 
@@ -447,6 +455,7 @@ def node_info_from_json(obj: object, source: str = "sinfo --json") -> NodeInfo:
         partitions=_jlist(obj.get("partitions", []), f"{what}: partitions"),
         features=_jlist(obj.get("active_features", obj.get("features", "")),
                         f"{what}: active_features"),
+        gres=_null(_jstr(obj, "gres", what)),
         raw=obj,
     )
 
