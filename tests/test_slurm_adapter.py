@@ -29,6 +29,7 @@ from slurmguard.adapters.slurm.commands import (
     validate_node_name,
 )
 from slurmguard.adapters.slurm.parse import (
+    NodeInfo,
     parse_node_state,
     parse_scontrol_nodes_json,
     parse_version,
@@ -157,6 +158,32 @@ def test_undrained_node_keeps_reason_text_on_2411() -> None:
     n3 = node_info_from_show(raw)
     assert (n3.reason, n3.reason_user, n3.reason_time, n3.ours, n3.drained) == (
         "", "", "", False, False)
+
+
+def test_undrain_clears_the_reason_on_2605() -> None:
+    """26.05.5 clears the reason with UNDRAIN (24.11.5 keeps it): the same NodeInfo either
+    way, so nothing may depend on a reason kept after an UNDRAIN."""
+    def n3(version: str) -> NodeInfo:
+        (raw,) = [f for f in parse_show_node_oneliner(
+            (DATA / f"show-node-undrained-{version}.txt").read_text()) if f["NodeName"] == "n3"]
+        return node_info_from_show(raw)
+
+    new, old = n3("26.05.5"), n3("24.11.5")
+    assert "Reason" not in new.raw and old.raw["Reason"] == OUR_XID
+    assert (new.state, new.flags, new.reason, new.ours) == (old.state, old.flags, old.reason,
+                                                            old.ours) == ("idle", frozenset(), "",
+                                                                          False)
+
+
+@pytest.mark.parametrize("version,parser", [("22.05.8", "v0.0.38"), ("24.11.5", "v0.0.42"),
+                                            ("26.05.5", "v0.0.45")])
+def test_sinfo_reason_user_where_each_data_parser_puts_it(version: str, parser: str) -> None:
+    """The user who set a reason: the node object (v0.0.38), `reason.user` of a group
+    (v0.0.42), a group's top-level `reason_set_by_user` (v0.0.45): read by presence."""
+    doc = json.loads((DATA / f"sinfo-states-{version}.json").read_text())
+    assert parser in json.dumps(doc["meta"])
+    n2 = {n.name: n for n in parse_sinfo_json(json.dumps(doc))}["n2"]
+    assert (n2.reason, n2.reason_user) == (OUR_ECC, "root")
 
 
 @pytest.mark.parametrize("line,reason", [
