@@ -32,7 +32,9 @@ def doctor_cmd(ctx: click.Context, role: str | None, as_json: bool, ack: bool,
 
     ROLE is node (the default unless this host is a SlurmctldHost) or controller. Items:
     slurm.conf runs our entry scripts (Prolog, Epilog, HealthCheckProgram; PrologSlurmctld
-    on the controller), PrologEpilogTimeout > hooks.budget, nohold_on_prolog_fail, the
+    on the controller), Slurm's hook time limits > hooks.budget (PrologEpilogTimeout, or
+    PrologTimeout/EpilogTimeout on 25.05+; HealthCheckTimeout on 25.11+ also below
+    HealthCheckInterval), nohold_on_prolog_fail, the
     scripts resolve to a working slurmguard, no hook failed open since the last --ack, NVML
     loads (or no GPUs are expected), the SPANK plugin is in plugstack.conf, the serve token
     is readable by the hooks and not world-readable, the store is at the current schema
