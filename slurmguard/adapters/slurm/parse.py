@@ -1,6 +1,6 @@
 """Pure parsers for Slurm's text and JSON output, and the NodeInfo / JobInfo they produce.
 
-Formats (captured from Slurm 22.05.8 and 24.11.5 in tests/data/slurm/):
+Formats (captured from Slurm 22.05.8, 24.11.5 and 26.05.5 in tests/data/slurm/):
 
 * ``scontrol show node -o``: one record per node, ``Key=Value`` separated by spaces. Values
   may hold spaces (``OS=Linux 6.1 #1 SMP``) and ``=`` (``CfgTRES=cpu=2``), so a new field
@@ -9,8 +9,9 @@ Formats (captured from Slurm 22.05.8 and 24.11.5 in tests/data/slurm/):
   a newline in it breaks the record over two lines, with the suffix inserted after the
   first line: we join such continuation lines back.
 * ``scontrol show job -o``: the same shape; ``JobName`` (free text) runs up to ``UserId=``.
-* ``sinfo --json`` / ``squeue --json`` / ``scontrol --json show nodes``, Slurm 22.05 to 25.05
-  (captured from 22.05.8 and 24.11.5; the table in docs/slurm.md):
+* ``sinfo --json`` / ``squeue --json`` / ``scontrol --json show nodes``, Slurm 22.05 to 26.05,
+  data parsers v0.0.38 to v0.0.45 (captured from 22.05.8, 24.11.5 and 26.05.5; the table in
+  docs/slurm.md), every field read where it is present:
 
   - node objects (``{"nodes": [...]}``: 22.05/23.02 ``sinfo --json``, and
     ``scontrol --json show nodes`` from 23.02 on): ``state`` a string plus ``state_flags``
@@ -19,7 +20,9 @@ Formats (captured from Slurm 22.05.8 and 24.11.5 in tests/data/slurm/):
     a list;
   - node groups (``{"sinfo": [...]}``: ``sinfo --json`` from 23.11 on): one entry per group
     of nodes that share a partition and a state, ``node.state`` a list, ``nodes.nodes`` the
-    names, ``partition.name``, ``features.active``, ``reason.{description,user,time}``.
+    names, ``partition.name``, ``features.active``, ``gres.total``,
+    ``reason.{description,user,time}`` (v0.0.45: ``reason.{description,time}`` and the
+    user in the group's ``reason_set_by_user``).
     Slurm groups by state, not by reason (seen on 24.11.5: an admin's drain and two of ours
     in one entry carrying only the first node's reason), so a group of several nodes gives
     them **no** reason: a drain there is never taken for ours. Per-node reasons come from
