@@ -91,3 +91,21 @@ def test_eligibility_left_to_slurm_only_when_both(flagged: bool, slurm_on: bool,
     assert a.path == ("slurm-expedited" if by_slurm else "watcher")
     assert a.eligible_now is (held or not by_slurm)  # a held job is released and made eligible
     assert a.exclude == "n2" and a.release is held
+
+
+def test_real_expedited_requeue_of_2605_gets_the_exclusion() -> None:
+    """What 26.05.5 really showed after slurmguard's epilog failed under a job submitted with
+    --requeue=expedite: JobState=EXPEDITING, eligible at once, no ExcNodeList. The watcher
+    leaves eligibility to Slurm and excludes the drained node."""
+    text = (DATA / "show-job-expedite-requeued-26.05.5.txt").read_text()
+    job = job_info_from_show(parse_show_job_oneliner(text)[0])
+    assert (job.state, job.restart_count, job.exc_nodes) == ("EXPEDITING", 1, "")
+    assert job_expedited(job)
+    mem = {job.job_id: JobMemory(nodes="n1", run_of=0, restarts=0, handled=0)}
+    drained = nodes(n1=N("n1", "idle", frozenset({"DRAIN"}), "slurmguard: gpu-xid: GPU 2 ..."))
+    now = (job.eligible_time or 0) + 5
+    (a,), _ = plan([job], drained, mem, now, 3, True)
+    assert (a.kind, a.path, a.exclude, a.eligible_now, a.release) == (
+        "expedite", "slurm-expedited", "n1", False, False)
+    running = (DATA / "show-job-expedite-running-26.05.5.txt").read_text()
+    assert job_expedited(job_info_from_show(parse_show_job_oneliner(running)[0]))

@@ -42,6 +42,10 @@ ACTIVE = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"}
 # States of a run that is ending: Slurm may already have released (or lost) some of its nodes,
 # so what they show is added to what we saw, never a replacement.
 ENDING = {"COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"}
+# Waiting to run again: PENDING, or (Slurm 25.11+) EXPEDITING, a job that Slurm's expedited
+# requeue put back after a node fault (seen on 26.05.5: EligibleTime = requeue time, no
+# ExcNodeList, tests/data/slurm/show-job-expedite-requeued-26.05.5.txt).
+WAITING = {"PENDING", "EXPEDITING"}
 
 
 class JobLike(Protocol):
@@ -142,7 +146,7 @@ def plan(jobs: Iterable[JobLike], nodes: Mapping[str, NodeLike], memory: dict[st
             if job.state not in ENDING:
                 m.restarts = job.restart_count
             continue
-        if job.state != "PENDING":
+        if job.state not in WAITING:
             continue
         requeued = job.restart_count > m.handled and job.restart_count > 0
         held = _launch_failed_hold(job)
@@ -232,7 +236,7 @@ class Watcher:
         jobs = self.slurm.jobs()
         before = {k: v.requeued_at for k, v in self.memory.items()}
         nodes = {n.name: n for n in self.slurm.nodes()} if any(
-            j.state == "PENDING" for j in jobs) else {}
+            j.state in WAITING for j in jobs) else {}
         actions, self.memory = plan(jobs, nodes, self.memory, now, self.max_requeues,
                                     self.path.slurm_expedites)
         for a in actions:

@@ -43,10 +43,16 @@ def main() -> None:
     ap.add_argument("--config-only", action="store_true",
                     help="only `scontrol show config` (healthcheck on), before and after the "
                          "25.05+/25.11+ settings are added")
+    ap.add_argument("--expedite", action="store_true",
+                    help="only a job submitted with --requeue=expedite whose node's epilog "
+                         "(slurmguard, an injected Xid) fails, on a Slurm with expedited requeue on")
     args = ap.parse_args()
     image = build_image.build(include_package=False, release_name=args.release)
     if args.config_only:
         capture_config(image)
+        return
+    if args.expedite:
+        capture_expedite(image)
         return
     c = DockerCluster(image, dict(NODES), env={"SG_CRED_EXPIRE": "120",
                                                 "SG_SLURMD_TIMEOUT": "20"}).start()
@@ -138,6 +144,35 @@ def capture_config(image: str) -> None:
         time.sleep(3)
         (HERE / f"show-config-newer-{v}.txt").write_text(c.exec("ctl", ["scontrol", "show", "config"])[1])
         print("wrote", f"show-config-docker-{v}.txt", f"show-config-newer-{v}.txt")
+    finally:
+        c.stop()
+
+
+def capture_expedite(image: str) -> None:
+    """25.11+: what Slurm shows of a job that asked for expedited requeue, before and after
+    the node it ran on failed its epilog (slurmguard's, finding an injected Xid)."""
+    c = DockerCluster(image, {"n1": 4, "n2": 4}, env={"SG_CRED_EXPIRE": "120"}).start()
+    try:
+        v = c.sh("ctl", "scontrol -V").split()[-1]
+        conf = c.shared / "slurm.conf"
+        conf.write_text(conf.read_text() + "SlurmctldParameters=enable_expedited_requeue\n")
+        c.sh("ctl", "cp /shared/slurm.conf /etc/slurm/slurm.conf && scontrol reconfigure")
+        time.sleep(3)
+        jid = c.sbatch("-w", "n1", "--requeue=expedite", "--wrap", "sleep 8; exit 1")
+        c.wait_job(jid, {"RUNNING"}, timeout=60)
+        staged = {f"show-job-expedite-running-{v}.txt": c.exec("ctl", ["scontrol", "show", "job", "-o", jid])[1],
+                  f"squeue-expedite-{v}.json": c.exec("ctl", ["squeue", "--json"])[1]}
+        c.exec("n1", ["sg-fault", "xid", "2", "79", "GPU has fallen off the bus."])
+        wait_for(f"job {jid} requeued", lambda: int(c.job(jid).get("Restarts", "0")) >= 1,
+                 timeout=120, context=c.describe)
+        time.sleep(2)
+        staged[f"show-job-expedite-requeued-{v}.txt"] = c.exec("ctl", ["scontrol", "show", "job", "-o", jid])[1]
+        staged[f"slurmctld-expedite-{v}.log"] = c.sh(
+            "ctl", "grep -a -i 'expedit\\|requeue\\|epilog' /var/log/slurm/slurmctld.log | tail -n 20",
+            check=False)
+        for name, text in staged.items():
+            (HERE / name).write_text(text)
+            print("wrote", name)
     finally:
         c.stop()
 
