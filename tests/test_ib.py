@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmguard import config
-from slurmguard.adapters.sysfs import gather_ib, parse_rate
+from slurmguard.adapters.sysfs import gather_ib, has_roce_gid, parse_rate
 from slurmguard.checks.base import CheckContext, GatherContext
 from slurmguard.checks.ib import COUNTER_BITS, ib_counters, ib_link, saturated
 from slurmguard.contract import Health
@@ -195,3 +195,14 @@ def test_unwatched_counter_without_width_is_not_judged(tmp_path: Path) -> None:
     root = write_ib_fabric(tmp_path / "ib", 1, counters={"port_xmit_wait": 2**32 - 1})
     r, _ = run(ib_counters, root, tmp_path)
     assert r.health is Health.HEALTHY  # a congestion counter, not an error counter
+
+
+@given(words=st.lists(st.integers(0, 0xFFFF), min_size=8, max_size=8))
+@settings(max_examples=200, deadline=None)
+def test_roce_gid_property(tmp_path_factory: pytest.TempPathFactory, words: list[int]) -> None:
+    """An Ethernet port is RoCE exactly when a GID is neither empty nor link-local (fe80:)."""
+    gid = ":".join(f"{w:04x}" for w in words)
+    root = tmp_path_factory.mktemp("gid")
+    write_ib_port(root, "mlx5_0", 1, link_layer="Ethernet", gids=[LINK_LOCAL, gid])
+    want = any(words) and words[0] != 0xFE80
+    assert has_roce_gid(root / "mlx5_0" / "ports" / "1") is want

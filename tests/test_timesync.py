@@ -172,3 +172,16 @@ def test_timedatectl_without_timedated_is_no_service(tmp_path: Path) -> None:
     r = run(tmp_path, "timedatectl", {"nothing": ""})
     assert r.health is Health.UNSUPPORTED
     assert r.reason.startswith("no time sync service (timedatectl: ")
+
+
+@given(ref=st.from_regex(r"[0-9A-F]{8}", fullmatch=True), stratum=st.integers(0, 16),
+       offset=st.floats(-1e4, 1e4, allow_nan=False),
+       leap=st.sampled_from(["Normal", "Insert second", "Delete second", "Not synchronised"]))
+@settings(max_examples=300, deadline=None)
+def test_chrony_tracking_property(ref: str, stratum: int, offset: float, leap: str) -> None:
+    line = f"{ref},n,{stratum},1764688400.0,{offset!r},0,0,0,0,0,0,0,64,{leap}"
+    ts = timesync.parse_chrony_tracking(line)
+    assert (ts.stratum, ts.leap_status) == (stratum, leap)
+    assert ts.offset == pytest.approx(abs(offset))
+    assert ts.synced is (leap != "Not synchronised" and ref != "00000000")
+    assert ts.local is (ref == "7F7F0101")
