@@ -81,6 +81,8 @@ LINK_TABLE = [
      Health.UNHEALTHY, "mlx5_3/1 is DOWN/Disabled"),
     ({"state": "1: DOWN", "link_layer": "Ethernet"}, {"devices": ["mlx5_3"]},
      Health.UNHEALTHY, "mlx5_3/1 is DOWN/Disabled"),
+    # a plain Ethernet device still counts as present (expected_count as before)
+    ({"state": "1: DOWN", "link_layer": "Ethernet"}, {"expected_count": 8}, Health.HEALTHY, ""),
 ]
 
 

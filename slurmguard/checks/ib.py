@@ -71,7 +71,9 @@ PARAMS: dict[str, Any] = {
 }
 
 
-def _selected(snapshot: Any, p: Any) -> list[Any]:
+def _selected(snapshot: Any, p: Any, plain_ethernet: bool = False) -> list[Any]:
+    """The ports judged; ``plain_ethernet`` keeps plain Ethernet ports too (to count HCAs:
+    a device is present whatever its ports carry)."""
     want, skip = list(p["devices"]), list(p["ignore_devices"])
     layers = set(p["link_layers"])
     out = []
@@ -83,7 +85,7 @@ def _selected(snapshot: Any, p: Any) -> list[Any]:
         if port.link_layer not in layers:
             continue
         if (port.link_layer == "Ethernet" and p["ethernet"] == "roce" and not port.roce
-                and not want):
+                and not want and not plain_ethernet):
             continue  # a plain Ethernet port nobody named: not the fabric
         out.append(port)
     return out
@@ -112,7 +114,7 @@ def saturated(name: str, value: int) -> int | None:
 def ib_link(ctx: CheckContext) -> CheckResult:
     p = ctx.params
     ports = _selected(ctx.sources["ib"], p)
-    devices = sorted({x.device for x in ports})
+    devices = sorted({x.device for x in _selected(ctx.sources["ib"], p, plain_ethernet=True)})
     details: dict[str, Any] = {
         "ports": {x.key: {"state": x.state, "phys_state": x.phys_state, "rate": x.rate}
                   for x in ports}
