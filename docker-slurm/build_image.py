@@ -3,6 +3,7 @@
 
     python docker-slurm/build_image.py                    # Debian 12, Slurm 22.05; print the tag
     python docker-slurm/build_image.py --release trixie   # Debian 13, Slurm 24.11
+    python docker-slurm/build_image.py --release forky    # Debian testing, Slurm 26.05
     python docker-slurm/build_image.py --force            # build even if the tag exists
 
 The tag is ``slurmguard-node:<first 12 hex of sha256>`` (``slurmguard-node:trixie-<hash>``
@@ -19,8 +20,8 @@ glibc, the same as bookworm's), the fixture writers of tests/fakehw for ``sg-fau
 the checkout's prolog/ and epilog/ entry scripts. The build runs with ``--network host`` because the
 engine may run without a default bridge (see docs/docker.md).
 
-Releases whose Python differs from the host's (trixie: 3.13, host Debian 12: 3.11) get the
-same wheels retargeted: pure wheels as built, and each compiled one (``psycopg-binary``,
+Releases whose Python differs from the host's (trixie: 3.13, forky: 3.14, host Debian 12:
+3.11) get the same wheels retargeted: pure wheels as built, and each compiled one (``psycopg-binary``,
 ``SQLAlchemy``, ...) replaced by the release's build of the same version, fetched with
 ``pip download --python-version``.
 """
@@ -66,6 +67,8 @@ class Release:
 RELEASES = {
     "bookworm": Release("bookworm", "12", "3.11", "22.05"),
     "trixie": Release("trixie", "13", "3.13", "24.11"),
+    # Debian testing (forky, 14 to be): Slurm 26.05 and Python 3.14 as of 2026-10.
+    "forky": Release("forky", "14", "3.14", "26.05"),
 }
 DEFAULT_RELEASE = "bookworm"
 
@@ -322,7 +325,8 @@ def main() -> int:
     ap.add_argument("--runtime", action="store_true",
                     help="tag by the runtime only (the e2e suite's image; see content_hash)")
     ap.add_argument("--release", default=DEFAULT_RELEASE, choices=sorted(RELEASES),
-                    help="Debian release: bookworm (Slurm 22.05, default) or trixie (24.11)")
+                    help="Debian release: bookworm (Slurm 22.05, default), trixie (24.11) "
+                         "or forky (26.05)")
     ap.add_argument("--site", action="store_true",
                     help="the install-test image instead: a fresh Debian with Debian's Slurm "
                          "and the README's first command run (docker-slurm/site/)")

@@ -497,12 +497,20 @@ def _merge(into: dict[str, Any], new: Mapping[str, Any]) -> None:
 
 _TABLE_KEYS: set[str] = set()
 
+# Keys that moved: a config naming the old place gets told the new one (one line, no guess).
+MOVED: dict[str, str] = {
+    f"checks.host.{k}": f"checks.timesync.{k}"
+    for k in ("chronyc", "max_offset", "max_offset_unhealthy")
+}
+
 
 def _validate(raw: Mapping[str, Any], schema: Mapping[str, Any], prefix: str, f: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in raw.items():
         path = f"{prefix}{key}"
         spec = schema.get(key)
+        if spec is None and path in MOVED:
+            raise ConfigError(f"{path}: moved to {MOVED[path]} (in {f})")
         if spec is None:
             section = f"[{prefix.rstrip('.')}]" if prefix else "the top level"
             raise ConfigError(f"{path}: unknown key (in {f}); valid keys of {section}: "

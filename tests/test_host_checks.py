@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 from fakehw.sysfs import write_config, write_cpus, write_edac, write_meminfo, write_proc
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from support.helpers import require
 from support.wait import wait_for
 
@@ -36,8 +34,7 @@ def cfg_for(tmp: Path, **params: Any) -> config.Config:
 
 def run(check: Any, source: str, cfg: config.Config, previous: dict | None = None,
         job_uid: int | None = None, job_id: str | None = None):
-    gather = {"host": host.gather, "procs": host.gather_procs,
-              "timesync": host.gather_timesync, "munge": host.gather_munge}[source]
+    gather = {"host": host.gather, "procs": host.gather_procs, "munge": host.gather_munge}[source]
     data = gather(cfg, GatherContext("n1", "epilog", time.monotonic() + 10, job_id, job_uid))
     ctx = CheckContext(cfg.section("checks.host"), {source: data}, previous or {}, time.time())
     return check.run(ctx), ctx.new_state
@@ -192,33 +189,6 @@ def test_leftover_real_process(tmp_path: Path) -> None:
     assert r.health is Health.HEALTHY
 
 
-CHRONY = [  # real `chronyc -c tracking` lines
-    ("A9FEA97B,169.254.169.123,4,1764688400.123456789,0.000012345,-0.000004000,0.000020000,"
-     "-12.345,0.001,0.050,0.000300000,0.000200000,64.2,Normal", Health.HEALTHY, ""),
-    ("C0A80101,192.168.1.1,3,1764688400.0,-2.500000000,0.1,0.2,-1.0,0.0,0.1,0.001,0.002,64.0,"
-     "Normal", Health.DEGRADED, "clock off by 2.500s"),
-    ("C0A80101,192.168.1.1,3,1764688400.0,45.000000000,0.1,0.2,-1.0,0.0,0.1,0.001,0.002,64.0,"
-     "Normal", Health.UNHEALTHY, "clock off by 45.000s"),
-    ("00000000,,0,0.0,0.000000000,0.0,0.0,0.0,0.0,0.0,1.0,1.0,0.0,Not synchronised",
-     Health.DEGRADED, "clock not synchronised"),
-]
-
-
-@pytest.mark.parametrize("line,health,reason", CHRONY)
-def test_timesync_table(line: str, health: Health, reason: str) -> None:
-    ts = host.parse_chrony_tracking(line + "\n")
-    params = config.defaults()["checks"]["host"]
-    r = checks.host_timesync.run(CheckContext(params, {"timesync": ts}))
-    assert (r.health, r.reason) == (health, reason)
-
-
-def test_timesync_unsupported_without_chronyc(tmp_path: Path) -> None:
-    with pytest.raises(Unsupported):
-        run(checks.host_timesync, "timesync", cfg_for(tmp_path, chronyc=str(tmp_path / "nope")))
-    with pytest.raises(ValueError):
-        host.parse_chrony_tracking("506 Cannot talk to daemon")
-
-
 def test_munge_unsupported_without_munge(tmp_path: Path) -> None:
     with pytest.raises(Unsupported):
         run(checks.host_munge, "munge", cfg_for(tmp_path, munge=str(tmp_path / "nope")))
@@ -254,16 +224,6 @@ def test_munge_round_trip_real_daemon(tmp_path: Path) -> None:
         proc.wait(timeout=10)
     r, _ = run(checks.host_munge, "munge", cfg)
     assert r.health is Health.UNHEALTHY and r.reason.startswith("munge round trip failed: ")
-
-
-@given(st.text())
-@settings(max_examples=300, deadline=None)
-def test_chrony_parser_raises_only_value_error(text: str) -> None:
-    try:
-        ts = host.parse_chrony_tracking(text)
-    except ValueError:
-        return
-    assert ts.offset is not None and ts.offset >= 0
 
 
 def test_leftover_exiting_within_grace_is_not_counted(tmp_path: Path) -> None:

@@ -8,11 +8,13 @@ from typing import Any
 
 import pytest
 from fakehw.sysfs import set_counter, write_config, write_ib_fabric, write_ib_port
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurmguard import config
-from slurmguard.adapters.sysfs import gather_ib, parse_rate
+from slurmguard.adapters.sysfs import gather_ib, has_roce_gid, parse_rate
 from slurmguard.checks.base import CheckContext
-from slurmguard.checks.ib import ib_counters, ib_link
+from slurmguard.checks.ib import COUNTER_BITS, ib_counters, ib_link, saturated
 from slurmguard.contract import Health
 from slurmguard.errors import Unsupported
 from slurmguard.sources import GatherContext
@@ -43,6 +45,11 @@ def test_no_ib_is_unsupported(tmp_path: Path) -> None:
         run(ib_link, tmp_path / "empty", tmp_path)
 
 
+LINK_LOCAL = "fe80:0000:0000:0000:0e42:a1ff:fe2b:3c4d"  # from the MAC: every port has it
+ZERO = "0000:0000:0000:0000:0000:0000:0000:0000"  # an empty slot (older kernels)
+IPV4_GID = "0000:0000:0000:0000:0000:ffff:0a0a:0117"  # 10.10.1.23 on the netdev: RoCE v2
+IPV6_GID = "fd00:0000:0000:0012:0e42:a1ff:fe2b:3c4d"
+
 # (port overrides for mlx5_3, params) -> (health, reason)
 LINK_TABLE = [
     ({}, {}, Health.HEALTHY, ""),
@@ -61,6 +68,22 @@ LINK_TABLE = [
     ({"state": "1: DOWN", "link_layer": "Ethernet"}, {"link_layers": ["InfiniBand"]},
      Health.HEALTHY, ""),
     ({"state": "1: DOWN"}, {"devices": ["mlx5_[0-2]"]}, Health.HEALTHY, ""),
+    # Ethernet ports: a plain one (link-local GID only, or no GID table) never drains by
+    # default; a RoCE one (an IP-derived GID) is judged like an IB port; naming the device or
+    # ethernet = "all" (the old default) judges the plain one too.
+    ({"state": "1: DOWN", "link_layer": "Ethernet", "gids": [LINK_LOCAL]}, {},
+     Health.HEALTHY, ""),
+    ({"state": "1: DOWN", "link_layer": "Ethernet"}, {}, Health.HEALTHY, ""),
+    ({"state": "1: DOWN", "link_layer": "Ethernet", "gids": [LINK_LOCAL, ZERO, IPV4_GID]}, {},
+     Health.UNHEALTHY, "mlx5_3/1 is DOWN/Disabled"),
+    ({"state": "1: DOWN", "link_layer": "Ethernet", "gids": [LINK_LOCAL, IPV6_GID]}, {},
+     Health.UNHEALTHY, "mlx5_3/1 is DOWN/Disabled"),
+    ({"state": "1: DOWN", "link_layer": "Ethernet", "gids": [LINK_LOCAL]}, {"ethernet": "all"},
+     Health.UNHEALTHY, "mlx5_3/1 is DOWN/Disabled"),
+    ({"state": "1: DOWN", "link_layer": "Ethernet"}, {"devices": ["mlx5_3"]},
+     Health.UNHEALTHY, "mlx5_3/1 is DOWN/Disabled"),
+    # a plain Ethernet device still counts as present (expected_count as before)
+    ({"state": "1: DOWN", "link_layer": "Ethernet"}, {"expected_count": 8}, Health.HEALTHY, ""),
 ]
 
 
@@ -69,6 +92,7 @@ def test_ib_link_table(tmp_path: Path, port: dict, params: dict, health: Health,
                        reason: str) -> None:
     root = write_ib_fabric(tmp_path / "ib", 8)
     if port:
+        port = {"phys_state": "3: Disabled", **port} if port.get("link_layer") else port
         write_ib_port(root, "mlx5_3", 1, **port)
     r, _ = run(ib_link, root, tmp_path, **params)
     assert (r.health, r.reason) == (health, reason)
@@ -126,3 +150,62 @@ def test_bad_threshold_config_names_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="checks.ib.unhealthy_on"):
         config.load(str(write_config(tmp_path / "bad.toml",
                                      {"checks.ib.unhealthy_on": {"link_downed": "many"}})))
+
+
+# A counter stuck at the maximum of its width can never rise again: degraded, naming the
+# counter, its width and the fix; never unhealthy on its own, first run or later.
+SATURATED_TABLE = [
+    ("link_downed", 255, 8),
+    ("port_xmit_discards", 65535, 16),
+    ("symbol_error", 65535, 16),
+    ("local_link_integrity_errors", 15, 4),
+    ("port_xmit_wait", 4294967295, 32),  # watched below, no width in the table: 32-bit max
+]
+
+
+@pytest.mark.parametrize("counter,value,bits", SATURATED_TABLE)
+def test_saturated_counter_is_degraded_never_a_drain(tmp_path: Path, counter: str, value: int,
+                                                     bits: int) -> None:
+    root = write_ib_fabric(tmp_path / "ib", 2)
+    set_counter(root, "mlx5_1", 1, counter, value)
+    want = f"mlx5_1/1 {counter} saturated at {value} ({bits}-bit): clear with perfquery -R"
+    state: dict = {}
+    watch = {} if counter in COUNTER_BITS else {"degraded_on": {counter: "1000000"}}
+    for _ in range(2):  # the first run (baseline) and the next one say the same
+        r, state = run(ib_counters, root, tmp_path, state, **watch)
+        assert (r.health, r.reason) == (Health.DEGRADED, want)
+        assert r.details["saturated"] == {"mlx5_1/1": {counter: bits}}
+
+
+def test_rise_outranks_saturation(tmp_path: Path) -> None:
+    root = write_ib_fabric(tmp_path / "ib", 1, counters={"symbol_error": 65535})
+    _, state = run(ib_counters, root, tmp_path)
+    set_counter(root, "mlx5_0", 1, "link_downed", 5)
+    r, _ = run(ib_counters, root, tmp_path, state)
+    assert (r.health, r.reason) == (Health.UNHEALTHY, "mlx5_0/1 link_downed +5 since last run "
+                                    "(+1 more)")
+
+
+@given(name=st.sampled_from(sorted(COUNTER_BITS)), value=st.integers(0, 2**64))
+@settings(max_examples=300, deadline=None)
+def test_saturated_only_at_the_width_maximum(name: str, value: int) -> None:
+    bits = COUNTER_BITS[name]
+    assert (saturated(name, value) == bits) is (value == (1 << bits) - 1)
+    assert saturated(name, (1 << bits) - 1) == bits
+
+
+def test_unwatched_counter_without_width_is_not_judged(tmp_path: Path) -> None:
+    root = write_ib_fabric(tmp_path / "ib", 1, counters={"port_xmit_wait": 2**32 - 1})
+    r, _ = run(ib_counters, root, tmp_path)
+    assert r.health is Health.HEALTHY  # a congestion counter, not an error counter
+
+
+@given(words=st.lists(st.integers(0, 0xFFFF), min_size=8, max_size=8))
+@settings(max_examples=200, deadline=None)
+def test_roce_gid_property(tmp_path_factory: pytest.TempPathFactory, words: list[int]) -> None:
+    """An Ethernet port is RoCE exactly when a GID is neither empty nor link-local (fe80:)."""
+    gid = ":".join(f"{w:04x}" for w in words)
+    root = tmp_path_factory.mktemp("gid")
+    write_ib_port(root, "mlx5_0", 1, link_layer="Ethernet", gids=[LINK_LOCAL, gid])
+    want = any(words) and words[0] != 0xFE80
+    assert has_roce_gid(root / "mlx5_0" / "ports" / "1") is want

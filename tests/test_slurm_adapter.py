@@ -29,6 +29,7 @@ from slurmguard.adapters.slurm.commands import (
     validate_node_name,
 )
 from slurmguard.adapters.slurm.parse import (
+    NodeInfo,
     parse_node_state,
     parse_scontrol_nodes_json,
     parse_version,
@@ -37,17 +38,19 @@ from slurmguard.errors import InputError, ParseError
 
 DATA = Path(__file__).parent / "data" / "slurm"
 # Real output of both ends of the version matrix: 22.05.8 from the native test cluster
-# (capture.py), 24.11.5 from the Debian 13 containers (capture_docker.py), the same moments.
-VERSIONS = ["22.05.8", "24.11.5"]
+# (capture.py), 24.11.5 and 26.05.5 from the Debian 13 and forky containers
+# (capture_docker.py), the same moments.
+VERSIONS = ["22.05.8", "24.11.5", "26.05.5"]
 V = "22.05.8"
 OUR_XID = "slurmguard: gpu-xid: Xid=79 on GPU 3 (pci=0000:3b:00.0) fell off the bus"
 OUR_ECC = "slurmguard: gpu-ecc: 3 uncorrectable ECC errors on GPU 0"
 # n6: drained by its Prolog, which then failed (22.05: a shell prolog; 24.11: slurmguard's
 # own prolog finding an injected Xid on GPU 2).
 N6_REASON = {"22.05.8": "slurmguard: test: prolog failed",
-             "24.11.5": "slurmguard: gpu-xid: GPU 2 (PCI 0000:3a:00) Xid 79: GPU has fallen off the bus"}
+             "24.11.5": "slurmguard: gpu-xid: GPU 2 (PCI 0000:3a:00) Xid 79: GPU has fallen off the bus",
+             "26.05.5": "slurmguard: gpu-xid: GPU 2 (PCI 0000:3a:00) Xid 79: GPU has fallen off the bus"}
 # Node features: the native cluster sets Feature=sgtest, the containers none.
-FEATURES = {"22.05.8": ("sgtest",), "24.11.5": ()}
+FEATURES = {"22.05.8": ("sgtest",), "24.11.5": (), "26.05.5": ()}
 
 # moment -> node -> (state, flags, reason or None for "none"); "N6" is N6_REASON.
 EXPECTED = {
@@ -157,6 +160,32 @@ def test_undrained_node_keeps_reason_text_on_2411() -> None:
         "", "", "", False, False)
 
 
+def test_undrain_clears_the_reason_on_2605() -> None:
+    """26.05.5 clears the reason with UNDRAIN (24.11.5 keeps it): the same NodeInfo either
+    way, so nothing may depend on a reason kept after an UNDRAIN."""
+    def n3(version: str) -> NodeInfo:
+        (raw,) = [f for f in parse_show_node_oneliner(
+            (DATA / f"show-node-undrained-{version}.txt").read_text()) if f["NodeName"] == "n3"]
+        return node_info_from_show(raw)
+
+    new, old = n3("26.05.5"), n3("24.11.5")
+    assert "Reason" not in new.raw and old.raw["Reason"] == OUR_XID
+    assert (new.state, new.flags, new.reason, new.ours) == (old.state, old.flags, old.reason,
+                                                            old.ours) == ("idle", frozenset(), "",
+                                                                          False)
+
+
+@pytest.mark.parametrize("version,parser", [("22.05.8", "v0.0.38"), ("24.11.5", "v0.0.42"),
+                                            ("26.05.5", "v0.0.45")])
+def test_sinfo_reason_user_where_each_data_parser_puts_it(version: str, parser: str) -> None:
+    """The user who set a reason: the node object (v0.0.38), `reason.user` of a group
+    (v0.0.42), a group's top-level `reason_set_by_user` (v0.0.45): read by presence."""
+    doc = json.loads((DATA / f"sinfo-states-{version}.json").read_text())
+    assert parser in json.dumps(doc["meta"])
+    n2 = {n.name: n for n in parse_sinfo_json(json.dumps(doc))}["n2"]
+    assert (n2.reason, n2.reason_user) == (OUR_ECC, "root")
+
+
 @pytest.mark.parametrize("line,reason", [
     # Seen on 24.11.5: an idle node with a leftover reason of ours stops answering.
     ("NodeName=n2 State=DOWN+NOT_RESPONDING Reason=slurmguard: t: q : Not responding "
@@ -177,10 +206,10 @@ def test_leftover_reasons_of_ours(line: str, reason: str) -> None:
     assert n.ours == ("DRAIN" in n.flags)
 
 
+@pytest.mark.parametrize("version", ["24.11.5", "26.05.5"])
 @pytest.mark.parametrize("stem", ["idle", "states", "undrained"])
-def test_scontrol_json_agrees_with_scontrol_text(stem: str) -> None:
+def test_scontrol_json_agrees_with_scontrol_text(stem: str, version: str) -> None:
     """scontrol --json show nodes (23.02+): every node with its own reason."""
-    version = "24.11.5"
     by_json = {n.name: n for n in parse_scontrol_nodes_json(
         (DATA / f"scontrol-nodes-{stem}-{version}.json").read_text())}
     by_text = _nodes(f"show-node-{stem}-{version}.txt")

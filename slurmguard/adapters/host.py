@@ -1,10 +1,9 @@
-"""Sources "host", "procs", "timesync", "munge": the node itself.
+"""Sources "host", "procs", "munge": the node itself ("timesync": adapters/timesync.py).
 
 * host: MemTotal (/proc/meminfo), online CPUs (/sys/devices/system/cpu/online), EDAC memory
   controller error counts (/sys/devices/system/edac/mc/mc*/{ce_count,ue_count}).
 * procs: one pass over /proc/<pid>/{stat,status}: pid, real uid, comm, state; for processes of
   the finished job's uid also the Slurm job id (from /proc/<pid>/cgroup, else environ).
-* timesync: ``chronyc -c tracking`` (CSV) through run_command.
 * munge: a ``munge -n`` | ``unmunge`` round trip through run_command.
 
 Roots (``checks.host.proc_root``, ``sys_root``) are configurable so tests use fixture trees.
@@ -46,15 +45,6 @@ class ProcSnapshot(NamedTuple):
     job_uid: int | None
     job_id: str | None
     self_pid: int
-
-
-class TimeSync(NamedTuple):
-    ok: bool  # chronyd answered
-    offset: float | None = None  # seconds, absolute
-    leap_status: str = ""
-    stratum: int | None = None
-    reference: str = ""
-    error: str = ""
 
 
 class MungeStatus(NamedTuple):
@@ -179,32 +169,6 @@ def _scan_procs(cfg: Config, ctx: GatherContext) -> ProcSnapshot:
         job = _job_of(pdir) if ctx.job_uid is not None and uid == ctx.job_uid else None
         out.append(ProcInfo(int(pid), uid, comm, state_m.group(1) if state_m else "?", job))
     return ProcSnapshot(tuple(sorted(out, key=lambda x: x.pid)), ctx.job_uid, ctx.job_id, os.getpid())
-
-
-def parse_chrony_tracking(csv: str) -> TimeSync:
-    """Parse ``chronyc -c tracking``: ref id, ref name, stratum, ref time, system time offset,
-    last offset, rms offset, freq, residual freq, skew, root delay, root dispersion, update
-    interval, leap status."""
-    f = csv.strip().splitlines()[0].split(",") if csv.strip() else []
-    if len(f) < 14:
-        raise ValueError(f"unexpected chronyc output: {csv.strip()[:80]!r}")
-    return TimeSync(True, abs(float(f[4])), f[13].strip(), int(f[2]), f[1])
-
-
-def gather_timesync(cfg: Config, ctx: GatherContext) -> TimeSync:
-    """Ask chronyd how far the clock is off; Unsupported where chronyc is not installed."""
-    tool = cfg["checks.host.chronyc"]
-    if not os.path.exists(tool):
-        raise Unsupported(f"{tool}: not installed")
-    try:
-        res = run_command([tool, "-c", "-n", "tracking"], timeout=_timeout(cfg, ctx))
-    except CommandError as exc:
-        # chronyd down ("506 Cannot talk to daemon"): the clock is not being disciplined.
-        return TimeSync(False, error=str(exc))
-    try:
-        return parse_chrony_tracking(res.stdout)
-    except ValueError as exc:
-        return TimeSync(False, error=str(exc))
 
 
 def gather_munge(cfg: Config, ctx: GatherContext) -> MungeStatus:

@@ -7,6 +7,11 @@ Per port the kernel's ib_core exposes (Documentation/ABI/stable/sysfs-class-infi
     <dev>/ports/<n>/rate         "400 Gb/sec (4X NDR)"
     <dev>/ports/<n>/link_layer   "InfiniBand" | "Ethernet"
     <dev>/ports/<n>/counters/*   link_downed, symbol_error, port_rcv_errors, ... (integers)
+    <dev>/ports/<n>/gids/<i>     "fe80:0000:0000:0000:0e42:a1ff:fe2b:3c4d" (the GID table)
+
+An Ethernet-link-layer port carries RDMA (RoCE v2) only when its GID table holds a GID made
+from an IP address of its netdev: RoCE v2 packets are routed by IP, while the link-local
+fe80 GID that every port gets from its MAC says nothing about RDMA use.
 
 The root is ``checks.ib.sysfs_root`` so tests point it at a fixture tree.
 """
@@ -33,6 +38,7 @@ class IbPort(NamedTuple):
     rate: str  # as read, e.g. "400 Gb/sec (4X NDR)"
     link_layer: str  # InfiniBand | Ethernet
     counters: Mapping[str, int] = MappingProxyType({})
+    roce: bool = False  # Ethernet port whose GID table holds an IP-derived GID (RoCE v2)
 
     @property
     def key(self) -> str:
@@ -78,6 +84,23 @@ def read_counters(directory: Path) -> dict[str, int]:
     return out
 
 
+# GID entries read per Ethernet port: the kernel fills the table from index 0 (the link-local
+# GIDs first, then one per IP address and RoCE version), so an IP-derived GID, when there is
+# one, sits within the first few entries; reading all 256 would cost the hot path for nothing.
+_GID_SCAN = 16
+
+
+def has_roce_gid(pdir: Path) -> bool:
+    """True when one of the port's first GIDs is neither empty nor link-local."""
+    for i in range(_GID_SCAN):
+        gid = _read(pdir / "gids" / str(i)).lower()
+        if not gid:
+            continue  # unreadable (newer kernels: EINVAL for an empty slot) or absent
+        if gid.replace(":", "").strip("0") and not gid.startswith("fe80:"):
+            return True
+    return False
+
+
 def gather_ib(cfg: Config, ctx: GatherContext) -> IbSnapshot:
     """Walk the IB sysfs tree once; Unsupported when the node has no RDMA device."""
     root = Path(cfg["checks.ib.sysfs_root"])
@@ -93,6 +116,7 @@ def gather_ib(cfg: Config, ctx: GatherContext) -> IbSnapshot:
             if not pdir.name.isdigit():
                 continue
             rate = _read(pdir / "rate")
+            layer = _read(pdir / "link_layer") or "InfiniBand"
             ports.append(IbPort(
                 device=dev.name,
                 port=int(pdir.name),
@@ -100,7 +124,8 @@ def gather_ib(cfg: Config, ctx: GatherContext) -> IbSnapshot:
                 phys_state=_after_colon(_read(pdir / "phys_state")) or "UNKNOWN",
                 rate_gbps=parse_rate(rate),
                 rate=rate,
-                link_layer=_read(pdir / "link_layer") or "InfiniBand",
+                link_layer=layer,
                 counters=read_counters(pdir / "counters"),
+                roce=layer == "Ethernet" and has_roce_gid(pdir),
             ))
     return IbSnapshot(str(root), tuple(ports))

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurmguard.checks import fs, gpu, host, ib, xid
+from slurmguard.checks import fs, gpu, host, ib, timesync, xid
 from slurmguard.checks.base import SOURCES, Check
 
-_AREAS = (gpu, xid, ib, fs, host)
+_AREAS = (gpu, xid, ib, fs, host, timesync)
 
 ALL_CHECKS: tuple[Check, ...] = tuple(c for m in _AREAS for c in m.CHECKS)
 AREA_PARAMS: dict[str, Any] = {m.AREA: m.PARAMS for m in _AREAS}

@@ -24,7 +24,7 @@ SOURCES: dict[str, str] = {
     "fs": "slurmguard.adapters.fs:gather",
     "host": "slurmguard.adapters.host:gather",
     "procs": "slurmguard.adapters.host:gather_procs",
-    "timesync": "slurmguard.adapters.host:gather_timesync",
+    "timesync": "slurmguard.adapters.timesync:gather",
     "munge": "slurmguard.adapters.host:gather_munge",
 }
 

@@ -141,22 +141,34 @@ def _gpu_check(name: str, summary: str) -> Callable[[Callable[[CheckContext], Ch
 # gpu-count -- catches GPUs the driver no longer enumerates (fallen off the bus before the
 # driver loaded, dead board, missing power). Reads nvmlDeviceGetCount. Threshold: exactly
 # checks.gpu.expected_count; fewer is unhealthy (jobs would get a partial node), more is
-# degraded (the config is wrong, the node is fine). Unset (-1) is not checked: the count of
-# a node is site knowledge, and guessing it would drain every node of another shape.
-@_gpu_check("gpu-count", "the node has as many GPUs as checks.gpu.expected_count")
+# degraded (the config is wrong, the node is fine). Unset (-1): the node's GPU Gres in Slurm
+# (`Gres=gpu:h100:8`), which the healthcheck hook saves in this check's state whenever it
+# asks Slurm anyway (node/hooks.py), so the prolog pays nothing for it; neither known: not
+# checked, since guessing a node's count would drain every node of another shape.
+@_gpu_check("gpu-count", "the node has as many GPUs as checks.gpu.expected_count (or Slurm's Gres)")
 def gpu_count(ctx: CheckContext) -> CheckResult:
     snap, expected = _snap(ctx), int(ctx.params.get("expected_count", -1))
-    details = {"count": snap.count, "expected": None if expected < 0 else expected,
-               "driver_version": snap.driver_version}
+    source = "checks.gpu.expected_count"
+    gres = ctx.previous.get("slurm_gres_gpus") if isinstance(ctx.previous, Mapping) else None
+    if expected < 0 and isinstance(gres, int) and not isinstance(gres, bool) and gres > 0:
+        expected, source = gres, "slurm gres"
+    return count_verdict(snap.count, expected, source, snap.driver_version)
+
+
+def count_verdict(count: int, expected: int, source: str,
+                  driver_version: str | None = "") -> CheckResult:
+    """gpu-count's rule: ``count`` GPUs found, ``expected`` from ``source`` (-1: unknown)."""
+    details = {"count": count, "expected": None if expected < 0 else expected,
+               "driver_version": driver_version, "expected_from": source}
     if expected < 0:
         return CheckResult("gpu-count", Health.HEALTHY, "",
                            {**details, "note": "checks.gpu.expected_count unset: not checked"})
-    if snap.count < expected:
+    if count < expected:
         return CheckResult("gpu-count", Health.UNHEALTHY,
-                           f"found {snap.count} of {expected} GPUs", details)
-    if snap.count > expected:
+                           f"found {count} of {expected} GPUs", details)
+    if count > expected:
         return CheckResult("gpu-count", Health.DEGRADED,
-                           f"found {snap.count} GPUs, expected {expected}", details)
+                           f"found {count} GPUs, expected {expected}", details)
     return CheckResult("gpu-count", Health.HEALTHY, "", details)
 
 

@@ -1,4 +1,6 @@
-"""Checks of area 'host': memory, CPUs, EDAC, daemons, leftover processes, time, munge.
+"""Checks of area 'host': memory, CPUs, EDAC, daemons, leftover processes, munge.
+
+(host-timesync keeps its name but has its own area and config table: checks/timesync.py.)
 
 Each check's comment says the fault, what it reads and why the threshold.
 """
@@ -27,13 +29,10 @@ PARAMS: dict[str, Any] = {
     "leftover_grace": Float(2.0, "seconds to let leftover processes finish exiting before counting"),
     "leftover_health": Choice("unhealthy", ("unhealthy", "degraded"),
                               "what leftover job processes mean"),
-    "chronyc": AbsPath("/usr/bin/chronyc", "chronyc (host-timesync)"),
-    "max_offset": Float(0.5, "clock offset in seconds above which the node is degraded"),
-    "max_offset_unhealthy": Float(30.0, "clock offset in seconds above which it is unhealthy"),
     "munge": AbsPath("/usr/bin/munge", "munge (host-munge)"),
     "unmunge": AbsPath("/usr/bin/unmunge", "unmunge (host-munge)"),
     "munge_socket": Str("", "munged socket (empty: munge's default)"),
-    "command_timeout": Float(5.0, "seconds before chronyc/munge are killed", minimum=0.1),
+    "command_timeout": Float(5.0, "seconds before munge/unmunge are killed", minimum=0.1),
 }
 
 _GIB = 1024 * 1024  # KiB per GiB
@@ -152,29 +151,6 @@ def host_leftover_procs(ctx: CheckContext) -> CheckResult:
     return unhealthy("host-leftover-procs", reason, **details)
 
 
-# host-timesync. Fault: a clock that drifted (chronyd dead, NTP unreachable). Munge rejects
-# credentials past their TTL (300 s default) once clocks diverge that far, job accounting and
-# logs lose their order, and distributed jobs see bogus timeouts. Reads `chronyc -c tracking`
-# (system time offset, leap status). 0.5 s is far beyond a synchronised clock's error (micro-
-# to milliseconds) yet harmless to jobs: degraded; 30 s is well on the way to munge failures:
-# unhealthy. chronyd not answering or "Not synchronised" is degraded.
-@check("host-timesync", AREA, ("timesync",), "clock synchronised (chrony offset)")
-def host_timesync(ctx: CheckContext) -> CheckResult:
-    ts = ctx.sources["timesync"]
-    if not ts.ok:
-        return degraded("host-timesync", f"chronyd not answering: {ts.error}")
-    details = {"offset_s": ts.offset, "leap_status": ts.leap_status, "stratum": ts.stratum,
-               "reference": ts.reference}
-    off = ts.offset or 0.0
-    if off > float(ctx.params["max_offset_unhealthy"]):
-        return unhealthy("host-timesync", f"clock off by {off:.3f}s", **details)
-    if off > float(ctx.params["max_offset"]):
-        return degraded("host-timesync", f"clock off by {off:.3f}s", **details)
-    if ts.leap_status.lower().startswith("not sync"):
-        return degraded("host-timesync", "clock not synchronised", **details)
-    return healthy("host-timesync", **details)
-
-
 # host-munge. Fault: munged dead or its key out of sync: slurmd cannot authenticate to
 # slurmctld, job launches fail, and the node goes NOT_RESPONDING minutes later. A real
 # encode/decode round trip (`munge -n | unmunge`) is the only test that covers socket, daemon
@@ -188,4 +164,4 @@ def host_munge(ctx: CheckContext) -> CheckResult:
 
 
 CHECKS: list[Check] = [host_memory, host_cpus, host_edac, host_daemons, host_leftover_procs,
-                       host_timesync, host_munge]
+                       host_munge]

@@ -16,6 +16,19 @@ Rises are compared with per-counter thresholds (``degraded_on``, ``unhealthy_on`
 defaults flag a single link drop as degraded and a flapping link (5 drops between two runs)
 as unhealthy, and only large bursts of symbol/receive errors, since a few per day are normal
 on long optical links.
+
+A counter stuck at the maximum of its width (PortCounters: ``link_downed`` is 8 bits, so 255;
+``symbol_error`` 16 bits, 65535; ``local_link_integrity_errors`` 4 bits, 15) saturates
+instead of wrapping, so it can never rise again and a check of rises alone would call the
+port healthy for ever while it fails. A saturated counter is ``degraded`` naming the counter,
+its width and the fix (``perfquery -R`` clears the port's counters), never a drain on its own:
+a port can take years of benign errors to saturate.
+
+Which ports are judged: every InfiniBand port, and the Ethernet ports that carry RDMA (RoCE:
+a GID made from an IP address, see adapters/sysfs.py). A plain Ethernet port of an RDMA NIC
+(an unused second port, a separate management NIC that ib_core also lists) is judged only
+when ``devices`` names it or ``ethernet = "all"``: its link being down says nothing about
+the fabric, and must not drain the node.
 """
 
 from __future__ import annotations
@@ -25,7 +38,7 @@ from typing import Any
 
 from slurmguard.checks.base import Check, CheckContext, check
 from slurmguard.contract import CheckResult, degraded, healthy, unhealthy
-from slurmguard.fieldtypes import AbsPath, Field, Float, Int, StrList
+from slurmguard.fieldtypes import AbsPath, Choice, Field, Float, Int, StrList
 
 
 def _int_table(value: Any) -> str | None:
@@ -41,6 +54,9 @@ PARAMS: dict[str, Any] = {
     "devices": StrList([], "device name patterns to check (fnmatch; empty = all)"),
     "ignore_devices": StrList([], "device name patterns never checked (e.g. a management NIC)"),
     "link_layers": StrList(["InfiniBand", "Ethernet"], "port link layers checked"),
+    "ethernet": Choice("roce", ("roce", "all"),
+                       "Ethernet ports judged: roce = those carrying RDMA (an IP-derived GID) and "
+                       "those named in devices; all = every one (the old default)"),
     "expected_count": Int(0, "number of devices that must exist (0 = do not check)"),
     "expected_rate": Float(0.0, "minimum port rate in Gb/s (0 = do not check)"),
     "degraded_on": Field("table", {
@@ -55,7 +71,9 @@ PARAMS: dict[str, Any] = {
 }
 
 
-def _selected(snapshot: Any, p: Any) -> list[Any]:
+def _selected(snapshot: Any, p: Any, plain_ethernet: bool = False) -> list[Any]:
+    """The ports judged; ``plain_ethernet`` keeps plain Ethernet ports too (to count HCAs:
+    a device is present whatever its ports carry)."""
     want, skip = list(p["devices"]), list(p["ignore_devices"])
     layers = set(p["link_layers"])
     out = []
@@ -66,15 +84,37 @@ def _selected(snapshot: Any, p: Any) -> list[Any]:
             continue
         if port.link_layer not in layers:
             continue
+        if (port.link_layer == "Ethernet" and p["ethernet"] == "roce" and not port.roce
+                and not want and not plain_ethernet):
+            continue  # a plain Ethernet port nobody named: not the fabric
         out.append(port)
     return out
+
+
+# PortCounters widths (IBTA spec, vol. 1, 16.1.3.5): a counter at 2**bits - 1 has saturated.
+COUNTER_BITS: dict[str, int] = {
+    "symbol_error": 16, "link_error_recovery": 8, "link_downed": 8, "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16, "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16, "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8, "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4, "VL15_dropped": 16,
+}
+
+
+def saturated(name: str, value: int) -> int | None:
+    """The width in bits when ``value`` is the maximum of counter ``name``, else None. A
+    counter without a known width counts as saturated at 2**32 - 1 or 2**64 - 1."""
+    bits = COUNTER_BITS.get(name)
+    if bits is not None:
+        return bits if value == (1 << bits) - 1 else None
+    return next((b for b in (32, 64) if value == (1 << b) - 1), None)
 
 
 @check("ib-link", AREA, ("ib",), "InfiniBand/RoCE ports present, ACTIVE/LinkUp, at the expected rate")
 def ib_link(ctx: CheckContext) -> CheckResult:
     p = ctx.params
     ports = _selected(ctx.sources["ib"], p)
-    devices = sorted({x.device for x in ports})
+    devices = sorted({x.device for x in _selected(ctx.sources["ib"], p, plain_ethernet=True)})
     details: dict[str, Any] = {
         "ports": {x.key: {"state": x.state, "phys_state": x.phys_state, "rate": x.rate}
                   for x in ports}
@@ -109,7 +149,12 @@ def ib_counters(ctx: CheckContext) -> CheckResult:
     worst: list[str] = []
     warn: list[str] = []
     rises: dict[str, dict[str, int]] = {}
+    stuck: dict[str, dict[str, int]] = {}
     for x in ports:
+        for name in sorted(set(COUNTER_BITS) | set(deg) | set(bad)):
+            bits = saturated(name, x.counters.get(name, -1))
+            if bits is not None:
+                stuck.setdefault(x.key, {})[name] = bits
         old = before.get(x.key)
         if not isinstance(old, dict):
             continue  # first run for this port: baseline only
@@ -126,6 +171,12 @@ def ib_counters(ctx: CheckContext) -> CheckResult:
             elif name in deg and rise >= deg[name]:
                 warn.append(text)
     details: dict[str, Any] = {"rises": rises}
+    if stuck:
+        details["saturated"] = stuck
+    for key, names in sorted(stuck.items()):  # after the rises: a rise is the stronger news
+        for name, bits in names.items():
+            warn.append(f"{key} {name} saturated at {(1 << bits) - 1} ({bits}-bit): "
+                        "clear with perfquery -R")
     if worst:
         more = f" (+{len(worst) + len(warn) - 1} more)" if len(worst) + len(warn) > 1 else ""
         return unhealthy("ib-counters", worst[0] + more, **details)

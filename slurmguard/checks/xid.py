@@ -8,6 +8,7 @@ direct evidence. The line read is the NVIDIA driver's ``NVRM: Xid`` message, e.g
     NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.
     NVRM: Xid (0000:3b:00): 13, Graphics Exception: ...            (drivers before ~450)
     NVRM: Xid (PCI:0000:01:00): 144, SAW_MVB Nonfatal XC0 i0 Link 0 (0x00000001 ...)
+    NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=..., Contained ECC error   (MIG instance 5)
     NVRM: GPU 0000:a1:00.0: GPU has fallen off the bus.            (no Xid: same as Xid 79)
     nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 20034, Fatal, Link 31 LTSSM Fault Up
 
@@ -68,9 +69,10 @@ PARAMS: dict[str, Any] = {
     "latch": Bool(True, "a drain-class Xid keeps the check unhealthy until the node reboots"),
 }
 
-def gpu_label(pci: str, gpus: dict[str, int]) -> str:
+def gpu_label(pci: str, gpus: dict[str, int], instance: int | None = None) -> str:
     index = gpus.get(pci)
-    return f"GPU {index if index is not None else '?'} (PCI {pci or '?'})"
+    mig = f" MIG GI {instance}" if instance is not None else ""
+    return f"GPU {index if index is not None else '?'}{mig} (PCI {pci or '?'})"
 
 
 def switch_label(ev: XidEvent) -> str:
@@ -143,11 +145,14 @@ def gpu_xid(ctx: CheckContext) -> CheckResult:
                 line = f"{gpu_label(ev.pci, gpus)}: GPU has fallen off the bus"
             else:
                 klass, what = classify(ev.code, ev.message, drain_codes=drain, ignore_codes=ignore)
-                line = f"{gpu_label(ev.pci, gpus)} Xid {ev.code}: {what}"
+                label = gpu_label(ev.pci, gpus, ev.instance)
+                line = f"{label} Xid {ev.code}: {what}"
                 if klass is XidClass.UNKNOWN:
-                    line = f"{gpu_label(ev.pci, gpus)} Xid {ev.code}: unknown Xid"
+                    line = f"{label} Xid {ev.code}: unknown Xid"
             event.update({"gpu": gpus.get(ev.pci), "class": klass.value,
                           "action": ACTIONS[klass], "process": ev.process})
+            if ev.instance is not None:
+                event["gpu_instance"] = ev.instance
             if ev.code == 74 and ev.kind == "xid":
                 event["nvlink_words"] = nvlink_words(ev.message)
         if klass is XidClass.DRAIN:

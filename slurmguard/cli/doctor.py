@@ -33,12 +33,13 @@ def doctor_cmd(ctx: click.Context, role: str | None, as_json: bool, ack: bool,
 
     ROLE is node (the default unless this host is a SlurmctldHost) or controller. Items:
     slurm.conf runs our entry scripts (Prolog, Epilog, HealthCheckProgram; PrologSlurmctld
-    on the controller), PrologEpilogTimeout > hooks.budget, nohold_on_prolog_fail, the
-    scripts resolve to a working slurmguard, from the hooks' own environment (what
-    /etc/default/slurmguard sets, nothing of yours) `scontrol ping` reaches slurmctld and
-    NVML loads (or no GPUs are expected), check state is per node where several slurmd
-    share this host, no hook failed open since the last --ack, the SPANK plugin is in
-    plugstack.conf, the serve token
+    on the controller), Slurm's hook time limits > hooks.budget (PrologEpilogTimeout, or
+    PrologTimeout/EpilogTimeout on 25.05+; HealthCheckTimeout on 25.11+ also below
+    HealthCheckInterval), nohold_on_prolog_fail, the scripts resolve to a working
+    slurmguard, from the hooks' own environment (what /etc/default/slurmguard sets, nothing
+    of yours) `scontrol ping` reaches slurmctld and NVML loads (or no GPUs are expected),
+    check state is per node where several slurmd share this host, no hook failed open since
+    the last --ack, the SPANK plugin is in plugstack.conf, the serve token
     is readable by the hooks and not world-readable, the store is at the current schema
     (controller). Exit 0 only when every item passes (skips count as passes), else 1.
 

@@ -75,6 +75,10 @@ def watch_cmd(ctx: click.Context, once: bool, interval: float | None, max_requeu
     """Watch the queue: for jobs Slurm requeued because a node failed or was drained by
     slurmguard, exclude that node, release launch-failure holds and set EligibleTime=now.
 
+    On Slurm 25.11+ with SlurmctldParameters=enable_expedited_requeue, jobs submitted with
+    --requeue=expedite are made eligible by Slurm itself; the watcher says which path it
+    takes at start and in each event (path=watcher or path=slurm-expedited).
+
     \b
     Example:
       slurmguard requeue watch --interval 1
@@ -118,9 +122,14 @@ def watch_cmd(ctx: click.Context, once: bool, interval: float | None, max_requeu
         raise ConfigError(f"requeue.state_file: directory {os.path.dirname(state_path)} does "
                               "not exist; run: slurmguard setup controller (or --state-file '' "
                               "to keep the watcher's memory in the process only)")
-    w = Watcher(SlurmCLI(cfg.section("slurm")), metrics=metrics, metrics_path=sec["metrics_file"],
+    from slurmguard.job.requeue_path import detect
+
+    slurm = SlurmCLI(cfg.section("slurm"))
+    path = detect(slurm)
+    click.echo(f"requeue watcher: path {path.name}: {path.why}", err=True)
+    w = Watcher(slurm, metrics=metrics, metrics_path=sec["metrics_file"],
                 max_requeues=sec["max_requeues"] if max_requeues is None else max_requeues,
-                state_path=state_path, record=record)
+                state_path=state_path, record=record, path=path)
     if once:
         w.poll()
         return 0

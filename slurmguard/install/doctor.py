@@ -69,7 +69,7 @@ class Doctor:
         self.guarded("slurm.conf", self.read_slurm)
         self.guarded("hook scripts", self.check_hooks)
         if self.role == "node":
-            self.guarded("PrologEpilogTimeout", self.check_timeout)
+            self.guarded("hook time limits", self.check_timeout)
         self.guarded("nohold_on_prolog_fail", self.check_nohold)
         self.guarded("slurmguard runnable", self.check_runnable)
         self.guarded("hooks' environment", self.check_hook_env)
@@ -142,20 +142,13 @@ class Doctor:
             self.add(name, True, f"{key}={path}")
 
     def check_timeout(self) -> None:
-        from slurmguard.adapters.slurm.conf import timeout_seconds
+        from slurmguard.install.slurm_timeouts import hook_limits
 
         if not self.conf:
             self.add("PrologEpilogTimeout", None, "slurm.conf unreadable")
             return
-        budget = float(self.cfg["hooks.budget"])
-        raw = self.conf.get("prologepilogtimeout", "")
-        limit = timeout_seconds(raw)
-        ok = limit is None or limit > budget
-        self.add("PrologEpilogTimeout", ok,
-                 f"PrologEpilogTimeout={raw or 'unset'} (unlimited)" if limit is None else
-                 f"PrologEpilogTimeout={int(limit)} s, hooks.budget={budget:g} s",
-                 f"set PrologEpilogTimeout={max(60, int(budget) + 30)} in slurm.conf (longer than "
-                 "hooks.budget, so that slurmguard's own watchdog ends a slow run)")
+        for f in hook_limits(self.conf, float(self.cfg["hooks.budget"])):
+            self.add(f.name, f.ok, f.detail, f.fix)
 
     def check_nohold(self) -> None:
         from slurmguard.adapters.slurm.conf import scheduler_parameters

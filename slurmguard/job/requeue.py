@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from slurmguard.atomic import write_atomic
 from slurmguard.errors import SlurmguardError
+from slurmguard.job.requeue_path import RequeuePath, job_expedited
 from slurmguard.nodeset import expand, fold
 
 log = logging.getLogger("slurmguard.job.requeue")
@@ -41,6 +42,10 @@ ACTIVE = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"}
 # States of a run that is ending: Slurm may already have released (or lost) some of its nodes,
 # so what they show is added to what we saw, never a replacement.
 ENDING = {"COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"}
+# Waiting to run again: PENDING, or (Slurm 25.11+) EXPEDITING, a job that Slurm's expedited
+# requeue put back after a node fault (seen on 26.05.5: EligibleTime = requeue time, no
+# ExcNodeList, tests/data/slurm/show-job-expedite-requeued-26.05.5.txt).
+WAITING = {"PENDING", "EXPEDITING"}
 
 
 class JobLike(Protocol):
@@ -94,6 +99,7 @@ class Action:
     release: bool = False
     eligible_now: bool = False
     reason: str = ""
+    path: str = "watcher"  # who makes it eligible: watcher | slurm-expedited (requeue_path.py)
 
 
 def _nodes(nodeset: str, source: str) -> list[str]:
@@ -119,8 +125,10 @@ def _launch_failed_hold(job: JobLike) -> bool:
 
 
 def plan(jobs: Iterable[JobLike], nodes: Mapping[str, NodeLike], memory: dict[str, JobMemory],
-         now: float, max_requeues: int) -> tuple[list[Action], dict[str, JobMemory]]:
-    """Decide what to do for each job; returns the actions and the updated memory."""
+         now: float, max_requeues: int, slurm_expedites: bool = False,
+         ) -> tuple[list[Action], dict[str, JobMemory]]:
+    """Decide what to do for each job; returns the actions and the updated memory.
+    ``slurm_expedites``: Slurm makes jobs flagged for expedited requeue eligible itself."""
     mem = {k: JobMemory(**asdict(v)) for k, v in memory.items()}
     actions: list[Action] = []
     seen = set()
@@ -138,7 +146,7 @@ def plan(jobs: Iterable[JobLike], nodes: Mapping[str, NodeLike], memory: dict[st
             if job.state not in ENDING:
                 m.restarts = job.restart_count
             continue
-        if job.state != "PENDING":
+        if job.state not in WAITING:
             continue
         requeued = job.restart_count > m.handled and job.restart_count > 0
         held = _launch_failed_hold(job)
@@ -164,10 +172,12 @@ def plan(jobs: Iterable[JobLike], nodes: Mapping[str, NodeLike], memory: dict[st
         m.requeued_at = now
         m.failed = list(failed)
         exclude = fold([*_nodes(job.exc_nodes, "ExcNodeList"), *failed])
-        eligible_now = job.eligible_time is None or job.eligible_time > now
+        by_slurm = slurm_expedites and job_expedited(job)
+        eligible_now = not by_slurm and (job.eligible_time is None or job.eligible_time > now)
         actions.append(Action(jid, "expedite", failed, exclude=exclude, release=held,
                               eligible_now=eligible_now or held,
-                              reason=f"node fault on {fold(failed)}"))
+                              reason=f"node fault on {fold(failed)}",
+                              path="slurm-expedited" if by_slurm else "watcher"))
     for jid in list(mem):
         if jid not in seen:
             del mem[jid]  # gone from the queue
@@ -186,8 +196,11 @@ class Watcher:
 
     def __init__(self, slurm: SlurmJobs, *, max_requeues: int = 3, state_path: str | None = None,
                  record: Callable[[dict[str, Any]], None] | None = None,
-                 metrics: Any = None, metrics_path: str = "") -> None:
+                 metrics: Any = None, metrics_path: str = "",
+                 path: RequeuePath | None = None) -> None:
         self.slurm = slurm
+        # Slurm's expedited requeue where the running Slurm has it on (25.11+), else ours
+        self.path = path or RequeuePath(False)
         # slurmguard.metrics.registry.RequeueMetrics (prometheus_client), or None: no metrics
         self.metrics = metrics
         self.metrics_path = metrics_path
@@ -221,8 +234,9 @@ class Watcher:
         jobs = self.slurm.jobs()
         before = {k: v.requeued_at for k, v in self.memory.items()}
         nodes = {n.name: n for n in self.slurm.nodes()} if any(
-            j.state == "PENDING" for j in jobs) else {}
-        actions, self.memory = plan(jobs, nodes, self.memory, now, self.max_requeues)
+            j.state in WAITING for j in jobs) else {}
+        actions, self.memory = plan(jobs, nodes, self.memory, now, self.max_requeues,
+                                    self.path.slurm_expedites)
         for a in actions:
             self._apply(a, now)
         # Recovery time: first poll that sees an expedited job running again.
@@ -260,7 +274,7 @@ class Watcher:
                     self.slurm.update_job(a.job_id, EligibleTime="now")
             except SlurmguardError as exc:  # the job may have ended meanwhile
                 ev["event"], ev["error"] = "requeue-failed", exc.message
-            ev.update(exclude=a.exclude, released=a.release)
+            ev.update(exclude=a.exclude, released=a.release, path=a.path)
         if self.metrics is not None:
             self.metrics.requeues.labels(action=ev["event"].removeprefix("requeue-")).inc()
         self.record(ev)

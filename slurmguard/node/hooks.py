@@ -146,6 +146,7 @@ def _run(cfg: Config, hook: str, node: str, only: tuple[str, ...], acting: bool,
                                              deadline=_checks_deadline(cfg, t0, budget),
                                              sources=sources)
     slurm = _slurm_view(cfg, hook, node, acting, report)
+    report = _gres_gpus(cfg, node, report, slurm)
     decision = _decide(cfg, hook, report, available, slurm)
     applied, exit_code = _act(cfg, hook, node, decision, acting, slurm)
     record = _report(cfg, hook, node, report, decision, applied, acting, job_id, t0, extra)
@@ -212,6 +213,33 @@ def _slurm_view(cfg: Config, hook: str, node: str, acting: bool, report: Any) ->
         except SlurmguardError:
             view.info = None
     return view
+
+
+def _gres_gpus(cfg: Config, node: str, report: Any, slurm: _SlurmView) -> Any:
+    """When Slurm was asked anyway (healthcheck), the node's GPU Gres stands in for an unset
+    ``checks.gpu.expected_count``: saved in gpu-count's state for the next runs (the prolog
+    reads it for free) and applied to this run's gpu-count result. Returns the report."""
+    info = slurm.info
+    if info is None or int(cfg["checks.gpu.expected_count"]) >= 0:
+        return report
+    from slurmguard.adapters.slurm.gres import gpu_count
+
+    gres = gpu_count(info.gres)
+    if not gres:
+        return report  # no GPU Gres (or unreadable): the count stays unchecked
+    from slurmguard.node.runner import remember
+
+    problem = remember(cfg, node, "gpu-count", {"slurm_gres_gpus": gres})
+    results = list(report.results)
+    for i, r in enumerate(results):
+        if r.name == "gpu-count" and r.details.get("expected") is None and "count" in r.details:
+            from slurmguard.checks.gpu import count_verdict
+
+            results[i] = count_verdict(int(r.details["count"]), gres, "slurm gres",
+                                       r.details.get("driver_version"))._replace(
+                                           duration=r.duration)
+    warnings = report.warnings + ((problem,) if problem else ())
+    return report._replace(results=tuple(results), warnings=warnings)
 
 
 def _decide(cfg: Config, hook: str, report: Any, available: list[Any], slurm: _SlurmView) -> Decision:

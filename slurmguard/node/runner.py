@@ -268,6 +268,18 @@ def _save_state(path: Path, state: dict[str, Any]) -> str | None:
         return one_line(f"cannot save check state to {path}: {exc.strerror or exc}")
 
 
+def remember(cfg: Config, node: str, name: str, values: Mapping[str, Any]) -> str | None:
+    """Merge ``values`` into check ``name``'s saved state (what the hook learnt outside the
+    check, e.g. Slurm's Gres for gpu-count); written only on a change. Returns a warning."""
+    path = state_path(cfg, node)
+    state = _load_node_state(path)
+    mine = state.get(name) if isinstance(state.get(name), dict) else {}
+    if all(mine.get(k) == v for k, v in values.items()):
+        return None
+    state[name] = {**mine, **values}
+    return _save_state(path, state)
+
+
 def forget_state(cfg: Config, names: Sequence[str], node: str) -> list[str]:
     """Drop the saved state of these checks (e.g. latched Xids after a GPU reset).
 

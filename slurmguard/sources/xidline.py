@@ -17,8 +17,12 @@ from slurmguard.lazyre import LazyPattern
 # nvidia-smi style, and a function suffix), or the two-field bus:device of old drivers
 # (`NVRM: Xid (0003:00): 8, Channel 00000001`, domain 0).
 _ADDR = r"(?P<addr>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2})?(?:\.[0-7])?)"
+# A MIG-enabled GPU names the GPU instance (and on some drivers the compute instance) that
+# faulted beside the address: `(PCI:0000:01:00 GPU-I:05)`, `(PCI:0000:01:00 GPU-I:05 GPU-CI:01)`.
+_MIG = r"(?:[ \t]+GPU-I:(?P<gi>\d{1,3})(?:[ \t]+GPU-CI:(?P<ci>\d{1,3}))?)?"
 XID_RE = LazyPattern(
-    r"NVRM:\s*Xid\s*\((?:PCI:)?" + _ADDR + r"\):\s*(?P<code>\d{1,5}),[ \t]*(?P<rest>[^\n]*)"
+    r"NVRM:\s*Xid\s*\((?:PCI:)?" + _ADDR + _MIG
+    + r"\):\s*(?P<code>\d{1,5}),[ \t]*(?P<rest>[^\n]*)"
 )
 # `nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 20034, Fatal, Link 31 LTSSM Fault Up`
 SXID_RE = LazyPattern(
@@ -47,6 +51,7 @@ class XidEvent(NamedTuple):
     message: str
     kind: str = "xid"  # xid | sxid | bus (fallen off the bus, no Xid) | unreadable
     switch: int | None = None  # N of nvidia-nvswitchN (kind sxid)
+    instance: int | None = None  # MIG GPU instance (GPU-I) named by the line, if any
 
 
 def _addr(text: str) -> str | None:
@@ -101,7 +106,9 @@ def parse_xid_line(text: str) -> XidEvent | None:
     if pci is None:
         return None
     pid, process, rest = _split_pid(m.group("rest").strip())
-    return XidEvent(pci, int(m.group("code")), pid, process, rest.strip())
+    gi = m.group("gi")
+    return XidEvent(pci, int(m.group("code")), pid, process, rest.strip(),
+                    instance=int(gi) if gi is not None else None)
 
 
 def parse_kernel_line(text: str) -> XidEvent | None:
@@ -128,8 +135,10 @@ def parse_kernel_line(text: str) -> XidEvent | None:
 
 
 def format_xid_line(pci: str, code: int, message: str, pid: int | None = None,
-                    process: str | None = None) -> str:
-    """The driver's line for these fields (r470+ format); the inverse of parse_xid_line."""
+                    process: str | None = None, instance: int | None = None) -> str:
+    """The driver's line for these fields (r470+ format, the MIG form when ``instance`` is
+    given); the inverse of parse_xid_line."""
     p = str(pid) if pid is not None else "'<unknown>'"
     n = process if process is not None else "<unknown>"
-    return f"NVRM: Xid (PCI:{normalize_pci(pci)}): {code}, pid={p}, name={n}, {message}"
+    mig = f" GPU-I:{instance:02d}" if instance is not None else ""
+    return f"NVRM: Xid (PCI:{normalize_pci(pci)}{mig}): {code}, pid={p}, name={n}, {message}"

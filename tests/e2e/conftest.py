@@ -66,22 +66,34 @@ def docker_cluster(e2e_image: str) -> Iterator[DockerCluster]:
 # The Slurm version matrix: Slurm major -> the Debian release whose packages ship it.
 # 22.05 is the session cluster above (bookworm); each other release gets its own cluster,
 # started once for the module that asks for it (test_version_matrix.py).
-SLURM_RELEASES = {"22.05": "bookworm", "24.11": "trixie"}
+SLURM_RELEASES = {"22.05": "bookworm", "24.11": "trixie", "26.05": "forky"}
 
 
-@pytest.fixture(scope="module")
-def trixie_cluster() -> Iterator[DockerCluster]:
-    """A Debian 13 (Slurm 24.11) cluster, the same shape as the session one."""
+def _release_cluster(release: str) -> Iterator[DockerCluster]:
+    """A cluster of ``release``'s Slurm, the same shape as the session one."""
     require(_engine_answers(),
             "no Docker engine answers (start one with docker-slurm/start-dockerd.sh)")
     start = time.monotonic()
-    image = build_image.build(include_package=False, quiet=True, release_name="trixie")
+    image = build_image.build(include_package=False, quiet=True, release_name=release)
     cluster = DockerCluster(image, dict(NODES), env=dict(CLUSTER_ENV)).start()
-    print(f"\ne2e trixie image + cluster up in {time.monotonic() - start:.0f}s", file=sys.stderr)
+    print(f"\ne2e {release} image + cluster up in {time.monotonic() - start:.0f}s",
+          file=sys.stderr)
     try:
         yield cluster
     finally:
         cluster.stop(check=True)
+
+
+@pytest.fixture(scope="module")
+def trixie_cluster() -> Iterator[DockerCluster]:
+    """Debian 13: Slurm 24.11."""
+    yield from _release_cluster("trixie")
+
+
+@pytest.fixture(scope="module")
+def forky_cluster() -> Iterator[DockerCluster]:
+    """Debian testing (forky): Slurm 26.05."""
+    yield from _release_cluster("forky")
 
 
 @pytest.fixture(params=list(SLURM_RELEASES))

@@ -1,7 +1,9 @@
-"""The Slurm version matrix: the same scenario on Slurm 22.05 (Debian 12) and 24.11 (Debian 13).
+"""The Slurm version matrix: the same scenario on Slurm 22.05 (Debian 12), 24.11 (Debian 13)
+and 26.05 (Debian testing, forky).
 
 Each test runs once per version (``versioned_cluster``: the session's bookworm cluster, and a
-trixie cluster started once for this module). Kept to what must hold on every Slurm the
+trixie and a forky cluster started once for this module). Each drain scenario prints its
+time (``matrix: drain scenario on <version> took N s``: the figure docs/docker.md records). Kept to what must hold on every Slurm the
 project supports, to stay inside CI's budget:
 
 - the drain scenario: an Xid on one node's GPU makes its prolog drain it with our reason,
@@ -14,6 +16,8 @@ project supports, to stay inside CI's budget:
 from __future__ import annotations
 
 import json
+import sys
+import time
 
 import pytest
 from dockercluster import DockerCluster
@@ -39,6 +43,7 @@ ADMIN_REASON = "admin: memory test"
 def test_xid_drain_job_elsewhere_undrain_admin_drain_untouched(
         versioned_cluster: DockerCluster) -> None:
     c = versioned_cluster
+    t0 = time.monotonic()
     c.exec("ctl", ["scontrol", "update", "nodename=n2", "state=drain", f"reason={ADMIN_REASON}"])
     try:
         # n1 is the node Slurm picks first (n2 is drained; equal weights, node order), so the
@@ -61,12 +66,15 @@ def test_xid_drain_job_elsewhere_undrain_admin_drain_untouched(
         c.wait_node("n1", lambda n: n["State"] == "IDLE", "idle again", timeout=30)
         n1 = _adapter_view(c, "n1")
         assert (n1.state, n1.flags, n1.reason, n1.ours) == ("idle", frozenset(), "", False), n1
-        # 22.05 clears the reason with the drain; 24.11.5 keeps the text on the idle node
-        # (docs/slurm.md), which the parser drops: either way the node reads the same.
-        if c.sh("ctl", "scontrol -V").split()[-1].startswith("22.05"):
+        # 22.05 and 26.05 clear the reason with the drain; 24.11.5 keeps the text on the idle
+        # node (docs/slurm.md), which the parser drops: either way the node reads the same.
+        version = c.sh("ctl", "scontrol -V").split()[-1]
+        if not version.startswith("24.11"):
             assert not n1.raw.get("Reason"), n1.raw
         n2 = c.node("n2")
         assert "DRAIN" in n2["State"] and n2["Reason"].startswith(ADMIN_REASON), n2
+        print(f"\nmatrix: drain scenario on {version} took {time.monotonic() - t0:.1f} s",
+              file=sys.stderr)
     finally:
         c.exec("ctl", ["scontrol", "update", "nodename=n2", "state=undrain"], check=False)
 
@@ -101,8 +109,8 @@ def test_adapter_on_the_real_slurm(versioned_cluster: DockerCluster) -> None:
     finally:
         c.exec("ctl", ["scontrol", "update", "nodename=n2", "state=undrain"], check=False)
     assert out["ping"] is True
-    assert out["version"][:2] in ([22, 5], [24, 11]), out["version"]
-    # The nodes as text and as JSON agree (scontrol --json on 24.11, sinfo --json on 22.05).
+    assert out["version"][:2] in ([22, 5], [24, 11], [26, 5]), out["version"]
+    # The nodes as text and as JSON agree (scontrol --json on 24.11+, sinfo --json on 22.05).
     assert out["text"] == out["json"]
     assert out["text"]["n2"]["flags"] == ["DRAIN"] and out["text"]["n2"]["reason"] == ADMIN_REASON
     assert out["text"]["n3"]["state"] in ("allocated", "mixed")

@@ -1,6 +1,6 @@
 """sysfs / procfs fixture trees in the kernel's formats, plus a config writer for tests.
 
-* IB: ``<root>/<dev>/ports/<n>/{state,phys_state,rate,link_layer,counters/*}``
+* IB: ``<root>/<dev>/ports/<n>/{state,phys_state,rate,link_layer,counters/*,gids/*}``
   (Documentation/ABI/stable/sysfs-class-infiniband).
 * host: ``<proc>/meminfo``, ``<sys>/devices/system/cpu/{online,present}``,
   ``<sys>/devices/system/edac/mc/mc<N>/{ce_count,ue_count}``, ``<proc>/<pid>/{status,comm,
@@ -21,8 +21,14 @@ IB_COUNTERS = ("link_downed", "symbol_error", "port_rcv_errors", "link_error_rec
 
 def write_ib_port(root: Path, dev: str = "mlx5_0", port: int = 1, *, state: str = "4: ACTIVE",
                   phys_state: str = "5: LinkUp", rate: str = "400 Gb/sec (4X NDR)",
-                  link_layer: str = "InfiniBand", counters: Mapping[str, int] | None = None) -> Path:
+                  link_layer: str = "InfiniBand", counters: Mapping[str, int] | None = None,
+                  gids: list[str] | None = None) -> Path:
+    """One port; ``gids`` fills gids/0.. (an Ethernet port with an IP-derived GID is RoCE)."""
     pdir = Path(root) / dev / "ports" / str(port)
+    if gids is not None:
+        (pdir / "gids").mkdir(parents=True, exist_ok=True)
+        for i, gid in enumerate(gids):
+            (pdir / "gids" / str(i)).write_text(gid + "\n")
     (pdir / "counters").mkdir(parents=True, exist_ok=True)
     for name, value in (("state", state), ("phys_state", phys_state), ("rate", rate),
                         ("link_layer", link_layer)):

@@ -17,7 +17,8 @@ _RES_RE = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 _USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}")
 # Job states in which a burn-in job may still reach its worker's end.
 LIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
-                         "REQUEUED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT"})
+                         "REQUEUED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT",
+                         "EXPEDITING"})  # 25.11+: requeued by Slurm's expedited requeue
 
 
 def validate_reservation(name: object) -> str:

@@ -121,12 +121,13 @@ def plugstack_path(conf: Mapping[str, str], slurm_conf: str) -> str:
     return os.path.join(os.path.dirname(slurm_conf), "plugstack.conf")
 
 
-def timeout_seconds(value: str) -> float | None:
-    """PrologEpilogTimeout as seconds; None for no limit (unset, 65534 = INFINITE16, N/A)."""
+def timeout_seconds(value: str, key: str = "PrologEpilogTimeout") -> float | None:
+    """A hook time limit (``60``, ``60 sec``) as seconds; None for no limit (unset, 65534 =
+    INFINITE16, N/A). ``key`` names the setting in the error."""
     v = value.strip().lower()
     if v in ("", "n/a", "65534", "unlimited", "infinite"):
         return None
     m = re.match(r"^(\d+)", v)
     if not m:
-        raise ParseError(f"PrologEpilogTimeout: expected seconds, got {value!r}")
+        raise ParseError(f"{key}: expected seconds, got {value!r}")
     return float(m.group(1))

@@ -1,6 +1,6 @@
 """Pure parsers for Slurm's text and JSON output, and the NodeInfo / JobInfo they produce.
 
-Formats (captured from Slurm 22.05.8 and 24.11.5 in tests/data/slurm/):
+Formats (captured from Slurm 22.05.8, 24.11.5 and 26.05.5 in tests/data/slurm/):
 
 * ``scontrol show node -o``: one record per node, ``Key=Value`` separated by spaces. Values
   may hold spaces (``OS=Linux 6.1 #1 SMP``) and ``=`` (``CfgTRES=cpu=2``), so a new field
@@ -9,8 +9,9 @@ Formats (captured from Slurm 22.05.8 and 24.11.5 in tests/data/slurm/):
   a newline in it breaks the record over two lines, with the suffix inserted after the
   first line: we join such continuation lines back.
 * ``scontrol show job -o``: the same shape; ``JobName`` (free text) runs up to ``UserId=``.
-* ``sinfo --json`` / ``squeue --json`` / ``scontrol --json show nodes``, Slurm 22.05 to 25.05
-  (captured from 22.05.8 and 24.11.5; the table in docs/slurm.md):
+* ``sinfo --json`` / ``squeue --json`` / ``scontrol --json show nodes``, Slurm 22.05 to 26.05,
+  data parsers v0.0.38 to v0.0.45 (captured from 22.05.8, 24.11.5 and 26.05.5; the table in
+  docs/slurm.md), every field read where it is present:
 
   - node objects (``{"nodes": [...]}``: 22.05/23.02 ``sinfo --json``, and
     ``scontrol --json show nodes`` from 23.02 on): ``state`` a string plus ``state_flags``
@@ -19,7 +20,9 @@ Formats (captured from Slurm 22.05.8 and 24.11.5 in tests/data/slurm/):
     a list;
   - node groups (``{"sinfo": [...]}``: ``sinfo --json`` from 23.11 on): one entry per group
     of nodes that share a partition and a state, ``node.state`` a list, ``nodes.nodes`` the
-    names, ``partition.name``, ``features.active``, ``reason.{description,user,time}``.
+    names, ``partition.name``, ``features.active``, ``gres.total``,
+    ``reason.{description,user,time}`` (v0.0.45: ``reason.{description,time}`` and the
+    user in the group's ``reason_set_by_user``).
     Slurm groups by state, not by reason (seen on 24.11.5: an admin's drain and two of ours
     in one entry carrying only the first node's reason), so a group of several nodes gives
     them **no** reason: a drain there is never taken for ours. Per-node reasons come from
@@ -72,6 +75,7 @@ class NodeInfo:
     reason_time: str = ""
     partitions: tuple[str, ...] = ()
     features: tuple[str, ...] = ()
+    gres: str = ""  # as Slurm prints it: "gpu:h100:8(S:0-1)" (adapters/slurm/gres.py counts it)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -290,6 +294,7 @@ def node_info_from_show(f: Mapping[str, str]) -> NodeInfo:
         reason_time=f.get("ReasonTime", "") if reason else "",
         partitions=_csv(f.get("Partitions", "")),
         features=_csv(f.get("ActiveFeatures", f.get("Features", ""))),
+        gres=_null(f.get("Gres", "")),
         raw=dict(f),
     )
 
@@ -397,7 +402,12 @@ def _nodes_from_groups(groups: list[Any]) -> list[NodeInfo]:
         else:
             features = _jlist(feats, f"{what}: features")
         reason, user, at = _group_reason(group.get("reason", ""), what)
+        # 26.05 (v0.0.45) moved the reason's user out of `reason` to the group
+        user = user or _jstr(group, "reason_set_by_user", what)
         reason = _live_reason(reason, state, flags)
+        gres = group.get("gres", "")
+        gres = _jstr(gres, "total", f"{what}: gres") if isinstance(gres, dict) else _jstr(
+            group, "gres", what)
         for name in names:
             prev = seen.get(name)
             if prev is not None:
@@ -409,7 +419,8 @@ def _nodes_from_groups(groups: list[Any]) -> list[NodeInfo]:
                 name=name, state=state, flags=flags, reason=reason if alone else "",
                 reason_user=user if alone else "",
                 reason_time=_iso(at) if alone and at else "",
-                partitions=(partition,) if partition else (), features=features, raw=group)
+                partitions=(partition,) if partition else (), features=features,
+                gres=_null(gres), raw=group)
     return list(seen.values())
 
 
@@ -447,6 +458,7 @@ def node_info_from_json(obj: object, source: str = "sinfo --json") -> NodeInfo:
         partitions=_jlist(obj.get("partitions", []), f"{what}: partitions"),
         features=_jlist(obj.get("active_features", obj.get("features", "")),
                         f"{what}: active_features"),
+        gres=_null(_jstr(obj, "gres", what)),
         raw=obj,
     )
 

@@ -1,6 +1,7 @@
 """Capture real Slurm output from the dockerized cluster (run by hand as root, engine up):
 
     python tests/data/slurm/capture_docker.py --release trixie      # Slurm 24.11 (Debian 13)
+    python tests/data/slurm/capture_docker.py --release forky       # Slurm 26.05 (Debian testing)
 
 The same moments as capture.py (the native 22.05 cluster), on a cluster of docker-slurm
 containers: each node its own host, the real slurmguard hooks in Slurm's Prolog, so n6's
@@ -39,8 +40,20 @@ NODES = {f"n{i}": 4 for i in range(1, 7)}
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--release", default="trixie", choices=sorted(build_image.RELEASES))
+    ap.add_argument("--config-only", action="store_true",
+                    help="only `scontrol show config` (healthcheck on), before and after the "
+                         "25.05+/25.11+ settings are added")
+    ap.add_argument("--expedite", action="store_true",
+                    help="only a job submitted with --requeue=expedite whose node's epilog "
+                         "(slurmguard, an injected Xid) fails, on a Slurm with expedited requeue on")
     args = ap.parse_args()
     image = build_image.build(include_package=False, release_name=args.release)
+    if args.config_only:
+        capture_config(image)
+        return
+    if args.expedite:
+        capture_expedite(image)
+        return
     c = DockerCluster(image, dict(NODES), env={"SG_CRED_EXPIRE": "120",
                                                 "SG_SLURMD_TIMEOUT": "20"}).start()
     try:
@@ -72,6 +85,7 @@ def capture(c: DockerCluster) -> None:
         save(f"sinfo-{moment}-{v}.json", c.exec("ctl", ["sinfo", "--json"])[1])
 
     snapshot("idle")
+    save(f"show-config-docker-{v}.txt", scontrol("show", "config"))
     j_alloc = c.sbatch("-w", "n1", "-n2", "--requeue", "--wrap", "sleep 600")
     j_mixed = c.sbatch("-w", "n2", "-n1", "--wrap", "sleep 600")
     c.wait_job(j_alloc, {"RUNNING"}, timeout=60)
@@ -82,7 +96,8 @@ def capture(c: DockerCluster) -> None:
     scontrol("update", "nodename=n2", "state=drain",
              "reason=slurmguard: gpu-ecc: 3 uncorrectable ECC errors on GPU 0")
     c.kill("n5")
-    c.wait_node("n5", lambda n: "DOWN" in n["State"], "DOWN", timeout=90)
+    # 26.05 retries the lost host's name lookup (11 s each) before it marks it DOWN
+    c.wait_node("n5", lambda n: "DOWN" in n["State"], "DOWN", timeout=300)
     save(f"show-job-running-{v}.txt", scontrol("show", "job", "-o", j_alloc))
     # n6's prolog (slurmguard) finds the Xid, drains n6 and fails: the pinned job is
     # requeued without a hold (nohold_on_prolog_fail) and waits cred_expire (120 s).
@@ -110,6 +125,56 @@ def capture(c: DockerCluster) -> None:
     for name, text in staged.items():
         (HERE / name).write_text(text)
         print("wrote", name)
+
+
+# Settings of newer Slurm (PrologTimeout/EpilogTimeout 25.05+, HealthCheckTimeout and
+# expedited requeue 25.11+) that `slurmguard doctor` and the requeue watcher read.
+NEWER = ("PrologTimeout=40\nEpilogTimeout=50\nHealthCheckTimeout=20\n"
+         "SlurmctldParameters=enable_expedited_requeue\n")
+
+
+def capture_config(image: str) -> None:
+    c = DockerCluster(image, {"n1": 4}, env={"SG_HEALTHCHECK_INTERVAL": "60"}).start()
+    try:
+        v = c.sh("ctl", "scontrol -V").split()[-1]
+        (HERE / f"show-config-docker-{v}.txt").write_text(c.exec("ctl", ["scontrol", "show", "config"])[1])
+        conf = c.shared / "slurm.conf"
+        conf.write_text(conf.read_text() + NEWER)
+        c.sh("ctl", "cp /shared/slurm.conf /etc/slurm/slurm.conf && scontrol reconfigure")
+        time.sleep(3)
+        (HERE / f"show-config-newer-{v}.txt").write_text(c.exec("ctl", ["scontrol", "show", "config"])[1])
+        print("wrote", f"show-config-docker-{v}.txt", f"show-config-newer-{v}.txt")
+    finally:
+        c.stop()
+
+
+def capture_expedite(image: str) -> None:
+    """25.11+: what Slurm shows of a job that asked for expedited requeue, before and after
+    the node it ran on failed its epilog (slurmguard's, finding an injected Xid)."""
+    c = DockerCluster(image, {"n1": 4, "n2": 4}, env={"SG_CRED_EXPIRE": "120"}).start()
+    try:
+        v = c.sh("ctl", "scontrol -V").split()[-1]
+        conf = c.shared / "slurm.conf"
+        conf.write_text(conf.read_text() + "SlurmctldParameters=enable_expedited_requeue\n")
+        c.sh("ctl", "cp /shared/slurm.conf /etc/slurm/slurm.conf && scontrol reconfigure")
+        time.sleep(3)
+        jid = c.sbatch("-w", "n1", "--requeue=expedite", "--wrap", "sleep 8; exit 1")
+        c.wait_job(jid, {"RUNNING"}, timeout=60)
+        staged = {f"show-job-expedite-running-{v}.txt": c.exec("ctl", ["scontrol", "show", "job", "-o", jid])[1],
+                  f"squeue-expedite-{v}.json": c.exec("ctl", ["squeue", "--json"])[1]}
+        c.exec("n1", ["sg-fault", "xid", "2", "79", "GPU has fallen off the bus."])
+        wait_for(f"job {jid} requeued", lambda: int(c.job(jid).get("Restarts", "0")) >= 1,
+                 timeout=120, context=c.describe)
+        time.sleep(2)
+        staged[f"show-job-expedite-requeued-{v}.txt"] = c.exec("ctl", ["scontrol", "show", "job", "-o", jid])[1]
+        staged[f"slurmctld-expedite-{v}.log"] = c.sh(
+            "ctl", "grep -a -i 'expedit\\|requeue\\|epilog' /var/log/slurm/slurmctld.log | tail -n 20",
+            check=False)
+        for name, text in staged.items():
+            (HERE / name).write_text(text)
+            print("wrote", name)
+    finally:
+        c.stop()
 
 
 if __name__ == "__main__":
