@@ -56,7 +56,8 @@ class Truth:
     degrading: set[str] = field(default_factory=set)
     # (node, cause, start, drained_at, returned_at or None, returned_by or None)
     failures: list[tuple[str, str, float, float, float | None, str | None]] = field(default_factory=list)
-    shared: list[tuple[str, float]] = field(default_factory=list)  # drained by a shared cause
+    # drained by a shared cause: (node, drained_at, returned_at)
+    shared: list[tuple[str, float, float]] = field(default_factory=list)
     refused: int = 0
     expected_rate: float = 0.0  # planted failures per 1,000 node-days (expectation)
     group: tuple[str, str] = ("", "")  # the rack of the shared incident: (name, NodeSet)
@@ -114,16 +115,17 @@ def generate(path: str, *, nodes: int = 1000, days: int = 60, seed: int = 1,
              base_rate: float = 0.0035, lemon_share: float = 0.005, lemon_rate: float = 0.2,
              degrading_share: float = 0.02, ramp_days: int = 10, cadence_h: float = 6.0,
              epilogs_per_day: float = 2.0, noise_warn: float = 0.004, noise_error: float = 0.002,
-             late_share: float = 0.05, shared_incidents: int = 1) -> Truth:
-    """Write the history into a new SQLite store at ``path``; return the planted truth."""
+             late_share: float = 0.05, shared_incidents: int = 1, start: float = START) -> Truth:
+    """Write the history from ``start`` into a new SQLite store at ``path``; return the
+    planted truth."""
     rng = random.Random(seed)
     Store.upgrade({"path": path})
-    until = START + days * DAY
+    until = start + days * DAY
     names = [f"gpu{i:05d}" for i in range(1, nodes + 1)]
-    t = Truth(START, until, names, {})
+    t = Truth(start, until, names, {})
     for n in names:
         late = rng.random() < late_share
-        t.first_seen[n] = START + (rng.uniform(0, days / 2) * DAY if late else 0.0)
+        t.first_seen[n] = start + (rng.uniform(0, days / 2) * DAY if late else 0.0)
     pick = rng.sample(names, max(1, round(nodes * (lemon_share + degrading_share))))
     n_lemon = max(1, round(nodes * lemon_share))
     t.lemons, t.degrading = set(pick[:n_lemon]), set(pick[n_lemon:])
@@ -138,7 +140,7 @@ def generate(path: str, *, nodes: int = 1000, days: int = 60, seed: int = 1,
         plan = [(at, _cause(rng)) for at in _failure_times(rng, rate, f0, until)]
         if n in t.degrading:
             area = rng.choice(sorted(WARN_CHECKS))
-            fail_at = rng.uniform(max(f0 + (ramp_days + 2) * DAY, START + 0.3 * days * DAY),
+            fail_at = rng.uniform(max(f0 + (ramp_days + 2) * DAY, start + 0.3 * days * DAY),
                                   until - 2 * DAY)
             plan.append((fail_at, FAIL_OF_AREA[area]))
             for d in range(ramp_days, 0, -1):
@@ -187,9 +189,15 @@ def _shared(w: _Writer, t: Truth, rng: random.Random, names: list[str], ids: dic
             busy: dict[str, list[tuple[float, float]]]) -> None:
     rack = names[: max(10, len(names) // 20)]
     t.group = ("rack1", fold(rack))
+    def quiet(at: float) -> bool:  # no drain of the rack within the guard's window around it
+        return not any(at - 3600 <= a + 60 <= at + 3600 + len(rack)
+                       for n in rack for a, _ in busy.get(n, []))
+
     at = rng.uniform(t.since + 5 * DAY, t.until - 5 * DAY)
-    cap = max(1, len(rack) // 10)
-    drained = []
+    while not quiet(at):
+        at = rng.uniform(t.since + 5 * DAY, t.until - 5 * DAY)
+    cap = max(1, len(rack) // 10)  # the guard's cap: 10 % of the rack (policy defaults)
+    drained: list[str] = []
     for i, n in enumerate(rack):
         if any(a - 3600 <= at <= b + 3600 for a, b in busy.get(n, [])):
             continue
@@ -199,7 +207,7 @@ def _shared(w: _Writer, t: Truth, rng: random.Random, names: list[str], ids: dic
             w.event(ids[n], x + 1, "drain", "slurmguard", "fs-mount", format_reason("fs-mount", "/scratch hung"))
             w.event(ids[n], at + 7200, "clear", "slurmguard", "fs-mount", "returned")
             drained.append(n)
-            t.shared.append((n, x))
+            t.shared.append((n, x + 1, at + 7200))
             busy.setdefault(n, []).append((x, at + 7200))
         else:
             w.event(ids[n], x + 1, "drain_refused", "slurmguard", "fs-mount", "blast-radius guard")
