@@ -89,3 +89,17 @@ def test_score_is_bounded_and_never_falls_with_more_failures(f, w, recent, jobs)
     b = score(RiskInputs(failures=f + 1, warning_days={"links": w}, recent_warning_days=recent,
                          failed_jobs=jobs), P)
     assert 0.0 <= a.score <= b.score <= 100.0
+
+
+@pytest.mark.parametrize("probation, at_risk, marked, expected", [
+    (set(), {"n1"}, {"n1": False, "n2": False}, {"n1": True}),  # at risk: mark it
+    ({"n2"}, set(), {"n1": False, "n2": False}, {"n2": True}),  # probation as before
+    (set(), set(), {"n1": True, "n2": False}, {"n1": False}),  # neither any more: mark off
+    ({"n1"}, {"n1"}, {"n1": True}, {}),  # already right: nothing to do
+    (set(), {"n3"}, {"n1": False}, {}),  # Slurm does not report n3: left alone
+])
+def test_probation_mark_follows_probation_or_risk(probation, at_risk, marked, expected):
+    from slurmguard.fleet.uses import mark_changes
+
+    assert mark_changes(["n1", "n2", "n3"], probation=probation, at_risk=at_risk,
+                        marked=marked) == expected
