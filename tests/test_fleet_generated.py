@@ -172,6 +172,6 @@ def test_serve_metrics_export_the_fleet_figures_and_node_risk(fleet):
     risk = {s.labels["node"]: s.value for s in fams["slurmguard_node_risk"].samples}
     assert len(risk) == NODES and max(risk[n] for n in truth.lemons) >= 40
     rate = {s.labels["cause"]: s.value for s in
-            fams["slurmguard_fleet_failures_per_1000_node_days"].samples}
+            fams["slurmguard_fleet_failure_rate"].samples}
     assert 2.3 <= rate["all"] <= 6.5 and set(CAUSES) <= set(rate)
     assert 0 < fams["slurmguard_fleet_out_of_service_ratio"].samples[0].value < 0.05

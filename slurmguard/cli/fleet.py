@@ -72,7 +72,8 @@ def report_cmd(ctx: click.Context, since: str, until: str | None, by: str, as_js
                    partitions=_partitions(cfg) if by == "partition" else {})
     store = _open(cfg)
     try:
-        h = load_history(store.engine, since=t_since, until=t_until, lookback=episodes.LOOKBACK,
+        # A month before the window: nodes drained before it and still out count as out.
+        h = load_history(store.engine, since=t_since, until=t_until, lookback=30 * DAY,
                          healthy=False)
     finally:
         store.close()

@@ -108,7 +108,7 @@ def add_fleet_gauges(metrics: Any, store: Any, *, risk: Any = None, window_days:
         out.update({(c,): v["per_1000_node_days"] or 0.0 for c, v in rep["by_cause"].items()})
         return out
 
-    metrics.add_gauge("slurmguard_fleet_failures_per_1000_node_days",
+    metrics.add_gauge("slurmguard_fleet_failure_rate",
                       "Failure episodes per 1,000 node-days over fleet.metrics_window_days, by "
                       "cause (all: every cause; shared causes left out).",
                       ["cause"], rates)
