@@ -160,3 +160,20 @@ def test_hostile_names_refused_before_slurm(cluster, env) -> None:
     assert r.returncode == 0, "newlines collapse into one line"  # check_reason joins them
     assert cluster.node("n1").reason == "slurmguard: admin: two lines"
     assert sg(cluster, env, "resume", "n1").returncode == 0
+
+
+def test_fleet_report_by_partition_asks_slurm(cluster, env):
+    """`fleet report --by partition` (docs/fleet.md): the nodes' partitions come from the real
+    Slurm; the node-days and failures per partition from the store."""
+    st = env["store"]
+    at = time.time() - 3 * 86400
+    st.record_event("n3", "drain", "slurmguard", "slurmguard: gpu-ecc: row remap failed",
+                    source="gpu-ecc", at=at)
+    st.record_event("n3", "clear", "admin:ops", "repaired", at=at + 7200)
+    p = sg(cluster, env, "fleet", "report", "--since", "7d", "--by", "partition", "--json")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    parts = rep["groups"]
+    assert sum(g["failures"] for g in parts.values()) == rep["failures"] >= 1
+    assert parts[",".join(sorted(cluster.node("n3").partitions))]["failures"] >= 1
+    assert rep["mttr_by_cause"]["gpu-ecc"]["median_h"] == 2.0
