@@ -89,6 +89,10 @@ def test_fleet_report_by_group_and_model_as_table_and_plot(fleet):
     assert sum(g["failures"] for g in rep["groups"].values()) == rep["failures"]
     bad = run_sg("-c", str(cur), "fleet", "report", "--since", "soon", env=sg_env())
     assert bad.returncode == 6 and bad.stderr.strip().startswith("slurmguard: error: --since:")
+    (d / "bad.toml").write_text('[risk]\nlevel = "high"\n')
+    bad = run_sg("-c", str(cur), "policy", "replay", "--config", str(d / "bad.toml"), env=sg_env())
+    assert bad.returncode == 3 and bad.stderr.strip() == (
+        f'slurmguard: error: risk.level: expected a number, got "high" (in {d}/bad.toml)')
 
 
 def test_policy_replay_finds_the_planted_lemons_and_degrading_nodes(fleet):
