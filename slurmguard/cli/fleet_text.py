@@ -100,7 +100,7 @@ def replay_text(runs: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def _list(names: list[str], limit: int = 20) -> str:
+def _list(names: list[str]) -> str:
     from slurmguard.nodeset import fold
 
     return fold(names) if names else "-"

@@ -34,16 +34,15 @@ def triage_cmd(ctx: click.Context, limit: int, as_json: bool) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
+    from slurmguard.fleet.params import RiskParams
     from slurmguard.store import Store
+    from slurmguard.store.fleet import node_risks
     from slurmguard.triage.rank import rank
 
     cfg = load_config(ctx)
     store = Store.open(cfg)
     now = time.time()
     alerts = store.alerts(open_only=True)
-    from slurmguard.fleet.params import RiskParams
-    from slurmguard.store.fleet import node_risks
-
     rp = RiskParams.from_section(cfg.section("risk"))
     suspects = rank(store.node_summary(), alerts, store.hook_speeds(since=now - 86400),
                     node_risks(store.engine, rp, now=now), rp.level)[:limit]
