@@ -40,6 +40,8 @@ from slurmguard.fieldtypes import (  # re-exported: sections below and callers u
     StrList,
     Table,
 )
+from slurmguard.fleet.params import FLEET_SECTION
+from slurmguard.fleet.params import SECTION as RISK_SECTION
 from slurmguard.policy.params import SECTION as POLICY_SECTION
 
 DEFAULT_PATH = "/etc/slurmguard/slurmguard.toml"
@@ -277,6 +279,8 @@ SCHEMA: dict[str, Any] = {
     "store": _STORE,
     "serve": _SERVE,
     "policy": dict(POLICY_SECTION),  # declared with its thresholds in slurmguard/policy/params.py
+    "risk": dict(RISK_SECTION),  # the node risk score: slurmguard/fleet/params.py
+    "fleet": dict(FLEET_SECTION),
     "gate": _GATE,
     "checks": {
         "disabled": StrList([], "check names never run"),

@@ -348,3 +348,11 @@ def test_submit_order(nodes: list[str], awaiting: set[str], probation: set[str],
     from slurmguard.burnin.submit import submit_order
 
     assert submit_order(nodes, awaiting, probation) == want
+
+
+def test_submit_order_puts_nodes_at_risk_after_those_awaiting_burnin() -> None:
+    """risk.burnin_first (docs/fleet.md): at-risk nodes, riskiest first, before probation."""
+    from slurmguard.burnin.submit import submit_order
+
+    assert submit_order(["n5", "n4", "n3", "n2", "n1"], {"n5"}, {"n1"},
+                        {"n3": 45.0, "n4": 80.0}) == ["n5", "n4", "n3", "n1", "n2"]

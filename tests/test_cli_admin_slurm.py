@@ -171,3 +171,20 @@ def test_unknown_node_is_an_input_error_not_a_node_fault(cluster, env) -> None:
     assert sg(cluster, env, "node", "show", "n1").returncode == 0
     r = sg(cluster, env, "nodes", "--state", "drainedd")
     assert r.returncode == 6 and "--state: not a node state: 'drainedd'" in r.stderr
+
+
+def test_fleet_report_by_partition_asks_slurm(cluster, env):
+    """`fleet report --by partition` (docs/fleet.md): the nodes' partitions come from the real
+    Slurm; the node-days and failures per partition from the store."""
+    st = env["store"]
+    at = time.time() - 3 * 86400
+    st.nodes.record_event("n3", "drain", "slurmguard", "slurmguard: gpu-ecc: row remap failed",
+                    source="gpu-ecc", at=at)
+    st.nodes.record_event("n3", "clear", "admin:ops", "repaired", at=at + 7200)
+    p = sg(cluster, env, "fleet", "report", "--since", "7d", "--by", "partition", "--json")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    parts = rep["groups"]
+    assert sum(g["failures"] for g in parts.values()) == rep["failures"] >= 1
+    assert parts[",".join(sorted(cluster.node("n3").partitions))]["failures"] >= 1
+    assert rep["mttr_by_cause"]["gpu-ecc"]["median_h"] == 2.0

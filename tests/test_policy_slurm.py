@@ -148,3 +148,37 @@ def test_twenty_nodes_failing_fs_mount_drain_at_most_the_cap(slurm_cluster_facto
         store.close()
     finally:
         serve.stop()
+
+
+def test_risk_probation_mark_puts_at_risk_nodes_last(slurm_cluster_factory, tmp_path: Path) -> None:
+    """risk.probation_mark (docs/fleet.md): a node with two failure episodes this month gets
+    the probation feature at serve's next policy pass; a healthy one does not."""
+    cluster = slurm_cluster_factory(nodes=2)
+    url = _store(tmp_path)
+    store = Store.open(url=url)
+    now = time.time()
+    for days_ago in (20, 5):  # two episodes: drain -> return, as the ledger records them
+        at = now - days_ago * 86400
+        store.nodes.record_event("n1", "drain", "slurmguard", "slurmguard: gpu-xid: Xid 79",
+                           source="gpu-xid", at=at)
+        store.nodes.record_event("n1", "clear", "admin:ops", "repaired", at=at + 3600)
+    port = new_port()
+    cfg_path = write_config(tmp_path, store_url=url, port=port)
+    cfg_path.write_text(cfg_path.read_text().replace(
+        "batch_interval = 0.05", "batch_interval = 0.05\npolicy_interval = 1.0")
+        + "\n[risk]\nprobation_mark = true\n")
+    cfg = config.load(str(cfg_path), env={})
+    serve = Serve(cfg_path, port, env={"SLURM_CONF": cluster.env["SLURM_CONF"]}).start()
+    try:
+        for node in ("n1", "n2"):  # a record makes serve look at the node
+            assert delivery.deliver(_rec(node, "healthcheck", None, "none"), cfg) == "sent"
+        info = cluster.wait_node("n1", lambda n: "sg_probation" in n.features, timeout=30,
+                                 what="probation feature on the at-risk node")
+        assert not info.drained  # a mark, never a drain
+        time.sleep(2.5)  # two more policy passes
+        assert "sg_probation" not in cluster.node("n2").features
+        (s,) = store.nodes.summary(["n1"])
+        assert not s.probation  # the store's probation is untouched: the mark is risk's
+    finally:
+        serve.stop()
+        store.close()

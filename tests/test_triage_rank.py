@@ -61,3 +61,20 @@ def test_more_failures_never_rank_lower(f1: int, extra: int, lemon: bool, unheal
     b = summ("b", failures=f1 + extra, lemon=lemon, last=last)
     scores = {s.node: s.score for s in rank([a, b])}
     assert scores.get("b", 0) >= scores.get("a", 0)
+
+
+def test_a_node_at_risk_is_a_suspect_with_its_factors() -> None:
+    """A risk score at or above the level adds a fifth of it (at most 20) and its top factors;
+    below the level it adds nothing (docs/triage.md)."""
+    from slurmguard.fleet.risk import RiskInputs, score
+
+    hot = score(RiskInputs(failures=2, warning_days={"links": 3}))  # 50 + 15 = 65
+    cool = score(RiskInputs(failures=1))  # 25: below 40
+    out = rank([summ("n1"), summ("n2", failures=1)], [], {}, {"n1": hot, "n2": cool, "n3": hot},
+               40.0)
+    by = {s.node: s for s in out}
+    assert by["n1"].score == 13 and by["n1"].evidence == ("risk 65: failures +50, links +15",)
+    assert by["n2"].score == 10 and not any(e.startswith("risk") for e in by["n2"].evidence)
+    assert [s.node for s in out] == ["n1", "n3", "n2"]
+    top = score(RiskInputs(failures=5, burnin_failed=3, warning_days={"links": 9}))  # 100
+    assert rank([], [], {}, {"n1": top}, 40.0)[0].score == 20

@@ -17,7 +17,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -93,9 +93,24 @@ def feature_group(cfg: Config, info: Any) -> str:
     return "no-feature"
 
 
-def submit_order(nodes: Iterable[str], awaiting: set[str], probation: set[str]) -> list[str]:
-    """Awaiting burn-in first, then returned by an admin (probation), then the rest; by name."""
-    return sorted(nodes, key=lambda n: (n not in awaiting, n not in probation, n))
+def submit_order(nodes: Iterable[str], awaiting: set[str], probation: set[str],
+                 at_risk: Mapping[str, float] | None = None) -> list[str]:
+    """Awaiting burn-in first, then at risk (``risk.burnin_first``: highest score first), then
+    returned by an admin (probation), then the rest; by name."""
+    risk = at_risk or {}
+    return sorted(nodes, key=lambda n: (n not in awaiting, n not in risk, -risk.get(n, 0.0),
+                                        n not in probation, n))
+
+
+def at_risk(cfg: Any, store: Any) -> dict[str, float]:
+    """Nodes at or above ``risk.level`` when ``risk.burnin_first`` is on (else none)."""
+    if not cfg["risk.burnin_first"]:
+        return {}
+    from slurmguard.fleet.params import RiskParams
+    from slurmguard.store.fleet import node_risks
+
+    rp = RiskParams.from_section(cfg.section("risk"))
+    return {n: r.score for n, r in node_risks(store.engine, rp).items() if r.score >= rp.level}
 
 
 def submit(cfg: Config, store: Any, slurm: Any, nodes: Iterable[str] | None, *, idle: bool,
@@ -116,7 +131,7 @@ def submit(cfg: Config, store: Any, slurm: Any, nodes: Iterable[str] | None, *, 
                         or (n in awaiting and i.drained and i.ours and not i.down))
     else:
         chosen = list(dict.fromkeys(nodes))
-    chosen = submit_order(chosen, awaiting, probation)
+    chosen = submit_order(chosen, awaiting, probation, at_risk(cfg, store))
     out: list[Submitted] = []
     todo = []
     reserve = []

@@ -42,6 +42,8 @@ COMMANDS: dict[str, str] = {
     "reconcile": "slurmguard.cli.reconcile:reconcile_cmd",
     "burnin": "slurmguard.cli.burnin:burnin_grp",
     "goodput": "slurmguard.cli.goodput:goodput_cmd",
+    "fleet": "slurmguard.cli.fleet:fleet_grp",
+    "policy": "slurmguard.cli.fleet:policy_grp",
 }
 
 

@@ -20,6 +20,20 @@ if TYPE_CHECKING:
 
 
 
+def _risks(cfg: Any, store: Any, names: list[str] | None) -> dict[str, Any]:
+    """Node risk scores (docs/fleet.md); none, with a warning, if they cannot be computed."""
+    from slurmguard.fleet.params import RiskParams
+    from slurmguard.store.fleet import node_risks
+
+    return node_risks(store.engine, RiskParams.from_section(cfg.section("risk")), nodes=names)
+
+
+def _risk_fields(risk: Any) -> dict[str, Any]:
+    if risk is None:
+        return {"risk": None, "risk_factors": []}
+    return {"risk": risk.score, "risk_factors": [f.line() for f in risk.factors]}
+
+
 def _state(info: Any) -> str:
     if info is None:
         return "?"
@@ -94,7 +108,8 @@ def _matches(states: set[str], info: Any, s: Any) -> bool:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_context
 def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], as_json: bool) -> None:
-    """List nodes: Slurm state, last check, failing checks, failures in 7 days, flags.
+    """List nodes: Slurm state, last check, failing checks, failures in 7 days, risk score
+    (docs/fleet.md), flags.
 
     Open fleet alerts (a shared cause that stopped draining) are shown above the table. If
     Slurm cannot be asked, the store's view is shown with a warning.
@@ -120,12 +135,13 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
     summaries = {s.name: s for s in store.nodes.summary(names)}
     all_names = names or sorted(set(infos) | set(summaries))
     alerts = store.nodes.alerts(open_only=True)
+    risks = _risks(cfg, store, names)
     rows = []
     for name in all_names:
         info, s = infos.get(name), summaries.get(name)
         if not _matches(wanted, info, s):
             continue
-        rows.append(_node_dict(name, info, s))
+        rows.append({**_node_dict(name, info, s), **_risk_fields(risks.get(name))})
     marker = _hook_unrunnable(cfg)
     data = {"alerts": [_alert_dict(a) for a in alerts], "this_host_marker": marker,
             "nodes": [{k: v for k, v in r.items() if k != "_last_seen"} for r in rows]}
@@ -133,8 +149,10 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
     emit(Result(data, [*head, *([""] if head else []), Table(
         [[r["name"], r["state"], _cut(r["reason"], 40), ago(r["_last_seen"]),
           r["last_health"] or "-", ",".join(r["failing_checks"]) or "-",
-          r["failures_7d"], ",".join(r["flags"]) or "-"] for r in rows],
-        ["node", "state", "reason", "last check", "health", "failing", "fail/7d", "flags"])]),
+          r["failures_7d"], "-" if r["risk"] is None else f"{r['risk']:g}",
+          ",".join(r["flags"]) or "-"] for r in rows],
+        ["node", "state", "reason", "last check", "health", "failing", "fail/7d", "risk",
+         "flags"])]),
          as_json)
 
 
@@ -218,7 +236,8 @@ def node_cmd() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.pass_context
 def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, as_json: bool) -> None:
-    """Show one node: Slurm state, flags, and a timeline of its results and events.
+    """Show one node: Slurm state, flags, risk score with its factors, and a timeline of its
+    results and events.
 
     \b
     Example:
@@ -244,7 +263,7 @@ def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, 
                          "the store")
     if slurm_says:
         warn(f"warning: Slurm state unavailable ({slurm_says})")
-    data = _node_dict(node, info, summary)
+    data = {**_node_dict(node, info, summary), **_risk_fields(_risks(cfg, store, [node]).get(node))}
     data.pop("_last_seen")
     timeline = [{"at": iso(i.at), "kind": i.kind, "health": i.health, "actor": i.actor,
                  "source": i.source, "reason": i.reason, "checks": list(i.checks)} for i in items]
@@ -263,6 +282,9 @@ def _show_text(node: str, data: dict[str, Any], timeline: list[dict[str, Any]],
             f"fail/7d:     {data['failures_7d']}   flags: {', '.join(data['flags']) or '-'}"]
     if data["lemon_reason"]:
         out.append(f"lemon:       {data['lemon_reason']}")
+    if data["risk"] is not None:
+        out.append(f"risk:        {data['risk']:g}/100" + (
+            f" = {'; '.join(data['risk_factors'])}" if data["risk_factors"] else ""))
     if data["hook_unrunnable"]:
         out.append(f"HOOK UNRUNNABLE: {data['hook_unrunnable']} (jobs ran unchecked; on the node: "
                    "slurmguard doctor, then doctor --ack)")

@@ -78,12 +78,16 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
 
 def _metrics(cfg: Config, store: Any) -> Any:
     """/metrics: serve's own counters, and gauges read from the store at scrape time."""
+    from slurmguard.fleet.params import RiskParams
     from slurmguard.metrics.registry import ServeMetrics
-    from slurmguard.serve.gauges import add_goodput_gauges, add_store_gauges
+    from slurmguard.serve.gauges import add_fleet_gauges, add_goodput_gauges, add_store_gauges
 
     metrics = ServeMetrics()
     add_store_gauges(metrics, store)
     add_goodput_gauges(metrics, store, cfg.section("goodput")["metrics_window"])
+    add_fleet_gauges(metrics, store, risk=RiskParams.from_section(cfg.section("risk")),
+                     window_days=cfg.section("fleet")["metrics_window_days"],
+                     blast_window=cfg.section("policy")["blast_window"])
     return metrics
 
 

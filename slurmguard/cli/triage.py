@@ -26,7 +26,8 @@ def triage_cmd(ctx: click.Context, limit: int, as_json: bool) -> None:
 
     Without a subcommand: open fleet alerts (suspected shared causes) first, then suspects
     ranked by score: lemon and burn-in marks, unhealthy runs in 7 days (repeat offenders),
-    failing now, hooks much slower than the fleet's. Members of a fleet alert count half:
+    failing now, hooks much slower than the fleet's, a node risk score at or above risk.level
+    (docs/fleet.md). Members of a fleet alert count half:
     the shared cause is the better suspect. Scoring: docs/triage.md.
 
     \b
@@ -37,13 +38,18 @@ def triage_cmd(ctx: click.Context, limit: int, as_json: bool) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
+    from slurmguard.fleet.params import RiskParams
     from slurmguard.store import Store
+    from slurmguard.store.fleet import node_risks
     from slurmguard.triage.rank import rank
 
-    store = Store.open(load_config(ctx))
+    cfg = load_config(ctx)
+    store = Store.open(cfg)
     now = time.time()
     alerts = store.nodes.alerts(open_only=True)
-    suspects = rank(store.nodes.summary(), alerts, store.nodes.hook_speeds(since=now - 86400))[:limit]
+    rp = RiskParams.from_section(cfg.section("risk"))
+    suspects = rank(store.nodes.summary(), alerts, store.nodes.hook_speeds(since=now - 86400),
+                    node_risks(store.engine, rp, now=now), rp.level)[:limit]
     data = {"alerts": [{"id": a.id, "cause": a.cause, "scope": a.scope, "nodes": a.nodes,
                         "count": a.count, "message": a.message} for a in alerts],
             "suspects": [dict(s.to_dict(), rank=i + 1) for i, s in enumerate(suspects)]}

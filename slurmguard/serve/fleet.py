@@ -251,6 +251,9 @@ class Fleet:
             return
         from slurmguard.adapters.slurm import marks as slurm_marks
 
+        if self.cfg.section("risk")["probation_mark"]:
+            self._risk_marks(views, infos, mark)
+            return
         for name, v in views.items():
             info = infos.get(name)
             if info is None or not v.probation:
@@ -259,6 +262,45 @@ class Fleet:
                 slurm_marks.set_feature(self.slurm, info, str(self.pcfg["probation_feature"]), True)
             else:
                 slurm_marks.set_weight(self.slurm, info, int(self.pcfg["probation_weight"]))
+
+    def _risk_marks(self, views: dict[str, Any], infos: dict[str, Any], mark: str) -> None:
+        """risk.probation_mark: the probation mark on probation *or* at-risk nodes, off when
+        neither (slurmguard.fleet.uses, docs/fleet.md)."""
+        from slurmguard.adapters.slurm import marks as slurm_marks
+        from slurmguard.fleet.uses import mark_changes
+
+        feature, heavy = str(self.pcfg["probation_feature"]), int(self.pcfg["probation_weight"])
+        shown = {n: (slurm_marks.has_feature(i, feature) if mark == "feature"
+                     else slurm_marks.weight(i) == heavy) for n, i in infos.items() if n in views}
+        try:
+            risky = self._at_risk()
+        except SlurmguardError as exc:  # no risk scores this pass: leave every mark as it is
+            log.warning("policy: node risk unavailable, probation marks unchanged: %s", exc)
+            return
+        changes = mark_changes(sorted(views), probation={n for n, v in views.items() if v.probation},
+                               at_risk=risky, marked=shown)
+        for name, on in changes.items():
+            if mark == "feature":
+                slurm_marks.set_feature(self.slurm, infos[name], feature, on)
+            else:  # 1, Slurm's default, until the configured weight returns with a reconfigure
+                slurm_marks.set_weight(self.slurm, infos[name], heavy if on else 1)
+            if name in risky or not on:
+                log.info("policy: %s the probation mark %s %s (node risk)",
+                         "put" if on else "took", "on" if on else "off", name)
+
+    def _at_risk(self) -> set[str]:
+        """Nodes at or above risk.level; recomputed at most every 5 minutes (a month of
+        history per pass would cost a large fleet seconds, and risk moves slowly)."""
+        from slurmguard.fleet.params import RiskParams
+        from slurmguard.store.fleet import node_risks
+
+        cached = getattr(self, "_risk_cache", None)
+        if cached is not None and time.monotonic() - cached[0] < 300.0:
+            return cached[1]
+        rp = RiskParams.from_section(self.cfg.section("risk"))
+        hot = {n for n, r in node_risks(self.store.engine, rp).items() if r.score >= rp.level}
+        self._risk_cache = (time.monotonic(), hot)
+        return hot
 
     def _end_probation(self, node: str, info: Any, reason: str, now: float) -> None:
         mark = str(self.pcfg.get("probation_mark", "feature"))

@@ -9,6 +9,8 @@ store's API (``Store.nodes.summary``, ``Store.nodes.alerts``, ``Store.nodes.hook
 - the last run unhealthy (+15): it is failing now;
 - slow hooks (+5 per multiple of the fleet's typical duration, at most +30): a node whose
   checks take several times the fleet's is often sick (a hung mount, a throttled GPU);
+- a node risk score at or above ``risk.level`` (+ a fifth of the score, at most +20), with
+  its top factors as evidence (slurmguard.fleet.risk, docs/fleet.md): a node about to fail;
 - membership in an open fleet alert halves the score: when many nodes fail the same check at
   once the suspect is the shared cause (one filesystem, one switch), and the alert is listed
   first with its nodes.
@@ -62,11 +64,13 @@ def slow_nodes(speeds: Mapping[str, Mapping[str, float]]) -> dict[str, tuple[str
 
 
 def rank(summaries: Iterable[Any], alerts: Sequence[Any] = (),
-         speeds: Mapping[str, Mapping[str, float]] | None = None) -> list[Suspect]:
+         speeds: Mapping[str, Mapping[str, float]] | None = None,
+         risks: Mapping[str, Any] | None = None, risk_level: float = 40.0) -> list[Suspect]:
     """Suspects, highest score first (ties by name); nodes with nothing against them left out.
 
     ``summaries``: store NodeSummary objects; ``alerts``: open AlertRow objects;
-    ``speeds``: {hook: {node: mean seconds}} from ``Store.nodes.hook_speeds``.
+    ``speeds``: {hook: {node: mean seconds}} from ``Store.nodes.hook_speeds``; ``risks``: node ->
+    :class:`slurmguard.fleet.risk.Risk` (only those at or above ``risk_level`` count).
     """
     from slurmguard.nodeset import expand
 
@@ -77,7 +81,8 @@ def rank(summaries: Iterable[Any], alerts: Sequence[Any] = (),
     slow = slow_nodes(speeds or {})
     by_name = {s.name: s for s in summaries}
     suspects = []
-    for name in sorted(set(by_name) | set(slow)):
+    hot = {n: r for n, r in (risks or {}).items() if r.score >= risk_level}
+    for name in sorted(set(by_name) | set(slow) | set(hot)):
         s = by_name.get(name)
         score, evidence = 0.0, []
         if s is not None:
@@ -99,6 +104,9 @@ def rank(summaries: Iterable[Any], alerts: Sequence[Any] = (),
             ratio = mean / median if median > 0 else 6.0
             score += min(30.0, 5 * ratio)
             evidence.append(f"slow: {hook} takes {mean:.1f}s on average, fleet median {median:.1f}s")
+        if name in hot:
+            score += min(20.0, hot[name].score / 5)
+            evidence.append(f"risk {hot[name].score:g}: {hot[name].why()}")
         if score <= 0:
             continue
         mine = members.get(name, [])

@@ -1,0 +1,235 @@
+"""Policy replay: run the recorded history through the policy code with a config, and score
+the flags against what happened next. Pure: reads a :class:`History`, writes nothing.
+
+- **lemon** (:func:`slurmguard.policy.lemon.lemon_verdict`, the thresholds of ``[policy]``):
+  each node is judged after each failing run (and the run after it, for flapping) with the
+  runs of the policy window, as serve's pass would have. ``count="runs"`` gives it the runs
+  as recorded (what the rule counts today); ``count="episodes"`` gives it one failing run per
+  episode (the counting rule of docs/fleet.md). A flagged node stays a lemon to the end.
+- **risk** (:func:`slurmguard.fleet.risk.score`, ``[risk]``): every node is scored once a day;
+  a score at or above ``risk.level`` flags it for that day.
+- **blast radius** (:func:`slurmguard.policy.blast.guard`): every drain slurmguard made or was
+  refused, in time order, through the guard with ``policy.blast_*`` and ``policy.groups``.
+- **probation**: each recorded return ends probation after ``policy.probation_jobs`` passing
+  jobs (epilogs) of the node.
+
+Against what happened next: a flag at t is a *hit* when the node's next failure starts in
+(t, t + horizon]; precision = hits / flags, recall = failures in the window that started
+within the horizon after a flag of their node / all failures (shared ones left out). A risk
+flag is counted once per alarm (consecutive flagged days of one node).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from slurmguard.fleet import episodes as episodes_mod
+from slurmguard.fleet.episodes import Episode
+from slurmguard.fleet.history import History
+from slurmguard.fleet.params import RiskParams
+from slurmguard.fleet.risk import DAY, NodeSignals, score
+from slurmguard.policy.params import PolicyParams
+from slurmguard.policy.types import HEALTHY, UNHEALTHY, NodeView, Sample
+
+
+def _starts(eps: Sequence[Episode]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for e in eps:
+        if e.shared is None:
+            out.setdefault(e.node, []).append(e.start)
+    return {n: sorted(v) for n, v in out.items()}
+
+
+def _hit(starts: Sequence[float], t: float, horizon: float) -> bool:
+    i = bisect_right(starts, t)
+    return i < len(starts) and starts[i] <= t + horizon
+
+
+def score_flags(flags: Mapping[str, Sequence[tuple[float, float]]], starts: Mapping[str, list[float]],
+                since: float, until: float, horizon: float) -> dict[str, Any]:
+    """Precision and recall of alarms {node: [(first t, last t)]} against failure starts."""
+    alarms = hits = 0
+    for node, spans in flags.items():
+        for t0, t1 in spans:
+            alarms += 1
+            s = starts.get(node, [])
+            i = bisect_right(s, t0)
+            hits += i < len(s) and s[i] <= t1 + horizon
+    total = caught = 0
+    for node, s in starts.items():
+        spans = flags.get(node, ())
+        for st in s:
+            if since <= st <= until:
+                total += 1
+                caught += any(t0 < st <= t1 + horizon for t0, t1 in spans)
+    return {"flags": alarms, "hits": hits, "failures": total, "caught": caught,
+            "precision": round(hits / alarms, 3) if alarms else None,
+            "recall": round(caught / total, 3) if total else None}
+
+
+def _samples(h: History, node: str, eps: Sequence[Episode], count: str) -> list[Sample]:
+    runs = [r for r in h.runs.get(node, ()) if r.health != "error"]
+    if count == "episodes":  # one failing run per episode: its first
+        starts = {e.start for e in eps if e.node == node}
+        keep = []
+        spans = [(e.start, e.out_until(h.until)) for e in eps if e.node == node]
+        for r in runs:
+            inside = any(a <= r.at <= b for a, b in spans)
+            if r.health != UNHEALTHY or not inside or r.at in starts:
+                keep.append(r)
+        runs = keep
+    out = [Sample(r.at, r.health, r.checks, r.hook, r.job_id) for r in runs]
+    out += [Sample(t, HEALTHY) for t in h.healthy.get(node, ())]
+    out.sort(key=lambda s: s.at)
+    return out
+
+
+def lemons(h: History, eps: Sequence[Episode], p: PolicyParams, *,
+           count: str = "runs") -> dict[str, tuple[float, str]]:
+    """node -> (when, reason) of the first lemon (or flapping) verdict in the window."""
+    from slurmguard.policy.lemon import lemon_verdict
+
+    by_node: dict[str, list[Episode]] = {}
+    for e in eps:
+        by_node.setdefault(e.node, []).append(e)
+    foreign: dict[str, list[float]] = {}
+    for node, evs in h.events.items():
+        foreign[node] = [e.at for e in evs if e.kind == "drain" and e.actor_kind != "slurmguard"]
+    out: dict[str, tuple[float, str]] = {}
+    # Only a node with a failing run or a foreign drain can become a lemon.
+    for node in sorted({n for n, rs in h.runs.items() if any(r.health == UNHEALTHY for r in rs)}
+                       | {n for n, f in foreign.items() if f}):
+        samples = _samples(h, node, by_node.get(node, ()), count)
+        times = [s.at for s in samples]
+        fd = foreign.get(node, [])
+        moments = sorted({s.at for s in samples if s.health == UNHEALTHY} | set(fd))
+        follow = {times[i + 1] for i in range(len(samples) - 1) if samples[i].health == UNHEALTHY}
+        for t in sorted(set(moments) | follow):
+            if not h.since <= t <= h.until:
+                continue
+            lo = bisect_left(times, t - p.window)
+            view = NodeView(node, samples=tuple(samples[lo:bisect_right(times, t)]),
+                            foreign_drains=tuple(x for x in fd if t - p.window <= x <= t))
+            v = lemon_verdict(view, t, p)
+            if v is not None:
+                out[node] = (t, v.reason)
+                break
+    return out
+
+
+def risk_flags(h: History, eps: Sequence[Episode], rp: RiskParams) -> dict[str, list[tuple[float, float]]]:
+    """node -> alarms [(first flagged day, last flagged day)], scored once a day."""
+    starts = _starts(eps)
+    days = [h.since + k * DAY for k in range(1, int((h.until - h.since) // DAY) + 1)]
+    out: dict[str, list[tuple[float, float]]] = {}
+    for node in sorted(set(h.runs) | set(starts) | set(h.burnin)):
+        sig = NodeSignals.build(h.runs.get(node, ()), starts.get(node, ()), h.burnin.get(node, ()))
+        if not (sig.failures or sig.any_warning or sig.burnin or sig.failed_jobs):
+            continue
+        spans: list[tuple[float, float]] = []
+        prev = False
+        for t in days:
+            hot = score(sig.inputs(t, rp), rp).score >= rp.level
+            if hot and prev:
+                spans[-1] = (spans[-1][0], t)
+            elif hot:
+                spans.append((t, t))
+            prev = hot
+        if spans:
+            out[node] = spans
+    return out
+
+
+def blast(h: History, p: PolicyParams) -> dict[str, Any]:
+    """The recorded drain attempts of slurmguard through the guard with ``p``."""
+    from slurmguard.policy.blast import DrainRequest, guard, scopes
+
+    sc = scopes({}, dict(p.groups), fleet=h.first_seen)
+    attempts = sorted((e.at, node, e.kind, e.source) for node, evs in h.events.items() for e in evs
+                      if e.actor_kind == "slurmguard" and e.kind in ("drain", "drain_refused")
+                      and h.since <= e.at <= h.until)
+    recent: deque[tuple[float, str]] = deque()
+    allowed, refused, alerts = [], [], set()
+    last_alert: dict[tuple[str, str], float] = {}
+    for at, node, kind, source in attempts:
+        while recent and recent[0][0] < at - p.blast_window:
+            recent.popleft()
+        ok, actions = guard([DrainRequest(node, source or "unknown", "")], [n for _, n in recent], sc, p)
+        if ok:
+            recent.append((at, node))
+            allowed.append((node, kind))
+        else:
+            refused.append((node, kind))
+            for a in actions:
+                if a.kind == "alert":
+                    key = (a.source, a.scope)
+                    if at - last_alert.get(key, float("-inf")) > p.blast_window:
+                        alerts.add((key, at))
+                    last_alert[key] = at
+    return {"attempts": len(attempts),
+            "recorded_drains": sum(1 for a in attempts if a[2] == "drain"),
+            "recorded_refusals": sum(1 for a in attempts if a[2] == "drain_refused"),
+            "drains": len(allowed), "refusals": len(refused), "alerts": len(alerts),
+            "newly_refused": sum(1 for _, k in refused if k == "drain"),
+            "newly_allowed": sum(1 for _, k in allowed if k == "drain_refused")}
+
+
+def probation(h: History, p: PolicyParams) -> dict[str, Any]:
+    """Probation periods from each recorded return, ending after ``probation_jobs`` passes."""
+    hours, open_ = [], 0
+    for node, evs in h.events.items():
+        passes = h.passes.get(node, [])
+        for e in evs:
+            if e.kind != "probation_start" or not h.since <= e.at <= h.until:
+                continue
+            i = bisect_right(passes, e.at) + p.probation_jobs - 1
+            if p.probation_jobs == 0:
+                hours.append(0.0)
+            elif i < len(passes) and passes[i] <= h.until:
+                hours.append((passes[i] - e.at) / 3600.0)
+            else:
+                open_ += 1
+    hours.sort()
+    return {"returns": len(hours) + open_, "ended": len(hours), "still_on": open_,
+            "median_h": round(hours[len(hours) // 2], 2) if hours else None}
+
+
+def _in_service_h(eps: Sequence[Episode], node: str, t: float, until: float) -> float:
+    out = sum(max(0.0, min(e.out_until(until), until) - max(e.drained_at, t))
+              for e in eps if e.node == node)
+    return max(0.0, until - t - out) / 3600.0
+
+
+def replay(h: History, p: PolicyParams, rp: RiskParams, *, count: str = "runs",
+           eps: Sequence[Episode] | None = None) -> dict[str, Any]:
+    """Everything the config would have done over the history, and how good its flags were."""
+    eps = list(eps) if eps is not None else episodes_mod.build(h, blast_window=p.blast_window)
+    starts = _starts(eps)
+    horizon = rp.horizon_days * DAY
+    lem = lemons(h, eps, p, count=count)
+    by_node: dict[str, list[Episode]] = {}
+    for e in eps:
+        by_node.setdefault(e.node, []).append(e)
+    lemon_spans = {n: [(t, h.until)] for n, (t, _) in lem.items()}
+    lemon_score = score_flags({n: [(t, t)] for n, (t, _) in lem.items()}, starts, h.since, h.until,
+                              horizon)
+    lemon_score["caught_while_lemon"] = score_flags(lemon_spans, starts, h.since, h.until, 0.0)["caught"]
+    recorded = sorted(n for n, evs in h.events.items()
+                      if any(e.kind == "lemon" and h.since <= e.at <= h.until for e in evs))
+    rflags = risk_flags(h, eps, rp)
+    return {
+        "since": h.since, "until": h.until, "count": count, "horizon_days": rp.horizon_days,
+        "lemon": {"flagged": len(lem), "recorded": len(recorded),
+                  "new": sorted(set(lem) - set(recorded)), "dropped": sorted(set(recorded) - set(lem)),
+                  "node_hours_kept_out": round(sum(_in_service_h(by_node.get(n, []), n, t, h.until)
+                                                   for n, (t, _) in lem.items()), 1),
+                  **lemon_score, "nodes": {n: r for n, (_, r) in sorted(lem.items())}},
+        "risk": {"level": rp.level, "nodes_flagged": len(rflags),
+                 **score_flags(rflags, starts, h.since, h.until, horizon),
+                 "nodes": sorted(rflags)},
+        "blast": blast(h, p),
+        "probation": probation(h, p),
+    }
