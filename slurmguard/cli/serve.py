@@ -17,7 +17,8 @@ import click
 @click.option("--no-policy", is_flag=True, help="Only ingest; do not run fleet policy or drain.")
 @click.pass_context
 def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy: bool) -> None:
-    """Run the ingest endpoint (POST /ingest, GET /healthz, GET /metrics) and the fleet policy.
+    """Run the ingest endpoint (POST /ingest, GET /healthz, GET /metrics), the jobs' drain
+    notices (GET /drains, POST /suspect) and the fleet policy.
 
     Nodes send result records with the shared token of serve.token_file (mode 0600; serve
     refuses to start when it is world-readable). Records are written to the store in batches,
@@ -58,6 +59,14 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
         fleet = Fleet(cfg, store, metrics=metrics)
         on_commit = fleet.after_ingest
         routes["/permit"] = fleet.permit
+    # Running jobs ask which of their nodes are drained, and report slow ones (docs/requeue.md).
+    from slurmguard.adapters.slurm.commands import SlurmCLI
+    from slurmguard.serve.drains import DrainView
+
+    drain_view = DrainView(store, SlurmCLI(cfg.section("slurm")))
+    routes["/suspect"] = drain_view.suspect
+    job_token = load_token(str(cfg["notice.job_token_file"]), job=True) \
+        if cfg["notice.job_token_file"] else ""
     server = IngestServer(store, token, host=host or str(scfg["host"]),
                           port=int(scfg["port"]) if port is None else port,
                           batch_size=int(scfg["batch_size"]),
@@ -67,7 +76,9 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
                           max_connections=int(scfg["max_connections"]),
                           idle_timeout=float(scfg["idle_timeout"]),
                           request_timeout=float(scfg["request_timeout"]),
-                          metrics=metrics, metrics_token=bool(cfg["metrics.require_token"]))
+                          metrics=metrics, metrics_token=bool(cfg["metrics.require_token"]),
+                          queries={"/drains": drain_view.drains}, job_token=job_token,
+                          job_routes=frozenset({"/suspect"}))
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:

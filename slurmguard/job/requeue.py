@@ -7,12 +7,14 @@ fails, Slurm requeues the job *held* ("launch failed requeued held"). Both are l
 
 The watcher polls the queue. It remembers the nodes each job ran on (Slurm forgets them at
 requeue), and when a job comes back PENDING with a higher restart count (or held after a
-launch failure) and one of those nodes is now down, not responding, or drained by slurmguard,
-it:
+launch failure) and one of those nodes is now down, not responding, or drained (by anyone:
+since drain notices, a drain under a running job ends the run at its next checkpoint for a
+requeue, whoever set it; a drained node takes no new job, so excluding it costs nothing), it:
 
 1. adds the failed nodes to the job's ``ExcNodeList``;
 2. releases it if it is held after that launch failure;
-3. sets ``EligibleTime=now``;
+3. sets ``EligibleTime=now+1`` (a launch in the second the previous run's credential was
+   revoked is killed by slurmd);
 
 at most ``max_requeues`` times per job (then it leaves the job alone and says so: no crash
 loops). A job requeued for any other reason (scontrol requeue by a user, preemption, the
@@ -102,10 +104,11 @@ def _nodes(nodeset: str, source: str) -> list[str]:
 
 
 def node_failed(node: NodeLike | None) -> bool:
-    """A node counts as the cause when it is gone, down/not responding, or drained by us."""
+    """A node counts as the cause when it is gone, down/not responding, or drained by anyone
+    (a drain notice ends the run on any drain: slurmguard.job.respond)."""
     if node is None:
         return True
-    return bool(node.down or (node.drained and node.ours))
+    return bool(node.down or node.drained)
 
 
 def _launch_failed_hold(job: JobLike) -> bool:
@@ -259,7 +262,10 @@ class Watcher:
                 if a.release:
                     self.slurm.release(a.job_id)
                 if a.eligible_now:
-                    self.slurm.update_job(a.job_id, EligibleTime="now")
+                    # The next second, not this one: slurmd kills a launch whose credential
+                    # was made in the second the job's previous one was revoked ("Job
+                    # credential revoked"), as when a run ended by exit 75 just now.
+                    self.slurm.update_job(a.job_id, EligibleTime="now+1")
             except SlurmguardError as exc:  # the job may have ended meanwhile
                 ev["event"], ev["error"] = "requeue-failed", exc.message
             ev.update(exclude=a.exclude, released=a.release)

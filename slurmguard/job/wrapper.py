@@ -13,7 +13,10 @@ or per task (``srun slurmguard run ... -- python train.py``). It:
    ``--stall-timeout`` s) is logged, and with ``--stall-action requeue`` ends the run for a
    requeue; per-node step times name a slow node;
 5. copies the child's stderr through, noting lines that mean an infrastructure fault;
-6. maps the end of the run to an exit code with :func:`slurmguard.job.exitmap.decide` and appends a
+6. with a drain watch (slurmguard.job.notice), learns within seconds that a node of the job was
+   drained, asks for a checkpoint now and ends the run for a requeue once it is complete
+   (slurmguard.job.respond);
+7. maps the end of the run to an exit code with :func:`slurmguard.job.exitmap.decide` and appends a
    one-line JSON record of the run to ``<checkpoint-dir>/.slurmguard/runs.jsonl``.
 """
 
@@ -38,6 +41,8 @@ from typing import IO, Any
 
 from slurmguard.errors import InputError, RefusedError
 from slurmguard.job import checkpoint, exitmap
+from slurmguard.job.notice import NoticeWatch
+from slurmguard.job.respond import NoticeResponse
 
 STATE_DIR = ".slurmguard"  # inside the checkpoint dir: shared by every node of the job
 SLOW_FACTOR = 1.5  # a node whose median step time is 1.5x the job's median is named slow
@@ -62,6 +67,10 @@ class RunOptions:
     progress_file: str | None = None
     scan_stderr: bool = True
     node_probe: Callable[[], str | None] | None = None  # our drain reason on this node, if any
+    drain_watch: Callable[[float], NoticeWatch] | None = None  # makes the run's drain watch
+    notice_signal: int | None = None  # sent to the command on a drain notice (None: none)
+    notice_timeout: float = 600.0  # s to wait for the checkpoint-now before ending anyway
+    report_slow: Callable[[dict[str, Any]], None] | None = None  # slow nodes -> serve (suspect)
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -83,6 +92,7 @@ class Progress:
     step_times: list[float] = field(default_factory=list)  # seconds per step along the frontier
     checkpoints: list[list[Any]] = field(default_factory=list)  # [t, step, seconds or None]
     stalls: list[list[float]] = field(default_factory=list)  # [from, to]: no step in between
+    ranks: dict[str, set[Any]] = field(default_factory=dict)  # ranks seen per node
 
     def feed(self, ev: dict[str, Any]) -> None:
         t = float(ev.get("t") or time.time())
@@ -116,6 +126,7 @@ class Progress:
             if n > pn:  # reports are throttled: the time per step between two of them
                 self.intervals.setdefault(node, []).append(max(0.0, t - pt) / (n - pn))
         self._prev[key] = (t, n)
+        self.ranks.setdefault(node, set()).add(ev.get("rank"))
 
     def median_step(self) -> float | None:
         return statistics.median(self.step_times) if self.step_times else None
@@ -278,14 +289,23 @@ def run(opts: RunOptions) -> int:
     child, pump, infra = _start(opts, prep)
     watch = _Watch(opts, child, _Tail(prep.progress_path), Progress(last_event=prep.started),
                    prep.started)
+    if opts.drain_watch is not None:
+        watch.watch_drains(opts.drain_watch(prep.started), NoticeResponse(
+            notice_path=prep.env["SLURMGUARD_NOTICE"], checkpoint_dir=opts.checkpoint_dir,
+            signum=opts.notice_signal, timeout=opts.notice_timeout,
+            can_requeue=prep.restart < opts.max_requeues, child_pid=child.pid, say=_say))
     rc = watch.run()
     if pump is not None:
         pump.join(timeout=2)
     ended = watch.finish()
     if prep.private_dir:
         shutil.rmtree(prep.private_dir, ignore_errors=True)
+    try:
+        os.unlink(prep.env["SLURMGUARD_NOTICE"])
+    except OSError:
+        pass
     verdict = _decide(opts, prep, rc, watch, infra)
-    _report(opts, prep, rc, watch.prog, watch.stalled, verdict, ended)
+    _report(opts, prep, rc, watch, verdict, ended)
     return verdict.exit_code
 
 
@@ -312,6 +332,13 @@ def _prepare(opts: RunOptions) -> _Prepared:
     recovery = _recovery(opts, env, best, restart)
     ppath, private = _progress_path(opts, env)
     env["SLURMGUARD_PROGRESS"] = ppath
+    # Beside the progress file (the same safe directory); a notice of a previous run of
+    # this job must not reach this one.
+    env["SLURMGUARD_NOTICE"] = ppath.removesuffix(".jsonl") + ".notice"
+    try:
+        os.unlink(env["SLURMGUARD_NOTICE"])
+    except OSError:
+        pass
     return _Prepared(env, best, restart, recovery, ppath, private, time.time())
 
 
@@ -345,6 +372,12 @@ class _Watch:
         self.stalled = False
         self.stall_from: float | None = None  # the current stall began after this step report
         self.kill_at: float | None = None
+        self.drains: NoticeWatch | None = None
+        self.response: NoticeResponse | None = None
+
+    def watch_drains(self, drains: NoticeWatch, response: NoticeResponse) -> None:
+        self.drains, self.response = drains, response
+        drains.start()
 
     def _forward(self, signum: int, _frame: object) -> None:
         self.got.append(signum)
@@ -364,6 +397,8 @@ class _Watch:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+            if self.drains is not None:
+                self.drains.stop()
 
     def _tick(self) -> None:
         opts, prog = self.opts, self.prog
@@ -387,10 +422,25 @@ class _Watch:
             if opts.stall_action == "requeue":
                 _signal_group(self.child.pid, signal.SIGTERM)
                 self.kill_at = now + opts.grace
+        if self.drains is not None and self.response is not None:
+            self._drain_notices(now)
         if self.kill_at is not None and now >= self.kill_at:
             _say(f"the command did not stop within {opts.grace:g}s of SIGTERM: killing it")
             _signal_group(self.child.pid, signal.SIGKILL)
             self.kill_at = float("inf")
+
+    def _drain_notices(self, now: float) -> None:
+        """New drain notices to the job; end the run once the checkpoint-now is complete."""
+        assert self.drains is not None and self.response is not None
+        notices, lines = self.drains.take()
+        for line in lines:
+            _say(line)
+        self.response.told(notices, now)
+        why = self.response.tick(now, self.prog.checkpoints, self.prog.frontier)
+        if why is not None and self.kill_at is None:
+            _say(why)
+            _signal_group(self.child.pid, signal.SIGTERM)
+            self.kill_at = now + self.opts.grace
 
     def finish(self) -> float:
         """Read the last progress events and close a stall still open; returns the end time."""
@@ -420,16 +470,27 @@ def _decide(opts: RunOptions, prep: _Prepared, rc: int, watch: _Watch,
         returncode=rc, restart=prep.restart, max_requeues=opts.max_requeues,
         stalled=watch.stalled, stall_action=opts.stall_action,
         got_signal=watch.got[-1] if watch.got else None,
-        infra_line=infra[0] if infra else None, node_drained=drained))
+        infra_line=infra[0] if infra else None, node_drained=drained,
+        notice=_notice_reason(watch.response)))
 
 
-def _report(opts: RunOptions, prep: _Prepared, rc: int, prog: Progress, stalled: bool,
+def _notice_reason(resp: NoticeResponse | None) -> str | None:
+    if resp is None or resp.ending is None:
+        return None
+    how = ("checkpointed at step" if resp.ending["how"] == "checkpoint"
+           else "no checkpoint in time; resuming from step")
+    return f"drain notice for {', '.join(resp.ending['nodes'])}: {how} {resp.ending['resume_step']}"
+
+
+def _report(opts: RunOptions, prep: _Prepared, rc: int, watch: _Watch,
             verdict: exitmap.Verdict, ended: float) -> None:
     """Step 5: say what happened, and append the run record (runs.jsonl)."""
+    prog, stalled = watch.prog, watch.stalled
     slow = prog.slow_nodes()
     if slow:
         meds = prog.node_medians()
         _say("slow node(s): " + ", ".join(f"{n} (median step {meds[n]:.3f}s)" for n in slow))
+        _report_slow(opts, prep.env, prog, slow)
     if verdict.kind != "success":
         _say(verdict.reason)
     env, best = prep.env, prep.best
@@ -448,7 +509,36 @@ def _report(opts: RunOptions, prep: _Prepared, rc: int, prog: Progress, stalled:
         "median_step_s": prog.median_step(), "step_samples": len(prog.step_times),
         "checkpoints": prog.checkpoints,
         "stalls": prog.stalls,
+        # Drain notices: when each arrived, the checkpoint-now saves, how the run ended.
+        **(watch.response.record() if watch.response else {}),
+        "steps_to_redo": _steps_to_redo(prog, verdict),
     })
+
+
+def _steps_to_redo(prog: Progress, verdict: exitmap.Verdict) -> int | None:
+    """Steps made after the newest checkpoint reported, when the run ends for a requeue:
+    work lost to the fault (a lower bound: reports are throttled)."""
+    if not verdict.requeue or prog.frontier is None:
+        return None
+    last = max((c[1] for c in prog.checkpoints if c[1] <= prog.frontier[1]), default=0)
+    return max(0, prog.frontier[1] - last)
+
+
+def _report_slow(opts: RunOptions, env: dict[str, str], prog: Progress, slow: list[str]) -> None:
+    """Slow nodes, with the evidence, to serve as suspects (burn-in decides, not one job)."""
+    if opts.report_slow is None:
+        return
+    meds = prog.node_medians()
+    overall = statistics.median(meds.values())
+    evidence = {"job": env.get("SLURM_JOB_ID") or "", "job_median_step_s": round(overall, 6),
+                "nodes": [{"node": n, "median_step_s": round(meds[n], 6),
+                           "ratio": round(meds[n] / overall, 3),
+                           "ranks": sorted(r for r in prog.ranks.get(n, ()) if isinstance(r, int))}
+                          for n in slow]}
+    try:
+        opts.report_slow(evidence)
+    except Exception as exc:  # noqa: BLE001 -- a report failing never changes the run's end
+        _say(f"could not report slow nodes to serve: {exc}")
 
 
 def _recovery(opts: RunOptions, env: dict[str, str], best: checkpoint.Checkpoint | None,

@@ -46,6 +46,7 @@ EVENT_KINDS = (
     "probation_start",
     "probation_end",
     "drain_refused",  # the blast-radius guard refused a drain
+    "suspect",  # a job named the node slow (evidence for burn-in; never a drain by itself)
 )
 
 
