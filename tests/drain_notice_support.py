@@ -38,7 +38,9 @@ class Setup:
         self.serve = Serve(self.cfg, port, env={"SLURM_CONF": str(self.c.conf_path)})
         if serve:
             self.serve.start()
-        self.c.env.update(PYTHONPATH=str(REPO), SLURMGUARD_CONFIG=str(self.cfg))
+        # Every step reported: the wrapper's count of steps to redo is then exact.
+        self.c.env.update(PYTHONPATH=str(REPO), SLURMGUARD_CONFIG=str(self.cfg),
+                          SLURMGUARD_PROGRESS_INTERVAL="0")
         self.watcher = Watcher(self.c, self.cfg)
 
     def stop(self) -> list[dict[str, Any]]:

@@ -16,7 +16,8 @@ SIGUSR1: write a checkpoint now and exit 75 (asks the wrapper for a requeue).
 --notice-poll: ask progress.should_checkpoint() after every step; when true, write a checkpoint
   now and carry on (the wrapper ends the run once it is complete).
 --told FILE: append "<how> <step> <time>" when the process learns of a drain notice.
---slow-node NAME --slow-sleep S: steps on node NAME take S seconds more (a slow node).
+--slow-node NAME --slow-sleep S: steps on node NAME take S seconds more (a slow node);
+  with --no-barrier the ranks do not wait for each other.
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ def main() -> int:
     ap.add_argument("--told", default="")
     ap.add_argument("--slow-node", default="")
     ap.add_argument("--slow-sleep", type=float, default=0.0)
+    ap.add_argument("--no-barrier", action="store_true")  # ranks step on their own (a slow
+    # node then shows in its own step times, as in pipeline stages or independent workers)
     a = ap.parse_args()
     rank = int(os.environ.get("SLURM_PROCID", "0"))
     restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
@@ -101,6 +104,8 @@ def main() -> int:
         assert progress.resume_step() == step
     ntasks = int(os.environ.get("SLURM_NTASKS", "1"))
     bdir = root / f".barrier-{os.environ.get('SLURM_JOB_ID', 'local')}-{restart}"
+    if a.no_barrier:
+        ntasks = 1
     if ntasks > 1:
         bdir.mkdir(parents=True, exist_ok=True)
     usr1: list[float] = []

@@ -183,7 +183,7 @@ def run_cmd(ctx: click.Context, checkpoint_dir: str | None, resume: str, max_req
         return 0
     if command and command[0] == "--":
         command = command[1:]
-    cfg = _load_config((ctx.obj or {}).get("config_path")) if drain_notice else None
+    cfg = _load_config((ctx.obj or {}).get("config_path"))
     opts = wrapper.RunOptions(
         command=list(command), checkpoint_dir=checkpoint_dir, resume=resume,
         max_requeues=max_requeues, stall_timeout=stall_timeout, stall_action=stall_action,

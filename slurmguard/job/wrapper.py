@@ -520,7 +520,7 @@ def _steps_to_redo(prog: Progress, verdict: exitmap.Verdict) -> int | None:
     work lost to the fault (a lower bound: reports are throttled)."""
     if not verdict.requeue or prog.frontier is None:
         return None
-    last = max((c[1] for c in prog.checkpoints if c[1] <= prog.frontier[1]), default=0)
+    last = max((c[1] for c in prog.checkpoints), default=0)
     return max(0, prog.frontier[1] - last)
 
 
