@@ -96,3 +96,23 @@ def test_no_checkpoint_to_resume_from_is_never_stopped(slurm_cluster_factory: An
     assert len(run["notices"]) == 1
     assert "no complete checkpoint to resume from: not stopping the run" in job.output()
     assert job.redone() == 0
+
+
+def test_no_checkpoint_in_time_requeues_anyway_and_says_so(slurm_cluster_factory: Any,
+                                                           tmp_path: Path) -> None:
+    s = Setup(slurm_cluster_factory, tmp_path)
+    try:
+        # The program ignores the notice; its next periodic save is ~4 s away, the timeout 1 s.
+        job = Job(s, "job", steps=STEPS, every=EVERY, train="", wrapper="--notice-timeout 1")
+        job.submit()
+        job.wait_steps(EVERY + 4)
+        job.drain(job.victim(), "slurmguard: gpu-ecc: uncorrectable")
+        job.finish()
+    finally:
+        s.stop()
+    first, second = job.runs()
+    end = first["ended_by_notice"]
+    assert end["how"] == "timeout" and end["resume_step"] == EVERY == second["resumed_from"]["step"]
+    assert first["checkpoint_now"] == [] and first["verdict"] == "infra"
+    assert "no checkpoint within 1s of the drain notice: ending the run at step" in job.output()
+    assert job.redone() == first["steps_to_redo"] == end["frontier_step"] - EVERY > 0

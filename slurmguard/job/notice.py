@@ -225,7 +225,7 @@ class NoticeWatch:
             except Exception as exc:  # noqa: BLE001 -- a bug here must not end the job
                 errors.append(f"{name}: {type(exc).__name__}: {exc}")
                 continue
-            if name != self.source and (self.source is not None or errors):
+            if name != self.source and (self.source is not None or errors or self.unknown):
                 self._q.put(f"drain state now from {name}"
                             + (f" ({'; '.join(errors)})" if errors else ""))
             self.source, self.unknown = name, False

@@ -111,7 +111,11 @@ def _parse_query(query: dict[str, list[str]]) -> tuple[list[str], float]:
     raw = query.get("nodes", [""])
     if len(raw) != 1:
         raise InputError("nodes: give one node set")
-    nodes = expand(raw[0], source="nodes")
+    try:
+        nodes = expand(raw[0], source="nodes")
+    except InputError as exc:
+        msg = exc.message
+        raise InputError(msg if msg.startswith("nodes") else f"nodes: {msg}") from None
     if len(nodes) > MAX_NODES:
         raise InputError(f"nodes: {len(nodes)} nodes, more than {MAX_NODES}")
     since_raw = query.get("since", ["0"])[-1]
