@@ -33,6 +33,7 @@ class Setup:
         url = new_store(tmp)
         self.cfg = write_config(tmp, store_url=url, port=port, extra=(
             f'[requeue]\nstate_file = "{tmp / "watch.json"}"\ninterval = 0.5\n'
+            f'[goodput]\nrun_dirs = ["{tmp}/*/ckpt"]\n'
             f'[notice]\nserve_url = "http://127.0.0.1:{port}"\n{notice}\n'),
             serve_extra="policy = false")
         self.serve = Serve(self.cfg, port, env={"SLURM_CONF": str(self.c.conf_path)})

@@ -6,11 +6,12 @@ uninterrupted run."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from drain_notice_support import Job, Setup, reference_state
+from drain_notice_support import Job, Setup, reference_state, sg
 from requeue_support import log_lines
 
 pytestmark = pytest.mark.slurm
@@ -52,10 +53,17 @@ def test_drain_notice_checkpoints_now_and_moves_on(slurm_cluster_factory: Any, t
     # Work lost: only the steps made while the save was being checked (the wrapper's tick).
     assert job.redone() == first["steps_to_redo"] <= 4
     assert second["recovery"]["steps_lost_at_least"] == first["steps_to_redo"]
-    import json
-
     assert json.loads(job.final.read_text()) == reference_state(tmp_path, STEPS, EVERY)
     assert "drain notice: " + victim in job.output()
+    # The job's figures in goodput: the notice, its latency, the save, the steps redone.
+    r = sg(s, "goodput", "--job", job.jid, "--json")
+    assert r.returncode == 0, r.stderr
+    infra = json.loads(r.stdout)["infra"]
+    assert infra["notices"] == 1 and infra["checkpoint_now"] == 1
+    assert infra["runs_ended_by_notice"] == 1 and infra["steps_redone"] == job.redone()
+    assert 0 <= infra["notice_latency_max_s"] < 5
+    r = sg(s, "goodput", "--job", job.jid)
+    assert f"infrastructure: {job.redone()} step(s) redone; 1 drain notice(s), arrived in" in r.stdout
 
 
 def test_serve_down_notice_arrives_through_slurm(slurm_cluster_factory: Any,

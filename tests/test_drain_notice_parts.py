@@ -169,3 +169,20 @@ def test_watch_unknown_is_never_clean_and_notices_are_deduplicated() -> None:
     notices, lines = w.take()
     assert [n.drain.node for n in notices] == ["n2"] and not w.unknown
     assert lines == ["drain state now from serve"]
+
+
+def test_goodput_counts_notices_saves_and_steps_redone() -> None:
+    from slurmguard.goodput.account import Allocation, JobInputs, RunRecord, account
+
+    t = NOW
+    runs = (RunRecord(0, t, t + 100, 0, "infra", (t + 5, 1), (t + 95, 90), 1.0, 80,
+                      ((t + 40, 35, 1.0), (t + 94, 88, 0.5)), notice_latencies=(0.8,),
+                      checkpoint_now_s=(0.5,), ended_by_notice=True),
+            RunRecord(1, t + 110, t + 130, 88, "success", (t + 112, 89), (t + 125, 100), 1.0, 10))
+    allocs = (Allocation(t, t + 100, ("n1", "n2")), Allocation(t + 110, t + 130, ("n1", "n3")))
+    b = account(JobInputs("9", allocs, runs, state="COMPLETED")).to_dict()
+    assert b["infra"] == {"steps_redone": 2, "notices": 1, "notice_latency_median_s": 0.8,
+                          "notice_latency_max_s": 0.8, "checkpoint_now": 1,
+                          "checkpoint_now_s": 0.5, "runs_ended_by_notice": 1}
+    assert b["runs"][0]["parts"]["drained_node"] > 0  # the end after the notice is the fault's
+    assert sum(b["parts"].values()) == pytest.approx(b["wall_s"])
