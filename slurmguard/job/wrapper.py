@@ -28,7 +28,6 @@ import re
 import shutil
 import signal
 import stat
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,12 +41,12 @@ from typing import IO, Any
 from slurmguard.errors import InputError, RefusedError
 from slurmguard.job import checkpoint, exitmap
 from slurmguard.job.notice import NoticeWatch
+from slurmguard.job.progress_log import SLOW_FACTOR, Progress, Tail
+
+__all__ = ["SLOW_FACTOR", "Progress", "RunOptions", "run", "last_run", "prepare_env"]
 from slurmguard.job.respond import NoticeResponse
 
 STATE_DIR = ".slurmguard"  # inside the checkpoint dir: shared by every node of the job
-SLOW_FACTOR = 1.5  # a node whose median step time is 1.5x the job's median is named slow
-_MIN_SAMPLES = 3
-MAX_CHECKPOINTS = 200  # checkpoint events kept in a run record (the newest)
 MAX_STALLS = 100
 
 
@@ -72,107 +71,6 @@ class RunOptions:
     notice_timeout: float = 600.0  # s to wait for the checkpoint-now before ending anyway
     report_slow: Callable[[dict[str, Any]], None] | None = None  # slow nodes -> serve (suspect)
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
-
-
-@dataclass
-class Progress:
-    """What the progress file said: last step, per-node step intervals, checkpoints, and the
-    job's step frontier (the highest step any rank reported, and when), which goodput
-    accounting reads from the run record."""
-
-    last_event: float
-    last_step: int | None = None
-    last_node: str | None = None
-    last_ckpt: dict[str, Any] | None = None
-    steps: int = 0
-    _prev: dict[tuple[str, Any], tuple[float, int]] = field(default_factory=dict)
-    intervals: dict[str, list[float]] = field(default_factory=dict)
-    first_step: tuple[float, int] | None = None  # (t, step) of the first step reported
-    frontier: tuple[float, int] | None = None  # (t, step) when the highest step was first seen
-    step_times: list[float] = field(default_factory=list)  # seconds per step along the frontier
-    checkpoints: list[list[Any]] = field(default_factory=list)  # [t, step, seconds or None]
-    stalls: list[list[float]] = field(default_factory=list)  # [from, to]: no step in between
-    ranks: dict[str, set[Any]] = field(default_factory=dict)  # ranks seen per node
-
-    def feed(self, ev: dict[str, Any]) -> None:
-        t = float(ev.get("t") or time.time())
-        node = str(ev.get("node") or "?")
-        if ev.get("ev") == "ckpt":
-            self.last_ckpt = {"path": ev.get("path"), "step": ev.get("step")}
-            secs = ev.get("seconds")
-            if isinstance(ev.get("step"), int):
-                self.checkpoints.append([t, ev["step"], float(secs) if isinstance(
-                    secs, (int, float)) and not isinstance(secs, bool) else None])
-                del self.checkpoints[:-MAX_CHECKPOINTS]
-            return
-        if ev.get("ev") != "step":
-            return
-        self.steps += 1
-        self.last_event = max(self.last_event, time.time())
-        self.last_step, self.last_node = ev.get("step"), node
-        key = (node, ev.get("rank"))
-        try:
-            n = int(ev.get("step"))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return
-        if self.first_step is None or t < self.first_step[0]:
-            self.first_step = (t, n)
-        if self.frontier is None or n > self.frontier[1]:
-            if self.frontier is not None and t > self.frontier[0]:
-                self.step_times.append((t - self.frontier[0]) / (n - self.frontier[1]))
-            self.frontier = (t, n)
-        if key in self._prev:
-            pt, pn = self._prev[key]
-            if n > pn:  # reports are throttled: the time per step between two of them
-                self.intervals.setdefault(node, []).append(max(0.0, t - pt) / (n - pn))
-        self._prev[key] = (t, n)
-        self.ranks.setdefault(node, set()).add(ev.get("rank"))
-
-    def median_step(self) -> float | None:
-        return statistics.median(self.step_times) if self.step_times else None
-
-    def node_medians(self) -> dict[str, float]:
-        return {n: statistics.median(v) for n, v in self.intervals.items() if len(v) >= _MIN_SAMPLES}
-
-    def slow_nodes(self) -> list[str]:
-        """Nodes whose median step time exceeds SLOW_FACTOR x the median over nodes."""
-        med = self.node_medians()
-        if len(med) < 2:
-            return []
-        overall = statistics.median(med.values())
-        return sorted(n for n, m in med.items() if overall > 0 and m > SLOW_FACTOR * overall)
-
-
-class _Tail:
-    """Reads whole JSON lines appended to the progress file since the run started."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        try:
-            self.offset = os.path.getsize(path)
-        except OSError:
-            self.offset = 0
-        self.buf = b""
-
-    def read(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read(1 << 20)
-        except OSError:
-            return []
-        self.offset += len(data)
-        self.buf += data
-        *lines, self.buf = self.buf.split(b"\n")
-        out = []
-        for line in lines:
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue  # a foreign or torn line: progress is advisory
-            if isinstance(ev, dict):
-                out.append(ev)
-        return out
 
 
 def _pump_stderr(src: IO[bytes], found: list[str]) -> None:
@@ -287,7 +185,7 @@ def run(opts: RunOptions) -> int:
         raise InputError("no command given: use `slurmguard run [OPTIONS] -- CMD ARGS...`")
     prep = _prepare(opts)
     child, pump, infra = _start(opts, prep)
-    watch = _Watch(opts, child, _Tail(prep.progress_path), Progress(last_event=prep.started),
+    watch = _Watch(opts, child, Tail(prep.progress_path), Progress(last_event=prep.started),
                    prep.started)
     if opts.drain_watch is not None:
         watch.watch_drains(opts.drain_watch(prep.started), NoticeResponse(
@@ -365,7 +263,7 @@ class _Watch:
     """Step 3: wait for the child while forwarding signals to its group, feeding progress
     events, noticing stalls (and acting on them), and enforcing the SIGTERM grace period."""
 
-    def __init__(self, opts: RunOptions, child: subprocess.Popen[bytes], tail: _Tail,
+    def __init__(self, opts: RunOptions, child: subprocess.Popen[bytes], tail: Tail,
                  prog: Progress, started: float) -> None:
         self.opts, self.child, self.tail, self.prog, self.started = opts, child, tail, prog, started
         self.got: list[int] = []  # signals received, forwarded to the child's group
@@ -490,7 +388,7 @@ def _report(opts: RunOptions, prep: _Prepared, rc: int, watch: _Watch,
     if slow:
         meds = prog.node_medians()
         _say("slow node(s): " + ", ".join(f"{n} (median step {meds[n]:.3f}s)" for n in slow))
-        _report_slow(opts, prep.env, prog, slow)
+        _report_slow(opts, prep.env, prog)
     if verdict.kind != "success":
         _say(verdict.reason)
     env, best = prep.env, prep.best
@@ -511,32 +409,17 @@ def _report(opts: RunOptions, prep: _Prepared, rc: int, watch: _Watch,
         "stalls": prog.stalls,
         # Drain notices: when each arrived, the checkpoint-now saves, how the run ended.
         **(watch.response.record() if watch.response else {}),
-        "steps_to_redo": _steps_to_redo(prog, verdict),
+        # Steps after the newest checkpoint when the run ends for a requeue: lost work.
+        "steps_to_redo": prog.steps_after_checkpoint() if verdict.requeue else None,
     })
 
 
-def _steps_to_redo(prog: Progress, verdict: exitmap.Verdict) -> int | None:
-    """Steps made after the newest checkpoint reported, when the run ends for a requeue:
-    work lost to the fault (a lower bound: reports are throttled)."""
-    if not verdict.requeue or prog.frontier is None:
-        return None
-    last = max((c[1] for c in prog.checkpoints), default=0)
-    return max(0, prog.frontier[1] - last)
-
-
-def _report_slow(opts: RunOptions, env: dict[str, str], prog: Progress, slow: list[str]) -> None:
+def _report_slow(opts: RunOptions, env: dict[str, str], prog: Progress) -> None:
     """Slow nodes, with the evidence, to serve as suspects (burn-in decides, not one job)."""
     if opts.report_slow is None:
         return
-    meds = prog.node_medians()
-    overall = statistics.median(meds.values())
-    evidence = {"job": env.get("SLURM_JOB_ID") or "", "job_median_step_s": round(overall, 6),
-                "nodes": [{"node": n, "median_step_s": round(meds[n], 6),
-                           "ratio": round(meds[n] / overall, 3),
-                           "ranks": sorted(r for r in prog.ranks.get(n, ()) if isinstance(r, int))}
-                          for n in slow]}
     try:
-        opts.report_slow(evidence)
+        opts.report_slow(prog.slow_evidence(env.get("SLURM_JOB_ID") or ""))
     except Exception as exc:  # noqa: BLE001 -- a report failing never changes the run's end
         _say(f"could not report slow nodes to serve: {exc}")
 
