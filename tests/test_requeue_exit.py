@@ -48,9 +48,10 @@ def test_requeue_exit_in_real_slurm(slurm_cluster_factory: Any, tmp_path: Path) 
     _wait(lambda: (x := c.job(infra))["Restarts"] == "1" and x["JobState"] == "PENDING", 60)
     eligible = c.cli().job(infra).eligible_time
     assert eligible is not None and eligible - time.time() > 60  # Slurm's ~121 s wait
-    # now+1, as the watcher does: a launch in the second the previous run's credential was
-    # revoked is killed by slurmd ("Job credential revoked"; seen here on a loaded machine).
-    c.run("scontrol", "update", f"jobid={infra}", "EligibleTime=now+1")
+    # In the next second, as the watcher does: a launch in the second the previous run's
+    # credential was revoked is killed by slurmd ("Job credential revoked"; seen under load).
+    time.sleep(1.02 - time.time() % 1)
+    c.run("scontrol", "update", f"jobid={infra}", "EligibleTime=now")
     done = c.wait_job(infra, ["COMPLETED"], timeout=60)
     assert done["Restarts"] == "1"
     runs = [json.loads(x) for x in (ck_infra / ".slurmguard" / "runs.jsonl").read_text().splitlines()]

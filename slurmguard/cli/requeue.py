@@ -70,7 +70,7 @@ def watch_cmd(ctx: click.Context, once: bool, interval: float | None, max_requeu
               state_file: str | None, as_json: bool) -> int:
     """Watch the queue: for jobs Slurm requeued because a node failed or was drained (by
     anyone: a drain notice ends the run for a requeue), exclude that node, release
-    launch-failure holds and make the job eligible at once (EligibleTime=now+1).
+    launch-failure holds and make the job eligible at once (EligibleTime=now).
 
     \b
     Example:
