@@ -118,7 +118,8 @@ def reference_state(tmp: Path, steps: int, every: int) -> dict[str, Any]:
     return json.loads((d / "final").read_text())
 
 
-def sg(setup: Setup, *args: str) -> subprocess.CompletedProcess[str]:
+def sg(setup: Setup, *args: str, env: dict[str, str] | None = None
+       ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(sg_argv("-c", str(setup.cfg), *args),
-                          env=sg_env(SLURM_CONF=str(setup.c.conf_path)),
-                          capture_output=True, text=True, timeout=120)
+                          env=sg_env(SLURM_CONF=str(setup.c.conf_path), **(env or {})),
+                          capture_output=True, text=True, timeout=180)

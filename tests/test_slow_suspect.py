@@ -1,7 +1,8 @@
 """Slow node -> suspect, on the real cluster: a node that makes a job's steps slow (the test job
 sleeps longer there) is named by the wrapper, reported to serve as a `suspect` event with the
 evidence, and once K jobs named it, `burnin submit` queues it first. Never drained by a job's
-word: the node stays in service until burn-in decides."""
+word: the node stays in service until burn-in decides, and here its burn-in (a site benchmark
+that is slow on that node, tests/burninsite.py) drains it."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from slurmguard.store import Store
 
 pytestmark = pytest.mark.slurm
 K = 2
+# The burn-in jobs import the site benchmark from tests/; it is slow on n2 only.
+BURNIN_ENV = {"PYTHONPATH": f"{Path(__file__).parent}:{Path(__file__).parents[1]}",
+              "FAKE_SLOW_NODE": "n2"}
 
 
 def test_slow_node_in_k_jobs_is_queued_first_for_burnin(slurm_cluster_factory: Any,
@@ -25,7 +29,10 @@ def test_slow_node_in_k_jobs_is_queued_first_for_burnin(slurm_cluster_factory: A
     token.write_text("job-token-0123456789abcdef\n")
     token.chmod(0o644)  # jobs read it: it lets them report slow nodes, nothing else
     s = Setup(slurm_cluster_factory, tmp_path, notice=(
-        f'interval = 0.5\njob_token_file = "{token}"\nsuspect_jobs = {K}\n'))
+        f'interval = 0.5\njob_token_file = "{token}"\nsuspect_jobs = {K}\n'
+        '[burnin]\nsite_modules = ["burninsite"]\nmeasurements = ["site-node"]\n'
+        'checks = []\ngroup_by = "none"\nmin_group = 3\ntime_limit = "5"\n'
+        'wait_timeout = 120.0\n'))
     slow = ""
     try:
         for i in range(K):
@@ -50,14 +57,16 @@ def test_slow_node_in_k_jobs_is_queued_first_for_burnin(slurm_cluster_factory: A
 
         assert suspects(events[1:], {}, jobs=K, window=3600, now=time.time()) == {}
         assert list(suspects(events, {}, jobs=K, window=3600, now=time.time())) == ["n2"]
-        r = sg(s, "burnin", "submit", "--idle", "--json")
+        r = sg(s, "burnin", "submit", "--idle", "--wait", "--json", env=BURNIN_ENV)
         assert r.returncode == 0, r.stderr
         got = json.loads(r.stdout)["submitted"]
-        for d in got:
-            if d["job_id"]:
-                s.c.run("scancel", d["job_id"], check=False)
         assert [d["node"] for d in got] == ["n2", "n1", "n3"]  # first in the queue, said why
         assert got[0]["note"] == "suspect: named slow by several jobs"
+        # Burn-in decides: it measured n2 slow too, and drains it (the others stay).
+        r = sg(s, "burnin", "report", "--apply", "--json", env=BURNIN_ENV)
+        assert r.returncode in (0, 3), r.stderr
+        assert s.c.node("n2").drained and s.c.node("n2").reason.startswith("slurmguard: burnin:")
+        assert not s.c.node("n1").drained and not s.c.node("n3").drained
         # Its burn-in answers this evidence: it does not put the node first again.
         store = Store.open(url=_store_url(s))
         assert from_store(store, config.load(str(s.cfg), env={}), time.time()) == {}
