@@ -186,3 +186,21 @@ def test_goodput_counts_notices_saves_and_steps_redone() -> None:
                           "checkpoint_now_s": 0.5, "runs_ended_by_notice": 1}
     assert b["runs"][0]["parts"]["drained_node"] > 0  # the end after the notice is the fault's
     assert sum(b["parts"].values()) == pytest.approx(b["wall_s"])
+
+
+@pytest.mark.parametrize("env,said", [
+    ({"SLURMGUARD_CONFIG": "/nonexistent/sg.toml", "SLURM_JOB_NODELIST": "n1"},
+     "slurmguard run: drain notices and slow-node reports off: "),
+    ({"SLURM_JOB_NODELIST": "n[1-;reboot"}, "slurmguard run: drain notices off: "),
+])
+def test_a_broken_notice_setup_turns_notices_off_never_the_job(tmp_path: Path, env: dict[str, str],
+                                                               said: str) -> None:
+    from helpers import sg_argv, sg_env
+
+    e = sg_env(**env)
+    e.pop("SLURM_RESTART_COUNT", None)
+    r = subprocess.run(sg_argv("run", "--", sys.executable, "-c", "print('ran')"), env=e,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == "ran\n", r.stderr
+    [line] = [x for x in r.stderr.splitlines() if "off:" in x]
+    assert line.startswith(said) and "Traceback" not in r.stderr
