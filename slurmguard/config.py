@@ -128,6 +128,20 @@ _REQUEUE: Schema = {
                             "after each poll (empty: none)"),
 }
 
+_NOTICE: Schema = {  # drain notices to running jobs (docs/requeue.md)
+    "serve_url": Str("", "base URL of serve for GET /drains and POST /suspect, e.g. "
+                         "http://ctl:8742 (empty: hooks.report_url without its path)"),
+    "interval": Float(2.0, "seconds between the wrapper's drain polls of serve", minimum=0.2),
+    "slurm_interval": Float(10.0, "seconds between drain polls of Slurm itself when serve "
+                                  "does not answer", minimum=0.2),
+    "timeout": Float(2.0, "seconds per drain poll", minimum=0.1),
+    "job_token_file": Str("", "token jobs may read (group- or world-readable) that lets the "
+                              "wrapper report slow nodes to serve's /suspect only (empty: off)"),
+    "suspect_jobs": Int(3, "a node named slow by this many distinct jobs ...", minimum=1),
+    "suspect_window": Float(7 * 86400.0, "... within this many seconds goes first to burn-in",
+                            minimum=60.0),
+}
+
 _METRICS: Schema = {  # docs/metrics.md
     "textfile_dir": Str("", "node_exporter textfile directory; each hook run writes "
                             "slurmguard_hook_<hook>.prom there (empty: off)"),
@@ -275,6 +289,7 @@ SCHEMA: dict[str, Any] = {
     "hooks": _HOOKS,
     "reconcile": _RECONCILE,
     "requeue": _REQUEUE,
+    "notice": _NOTICE,
     "metrics": _METRICS,
     "store": _STORE,
     "serve": _SERVE,

@@ -23,6 +23,14 @@ shared file system; the wrapper divides the time between two reports by the step
 
 Monitoring must never take training down: a failed write is reported once on stderr and the
 calls carry on.
+
+Drain notices: when a node of the job is drained while it runs, `slurmguard run` writes a small
+notice file named by ``SLURMGUARD_NOTICE``; :func:`should_checkpoint` then answers True (until
+this process reports a checkpoint begun after the notice), so a training loop can save at once::
+
+    if progress.should_checkpoint():
+        with progress.saving(path, n):
+            save(path)
 """
 
 from __future__ import annotations
@@ -34,6 +42,12 @@ import time
 
 ENV_FILE = "SLURMGUARD_PROGRESS"
 ENV_INTERVAL = "SLURMGUARD_PROGRESS_INTERVAL"
+ENV_NOTICE = "SLURMGUARD_NOTICE"
+NOTICE_CHECK_S = 0.2  # look at the notice file at most this often (a stat per step is too many
+# on a shared file system with thousands of ranks; 0.2 s is small next to a checkpoint)
+_last_save_start = 0.0  # when this process last began a save it reported
+_notice_checked = 0.0
+_notice_seen: tuple[float, float] | None = None  # (file mtime, notice time) last read
 _last_step_write = 0.0
 _fd: int | None = None
 _fd_path: str | None = None
@@ -92,9 +106,12 @@ def checkpoint_saved(path: str, step: int, seconds: float | None = None) -> None
     ``seconds``: how long the save took (goodput accounting counts it as checkpoint time;
     :func:`saving` measures it for you).
     """
+    global _last_save_start
     ev: dict[str, object] = {"ev": "ckpt", "step": int(step), "path": os.fspath(path)}
+    took = 0.0 if seconds is None else max(0.0, float(seconds))
     if seconds is not None:
-        ev["seconds"] = round(max(0.0, float(seconds)), 6)
+        ev["seconds"] = round(took, 6)
+    _last_save_start = max(_last_save_start, time.time() - took)
     _emit(ev)
 
 
@@ -115,6 +132,41 @@ class saving:  # noqa: N801 -- used as a context manager, reads like a function
     def __exit__(self, exc_type: object, *_: object) -> None:
         if exc_type is None:
             checkpoint_saved(self.path, self.step, time.time() - self._t0)
+
+
+def should_checkpoint() -> bool:
+    """True when `slurmguard run` asks for a checkpoint now: a node of the job was drained
+    (a drain notice) after this process last began a save it reported. Cheap enough to call
+    every step (the notice file is looked at every ``NOTICE_CHECK_S`` at most); never raises."""
+    global _notice_checked, _notice_seen
+    try:
+        path = os.environ.get(ENV_NOTICE)
+        if not path:
+            return False
+        now = time.time()
+        if now - _notice_checked >= NOTICE_CHECK_S:
+            _notice_checked = now
+            _notice_seen = _read_notice(path, _notice_seen)
+        return _notice_seen is not None and _notice_seen[1] > _last_save_start
+    except Exception:  # noqa: BLE001 -- monitoring never takes training down
+        return False
+
+
+def _read_notice(path: str, seen: tuple[float, float] | None) -> tuple[float, float] | None:
+    """(mtime, notice time) of the notice file; re-read only when its mtime changed."""
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return None
+    if seen is not None and seen[0] == mtime:
+        return seen
+    try:
+        with open(path, "rb") as fh:  # written whole by rename: never half a file
+            doc = json.loads(fh.read(4096))
+        t = float(doc["t"]) if isinstance(doc, dict) else mtime
+    except (OSError, ValueError, KeyError, TypeError):
+        t = mtime  # the file's existence is the notice; its time is a detail
+    return (mtime, t)
 
 
 def resume_from() -> str | None:

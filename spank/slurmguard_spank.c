@@ -4,12 +4,15 @@
  *   --guard-checkpoint-dir=DIR   absolute path of an existing directory
  *   --guard-resume=auto|off      resume from the newest complete checkpoint, or not
  *   --guard-max-requeues=N       infrastructure requeues allowed (0..10000)
+ *   --guard-notice-signal=SIG    signal sent to the program on a drain notice (none, USR1,
+ *                                USR2, INT, TERM; docs/requeue.md)
  *
  * Values are validated where the user types them (sbatch/salloc: allocator context, srun:
  * local context), so a bad value refuses the submission with one clear line. In the job
  * (slurmstepd, remote context) the values are exported as SLURMGUARD_CHECKPOINT_DIR,
- * SLURMGUARD_RESUME and SLURMGUARD_MAX_REQUEUES, which `slurmguard run` reads exactly like
- * its --checkpoint-dir/--resume/--max-requeues flags. See docs/spank.md.
+ * SLURMGUARD_RESUME, SLURMGUARD_MAX_REQUEUES and SLURMGUARD_NOTICE_SIGNAL, which `slurmguard
+ * run` reads exactly like its --checkpoint-dir/--resume/--max-requeues/--notice-signal flags.
+ * See docs/spank.md.
  *
  * Why the remote side only re-checks syntax: slurmstepd runs these callbacks before dropping
  * privileges and the directory may live on a file system the compute node mounts differently;
@@ -29,11 +32,13 @@ SPANK_PLUGIN(slurmguard, 1);
 #define OPT_DIR 1
 #define OPT_RESUME 2
 #define OPT_MAXRQ 3
+#define OPT_SIGNAL 4
 #define MAX_REQUEUES_LIMIT 10000
 
 static char ckpt_dir[PATH_MAX];
 static char resume[8];
 static char max_requeues[16];
+static char notice_signal[8];
 
 static int opt_cb(int val, const char *optarg, int remote);
 
@@ -48,6 +53,10 @@ static struct spank_option guard_options[] = {
 	{ "guard-max-requeues", "N",
 	  "slurmguard: requeue the job at most N times after infrastructure faults",
 	  1, OPT_MAXRQ, opt_cb },
+	{ "guard-notice-signal", "none|USR1|USR2|INT|TERM",
+	  "slurmguard: signal to send the program when a node of the job is drained (it should "
+	  "checkpoint now); USR1 by convention, none by default",
+	  1, OPT_SIGNAL, opt_cb },
 	SPANK_OPTIONS_TABLE_END
 };
 
@@ -84,6 +93,21 @@ static int check_resume(const char *arg)
 	return 0;
 }
 
+static int check_notice_signal(const char *arg)
+{
+	static const char *const names[] = { "none", "USR1", "USR2", "INT", "TERM", NULL };
+	int i;
+
+	for (i = 0; arg != NULL && names[i] != NULL; i++) {
+		if (strcmp(arg, names[i]) == 0) {
+			strcpy(notice_signal, arg);
+			return 0;
+		}
+	}
+	REFUSE("slurmguard: --guard-notice-signal: expected none, USR1, USR2, INT or TERM, "
+	       "got \"%.32s\"", arg ? arg : "");
+}
+
 static int check_max_requeues(const char *arg)
 {
 	char *end = NULL;
@@ -112,6 +136,8 @@ static int opt_cb(int val, const char *optarg, int remote)
 		return check_resume(optarg);
 	case OPT_MAXRQ:
 		return check_max_requeues(optarg);
+	case OPT_SIGNAL:
+		return check_notice_signal(optarg);
 	}
 	return -1;
 }
@@ -157,7 +183,8 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 		return 0;
 	if (export(sp, "SLURMGUARD_CHECKPOINT_DIR", ckpt_dir) ||
 	    export(sp, "SLURMGUARD_RESUME", resume) ||
-	    export(sp, "SLURMGUARD_MAX_REQUEUES", max_requeues))
+	    export(sp, "SLURMGUARD_MAX_REQUEUES", max_requeues) ||
+	    export(sp, "SLURMGUARD_NOTICE_SIGNAL", notice_signal))
 		return -1;
 	return 0;
 }

@@ -41,6 +41,9 @@ def test_requeue_exit_in_real_slurm(slurm_cluster_factory: Any, tmp_path: Path) 
              interval=0.3, what=f"job {infra} requeued and pending")
     eligible = c.cli().job(infra).eligible_time
     assert eligible is not None and eligible - time.time() > 60  # Slurm's ~121 s wait
+    # In the next second, as the watcher does: a launch in the second the previous run's
+    # credential was revoked is killed by slurmd ("Job credential revoked"; seen under load).
+    time.sleep(1.02 - time.time() % 1)
     c.run("scontrol", "update", f"jobid={infra}", "EligibleTime=now")
     done = c.wait_job(infra, ["COMPLETED"], timeout=60)
     assert done["Restarts"] == "1"

@@ -74,13 +74,15 @@ def test_node_fault_is_expedited_once_and_excluded() -> None:
     assert acts == []
 
 
-def test_our_drain_counts_other_drains_do_not() -> None:
+def test_any_drain_counts() -> None:
+    # Ours, an admin's, the reconciler's: a drain notice ended the run on each, so each
+    # requeue is expedited and the node excluded.
     _, mem = run([J("1", "RUNNING", nodes="n[1-2]")], HEALTHY)
     pend = J("1", "PENDING", "BeginTime", restart_count=1, eligible_time=NOW + 100)
-    ours = nodes(n1=N("n1", "idle", frozenset({"DRAIN"}), "slurmguard: gpu-xid: Xid 79"))
-    assert run([pend], ours, mem)[0][0].failed_nodes == ("n1",)
-    admin = nodes(n1=N("n1", "idle", frozenset({"DRAIN"}), "maintenance"))
-    assert run([pend], admin, mem)[0] == []  # an admin's drain is not a fault we act on
+    for reason in ("slurmguard: gpu-xid: Xid 79", "maintenance", "slurmguard: k8s: NotReady"):
+        drained = nodes(n1=N("n1", "idle", frozenset({"DRAIN"}), reason))
+        assert run([pend], drained, mem)[0][0].failed_nodes == ("n1",)
+    assert run([pend], HEALTHY, mem)[0] == []  # no drain, no fault: left to Slurm
 
 
 def test_requeue_without_node_fault_is_left_alone() -> None:

@@ -44,7 +44,8 @@ def cluster(slurm_cluster_factory, tmp_path: Path):  # type: ignore[no-untyped-d
 def test_options_in_help(cluster) -> None:  # type: ignore[no-untyped-def]
     for tool in ("srun", "sbatch"):
         out = cluster.run(tool, "--help", check=False).stdout
-        for opt in ("--guard-checkpoint-dir=DIR", "--guard-resume=auto|off", "--guard-max-requeues=N"):
+        for opt in ("--guard-checkpoint-dir=DIR", "--guard-resume=auto|off", "--guard-max-requeues=N",
+                    "--guard-notice-signal=none|USR1|USR2|INT|TERM"):
             assert opt in out, (tool, opt)
 
 
@@ -56,6 +57,7 @@ def test_options_in_help(cluster) -> None:  # type: ignore[no-untyped-def]
     ("--guard-max-requeues=three", 'expected a count, got "three"'),
     ("--guard-max-requeues=99999999999999999999", "expected a count"),
     ("--guard-resume=maybe", 'expected auto or off, got "maybe"'),
+    ("--guard-notice-signal=KILL", 'expected none, USR1, USR2, INT or TERM, got "KILL"'),
 ])
 def test_bad_values_refused_at_submit(cluster, arg: str, message: str) -> None:  # type: ignore[no-untyped-def]
     for tool, args in (("sbatch", ["--wrap", "true"]), ("srun", ["true"])):
@@ -82,8 +84,9 @@ def test_values_reach_batch_job_and_tasks(cluster, tmp_path: Path) -> None:  # t
     assert tasks == [f"task 0 n1 {ck} 2", f"task 1 n2 {ck} 2"]
     # srun alone (local context -> slurmstepd) exports them too.
     r = cluster.run("srun", "-N2", f"--guard-checkpoint-dir={ck}", "--guard-max-requeues=0",
-                    "sh", "-c", "echo $SLURMD_NODENAME $SLURMGUARD_CHECKPOINT_DIR $SLURMGUARD_MAX_REQUEUES")
-    assert sorted(r.stdout.split("\n")[:2]) == [f"n1 {ck} 0", f"n2 {ck} 0"]
+                    "--guard-notice-signal=USR1", "sh", "-c", "echo $SLURMD_NODENAME "
+                    "$SLURMGUARD_CHECKPOINT_DIR $SLURMGUARD_MAX_REQUEUES $SLURMGUARD_NOTICE_SIGNAL")
+    assert sorted(r.stdout.split("\n")[:2]) == [f"n1 {ck} 0 USR1", f"n2 {ck} 0 USR1"]
     # Without the options the job sees none of the variables.
     r = cluster.run("srun", "-N1", "sh", "-c", "env | grep -c ^SLURMGUARD_ || true")
     assert r.stdout.strip() == "0"

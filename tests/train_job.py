@@ -13,6 +13,11 @@ Fault switches (each fires only on the run whose SLURM_RESTART_COUNT matches --f
   --nccl-at N     print an NCCL system error and exit 1 at step N
   --stall-at N    stop making progress at step N (sleep --stall-for seconds, default 3600)
 SIGUSR1: write a checkpoint now and exit 75 (asks the wrapper for a requeue).
+--notice-poll: ask progress.should_checkpoint() after every step; when true, write a checkpoint
+  now and carry on (the wrapper ends the run once it is complete).
+--told FILE: append "<how> <step> <time>" when the process learns of a drain notice.
+--slow-node NAME --slow-sleep S: steps on node NAME take S seconds more (a slow node);
+  with --no-barrier the ranks do not wait for each other.
 """
 
 from __future__ import annotations
@@ -81,6 +86,12 @@ def main() -> int:
         ap.add_argument(f"--{f}-at", type=int, default=-1)
     ap.add_argument("--stall-for", type=float, default=3600.0)
     ap.add_argument("--fault-restart", type=int, default=0)
+    ap.add_argument("--notice-poll", action="store_true")
+    ap.add_argument("--told", default="")
+    ap.add_argument("--slow-node", default="")
+    ap.add_argument("--slow-sleep", type=float, default=0.0)
+    ap.add_argument("--no-barrier", action="store_true")  # ranks step on their own (a slow
+    # node then shows in its own step times, as in pipeline stages or independent workers)
     a = ap.parse_args()
     rank = int(os.environ.get("SLURM_PROCID", "0"))
     restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
@@ -93,14 +104,23 @@ def main() -> int:
         assert progress.resume_step() == step
     ntasks = int(os.environ.get("SLURM_NTASKS", "1"))
     bdir = root / f".barrier-{os.environ.get('SLURM_JOB_ID', 'local')}-{restart}"
+    if a.no_barrier:
+        ntasks = 1
     if ntasks > 1:
         bdir.mkdir(parents=True, exist_ok=True)
-    usr1 = []
-    signal.signal(signal.SIGUSR1, lambda *_: usr1.append(1))
+    usr1: list[float] = []
+    signal.signal(signal.SIGUSR1, lambda *_: usr1.append(time.time()))
+    node = os.environ.get("SLURMD_NODENAME", "-")
+
+    def told(how: str, at: float) -> None:
+        if a.told and rank == 0:
+            with open(a.told, "a") as fh:
+                fh.write(f"{how} {step} {at:.3f}\n")
+
     while step < a.steps:
         step += 1
         state = advance(state, step)
-        time.sleep(a.sleep)
+        time.sleep(a.sleep + (a.slow_sleep if node == a.slow_node else 0.0))
         if faulty and step == a.stall_at:
             time.sleep(a.stall_for)
         if faulty and step == a.fail_at:
@@ -119,7 +139,12 @@ def main() -> int:
                 fh.write(f"{step} {restart} {os.environ.get('SLURMD_NODENAME', '-')} "
                          f"{time.time():.3f}\n")
         progress.step(step)
-        if rank == 0 and (step % a.every == 0 or usr1):
+        now_asked = a.notice_poll and progress.should_checkpoint()
+        if now_asked:
+            told("poll", time.time())
+        if usr1:
+            told("signal", usr1[0])
+        if rank == 0 and (step % a.every == 0 or usr1 or now_asked):
             with progress.saving(str(root / f"step-{step:06d}"), step):
                 save(root, step, state)
         if usr1:

@@ -1,7 +1,9 @@
 """`slurmguard burnin submit`: one exclusive, low-priority, preemptible job per node.
 
-Nodes awaiting burn-in (``burnin_required``: new, repaired, lemons) go first, then nodes an
-admin returned with ``resume --force`` (on probation: burn-in is what ends it). An awaiting node is
+Nodes awaiting burn-in (``burnin_required``: new, repaired, lemons) go first, then suspects
+(named slow by K jobs within a window: slurmguard.policy.suspect), then nodes at risk
+(``risk.burnin_first``, docs/fleet.md), then nodes an admin returned with ``resume --force``
+(on probation: burn-in is what ends it). An awaiting node is
 usually drained by slurmguard; Slurm never starts a job on a drained node, so it is opened
 inside a MAINT reservation of its own (``slurmguard_burnin_<time>``, only the submitting user
 may run there) and undrained: production cannot land on it, the burn-in can. `burnin report
@@ -94,11 +96,15 @@ def feature_group(cfg: Config, info: Any) -> str:
 
 
 def submit_order(nodes: Iterable[str], awaiting: set[str], probation: set[str],
-                 at_risk: Mapping[str, float] | None = None) -> list[str]:
-    """Awaiting burn-in first, then at risk (``risk.burnin_first``: highest score first), then
-    returned by an admin (probation), then the rest; by name."""
+                 at_risk: Mapping[str, float] | None = None,
+                 suspects: set[str] | None = None) -> list[str]:
+    """Awaiting burn-in first, then suspects (named slow by K jobs: direct evidence), then at
+    risk (``risk.burnin_first``: highest score first), then returned by an admin (probation),
+    then the rest; by name."""
     risk = at_risk or {}
-    return sorted(nodes, key=lambda n: (n not in awaiting, n not in risk, -risk.get(n, 0.0),
+    suspects = suspects or set()
+    return sorted(nodes, key=lambda n: (n not in awaiting, n not in suspects, n not in risk,
+                                        -risk.get(n, 0.0),
                                         n not in probation, n))
 
 
@@ -125,13 +131,16 @@ def submit(cfg: Config, store: Any, slurm: Any, nodes: Iterable[str] | None, *, 
     summaries = store.nodes.summary()
     awaiting = {s.name for s in summaries if s.burnin_required}
     probation = {s.name for s in summaries if s.probation}
+    from slurmguard.policy.suspect import from_store
+
+    suspects = set(from_store(store, cfg, now))
     if nodes is None:
         chosen = sorted(n for n, i in infos.items()
                         if (i.state == "idle" and not i.drained and not i.down)
                         or (n in awaiting and i.drained and i.ours and not i.down))
     else:
         chosen = list(dict.fromkeys(nodes))
-    chosen = submit_order(chosen, awaiting, probation, at_risk(cfg, store))
+    chosen = submit_order(chosen, awaiting, probation, at_risk(cfg, store), suspects)
     out: list[Submitted] = []
     todo = []
     reserve = []
@@ -177,9 +186,10 @@ def submit(cfg: Config, store: Any, slurm: Any, nodes: Iterable[str] | None, *, 
         rid = store.burnin.submitted(n, job_id=job, level=level, night=night,
                                      group_key=feature_group(cfg, infos.get(n)), reservation=res,
                                      at=now)
-        out.append(Submitted(n, job, rid, n in awaiting, res,
-                             "awaiting burn-in: opened in the reservation" if n in reserve
-                             else ("awaiting burn-in" if n in awaiting else "submitted")))
+        note = ("awaiting burn-in: opened in the reservation" if n in reserve
+                else "awaiting burn-in" if n in awaiting
+                else "suspect: named slow by several jobs" if n in suspects else "submitted")
+        out.append(Submitted(n, job, rid, n in awaiting, res, note))
     order = {n: i for i, n in enumerate(chosen)}
     return sorted(out, key=lambda s: order.get(s.node, 1 << 30))
 

@@ -72,8 +72,9 @@ def store_recorder(cfg: Config) -> Callable[[dict[str, Any]], None] | None:
 @click.pass_context
 def watch_cmd(ctx: click.Context, once: bool, interval: float | None, max_requeues: int | None,
               state_file: str | None, as_json: bool) -> int:
-    """Watch the queue: for jobs Slurm requeued because a node failed or was drained by
-    slurmguard, exclude that node, release launch-failure holds and set EligibleTime=now.
+    """Watch the queue: for jobs Slurm requeued because a node failed or was drained (by
+    anyone: a drain notice ends the run for a requeue), exclude that node, release
+    launch-failure holds and make the job eligible at once (EligibleTime=now).
 
     On Slurm 25.11+ with SlurmctldParameters=enable_expedited_requeue, jobs submitted with
     --requeue=expedite are made eligible by Slurm itself; the watcher says which path it

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 @click.option("--no-policy", is_flag=True, help="Only ingest; do not run fleet policy or drain.")
 @click.pass_context
 def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy: bool) -> None:
-    """Run the ingest endpoint (POST /ingest, GET /healthz, GET /metrics) and the fleet policy.
+    """Run the ingest endpoint (POST /ingest, GET /healthz, GET /metrics), the jobs' drain
+    notices (GET /drains, POST /suspect) and the fleet policy.
 
     Nodes send result records with the shared token of serve.token_file (mode 0600; serve
     refuses to start when it is world-readable). Records are written to the store in batches,
@@ -94,21 +95,32 @@ def _metrics(cfg: Config, store: Any) -> Any:
 def _server(cfg: Config, store: Any, token: str, metrics: Any, fleet: Any,
             host: str | None, port: int | None) -> Any:
     """The ingest endpoint; with the fleet policy, its pass after each commit and /permit."""
+    from slurmguard.adapters.slurm.commands import SlurmCLI
+    from slurmguard.serve.drains import DrainView
     from slurmguard.serve.ingest import IngestServer
+    from slurmguard.serve.token import load_token
 
     scfg = cfg.section("serve")
+    routes: dict[str, Any] = {"/permit": fleet.permit} if fleet is not None else {}
+    # Running jobs ask which of their nodes are drained, and report slow ones (docs/requeue.md).
+    drain_view = DrainView(store, SlurmCLI(cfg.section("slurm")))
+    routes["/suspect"] = drain_view.suspect
+    job_token = (load_token(str(cfg["notice.job_token_file"]), job=True)
+                 if cfg["notice.job_token_file"] else "")
     return IngestServer(store, token, host=host or str(scfg["host"]),
                         port=int(scfg["port"]) if port is None else port,
                         batch_size=int(scfg["batch_size"]),
                         batch_interval=float(scfg["batch_interval"]),
                         max_body=int(scfg["max_body"]),
                         on_commit=fleet.after_ingest if fleet is not None else None,
-                        routes={"/permit": fleet.permit} if fleet is not None else {},
+                        routes=routes,
                         workers=int(scfg["workers"]),
                         max_connections=int(scfg["max_connections"]),
                         idle_timeout=float(scfg["idle_timeout"]),
                         request_timeout=float(scfg["request_timeout"]),
-                        metrics=metrics, metrics_token=bool(cfg["metrics.require_token"]))
+                        metrics=metrics, metrics_token=bool(cfg["metrics.require_token"]),
+                        queries={"/drains": drain_view.drains}, job_token=job_token,
+                        job_routes=frozenset({"/suspect"}))
 
 
 def _gate_socket(cfg: Config, config_path: str | None) -> Any:

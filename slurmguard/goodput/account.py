@@ -11,13 +11,18 @@ into parts that always add up to it, none negative:
   slower than ``stall_factor`` x the run's median step;
 * ``checkpoint_save``: checkpoint saves (``progress.saving`` / ``checkpoint_saved(seconds=)``);
 * ``drained_node``: a run that ended on a node found faulty (drained by slurmguard, seen
-  failed by the requeue watcher, or Slurm's NODE_FAIL), from its last step to its end;
+  failed by the requeue watcher, Slurm's NODE_FAIL, or a drain notice that ended the run),
+  from its last step to its end;
 * ``straggler``: productive steps that ran slower than the job's best pace
   (``straggler_factor``), or than its non-slow nodes when the wrapper named slow nodes;
 * ``other``: inside an allocation, explained by none of the above (the exit after the last
   step of a successful run, a failed run's exit without a known fault);
 * ``unknown``: an allocation no source describes (not run under the wrapper, no progress
   reports): never counted as productive. :attr:`Breakdown.unknown` says why.
+
+Beside the parts, each run carries its *infrastructure figures* (``infra``): drain notices and
+how long each took to arrive, checkpoint-now saves and their durations, and the steps redone
+because the run ended for the infrastructure; :func:`infra_summary` adds them up per job.
 
 Each instant of an allocation gets exactly one label (saves over stalls over the run's
 phases), so the parts add up by construction; tests/test_goodput_account.py checks it with
@@ -67,6 +72,9 @@ class RunRecord:
     stalls: tuple[tuple[float, float], ...] = ()  # (last step before, next step or end)
     node_median_step_s: Mapping[str, float] = field(default_factory=dict)
     slow_nodes: tuple[str, ...] = ()
+    notice_latencies: tuple[float | None, ...] = ()  # per drain notice: drain -> wrapper told
+    checkpoint_now_s: tuple[float | None, ...] = ()  # durations of the checkpoint-now saves
+    ended_by_notice: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,9 +121,10 @@ class RunBreakdown:
     steps_lost: int
     step_time_s: float | None
     parts: dict[str, float]
+    infra: dict[str, Any] = field(default_factory=dict)  # see _infra
 
     def to_dict(self) -> dict[str, Any]:
-        return {"restart": self.restart, "start": self.start, "end": self.end,
+        return {"restart": self.restart, "start": self.start, "end": self.end, "infra": self.infra,
                 "nodes": list(self.nodes), "gpus": self.gpus, "state": self.state,
                 "resume_step": self.resume_step, "last_step": self.last_step,
                 "steps_lost": self.steps_lost, "step_time_s": self.step_time_s,
@@ -161,7 +170,31 @@ class Breakdown:
             "productive_gpu_hours": round(self.gpu_seconds["productive"] / 3600, 4),
             "unknown": list(self.unknown), "steps_lost": self.steps_lost,
             "step_time_s": self.step_time_s, "runs": [r.to_dict() for r in self.runs],
+            "infra": infra_summary([r.infra for r in self.runs]),
         }
+
+
+def _infra(a: Allocation, r: RunRecord | None, lost_steps: int) -> dict[str, Any]:
+    """One run's infrastructure figures: notices, checkpoint-now saves, steps redone."""
+    infra_end = a.state.upper() in NODE_FAIL_STATES or (
+        r is not None and (r.verdict == "infra" or r.ended_by_notice))
+    return {"notice_latency_s": list(r.notice_latencies) if r else [],
+            "checkpoint_now_s": list(r.checkpoint_now_s) if r else [],
+            "ended_by_notice": bool(r and r.ended_by_notice),
+            "steps_redone": lost_steps if infra_end else 0}
+
+
+def infra_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A job's infrastructure figures from its runs' ``infra`` (stored breakdowns too)."""
+    lat = [x for r in runs for x in r.get("notice_latency_s") or [] if _finite(x)]
+    saves = [x for r in runs for x in r.get("checkpoint_now_s") or [] if _finite(x)]
+    return {"steps_redone": sum(int(r.get("steps_redone") or 0) for r in runs),
+            "notices": sum(len(r.get("notice_latency_s") or []) for r in runs),
+            "notice_latency_median_s": round(statistics.median(lat), 3) if lat else None,
+            "notice_latency_max_s": round(max(lat), 3) if lat else None,
+            "checkpoint_now": sum(len(r.get("checkpoint_now_s") or []) for r in runs),
+            "checkpoint_now_s": round(sum(saves), 3),
+            "runs_ended_by_notice": sum(bool(r.get("ended_by_notice")) for r in runs)}
 
 
 def _zero() -> dict[str, float]:
@@ -274,7 +307,7 @@ def account(job: JobInputs, params: Params = Params()) -> Breakdown:
         out_runs.append(RunBreakdown(
             r.restart if r else None, a.start, a.end, a.nodes, a.gpus, a.state,
             r.resume_step if r else None, r.last_step[1] if r and r.last_step else None,
-            lost_steps, med, rp))
+            lost_steps, med, rp, _infra(a, r, lost_steps)))
     wall = allocs[-1].end - allocs[0].start
     held = sum(a.end - a.start for a in allocs)
     return Breakdown(job.job_id, job.user, job.partition, job.state, tuple(all_nodes), gpus,
@@ -365,8 +398,9 @@ def _no_progress(a: Allocation, r: RunRecord | None) -> str:
 
 
 def _tail(a: Allocation, r: RunRecord, job: JobInputs, params: Params, m: float) -> str:
-    """Whose is the time after the last step: a faulty node's, a stall's, or other."""
-    faulty = a.state.upper() in NODE_FAIL_STATES or any(
+    """Whose is the time after the last step: a faulty node's (a node fault, or the run
+    ended on a drain notice), a stall's, or other."""
+    faulty = a.state.upper() in NODE_FAIL_STATES or r.ended_by_notice or any(
         f.node in a.nodes and a.start <= f.at <= a.end + params.drain_window for f in job.faults)
     ended_stalled = any(to >= a.end - max(m, 1.0) for _, to in r.stalls)
     if r.verdict == "success":

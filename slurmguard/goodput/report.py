@@ -14,7 +14,15 @@ from typing import Any
 
 from slurmguard.errors import SlurmguardError
 from slurmguard.goodput import sources
-from slurmguard.goodput.account import CAUSES, PARTS, Breakdown, Fault, Params, account
+from slurmguard.goodput.account import (
+    CAUSES,
+    PARTS,
+    Breakdown,
+    Fault,
+    Params,
+    account,
+    infra_summary,
+)
 from slurmguard.output import iso, table
 
 
@@ -135,9 +143,23 @@ def job_table(d: Mapping[str, Any]) -> str:
             f"{d.get('state') or '?'}): {wall:.1f}s allocated over {len(d.get('runs') or [])} "
             f"run(s), ETTR {ettr}, {d.get('steps_lost', 0)} step(s) lost")
     out = [head, table(rows, ["part", "seconds", "GPU-hours", "share"])]
+    out.append(_infra_line(d.get("infra") or infra_summary(
+        [r.get("infra") or {} for r in d.get("runs") or []])))
     for why in d.get("unknown") or []:
         out.append(f"unknown: {why}")
     return "\n".join(out)
+
+
+def _infra_line(f: Mapping[str, Any]) -> str:
+    """The job's infrastructure figures in one line (drain notices: docs/requeue.md)."""
+    lat = ("" if f.get("notice_latency_median_s") is None else
+           f", arrived in {f['notice_latency_median_s']:.1f}s median "
+           f"({f['notice_latency_max_s']:.1f}s max)")
+    return (f"infrastructure: {f.get('steps_redone', 0)} step(s) redone; "
+            f"{f.get('notices', 0)} drain notice(s){lat}; "
+            f"{f.get('checkpoint_now', 0)} checkpoint-now save(s), "
+            f"{f.get('checkpoint_now_s', 0.0):.1f}s; "
+            f"{f.get('runs_ended_by_notice', 0)} run(s) ended by a notice")
 
 
 def fleet_table(groups: Sequence[tuple[str, Mapping[str, Any]]], by: str, since: float) -> str:

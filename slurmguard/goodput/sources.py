@@ -84,7 +84,12 @@ def run_from_record(rec: Mapping[str, Any]) -> RunRecord | None:
         stalls=tuple(stalls),
         node_median_step_s={str(k): float(v) for k, v in meds.items() if _num(v) is not None}
         if isinstance(meds, dict) else {},
-        slow_nodes=tuple(str(n) for n in rec.get("slow_nodes") or []))
+        slow_nodes=tuple(str(n) for n in rec.get("slow_nodes") or []),
+        notice_latencies=tuple(_num(n.get("latency_s")) for n in rec.get("notices") or []
+                               if isinstance(n, dict)),
+        checkpoint_now_s=tuple(_num(c.get("seconds")) for c in rec.get("checkpoint_now") or []
+                               if isinstance(c, dict)),
+        ended_by_notice=isinstance(rec.get("ended_by_notice"), dict))
 
 
 def runs_files(paths: Iterable[str]) -> list[Path]:

@@ -10,6 +10,8 @@ what happened (first match wins)                     verdict        wrapper exit
 child exited 0                                       success        0
 the run was over the requeue limit                   limit          7 (EXIT_REFUSED), message
 stall with ``--stall-action requeue``                infra          75
+a drain notice ended the run (checkpoint done, or    infra          75
+  none in time but one to resume from)
 child killed by SIGBUS (uncorrectable memory error   infra          75
   on a mapped page: a hardware fault)
 child exited 75 itself (asks to be requeued,         requested      75
@@ -62,6 +64,7 @@ class RunEnd:
     got_signal: int | None = None  # last of SIGTERM/SIGINT/SIGUSR1 the wrapper received
     infra_line: str | None = None  # first stderr line matching INFRA_PATTERNS
     node_drained: str | None = None  # our drain reason on this node, if drained during the run
+    notice: str | None = None  # the wrapper ended the run after a drain notice (why)
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,8 @@ def decide(end: RunEnd) -> Verdict:
     why: tuple[str, str] | None = None  # (kind, reason) that asks for a requeue
     if end.stalled and end.stall_action == "requeue":
         why = ("infra", "stalled: no progress within --stall-timeout")
+    elif end.notice is not None:
+        why = ("infra", end.notice)
     elif rc == -signal.SIGBUS:
         why = ("infra", "killed by SIGBUS (uncorrectable memory error)")
     elif rc == REQUEUE_EXIT:

@@ -7,12 +7,14 @@ fails, Slurm requeues the job *held* ("launch failed requeued held"). Both are l
 
 The watcher polls the queue. It remembers the nodes each job ran on (Slurm forgets them at
 requeue), and when a job comes back PENDING with a higher restart count (or held after a
-launch failure) and one of those nodes is now down, not responding, or drained by slurmguard,
-it:
+launch failure) and one of those nodes is now down, not responding, or drained (by anyone:
+since drain notices, a drain under a running job ends the run at its next checkpoint for a
+requeue, whoever set it; a drained node takes no new job, so excluding it costs nothing), it:
 
 1. adds the failed nodes to the job's ``ExcNodeList``;
 2. releases it if it is held after that launch failure;
-3. sets ``EligibleTime=now``;
+3. sets ``EligibleTime=now``, in the second after it saw the requeue (a launch in the second
+   the previous run's credential was revoked is killed by slurmd);
 
 at most ``max_requeues`` times per job (then it leaves the job alone and says so: no crash
 loops). A job requeued for any other reason (scontrol requeue by a user, preemption, the
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -108,10 +111,11 @@ def _nodes(nodeset: str, source: str) -> list[str]:
 
 
 def node_failed(node: NodeLike | None) -> bool:
-    """A node counts as the cause when it is gone, down/not responding, or drained by us."""
+    """A node counts as the cause when it is gone, down/not responding, or drained by anyone
+    (a drain notice ends the run on any drain: slurmguard.job.respond)."""
     if node is None:
         return True
-    return bool(node.down or (node.drained and node.ours))
+    return bool(node.down or node.drained)
 
 
 def _launch_failed_hold(job: JobLike) -> bool:
@@ -208,6 +212,7 @@ class Watcher:
         self.state_path = state_path
         self.record = record or (lambda ev: log.info("%s", json.dumps(ev)))
         self.memory: dict[str, JobMemory] = self._load()
+        self._seen = 0.0  # when the last poll's job list arrived
 
     def _load(self) -> dict[str, JobMemory]:
         if not self.state_path or not os.path.exists(self.state_path):
@@ -232,6 +237,7 @@ class Watcher:
         """One pass: read jobs and nodes, act on what :func:`plan` says, emit events."""
         now = time.time() if now is None else now
         jobs = self.slurm.jobs()
+        self._seen = time.time()  # every requeue in this answer was revoked by now
         before = {k: v.requeued_at for k, v in self.memory.items()}
         nodes = {n.name: n for n in self.slurm.nodes()} if any(
             j.state in WAITING for j in jobs) else {}
@@ -271,6 +277,13 @@ class Watcher:
                 if a.release:
                     self.slurm.release(a.job_id)
                 if a.eligible_now:
+                    # Not in the second the previous run ended: slurmd kills a launch whose
+                    # credential was made in the second the job's last one was revoked ("Job
+                    # credential revoked"), as when a run ended by exit 75 just now. Wait for
+                    # the second after the job list came (0.5 s on average, once per poll),
+                    # then "now": "now+1" would leave the start to the next scheduler pass,
+                    # tens of seconds later.
+                    time.sleep(max(0.0, math.floor(self._seen) + 1.02 - time.time()))
                     self.slurm.update_job(a.job_id, EligibleTime="now")
             except SlurmguardError as exc:  # the job may have ended meanwhile
                 ev["event"], ev["error"] = "requeue-failed", exc.message

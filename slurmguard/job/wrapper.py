@@ -13,7 +13,10 @@ or per task (``srun slurmguard run ... -- python train.py``). It:
    ``--stall-timeout`` s) is logged, and with ``--stall-action requeue`` ends the run for a
    requeue; per-node step times name a slow node;
 5. copies the child's stderr through, noting lines that mean an infrastructure fault;
-6. maps the end of the run to an exit code with :func:`slurmguard.job.exitmap.decide` and appends a
+6. with a drain watch (slurmguard.job.notice), learns within seconds that a node of the job was
+   drained, asks for a checkpoint now and ends the run for a requeue once it is complete
+   (slurmguard.job.respond);
+7. maps the end of the run to an exit code with :func:`slurmguard.job.exitmap.decide` and appends a
    one-line JSON record of the run to ``<checkpoint-dir>/.slurmguard/runs.jsonl``.
 """
 
@@ -25,7 +28,6 @@ import re
 import shutil
 import signal
 import stat
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,11 +40,13 @@ from typing import IO, Any
 
 from slurmguard.errors import InputError, RefusedError
 from slurmguard.job import checkpoint, exitmap
+from slurmguard.job.notice import NoticeWatch
+from slurmguard.job.progress_log import SLOW_FACTOR, Progress, Tail
+
+__all__ = ["SLOW_FACTOR", "Progress", "RunOptions", "run", "last_run", "prepare_env"]
+from slurmguard.job.respond import NoticeResponse
 
 STATE_DIR = ".slurmguard"  # inside the checkpoint dir: shared by every node of the job
-SLOW_FACTOR = 1.5  # a node whose median step time is 1.5x the job's median is named slow
-_MIN_SAMPLES = 3
-MAX_CHECKPOINTS = 200  # checkpoint events kept in a run record (the newest)
 MAX_STALLS = 100
 
 
@@ -62,106 +66,11 @@ class RunOptions:
     progress_file: str | None = None
     scan_stderr: bool = True
     node_probe: Callable[[], str | None] | None = None  # our drain reason on this node, if any
+    drain_watch: Callable[[float], NoticeWatch] | None = None  # makes the run's drain watch
+    notice_signal: int | None = None  # sent to the command on a drain notice (None: none)
+    notice_timeout: float = 600.0  # s to wait for the checkpoint-now before ending anyway
+    report_slow: Callable[[dict[str, Any]], None] | None = None  # slow nodes -> serve (suspect)
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
-
-
-@dataclass
-class Progress:
-    """What the progress file said: last step, per-node step intervals, checkpoints, and the
-    job's step frontier (the highest step any rank reported, and when), which goodput
-    accounting reads from the run record."""
-
-    last_event: float
-    last_step: int | None = None
-    last_node: str | None = None
-    last_ckpt: dict[str, Any] | None = None
-    steps: int = 0
-    _prev: dict[tuple[str, Any], tuple[float, int]] = field(default_factory=dict)
-    intervals: dict[str, list[float]] = field(default_factory=dict)
-    first_step: tuple[float, int] | None = None  # (t, step) of the first step reported
-    frontier: tuple[float, int] | None = None  # (t, step) when the highest step was first seen
-    step_times: list[float] = field(default_factory=list)  # seconds per step along the frontier
-    checkpoints: list[list[Any]] = field(default_factory=list)  # [t, step, seconds or None]
-    stalls: list[list[float]] = field(default_factory=list)  # [from, to]: no step in between
-
-    def feed(self, ev: dict[str, Any]) -> None:
-        t = float(ev.get("t") or time.time())
-        node = str(ev.get("node") or "?")
-        if ev.get("ev") == "ckpt":
-            self.last_ckpt = {"path": ev.get("path"), "step": ev.get("step")}
-            secs = ev.get("seconds")
-            if isinstance(ev.get("step"), int):
-                self.checkpoints.append([t, ev["step"], float(secs) if isinstance(
-                    secs, (int, float)) and not isinstance(secs, bool) else None])
-                del self.checkpoints[:-MAX_CHECKPOINTS]
-            return
-        if ev.get("ev") != "step":
-            return
-        self.steps += 1
-        self.last_event = max(self.last_event, time.time())
-        self.last_step, self.last_node = ev.get("step"), node
-        key = (node, ev.get("rank"))
-        try:
-            n = int(ev.get("step"))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return
-        if self.first_step is None or t < self.first_step[0]:
-            self.first_step = (t, n)
-        if self.frontier is None or n > self.frontier[1]:
-            if self.frontier is not None and t > self.frontier[0]:
-                self.step_times.append((t - self.frontier[0]) / (n - self.frontier[1]))
-            self.frontier = (t, n)
-        if key in self._prev:
-            pt, pn = self._prev[key]
-            if n > pn:  # reports are throttled: the time per step between two of them
-                self.intervals.setdefault(node, []).append(max(0.0, t - pt) / (n - pn))
-        self._prev[key] = (t, n)
-
-    def median_step(self) -> float | None:
-        return statistics.median(self.step_times) if self.step_times else None
-
-    def node_medians(self) -> dict[str, float]:
-        return {n: statistics.median(v) for n, v in self.intervals.items() if len(v) >= _MIN_SAMPLES}
-
-    def slow_nodes(self) -> list[str]:
-        """Nodes whose median step time exceeds SLOW_FACTOR x the median over nodes."""
-        med = self.node_medians()
-        if len(med) < 2:
-            return []
-        overall = statistics.median(med.values())
-        return sorted(n for n, m in med.items() if overall > 0 and m > SLOW_FACTOR * overall)
-
-
-class _Tail:
-    """Reads whole JSON lines appended to the progress file since the run started."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        try:
-            self.offset = os.path.getsize(path)
-        except OSError:
-            self.offset = 0
-        self.buf = b""
-
-    def read(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read(1 << 20)
-        except OSError:
-            return []
-        self.offset += len(data)
-        self.buf += data
-        *lines, self.buf = self.buf.split(b"\n")
-        out = []
-        for line in lines:
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue  # a foreign or torn line: progress is advisory
-            if isinstance(ev, dict):
-                out.append(ev)
-        return out
 
 
 def _pump_stderr(src: IO[bytes], found: list[str]) -> None:
@@ -276,16 +185,25 @@ def run(opts: RunOptions) -> int:
         raise InputError("no command given: use `slurmguard run [OPTIONS] -- CMD ARGS...`")
     prep = _prepare(opts)
     child, pump, infra = _start(opts, prep)
-    watch = _Watch(opts, child, _Tail(prep.progress_path), Progress(last_event=prep.started),
+    watch = _Watch(opts, child, Tail(prep.progress_path), Progress(last_event=prep.started),
                    prep.started)
+    if opts.drain_watch is not None:
+        watch.watch_drains(opts.drain_watch(prep.started), NoticeResponse(
+            notice_path=prep.env["SLURMGUARD_NOTICE"], checkpoint_dir=opts.checkpoint_dir,
+            signum=opts.notice_signal, timeout=opts.notice_timeout,
+            can_requeue=prep.restart < opts.max_requeues, child_pid=child.pid, say=_say))
     rc = watch.run()
     if pump is not None:
         pump.join(timeout=2)
     ended = watch.finish()
     if prep.private_dir:
         shutil.rmtree(prep.private_dir, ignore_errors=True)
+    try:
+        os.unlink(prep.env["SLURMGUARD_NOTICE"])
+    except OSError:
+        pass
     verdict = _decide(opts, prep, rc, watch, infra)
-    _report(opts, prep, rc, watch.prog, watch.stalled, verdict, ended)
+    _report(opts, prep, rc, watch, verdict, ended)
     return verdict.exit_code
 
 
@@ -312,6 +230,13 @@ def _prepare(opts: RunOptions) -> _Prepared:
     recovery = _recovery(opts, env, best, restart)
     ppath, private = _progress_path(opts, env)
     env["SLURMGUARD_PROGRESS"] = ppath
+    # Beside the progress file (the same safe directory); a notice of a previous run of
+    # this job must not reach this one.
+    env["SLURMGUARD_NOTICE"] = ppath.removesuffix(".jsonl") + ".notice"
+    try:
+        os.unlink(env["SLURMGUARD_NOTICE"])
+    except OSError:
+        pass
     return _Prepared(env, best, restart, recovery, ppath, private, time.time())
 
 
@@ -338,13 +263,19 @@ class _Watch:
     """Step 3: wait for the child while forwarding signals to its group, feeding progress
     events, noticing stalls (and acting on them), and enforcing the SIGTERM grace period."""
 
-    def __init__(self, opts: RunOptions, child: subprocess.Popen[bytes], tail: _Tail,
+    def __init__(self, opts: RunOptions, child: subprocess.Popen[bytes], tail: Tail,
                  prog: Progress, started: float) -> None:
         self.opts, self.child, self.tail, self.prog, self.started = opts, child, tail, prog, started
         self.got: list[int] = []  # signals received, forwarded to the child's group
         self.stalled = False
         self.stall_from: float | None = None  # the current stall began after this step report
         self.kill_at: float | None = None
+        self.drains: NoticeWatch | None = None
+        self.response: NoticeResponse | None = None
+
+    def watch_drains(self, drains: NoticeWatch, response: NoticeResponse) -> None:
+        self.drains, self.response = drains, response
+        drains.start()
 
     def _forward(self, signum: int, _frame: object) -> None:
         self.got.append(signum)
@@ -364,6 +295,8 @@ class _Watch:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+            if self.drains is not None:
+                self.drains.stop()
 
     def _tick(self) -> None:
         opts, prog = self.opts, self.prog
@@ -387,10 +320,25 @@ class _Watch:
             if opts.stall_action == "requeue":
                 _signal_group(self.child.pid, signal.SIGTERM)
                 self.kill_at = now + opts.grace
+        if self.drains is not None and self.response is not None:
+            self._drain_notices(now)
         if self.kill_at is not None and now >= self.kill_at:
             _say(f"the command did not stop within {opts.grace:g}s of SIGTERM: killing it")
             _signal_group(self.child.pid, signal.SIGKILL)
             self.kill_at = float("inf")
+
+    def _drain_notices(self, now: float) -> None:
+        """New drain notices to the job; end the run once the checkpoint-now is complete."""
+        assert self.drains is not None and self.response is not None
+        notices, lines = self.drains.take()
+        for line in lines:
+            _say(line)
+        self.response.told(notices, now)
+        why = self.response.tick(now, self.prog.checkpoints, self.prog.frontier)
+        if why is not None and self.kill_at is None:
+            _say(why)
+            _signal_group(self.child.pid, signal.SIGTERM)
+            self.kill_at = now + self.opts.grace
 
     def finish(self) -> float:
         """Read the last progress events and close a stall still open; returns the end time."""
@@ -420,16 +368,27 @@ def _decide(opts: RunOptions, prep: _Prepared, rc: int, watch: _Watch,
         returncode=rc, restart=prep.restart, max_requeues=opts.max_requeues,
         stalled=watch.stalled, stall_action=opts.stall_action,
         got_signal=watch.got[-1] if watch.got else None,
-        infra_line=infra[0] if infra else None, node_drained=drained))
+        infra_line=infra[0] if infra else None, node_drained=drained,
+        notice=_notice_reason(watch.response)))
 
 
-def _report(opts: RunOptions, prep: _Prepared, rc: int, prog: Progress, stalled: bool,
+def _notice_reason(resp: NoticeResponse | None) -> str | None:
+    if resp is None or resp.ending is None:
+        return None
+    how = ("checkpointed at step" if resp.ending["how"] == "checkpoint"
+           else "no checkpoint in time; resuming from step")
+    return f"drain notice for {', '.join(resp.ending['nodes'])}: {how} {resp.ending['resume_step']}"
+
+
+def _report(opts: RunOptions, prep: _Prepared, rc: int, watch: _Watch,
             verdict: exitmap.Verdict, ended: float) -> None:
     """Step 5: say what happened, and append the run record (runs.jsonl)."""
+    prog, stalled = watch.prog, watch.stalled
     slow = prog.slow_nodes()
     if slow:
         meds = prog.node_medians()
         _say("slow node(s): " + ", ".join(f"{n} (median step {meds[n]:.3f}s)" for n in slow))
+        _report_slow(opts, prep.env, prog)
     if verdict.kind != "success":
         _say(verdict.reason)
     env, best = prep.env, prep.best
@@ -448,7 +407,21 @@ def _report(opts: RunOptions, prep: _Prepared, rc: int, prog: Progress, stalled:
         "median_step_s": prog.median_step(), "step_samples": len(prog.step_times),
         "checkpoints": prog.checkpoints,
         "stalls": prog.stalls,
+        # Drain notices: when each arrived, the checkpoint-now saves, how the run ended.
+        **(watch.response.record() if watch.response else {}),
+        # Steps after the newest checkpoint when the run ends for a requeue: lost work.
+        "steps_to_redo": prog.steps_after_checkpoint() if verdict.requeue else None,
     })
+
+
+def _report_slow(opts: RunOptions, env: dict[str, str], prog: Progress) -> None:
+    """Slow nodes, with the evidence, to serve as suspects (burn-in decides, not one job)."""
+    if opts.report_slow is None:
+        return
+    try:
+        opts.report_slow(prog.slow_evidence(env.get("SLURM_JOB_ID") or ""))
+    except Exception as exc:  # noqa: BLE001 -- a report failing never changes the run's end
+        _say(f"could not report slow nodes to serve: {exc}")
 
 
 def _recovery(opts: RunOptions, env: dict[str, str], best: checkpoint.Checkpoint | None,

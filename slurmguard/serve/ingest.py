@@ -145,11 +145,18 @@ class IngestServer:
                  routes: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
                  workers: int = 64, max_connections: int = 1024, idle_timeout: float = 15.0,
                  request_timeout: float = 30.0,
-                 metrics: ServeMetrics | None = None, metrics_token: bool = False) -> None:
+                 metrics: ServeMetrics | None = None, metrics_token: bool = False,
+                 queries: dict[str, Callable[[dict[str, list[str]]], tuple[int, dict[str, Any]]]]
+                 | None = None, job_token: str = "", job_routes: frozenset[str] = frozenset()
+                 ) -> None:
         self.store = store
         self.token = token
         self.max_body = max_body
         self.routes = routes or {}
+        # GET paths answered without a token (what sinfo shows any user: /drains), and POST
+        # paths a job may call with the job token (readable by jobs; good for nothing else).
+        self.queries = queries or {}
+        self.job_token, self.job_routes = job_token, job_routes
         self.metrics = metrics or ServeMetrics()
         self.metrics_token = metrics_token
         self.writer = BatchWriter(store, batch_size=batch_size, interval=batch_interval,
@@ -187,18 +194,21 @@ class IngestServer:
 
     # -- request logic (called on handler threads)
 
-    def authorized(self, header: str | None) -> bool:
+    def authorized(self, header: str | None, path: str = "") -> bool:
         if not header or not header.startswith("Bearer "):
             return False
         given = header[7:].strip().encode("utf-8", "replace")
-        return hmac.compare_digest(given, self.token.encode())
+        if hmac.compare_digest(given, self.token.encode()):
+            return True
+        return bool(self.job_token) and path in self.job_routes and hmac.compare_digest(
+            given, self.job_token.encode())
 
     def early(self, method: str, path: str, headers: Message) -> tuple[int, dict[str, Any]] | None:
         """Refuse from the request head alone (before any body is read), or None."""
         if method == "POST":
             if path != "/ingest" and path not in self.routes:
                 return 404, {"error": f"not found: POST {path[:80]}"}
-            if not self.authorized(headers.get("Authorization")):
+            if not self.authorized(headers.get("Authorization"), path):
                 return 401, {"error": "missing or wrong token"}
             return None
         if method in ("GET", "HEAD") and headers.get("Content-Length", "0").strip() not in ("", "0"):
@@ -314,7 +324,8 @@ def _make_handler(server: IngestServer) -> type[BaseHTTPRequestHandler]:
                   ctype: str = "application/json") -> None:
             data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
             path = self.path.split("?")[0]
-            known = path in ("/ingest", "/healthz", "/metrics") or path in server.routes
+            known = path in ("/ingest", "/healthz", "/metrics") or path in server.routes \
+                or path in server.queries
             server.metrics.http_requests.labels(path=path if known else "other", code=str(code)).inc()
             self.send_response(code)
             self.send_header("Content-Type", ctype)
@@ -344,6 +355,8 @@ def _make_handler(server: IngestServer) -> type[BaseHTTPRequestHandler]:
                     self._send(401, {"error": "missing or wrong token"})
                     return
                 self._send(200, server.metrics.exposition(), CONTENT_TYPE)
+            elif path in server.queries:
+                self._send(*_answer_query(server, path, self.path.partition("?")[2]))
             else:
                 self._send(404, {"error": f"not found: GET {self.path[:80]}"})
 
@@ -352,22 +365,11 @@ def _make_handler(server: IngestServer) -> type[BaseHTTPRequestHandler]:
             if path != "/ingest" and path not in server.routes:
                 self._send(404, {"error": "not found"})
                 return
-            if not server.authorized(self.headers.get("Authorization")):
+            if not server.authorized(self.headers.get("Authorization"), path):
                 self._send(401, {"error": "missing or wrong token"})
                 return
-            try:
-                length = int(self.headers.get("Content-Length") or "")
-            except ValueError:
-                self._send(411, {"error": "Content-Length required"})
-                return
-            if length < 0 or length > server.max_body:
-                self.close_connection = True
-                self._send(413, {"error": f"body over {server.max_body} bytes"})
-                return
-            try:
-                body = json.loads(self.rfile.read(length) or b"null", parse_constant=_no_constant)
-            except (ValueError, RecursionError) as exc:
-                self._send(400, {"error": one_line(f"body: not JSON: {exc}")})
+            ok, body = _read_body(self, server.max_body)
+            if not ok:
                 return
             if path == "/ingest":
                 self._send(*server.ingest(body))
@@ -380,3 +382,35 @@ def _make_handler(server: IngestServer) -> type[BaseHTTPRequestHandler]:
                 self._send(503, {"error": exc.message})
 
     return Handler
+
+
+def _read_body(h: Any, max_body: int) -> tuple[bool, Any]:
+    """(True, the request's JSON body), or (False, None) once ``h`` answered the error."""
+    try:
+        length = int(h.headers.get("Content-Length") or "")
+    except ValueError:
+        h._send(411, {"error": "Content-Length required"})
+        return False, None
+    if length < 0 or length > max_body:
+        h.close_connection = True
+        h._send(413, {"error": f"body over {max_body} bytes"})
+        return False, None
+    try:
+        return True, json.loads(h.rfile.read(length) or b"null", parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        h._send(400, {"error": one_line(f"body: not JSON: {exc}")})
+        return False, None
+
+
+def _answer_query(server: IngestServer, path: str, raw: str) -> tuple[int, dict[str, Any]]:
+    """A GET query route (``server.queries``): its answer, or the error as (code, body)."""
+    import urllib.parse
+
+    try:
+        query = urllib.parse.parse_qs(raw, max_num_fields=8)
+    except ValueError:
+        return 400, {"error": "query: too many fields"}
+    try:
+        return server.queries[path](query)
+    except SlurmguardError as exc:
+        return 503, {"error": exc.message}

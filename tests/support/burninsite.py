@@ -15,6 +15,7 @@ MEASUREMENTS = {
     "site-raise": "support.burninsite:boom",
     "site-unsupported": "support.burninsite:nope",
     "site-slow": "support.burninsite:slow",
+    "site-node": "support.burninsite:node_value",
 }
 
 
@@ -41,3 +42,10 @@ def slow(p):  # noqa: ANN001, ANN201
         open(marker, "w").close()
     time.sleep(float(os.environ.get("FAKE_BENCH_SLEEP", "60")))
     return value(p)
+
+
+def node_value(p):  # noqa: ANN001, ANN201
+    """10 s everywhere, 50 s on FAKE_SLOW_NODE: a node really slow at the site benchmark."""
+    slow = os.environ.get("SLURMD_NODENAME") == os.environ.get("FAKE_SLOW_NODE", "-")
+    return [{"metric": "site_seconds", "value": 50.0 if slow else 10.0, "unit": "s",
+             "status": "ok", "higher_is_better": False}]

@@ -1,0 +1,176 @@
+"""serve's answers to running jobs: which of my nodes are drained (GET /drains), and the
+slow nodes a job saw (POST /suspect).
+
+``GET /drains?nodes=n[1-3]&since=T`` is what every job's `slurmguard run` polls every few
+seconds (slurmguard.job.notice). One cached view of Slurm (``scontrol show node``, at most one
+call per ``cache_s``) answers every job, so slurmctld sees one poller however many jobs run;
+the store's drain events since ``T`` add who drained and exactly when. Slurm's DRAIN flag is
+the truth for "drained now" (an admin's or the reconciler's drain reaches the store only
+through Slurm); when serve's Slurm view fails the answer says ``complete: false`` with the
+store's drains, and the wrapper asks Slurm itself. No token is needed: the answer is what
+``sinfo -R`` shows any user.
+
+``POST /suspect`` takes the wrapper's slow-node evidence (the job, per node its median step
+time, the ratio to the job's median, its ranks) with the *job token* (``notice.job_token_file``,
+readable by jobs, valid for this path only) and records one ``suspect`` event per node and job.
+A suspect never drains anything: burn-in decides (slurmguard.store.suspects orders it first).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from typing import Any
+
+from slurmguard.errors import InputError, SlurmguardError
+from slurmguard.nodeset import expand, validate_node_name
+
+MAX_NODES = 4096  # nodes one job may ask about
+_JOB = re.compile(r"[0-9]{1,20}(_[0-9]{1,10})?(\+[0-9]{1,10})?")
+_STORE_KINDS = ("drain", "clear")
+
+
+class DrainView:
+    """The /drains and /suspect handlers over the store and a cached Slurm view."""
+
+    def __init__(self, store: Any, slurm: Any, *, cache_s: float = 1.0) -> None:
+        self.store, self.slurm, self.cache_s = store, slurm, cache_s
+        self._lock = threading.Lock()
+        self._view: tuple[float, dict[str, Any] | None, str] = (float("-inf"), None, "")
+
+    def _slurm_view(self) -> tuple[dict[str, Any] | None, str]:
+        """name -> NodeInfo, at most ``cache_s`` old; (None, why) when Slurm did not answer."""
+        with self._lock:
+            at, view, err = self._view
+            if time.monotonic() - at >= self.cache_s:
+                try:
+                    view, err = {n.name: n for n in self.slurm.nodes()}, ""
+                except SlurmguardError as exc:
+                    view, err = None, exc.message
+                self._view = (time.monotonic(), view, err)
+            return view, err
+
+    def drains(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        """Answer ``GET /drains``: (HTTP status, JSON object)."""
+        try:
+            nodes, since = _parse_query(query)
+        except InputError as exc:
+            return 400, {"error": exc.message}
+        wanted = set(nodes)
+        store_drains: dict[str, dict[str, Any]] = {}
+        try:
+            events = self.store.nodes.events(since=since, kinds=_STORE_KINDS, limit=10000)
+        except SlurmguardError:
+            events = []  # the store adds detail; Slurm's flag is the answer
+        for e in reversed(events):  # oldest first: a later clear ends an earlier drain
+            if e.node not in wanted:
+                continue
+            if e.kind == "drain":
+                actor = e.actor_kind if e.actor_kind != "admin" else f"admin:{e.actor}"
+                store_drains[e.node] = {"node": e.node, "at": e.at, "actor": actor,
+                                        "reason": _one_line(e.reason)}
+            else:
+                store_drains.pop(e.node, None)
+        view, err = self._slurm_view()
+        if view is None:
+            return 200, {"drains": list(store_drains.values()), "complete": False,
+                         "error": f"serve's Slurm view failed: {err}"[:300]}
+        out = []
+        for n in nodes:
+            info = view.get(n)
+            if info is None or not info.drained:
+                continue
+            d = store_drains.get(n) or {"node": n, "at": _slurm_time(info.reason_time),
+                                        "actor": info.reason_user[:80],
+                                        "reason": _one_line(info.reason)}
+            out.append(d)
+        return 200, {"drains": out, "complete": True}
+
+    def suspect(self, body: Any) -> dict[str, Any]:
+        """Record the wrapper's slow nodes as ``suspect`` events (one per node and job)."""
+        job, median, entries = _parse_suspect(body)
+        recorded, duplicate = [], []
+        for ent in entries:
+            node = ent["node"]
+            old = self.store.nodes.events(node=node, kinds=("suspect",), limit=1000)
+            if any(e.details.get("job") == job for e in old):
+                duplicate.append(node)
+                continue
+            self.store.nodes.record_event(
+                node, "suspect", "slurmguard",
+                f"slow in job {job}: median step {ent['median_step_s']:.3f}s, "
+                f"{ent['ratio']:.2f}x the job's {median:.3f}s",
+                source="wrapper", details={"job": job, "job_median_step_s": median, **ent})
+            recorded.append(node)
+        return {"recorded": recorded, "duplicate": duplicate}
+
+
+def _parse_query(query: dict[str, list[str]]) -> tuple[list[str], float]:
+    raw = query.get("nodes", [""])
+    if len(raw) != 1:
+        raise InputError("nodes: give one node set")
+    try:
+        nodes = expand(raw[0], source="nodes")
+    except InputError as exc:
+        msg = exc.message
+        raise InputError(msg if msg.startswith("nodes") else f"nodes: {msg}") from None
+    if len(nodes) > MAX_NODES:
+        raise InputError(f"nodes: {len(nodes)} nodes, more than {MAX_NODES}")
+    since_raw = query.get("since", ["0"])[-1]
+    try:
+        since = float(since_raw)
+        if not math.isfinite(since):
+            raise ValueError
+    except ValueError:
+        raise InputError(f"since: expected a Unix time, got {since_raw[:40]!r}") from None
+    return nodes, since
+
+
+def _number(value: Any, field: str, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not lo <= value <= hi:
+        raise InputError(f"{field}: expected a number in [{lo:g}, {hi:g}], got {str(value)[:40]!r}")
+    return float(value)
+
+
+def _parse_suspect(body: Any) -> tuple[str, float, list[dict[str, Any]]]:
+    if not isinstance(body, dict):
+        raise InputError("body: expected {\"job\": ..., \"job_median_step_s\": ..., \"nodes\": [...]}")
+    job = body.get("job")
+    if not isinstance(job, str) or not _JOB.fullmatch(job):
+        raise InputError(f"job: expected a Slurm job id, got {str(job)[:40]!r}")
+    median = _number(body.get("job_median_step_s"), "job_median_step_s", 0.0, 86400.0)
+    nodes = body.get("nodes")
+    if not isinstance(nodes, list) or not 1 <= len(nodes) <= 64:
+        raise InputError("nodes: expected a list of 1 to 64 slow nodes")
+    out = []
+    for i, ent in enumerate(nodes):
+        f = f"nodes[{i}]"
+        if not isinstance(ent, dict):
+            raise InputError(f"{f}: expected an object")
+        try:
+            node = validate_node_name(ent.get("node"))
+        except InputError as exc:
+            raise InputError(f"{f}.node: {exc.message}") from None
+        ranks = ent.get("ranks", [])
+        if not isinstance(ranks, list) or len(ranks) > 4096 or not all(
+                isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 1 << 24 for r in ranks):
+            raise InputError(f"{f}.ranks: expected up to 4096 rank numbers")
+        out.append({"node": node, "ranks": ranks,
+                    "median_step_s": _number(ent.get("median_step_s"), f"{f}.median_step_s",
+                                             0.0, 86400.0),
+                    "ratio": _number(ent.get("ratio"), f"{f}.ratio", 1.0, 1e6)})
+    return job, median, out
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())[:300]
+
+
+def _slurm_time(text: str) -> float | None:
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None

@@ -1,0 +1,126 @@
+"""A job that loses a node loses no work: drain a node under a running 2-node training job on
+the real 3-node cluster; the job's wrapper learns it within seconds (from serve, or from Slurm
+when serve is down), the job checkpoints at once, the run ends and is requeued without that
+node, and the next run resumes from that checkpoint and ends in the state of an
+uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.drain_notice import Job, Setup, reference_state, sg
+from support.requeue_support import log_lines
+
+pytestmark = pytest.mark.slurm
+STEPS, EVERY = 60, 20
+
+
+@pytest.mark.parametrize("actor,reason", [
+    ("hook", "slurmguard: gpu-xid: Xid 79 on GPU 3"),  # as a health check drains its node
+    ("admin", "maintenance: fan"),
+    ("reconciler", "slurmguard: k8s: Node NotReady"),
+])
+def test_drain_notice_checkpoints_now_and_moves_on(slurm_cluster_factory: Any, tmp_path: Path,
+                                                   actor: str, reason: str) -> None:
+    s = Setup(slurm_cluster_factory, tmp_path)
+    try:
+        job = Job(s, "job", steps=STEPS, every=EVERY)
+        job.submit()
+        job.wait_steps(EVERY + 4)  # past the first periodic checkpoint
+        victim = job.victim()
+        drained_at = job.drain(victim, reason)
+        job.finish()
+    finally:
+        events = s.stop()
+    runs = job.runs()
+    assert [r["verdict"] for r in runs] == ["infra", "success"], job.output()
+    first, second = runs
+    # Told within seconds, through serve; one notice for the node (deduplicated).
+    [told] = job.told_lines()
+    assert told[0] == "poll" and told[2] - drained_at < 5
+    [notice] = first["notices"]
+    assert notice["node"] == victim and notice["via"] == "serve" and reason in notice["reason"]
+    # The checkpoint-now ended the run, and the next run resumed from it without the node.
+    end = first["ended_by_notice"]
+    assert end["how"] == "checkpoint" and end["nodes"] == [victim]
+    assert first["checkpoint_now"][0]["step"] == end["resume_step"] == second["resumed_from"]["step"]
+    assert end["resume_step"] % EVERY != 0  # not a periodic save: saved because of the notice
+    assert victim not in {n for _, r, n in log_lines(job.log) if r == 1}
+    assert any(e.get("event") == "requeue-expedite" for e in events)
+    # Work lost: only the steps made while the save was being checked (the wrapper's tick).
+    assert job.redone() == first["steps_to_redo"] <= 4
+    assert second["recovery"]["steps_lost_at_least"] == first["steps_to_redo"]
+    assert json.loads(job.final.read_text()) == reference_state(tmp_path, STEPS, EVERY)
+    assert "drain notice: " + victim in job.output()
+    # The job's figures in goodput: the notice, its latency, the save, the steps redone.
+    r = sg(s, "goodput", "--job", job.jid, "--json")
+    assert r.returncode == 0, r.stderr
+    infra = json.loads(r.stdout)["infra"]
+    assert infra["notices"] == 1 and infra["checkpoint_now"] == 1
+    assert infra["runs_ended_by_notice"] == 1 and infra["steps_redone"] == job.redone()
+    assert 0 <= infra["notice_latency_max_s"] < 5
+    r = sg(s, "goodput", "--job", job.jid)
+    assert f"infrastructure: {job.redone()} step(s) redone; 1 drain notice(s), arrived in" in r.stdout
+
+
+def test_serve_down_notice_arrives_through_slurm(slurm_cluster_factory: Any,
+                                                 tmp_path: Path) -> None:
+    s = Setup(slurm_cluster_factory, tmp_path, serve=False)
+    try:
+        job = Job(s, "job", steps=STEPS, every=EVERY, wrapper="--notice-signal USR1",
+                  train="")  # the program checkpoints on SIGUSR1 and exits 75 itself
+        job.submit()
+        job.wait_steps(EVERY + 4)
+        drained_at = job.drain(job.victim(), "slurmguard: gpu-xid: Xid 48")
+        job.finish()
+    finally:
+        s.stop()
+    first, second = job.runs()
+    assert first["notices"][0]["via"] == "slurm" and first["verdict"] == "requested"
+    out = job.output()
+    assert "drain state now from slurm (serve: serve unreachable" in out
+    told = job.told_lines()[0]
+    assert told[0] == "signal" and told[2] - drained_at < 3.0 + 5  # slurm_interval = 3
+    assert job.redone() == 0  # saved and stopped in the same step
+
+
+def test_no_checkpoint_to_resume_from_is_never_stopped(slurm_cluster_factory: Any,
+                                                       tmp_path: Path) -> None:
+    s = Setup(slurm_cluster_factory, tmp_path)
+    try:
+        # Saves only at step 1000: a drain finds nothing to resume from; the run goes on.
+        job = Job(s, "job", steps=30, every=1000, train="", wrapper="--notice-timeout 1")
+        job.submit()
+        job.wait_steps(5)
+        job.drain(job.victim(), "maintenance")
+        job.finish()
+    finally:
+        s.stop()
+    [run] = job.runs()
+    assert run["verdict"] == "success" and run["ended_by_notice"] is None
+    assert len(run["notices"]) == 1
+    assert "no complete checkpoint to resume from: not stopping the run" in job.output()
+    assert job.redone() == 0
+
+
+def test_no_checkpoint_in_time_requeues_anyway_and_says_so(slurm_cluster_factory: Any,
+                                                           tmp_path: Path) -> None:
+    s = Setup(slurm_cluster_factory, tmp_path)
+    try:
+        # The program ignores the notice; its next periodic save is ~4 s away, the timeout 1 s.
+        job = Job(s, "job", steps=STEPS, every=EVERY, train="", wrapper="--notice-timeout 1")
+        job.submit()
+        job.wait_steps(EVERY + 4)
+        job.drain(job.victim(), "slurmguard: gpu-ecc: uncorrectable")
+        job.finish()
+    finally:
+        s.stop()
+    first, second = job.runs()
+    end = first["ended_by_notice"]
+    assert end["how"] == "timeout" and end["resume_step"] == EVERY == second["resumed_from"]["step"]
+    assert first["checkpoint_now"] == [] and first["verdict"] == "infra"
+    assert "no checkpoint within 1s of the drain notice: ending the run at step" in job.output()
+    assert job.redone() == first["steps_to_redo"] == end["frontier_step"] - EVERY > 0
