@@ -189,20 +189,15 @@ class SSHSession:
             chan.exec_command(command)
             while True:
                 got = False
-                if chan.recv_ready():
-                    data = chan.recv(65536)
-                    got = True
-                    if len(out) < MAX_OUTPUT:
-                        out += data
-                    else:
-                        truncated = True
-                if chan.recv_stderr_ready():
-                    data = chan.recv_stderr(65536)
-                    got = True
-                    if len(err) < MAX_OUTPUT:
-                        err += data
-                    else:
-                        truncated = True
+                for ready, recv, buf in ((chan.recv_ready, chan.recv, out),
+                                         (chan.recv_stderr_ready, chan.recv_stderr, err)):
+                    if ready():
+                        data = recv(65536)
+                        got = True
+                        if len(buf) < MAX_OUTPUT:
+                            buf += data
+                        else:
+                            truncated = True
                 if (chan.exit_status_ready() and not chan.recv_ready()
                         and not chan.recv_stderr_ready()):
                     break

@@ -5,28 +5,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from slurmguard.errors import SlurmguardError
+from slurmguard.plotting import PlotUnavailable, pyplot, save_png
 
-
-class PlotUnavailable(SlurmguardError):
-    pass
-
-
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise PlotUnavailable("--plot: matplotlib is not installed "
-                              "(pip install 'slurmguard[plot]')") from None
-    return plt
+__all__ = ["PlotUnavailable", "plot_history", "plot_report"]
 
 
 def plot_report(report: Any, path: str, metric: str | None = None) -> None:
     """One panel per (group, metric): every node's score, flagged nodes marked and named."""
-    plt = _pyplot()
+    plt = pyplot()
     panels: dict[tuple[str, str], list[Any]] = {}
     for v in report.nodes.values():
         for j in v.judgements:
@@ -48,14 +34,12 @@ def plot_report(report: Any, path: str, metric: str | None = None) -> None:
         ax.set_title(f"{key[0]}: {key[1]} ({len(bad)} flagged)", fontsize=9)
         ax.set_xlabel(unit)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_png(fig, path, dpi=100)
 
 
 def plot_history(store: Any, node: str, metric: str | None, path: str, since: float) -> None:
     """One node's values over its complete runs, per metric."""
-    plt = _pyplot()
+    plt = pyplot()
     metrics = [metric] if metric else sorted({s.metric for s in store.burnin.series(nodes=[node])})
     fig, axes = plt.subplots(max(1, len(metrics)), 1, figsize=(9, 2.2 * max(1, len(metrics))),
                              squeeze=False)
@@ -65,6 +49,4 @@ def plot_history(store: Any, node: str, metric: str | None, path: str, since: fl
                 marker="o")
         ax.set_title(f"{node}: {m}", fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_png(fig, path, dpi=100)

@@ -112,12 +112,7 @@ def _judge_segment(np: Any, c: Cols, seg: Any, g: str, p: StatParams, acc: _Acc)
     else:
         sc = np.where(vals <= 0, math.inf, med / vals)
     denom = max(spread, abs(med) * p.mad_floor)
-    if denom <= 0:
-        z = np.zeros_like(vals)
-    else:
-        z = Z_CONST * (vals - med) / denom
-        if not hib:
-            z = -z
+    z = _z(np, vals, med, denom, hib)
     by_score = sc < p.threshold
     by_z = ~by_score & (z < -p.z_limit) if p.z_limit > 0 else np.zeros_like(by_score)
     acc.sc[sel] = sc
@@ -256,6 +251,14 @@ def _degrading(np: Any, ns: _Nights, c: Cols, hib: bool, p: StatParams
     return out
 
 
+def _z(np: Any, x: Any, m: Any, denom: float, hib: bool) -> Any:
+    """Robust z of ``x`` against ``m`` (negative: worse, whichever way the metric points)."""
+    if denom <= 0:
+        return np.zeros_like(x)
+    z = Z_CONST * (x - m) / denom
+    return z if hib else -z
+
+
 def _previous_out(np: Any, ns: _Nights, c: Cols, hib: bool, p: StatParams, denom: float
                   ) -> list[str]:
     """:func:`~slurmguard.burnin.stats.previous_out` of one (group, metric) segment."""
@@ -270,12 +273,7 @@ def _previous_out(np: Any, ns: _Nights, c: Cols, hib: bool, p: StatParams, denom
         s = np.where(comparable, v / m, 1.0)
     else:
         s = np.where(comparable, np.where(v <= 0, math.inf, m / v), 1.0)
-    if denom <= 0:
-        z = np.zeros_like(v)
-    else:
-        z = Z_CONST * (v - m) / denom
-        if not hib:
-            z = -z
+    z = _z(np, v, m, denom, hib)
     out = (s < p.threshold) | ((z < -p.z_limit) if p.z_limit > 0 else False)
     out &= n >= max(1, p.min_group)
     return [c.names[int(c.nc[r])] for r in ns.seg[have][out].tolist()]

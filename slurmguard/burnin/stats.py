@@ -178,6 +178,16 @@ def theil_sen_drop(scores: Sequence[float]) -> float:
     return -median(slopes) * (n - 1) if slopes else 0.0
 
 
+def _add_nights(by_night: dict[int, list[float]], last: int, tail: Sequence[float]) -> int:
+    """Add a node's values of consecutive nights ending at night ``last`` (nan: no run) to
+    ``by_night``; return the number of the first of them."""
+    first = last - len(tail) + 1
+    for i, v in enumerate(tail):
+        if v == v and v >= 0:  # not nan
+            by_night.setdefault(first + i, []).append(v)
+    return first
+
+
 def nightly_scores(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_better: bool,
                    nights: int) -> dict[str, list[float]]:
     """Each node's scores over its last ``nights`` nights, against each night's median.
@@ -190,10 +200,7 @@ def nightly_scores(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_
     tails: dict[str, tuple[int, Sequence[float]]] = {}
     for node, (last, values) in series.items():
         tail = values[-nights:]
-        first = last - len(tail) + 1
-        for i, v in enumerate(tail):
-            if v == v and v >= 0:  # not nan
-                by_night.setdefault(first + i, []).append(v)
+        first = _add_nights(by_night, last, tail)
         if len(tail) == nights:
             tails[node] = (first, tail)
     med = {night: median(vs) for night, vs in by_night.items()}
@@ -246,10 +253,7 @@ def previous_out(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_be
     nights = max(1, p.trend_nights) + 1
     for node, (last, values) in series.items():
         tail = values[-nights:]
-        first = last - len(tail) + 1
-        for i, v in enumerate(tail):
-            if v == v and v >= 0:  # not nan
-                by_night.setdefault(first + i, []).append(v)
+        _add_nights(by_night, last, tail)
         if len(tail) >= 2 and tail[-2] == tail[-2] and tail[-2] >= 0:
             prev[node] = (last - 1, tail[-2])
     out = []

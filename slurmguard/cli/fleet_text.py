@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from slurmguard.errors import SlurmguardError
-
 
 def node_key(by: str, *, groups: Mapping[str, str] = {}, models: Mapping[str, str] = {},
              partitions: Mapping[str, Iterable[str]] = {}) -> Callable[[str], str] | None:
@@ -108,13 +106,9 @@ def _list(names: list[str]) -> str:
 
 def plot(rep: Mapping[str, Any], path: str) -> None:
     """Share of node-time out of service per day, and failures by cause (PNG)."""
-    try:
-        import matplotlib
+    from slurmguard.plotting import pyplot, save_png
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SlurmguardError("--plot needs matplotlib: pip install 'slurmguard[plot]'") from None
+    plt = pyplot()
     from datetime import UTC, datetime
 
     series = rep["out_of_service"]["series"]
@@ -126,11 +120,4 @@ def plot(rep: Mapping[str, Any], path: str) -> None:
     ax2.barh(causes, [rep["by_cause"][c]["per_1000_node_days"] for c in causes])
     ax2.set_xlabel("failures per 1,000 node-days")
     ax2.set_title(f"{rep['failures']} failures, {rep['per_1000_node_days']} per 1,000 node-days")
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    try:
-        fig.savefig(path, format="png")
-    except OSError as exc:
-        raise SlurmguardError(f"--plot: cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+    save_png(fig, path, dates=True)

@@ -194,13 +194,9 @@ def fleet_table(groups: Sequence[tuple[str, Mapping[str, Any]]], by: str, since:
 
 def plot(series: Sequence[tuple[float, Mapping[str, float]]], path: str, title: str) -> None:
     """A stacked bar chart of badput hours by cause per bucket, written to ``path`` (PNG)."""
-    try:
-        import matplotlib
+    from slurmguard.plotting import pyplot, save_png
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SlurmguardError("--plot needs matplotlib: pip install 'slurmguard[plot]'") from None
+    plt = pyplot()
     from datetime import UTC, datetime
 
     xs = [datetime.fromtimestamp(t, UTC) for t, _ in series]
@@ -215,11 +211,4 @@ def plot(series: Sequence[tuple[float, Mapping[str, float]]], path: str, title: 
     ax.set_title(title)
     if any(bottom):
         ax.legend(loc="upper left", fontsize="small")
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    try:
-        fig.savefig(path, format="png")
-    except OSError as exc:
-        raise SlurmguardError(f"--plot: cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+    save_png(fig, path, dates=True)
