@@ -49,6 +49,7 @@ EVENT_KINDS = (
     "permit",  # the blast-radius guard allowed a drain (holds its slot; slurmguard/drainguard.py)
     "drain_failed",  # a drain slurmguard asked Slurm for did not take (the error in reason)
     "suspect",  # a job named the node slow (evidence for burn-in; never a drain by itself)
+    "risk_refused",  # the gate refused the node to a large job for node risk (no drain)
 )
 
 
@@ -78,6 +79,10 @@ class Node(Base):
     probation: Mapped[bool] = mapped_column(Boolean, default=False)
     probation_since: Mapped[float | None] = mapped_column(Float)
     probation_passes: Mapped[int] = mapped_column(Integer, default=0)
+    # Node risk as serve's policy pass last computed it (risk.gate_max_nodes): the gate reads
+    # these two columns with its one query instead of computing risk on its hot path.
+    risk_score: Mapped[float | None] = mapped_column(Float)
+    risk_at: Mapped[float | None] = mapped_column(Float)
 
 
 class Run(Base):

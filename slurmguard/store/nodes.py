@@ -419,6 +419,36 @@ class Nodes:
                 out += [tuple(r) for r in conn.execute(select(*cols).where(_N.c.name.in_(chunk)))]
         return out
 
+    def set_risk(self, scores: Mapping[str, float], at: float) -> int:
+        """Store each known node's risk score as of ``at`` (serve's policy pass, for the
+        gate's risk.gate_max_nodes); nodes without a row are not created. Returns the rows."""
+        if not scores:
+            return 0
+        stmt = (update(Node).where(Node.name == bindparam("b_name"))
+                .values(risk_score=bindparam("b_score"), risk_at=bindparam("b_at")))
+        with guard(self.engine, "set node risk"), self.engine.begin() as conn:
+            res = conn.execute(stmt, [{"b_name": n, "b_score": float(s), "b_at": at}
+                                      for n, s in sorted(scores.items())])
+            return int(res.rowcount or 0)
+
+    def risk_refusals(self, since: float) -> dict[str, dict[str, int]]:
+        """job id -> {node: the gate's refusal round}: the nodes the gate refused each job for
+        node risk (``risk_refused`` events since ``since``; job and round in the details)."""
+        stmt = (select(Node.name, Event.details).join(Node, Node.id == Event.node_id)
+                .where(Event.kind == "risk_refused", Event.at >= since))
+        out: dict[str, dict[str, int]] = {}
+        with guard(self.engine, "risk refusals"), self.engine.connect() as conn:
+            for name, details in conn.execute(stmt):
+                try:
+                    d = json.loads(details or "{}")
+                    job, round_ = str(d.get("job") or ""), int(d.get("round") or 1)
+                except (ValueError, TypeError, AttributeError):
+                    continue
+                if job:
+                    seen = out.setdefault(job, {})
+                    seen[name] = max(seen.get(name, 0), round_)
+        return out
+
     def active(self, since: float) -> list[str]:
         """Nodes with a run since ``since``, or flagged lemon, burn-in or probation."""
         stmt = select(Node.name).where((Node.last_seen >= since) | Node.lemon.is_(True)
