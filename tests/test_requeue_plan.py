@@ -169,3 +169,44 @@ def test_nodes_of_an_ending_run_are_added_not_replaced() -> None:
     # The next run on other nodes replaces the memory.
     _, mem = run([J("8", "RUNNING", nodes="n[1,3]", restart_count=1)], HEALTHY, mem)
     assert mem["8"].nodes == "n[1,3]"
+
+
+# -- risk refusals (risk.gate_max_nodes): the gate refused the job an at-risk node, drained
+# nothing; the watcher excludes the refused nodes and makes the job eligible at once.
+
+def test_risk_refused_job_excludes_the_refused_nodes_even_unseen_running() -> None:
+    # The gate refuses within a second of the allocation: the watcher may never see it run.
+    pending = J("9", "PENDING", "BeginTime", restart_count=1, eligible_time=NOW + 121)
+    acts, mem = plan([pending], HEALTHY, {}, NOW, 3, refused={"9": ["n1"], "10": ["n2"]})
+    assert [(a.kind, a.failed_nodes, a.exclude, a.eligible_now) for a in acts] == \
+        [("expedite", ("n1",), "n1", True)]
+    assert "node risk on n1" in acts[0].reason and mem["9"].risk_handled == 1
+    # once per restart: the next poll does nothing
+    again, mem = plan([pending], HEALTHY, mem, NOW + 2, 3, refused={"9": ["n1"]})
+    assert again == []
+
+
+def test_risk_refusal_already_excluded_is_not_repeated() -> None:
+    pending = J("9", "PENDING", "BeginTime", restart_count=2, eligible_time=NOW + 121,
+                exc_nodes="n1")
+    acts, _ = plan([pending], HEALTHY, {}, NOW, 3, refused={"9": ["n1"]})
+    assert acts == []
+    # a second round refused n3 too: both excluded
+    acts, _ = plan([pending], HEALTHY, {}, NOW, 3, refused={"9": ["n1", "n3"]})
+    assert [(a.failed_nodes, a.exclude) for a in acts] == [(("n3",), "n[1,3]")]
+
+
+def test_risk_refusal_and_node_fault_together_and_cap_only_for_faults() -> None:
+    _, mem = run([J("5", "RUNNING", nodes="n[1-2]")], HEALTHY)
+    mem["5"].expedited = 3  # the node-fault cap is reached
+    pending = J("5", "PENDING", "BeginTime", restart_count=1, eligible_time=NOW + 121)
+    acts, _ = plan([pending], HEALTHY, mem, NOW, 3, refused={"5": ["n1"]})
+    assert [(a.kind, a.exclude) for a in acts] == [("expedite", "n1")]  # risk: bounded by the gate
+    acts, _ = plan([pending], nodes(n2=N("n2", "down")), mem, NOW, 3, refused={"5": ["n1"]})
+    assert [a.kind for a in acts] == ["cap"]
+
+
+def test_risk_refusal_of_a_running_job_is_not_acted_on() -> None:
+    acts, _ = plan([J("6", "RUNNING", nodes="n[2-4]", restart_count=1)], HEALTHY, {}, NOW, 3,
+                   refused={"6": ["n1"]})
+    assert acts == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,7 @@ def store_recorder(cfg: Config) -> Callable[[dict[str, Any]], None] | None:
     def record(ev: dict[str, Any]) -> None:
         if ev["event"] not in ("requeue-expedite", "requeue-recovered", "requeue-cap"):
             return
-        what = {"requeue-expedite": "requeued after a node fault: excluded and made eligible now",
+        what = {"requeue-expedite": f"requeued ({ev.get('reason')}): excluded and made eligible now",
                 "requeue-recovered": f"running again {ev.get('seconds')}s after the requeue",
                 "requeue-cap": "requeue cap reached: left to Slurm"}[ev["event"]]
         for node in ev.get("failed_nodes") or ev.get("failed") or []:
@@ -57,6 +58,26 @@ def store_recorder(cfg: Config) -> Callable[[dict[str, Any]], None] | None:
                 log.warning("requeue watcher: store: %s", exc.message)
 
     return record
+
+
+def store_refusals(cfg: Config) -> Callable[[], dict[str, set[str]]] | None:
+    """With risk.gate_max_nodes on: job id -> the nodes the gate refused it for node risk in
+    the last day (the store's risk_refused events), for the watcher to exclude."""
+    if int(cfg["risk.gate_max_nodes"]) <= 0:
+        return None
+    try:
+        from slurmguard.store import Store
+    except ImportError:
+        return None
+    from slurmguard.errors import SlurmguardError
+
+    try:
+        store = Store.open(cfg)
+    except (SlurmguardError, KeyError) as exc:
+        log.warning("requeue watcher: no store (%s): risk refusals are not followed", exc)
+        return None
+    return lambda: {job: set(nodes) for job, nodes in
+                    store.nodes.risk_refusals(time.time() - 86400.0).items()}
 
 
 @requeue_grp.command("watch")
@@ -130,7 +151,7 @@ def watch_cmd(ctx: click.Context, once: bool, interval: float | None, max_requeu
     click.echo(f"requeue watcher: path {path.name}: {path.why}", err=True)
     w = Watcher(slurm, metrics=metrics, metrics_path=sec["metrics_file"],
                 max_requeues=sec["max_requeues"] if max_requeues is None else max_requeues,
-                state_path=state_path, record=record, path=path)
+                state_path=state_path, record=record, path=path, refusals=store_refusals(cfg))
     if once:
         w.poll()
         return 0

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 _CHUNK = 500
 _COLUMN_NAMES = ("name", "last_seen", "last_health", "last_reason", "lemon", "lemon_reason",
-                 "burnin_required")
+                 "burnin_required", "risk_score", "risk_at")
 _COLUMNS = ", ".join(_COLUMN_NAMES)
 GATE_QUERY = f"SELECT {_COLUMNS} FROM nodes WHERE name IN ({{marks}})"
 
@@ -54,6 +54,13 @@ class NodeRow:
     lemon: bool
     lemon_reason: str | None
     burnin_required: bool
+    risk_score: float | None = None  # as serve's policy pass last stored it (risk.gate_max_nodes)
+    risk_at: float | None = None
+
+    @classmethod
+    def of(cls, r: Sequence[Any]) -> NodeRow:
+        """A row of _COLUMN_NAMES, in that order."""
+        return cls(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]), r[7], r[8])
 
 
 def refusal(row: NodeRow | None, now: float, fresh: float) -> str | None:
@@ -84,7 +91,7 @@ def read_sqlite(path: str, nodes: Sequence[str], busy_timeout: float) -> dict[st
             chunk = list(nodes[i:i + _CHUNK])
             sql = GATE_QUERY.format(marks=",".join("?" * len(chunk)))
             for r in conn.execute(sql, chunk):
-                out[r[0]] = NodeRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]))
+                out[r[0]] = NodeRow.of(r)
         return out
     except sqlite3.Error as exc:
         raise StoreError(f"store {path}: {exc}") from None
@@ -101,8 +108,7 @@ def read_store(section: Mapping[str, Any], nodes: Sequence[str]) -> dict[str, No
 
     store = Store.open(section=section)
     try:
-        return {r[0]: NodeRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]))
-                for r in store.nodes.columns(nodes, _COLUMN_NAMES)}
+        return {r[0]: NodeRow.of(r) for r in store.nodes.columns(nodes, _COLUMN_NAMES)}
     finally:
         store.close()
 
@@ -139,11 +145,37 @@ def run_gate(cfg: Config, env: Mapping[str, str], *, dry_run: bool = False,
         if why:
             refused[n] = why
     if not refused:
-        return GateOutcome(EXIT_OK, {}, [], "")
+        return _risk_gate(cfg, job, nodes, rows, now, dry_run)
     drained = [] if dry_run or not gcfg["drain"] else _drain(cfg, refused, job)
     what = "; ".join(f"{n}: {r}" for n, r in sorted(refused.items()))
     return GateOutcome(EXIT_UNHEALTHY, refused, drained,
                        f"job {job}: refused {len(refused)} of {len(nodes)} nodes: {what}")
+
+
+def _risk_gate(cfg: Config, job: str, nodes: Sequence[str], rows: Mapping[str, NodeRow],
+               now: float, dry_run: bool) -> GateOutcome:
+    """risk.gate_max_nodes: refuse at-risk nodes to a large job, draining nothing
+    (slurmguard.fleet.uses, slurmguard.gate.risk). Off, or a small job: nothing to read."""
+    rcfg = cfg.section("risk")
+    max_nodes = int(rcfg["gate_max_nodes"])
+    if max_nodes <= 0 or len(set(nodes)) <= max_nodes:
+        return GateOutcome(EXIT_OK, {}, [], "")
+    from slurmguard.fleet.uses import risk_refusal
+
+    scores = {n: (r.risk_score, r.risk_at) for n, r in rows.items()}
+    refused = risk_refusal(nodes, scores, max_nodes=max_nodes, level=float(rcfg["level"]), now=now)
+    if not refused:
+        return GateOutcome(EXIT_OK, {}, [], "")
+    from slurmguard.gate.risk import settle
+
+    why = settle(cfg, job, nodes, refused, now, dry_run=dry_run)
+    at = ",".join(sorted(refused))
+    if why is not None:
+        return GateOutcome(EXIT_OK, {}, [], f"job {job}: at-risk {at} kept: {why}")
+    what = "; ".join(f"{n}: {r}" for n, r in sorted(refused.items()))
+    return GateOutcome(EXIT_UNHEALTHY, dict(refused), [],
+                       f"job {job}: refused {len(refused)} of {len(set(nodes))} nodes for node "
+                       f"risk, none drained: {what}")
 
 
 def _drain(cfg: Config, refused: Mapping[str, str], job: str) -> list[str]:

@@ -91,6 +91,7 @@ class JobMemory:
     expedited: int = 0  # how many times we sped it up
     requeued_at: float | None = None  # when we saw the requeue, for the recovery time
     failed: list[str] = field(default_factory=list)
+    risk_handled: int = -1  # restart count at which the gate's risk refusals were acted upon
 
 
 @dataclass(frozen=True)
@@ -130,9 +131,12 @@ def _launch_failed_hold(job: JobLike) -> bool:
 
 def plan(jobs: Iterable[JobLike], nodes: Mapping[str, NodeLike], memory: dict[str, JobMemory],
          now: float, max_requeues: int, slurm_expedites: bool = False,
+         refused: Mapping[str, Iterable[str]] | None = None,
          ) -> tuple[list[Action], dict[str, JobMemory]]:
     """Decide what to do for each job; returns the actions and the updated memory.
-    ``slurm_expedites``: Slurm makes jobs flagged for expedited requeue eligible itself."""
+    ``slurm_expedites``: Slurm makes jobs flagged for expedited requeue eligible itself.
+    ``refused``: job id -> the nodes the gate refused it for node risk (risk.gate_max_nodes;
+    the store's ``risk_refused`` events): excluded like failed nodes, once per restart."""
     mem = {k: JobMemory(**asdict(v)) for k, v in memory.items()}
     actions: list[Action] = []
     seen = set()
@@ -141,51 +145,70 @@ def plan(jobs: Iterable[JobLike], nodes: Mapping[str, NodeLike], memory: dict[st
         seen.add(jid)
         m = mem.setdefault(jid, JobMemory(restarts=job.restart_count, handled=job.restart_count))
         if job.state in ACTIVE | ENDING:
-            if job.nodes:
-                if job.state in ENDING or job.restart_count == m.run_of:
-                    m.nodes = fold([*_nodes(m.nodes, "NodeList"), *_nodes(job.nodes, "NodeList")])
-                else:  # a new run: forget the nodes of the previous one
-                    m.nodes = job.nodes
-                    m.run_of = job.restart_count
-            if job.state not in ENDING:
-                m.restarts = job.restart_count
+            _remember_run(job, m)
             continue
         if job.state not in WAITING:
             continue
-        requeued = job.restart_count > m.handled and job.restart_count > 0
-        held = _launch_failed_hold(job)
-        if not requeued and not (held and m.hold_handled < job.restart_count):
-            continue
-        # One decision per requeue, and per launch-failure hold at a restart count.
-        m.handled = max(m.handled, job.restart_count)
-        if held:
-            m.hold_handled = job.restart_count
-        m.restarts = job.restart_count
-        if not m.nodes:
-            actions.append(Action(jid, "unknown", reason="requeued, but the watcher never saw "
-                                  "where it ran: cause unknown, left alone"))
-            continue
-        failed = tuple(n for n in _nodes(m.nodes, "NodeList") if node_failed(nodes.get(n)))
-        if not failed:
-            continue  # requeued for another reason (user, preemption, app): not ours to speed up
-        if m.expedited >= max_requeues:
-            actions.append(Action(jid, "cap", failed, reason=f"already recovered {m.expedited} "
-                                  f"times (requeue.max_requeues {max_requeues}): left to Slurm"))
-            continue
-        m.expedited += 1
-        m.requeued_at = now
-        m.failed = list(failed)
-        exclude = fold([*_nodes(job.exc_nodes, "ExcNodeList"), *failed])
-        by_slurm = slurm_expedites and job_expedited(job)
-        eligible_now = not by_slurm and (job.eligible_time is None or job.eligible_time > now)
-        actions.append(Action(jid, "expedite", failed, exclude=exclude, release=held,
-                              eligible_now=eligible_now or held,
-                              reason=f"node fault on {fold(failed)}",
-                              path="slurm-expedited" if by_slurm else "watcher"))
+        excluded = set(_nodes(job.exc_nodes, "ExcNodeList"))
+        risky = tuple(sorted(set((refused or {}).get(jid, ())) - excluded))
+        a = _decide(job, m, nodes, risky, now, max_requeues, slurm_expedites)
+        if a is not None:
+            actions.append(a)
     for jid in list(mem):
         if jid not in seen:
             del mem[jid]  # gone from the queue
     return actions, mem
+
+
+def _remember_run(job: JobLike, m: JobMemory) -> None:
+    if job.nodes:
+        if job.state in ENDING or job.restart_count == m.run_of:
+            m.nodes = fold([*_nodes(m.nodes, "NodeList"), *_nodes(job.nodes, "NodeList")])
+        else:  # a new run: forget the nodes of the previous one
+            m.nodes = job.nodes
+            m.run_of = job.restart_count
+    if job.state not in ENDING:
+        m.restarts = job.restart_count
+
+
+def _decide(job: JobLike, m: JobMemory, nodes: Mapping[str, NodeLike], risky: tuple[str, ...],
+            now: float, max_requeues: int, slurm_expedites: bool) -> Action | None:
+    """One waiting job: recover it from a node fault or a risk refusal, or leave it."""
+    jid = str(job.job_id)
+    requeued = job.restart_count > m.handled and job.restart_count > 0
+    held = _launch_failed_hold(job)
+    risk_new = bool(risky) and m.risk_handled < job.restart_count
+    if not requeued and not (held and m.hold_handled < job.restart_count) and not risk_new:
+        return None
+    # One decision per requeue, and per launch-failure hold at a restart count.
+    m.handled = max(m.handled, job.restart_count)
+    if held:
+        m.hold_handled = job.restart_count
+    if risk_new:
+        m.risk_handled = job.restart_count
+    m.restarts = job.restart_count
+    if not m.nodes and not risky:
+        return Action(jid, "unknown", reason="requeued, but the watcher never saw where it "
+                      "ran: cause unknown, left alone")
+    faults = tuple(n for n in _nodes(m.nodes, "NodeList") if node_failed(nodes.get(n)))
+    failed = tuple(sorted(set(faults) | set(risky)))
+    if not failed:
+        return None  # requeued for another reason (user, preemption, app): not ours to speed up
+    if faults and m.expedited >= max_requeues:  # risk refusals are bounded by the gate
+        return Action(jid, "cap", failed, reason=f"already recovered {m.expedited} times "
+                      f"(requeue.max_requeues {max_requeues}): left to Slurm")
+    m.expedited += 1
+    m.requeued_at = now
+    m.failed = list(failed)
+    exclude = fold([*_nodes(job.exc_nodes, "ExcNodeList"), *failed])
+    by_slurm = slurm_expedites and job_expedited(job)
+    eligible_now = not by_slurm and (job.eligible_time is None or job.eligible_time > now)
+    why = "; ".join(w for w in (f"node fault on {fold(faults)}" if faults else "",
+                                f"refused by the gate for node risk on {fold(risky)}" if risky
+                                else "") if w)
+    return Action(jid, "expedite", failed, exclude=exclude, release=held,
+                  eligible_now=eligible_now or held, reason=why,
+                  path="slurm-expedited" if by_slurm else "watcher")
 
 
 class SlurmJobs(Protocol):
@@ -201,8 +224,11 @@ class Watcher:
     def __init__(self, slurm: SlurmJobs, *, max_requeues: int = 3, state_path: str | None = None,
                  record: Callable[[dict[str, Any]], None] | None = None,
                  metrics: Any = None, metrics_path: str = "",
-                 path: RequeuePath | None = None) -> None:
+                 path: RequeuePath | None = None,
+                 refusals: Callable[[], Mapping[str, Iterable[str]]] | None = None) -> None:
         self.slurm = slurm
+        # job id -> nodes the gate refused it for node risk (the store's ledger), or None
+        self.refusals = refusals
         # Slurm's expedited requeue where the running Slurm has it on (25.11+), else ours
         self.path = path or RequeuePath(False)
         # slurmguard.metrics.registry.RequeueMetrics (prometheus_client), or None: no metrics
@@ -239,10 +265,11 @@ class Watcher:
         jobs = self.slurm.jobs()
         self._seen = time.time()  # every requeue in this answer was revoked by now
         before = {k: v.requeued_at for k, v in self.memory.items()}
-        nodes = {n.name: n for n in self.slurm.nodes()} if any(
-            j.state in WAITING for j in jobs) else {}
+        waiting = any(j.state in WAITING for j in jobs)
+        nodes = {n.name: n for n in self.slurm.nodes()} if waiting else {}
         actions, self.memory = plan(jobs, nodes, self.memory, now, self.max_requeues,
-                                    self.path.slurm_expedites)
+                                    self.path.slurm_expedites,
+                                    self._refused() if waiting else None)
         for a in actions:
             self._apply(a, now)
         # Recovery time: first poll that sees an expedited job running again.
@@ -261,6 +288,15 @@ class Watcher:
             self.metrics.last_poll.set(now)
             self._write_metrics()
         return actions
+
+    def _refused(self) -> Mapping[str, Iterable[str]] | None:
+        if self.refusals is None:
+            return None
+        try:
+            return self.refusals()
+        except SlurmguardError as exc:  # the store is down: node faults are still handled
+            log.warning("requeue watcher: risk refusals unreadable: %s", exc.message)
+            return None
 
     def _write_metrics(self) -> None:
         try:

@@ -202,6 +202,7 @@ class Fleet:
                 except SlurmguardError as exc:
                     log.error("policy: %s %s failed: %s", a.kind, a.node or a.source, exc)
             self._probation_marks(views, infos)
+            self._gate_risk()
             return actions
 
     def _apply(self, a: Action, now: float, infos: dict[str, Any],
@@ -289,8 +290,14 @@ class Fleet:
                          "put" if on else "took", "on" if on else "off", name)
 
     def _at_risk(self) -> set[str]:
-        """Nodes at or above risk.level; recomputed at most every 5 minutes (a month of
-        history per pass would cost a large fleet seconds, and risk moves slowly)."""
+        """Nodes at or above risk.level (scores of :meth:`_risk_scores`)."""
+        level = float(self.cfg["risk.level"])
+        return {n for n, s in self._risk_scores().items() if s >= level}
+
+    def _risk_scores(self) -> dict[str, float]:
+        """Every known node's risk score; recomputed at most every 5 minutes (a month of
+        history per pass would cost a large fleet seconds, and risk moves slowly). With
+        risk.gate_max_nodes on, each recomputation is stored for the gate (nodes.risk_score)."""
         from slurmguard.fleet.params import RiskParams
         from slurmguard.store.fleet import node_risks
 
@@ -298,9 +305,20 @@ class Fleet:
         if cached is not None and time.monotonic() - cached[0] < 300.0:
             return cached[1]
         rp = RiskParams.from_section(self.cfg.section("risk"))
-        hot = {n for n, r in node_risks(self.store.engine, rp).items() if r.score >= rp.level}
-        self._risk_cache = (time.monotonic(), hot)
-        return hot
+        scores = {n: r.score for n, r in node_risks(self.store.engine, rp).items()}
+        if rp.gate_max_nodes > 0:
+            self.store.nodes.set_risk(scores, time.time())
+        self._risk_cache = (time.monotonic(), scores)
+        return scores
+
+    def _gate_risk(self) -> None:
+        """risk.gate_max_nodes: keep the stored scores the gate reads fresh."""
+        if int(self.cfg["risk.gate_max_nodes"]) <= 0:
+            return
+        try:
+            self._risk_scores()
+        except SlurmguardError as exc:  # stale scores age out of the gate's use (an hour)
+            log.warning("policy: node risk unavailable, scores for the gate not stored: %s", exc)
 
     def _end_probation(self, node: str, info: Any, reason: str, now: float) -> None:
         mark = str(self.pcfg.get("probation_mark", "feature"))

@@ -1,0 +1,68 @@
+"""The gate's refusal for node risk (``risk.gate_max_nodes``; docs/fleet.md, "Uses").
+
+Reached only when a job larger than ``risk.gate_max_nodes`` was given a node whose stored
+risk score is at or above ``risk.level`` (the decision: :mod:`slurmguard.fleet.uses`), so it
+may open the store with SQLAlchemy and ask Slurm for its nodes, as a drain does. The node is
+never drained: it stays fine for small jobs. Each refused node becomes a ``risk_refused``
+event naming the job; the requeue watcher reads them and excludes those nodes from the job
+(slurmguard/job/requeue.py). A slurmguard fault (store or Slurm unreachable) never refuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from slurmguard.fleet.uses import at_risk, risk_room
+
+if TYPE_CHECKING:
+    from slurmguard.config import Config
+
+DAY = 86400.0
+
+
+def settle(cfg: Config, job: str, nodes: Sequence[str], refused: Mapping[str, str], now: float,
+           *, dry_run: bool = False) -> str | None:
+    """None: refuse the job these nodes (ledgered, unless ``dry_run``); else why it keeps
+    them (the per-job bound, no room elsewhere, or a slurmguard fault)."""
+    from slurmguard.adapters.slurm.commands import SlurmCLI
+    from slurmguard.errors import SlurmguardError
+    from slurmguard.store.api import Store
+
+    if not job or job == "?":
+        return "no job id: a refusal could not be followed to the requeue"
+    try:
+        store = Store.open(section=cfg.section("store"))
+    except SlurmguardError as exc:
+        return f"store unavailable, not refused (a slurmguard fault never refuses): {exc}"
+    try:
+        prior = max(store.nodes.risk_refusals(now - DAY).get(job, {}).values(), default=0)
+        infos = SlurmCLI(cfg.section("slurm")).nodes()
+        pools = room(store, infos, nodes, level=float(cfg["risk.level"]), now=now)
+        why = risk_room(len(set(nodes)), pools, prior=prior)
+        if why is None and not dry_run:
+            for n, reason in sorted(refused.items()):
+                store.nodes.record_event(n, "risk_refused", "slurmguard", reason, source="risk",
+                                         at=now, details={"job": job, "round": prior + 1,
+                                                          "job_nodes": len(set(nodes))})
+        return why
+    except SlurmguardError as exc:
+        return f"not refused (a slurmguard fault never refuses): {exc}"
+    finally:
+        store.close()
+
+
+def room(store: Any, infos: Iterable[Any], nodes: Sequence[str], *, level: float,
+         now: float) -> dict[str, set[str]]:
+    """For each partition holding every node of the allocation: its nodes that are up, not
+    drained and not at risk (the nodes a refused job could still run on)."""
+    by = {i.name: i for i in infos}
+    if not nodes or any(n not in by for n in nodes):
+        return {}
+    common = set.intersection(*(set(by[n].partitions) for n in nodes))
+    members = {p: [i for i in by.values() if p in i.partitions] for p in common}
+    names = sorted({i.name for m in members.values() for i in m})
+    scores = {r[0]: (r[1], r[2]) for r in store.nodes.columns(names, ("name", "risk_score", "risk_at"))}
+    hot = at_risk(scores, level=level, now=now)
+    return {p: {i.name for i in m if not (i.down or i.not_responding or i.drained)} - hot
+            for p, m in members.items()}
