@@ -192,3 +192,61 @@ def test_gate_risk_check_off_the_refusal_path_imports_no_sqlalchemy(tmp_path: Pa
     p = subprocess.run([sg_argv()[0], "-c", code], env=sg_env(SLURMGUARD_CONFIG=str(cfg)),
                        capture_output=True, text=True, timeout=60)
     assert p.stdout.strip() == "0 []", p.stderr
+
+
+# -- a real slurmctld: the gate as PrologSlurmctld, the requeue watcher, no drain ------------
+
+@pytest.mark.slurm
+def test_real_cluster_large_job_is_moved_off_an_at_risk_node_small_job_runs_on_it(
+        slurm_cluster_factory, tmp_path: Path) -> None:
+    import json
+    import shlex
+    import subprocess
+
+    from support import slurmcluster
+    from support.wait import wait_for
+
+    url = new_store(tmp_path)
+    store = Store.open(url=url)
+    for n in ("n1", "n2", "n3", "n4"):
+        store.nodes.set_flags(n, probation=False)
+    store.nodes.set_risk({"n1": 60.0, "n2": 0.0, "n3": 0.0, "n4": 0.0}, time.time())
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[store]\nurl = "{url}"\n[gate]\nlog_file = "{tmp_path}/gate.log"\n'
+                   f'[requeue]\nstate_file = "{tmp_path}/w.json"\n[risk]\ngate_max_nodes = 2\n')
+    env = sg_env(SLURMGUARD_CONFIG=str(cfg))
+    hook = slurmcluster.write_shell_hook(tmp_path / "gate.sh", f"""
+. {tmp_path}/gate.env
+export SLURMGUARD_CONFIG={shlex.quote(str(cfg))} PYTHONPATH={shlex.quote(env["PYTHONPATH"])}
+exec {" ".join(shlex.quote(a) for a in sg_argv("gate"))}
+""")
+    (tmp_path / "gate.env").write_text("")
+    cluster = slurm_cluster_factory(nodes=4, prolog_slurmctld=hook)
+    (tmp_path / "gate.env").write_text(f"export SLURM_CONF={shlex.quote(cluster.env['SLURM_CONF'])}\n")
+    env["SLURM_CONF"] = cluster.env["SLURM_CONF"]
+    job = cluster.sbatch("#!/bin/sh\necho ran on $SLURM_JOB_NODELIST\n", "-N3")  # n[1-3] first
+    events: list[dict] = []
+
+    def expedited() -> bool:
+        r = subprocess.run(sg_argv("requeue", "watch", "--once", "--json"), env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        events.extend(json.loads(x) for x in r.stdout.splitlines())
+        return any(e["event"] == "requeue-expedite" for e in events)
+
+    wait_for(expedited, 90, interval=0.3, what="the watcher to move the refused job")
+    (exp,) = [e for e in events if e["event"] == "requeue-expedite"]
+    assert exp["failed_nodes"] == ["n1"] and exp["exclude"] == "n1", events
+    done = cluster.wait_job(job, ["COMPLETED"], timeout=60)
+    assert done["ExcNodeList"] == "n1" and done["NodeList"] == "n[2-4]"
+    (ev,) = Store.open(url=url).nodes.events(kinds=["risk_refused"])
+    assert ev.node == "n1" and ev.details["job"] == job and ev.details["round"] == 1
+    moved = time.time() - ev.at
+    assert moved < 60, f"refusal to completion on other nodes took {moved:.1f}s"
+    info = cluster.node("n1")
+    assert not info.drained and not Store.open(url=url).nodes.events(kinds=["drain"])
+    assert f"job {job}: refused 1 of 3 nodes for node risk, none drained" in \
+        (tmp_path / "gate.log").read_text()
+    small = cluster.sbatch("#!/bin/sh\necho small on $SLURM_JOB_NODELIST\n", "-N1", "-w", "n1")
+    assert cluster.wait_job(small, ["COMPLETED"], timeout=60)["NodeList"] == "n1"
+    print(f"risk refusal -> job completed elsewhere: {moved:.1f}s")
