@@ -15,8 +15,10 @@ def gate_cmd(ctx: click.Context, dry_run: bool) -> None:
 
     Reads SLURM_JOB_ID and SLURM_JOB_NODELIST; for each lemon, node awaiting burn-in, or node
     with a fresh unhealthy result (gate.fresh seconds), drains it with the reason and exits 1
-    so Slurm requeues the job elsewhere. Store unreadable: gate.on_store_error = "open"
-    (default: log, exit 0) or "closed" (exit 5, drain nothing).
+    so Slurm requeues the job elsewhere. With risk.gate_max_nodes > 0, a job of more nodes is
+    also refused its at-risk nodes (score >= risk.level), drained nothing; `requeue watch`
+    excludes them. Store unreadable: gate.on_store_error = "open" (default: log, exit 0) or
+    "closed" (exit 5, drain nothing).
 
     \b
     Example:

@@ -36,7 +36,8 @@ SECTION: Schema = {
     "probation_mark": Bool(False, "use: mark an at-risk node like probation (feature/weight) "
                                   "so large jobs land on the safest nodes first"),
     "gate_max_nodes": Int(0, "use: the gate refuses an at-risk node to jobs of more than this "
-                             "many nodes (0: never)", minimum=0),
+                             "many nodes, without draining it; requeue watch moves the job "
+                             "(0: never)", minimum=0),
     "burnin_first": Bool(False, "use: burn-in queues at-risk nodes first"),
 }
 

@@ -9,6 +9,10 @@ must not run jobs:
 * its newest result is unhealthy and fresher than ``gate.fresh`` seconds (default 900) ->
   that result's reason.
 
+When none is refused for those, ``risk.gate_max_nodes`` (off by default) refuses a job of
+more than that many nodes the nodes whose stored risk score is at or above ``risk.level``,
+and drains nothing (slurmguard.gate.risk; docs/fleet.md).
+
 The gate exits 1 for such nodes, so Slurm requeues the job onto other nodes (with
 ``SchedulerParameters=nohold_on_prolog_fail``), and drains them with the reason
 (``gate.drain``) through the one blast-radius guard (slurmguard.drainguard): past the cap a

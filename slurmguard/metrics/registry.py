@@ -216,7 +216,7 @@ class RequeueMetrics(_Base):
         r = self.registry
         self.requeues = Counter(
             "slurmguard_requeues_total",
-            "Jobs requeued after a node fault, by what the watcher did (expedite, cap, unknown, failed).",
+            "Jobs requeued after a node fault or a gate risk refusal, by what the watcher did (expedite, cap, unknown, failed).",
             ["action"], registry=r)
         self.recovery = Histogram(
             "slurmguard_requeue_recovery_seconds",
