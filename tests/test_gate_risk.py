@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from support.helpers import sg_argv, sg_env
+from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 from support.sgserve import new_store
 
 from slurmguard import config
@@ -141,8 +142,9 @@ def test_serve_stores_no_scores_when_the_use_is_off(tmp_path: Path) -> None:
     store.close()
 
 
-def test_risk_refusals_read_back_job_nodes_and_rounds(tmp_path: Path) -> None:
-    store = Store.open(url=new_store(tmp_path))
+@pytest.mark.postgres
+def test_risk_refusals_read_back_job_nodes_and_rounds(store_url: str) -> None:  # noqa: F811
+    store = Store.open(url=store_url)
     for node, job, rnd in (("n1", "7", 1), ("n3", "7", 2), ("n1", "8", 1)):
         store.nodes.record_event(node, "risk_refused", "slurmguard", "slurmguard: risk: x",
                                  source="risk", at=NOW, details={"job": job, "round": rnd})
@@ -212,7 +214,9 @@ def test_real_cluster_large_job_is_moved_off_an_at_risk_node_small_job_runs_on_i
         store.nodes.set_flags(n, probation=False)
     store.nodes.set_risk({"n1": 60.0, "n2": 0.0, "n3": 0.0, "n4": 0.0}, time.time())
     cfg = tmp_path / "sg.toml"
+    (tmp_path / "textfile").mkdir()
     cfg.write_text(f'[store]\nurl = "{url}"\n[gate]\nlog_file = "{tmp_path}/gate.log"\n'
+                   f'[metrics]\ntextfile_dir = "{tmp_path}/textfile"\n'
                    f'[requeue]\nstate_file = "{tmp_path}/w.json"\n[risk]\ngate_max_nodes = 2\n')
     env = sg_env(SLURMGUARD_CONFIG=str(cfg))
     hook = slurmcluster.write_shell_hook(tmp_path / "gate.sh", f"""
@@ -247,6 +251,9 @@ exec {" ".join(shlex.quote(a) for a in sg_argv("gate"))}
     assert not info.drained and not Store.open(url=url).nodes.events(kinds=["drain"])
     assert f"job {job}: refused 1 of 3 nodes for node risk, none drained" in \
         (tmp_path / "gate.log").read_text()
+    prom = (tmp_path / "textfile" / "slurmguard_gate.prom").read_text()
+    assert 'slurmguard_gate_refusals_total{cause="risk"} 1\n' in prom
+    assert "slurmguard_drains_total{" not in prom
     small = cluster.sbatch("#!/bin/sh\necho small on $SLURM_JOB_NODELIST\n", "-N1", "-w", "n1")
     assert cluster.wait_job(small, ["COMPLETED"], timeout=60)["NodeList"] == "n1"
     print(f"risk refusal -> job completed elsewhere: {moved:.1f}s")

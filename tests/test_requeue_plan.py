@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slurmguard.job.requeue import JobMemory, node_failed, plan
+from slurmguard.nodeset import expand
 
 NOW = 1_000_000.0
 
@@ -210,3 +211,25 @@ def test_risk_refusal_of_a_running_job_is_not_acted_on() -> None:
     acts, _ = plan([J("6", "RUNNING", nodes="n[2-4]", restart_count=1)], HEALTHY, {}, NOW, 3,
                    refused={"6": ["n1"]})
     assert acts == []
+
+
+@given(st.lists(st.tuples(st.sampled_from(["RUNNING", "PENDING"]), st.integers(0, 2),
+                          st.sets(st.sampled_from(["n1", "n2", "n3"]))), max_size=10),
+       st.sampled_from(["", "n4"]))
+def test_risk_refusals_act_once_per_restart_and_keep_every_exclusion(
+        history: list[tuple[str, int, set[str]]], user_exc: str) -> None:
+    mem: dict[str, JobMemory] = {}
+    restarts, acted = 0, set()
+    for state, bump, refused in history:
+        restarts += bump
+        job = J("1", state, "BeginTime", nodes="n1" if state == "RUNNING" else "",
+                restart_count=restarts, eligible_time=NOW + 100, exc_nodes=user_exc)
+        acts, mem = plan([job], HEALTHY, mem, NOW, 3, refused={"1": sorted(refused)})
+        assert {a.kind for a in acts} <= {"expedite", "unknown"}  # unknown: never seen running
+        for a in (a for a in acts if a.kind == "expedite"):
+            assert state == "PENDING" and a.failed_nodes
+            assert restarts not in acted  # one move per restart
+            acted.add(restarts)
+            excluded = set(expand(a.exclude, source="t"))
+            assert set(a.failed_nodes) <= refused and set(a.failed_nodes) <= excluded
+            assert user_exc == "" or user_exc in excluded
