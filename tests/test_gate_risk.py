@@ -198,21 +198,19 @@ def test_gate_risk_check_off_the_refusal_path_imports_no_sqlalchemy(tmp_path: Pa
 
 # -- a real slurmctld: the gate as PrologSlurmctld, the requeue watcher, no drain ------------
 
-@pytest.mark.slurm
-def test_real_cluster_large_job_is_moved_off_an_at_risk_node_small_job_runs_on_it(
-        slurm_cluster_factory, tmp_path: Path) -> None:
-    import json
+def _gate_cluster(factory, tmp_path: Path) -> tuple[object, str, Path, dict[str, str]]:
+    """A 4-node cluster whose PrologSlurmctld is the gate, n1 at risk (60) in the store,
+    risk.gate_max_nodes = 2: (cluster, store url, config path, env for slurmguard)."""
     import shlex
-    import subprocess
 
     from support import slurmcluster
-    from support.wait import wait_for
 
     url = new_store(tmp_path)
     store = Store.open(url=url)
     for n in ("n1", "n2", "n3", "n4"):
         store.nodes.set_flags(n, probation=False)
     store.nodes.set_risk({"n1": 60.0, "n2": 0.0, "n3": 0.0, "n4": 0.0}, time.time())
+    store.close()
     cfg = tmp_path / "sg.toml"
     (tmp_path / "textfile").mkdir()
     cfg.write_text(f'[store]\nurl = "{url}"\n[gate]\nlog_file = "{tmp_path}/gate.log"\n'
@@ -225,9 +223,21 @@ export SLURMGUARD_CONFIG={shlex.quote(str(cfg))} PYTHONPATH={shlex.quote(env["PY
 exec {" ".join(shlex.quote(a) for a in sg_argv("gate"))}
 """)
     (tmp_path / "gate.env").write_text("")
-    cluster = slurm_cluster_factory(nodes=4, prolog_slurmctld=hook)
+    cluster = factory(nodes=4, prolog_slurmctld=hook)
     (tmp_path / "gate.env").write_text(f"export SLURM_CONF={shlex.quote(cluster.env['SLURM_CONF'])}\n")
     env["SLURM_CONF"] = cluster.env["SLURM_CONF"]
+    return cluster, url, cfg, env
+
+
+@pytest.mark.slurm
+def test_real_cluster_large_job_is_moved_off_an_at_risk_node_small_job_runs_on_it(
+        slurm_cluster_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import subprocess
+
+    from support.wait import wait_for
+
+    cluster, url, cfg, env = _gate_cluster(slurm_cluster_factory, tmp_path)
     job = cluster.sbatch("#!/bin/sh\necho ran on $SLURM_JOB_NODELIST\n", "-N3")  # n[1-3] first
     events: list[dict] = []
 
@@ -256,4 +266,23 @@ exec {" ".join(shlex.quote(a) for a in sg_argv("gate"))}
     assert "slurmguard_drains_total{" not in prom
     small = cluster.sbatch("#!/bin/sh\necho small on $SLURM_JOB_NODELIST\n", "-N1", "-w", "n1")
     assert cluster.wait_job(small, ["COMPLETED"], timeout=60)["NodeList"] == "n1"
-    print(f"risk refusal -> job completed elsewhere: {moved:.1f}s")
+    # A 4-node job needs n1: refusing would leave it no way to run, so it runs there.
+    whole = cluster.sbatch("#!/bin/sh\necho whole on $SLURM_JOB_NODELIST\n", "-N4")
+    assert cluster.wait_job(whole, ["COMPLETED"], timeout=60)["NodeList"] == "n[1-4]"
+    assert f"job {whole}: at-risk n1 kept: partition gpu has 3 nodes up and not at risk, the " \
+        "job needs 4" in (tmp_path / "gate.log").read_text()
+    assert len(Store.open(url=url).nodes.events(kinds=["risk_refused"])) == 1
+    # --dry-run: the refusal is reported, nothing ledgered; and what the refusal path costs
+    from slurmguard.errors import EXIT_UNHEALTHY
+
+    monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
+    c = config.load(str(cfg), env={})
+    took = {}
+    for nl in ("n[1-3]", "n[2-4]"):
+        t0 = time.perf_counter()
+        o = gate.run_gate(c, {"SLURM_JOB_ID": "999", "SLURM_JOB_NODELIST": nl}, dry_run=True)
+        took[nl] = time.perf_counter() - t0
+        assert o.code == (EXIT_UNHEALTHY if nl == "n[1-3]" else EXIT_OK) and not o.drained
+    assert len(Store.open(url=url).nodes.events(kinds=["risk_refused"])) == 1
+    print(f"risk refusal -> job completed elsewhere: {moved:.1f}s; gate refusal path "
+          f"{took['n[1-3]'] * 1e3:.0f} ms, allowed {took['n[2-4]'] * 1e3:.1f} ms")
