@@ -176,6 +176,18 @@ def test_numpy_judge_on_a_falling_and_a_slow_node() -> None:
     assert got.nodes["n7"].reason == "slurmguard: burnin: cpu 50 GFLOP/s = 0.50 of group median"
 
 
+def test_numpy_judge_equals_the_pure_judge_where_tails_are_measured() -> None:
+    # 1,000 nodes a group: enough beyond the 0.5 % quantile to take a tail factor (the
+    # Hypothesis fleets above are too small to), heavy-tailed noise, planted faults.
+    from burnin_truth import history
+
+    fleet = history(seed=5, nodes=4000, shape="t4")
+    pure = judge(fleet.runs, fleet.rows, StatParams())
+    assert any(g.tail > 1.2 for g in pure.groups)
+    assert {v.verdict for v in pure.nodes.values()} >= {"pass", "flagged", "suspect"}
+    _same(judge_rows(fleet.runs, fleet.rows, StatParams()), pure)
+
+
 def test_odd_recent_text_falls_back_to_the_pure_judge() -> None:
     runs = [R("n1", 1, "complete")]
     rows = [SeriesRow("n1", "cpu", "u", True, "g", 1, 0.0, 1.0, "2027-01-14", "1.0\t2.0")]
