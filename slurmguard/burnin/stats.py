@@ -9,9 +9,12 @@ per metric, over each node's latest complete burn-in:
 * its **robust z** = 0.6745 * (value - median) / MAD (Iglewicz and Hoaglin's modified z),
   signed so that a negative z is *worse* than the median, with MAD floored at
   ``mad_floor`` x median: a group of identical values (MAD 0) must not make a 0.1 % wobble
-  infinitely significant;
-* **out of bounds** on a metric when score < ``threshold`` (default 0.90) or z < -``z_limit``
-  (default 5; 0 turns the z rule off). A node better than the median never is. A node is
+  infinitely significant; and divided by the group's **tail factor** (:func:`tail_factor`:
+  its better side's z at ``tail_quantile`` over a Gaussian's, at least 1), so that
+  heavy-tailed noise is read with its own yardstick;
+* **out of bounds** on a metric when score < ``threshold`` (default 0.90) with z <
+  -``score_z`` (4), or z < -``z_limit`` (default 5; 0 turns the z rule off). A node better
+  than the median never is. A node is
   *flagged* (drained) only when that is corroborated (:func:`confirmed`, docs/burnin.md
   "False flags across the fleet"): on ``confirm_metrics`` (2) metrics the same night, or on
   the same metric the night before too, or clearly (score < threshold and z < -``clear_z``,
@@ -20,7 +23,7 @@ per metric, over each node's latest complete burn-in:
   cannot tell a slow node from a slow group;
 * **degrading**: over its last ``trend_nights`` + 1 (5) nights the node's scores fell, as a
   Theil-Sen line, by at least ``trend_min_drop`` (0.05) and at least ``trend_sigmas`` (3.5)
-  robust z above the group's falls, on ``confirm_metrics`` (2) metrics, while still above
+  robust z (divided by the falls' tail factor) above the group's falls, on ``confirm_metrics`` (2) metrics, while still above
   the threshold: it is reported (and may be drained, ``drain_degrading``) before it crosses.
 """
 
@@ -243,8 +246,9 @@ def degrading_nodes(series: Mapping[str, tuple[int, Sequence[float]]], higher_is
     Each node with a complete, finite tail is scored night by night (:func:`nightly_scores`)
     and its :func:`theil_sen_drop` taken; a node falls when its drop is at least
     ``trend_min_drop``, at least ``trend_sigmas`` robust z above the group's drops (median and
-    MAD of every such node's drop, the MAD floored at ``mad_floor``: the group's own night to
-    night noise, whatever its tails), and its latest score is still >= ``threshold``.
+    MAD of every such node's drop, the MAD floored at ``mad_floor`` then multiplied by the
+    drops' :func:`tail_factor` measured on the rises: the group's own night to night noise,
+    whatever its tails), and its latest score is still >= ``threshold``.
     Groups with fewer than ``min_group`` such nodes have no trends.
     """
     nights = max(1, p.trend_nights) + 1
