@@ -62,12 +62,24 @@ def test_heavy_tails_are_measured_before_a_single_metric_drains() -> None:
     assert healthy_before >= 15 and healthy_now <= 5, (healthy_before, healthy_now)
 
 
-def test_a_clearly_slow_node_is_drained_the_same_night() -> None:
-    # One metric, first night, 40 % below a 1 %-noise group: drained tonight, not a suspect.
-    fleet = history(seed=3, nodes=400, slow_frac=0.0, falling_frac=0.0)
-    rows = [r._replace(last_value=r.last_value * 0.6, recent=(*r.recent[:-1],
-                                                               r.recent[-1] * 0.6))
-            if (r.node, r.metric) == ("gpu00007", "nccl_busbw_gbs") else r for r in fleet.rows]
+@pytest.mark.parametrize("shape, nodes, keep", [
+    ("gauss", 400, 0.6),  # 40 % below, groups of 100: no tail factor taken
+    ("t4", 4000, 0.5),  # 50 % below a heavy-tailed group of 1,000 (tail factor > 1)
+])
+def test_a_clearly_slow_node_is_drained_the_same_night(shape: str, nodes: int,
+                                                       keep: float) -> None:
+    # One metric, first night, far below its group: drained tonight, not a suspect.
+    fleet = history(seed=3, nodes=nodes, shape=shape, slow_frac=0.0, falling_frac=0.0)
+    clean = judge_rows(fleet.runs, fleet.rows, StatParams())
+    assert clean is not None and "flagged" not in clean.counts()
+    # the node's group's metric with the heaviest measured tail
+    tail, metric = max((g.tail, g.metric) for g in clean.groups
+                       if g.group == fleet.runs[7].group_key)
+    assert (tail > 1.3) == (shape == "t4"), tail
+    slow = ("gpu00007", metric)
+    rows = [r._replace(last_value=r.last_value * keep, recent=(*r.recent[:-1],
+                                                                r.recent[-1] * keep))
+            if (r.node, r.metric) == slow else r for r in fleet.rows]
     report = judge_rows(fleet.runs, rows, StatParams())
     assert report is not None
     assert report.nodes["gpu00007"].verdict == "flagged"
