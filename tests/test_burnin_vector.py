@@ -99,7 +99,8 @@ params = st.builds(StatParams, threshold=st.sampled_from([0.9, 0.5, 1.2]),
                    trend_nights=st.sampled_from([1, 2, 4]),
                    trend_min_drop=st.sampled_from([0.05, 0.0]),
                    trend_sigmas=st.sampled_from([3.5, 0.0]),
-                   clear_z=st.sampled_from([11.0, 0.5]), confirm_metrics=st.sampled_from([1, 2]))
+                   clear_z=st.sampled_from([11.0, 0.5]), confirm_metrics=st.sampled_from([1, 2]),
+                   score_z=st.sampled_from([4.0, 0.0, 0.5]))
 
 
 @settings(max_examples=300, deadline=None)
