@@ -269,6 +269,12 @@ _BURNIN: Schema = {  # slurmguard burnin (docs/burnin.md)
                      "(0: off)", minimum=0.0),
     "clear_z": Float(11.0, "drain on one metric alone, the same night, when score < threshold "
                      "and robust z < -clear_z", minimum=0.0),
+    "score_z": Float(4.0, "a score below threshold puts a metric out of bounds only when its "
+                     "robust z is below -score_z too (0: always)", minimum=0.0),
+    "tail_quantile": Field("float", 0.005, "robust z is divided by the group's tail factor: "
+                           "its better side's z at this quantile over a Gaussian's (0: off)",
+                           minimum=0.0,
+                           validate=lambda v: None if v < 0.5 else "below 0.5"),
     "confirm_metrics": Int(2, "drain when this many metrics are out of bounds the same night "
                            "(or one is, two nights running); a trend needs as many", minimum=1),
     "mad_floor": Float(0.01, "MAD is at least this fraction of the median", minimum=0.0),

@@ -87,7 +87,7 @@ def history(seed: int = 1, nodes: int = 10_000, nights: int = 8, shape: str = "g
     n_slow, n_fall = round(nodes * slow_frac), round(nodes * falling_frac)
     slow, falling = picked[:n_slow], picked[n_slow:n_slow + n_fall]
     for i in slow.tolist():
-        comp = COMPONENTS[rng.integers(len(COMPONENTS))] if rng.random() < 0.75 \
+        comp = COMPONENTS[rng.integers(len(COMPONENTS) - 1)] if rng.random() < 0.75 \
             else COMPONENTS[-1]
         start = nights - 1 - (0 if rng.random() < 0.5 else int(rng.integers(1, 5)))
         values[i, list(comp), start:] *= 1.0 - rng.uniform(0.15, 0.50)

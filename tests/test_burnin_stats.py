@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 
 import pytest
@@ -20,6 +21,7 @@ from slurmguard.burnin.stats import (
     previous_out,
     robust_z,
     score,
+    tail_factor,
     theil_sen_drop,
     worst,
 )
@@ -81,7 +83,10 @@ CASES = [
      {f"n{i}": 100.0 + i * 0.1 for i in range(1, 8)} | {"n8": 92.0}, True, P, {"n8"}),
     ("noisy group: z stays quiet",
      {"n1": 80.0, "n2": 120.0, "n3": 95.0, "n4": 105.0, "n5": 88.0, "n6": 112.0, "n7": 100.0,
-      "n8": 91.0}, True, StatParams(threshold=0.85), {"n1"}),
+      "n8": 91.0}, True, StatParams(threshold=0.85, score_z=0), {"n1"}),
+    ("noisy group: a score below threshold within its noise is no evidence",
+     {"n1": 80.0, "n2": 120.0, "n3": 95.0, "n4": 105.0, "n5": 88.0, "n6": 112.0, "n7": 100.0,
+      "n8": 91.0}, True, StatParams(threshold=0.85), set()),
     ("two stragglers", {f"n{i}": 50.0 for i in range(1, 7)} | {"n7": 10.0, "n8": 20.0}, True, P,
      {"n7", "n8"}),
     ("unusable values ignored", {"n1": 100.0, "n2": 100.0, "n3": 100.0, "n4": 100.0,
@@ -356,3 +361,41 @@ def test_submit_order_puts_nodes_at_risk_after_those_awaiting_burnin() -> None:
 
     assert submit_order(["n5", "n4", "n3", "n2", "n1"], {"n5"}, {"n1"},
                         {"n3": 45.0, "n4": 80.0}) == ["n5", "n4", "n3", "n1", "n2"]
+
+
+def _tail(values: list[float], higher: bool = True, q: float = 0.005) -> float:
+    srt = sorted(values)
+    med = median(srt)
+    return tail_factor(srt, med, mad(srt, med), higher, q)
+
+
+def test_tail_factor_tells_heavy_tails_from_gaussian_noise() -> None:
+    # 4,000 nodes at 2 % noise: Gaussian about 1; Student-t with 4 degrees of freedom (a
+    # normal over sqrt(chi2_4 / 4)) about 1.6 (its z at the 0.5 % quantile: 4.2 against 2.58).
+    rng = random.Random(7)
+    gauss = [100 + rng.gauss(0, 2) for _ in range(4000)]
+    heavy = [100 + 2 * rng.gauss(0, 1) / math.sqrt(sum(rng.gauss(0, 1) ** 2 for _ in range(4)) / 4)
+             for _ in range(4000)]
+    assert 1.0 <= _tail(gauss) < 1.15
+    assert _tail(heavy) > 1.4
+    # slow nodes lie on the worse side: they do not make the noise look heavier
+    assert _tail(gauss + [60.0] * 200) < 1.15
+    # lower is better: the better side is the low one
+    assert _tail([200 - v for v in heavy], higher=False) == pytest.approx(_tail(heavy))
+    # too few nodes beyond the quantile to say anything, or the factor off
+    assert _tail(heavy[:999]) == 1.0 and _tail(heavy, q=0.0) == 1.0
+
+
+def test_heavy_tails_raise_the_bar_for_one_metric_alone() -> None:
+    # A node 30 % below a heavy-tailed 4,000-node group: at 14 robust z a single-metric drain
+    # under a Gaussian reading, under 11 once the z is divided by the group's tail factor.
+    rng = random.Random(3)
+    vals = {f"n{i}": 100 + 2 * rng.gauss(0, 1) / math.sqrt(
+        sum(rng.gauss(0, 1) ** 2 for _ in range(4)) / 4) for i in range(4000)}
+    vals["n0"] = 70.0
+    off, on = (judge_group("g", "m", vals, StatParams(tail_quantile=q))
+               for q in (0.0, 0.005))
+    z_off = next(j.z for j in off[1] if j.node == "n0")
+    z_on = next(j.z for j in on[1] if j.node == "n0")
+    assert on[0].tail > 1.3 and z_on == pytest.approx(z_off / on[0].tail)
+    assert z_off < -11 < z_on

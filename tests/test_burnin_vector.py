@@ -99,7 +99,8 @@ params = st.builds(StatParams, threshold=st.sampled_from([0.9, 0.5, 1.2]),
                    trend_nights=st.sampled_from([1, 2, 4]),
                    trend_min_drop=st.sampled_from([0.05, 0.0]),
                    trend_sigmas=st.sampled_from([3.5, 0.0]),
-                   clear_z=st.sampled_from([11.0, 0.5]), confirm_metrics=st.sampled_from([1, 2]))
+                   clear_z=st.sampled_from([11.0, 0.5]), confirm_metrics=st.sampled_from([1, 2]),
+                   score_z=st.sampled_from([4.0, 0.0, 0.5]))
 
 
 @settings(max_examples=300, deadline=None)
@@ -174,6 +175,18 @@ def test_numpy_judge_on_a_falling_and_a_slow_node() -> None:
         **{f"n{i}": "pass" for i in range(1, 6)}, "n6": "degrading", "n7": "flagged"}
     assert got.nodes["n6"].scores == {m: (1.0, 0.99, 0.98, 0.96, 0.93) for m in ("cpu", "mem")}
     assert got.nodes["n7"].reason == "slurmguard: burnin: cpu 50 GFLOP/s = 0.50 of group median"
+
+
+def test_numpy_judge_equals_the_pure_judge_where_tails_are_measured() -> None:
+    # 1,000 nodes a group: enough beyond the 0.5 % quantile to take a tail factor (the
+    # Hypothesis fleets above are too small to), heavy-tailed noise, planted faults.
+    from burnin_truth import history
+
+    fleet = history(seed=5, nodes=4000, shape="t4")
+    pure = judge(fleet.runs, fleet.rows, StatParams())
+    assert any(g.tail > 1.2 for g in pure.groups)
+    assert {v.verdict for v in pure.nodes.values()} >= {"pass", "flagged", "suspect"}
+    _same(judge_rows(fleet.runs, fleet.rows, StatParams()), pure)
 
 
 def test_odd_recent_text_falls_back_to_the_pure_judge() -> None:

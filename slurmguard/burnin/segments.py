@@ -18,6 +18,7 @@ from slurmguard.burnin.stats import (
     mad,
     median,
     score,
+    tail_factor,
 )
 from slurmguard.burnin.verdict import Report, assemble
 
@@ -101,19 +102,21 @@ def _judge_segment(np: Any, c: Cols, seg: Any, g: str, p: StatParams, acc: _Acc)
                                     f"{len(vl)} node(s) in group {g}, fewer than min_group "
                                     f"{p.min_group}: no verdict"))
         return
-    med = median_sorted(np.sort(vals))
+    srt = np.sort(vals)
+    med = median_sorted(srt)
     spread = median_sorted(np.sort(np.abs(vals - med)))
-    gs = GroupStats(g, metric, len(vals), med, spread, True)
-    acc.stats.append(gs)
+    denom = max(spread, abs(med) * p.mad_floor)
+    tail = tail_factor(srt, med, denom, hib, p.tail_quantile)
+    denom *= tail
+    acc.stats.append(GroupStats(g, metric, len(vals), med, spread, True, tail=tail))
     if not (med > 0 and math.isfinite(med)):
         sc = np.ones_like(vals)
     elif hib:
         sc = vals / med
     else:
         sc = np.where(vals <= 0, math.inf, med / vals)
-    denom = max(spread, abs(med) * p.mad_floor)
     z = _z(np, vals, med, denom, hib)
-    by_score = sc < p.threshold
+    by_score = _below(np, sc, z, p)
     by_z = ~by_score & (z < -p.z_limit) if p.z_limit > 0 else np.zeros_like(by_score)
     acc.sc[sel] = sc
     acc.z[sel] = z
@@ -236,8 +239,10 @@ def _degrading(np: Any, ns: _Nights, c: Cols, hib: bool, p: StatParams
     n = slopes.shape[1]
     mid = (slopes[:, n // 2] if n % 2 else (slopes[:, n // 2 - 1] + slopes[:, n // 2]) / 2.0)
     drop = -mid * (k - 1)
-    med = median_sorted(np.sort(drop))
+    srt = np.sort(drop)
+    med = median_sorted(srt)
     denom = max(median_sorted(np.sort(np.abs(drop - med))), p.mad_floor)
+    denom *= tail_factor(srt, med, denom, False, p.tail_quantile)  # as degrading_nodes()
     z = Z_CONST * (drop - med) / denom if denom > 0 else np.zeros_like(drop)
     hit = (drop >= p.trend_min_drop) & (z >= p.trend_sigmas) & (s[:, -1] >= p.threshold)
     out = []
@@ -259,6 +264,11 @@ def _z(np: Any, x: Any, m: Any, denom: float, hib: bool) -> Any:
     return z if hib else -z
 
 
+def _below(np: Any, sc: Any, z: Any, p: StatParams) -> Any:
+    """Out of bounds by score: below ``threshold``, and (``score_z`` > 0) z below -score_z."""
+    return (sc < p.threshold) & (z < -p.score_z) if p.score_z > 0 else sc < p.threshold
+
+
 def _previous_out(np: Any, ns: _Nights, c: Cols, hib: bool, p: StatParams, denom: float
                   ) -> list[str]:
     """:func:`~slurmguard.burnin.stats.previous_out` of one (group, metric) segment."""
@@ -274,6 +284,6 @@ def _previous_out(np: Any, ns: _Nights, c: Cols, hib: bool, p: StatParams, denom
     else:
         s = np.where(comparable, np.where(v <= 0, math.inf, m / v), 1.0)
     z = _z(np, v, m, denom, hib)
-    out = (s < p.threshold) | ((z < -p.z_limit) if p.z_limit > 0 else False)
+    out = _below(np, s, z, p) | ((z < -p.z_limit) if p.z_limit > 0 else False)
     out &= n >= max(1, p.min_group)
     return [c.names[int(c.nc[r])] for r in ns.seg[have][out].tolist()]

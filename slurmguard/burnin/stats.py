@@ -9,9 +9,12 @@ per metric, over each node's latest complete burn-in:
 * its **robust z** = 0.6745 * (value - median) / MAD (Iglewicz and Hoaglin's modified z),
   signed so that a negative z is *worse* than the median, with MAD floored at
   ``mad_floor`` x median: a group of identical values (MAD 0) must not make a 0.1 % wobble
-  infinitely significant;
-* **out of bounds** on a metric when score < ``threshold`` (default 0.90) or z < -``z_limit``
-  (default 5; 0 turns the z rule off). A node better than the median never is. A node is
+  infinitely significant; and divided by the group's **tail factor** (:func:`tail_factor`:
+  its better side's z at ``tail_quantile`` over a Gaussian's, at least 1), so that
+  heavy-tailed noise is read with its own yardstick;
+* **out of bounds** on a metric when score < ``threshold`` (default 0.90) with z <
+  -``score_z`` (4), or z < -``z_limit`` (default 5; 0 turns the z rule off). A node better
+  than the median never is. A node is
   *flagged* (drained) only when that is corroborated (:func:`confirmed`, docs/burnin.md
   "False flags across the fleet"): on ``confirm_metrics`` (2) metrics the same night, or on
   the same metric the night before too, or clearly (score < threshold and z < -``clear_z``,
@@ -20,7 +23,7 @@ per metric, over each node's latest complete burn-in:
   cannot tell a slow node from a slow group;
 * **degrading**: over its last ``trend_nights`` + 1 (5) nights the node's scores fell, as a
   Theil-Sen line, by at least ``trend_min_drop`` (0.05) and at least ``trend_sigmas`` (3.5)
-  robust z above the group's falls, on ``confirm_metrics`` (2) metrics, while still above
+  robust z (divided by the falls' tail factor) above the group's falls, on ``confirm_metrics`` (2) metrics, while still above
   the threshold: it is reported (and may be drained, ``drain_degrading``) before it crosses.
 """
 
@@ -29,11 +32,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 # Modified z-score constant: 0.6745 = the 0.75 quantile of the standard normal, so that
 # z ~ N(0, 1) for normal data (Iglewicz & Hoaglin 1993).
 Z_CONST = 0.6745
+# The tail factor (:func:`tail_factor`) is taken only when the better side holds at least
+# this many nodes beyond its ``tail_quantile``: fewer say little about a tail.
+TAIL_MIN = 5
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,8 @@ class StatParams:
     trend_nights: int = 4
     trend_min_drop: float = 0.05
     trend_sigmas: float = 3.5
+    score_z: float = 4.0
+    tail_quantile: float = 0.005
 
     @classmethod
     def from_section(cls, section: Mapping[str, object]) -> StatParams:
@@ -63,6 +71,7 @@ class GroupStats:
     mad: float | None
     verdict: bool  # False: too few nodes (or no usable value) to judge anyone
     why: str = ""  # why no verdict
+    tail: float = 1.0  # the tail factor the robust z was divided by (:func:`tail_factor`)
 
 
 class Judgement(NamedTuple):
@@ -117,6 +126,23 @@ def robust_z(value: float, med: float, spread: float, higher_is_better: bool = T
     return z if higher_is_better else -z
 
 
+def tail_factor(s: Any, med: float, denom: float, higher_is_better: bool, q: float) -> float:
+    """How much heavier than Gaussian the group's noise is, from its better side (where no
+    fault lands): the robust z of the better side's ``q`` quantile (an order statistic of
+    ``s``, the group's values sorted) over a Gaussian's (2.58 at q = 0.005), at least 1.
+    1.0 when ``q`` is 0 or fewer than :data:`TAIL_MIN` nodes lie beyond it. The robust z
+    of the group is divided by it (docs/burnin.md, "False flags across the fleet")."""
+    n = len(s)
+    k = int(q * n) if 0 < q < 0.5 else 0
+    if k < TAIL_MIN or denom <= 0:
+        return 1.0
+    from statistics import NormalDist  # here: only groups of 1,000+ nodes need it (~3 ms)
+
+    x = float(s[n - 1 - k]) if higher_is_better else float(s[k])
+    z = Z_CONST * (x - med) / denom
+    return max(1.0, (z if higher_is_better else -z) / NormalDist().inv_cdf(1.0 - q))
+
+
 def usable(values: Mapping[str, float | None]) -> dict[str, float]:
     """The finite, non-negative values (a failed or unsupported measurement has none)."""
     return {n: float(v) for n, v in values.items()
@@ -135,14 +161,17 @@ def judge_group(group: str, metric: str, values: Mapping[str, float | None],
                            f"{len(vals)} node(s) in group {group}, fewer than min_group "
                            f"{p.min_group}: no verdict")
         return stats, [Judgement(n, metric, v, None, None, False, "") for n, v in sorted(vals.items())]
-    med = median(list(vals.values()))
-    spread = mad(list(vals.values()), med)
+    srt = sorted(vals.values())
+    med = median(srt)
+    spread = mad(srt, med)
     out = []
     # score() and robust_z() inlined with the group's constants hoisted (the same arithmetic,
     # so the same floats): 100,000 judgements a report (docs/burnin.md).
     comparable = med > 0 and math.isfinite(med)
     denom = max(spread, abs(med) * p.mad_floor)
-    threshold, z_limit = p.threshold, p.z_limit
+    tail = tail_factor(srt, med, denom, higher_is_better, p.tail_quantile)
+    denom *= tail
+    threshold, z_limit, score_z = p.threshold, p.z_limit, p.score_z
     inf = math.inf
     for node, v in sorted(vals.items()):
         if not comparable:
@@ -157,7 +186,7 @@ def judge_group(group: str, metric: str, values: Mapping[str, float | None],
             z = Z_CONST * (v - med) / denom
             if not higher_is_better:
                 z = -z
-        if sc < threshold:
+        if sc < threshold and (score_z <= 0 or z < -score_z):
             why = f"score {sc:.2f} < {threshold:.2f}"
             out.append(Judgement(node, metric, v, sc, z, True, why))
         elif z_limit > 0 and z < -z_limit:
@@ -165,7 +194,7 @@ def judge_group(group: str, metric: str, values: Mapping[str, float | None],
             out.append(Judgement(node, metric, v, sc, z, True, why))
         else:
             out.append(Judgement(node, metric, v, sc, z, False, ""))
-    return GroupStats(group, metric, len(vals), med, spread, True), out
+    return GroupStats(group, metric, len(vals), med, spread, True, tail=tail), out
 
 
 def theil_sen_drop(scores: Sequence[float]) -> float:
@@ -218,8 +247,9 @@ def degrading_nodes(series: Mapping[str, tuple[int, Sequence[float]]], higher_is
     Each node with a complete, finite tail is scored night by night (:func:`nightly_scores`)
     and its :func:`theil_sen_drop` taken; a node falls when its drop is at least
     ``trend_min_drop``, at least ``trend_sigmas`` robust z above the group's drops (median and
-    MAD of every such node's drop, the MAD floored at ``mad_floor``: the group's own night to
-    night noise, whatever its tails), and its latest score is still >= ``threshold``.
+    MAD of every such node's drop, the MAD floored at ``mad_floor`` then multiplied by the
+    drops' :func:`tail_factor` measured on the rises: the group's own night to night noise,
+    whatever its tails), and its latest score is still >= ``threshold``.
     Groups with fewer than ``min_group`` such nodes have no trends.
     """
     nights = max(1, p.trend_nights) + 1
@@ -228,8 +258,12 @@ def degrading_nodes(series: Mapping[str, tuple[int, Sequence[float]]], higher_is
     if len(scored) < max(1, p.min_group):
         return {}
     drops = {n: theil_sen_drop(sc) for n, sc in scored.items()}
-    med = median(list(drops.values()))
-    denom = max(mad(list(drops.values()), med), p.mad_floor)
+    srt = sorted(drops.values())
+    med = median(srt)
+    denom = max(mad(srt, med), p.mad_floor)
+    # the falls' tail from the rises (a rise is no fault): a heavy-tailed night-to-night
+    # noise makes heavy-tailed falls too
+    denom *= tail_factor(srt, med, denom, False, p.tail_quantile)
     out = {}
     for node, d in drops.items():
         z = Z_CONST * (d - med) / denom if denom > 0 else 0.0
@@ -265,7 +299,9 @@ def previous_out(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_be
         z = 0.0 if denom <= 0 else Z_CONST * (v - med) / denom
         if not higher_is_better:
             z = -z
-        if score(v, med, higher_is_better) < p.threshold or (p.z_limit > 0 and z < -p.z_limit):
+        below = score(v, med, higher_is_better) < p.threshold and (p.score_z <= 0
+                                                                    or z < -p.score_z)
+        if below or (p.z_limit > 0 and z < -p.z_limit):
             out.append(node)
     return frozenset(out)
 

@@ -162,7 +162,7 @@ def judge(runs: Iterable[Any], series: Iterable[Any], p: StatParams, *,
             pts = points[(g, metric)]
             for node, sc in degrading_nodes(pts, higher[metric], p).items():
                 trends.setdefault(node, []).append((metric, sc))
-            denom = max(gs.mad or 0.0, abs(gs.median or 0.0) * p.mad_floor)
+            denom = max(gs.mad or 0.0, abs(gs.median or 0.0) * p.mad_floor) * gs.tail
             for node in previous_out(pts, higher[metric], denom, p):
                 previous.setdefault(node, set()).add(metric)
     return assemble(runs, group, judged, trends, stats, units, p, drain_degrading, previous)
