@@ -1,5 +1,5 @@
 """Burn-in verdicts a site can leave unattended: on generated fleets with planted slow and
-degrading nodes (tests/burnin_truth.py), 10,000 nodes x 10 metrics, Gaussian and
+degrading nodes (tests/support/burnin_truth.py), 10,000 nodes x 10 metrics, Gaussian and
 heavy-tailed noise of 1-3 % (Student-t 5 and 4), the nodes drained are the slow ones
 (docs/burnin.md, "False flags across the fleet")."""
 
@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("numpy")  # the generator and the columnar judge use it
 
-from burnin_truth import history, precision_recall  # noqa: E402
+from support.burnin_truth import history, precision_recall  # noqa: E402
 
 from slurmguard.burnin.stats import StatParams  # noqa: E402
 from slurmguard.burnin.vector import judge_rows  # noqa: E402

@@ -180,7 +180,7 @@ def test_numpy_judge_on_a_falling_and_a_slow_node() -> None:
 def test_numpy_judge_equals_the_pure_judge_where_tails_are_measured() -> None:
     # 1,000 nodes a group: enough beyond the 0.5 % quantile to take a tail factor (the
     # Hypothesis fleets above are too small to), heavy-tailed noise, planted faults.
-    from burnin_truth import history
+    from support.burnin_truth import history
 
     fleet = history(seed=5, nodes=4000, shape="t4")
     pure = judge(fleet.runs, fleet.rows, StatParams())

@@ -1,5 +1,5 @@
 """Fleet figures, node risk and policy replay on a generated fleet history with planted truth
-(tests/fleetgen.py): 2,000 nodes x 60 days in a real SQLite store, the real CLI as a
+(tests/support/fleetgen.py): 2,000 nodes x 60 days in a real SQLite store, the real CLI as a
 subprocess. The planted rates must be recovered and the planted lemons and degrading nodes
 found: precision and recall are asserted here (docs/fleet.md, "What the figures showed")."""
 
@@ -10,7 +10,7 @@ import statistics
 import time
 
 import pytest
-from fleetgen import CAUSES, DAY, generate
+from support.fleetgen import CAUSES, DAY, generate
 from support.helpers import run_sg, sg_env
 
 from slurmguard.cli._common import iso

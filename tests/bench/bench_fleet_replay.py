@@ -2,7 +2,7 @@
 
     python tests/bench/bench_fleet_replay.py [--nodes 10000] [--days 30] [-n 3]
 
-Writes the history once with tests/fleetgen.py (a healthcheck every 6 h and two job epilogs a
+Writes the history once with tests/support/fleetgen.py (a healthcheck every 6 h and two job epilogs a
 day per node, failures at about 5 per 1,000 node-days, planted lemons and degrading nodes, a
 shared-cause incident), then prints the median of
   * the whole `python -m slurmguard policy replay --since 30d --config candidate.toml --json`
@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--days", type=int, default=30)
     ap.add_argument("-n", type=int, default=3)
     a = ap.parse_args()
-    from fleetgen import generate
+    from support.fleetgen import generate
 
     from slurmguard.cli._common import iso
 
