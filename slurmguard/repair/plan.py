@@ -85,6 +85,7 @@ class Episode:
     taken: tuple[Rung, ...] = ()  # rungs started, in order
     open_rung: Rung | None = None  # started, no outcome yet
     open_at: float = 0.0
+    rung_at: float = 0.0  # the newest rung's start
     boot_before: str | None = None
     last_result: str = ""  # of the newest outcome
     result_at: float = 0.0
@@ -107,7 +108,8 @@ def episode_state(events: Iterable[RepairEvent], episode: int) -> Episode:
         elif e.kind == "repair_rung":
             rung = Rung(str(e.details.get("rung", "")), str(e.details.get("arg", "")))
             st["taken"].append(rung)
-            st.update(open_rung=rung, open_at=e.at, boot_before=e.details.get("boot_before"))
+            st.update(open_rung=rung, open_at=e.at, rung_at=e.at,
+                      boot_before=e.details.get("boot_before"))
         elif e.kind == "repair_outcome":
             st.update(open_rung=None, last_result=str(e.details.get("result", "")),
                       result_at=e.at)
@@ -235,12 +237,15 @@ def _await_proof(n: NodeIn, ep: Episode, p: RepairParams, now: float) -> Action:
 
 def _await_verify(n: NodeIn, ep: Episode, p: RepairParams, now: float) -> Action:
     rung, attempt = ep.last_rung, len(ep.taken)
-    if n.failing_since is not None and n.failing_since >= ep.result_at:
-        return Action("outcome", n.name, f"{n.cause} fails again after {rung}", rung, attempt,
-                      "transient", n.episode)
-    if n.healthy_since is not None and n.healthy_since >= ep.result_at:
+    # The newest judged run decides: a pass since the rung began (a health check at boot may
+    # report before the proof is seen), or a failure since the rung was proven.
+    healthy, failing = n.healthy_since, n.failing_since
+    if healthy is not None and healthy >= ep.rung_at and (failing is None or healthy > failing):
         return Action("outcome", n.name, f"{n.cause} passes after {rung}", rung, attempt,
                       "verified", n.episode)
+    if failing is not None and failing >= ep.result_at:
+        return Action("outcome", n.name, f"{n.cause} fails again after {rung}", rung, attempt,
+                      "transient", n.episode)
     if now - ep.result_at > p.settle:
         return Action("outcome", n.name, f"no health result in {p.settle:g}s", rung, attempt,
                       "transient", n.episode)

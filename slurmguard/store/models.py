@@ -49,6 +49,13 @@ EVENT_KINDS = (
     "permit",  # the blast-radius guard allowed a drain (holds its slot; slurmguard/drainguard.py)
     "drain_failed",  # a drain slurmguard asked Slurm for did not take (the error in reason)
     "suspect",  # a job named the node slow (evidence for burn-in; never a drain by itself)
+    # autonomous repair (slurmguard/repair/, docs/repair.md): details.episode = the drain's id
+    "repair_start",  # evidence collected, the episode's first rung next
+    "repair_rung",  # a rung started (written before it is taken: never taken twice)
+    "repair_outcome",  # proven, transient, permanent or verified
+    "repair_return",  # verified and returned on probation
+    "repair_ticket",  # handed to people; the node stays out as a lemon
+    "repair_observe",  # observe mode: what repair would have done
 )
 
 

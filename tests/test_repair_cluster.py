@@ -1,0 +1,215 @@
+"""Autonomous repair against a real Slurm cluster and a real `slurmguard serve`.
+
+Slurm's own reboot machinery runs: ``RebootProgram`` is a test script that, like a node's
+reboot, asks for that node to be restarted; the test's "BMC" thread then kills the node's
+slurmd, writes a new boot id where the agent reads it (``SLURMGUARD_BOOT_ID_PATH``), and
+starts slurmd again in a time namespace whose boot time is now, so slurmctld sees a reboot and
+completes it. The node's first health check after the boot reports to serve (the
+HealthCheckProgram would). No command is typed by a person: serve's periodic pass does the rest.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from support.sgserve import Serve, new_port, new_store, write_config
+from support.wait import wait_for
+
+from slurmguard import config
+from slurmguard.contract import CheckResult, Health
+from slurmguard.node import delivery
+from slurmguard.node.record import make_record
+from slurmguard.store import Store
+
+pytestmark = pytest.mark.slurm
+
+XID79 = "slurmguard: gpu-xid: Xid 79 on GPU 0 (fallen off the bus)"
+REBOOT_SCRIPT = """#!/bin/sh
+# RebootProgram of the test cluster: find this node's slurmd (an ancestor run as `slurmd -N NODE`)
+# and ask the test's BMC to restart that node.
+p=$PPID; n=""
+while [ -z "$n" ] && [ "$p" -gt 1 ]; do
+  n=$(tr '\\0' ' ' < /proc/$p/cmdline | sed -n 's/.*-N \\([^ ]*\\).*/\\1/p')
+  p=$(awk '{{print $4}}' /proc/$p/stat)
+done
+date +%s.%N > {dir}/reboot-$n
+"""
+
+
+def _rec(node: str, hook: str, healthy: bool, applied: str = "") -> dict:
+    res = CheckResult("gpu-xid", Health.HEALTHY if healthy else Health.UNHEALTHY,
+                      "" if healthy else "Xid 79 on GPU 0 (fallen off the bus)")
+    r = make_record(node, hook, [CheckResult("gpu-count", Health.HEALTHY), res],
+                    "pass" if healthy else "drain", "" if healthy else XID79)
+    if applied:
+        r["applied"] = applied
+    return r
+
+
+class BMC:
+    """Restarts a node whose RebootProgram ran; ``cures`` says whether the fault goes."""
+
+    def __init__(self, cluster, d: Path, cfg, cures: bool = True) -> None:
+        self.cluster, self.d, self.cfg, self.cures = cluster, d, cfg, cures
+        self.reboots: list[tuple[str, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> BMC:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _watch(self) -> None:
+        seen: set[Path] = set()
+        while not self._stop.wait(0.2):
+            for f in sorted(self.d.glob("reboot-n*")):
+                if f not in seen:
+                    seen.add(f)
+                    self._reboot(f.name.split("-", 1)[1])
+
+    def _reboot(self, node: str) -> None:
+        self.reboots.append((node, time.time()))
+        self.cluster.kill_slurmd(node)
+        (self.d / f"boot_id-{node}").write_text(str(uuid.uuid4()) + "\n")
+        time.sleep(1.5)  # a boot time in a later second than the reboot request
+        self.cluster.start_slurmd(node, fresh_boot=True)
+        # The node's health check at boot reports to serve.
+        delivery.deliver(_rec(node, "healthcheck", healthy=self.cures), self.cfg)
+
+
+def _setup(slurm_cluster_factory, tmp_path: Path, *, nodes: int = 3):
+    d = tmp_path / "bmc"
+    d.mkdir()
+    script = d / "reboot.sh"
+    script.write_text(REBOOT_SCRIPT.format(dir=d))
+    script.chmod(0o755)
+    cluster = slurm_cluster_factory(nodes=nodes, extra_conf=[f"RebootProgram={script}",
+                                                            "ResumeTimeout=60"])
+    url, port = new_store(tmp_path), new_port()
+    cfg_path = write_config(tmp_path, store_url=url, port=port, serve_extra="policy_interval = 1.0",
+                            extra=f"""
+[repair]
+mode = "act"
+settle = 20.0
+evidence_dir = "{tmp_path}/evidence"
+pause_file = "{tmp_path}/repair.paused"
+
+[triage]
+connect_timeout = 2.0
+""")
+    cfg = config.load(str(cfg_path), env={})
+    serve = Serve(cfg_path, port, env={"SLURM_CONF": cluster.env["SLURM_CONF"]})
+    return cluster, d, cfg, cfg_path, serve, Store.open(url=url)
+
+
+def _drain(cluster, cfg, node: str) -> float:
+    """The node's prolog finds the Xid, drains its node and reports (the hook path)."""
+    assert cluster.cli().drain(node, XID79)
+    at = time.time()
+    assert delivery.deliver(_rec(node, "prolog", healthy=False, applied="drained"), cfg) == "sent"
+    return at
+
+
+def test_a_transient_xid_is_repaired_by_a_reboot_with_no_human(slurm_cluster_factory, tmp_path):
+    cluster, d, cfg, _, serve, store = _setup(slurm_cluster_factory, tmp_path)
+    with BMC(cluster, d, cfg) as bmc:
+        serve.start()
+        try:
+            t0 = _drain(cluster, cfg, "n1")
+            wait_for(lambda: [e for e in store.nodes.events(node="n1", kinds=["repair_return"])],
+                     120, interval=0.5, what="repair_return of n1")
+            info = cluster.wait_node("n1", lambda n: not n.drained and not n.down, 30,
+                                     what="back in service")
+        finally:
+            serve.stop()
+    assert [n for n, _ in bmc.reboots] == ["n1"]  # one reboot, through Slurm's RebootProgram
+    ev = sorted(store.nodes.events(node="n1", limit=100), key=lambda e: (e.at, e.id))
+    kinds = [e.kind for e in ev]
+    assert kinds.count("repair_rung") == 1 and kinds.count("repair_return") == 1
+    assert "repair_ticket" not in kinds and "lemon" not in kinds
+    assert all(e.actor_kind != "admin" for e in ev)  # human actions: 0
+    start = next(e for e in ev if e.kind == "repair_start")
+    evidence = Path(start.details["evidence"])
+    assert (evidence / "slurm-node.json").is_file()  # the evidence bundle, kept before the reboot
+    assert "Xid 79" in (evidence / "slurm-node.json").read_text()
+    (s,) = store.nodes.summary(["n1"])
+    assert s.probation and not s.lemon  # returned on probation
+    assert info.state == "idle"
+    assert "sg_repair_n1" not in cluster.run("scontrol", "show", "reservation").stdout
+    at = {k: next(e.at for e in ev if e.kind == k and (k != "repair_outcome" or
+                                                        e.details.get("result") == r))
+          for k, r in (("drain", ""), ("repair_start", ""), ("repair_rung", ""),
+                       ("repair_outcome", "proven"), ("repair_return", ""))}
+    verified = next(e.at for e in ev if e.details.get("result") == "verified")
+    steps = {"drain->evidence": at["repair_start"] - at["drain"],
+             "evidence->reboot asked": at["repair_rung"] - at["repair_start"],
+             "reboot asked->RebootProgram": bmc.reboots[0][1] - at["repair_rung"],
+             "RebootProgram->proven": at["repair_outcome"] - bmc.reboots[0][1],
+             "proven->verified": verified - at["repair_outcome"],
+             "verified->returned": at["repair_return"] - verified,
+             "drain->return": at["repair_return"] - t0}
+    print("\n" + "\n".join(f"  {k:28s} {v:6.1f} s" for k, v in steps.items()))
+    assert steps["drain->return"] < 120
+
+
+def test_a_fault_that_survives_climbs_to_a_ticket_once_and_stays_out(slurm_cluster_factory,
+                                                                     tmp_path):
+    cluster, d, cfg, cfg_path, serve, store = _setup(slurm_cluster_factory, tmp_path)
+    ticket_log = tmp_path / "tickets.txt"
+    ticket = tmp_path / "ticket.sh"
+    ticket.write_text(f'#!/bin/sh\necho "$@" >> {ticket_log}\n')
+    ticket.chmod(0o755)
+    with cfg_path.open("a") as f:
+        f.write('\n[repair.ladders]\n"gpu-xid:79" = "reboot, ticket"\n')
+    text = cfg_path.read_text().replace('mode = "act"', f'mode = "act"\nticket = ["{ticket}", '
+                                        '"{node}", "{cause}", "{evidence}"]')
+    cfg_path.write_text(text)
+    with BMC(cluster, d, cfg, cures=False) as bmc:
+        serve.start()
+        try:
+            _drain(cluster, cfg, "n2")
+            wait_for(lambda: store.nodes.events(node="n2", kinds=["repair_ticket"]), 150,
+                     interval=0.5, what="repair_ticket of n2")
+            time.sleep(3)  # a few more passes: nothing else may happen
+        finally:
+            serve.stop()
+    assert [n for n, _ in bmc.reboots] == ["n2"]
+    lines = ticket_log.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("n2 gpu-xid:79 ")  # called once, with evidence
+    assert Path(lines[0].split()[2]).is_dir()
+    kinds = [e.kind for e in store.nodes.events(node="n2", limit=100)]
+    assert kinds.count("repair_ticket") == 1 and "repair_return" not in kinds
+    (s,) = store.nodes.summary(["n2"])
+    assert s.lemon
+    assert cluster.node("n2").drained  # kept out, though Slurm returned it after the reboot
+
+
+def test_pause_and_a_running_job_hold_every_rung(slurm_cluster_factory, tmp_path):
+    cluster, d, cfg, cfg_path, serve, store = _setup(slurm_cluster_factory, tmp_path)
+    (tmp_path / "repair.paused").write_text("paused\n")
+    with BMC(cluster, d, cfg) as bmc:
+        serve.start()
+        try:
+            jid = cluster.sbatch("#!/bin/sh\nsleep 300\n", "-w", "n3")
+            cluster.wait_job(jid, ("RUNNING",), timeout=30)
+            _drain(cluster, cfg, "n3")
+            time.sleep(4)  # paused: several passes, nothing
+            assert not store.nodes.events(node="n3", kinds=["repair_start", "repair_rung"])
+            (tmp_path / "repair.paused").unlink()
+            time.sleep(4)  # resumed, but a job runs there: still no rung
+            assert not store.nodes.events(node="n3", kinds=["repair_rung"])
+            assert cluster.job(jid)["JobState"] == "RUNNING"  # never killed
+            cluster.run("scancel", jid)
+            wait_for(lambda: store.nodes.events(node="n3", kinds=["repair_rung"]), 60,
+                     interval=0.5, what="the rung once the job is gone")
+        finally:
+            serve.stop()
+    assert [n for n, _ in bmc.reboots] in ([], ["n3"])
