@@ -54,11 +54,12 @@ def test_a_bad_ladder_is_refused_at_load_with_one_line(tmp_path, text, problem):
 def test_site_ladders_replace_a_cause_and_keep_the_defaults(tmp_path):
     f = tmp_path / "sg.toml"
     f.write_text('[repair]\nmode = "act"\n[repair.ladders]\n"gpu-xid:79" = "power-cycle, ticket"\n'
-                 '"burnin:gpu-matmul" = "reset-gpu, ticket"\n')
+                 '"burnin-gpu-matmul" = "reset-gpu, ticket"\n')
     p = RepairParams.from_section(config.load(str(f)).section("repair"))
     assert p.ladder("gpu-xid:79") == (Rung("power-cycle"), Rung("ticket"))
     assert p.ladder("gpu-xid:31") == parse_ladder("reboot, ticket")  # the family's default
-    assert p.ladder("burnin:gpu-matmul")[0] == Rung("reset-gpu")
+    assert p.ladder("burnin-gpu-matmul")[0] == Rung("reset-gpu")
+    assert p.ladder("burnin-host-membw") == parse_ladder("reboot, ticket")
     assert p.ladder("gpu-nvlink")[0] == Rung("restart-service", "nvidia-fabricmanager")
     assert config.defaults()["repair"]["mode"] == "observe"
 

@@ -39,7 +39,7 @@ from typing import Any
 from slurmguard.contract import REASON_PREFIX, reason_source
 from slurmguard.errors import CommandError, SlurmguardError
 from slurmguard.policy.blast import scopes as blast_scopes
-from slurmguard.repair.params import REBOOTS, RepairParams, Rung
+from slurmguard.repair.params import REBOOTS, RepairParams, Rung, family
 from slurmguard.repair.plan import REPAIR_KINDS, Action, Fleet, NodeIn, RepairEvent, plan
 
 log = logging.getLogger("slurmguard.repair")
@@ -116,7 +116,7 @@ class RepairPass:
     def _node_in(self, info: Any, drain: Any, jobs: int, lemon: bool,
                  scopes: Mapping[str, frozenset[str]]) -> NodeIn:
         cause = drain.source or reason_source(drain.reason) or "unknown"
-        healthy, failing = self._health(info.name, cause.partition(":")[0], drain.at)
+        healthy, failing = self._health(info.name, family(cause), drain.at)
         mode = self.cfg.for_node(info.name)["repair.mode"]
         return NodeIn(info.name, cause, drain.id, jobs=jobs, lemon=lemon,
                       gpus=_gpus(drain.reason), boot_id=str(info.raw.get("BootTime") or "") or None,
@@ -336,5 +336,7 @@ def run_pass(fleet: Any) -> None:
     """serve's hook (slurmguard/serve/fleet.py): one repair pass; a failure is logged only."""
     try:
         RepairPass(fleet.cfg, fleet.store, fleet.slurm).run()
+    except SlurmguardError as exc:  # Slurm or the store unreadable: nothing done this pass
+        log.warning("repair: pass skipped: %s", exc)
     except Exception:
         log.exception("repair pass failed")

@@ -3,7 +3,8 @@
 A **ladder** maps a drain's cause to an ordered list of rungs. The cause is the blast-radius
 guard's cause key (:func:`slurmguard.policy.blast.cause_key`): a check name (``gpu-lost``),
 an Xid class (``gpu-xid:79``; plain ``gpu-xid`` is every Xid without a ladder of its own), or
-a burn-in metric (``burnin:gpu-matmul``; plain ``burnin`` is every burn-in drain). A rung is
+a burn-in cause (``burnin-gpu-matmul``, as burn-in's drains name it; plain ``burnin`` is every
+burn-in drain). A rung is
 one of :data:`RUNGS`; ``restart-service NAME`` names the systemd unit. A ladder naming an
 unknown rung or cause is refused at config load with one line naming the key and the value.
 
@@ -67,13 +68,12 @@ class Rung(NamedTuple):
 
 
 def known_cause(cause: str) -> bool:
-    """A cause a ladder may name: a check, ``gpu-xid:N``, ``burnin`` or ``burnin:METRIC``."""
+    """A cause a ladder may name: a check, ``gpu-xid:N``, ``burnin`` or ``burnin-METRIC``."""
     from slurmguard.checks import ALL_CHECKS  # light: check modules import no adapter
 
     if cause in {c.name for c in ALL_CHECKS} or cause == "burnin" or _XID.fullmatch(cause):
         return True
-    head, _, metric = cause.partition(":")
-    return head == "burnin" and bool(_METRIC.fullmatch(metric))
+    return cause.startswith("burnin-") and bool(_METRIC.fullmatch(cause[len("burnin-"):]))
 
 
 def parse_ladder(text: str) -> tuple[Rung, ...]:
@@ -96,7 +96,7 @@ def _check_ladders(value: Mapping[str, str]) -> str | None:
     for cause, text in value.items():
         if not known_cause(cause):
             return (f"unknown cause {cause!r} (a check name, gpu-xid:N, burnin or "
-                    "burnin:METRIC)")
+                    "burnin-METRIC)")
         try:
             parse_ladder(text)
         except ValueError as exc:
@@ -175,4 +175,11 @@ class RepairParams(NamedTuple):
         """The ladder of ``cause``: its own, else its family's (``gpu-xid``, ``burnin``)."""
         if cause in self.ladders:
             return self.ladders[cause]
-        return self.ladders.get(cause.partition(":")[0], ())
+        return self.ladders.get(family(cause), ())
+
+
+def family(cause: str) -> str:
+    """``gpu-xid:79`` -> ``gpu-xid``, ``burnin-gpu-matmul`` -> ``burnin``; a check: itself."""
+    if cause.startswith("burnin-"):
+        return "burnin"
+    return cause.partition(":")[0]

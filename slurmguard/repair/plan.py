@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurmguard.repair.params import REBOOTS, RepairParams, Rung
+from slurmguard.repair.params import REBOOTS, RepairParams, Rung, family
 
 REPAIR_KINDS = ("repair_start", "repair_rung", "repair_outcome", "repair_return",
                 "repair_ticket", "repair_observe")
@@ -209,7 +209,7 @@ def _hold_why(n: NodeIn, ep: Episode, fleet: Fleet, p: RepairParams) -> str:
         return f"repair {ep.done}"
     if not p.ladder(n.cause):
         return f"no ladder for {n.cause}"
-    if n.cause in fleet.shared_causes or n.cause.partition(":")[0] in fleet.shared_causes:
+    if n.cause in fleet.shared_causes or family(n.cause) in fleet.shared_causes:
         return f"shared cause: a fleet alert is open for {n.cause}"
     if n.lemon and not ep.started:
         return "lemon: repaired again only after a person returns it"
