@@ -10,12 +10,14 @@ HealthCheckProgram would). No command is typed by a person: serve's periodic pas
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+from support.helpers import run_sg, sg_env
 from support.sgserve import Serve, new_port, new_store, write_config
 from support.wait import wait_for
 
@@ -192,9 +194,13 @@ def test_a_fault_that_survives_climbs_to_a_ticket_once_and_stays_out(slurm_clust
     assert cluster.node("n2").drained  # kept out, though Slurm returned it after the reboot
 
 
+def _sg(cfg_path: Path, cluster, *args: str):
+    return run_sg("-c", str(cfg_path), *args, env=sg_env(SLURM_CONF=cluster.env["SLURM_CONF"]))
+
+
 def test_pause_and_a_running_job_hold_every_rung(slurm_cluster_factory, tmp_path):
     cluster, d, cfg, cfg_path, serve, store = _setup(slurm_cluster_factory, tmp_path)
-    (tmp_path / "repair.paused").write_text("paused\n")
+    assert _sg(cfg_path, cluster, "repair", "pause").returncode == 0
     with BMC(cluster, d, cfg) as bmc:
         serve.start()
         try:
@@ -203,13 +209,47 @@ def test_pause_and_a_running_job_hold_every_rung(slurm_cluster_factory, tmp_path
             _drain(cluster, cfg, "n3")
             time.sleep(4)  # paused: several passes, nothing
             assert not store.nodes.events(node="n3", kinds=["repair_start", "repair_rung"])
-            (tmp_path / "repair.paused").unlink()
+            p = _sg(cfg_path, cluster, "repair", "status", "--json")
+            got = json.loads(p.stdout)
+            assert got["paused"] and [n["node"] for n in got["nodes"]] == ["n3"], p
+            assert got["nodes"][0]["cause"] == "gpu-xid:79"
+            assert got["nodes"][0]["next"].startswith("hold: ") and "paused" in got["nodes"][0]["next"]
+            assert _sg(cfg_path, cluster, "repair", "resume").returncode == 0
             time.sleep(4)  # resumed, but a job runs there: still no rung
             assert not store.nodes.events(node="n3", kinds=["repair_rung"])
             assert cluster.job(jid)["JobState"] == "RUNNING"  # never killed
+            got = json.loads(_sg(cfg_path, cluster, "repair", "status", "--json").stdout)
+            assert not got["paused"] and "job(s) running" in got["nodes"][0]["next"]
             cluster.run("scancel", jid)
-            wait_for(lambda: store.nodes.events(node="n3", kinds=["repair_rung"]), 60,
-                     interval=0.5, what="the rung once the job is gone")
+            wait_for(lambda: store.nodes.events(node="n3", kinds=["repair_return"]), 60,
+                     interval=0.5, what="the repair once the job is gone")
         finally:
             serve.stop()
-    assert [n for n, _ in bmc.reboots] in ([], ["n3"])
+    assert [n for n, _ in bmc.reboots] == ["n3"]
+    p = _sg(cfg_path, cluster, "repair", "history", "n3")
+    assert p.returncode == 0
+    for kind in ("drain", "repair_start", "repair_rung", "repair_outcome", "repair_return",
+                 "probation_start"):
+        assert kind in p.stdout, p.stdout
+
+
+def test_observe_mode_records_what_it_would_do_once_and_does_nothing(slurm_cluster_factory,
+                                                                      tmp_path):
+    cluster, d, cfg, cfg_path, serve, store = _setup(slurm_cluster_factory, tmp_path)
+    cfg_path.write_text(cfg_path.read_text().replace('mode = "act"', 'mode = "observe"'))
+    with BMC(cluster, d, cfg) as bmc:
+        serve.start()
+        try:
+            _drain(cluster, cfg, "n1")
+            wait_for(lambda: store.nodes.events(node="n1", kinds=["repair_observe"]), 30,
+                     interval=0.5, what="repair_observe of n1")
+            time.sleep(3)  # more passes: still one record, nothing done
+        finally:
+            serve.stop()
+    assert bmc.reboots == []
+    (obs,) = store.nodes.events(node="n1", kinds=["repair_observe"])
+    assert obs.reason == "would take reboot"
+    assert not store.nodes.events(node="n1", kinds=["repair_start", "repair_rung"])
+    info = cluster.node("n1")
+    assert info.drained and info.ours  # still drained, ours, untouched
+    assert "sg_repair_n1" not in cluster.run("scontrol", "show", "reservation").stdout
