@@ -130,9 +130,14 @@ def test_a_transient_xid_is_repaired_by_a_reboot_with_no_human(slurm_cluster_fac
                      120, interval=0.5, what="repair_return of n1")
             info = cluster.wait_node("n1", lambda n: not n.drained and not n.down, 30,
                                      what="back in service")
+            counted = {r: serve.metric("slurmguard_repair_steps_total", cause="gpu-xid:79",
+                                     result=r) for r in ("started", "proven", "verified",
+                                                         "returned", "ticketed")}
+            returned = serve.metric("slurmguard_repair_drain_to_return_seconds_count")
         finally:
             serve.stop()
     assert [n for n, _ in bmc.reboots] == ["n1"]  # one reboot, through Slurm's RebootProgram
+    assert counted == {"started": 1, "proven": 1, "verified": 1, "returned": 1, "ticketed": 0}
     ev = sorted(store.nodes.events(node="n1", limit=100), key=lambda e: (e.at, e.id))
     kinds = [e.kind for e in ev]
     assert kinds.count("repair_rung") == 1 and kinds.count("repair_return") == 1
@@ -160,6 +165,7 @@ def test_a_transient_xid_is_repaired_by_a_reboot_with_no_human(slurm_cluster_fac
              "drain->return": at["repair_return"] - t0}
     print("\n" + "\n".join(f"  {k:28s} {v:6.1f} s" for k, v in steps.items()))
     assert steps["drain->return"] < 120
+    assert returned == 1
 
 
 def test_a_fault_that_survives_climbs_to_a_ticket_once_and_stays_out(slurm_cluster_factory,

@@ -56,8 +56,8 @@ def reservation_name(node: str) -> str:
 class RepairPass:
     """One repair pass over the fleet; ``run`` is called from serve's periodic pass."""
 
-    def __init__(self, cfg: Any, store: Any, slurm: Any) -> None:
-        self.cfg, self.store, self.slurm = cfg, store, slurm
+    def __init__(self, cfg: Any, store: Any, slurm: Any, metrics: Any = None) -> None:
+        self.cfg, self.store, self.slurm, self.metrics = cfg, store, slurm, metrics
         self.section = cfg.section("repair")
         self.params = RepairParams.from_section(self.section)
 
@@ -118,7 +118,7 @@ class RepairPass:
         cause = drain.source or reason_source(drain.reason) or "unknown"
         healthy, failing = self._health(info.name, family(cause), drain.at)
         mode = self.cfg.for_node(info.name)["repair.mode"]
-        return NodeIn(info.name, cause, drain.id, jobs=jobs, lemon=lemon,
+        return NodeIn(info.name, cause, drain.id, drain.at, jobs=jobs, lemon=lemon,
                       gpus=_gpus(drain.reason), boot_id=str(info.raw.get("BootTime") or "") or None,
                       registered=not info.not_responding and not any(
                           f.startswith("REBOOT") for f in info.flags),
@@ -146,7 +146,21 @@ class RepairPass:
                 self.apply(a, by[a.node], now)
             except SlurmguardError as exc:
                 log.error("repair: %s %s failed: %s", a.node, a.kind, exc)
+            else:
+                self._count(a, by[a.node], now)
+        if self.metrics is not None:
+            self.metrics.repair_nodes.set(_in_repair(nodes, events))
         return actions
+
+    def _count(self, a: Action, n: NodeIn, now: float) -> None:
+        if self.metrics is None or a.kind == "hold":
+            return
+        result = {"rung": "started", "return": "returned", "ticket": "ticketed",
+                  "observe": "observed"}.get(a.kind, a.result)
+        rung = a.rung.name if a.rung is not None else ("ticket" if a.kind == "ticket" else "")
+        self.metrics.repair_steps.labels(cause=n.cause, rung=rung, result=result).inc()
+        if a.kind == "return" and n.drained_at:
+            self.metrics.repair_drain_to_return.observe(max(0.0, now - n.drained_at))
 
     def apply(self, a: Action, n: NodeIn, now: float) -> None:
         ep = {"episode": a.episode, "cause": n.cause}
@@ -314,6 +328,13 @@ def _ours_now(info: Any, events: Sequence[RepairEvent], episode: int) -> bool:
     return started and not done
 
 
+def _in_repair(nodes: Sequence[NodeIn], events: Mapping[str, Sequence[RepairEvent]]) -> int:
+    from slurmguard.repair.plan import episode_state
+
+    states = (episode_state(events.get(n.name, ()), n.episode) for n in nodes)
+    return sum(1 for s in states if s.started and not s.done)
+
+
 def _reboots_since(events: Mapping[str, Sequence[RepairEvent]], since: float) -> int:
     return sum(1 for evs in events.values() for e in evs
                if e.kind == "repair_rung" and e.at >= since and e.details.get("rung") in REBOOTS)
@@ -335,7 +356,7 @@ def _history_text(rows: Sequence[Any]) -> str:
 def run_pass(fleet: Any) -> None:
     """serve's hook (slurmguard/serve/fleet.py): one repair pass; a failure is logged only."""
     try:
-        RepairPass(fleet.cfg, fleet.store, fleet.slurm).run()
+        RepairPass(fleet.cfg, fleet.store, fleet.slurm, fleet.metrics).run()
     except SlurmguardError as exc:  # Slurm or the store unreadable: nothing done this pass
         log.warning("repair: pass skipped: %s", exc)
     except Exception:

@@ -54,6 +54,7 @@ class NodeIn:
     name: str
     cause: str  # the guard's cause key: gpu-xid:79, gpu-lost, burnin:gpu-matmul
     episode: int  # ledger id of the drain that began this episode
+    drained_at: float = 0.0  # when that drain was taken
     jobs: int = 0  # running jobs on it
     lemon: bool = False  # the store's lemon flag (set by policy or a ticket)
     gpus: tuple[int, ...] = ()  # GPUs named by the drain (reset-gpu needs them)
