@@ -58,6 +58,8 @@ class BMC:
     def __init__(self, cluster, d: Path, cfg, cures: bool = True) -> None:
         self.cluster, self.d, self.cfg, self.cures = cluster, d, cfg, cures
         self.reboots: list[tuple[str, float]] = []
+        self.go = threading.Event()  # cleared: reboot requests wait (a slow BMC)
+        self.go.set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -70,12 +72,12 @@ class BMC:
         self._thread.join(10)
 
     def _watch(self) -> None:
-        seen: set[Path] = set()
         while not self._stop.wait(0.2):
+            if not self.go.is_set():
+                continue
             for f in sorted(self.d.glob("reboot-n*")):
-                if f not in seen:
-                    seen.add(f)
-                    self._reboot(f.name.split("-", 1)[1])
+                f.unlink()  # one request, one reboot
+                self._reboot(f.name.split("-", 1)[1])
 
     def _reboot(self, node: str) -> None:
         self.reboots.append((node, time.time()))
@@ -259,3 +261,80 @@ def test_observe_mode_records_what_it_would_do_once_and_does_nothing(slurm_clust
     info = cluster.node("n1")
     assert info.drained and info.ours  # still drained, ours, untouched
     assert "sg_repair_n1" not in cluster.run("scontrol", "show", "reservation").stdout
+
+
+def test_serve_restarted_mid_reboot_resumes_from_the_ledger(slurm_cluster_factory, tmp_path):
+    cluster, d, cfg, _, serve, store = _setup(slurm_cluster_factory, tmp_path)
+    with BMC(cluster, d, cfg) as bmc:
+        bmc.go.clear()  # the node takes its time to reboot
+        serve.start()
+        try:
+            _drain(cluster, cfg, "n1")
+            wait_for(lambda: store.nodes.events(node="n1", kinds=["repair_rung"]), 30,
+                     interval=0.5, what="the reboot rung")
+        finally:
+            serve.stop()  # serve dies in the middle of the repair
+        serve.start()
+        try:
+            time.sleep(3)  # passes of the new serve while the node still reboots
+            assert len(store.nodes.events(node="n1", kinds=["repair_rung"])) == 1
+            bmc.go.set()
+            wait_for(lambda: store.nodes.events(node="n1", kinds=["repair_return"]), 60,
+                     interval=0.5, what="repair_return after the restart")
+        finally:
+            serve.stop()
+    kinds = [e.kind for e in store.nodes.events(node="n1", limit=100)]
+    assert kinds.count("repair_start") == 1 and kinds.count("repair_rung") == 1  # none twice
+    assert [n for n, _ in bmc.reboots] == ["n1"]
+
+
+def test_a_fault_back_after_each_return_is_repaired_k_times_then_ticketed(
+        slurm_cluster_factory, tmp_path):
+    cluster, d, cfg, cfg_path, serve, store = _setup(slurm_cluster_factory, tmp_path)
+    cfg_path.write_text(cfg_path.read_text().replace('mode = "act"',
+                                                     'mode = "act"\nlemon_repairs = 2'))
+    with BMC(cluster, d, cfg) as bmc:
+        serve.start()
+        try:
+            for k in range(3):
+                cluster.wait_node("n1", lambda n: not n.drained and not n.down, 30,
+                                  what="in service")
+                _drain(cluster, cfg, "n1")  # the fault is back
+                kind = "repair_ticket" if k == 2 else "repair_return"
+                wait_for(lambda k=k, kind=kind: len(store.nodes.events(node="n1", kinds=[kind]))
+                         == (1 if kind == "repair_ticket" else k + 1), 60, interval=0.5,
+                         what=f"{kind} #{k + 1}")
+        finally:
+            serve.stop()
+    kinds = [e.kind for e in store.nodes.events(node="n1", limit=200)]
+    assert kinds.count("repair_return") == 2 and kinds.count("repair_ticket") == 1
+    assert len(bmc.reboots) == 2  # the third drain went to people without a rung
+    (s,) = store.nodes.summary(["n1"])
+    assert s.lemon and cluster.node("n1").drained
+
+
+def test_limits_hold_repairs_to_one_node_and_one_reboot_an_hour(slurm_cluster_factory,
+                                                                 tmp_path):
+    cluster, d, cfg, cfg_path, serve, store = _setup(slurm_cluster_factory, tmp_path)
+    cfg_path.write_text(cfg_path.read_text().replace(
+        'mode = "act"', 'mode = "act"\nmax_nodes = 1\nreboots_per_hour = 1'))
+    with BMC(cluster, d, cfg) as bmc:
+        bmc.go.clear()
+        serve.start()
+        try:
+            _drain(cluster, cfg, "n1")
+            _drain(cluster, cfg, "n2")
+            wait_for(lambda: store.nodes.events(kinds=["repair_rung"]), 30, interval=0.5,
+                     what="a first rung")
+            time.sleep(3)
+            assert len(store.nodes.events(kinds=["repair_start"])) == 1  # max_nodes = 1
+            bmc.go.set()
+            wait_for(lambda: store.nodes.events(kinds=["repair_return"]), 60, interval=0.5,
+                     what="the first return")
+            time.sleep(3)  # the other node may start now, but no reboot within the hour
+            got = json.loads(_sg(cfg_path, cluster, "repair", "status", "--json").stdout)
+        finally:
+            serve.stop()
+    assert len(store.nodes.events(kinds=["repair_rung"])) == 1 and len(bmc.reboots) == 1
+    (waiting,) = got["nodes"]
+    assert "reboots in the last hour" in waiting["next"], waiting
