@@ -42,11 +42,12 @@ date +%s.%N > {dir}/reboot-$n
 """
 
 
-def _rec(node: str, hook: str, healthy: bool, applied: str = "") -> dict:
-    res = CheckResult("gpu-xid", Health.HEALTHY if healthy else Health.UNHEALTHY,
-                      "" if healthy else "Xid 79 on GPU 0 (fallen off the bus)")
+def _rec(node: str, hook: str, healthy: bool, applied: str = "", check: str = "gpu-xid",
+         reason: str = XID79) -> dict:
+    res = CheckResult(check, Health.HEALTHY if healthy else Health.UNHEALTHY,
+                      "" if healthy else reason.split(": ", 2)[-1])
     r = make_record(node, hook, [CheckResult("gpu-count", Health.HEALTHY), res],
-                    "pass" if healthy else "drain", "" if healthy else XID79)
+                    "pass" if healthy else "drain", "" if healthy else reason)
     if applied:
         r["applied"] = applied
     return r
@@ -89,14 +90,14 @@ class BMC:
         delivery.deliver(_rec(node, "healthcheck", healthy=self.cures), self.cfg)
 
 
-def _setup(slurm_cluster_factory, tmp_path: Path, *, nodes: int = 3):
+def _setup(slurm_cluster_factory, tmp_path: Path, *, nodes: int = 3, reboot: bool = True):
     d = tmp_path / "bmc"
     d.mkdir()
     script = d / "reboot.sh"
     script.write_text(REBOOT_SCRIPT.format(dir=d))
     script.chmod(0o755)
-    cluster = slurm_cluster_factory(nodes=nodes, extra_conf=[f"RebootProgram={script}",
-                                                            "ResumeTimeout=60"])
+    conf = [f"RebootProgram={script}", "ResumeTimeout=60"] if reboot else []
+    cluster = slurm_cluster_factory(nodes=nodes, extra_conf=conf)
     url, port = new_store(tmp_path), new_port()
     cfg_path = write_config(tmp_path, store_url=url, port=port, serve_extra="policy_interval = 1.0",
                             extra=f"""
@@ -114,11 +115,12 @@ connect_timeout = 2.0
     return cluster, d, cfg, cfg_path, serve, Store.open(url=url)
 
 
-def _drain(cluster, cfg, node: str) -> float:
-    """The node's prolog finds the Xid, drains its node and reports (the hook path)."""
-    assert cluster.cli().drain(node, XID79)
+def _drain(cluster, cfg, node: str, check: str = "gpu-xid", reason: str = XID79) -> float:
+    """The node's prolog finds the fault, drains its node and reports (the hook path)."""
+    assert cluster.cli().drain(node, reason)
     at = time.time()
-    assert delivery.deliver(_rec(node, "prolog", healthy=False, applied="drained"), cfg) == "sent"
+    rec = _rec(node, "prolog", healthy=False, applied="drained", check=check, reason=reason)
+    assert delivery.deliver(rec, cfg) == "sent"
     return at
 
 
@@ -338,3 +340,28 @@ def test_limits_hold_repairs_to_one_node_and_one_reboot_an_hour(slurm_cluster_fa
     assert len(store.nodes.events(kinds=["repair_rung"])) == 1 and len(bmc.reboots) == 1
     (waiting,) = got["nodes"]
     assert "reboots in the last hour" in waiting["next"], waiting
+
+
+def test_a_hung_command_and_a_refused_reboot_are_transient_outcomes(slurm_cluster_factory,
+                                                                   tmp_path):
+    cluster, d, cfg, cfg_path, serve, store = _setup(slurm_cluster_factory, tmp_path,
+                                                     reboot=False)  # no RebootProgram
+    cfg_path.write_text(cfg_path.read_text().replace('mode = "act"', """mode = "act"
+command_timeout = 1.0
+restart_service = ["/bin/sleep", "30"]"""))
+    serve.start()
+    try:
+        t0 = time.monotonic()
+        _drain(cluster, cfg, "n1", "host-munge", "slurmguard: host-munge: munged not answering")
+        wait_for(lambda: store.nodes.events(node="n1", kinds=["repair_ticket"]), 60,
+                 interval=0.5, what="the ticket")
+        took = time.monotonic() - t0
+    finally:
+        serve.stop()
+    outs = sorted(store.nodes.events(node="n1", kinds=["repair_outcome"]), key=lambda e: e.at)
+    assert [(e.details["rung"], e.details["result"]) for e in outs] == [
+        ("restart-service munge", "transient"), ("reboot", "transient")]
+    assert "timed out" in outs[0].reason  # killed at repair.command_timeout, not 30 s
+    assert "reboot" in outs[1].reason.lower()  # Slurm's refusal, recorded, not a crash
+    assert took < 30
+    assert cluster.node("n1").drained
