@@ -236,6 +236,8 @@ def test_pause_and_a_running_job_hold_every_rung(slurm_cluster_factory, tmp_path
         finally:
             serve.stop()
     assert [n for n, _ in bmc.reboots] == ["n3"]
+    p = _sg(cfg_path, cluster, "node", "show", "n3", "--json")
+    assert json.loads(p.stdout)["node"]["repair"]["state"] == "returned", p.stdout
     p = _sg(cfg_path, cluster, "repair", "history", "n3")
     assert p.returncode == 0
     for kind in ("drain", "repair_start", "repair_rung", "repair_outcome", "repair_return",

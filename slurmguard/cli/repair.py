@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
 
 import click
 
@@ -55,7 +54,7 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
         a = acts[n.name]
         rows.append({"node": n.name, "cause": n.cause, "mode": n.mode,
                      "rung": str(ep.open_rung or (ep.taken[-1] if ep.taken else "")),
-                     "attempt": len(ep.taken), "state": _state(ep),
+                     "attempt": len(ep.taken), "state": ep.state,
                      "since": iso(max(mine)) if mine else "",
                      "next": f"{a.kind}: {a.rung or ''} {a.why}".replace("  ", " ")})
     data = {"paused": fleet.paused, "nodes": rows}
@@ -64,16 +63,6 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
                                                      "state", "since", "next")] for r in rows],
                                    ["NODE", "CAUSE", "MODE", "RUNG", "ATTEMPT", "STATE",
                                     "SINCE", "NEXT"])]), as_json)
-
-
-def _state(ep: Any) -> str:
-    if ep.done:
-        return ep.done
-    if ep.open_rung is not None:
-        return "proving"
-    if ep.last_result == "proven":
-        return "verifying"
-    return "in repair" if ep.started else ("observed" if ep.observed else "waiting")
 
 
 @repair_grp.command("history")

@@ -97,6 +97,17 @@ class Episode:
     def last_rung(self) -> Rung:
         return self.taken[-1] if self.taken else Rung("unknown")
 
+    @property
+    def state(self) -> str:
+        """returned, ticketed, proving, verifying, in repair, observed or waiting."""
+        if self.done:
+            return self.done
+        if self.open_rung is not None:
+            return "proving"
+        if self.last_result == "proven":
+            return "verifying"
+        return "in repair" if self.started else ("observed" if self.observed else "waiting")
+
 
 def episode_state(events: Iterable[RepairEvent], episode: int) -> Episode:
     """Fold the node's repair events of ``episode`` (oldest first) into its state. Pure."""
@@ -313,3 +324,18 @@ def _next_rung(n: NodeIn, ep: Episode, fleet: Fleet, p: RepairParams) -> Rung | 
             continue
         return rung
     return None
+
+
+def latest(events: Sequence[RepairEvent]) -> dict[str, Any] | None:
+    """The node's newest repair episode in a few fields (for `node show`), or None."""
+    mine = [e for e in events if e.kind in REPAIR_KINDS and "episode" in e.details]
+    if not mine:
+        return None
+    newest = max(mine, key=lambda e: e.at)
+    episode = newest.details["episode"]
+    ep = episode_state(mine, episode)
+    cause = next((str(e.details["cause"]) for e in mine
+                  if e.details["episode"] == episode and "cause" in e.details), "")
+    return {"episode": episode, "cause": cause,
+            "state": ep.state, "rung": str(ep.open_rung or (ep.taken[-1] if ep.taken else "")),
+            "attempt": len(ep.taken), "since": newest.at}
