@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from support.helpers import run_sg, sg_env
 from support.sgserve import Serve, new_port, new_store, write_config
-from support.wait import wait_for
+from support.wait import counter_advanced, wait_for
 
 from slurmguard import config
 from slurmguard.contract import CheckResult, Health
@@ -366,4 +366,30 @@ restart_service = ["/bin/sleep", "30"]"""))
     assert "timed out" in outs[0].reason  # killed at repair.command_timeout, not 30 s
     assert "scontrol_reboot_nodes error" in outs[1].reason  # Slurm's refusal, recorded
     assert took < 30
+    assert cluster.node("n1").drained
+
+
+def test_a_shared_cause_is_never_repaired_node_by_node(slurm_cluster_factory, tmp_path):
+    from slurmguard.adapters.serve_client import drain_permit
+
+    cluster, d, cfg, cfg_path, serve, store = _setup(slurm_cluster_factory, tmp_path)
+    assert _sg(cfg_path, cluster, "repair", "pause").returncode == 0
+    with BMC(cluster, d, cfg) as bmc:
+        serve.start()
+        try:
+            # Two nodes of the 3-node partition see the same Xid at once: the first drains
+            # (its permit is granted), the second is refused and the guard opens a fleet alert.
+            assert drain_permit("n1", "gpu-xid", XID79, cfg)[0]
+            _drain(cluster, cfg, "n1")
+            allowed, why = drain_permit("n2", "gpu-xid", XID79, cfg)
+            assert not allowed and "shared cause" in why, why
+            assert _sg(cfg_path, cluster, "repair", "resume").returncode == 0
+            counter_advanced(serve.policy_passes, by=3, timeout=30, what="policy passes")
+            got = json.loads(_sg(cfg_path, cluster, "repair", "status", "--json").stdout)
+        finally:
+            serve.stop()
+    assert bmc.reboots == []
+    assert not store.nodes.events(node="n1", kinds=["repair_start", "repair_rung"])
+    (n1,) = got["nodes"]
+    assert "shared cause" in n1["next"], n1
     assert cluster.node("n1").drained

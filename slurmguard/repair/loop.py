@@ -107,7 +107,8 @@ class RepairPass:
                 continue
             nodes.append(self._node_in(info, drain, busy.get(name, 0), name in lemons, scopes))
         fleet = Fleet({s: len(m) for s, m in scopes.items()},
-                      frozenset(a.cause for a in self.store.nodes.alerts(open_only=True)),
+                      frozenset(a.cause for a in self.store.nodes.alerts(
+                          open_only=True, since=now - float(self.section["shared_hold"]))),
                       _reboots_since(events, now - 3600.0),
                       paused=os.path.exists(str(self.section["pause_file"])),
                       available=self._available())

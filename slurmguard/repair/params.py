@@ -129,6 +129,8 @@ SECTION: Schema = {
     "lemon_repairs": Int(3, "a node repaired this many times ...", minimum=1),
     "lemon_window": Float(7 * 86400.0, "... within this many seconds is a lemon: no more "
                           "repairs until a person returns it", minimum=60.0),
+    "shared_hold": Float(86400.0, "a cause with a fleet alert (a shared cause) updated within "
+                         "this many seconds is not repaired node by node", minimum=0.0),
     "settle": Float(900.0, "seconds a reboot or power cycle may take to show a new boot id "
                     "and slurmd registered (then: a transient failure)", minimum=1.0),
     "command_timeout": Float(300.0, "seconds a rung or ticket command may run before it is "
