@@ -183,11 +183,12 @@ class RepairPass:
 
     def _rung(self, a: Action, n: NodeIn, now: float, ep: dict[str, Any]) -> None:
         assert a.rung is not None
+        if not self._reserve(n.name):
+            return  # no rung without the reservation: the same rung is proposed next pass
         if a.first:
             evidence = self.collect_evidence(n.name, a.episode)
             self._event(n.name, "repair_start", f"{n.cause}: evidence in {evidence}", now,
                         evidence=evidence, **ep)
-            self._reserve(n.name)
         self._event(n.name, "repair_rung", f"{a.rung} (attempt {a.attempt})", now,
                     rung=a.rung.name, arg=a.rung.arg, attempt=a.attempt,
                     boot_before=n.boot_id, **ep)
@@ -217,15 +218,22 @@ class RepairPass:
         argv = [part.format_map(_Blank(values)) for part in template]
         run_command(argv, timeout=float(self.section["command_timeout"]))
 
-    def _reserve(self, node: str) -> None:
-        from slurmguard.adapters.slurm.burnin import create_reservation
+    def _reserve(self, node: str) -> bool:
+        """The node's own MAINT reservation, made (or found) before each rung; False when
+        there is none (Slurm refused, e.g. an overlapping reservation): no rung then."""
+        from slurmguard.adapters.slurm.burnin import create_reservation, reservation_exists
 
+        name = reservation_name(node)
         # Long enough for every rung of the budget and its verification; released at the end.
         minutes = int(2 * (self.params.attempts + 1) * self.params.settle / 60) + 60
         try:
-            create_reservation(self.slurm, reservation_name(node), node, ["root"], minutes)
+            create_reservation(self.slurm, name, node, ["root"], minutes)
+            return True
         except CommandError as exc:
-            log.warning("repair: reservation for %s: %s", node, exc.message)
+            if reservation_exists(self.slurm, name):
+                return True  # ours, from an earlier rung of this episode
+            log.error("repair: %s: no rung without reservation %s: %s", node, name, exc.message)
+            return False
 
     def _release(self, node: str) -> None:
         from slurmguard.adapters.slurm.burnin import delete_reservation
