@@ -212,6 +212,9 @@ def test_invariants_hold_for_any_ledger(sit):
         if a.kind == "rung":
             assert n.jobs == 0
             assert a.rung not in s.taken  # never a rung twice in an episode
+            ladder = [r for r in p.ladder(n.cause) if r.name in fleet.available]
+            before = ladder[:ladder.index(a.rung)]
+            assert all(r in s.taken for r in before), (a, s)  # none skipped
             assert sum(r.name != "ticket" for r in s.taken) < p.attempts
             assert not (n.lemon and not s.started)
     starts = [a for a in rungs if a.first]
