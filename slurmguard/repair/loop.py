@@ -328,13 +328,20 @@ def _running(jobs: Iterable[Any]) -> dict[str, int]:
 
 def _ours_now(info: Any, events: Sequence[RepairEvent], episode: int) -> bool:
     """Repair looks at a node drained by us now, or one whose repair episode is open (a
-    reboot may leave it DOWN, or back in service inside our reservation)."""
+    reboot may leave it DOWN, or back in service inside our reservation). Never at a node
+    someone else drained or set DOWN, nor one a person returned during the episode: a
+    person has taken it over."""
     if info.ours and info.drained:
         return True
+    raw = str(info.raw.get("Reason") or info.reason or "")
+    if (info.drained or info.down) and not raw.startswith(REASON_PREFIX):
+        return False
     mine = [e for e in events if e.details.get("episode") == episode]
-    started = any(e.kind == "repair_start" for e in mine)
+    started = min((e.at for e in mine if e.kind == "repair_start"), default=None)
     done = any(e.kind in ("repair_return", "repair_ticket") for e in mine)
-    return started and not done
+    if started is None or done:
+        return False
+    return not any(e.admin and e.at >= started for e in events)
 
 
 def _in_repair(nodes: Sequence[NodeIn], events: Mapping[str, Sequence[RepairEvent]]) -> int:
