@@ -16,8 +16,9 @@ write what happened.
    and serve writes the event: see serve/fleet.py ``after_ingest``.)
 
 The only other way past the guard is :class:`Unguarded`, named at each use: an admin's own
-``slurmguard drain`` (a human decision, not an unattended one) and burn-in putting back a
-drain it had lifted for the run. tests/test_drain_paths.py fails on any ``.drain(`` call in
+``slurmguard drain`` (a human decision, not an unattended one), burn-in putting back a
+drain it had lifted for the run, and repair keeping a ticketed node out after a reboot let
+Slurm return it (slurmguard/repair/loop.py; the node's drain was already counted). tests/test_drain_paths.py fails on any ``.drain(`` call in
 the package outside this module.
 
 Standard library only at import (the hooks import it on every drain).

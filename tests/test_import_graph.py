@@ -189,13 +189,15 @@ def test_the_store_is_reached_through_its_api_only():
 # nodeset, errors, lazyre), never anything that touches the world.
 PURE = ("slurmguard.checks", "slurmguard.policy", "slurmguard.reconcile.plan",
         "slurmguard.reconcile.views", "slurmguard.burnin.stats", "slurmguard.burnin.verdict",
-        "slurmguard.node.decide", "slurmguard.job.exitmap", "slurmguard.sources")
+        "slurmguard.node.decide", "slurmguard.job.exitmap", "slurmguard.sources",
+        "slurmguard.repair.plan", "slurmguard.repair.params")
 # What touches the world: the adapters and the one subprocess helper.
 ADAPTERS = ("slurmguard.adapters", "slurmguard.proc")
 # The layers above the adapters that use them; an adapter importing one of them runs the
 # arrow the wrong way (move the shared type down, into slurmguard/sources/ or contract.py).
 ABOVE_ADAPTERS = ("slurmguard.checks", "slurmguard.policy", "slurmguard.reconcile",
-                  "slurmguard.node", "slurmguard.gate", "slurmguard.job", "slurmguard.serve")
+                  "slurmguard.node", "slurmguard.gate", "slurmguard.job", "slurmguard.serve",
+                  "slurmguard.repair")
 # The CLI sits on top: only it, the console entry and ``python -m slurmguard`` import it.
 CLI = ("slurmguard.cli",)
 CLI_USERS = ("slurmguard.cli", "slurmguard.entry", "slurmguard.__main__")

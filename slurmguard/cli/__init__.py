@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "goodput": "slurmguard.cli.goodput:goodput_cmd",
     "fleet": "slurmguard.cli.fleet:fleet_grp",
     "policy": "slurmguard.cli.fleet:policy_grp",
+    "repair": "slurmguard.cli.repair:repair_grp",
 }
 
 

@@ -265,11 +265,23 @@ def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, 
         warn(f"warning: Slurm state unavailable ({slurm_says})")
     data = {**_node_dict(node, info, summary), **_risk_fields(_risks(cfg, store, [node]).get(node))}
     data.pop("_last_seen")
+    data["repair"] = _repair_of(store, node)
     timeline = [{"at": iso(i.at), "kind": i.kind, "health": i.health, "actor": i.actor,
                  "source": i.source, "reason": i.reason, "checks": list(i.checks)} for i in items]
     marker = _hook_unrunnable(cfg)
     emit(Result({"node": data, "timeline": timeline, "this_host_marker": marker},
                 _show_text(node, data, timeline, marker)), as_json)
+
+
+def _repair_of(store: Any, node: str) -> dict[str, Any] | None:
+    """The node's newest repair episode from the ledger (docs/repair.md), or None."""
+    from slurmguard.repair.plan import REPAIR_KINDS, RepairEvent, latest
+
+    rows = store.nodes.events(node=node, kinds=list(REPAIR_KINDS), limit=200)
+    got = latest([RepairEvent(e.at, e.kind, e.details) for e in rows])
+    if got is not None:
+        got["since"] = iso(got["since"])
+    return got
 
 
 def _show_text(node: str, data: dict[str, Any], timeline: list[dict[str, Any]],
@@ -282,6 +294,10 @@ def _show_text(node: str, data: dict[str, Any], timeline: list[dict[str, Any]],
             f"fail/7d:     {data['failures_7d']}   flags: {', '.join(data['flags']) or '-'}"]
     if data["lemon_reason"]:
         out.append(f"lemon:       {data['lemon_reason']}")
+    if data["repair"]:
+        r = data["repair"]
+        out.append(f"repair:      {r['state']} {r['cause']}" + (
+            f", {r['rung']} (attempt {r['attempt']})" if r["rung"] else "") + f" since {r['since']}")
     if data["risk"] is not None:
         out.append(f"risk:        {data['risk']:g}/100" + (
             f" = {'; '.join(data['risk_factors'])}" if data["risk_factors"] else ""))

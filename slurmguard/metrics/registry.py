@@ -202,6 +202,18 @@ class ServeMetrics(_Base):
             "slurmguard_http_connection_events_total",
             "What serve's HTTP front did to connections (docs/serve.md): accepted, evicted_idle, "
             "refused_over_cap, idle_closed, request_timeouts, early_answers.", ["event"], registry=r)
+        self.repair_steps = Counter(
+            "slurmguard_repair_steps_total",
+            "Autonomous repair steps (docs/repair.md), by cause, rung and result (started, "
+            "proven, transient, permanent, verified, returned, ticketed, observed).",
+            ["cause", "rung", "result"], registry=r)
+        self.repair_nodes = Gauge(
+            "slurmguard_repair_nodes", "Nodes in repair (an episode started, not yet returned "
+            "or ticketed) at the last repair pass.", registry=r)
+        self.repair_drain_to_return = Histogram(
+            "slurmguard_repair_drain_to_return_seconds",
+            "Seconds from a drain to the node's return by repair.", buckets=_LAG_BUCKETS,
+            registry=r)
         self.slurm_nodes = Gauge(
             "slurmguard_slurm_nodes",
             "Nodes per Slurm state as the last policy pass saw them (up, drained_slurmguard, "

@@ -26,6 +26,7 @@ from slurmguard.policy.blast import scopes as blast_scopes
 from slurmguard.policy.engine import SlurmState, plan
 from slurmguard.policy.params import PolicyParams
 from slurmguard.policy.types import Action
+from slurmguard.repair.loop import run_pass as repair_pass
 from slurmguard.store.api import Store
 from slurmguard.store.records import validate_node
 
@@ -108,6 +109,7 @@ class Fleet:
                 if time.monotonic() >= next_full:
                     next_full = time.monotonic() + self.interval
                     nodes |= set(self.store.nodes.active(time.time() - self.params.window))
+                    repair_pass(self)  # autonomous repair (slurmguard/repair/loop.py)
                 self.evaluate(nodes)
                 self.metrics.policy_passes.labels(result="ok").inc()
             except Exception:

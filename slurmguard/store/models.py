@@ -50,6 +50,13 @@ EVENT_KINDS = (
     "drain_failed",  # a drain slurmguard asked Slurm for did not take (the error in reason)
     "suspect",  # a job named the node slow (evidence for burn-in; never a drain by itself)
     "risk_refused",  # the gate refused the node to a large job for node risk (no drain)
+    # autonomous repair (slurmguard/repair/, docs/repair.md): details.episode = the drain's id
+    "repair_start",  # evidence collected, the episode's first rung next
+    "repair_rung",  # a rung started (written before it is taken: never taken twice)
+    "repair_outcome",  # proven, transient, permanent or verified
+    "repair_return",  # verified and returned on probation
+    "repair_ticket",  # handed to people; the node stays out as a lemon
+    "repair_observe",  # observe mode: what repair would have done
 )
 
 

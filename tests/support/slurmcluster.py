@@ -277,14 +277,20 @@ class Cluster:
         wait_for(answers_ping, 30, interval=0.2, what="slurmctld to answer ping",
                  error=lambda msg: ClusterError(f"{msg}\n" + self.log_tail("slurmctld.log")))
 
-    def start_slurmd(self, node: str) -> None:
-        """Start (or restart) the slurmd of ``node``."""
+    def start_slurmd(self, node: str, *, fresh_boot: bool = False) -> None:
+        """Start (or restart) the slurmd of ``node``. ``fresh_boot``: in a new time namespace
+        whose boot time is now (``unshare --time --boottime``), so slurmctld sees the node
+        rebooted: what a test RebootProgram needs for Slurm's reboot to complete."""
         (self.root / "spool" / node).mkdir(parents=True, exist_ok=True)
         old = self._slurmd.get(node)
         if old is not None and old.poll() is None:
             raise ClusterError(f"slurmd of {node} is already running (pid {old.pid})")
+        wrap: list[str] = []
+        if fresh_boot:
+            uptime = float(Path("/proc/uptime").read_text().split()[0])
+            wrap = ["/usr/bin/unshare", "--time", f"--boottime=-{int(uptime)}"]
         self._slurmd[node] = self._spawn(
-            [SBIN["slurmd"], "-D", "-N", node, "-f", str(self.conf_path)],
+            [*wrap, SBIN["slurmd"], "-D", "-N", node, "-f", str(self.conf_path)],
             self.logdir / f"slurmd-{node}.stdout")
 
     def kill_slurmd(self, node: str, sig: int = signal.SIGKILL) -> None:

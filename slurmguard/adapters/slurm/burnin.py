@@ -64,5 +64,11 @@ def create_reservation(cli: SlurmCLI, name: str, nodes: str, users: Sequence[str
              "flags=maint,ignore_jobs")
 
 
+def reservation_exists(cli: SlurmCLI, name: str) -> bool:
+    """True when Slurm has a reservation named ``name`` (``scontrol show reservation``)."""
+    res = cli._run("scontrol", "show", "reservation", validate_reservation(name), check=False)
+    return res.rc == 0 and f"ReservationName={name} " in res.stdout + " "
+
+
 def delete_reservation(cli: SlurmCLI, name: str) -> None:
     cli._run("scontrol", "delete", f"reservationname={validate_reservation(name)}")

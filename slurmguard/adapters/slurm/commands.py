@@ -151,6 +151,32 @@ class SlurmCLI:
         self._run("scontrol", "update", f"nodename={name}", "state=UNDRAIN")
         return True
 
+    def reboot(self, name: str, reason: str) -> None:
+        """Reboot ``name`` through Slurm: ``scontrol reboot ASAP nextstate=DOWN reason=...``.
+
+        Slurm's RebootProgram reboots it once its jobs end and tracks the reboot; the node
+        comes back DOWN with ``reason`` (ours), so nothing runs there until we return it.
+        CommandError when Slurm refuses (the caller records that as an outcome)."""
+        validate_node_name(name)
+        if not isinstance(reason, str) or not reason.startswith(REASON_PREFIX):
+            raise InputError(f"reboot reason: must start with {REASON_PREFIX!r}: {_show(reason)}")
+        self._run("scontrol", "reboot", "ASAP", "nextstate=DOWN",
+                  f"reason={one_line(reason, REASON_MAX)}", name)
+
+    def resume_ours(self, name: str) -> bool:
+        """Return ``name`` after our own repair: UNDRAIN our drain, RESUME a DOWN node whose
+        reason is ours (a reboot's nextstate=DOWN); True if Slurm was asked. Anyone else's
+        drain or DOWN is left alone."""
+        validate_node_name(name)
+        info = self.node(name)
+        raw = str(info.raw.get("Reason") or "")  # a DOWN node's reason reads cut (parse.py)
+        rebooted = info.down and raw.startswith(f"{REASON_PREFIX} repair:")
+        if not rebooted and not (info.ours and info.drained and not info.down):
+            return False
+        state = "RESUME" if rebooted else "UNDRAIN"
+        self._run("scontrol", "update", f"nodename={name}", f"state={state}")
+        return True
+
     def version(self) -> tuple[int, int, int]:
         """Slurm's version as ``scontrol -V`` prints it, e.g. (24, 11, 5); asked once."""
         if self._version is None:

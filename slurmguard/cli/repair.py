@@ -1,0 +1,126 @@
+"""`slurmguard repair status|history|pause|resume` (thin over slurmguard.repair; docs/repair.md)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import click
+
+from slurmguard.cli._common import iso, load_config, open_store, slurm_of
+from slurmguard.output import Result, Table, emit
+
+
+@click.group("repair")
+def repair_grp() -> None:
+    """Autonomous repair of the nodes slurmguard drained (docs/repair.md).
+
+    serve takes the next rung of each node's ladder (reset-gpu, restart-service, reboot,
+    power-cycle, ticket), proves it, verifies the node and returns it on probation; every
+    step is an event in the ledger. repair.mode = observe (the default) only records.
+
+    \b
+    Examples:
+      slurmguard repair status
+      slurmguard repair history gpu017
+      slurmguard repair pause
+    """
+
+
+@repair_grp.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def status_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Nodes in repair: cause, rung, attempt, state, since, and the next step.
+
+    Computed as serve's next pass would (Slurm's view and the ledger), without acting.
+
+    \b
+    Example:
+      slurmguard repair status --json
+    """
+    from slurmguard.repair.loop import RepairPass
+    from slurmguard.repair.plan import episode_state, plan
+
+    cfg = load_config(ctx)
+    rp = RepairPass(cfg, open_store(cfg), slurm_of(cfg))
+    now = time.time()
+    nodes, events, fleet = rp.inputs(now)
+    acts = {a.node: a for a in plan(nodes, events, fleet, rp.params, now)}
+    rows = []
+    for n in nodes:
+        ep = episode_state(events.get(n.name, ()), n.episode)
+        mine = [e.at for e in events.get(n.name, ()) if e.details.get("episode") == n.episode]
+        a = acts[n.name]
+        rows.append({"node": n.name, "cause": n.cause, "mode": n.mode,
+                     "rung": str(ep.open_rung or (ep.taken[-1] if ep.taken else "")),
+                     "attempt": len(ep.taken), "state": ep.state,
+                     "since": iso(max(mine)) if mine else "",
+                     "next": f"{a.kind}: {a.rung or ''} {a.why}".replace("  ", " ")})
+    data = {"paused": fleet.paused, "nodes": rows}
+    head = "repair: paused" if fleet.paused else f"repair: {len(rows)} node(s) drained by slurmguard"
+    emit(Result(data, [head, Table([[r[k] for k in ("node", "cause", "mode", "rung", "attempt",
+                                                     "state", "since", "next")] for r in rows],
+                                   ["NODE", "CAUSE", "MODE", "RUNG", "ATTEMPT", "STATE",
+                                    "SINCE", "NEXT"])]), as_json)
+
+
+@repair_grp.command("history")
+@click.argument("node")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def history_cmd(ctx: click.Context, node: str, as_json: bool) -> None:
+    """Every repair step of NODE from the ledger, oldest first.
+
+    \b
+    Example:
+      slurmguard repair history gpu017
+    """
+    from slurmguard.nodeset import validate_node_name
+    from slurmguard.repair.plan import REPAIR_KINDS
+
+    validate_node_name(node)
+    kinds = [*REPAIR_KINDS, "drain", "lemon", "lemon_cleared", "probation_start", "clear"]
+    rows = sorted(open_store(load_config(ctx)).nodes.events(node=node, kinds=kinds, limit=1000),
+                  key=lambda e: (e.at, e.id))
+    data = [{"at": iso(e.at), "kind": e.kind, "actor": e.who, "reason": e.reason,
+             "details": e.details} for e in rows]
+    emit(Result(data, [Table([[d["at"], d["kind"], d["actor"], d["reason"]] for d in data],
+                             ["AT", "KIND", "ACTOR", "REASON"], wrap=[None, None, None, 70])]),
+         as_json)
+
+
+@repair_grp.command("pause")
+@click.pass_context
+def pause_cmd(ctx: click.Context) -> None:
+    """The kill switch: no rung starts and no node is returned until `repair resume`.
+
+    Creates repair.pause_file; serve reads it on every pass (one serve, or a file all
+    replicas share). Rungs already taken finish, and their outcomes are still recorded.
+
+    \b
+    Example:
+      slurmguard repair pause
+    """
+    path = str(load_config(ctx)["repair.pause_file"])
+    os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"{iso(time.time())} paused by {os.environ.get('SUDO_USER') or os.getuid()}\n")
+    click.echo(f"repair: paused ({path})")
+
+
+@repair_grp.command("resume")
+@click.pass_context
+def resume_cmd(ctx: click.Context) -> None:
+    """Lift `repair pause`: serve's next pass repairs again.
+
+    \b
+    Example:
+      slurmguard repair resume
+    """
+    path = str(load_config(ctx)["repair.pause_file"])
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    click.echo("repair: resumed")
