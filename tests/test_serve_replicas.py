@@ -1,0 +1,94 @@
+"""Several `slurmguard serve` replicas on one real PostgreSQL store (docs/serve.md,
+"Replicas"): the blast-radius permit stays exact however the permits are spread.
+
+- 100 nodes of one real Slurm partition (slurmctld answers for them; no slurmd needed to
+  ask a permit) fail the same check at once; their permits go round-robin to 3 real serve
+  processes from 48 threads. Allowed permits equal the partition's cap (10 % of 100) exactly,
+  the ledger holds exactly those permits and a refusal for each of the other 90, and there is
+  ONE fleet alert (one blast trip across the replicas' metrics).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from support.pgserver import PgServer, pg_server  # noqa: F401  (fixture)
+from support.sgserve import TOKEN, Serve, new_port, write_config
+from support.wait import wait_for
+
+from slurmguard.adapters.serve_client import post_json
+from slurmguard.store import Store
+
+pytestmark = [pytest.mark.slurm, pytest.mark.postgres]
+NODES = [f"m{i:03d}" for i in range(1, 101)]
+CAP = 10  # blast_max_percent 10 of a 100-node partition
+
+
+def pg_store(server: PgServer) -> str:
+    """A fresh, migrated database on the test server; its URL."""
+    from slurmguard.store.engine import make_engine
+    from slurmguard.store.migrate import upgrade
+
+    url = server.url(server.create_db())
+    engine = make_engine({"url": url})
+    upgrade(engine)
+    engine.dispose()
+    return url
+
+
+def big_partition(factory) -> str:  # noqa: ANN001
+    """A real slurmctld whose partition ``gpu`` holds the 100 nodes (no slurmd: they are
+    DOWN to Slurm, which a permit does not look at); its SLURM_CONF."""
+    c = factory(nodes=0, wait=False, extra_conf=[
+        "NodeName=m[001-100] NodeHostname=localhost Port=19001 CPUs=2 RealMemory=1000 State=UNKNOWN"])
+    wait_for(lambda: len(c.cli().nodes()) == 100, 60, what="slurmctld to list 100 nodes",
+             ignore=(Exception,))
+    return c.env["SLURM_CONF"]
+
+
+def start_replicas(tmp_path: Path, url: str, conf: str, n: int = 3, serve_extra: str = "") -> list[Serve]:
+    out = []
+    for i in range(n):
+        d = tmp_path / f"r{i}"
+        d.mkdir()
+        port = new_port()
+        cfg = write_config(d, store_url=url, port=port, serve_extra=serve_extra)
+        out.append(Serve(cfg, port, env={"SLURM_CONF": conf}).start())
+    return out
+
+
+def test_a_permit_storm_over_three_replicas_allows_exactly_the_cap(
+        slurm_cluster_factory, pg_server: PgServer, tmp_path: Path) -> None:  # noqa: F811
+    url = pg_store(pg_server)
+    conf = big_partition(slurm_cluster_factory)
+    replicas = start_replicas(tmp_path, url, conf)
+    try:
+        def ask(i: int) -> bool:
+            node = NODES[i]
+            answer = post_json(replicas[i % 3].url + "/permit", TOKEN,
+                               {"node": node, "check": "fs-mount",
+                                "reason": "slurmguard: fs-mount: /shared missing"}, 60.0)
+            return bool(answer["allow"])
+
+        with ThreadPoolExecutor(48) as pool:
+            allowed = sum(pool.map(ask, range(len(NODES))))
+        store = Store.open(url=url)
+        try:
+            events = store.nodes.events(kinds=["permit", "drain_refused"])
+            alerts = store.nodes.alerts()
+        finally:
+            store.close()
+        permits = [e.node for e in events if e.kind == "permit"]
+        refused = [e.node for e in events if e.kind == "drain_refused"]
+        assert allowed == CAP, allowed
+        assert len(permits) == len(set(permits)) == CAP
+        assert sorted(refused) == sorted(set(NODES) - set(permits))
+        assert len(alerts) == 1, alerts
+        assert alerts[0].count == 100 and alerts[0].scope == "partition:gpu", alerts[0]
+        trips = sum(r.metric("slurmguard_blast_radius_trips_total") for r in replicas)
+        assert trips == 1, trips
+    finally:
+        for r in replicas:
+            r.stop()
