@@ -164,6 +164,9 @@ _SERVE: Schema = {
     "max_body": Int(4 * 1024 * 1024, "largest request body accepted (bytes)", minimum=1024),
     "policy": Bool(True, "run fleet policy after ingest and drain flagged nodes"),
     "policy_interval": Float(60.0, "seconds between full policy passes", minimum=1.0),
+    "leader_retry": Float(2.0, "PostgreSQL replicas: seconds between a replica's tries to become "
+                          "the leader (the periodic work's one runner), and the leader's checks",
+                          minimum=0.2),
     "upgrade": Bool(False, "run `db upgrade` at start instead of refusing an old schema"),
     "workers": Int(64, "threads that handle complete requests (slow clients never hold one)", minimum=1),
     "max_connections": Int(1024, "open connections at most (the oldest idle one is closed first)", minimum=8),

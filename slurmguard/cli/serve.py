@@ -34,6 +34,7 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
       slurmguard serve --port 8742 --no-policy     # ingest only
     """
     from slurmguard import config
+    from slurmguard.serve.leader import single_serve
     from slurmguard.serve.token import load_token
     from slurmguard.store.api import Store
 
@@ -46,6 +47,7 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
     if scfg["upgrade"]:
         Store.upgrade(cfg.section("store"))
     store = Store.open(cfg)
+    held = single_serve(store)  # SQLite: one serve per file (a one-line error otherwise)
     metrics = _metrics(cfg, store)
     fleet = None
     if scfg["policy"] and not no_policy:
@@ -61,10 +63,9 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     server.start()
-    if fleet is not None:
-        fleet.start()
-    gate_sock = _gate_socket(cfg, obj.get("config_path"))
     h, p = server.address
+    leader = _leader(cfg, store, fleet, metrics, f"{h}:{p}")
+    gate_sock = _gate_socket(cfg, obj.get("config_path"))
     click.echo(f"slurmguard serve: listening on http://{h}:{p} (store {store.where})",
                err=True)
     sys.stderr.flush()
@@ -73,8 +74,29 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
         gate_sock.close()
     if fleet is not None:
         fleet.stop()
+    if leader is not None:
+        leader.stop()
     server.shutdown()
     store.close()
+    if held is not None:
+        held.close()
+
+
+def _leader(cfg: Config, store: Any, fleet: Any, metrics: Any, where: str) -> Any:
+    """With the fleet policy: the leadership that gates its periodic work (serve/leader.py),
+    started with it; None with --no-policy."""
+    if fleet is None:
+        return None
+    import socket
+
+    from slurmguard.serve.leader import Leader
+
+    leader = Leader(store, retry=float(cfg["serve.leader_retry"]),
+                    label=f"slurmguard-serve {socket.gethostname()} {where}",
+                    gauge=metrics.leader)
+    fleet.start(leader)
+    leader.start()
+    return leader
 
 
 def _metrics(cfg: Config, store: Any) -> Any:

@@ -446,6 +446,13 @@ class Nodes:
         with guard(self.engine, "active nodes"), self.engine.connect() as conn:
             return sorted(conn.execute(stmt).scalars())
 
+    def seen_since(self, since: float) -> dict[str, float]:
+        """{node: last_seen} of nodes whose newest run started at or after ``since`` (the
+        leader's look at what other serve replicas stored)."""
+        stmt = select(Node.name, Node.last_seen).where(Node.last_seen >= since)
+        with guard(self.engine, "nodes seen"), self.engine.connect() as conn:
+            return {name: float(at) for name, at in conn.execute(stmt)}
+
     def drained_by_us_since(self, since: float) -> dict[str, list[tuple[float, str]]]:
         """Nodes slurmguard drained since ``since``: name -> [(time, source)]."""
         stmt = (select(Node.name, Event.at, Event.source).join(Node, Node.id == Event.node_id)

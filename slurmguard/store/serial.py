@@ -55,3 +55,97 @@ def serialized(engine: Engine, name: str) -> Iterator[Any]:
     with guard(engine, f"serialize {name}"), engine.begin() as conn:
         take_lock(conn, name)
         yield conn
+
+
+class SessionLock:
+    """A PostgreSQL session-level advisory lock on a connection of its own: held as long as
+    that connection lives (serve's leadership, serve/leader.py). The server releases it when
+    the session ends: at once when the holder's process dies (its socket closes), and within
+    about ``keepalive`` x 2 seconds when its host or network does (TCP keepalives set on the
+    session)."""
+
+    def __init__(self, engine: Engine, name: str, *, label: str = "",
+                 keepalive: int = 5) -> None:
+        from sqlalchemy import create_engine
+        from sqlalchemy.pool import NullPool
+
+        self.name, self.key = name, lock_key(name)
+        self._keepalive = keepalive
+        args: dict[str, Any] = {"connect_timeout": 5, "keepalives": 1,
+                                "keepalives_idle": keepalive, "keepalives_interval": 1,
+                                "keepalives_count": keepalive}
+        if label:
+            args["application_name"] = label[:63]
+        self._engine = create_engine(engine.url, poolclass=NullPool, connect_args=args)
+        self._conn: Any = None
+
+    @property
+    def held(self) -> bool:
+        return self._conn is not None
+
+    def try_acquire(self) -> bool:
+        """Take the lock if nobody holds it; False when another session does (or the database
+        cannot be reached)."""
+        if self._conn is not None:
+            return True
+        try:
+            conn = self._engine.connect()
+            k = self._keepalive
+            # The server side of the keepalive: a dead holder's host frees the lock in
+            # about idle + count x interval seconds (~2 k), not after the kernel's 2 hours.
+            for setting, value in (("tcp_keepalives_idle", k), ("tcp_keepalives_interval", 1),
+                                   ("tcp_keepalives_count", k)):
+                conn.exec_driver_sql(f"SET {setting} = {int(value)}")
+            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
+                                    {"k": self.key}).scalar_one())
+            conn.commit()  # a session lock outlives the transaction; never idle in one
+        except Exception:  # noqa: BLE001  (unreachable: not the leader, try later)
+            return False
+        if got:
+            self._conn = conn
+        else:
+            conn.close()
+        return got
+
+    def check(self) -> bool:
+        """Still held? One round trip on the lock's connection; a lost connection is a lost
+        lock (and the connection is dropped)."""
+        if self._conn is None:
+            return False
+        try:
+            self._conn.exec_driver_sql("SELECT 1").scalar_one()
+            self._conn.commit()
+            return True
+        except Exception:  # noqa: BLE001
+            self._drop()
+            return False
+
+    def release(self) -> None:
+        if self._conn is None:
+            return
+        try:
+            self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self.key})
+            self._conn.commit()
+        except Exception:  # noqa: BLE001  (the session ends below anyway)
+            pass
+        self._drop()
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def holder(self) -> str | None:
+        """The ``application_name`` of the session holding the lock (any process), or None."""
+        hi, lo = (self.key >> 32) & 0xFFFFFFFF, self.key & 0xFFFFFFFF
+        with guard(self._engine, "lock holder"), self._engine.connect() as conn:
+            return conn.execute(text(
+                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = :hi"
+                " AND l.objid = :lo AND l.objsubid = 1"), {"hi": hi, "lo": lo}).scalar()
+
+    def close(self) -> None:
+        self.release()
+        self._engine.dispose()

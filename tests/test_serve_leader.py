@@ -1,0 +1,92 @@
+"""One leader runs serve's periodic work (serve/leader.py, docs/serve.md "One leader").
+
+- 3 real serve replicas on one real PostgreSQL (and a real slurmctld for the passes): exactly one says it is the leader
+  (`slurmguard_serve_leader` 1) and only it runs policy passes. kill -9 of the leader's
+  process: another replica takes over within leader_retry (2 s) plus a margin, and runs
+  the periodic work (a full pass) at once; the third stays a follower. The takeover time
+  is measured and printed.
+- SQLite: a second serve on the same store file refuses to start with one line naming the
+  store and the serve holding it (exit 3), while the first goes on answering.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from support.helpers import run_sg, sg_env
+from support.pgserver import PgServer, pg_server  # noqa: F401  (fixture)
+from support.sgserve import Serve, new_port, new_store, write_config
+from support.wait import wait_for
+from test_serve_replicas import big_partition, pg_store
+
+RETRY = 2.0
+
+
+def _leaders(replicas: list[Serve]) -> list[Serve]:
+    return [r for r in replicas if r.metric("slurmguard_serve_leader") == 1.0]
+
+
+def _start(tmp_path: Path, url: str, n: int, conf: str) -> list[Serve]:
+    out = []
+    for i in range(n):
+        d = tmp_path / f"r{i}"
+        d.mkdir()
+        port = new_port()
+        cfg = write_config(d, store_url=url, port=port,
+                           serve_extra=f"policy_interval = 60.0\nleader_retry = {RETRY}")
+        out.append(Serve(cfg, port, env={"SLURM_CONF": conf}).start())
+    return out
+
+
+@pytest.mark.postgres
+@pytest.mark.slurm
+def test_one_leader_and_a_takeover_after_kill_9(slurm_cluster_factory, pg_server: PgServer,  # noqa: F811
+                                                tmp_path: Path) -> None:
+    replicas = _start(tmp_path, pg_store(pg_server), 3, big_partition(slurm_cluster_factory))
+    try:
+        (leader,) = wait_for(lambda: len(_leaders(replicas)) == 1 and _leaders(replicas), 15,
+                             what="one leader")
+        wait_for(lambda: leader.policy_passes() >= 1, 15, what="the new leader's first pass")
+        followers = [r for r in replicas if r is not leader]
+        assert [r.policy_passes() for r in followers] == [0, 0]
+        assert leader.proc is not None
+        t0 = time.monotonic()
+        os.killpg(leader.proc.pid, signal.SIGKILL)
+        (heir,) = wait_for(lambda: len(_leaders(followers)) == 1 and _leaders(followers), 30,
+                           interval=0.05, what="a replica to take over")
+        took = time.monotonic() - t0
+        wait_for(lambda: heir.policy_passes() >= 1, 15, interval=0.05, what="the heir's pass")
+        resumed = time.monotonic() - t0
+        print(f"\nleader takeover after kill -9: {took:.2f} s; periodic work resumed after "
+              f"{resumed:.2f} s (leader_retry {RETRY} s)")
+        assert took <= RETRY + 1.5, took
+        (other,) = [r for r in followers if r is not heir]
+        assert other.policy_passes() == 0 and other.metric("slurmguard_serve_leader") == 0.0
+        leader.proc.wait(timeout=10)
+        leader.proc = None
+    finally:
+        for r in replicas:
+            r.stop()
+
+
+def test_a_second_serve_on_one_sqlite_file_refuses_to_start(tmp_path: Path) -> None:
+    url = new_store(tmp_path)
+    first = Serve(write_config(tmp_path, store_url=url, port=new_port()), 0)
+    first.port = int(first.cfg.read_text().split("port = ")[1].split()[0])
+    first.start()
+    try:
+        d = tmp_path / "second"
+        d.mkdir()
+        cfg = write_config(d, store_url=url, port=new_port())
+        p = run_sg("-c", str(cfg), "serve", env=sg_env(SLURM_CONF=str(d / "none")), timeout=60)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 3, p.stderr
+        assert len(lines) == 1 and "in use by another serve (pid " in lines[0], p.stderr
+        assert "store.path" in lines[0] and "PostgreSQL" in lines[0]
+        assert first.healthz()["status"] == "ok"
+    finally:
+        first.stop()
