@@ -1,7 +1,8 @@
 """One leader runs serve's periodic work (serve/leader.py, docs/serve.md "One leader").
 
 - 3 real serve replicas on one real PostgreSQL (and a real slurmctld for the passes): exactly one says it is the leader
-  (`slurmguard_serve_leader` 1) and only it runs policy passes. kill -9 of the leader's
+  (`slurmguard_serve_leader` 1) and only it runs policy passes, also over a record a
+  follower stored. kill -9 of the leader's
   process: another replica takes over within leader_retry (2 s) plus a margin, and runs
   the periodic work (a full pass) at once; the third stays a follower. The takeover time
   is measured and printed.
@@ -19,9 +20,13 @@ from pathlib import Path
 import pytest
 from support.helpers import run_sg, sg_env
 from support.pgserver import PgServer, pg_server  # noqa: F401  (fixture)
-from support.sgserve import Serve, new_port, new_store, write_config
+from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
 from support.wait import wait_for
 from test_serve_replicas import big_partition, pg_store
+
+from slurmguard.adapters.serve_client import post_records
+from slurmguard.contract import CheckResult, Health
+from slurmguard.node.record import make_record
 
 RETRY = 2.0
 
@@ -52,6 +57,12 @@ def test_one_leader_and_a_takeover_after_kill_9(slurm_cluster_factory, pg_server
                              what="one leader")
         wait_for(lambda: leader.policy_passes() >= 1, 15, what="the new leader's first pass")
         followers = [r for r in replicas if r is not leader]
+        # A record stored by a follower: the leader evaluates its node (a pass), not the follower.
+        before = leader.policy_passes()
+        rec = make_record("m001", "prolog", [CheckResult("fs-mount", Health.UNHEALTHY, "gone")],
+                          "drain", "slurmguard: fs-mount: gone")
+        assert post_records(followers[0].url + "/ingest", TOKEN, [rec], 30)["stored"] == [rec["id"]]
+        wait_for(lambda: leader.policy_passes() > before, 3 * RETRY, what="the leader's pass")
         assert [r.policy_passes() for r in followers] == [0, 0]
         assert leader.proc is not None
         t0 = time.monotonic()
