@@ -77,12 +77,22 @@ _HOOKS: Schema = {
     "drain_on_error": Bool(False, "never set this in production: drain when a checker fails"),
     "state_dir": Str("/var/lib/slurmguard", "where per-check state (last XID seen, counters) lives"),
     "report_url": Str("", "ingest URL of `slurmguard serve`, e.g. http://ctld:8742/ingest"),
+    "report_urls": Field("list[str]", [], "more ingest URLs (serve replicas), tried in order after "
+                         "report_url, each with its share of report_timeout",
+                         validate=lambda v: _http_urls(v)),
     "token_file": Str("/etc/slurmguard/token", "shared ingest token (root/SlurmUser only)"),
     "spool_dir": Str("/var/spool/slurmguard", "where results wait while serve is unreachable"),
     "spool_max": Int(10000, "records kept in the spool at most (oldest dropped first)", minimum=1),
     "report_timeout": Float(2.0, "seconds to wait for serve before spooling", minimum=0.1),
     "log_file": Str("", "append one line per hook run here (empty: stderr only)"),
 }
+
+def _http_urls(urls: list[str]) -> str | None:
+    for url in urls:
+        if not url.startswith(("http://", "https://")) or len(url.split("/")) < 3 or not url.split("/")[2]:
+            return f"expected http(s) URLs, {url!r} is not one"
+    return None
+
 
 def _regex(value: str) -> str | None:
     import re

@@ -298,7 +298,7 @@ def _report(cfg: Config, hook: str, node: str, report: Any, decision: Decision, 
     record["applied"] = applied
     if extra:
         record.update(extra)
-    if acting and cfg["hooks.report_url"]:
+    if acting and (cfg["hooks.report_url"] or cfg["hooks.report_urls"]):
         from slurmguard.node.delivery import deliver
 
         try:
