@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from slurmguard.config import Config
 
 
-@click.command("serve")
+@click.group("serve", invoke_without_command=True)
 @click.option("--host", metavar="ADDR", help="Listen address (default serve.host).")
 @click.option("--port", type=int, metavar="PORT", help="Listen port (default serve.port; 0 = any free).")
 @click.option("--no-policy", is_flag=True, help="Only ingest; do not run fleet policy or drain.")
@@ -28,11 +28,47 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
     exactly once per record id; flagged nodes (lemons, flapping) are drained through Slurm
     within the blast-radius caps of the [policy] section.
 
+    Any number of replicas may share one PostgreSQL store (docs/serve.md, "Replicas");
+    `slurmguard serve status` shows them.
+
     \b
     Example:
       slurmguard db upgrade && slurmguard serve
       slurmguard serve --port 8742 --no-policy     # ingest only
     """
+    if ctx.invoked_subcommand is not None:
+        return
+    _run(ctx, host, port, no_policy)
+
+
+@serve_cmd.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def status_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Show the serve replicas on the store: which are up (heartbeat), the leader, the last
+    policy pass, the newest stored record, and PostgreSQL standbys' replay lag.
+
+    \b
+    Example:
+      slurmguard serve status
+      slurmguard serve status --json
+    """
+    from slurmguard import config
+    from slurmguard.output import Result, emit
+    from slurmguard.serve.status import replica_status, status_lines
+    from slurmguard.store.api import Store
+
+    cfg = config.load((ctx.find_root().obj or {}).get("config_path"))
+    store = Store.open(cfg)
+    try:
+        s = replica_status(store, float(cfg["serve.leader_retry"]))
+    finally:
+        store.close()
+    emit(Result(s, status_lines(s)), as_json)
+
+
+def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool) -> None:
+    """serve itself: store, metrics, ingest, leadership and policy, gate socket."""
     from slurmguard import config
     from slurmguard.serve.leader import single_serve
     from slurmguard.serve.token import load_token
@@ -74,8 +110,7 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
         gate_sock.close()
     if fleet is not None:
         fleet.stop()
-    if leader is not None:
-        leader.stop()
+    leader.stop()
     server.shutdown()
     store.close()
     if held is not None:
@@ -83,18 +118,18 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
 
 
 def _leader(cfg: Config, store: Any, fleet: Any, metrics: Any, where: str) -> Any:
-    """With the fleet policy: the leadership that gates its periodic work (serve/leader.py),
-    started with it; None with --no-policy."""
-    if fleet is None:
-        return None
+    """The leadership that gates the fleet policy's periodic work (serve/leader.py), started
+    with it, and the replica's heartbeat row; with --no-policy heartbeat only."""
     import socket
 
     from slurmguard.serve.leader import Leader
 
     leader = Leader(store, retry=float(cfg["serve.leader_retry"]),
                     label=f"slurmguard-serve {socket.gethostname()} {where}",
-                    gauge=metrics.leader)
-    fleet.start(leader)
+                    gauge=metrics.leader, contend=fleet is not None,
+                    last_pass=(lambda: fleet.last_pass) if fleet is not None else None)
+    if fleet is not None:
+        fleet.start(leader)
     leader.start()
     return leader
 

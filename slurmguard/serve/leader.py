@@ -27,27 +27,35 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from slurmguard.errors import ConfigError
+from slurmguard.errors import ConfigError, SlurmguardError
 
 log = logging.getLogger("slurmguard.serve")
 LOCK_NAME = "serve-leader"
 
 
 class Leader:
-    """``is_leader`` for this replica, kept current by a thread; ``on_gain`` is called when
-    leadership is taken (serve wakes its periodic work)."""
+    """``is_leader`` for this replica, kept current by a thread that also writes the
+    replica's heartbeat row (``store.replicas``, for `serve status`) every ``retry`` s.
+    ``on_gain`` is called when leadership is taken (serve wakes its periodic work);
+    ``contend=False`` (serve --no-policy): never the leader, heartbeat only."""
 
     def __init__(self, store: Any, *, retry: float = 2.0, label: str = "",
-                 on_gain: Callable[[], None] | None = None, gauge: Any = None) -> None:
-        self.retry = retry
+                 on_gain: Callable[[], None] | None = None, gauge: Any = None,
+                 contend: bool = True, last_pass: Callable[[], float | None] | None = None) -> None:
+        self.store, self.retry = store, retry
         self.gauge = gauge  # serve's slurmguard_serve_leader
         self.label = label or f"slurmguard-serve {socket.gethostname()} pid {os.getpid()}"
-        self.on_gain = on_gain
+        self.on_gain, self.last_pass = on_gain, last_pass
+        self.name = self.label.removeprefix("slurmguard-serve ")  # its heartbeat row
         self.since: float | None = None  # time.time() leadership was taken
+        self.started = time.time()
         self._held = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._beat_failed = False
         self.lock: Any = None
+        if not contend:
+            return
         if store.engine.dialect.name == "postgresql":
             from slurmguard.store.serial import SessionLock
 
@@ -60,9 +68,9 @@ class Leader:
         return self._held.is_set()
 
     def start(self) -> None:
-        if self.lock is None:
-            return
-        self.step()
+        if self.lock is not None:
+            self.step()
+        self.beat()
         self._thread = threading.Thread(target=self._loop, name="sg-leader", daemon=True)
         self._thread.start()
 
@@ -71,8 +79,12 @@ class Leader:
         if self._thread is not None:
             self._thread.join(timeout=10)
         if self.lock is not None:
-            self._held.clear()
             self.lock.close()
+        self._held.clear()
+        try:  # a clean stop leaves no row; a crashed replica's row goes stale (serve status)
+            self.store.replicas.forget(self.name)
+        except SlurmguardError as exc:
+            log.warning("heartbeat row not removed: %s", exc)
 
     def step(self) -> None:
         """One look: check the lock when held, try to take it when not."""
@@ -98,9 +110,27 @@ class Leader:
     def _loop(self) -> None:
         while not self._stop.wait(self.retry):
             try:
-                self.step()
+                if self.lock is not None:
+                    self.step()
             except Exception:  # noqa: BLE001  (never let the thread die: retry next time)
                 log.exception("leader: check failed")
+            self.beat()
+
+    def beat(self) -> None:
+        """Write this replica's heartbeat row; a store fault is logged once, not raised."""
+        from slurmguard import __version__
+
+        try:
+            self.store.replicas.beat(self.name,
+                                     host=socket.gethostname(), pid=os.getpid(),
+                                     version=__version__, started=self.started,
+                                     leader=self.is_leader,
+                                     last_pass=self.last_pass() if self.last_pass else None)
+            self._beat_failed = False
+        except SlurmguardError as exc:
+            if not self._beat_failed:
+                log.warning("heartbeat not written: %s", exc)
+            self._beat_failed = True
 
     def holder(self) -> str | None:
         """The label of the replica holding leadership now (any replica), None when none."""

@@ -44,6 +44,7 @@ from slurmguard.store.models import (
     Run,
 )
 from slurmguard.store.nodes import Nodes
+from slurmguard.store.replicas import Replicas
 from slurmguard.store.rows import AlertRow, EventRow, NodeSummary, TimelineItem, parse_actor
 
 if TYPE_CHECKING:
@@ -74,6 +75,7 @@ class Store:
         self.nodes = Nodes(engine)
         self.burnin = Burnin(engine)
         self.goodput = Goodput(engine)
+        self.replicas = Replicas(engine)
 
     @classmethod
     def open(cls, cfg: Config | None = None, *, url: str | None = None, check: bool = True,
