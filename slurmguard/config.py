@@ -84,6 +84,11 @@ _HOOKS: Schema = {
     "spool_dir": Str("/var/spool/slurmguard", "where results wait while serve is unreachable"),
     "spool_max": Int(10000, "records kept in the spool at most (oldest dropped first)", minimum=1),
     "report_timeout": Float(2.0, "seconds to wait for serve before spooling", minimum=0.1),
+    "fallback_cap": Bool(True, "no serve replica answers a drain permit: apply the blast-radius "
+                         "cap to Slurm's own view (node-intrinsic GPU faults still drain at once)"),
+    "fallback_slot": Float(1.0, "seconds per decision window of that fallback", minimum=0.1),
+    "fallback_slots": Int(10, "decision windows per cycle: a shared fault drains at most cap + "
+                          "ceil(partition size / fallback_slots) - 1 nodes", minimum=1),
     "log_file": Str("", "append one line per hook run here (empty: stderr only)"),
 }
 

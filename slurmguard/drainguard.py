@@ -107,16 +107,21 @@ class Unguarded:
 
 
 class ServePermit:
-    """serve's ``POST /permit`` (the node side). Fails open when serve cannot answer in
-    ``hooks.report_timeout``: a faulty node must not take jobs because the controller is busy."""
+    """serve's ``POST /permit`` (the node side). When no replica answers in
+    ``hooks.report_timeout``: ``fallback`` decides (the cap over Slurm's view), or without one
+    it fails open: a faulty node must not take jobs because the controller is busy."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: Any, fallback: Permit | None = None) -> None:
         self.cfg = cfg
+        self.fallback = fallback  # when no replica answers (node/fallback.py: Slurm's view)
 
     def ask(self, node: str, cause: str, reason: str) -> tuple[bool, str]:
-        from slurmguard.adapters.serve_client import drain_permit
+        from slurmguard.adapters.serve_client import UNREACHABLE, drain_permit
 
-        return drain_permit(node, cause, reason, self.cfg)
+        allowed, why = drain_permit(node, cause, reason, self.cfg)
+        if why.startswith(UNREACHABLE) and self.fallback is not None:
+            return self.fallback.ask(node, cause, reason)
+        return allowed, why
 
 
 def ledger_recent(store: Any, since: float) -> dict[str, set[str]]:

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from slurmguard.config import Config
 
 
+UNREACHABLE = "serve unreachable"  # drain_permit's answer when no replica answered
+
+
 class DeliveryError(Exception):
     """serve could not take the records now (unreachable, 5xx, no token): spool and retry."""
 
@@ -84,7 +87,7 @@ def drain_permit(node: str, check: str, reason: str, cfg: Config) -> tuple[bool,
         _, answer = post_first(urls, token, {"node": node, "check": check, "reason": reason},
                                float(hooks.get("report_timeout", 2.0)), path="/permit")
     except DeliveryError as exc:
-        return True, f"serve unreachable: {exc}"
+        return True, f"{UNREACHABLE}: {exc}"
     if answer.get("allow") is False:
         return False, str(answer.get("alert") or "refused by the blast-radius guard")
     return True, "allowed"
