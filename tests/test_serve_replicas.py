@@ -6,6 +6,8 @@
   processes from 48 threads. Allowed permits equal the partition's cap (10 % of 100) exactly,
   the ledger holds exactly those permits and a refusal for each of the other 90, and there is
   ONE fleet alert (one blast trip across the replicas' metrics).
+- The same storm with one replica killed (kill -9) mid-way, nodes asking the next replica
+  when theirs does not answer: still exactly the cap, one alert.
 """
 
 from __future__ import annotations
@@ -89,6 +91,56 @@ def test_a_permit_storm_over_three_replicas_allows_exactly_the_cap(
         assert alerts[0].count == 100 and alerts[0].scope == "partition:gpu", alerts[0]
         trips = sum(r.metric("slurmguard_blast_radius_trips_total") for r in replicas)
         assert trips == 1, trips
+    finally:
+        for r in replicas:
+            r.stop()
+
+
+def test_a_replica_killed_mid_storm_leaves_the_cap_exact(
+        slurm_cluster_factory, pg_server: PgServer, tmp_path: Path) -> None:  # noqa: F811
+    """kill -9 of one replica while 100 permits are in flight; each node asks its replicas
+    in turn (as hooks.report_urls does), so a permit whose answer died with the replica is
+    asked again elsewhere: the node is counted once, and the cap holds exactly."""
+    import os
+    import signal
+    import threading
+
+    from slurmguard.adapters.serve_client import post_first
+
+    url = pg_store(pg_server)
+    conf = big_partition(slurm_cluster_factory)
+    replicas = start_replicas(tmp_path, url, conf)
+    done = threading.Semaphore(0)
+    try:
+        def ask(i: int) -> bool:
+            order = [replicas[(i + k) % 3].url + "/ingest" for k in range(3)]
+            _, answer = post_first(order, TOKEN, {"node": NODES[i], "check": "fs-mount",
+                                                  "reason": "slurmguard: fs-mount: gone"},
+                                   90.0, path="/permit")
+            done.release()
+            return bool(answer["allow"])
+
+        def killer() -> None:
+            for _ in range(20):  # a fifth of the answers in: the storm is under way
+                done.acquire()
+            assert replicas[0].proc is not None
+            os.killpg(replicas[0].proc.pid, signal.SIGKILL)
+
+        k = threading.Thread(target=killer)
+        k.start()
+        with ThreadPoolExecutor(48) as pool:
+            answers = list(pool.map(ask, range(len(NODES))))
+        k.join()
+        store = Store.open(url=url)
+        try:
+            permits = {e.node for e in store.nodes.events(kinds=["permit"])}
+            alerts = store.nodes.alerts()
+        finally:
+            store.close()
+        granted = {NODES[i] for i, a in enumerate(answers) if a}
+        assert len(permits) == CAP and granted <= permits, (granted, permits)
+        assert len(alerts) == 1, alerts
+        assert replicas[0].proc.poll() is not None  # it did die mid-storm
     finally:
         for r in replicas:
             r.stop()
