@@ -101,3 +101,35 @@ def test_a_second_serve_on_one_sqlite_file_refuses_to_start(tmp_path: Path) -> N
         assert first.healthz()["status"] == "ok"
     finally:
         first.stop()
+
+
+@pytest.mark.postgres
+@pytest.mark.slurm
+def test_leadership_comes_back_after_postgresql_restarts(slurm_cluster_factory, tmp_path: Path) -> None:
+    """PostgreSQL crashes (immediate stop) and starts again on the same port: the leader
+    loses the lock with its connection, and one replica is the leader again afterwards."""
+    from support.pgserver import _pg_bin
+
+    bindir = _pg_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL server binaries (Debian package postgresql)")
+    server = PgServer(bindir)
+    server.start()
+    try:
+        replicas = _start(tmp_path, pg_store(server), 2, big_partition(slurm_cluster_factory))
+        try:
+            wait_for(lambda: len(_leaders(replicas)) == 1, 15, what="one leader")
+            server.crash()
+            wait_for(lambda: not _leaders(replicas), 20, interval=0.2,
+                     what="the leader to notice its lost connection")
+            t0 = time.monotonic()
+            server.start_again()
+            wait_for(lambda: len(_leaders(replicas)) == 1, 30, interval=0.2,
+                     what="a leader after the restart")
+            print(f"\nleader again {time.monotonic() - t0:.2f} s after PostgreSQL was back")
+            assert all(r.healthz()["status"] == "ok" for r in replicas)
+        finally:
+            for r in replicas:
+                r.stop()
+    finally:
+        server.stop()
