@@ -98,9 +98,9 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    server.start()
-    h, p = server.address
+    h, p = server.address  # bound already; the policy thread runs before the first request
     leader = _leader(cfg, store, fleet, metrics, f"{h}:{p}")
+    server.start()
     gate_sock = _gate_socket(cfg, obj.get("config_path"))
     click.echo(f"slurmguard serve: listening on http://{h}:{p} (store {store.where})",
                err=True)

@@ -89,10 +89,6 @@ class Fleet:
     def start(self, leader: Any = None) -> None:
         """Start the periodic work's thread. ``leader``: serve/leader.py's Leader (None: this
         process is the only one, e.g. tests)."""
-        try:
-            self._cached_scopes()  # warm: the first /permit answers without waiting on Slurm
-        except SlurmguardError as exc:
-            log.warning("policy: Slurm unavailable at start: %s", exc)
         self.leader = leader
         if leader is not None:
             leader.on_gain = self._on_gain
@@ -118,6 +114,10 @@ class Fleet:
         # active nodes every `interval`; with replicas, the leader also looks every
         # leader_retry s for nodes whose records another replica stored. The writer never
         # waits for Slurm.
+        try:
+            self._cached_scopes()  # warm: the first /permit answers without waiting on Slurm
+        except SlurmguardError as exc:
+            log.warning("policy: Slurm unavailable at start: %s", exc)
         next_full = time.monotonic() + self.interval
         while not self._stop.is_set():
             poll = self.leader.retry if self.leader is not None and self.leader.lock else None
