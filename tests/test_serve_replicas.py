@@ -8,6 +8,8 @@
   ONE fleet alert (one blast trip across the replicas' metrics).
 - The same storm with one replica killed (kill -9) mid-way, nodes asking the next replica
   when theirs does not answer: still exactly the cap, one alert.
+- Ingest from 60 node clients over the 3 replicas with the leader killed mid-load: every
+  record stored exactly once after the spools replay, and another replica leads.
 """
 
 from __future__ import annotations
@@ -141,6 +143,55 @@ def test_a_replica_killed_mid_storm_leaves_the_cap_exact(
         assert len(permits) == CAP and granted <= permits, (granted, permits)
         assert len(alerts) == 1, alerts
         assert replicas[0].proc.poll() is not None  # it did die mid-storm
+    finally:
+        for r in replicas:
+            r.stop()
+
+
+def test_ingest_over_three_replicas_with_the_leader_killed_loses_nothing(
+        slurm_cluster_factory, pg_server: PgServer, tmp_path: Path) -> None:  # noqa: F811
+    """60 node clients (20 per replica) post batches of 5 for 8 s; the leader is killed
+    with SIGKILL after 2 s. Its clients spool what it did not answer and replay it to a
+    surviving replica afterwards: every record is in the store exactly once, and another
+    replica leads."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from support.loadgen import count_in_store, drain_spools, run_clients
+    from test_serve_leader import _leaders
+
+    url = pg_store(pg_server)
+    replicas = start_replicas(tmp_path, url, big_partition(slurm_cluster_factory))
+    try:
+        (leader,) = wait_for(lambda: len(_leaders(replicas)) == 1 and _leaders(replicas), 15,
+                             what="one leader")
+        loads: list = [None] * 3
+
+        def clients(i: int) -> None:
+            loads[i] = run_clients(f"{replicas[i].url}/ingest", TOKEN, clients=20, seconds=8,
+                                   batch=5, spool_root=tmp_path / "spools", prefix=f"r{i}n",
+                                   timeout=5.0)
+
+        threads = [threading.Thread(target=clients, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(2.0)
+        assert leader.proc is not None
+        os.killpg(leader.proc.pid, signal.SIGKILL)
+        for t in threads:
+            t.join()
+        alive = [r for r in replicas if r is not leader]
+        assert drain_spools(f"{alive[0].url}/ingest", TOKEN, tmp_path / "spools") == 0
+        made = set().union(*(ld.made for ld in loads))
+        lost, dup, stored = count_in_store(url, made)
+        print(f"\n3 replicas, leader killed mid-load: {len(made)} records, {lost} lost, "
+              f"{dup} duplicated; {sum(ld.failures for ld in loads)} POSTs failed and were "
+              "spooled and replayed")
+        assert (lost, dup) == (0, 0) and stored == len(made) > 0
+        assert sum(ld.failures for ld in loads) > 0  # the kill did cut clients off
+        wait_for(lambda: len(_leaders(alive)) == 1, 15, what="a new leader")
     finally:
         for r in replicas:
             r.stop()
