@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.replicas import big_partition
 from support.sgserve import Serve, new_port, new_store, write_config
 
 from slurmguard import config
@@ -97,8 +98,6 @@ def test_a_bad_url_in_the_list_is_a_one_line_config_error(tmp_path: Path) -> Non
 
 @pytest.mark.slurm
 def test_the_drain_permit_asks_the_next_replica(slurm_cluster_factory, tmp_path: Path) -> None:
-    from test_serve_replicas import big_partition
-
     from slurmguard.drainguard import ServePermit
 
     conf = big_partition(slurm_cluster_factory)

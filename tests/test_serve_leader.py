@@ -20,40 +20,26 @@ from pathlib import Path
 import pytest
 from support.helpers import run_sg, sg_env
 from support.pgserver import PgServer, pg_server  # noqa: F401  (fixture)
+from support.replicas import big_partition, leaders, pg_store, start_replicas
 from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
 from support.wait import wait_for
-from test_serve_replicas import big_partition, pg_store
 
 from slurmguard.adapters.serve_client import post_records
 from slurmguard.contract import CheckResult, Health
 from slurmguard.node.record import make_record
 
 RETRY = 2.0
-
-
-def _leaders(replicas: list[Serve]) -> list[Serve]:
-    return [r for r in replicas if r.metric("slurmguard_serve_leader") == 1.0]
-
-
-def _start(tmp_path: Path, url: str, n: int, conf: str) -> list[Serve]:
-    out = []
-    for i in range(n):
-        d = tmp_path / f"r{i}"
-        d.mkdir()
-        port = new_port()
-        cfg = write_config(d, store_url=url, port=port,
-                           serve_extra=f"policy_interval = 60.0\nleader_retry = {RETRY}")
-        out.append(Serve(cfg, port, env={"SLURM_CONF": conf}).start())
-    return out
+EXTRA = f"policy_interval = 60.0\nleader_retry = {RETRY}"
 
 
 @pytest.mark.postgres
 @pytest.mark.slurm
 def test_one_leader_and_a_takeover_after_kill_9(slurm_cluster_factory, pg_server: PgServer,  # noqa: F811
                                                 tmp_path: Path) -> None:
-    replicas = _start(tmp_path, pg_store(pg_server), 3, big_partition(slurm_cluster_factory))
+    replicas = start_replicas(tmp_path, pg_store(pg_server), big_partition(slurm_cluster_factory), 3,
+                              serve_extra=EXTRA)
     try:
-        (leader,) = wait_for(lambda: len(_leaders(replicas)) == 1 and _leaders(replicas), 15,
+        (leader,) = wait_for(lambda: len(leaders(replicas)) == 1 and leaders(replicas), 15,
                              what="one leader")
         wait_for(lambda: leader.policy_passes() >= 1, 15, what="the new leader's first pass")
         followers = [r for r in replicas if r is not leader]
@@ -67,7 +53,7 @@ def test_one_leader_and_a_takeover_after_kill_9(slurm_cluster_factory, pg_server
         assert leader.proc is not None
         t0 = time.monotonic()
         os.killpg(leader.proc.pid, signal.SIGKILL)
-        (heir,) = wait_for(lambda: len(_leaders(followers)) == 1 and _leaders(followers), 30,
+        (heir,) = wait_for(lambda: len(leaders(followers)) == 1 and leaders(followers), 30,
                            interval=0.05, what="a replica to take over")
         took = time.monotonic() - t0
         wait_for(lambda: heir.policy_passes() >= 1, 15, interval=0.05, what="the heir's pass")
@@ -116,15 +102,16 @@ def test_leadership_comes_back_after_postgresql_restarts(slurm_cluster_factory, 
     server = PgServer(bindir)
     server.start()
     try:
-        replicas = _start(tmp_path, pg_store(server), 2, big_partition(slurm_cluster_factory))
+        replicas = start_replicas(tmp_path, pg_store(server), big_partition(slurm_cluster_factory), 2,
+                                  serve_extra=EXTRA)
         try:
-            wait_for(lambda: len(_leaders(replicas)) == 1, 15, what="one leader")
+            wait_for(lambda: len(leaders(replicas)) == 1, 15, what="one leader")
             server.crash()
-            wait_for(lambda: not _leaders(replicas), 20, interval=0.2,
+            wait_for(lambda: not leaders(replicas), 20, interval=0.2,
                      what="the leader to notice its lost connection")
             t0 = time.monotonic()
             server.start_again()
-            wait_for(lambda: len(_leaders(replicas)) == 1, 30, interval=0.2,
+            wait_for(lambda: len(leaders(replicas)) == 1, 30, interval=0.2,
                      what="a leader after the restart")
             print(f"\nleader again {time.monotonic() - t0:.2f} s after PostgreSQL was back")
             assert all(r.healthz()["status"] == "ok" for r in replicas)

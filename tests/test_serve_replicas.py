@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from support.pgserver import PgServer, pg_server  # noqa: F401  (fixture)
-from support.sgserve import TOKEN, Serve, new_port, write_config
+from support.replicas import big_partition, leaders, pg_store, start_replicas
+from support.sgserve import TOKEN
 from support.wait import wait_for
 
 from slurmguard.adapters.serve_client import post_json
@@ -28,39 +29,6 @@ from slurmguard.store import Store
 pytestmark = [pytest.mark.slurm, pytest.mark.postgres]
 NODES = [f"m{i:03d}" for i in range(1, 101)]
 CAP = 10  # blast_max_percent 10 of a 100-node partition
-
-
-def pg_store(server: PgServer) -> str:
-    """A fresh, migrated database on the test server; its URL."""
-    from slurmguard.store.engine import make_engine
-    from slurmguard.store.migrate import upgrade
-
-    url = server.url(server.create_db())
-    engine = make_engine({"url": url})
-    upgrade(engine)
-    engine.dispose()
-    return url
-
-
-def big_partition(factory) -> str:  # noqa: ANN001
-    """A real slurmctld whose partition ``gpu`` holds the 100 nodes (no slurmd: they are
-    DOWN to Slurm, which a permit does not look at); its SLURM_CONF."""
-    c = factory(nodes=0, wait=False, extra_conf=[
-        "NodeName=m[001-100] NodeHostname=localhost Port=19001 CPUs=2 RealMemory=1000 State=UNKNOWN"])
-    wait_for(lambda: len(c.cli().nodes()) == 100, 60, what="slurmctld to list 100 nodes",
-             ignore=(Exception,))
-    return c.env["SLURM_CONF"]
-
-
-def start_replicas(tmp_path: Path, url: str, conf: str, n: int = 3, serve_extra: str = "") -> list[Serve]:
-    out = []
-    for i in range(n):
-        d = tmp_path / f"r{i}"
-        d.mkdir()
-        port = new_port()
-        cfg = write_config(d, store_url=url, port=port, serve_extra=serve_extra)
-        out.append(Serve(cfg, port, env={"SLURM_CONF": conf}).start())
-    return out
 
 
 def test_a_permit_storm_over_three_replicas_allows_exactly_the_cap(
@@ -160,12 +128,11 @@ def test_ingest_over_three_replicas_with_the_leader_killed_loses_nothing(
     import time
 
     from support.loadgen import count_in_store, drain_spools, run_clients
-    from test_serve_leader import _leaders
 
     url = pg_store(pg_server)
     replicas = start_replicas(tmp_path, url, big_partition(slurm_cluster_factory))
     try:
-        (leader,) = wait_for(lambda: len(_leaders(replicas)) == 1 and _leaders(replicas), 15,
+        (leader,) = wait_for(lambda: len(leaders(replicas)) == 1 and leaders(replicas), 15,
                              what="one leader")
         loads: list = [None] * 3
 
@@ -191,7 +158,7 @@ def test_ingest_over_three_replicas_with_the_leader_killed_loses_nothing(
               "spooled and replayed")
         assert (lost, dup) == (0, 0) and stored == len(made) > 0
         assert sum(ld.failures for ld in loads) > 0  # the kill did cut clients off
-        wait_for(lambda: len(_leaders(alive)) == 1, 15, what="a new leader")
+        wait_for(lambda: len(leaders(alive)) == 1, 15, what="a new leader")
     finally:
         for r in replicas:
             r.stop()

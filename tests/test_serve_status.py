@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 from support.helpers import run_sg, sg_env
 from support.pgserver import PgServer, pg_server  # noqa: F401  (fixture)
+from support.replicas import big_partition, leaders, pg_store, start_replicas
 from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
 from support.wait import wait_for
-from test_serve_leader import _leaders, _start
-from test_serve_replicas import big_partition, pg_store
 
 from slurmguard.adapters.serve_client import post_records
 from slurmguard.contract import CheckResult, Health
@@ -42,9 +41,10 @@ def _mine(s: dict, serve: Serve) -> dict:
 @pytest.mark.slurm
 def test_status_names_the_replicas_the_leader_and_the_store_lag(
         slurm_cluster_factory, pg_server: PgServer, tmp_path: Path) -> None:  # noqa: F811
-    a, b = _start(tmp_path, pg_store(pg_server), 2, big_partition(slurm_cluster_factory))
+    a, b = start_replicas(tmp_path, pg_store(pg_server), big_partition(slurm_cluster_factory), 2,
+                          serve_extra="policy_interval = 60.0")
     try:
-        (leader,) = wait_for(lambda: len(_leaders([a, b])) == 1 and _leaders([a, b]), 15,
+        (leader,) = wait_for(lambda: len(leaders([a, b])) == 1 and leaders([a, b]), 15,
                              what="one leader")
         follower = b if leader is a else a
         rec = make_record("m001", "prolog", [CheckResult("fs-mount", Health.HEALTHY, "")], "pass", "")
