@@ -78,12 +78,27 @@ _HOOKS: Schema = {
     "drain_on_error": Bool(False, "never set this in production: drain when a checker fails"),
     "state_dir": Str("/var/lib/slurmguard", "where per-check state (last XID seen, counters) lives"),
     "report_url": Str("", "ingest URL of `slurmguard serve`, e.g. http://ctld:8742/ingest"),
+    "report_urls": Field("list[str]", [], "more ingest URLs (serve replicas), tried in order after "
+                         "report_url, each with its share of report_timeout",
+                         validate=lambda v: _http_urls(v)),
     "token_file": Str("/etc/slurmguard/token", "shared ingest token (root/SlurmUser only)"),
     "spool_dir": Str("/var/spool/slurmguard", "where results wait while serve is unreachable"),
     "spool_max": Int(10000, "records kept in the spool at most (oldest dropped first)", minimum=1),
     "report_timeout": Float(2.0, "seconds to wait for serve before spooling", minimum=0.1),
+    "fallback_cap": Bool(True, "no serve replica answers a drain permit: apply the blast-radius "
+                         "cap to Slurm's own view (node-intrinsic GPU faults still drain at once)"),
+    "fallback_slot": Float(1.0, "seconds per decision window of that fallback", minimum=0.1),
+    "fallback_slots": Int(10, "decision windows per cycle: a shared fault drains at most cap + "
+                          "ceil(partition size / fallback_slots) - 1 nodes", minimum=1),
     "log_file": Str("", "append one line per hook run here (empty: stderr only)"),
 }
+
+def _http_urls(urls: list[str]) -> str | None:
+    for url in urls:
+        if not url.startswith(("http://", "https://")) or len(url.split("/")) < 3 or not url.split("/")[2]:
+            return f"expected http(s) URLs, {url!r} is not one"
+    return None
+
 
 def _regex(value: str) -> str | None:
     import re
@@ -165,6 +180,9 @@ _SERVE: Schema = {
     "max_body": Int(4 * 1024 * 1024, "largest request body accepted (bytes)", minimum=1024),
     "policy": Bool(True, "run fleet policy after ingest and drain flagged nodes"),
     "policy_interval": Float(60.0, "seconds between full policy passes", minimum=1.0),
+    "leader_retry": Float(2.0, "PostgreSQL replicas: seconds between a replica's tries to become "
+                          "the leader (the periodic work's one runner), and the leader's checks",
+                          minimum=0.2),
     "upgrade": Bool(False, "run `db upgrade` at start instead of refusing an old schema"),
     "workers": Int(64, "threads that handle complete requests (slow clients never hold one)", minimum=1),
     "max_connections": Int(1024, "open connections at most (the oldest idle one is closed first)", minimum=8),

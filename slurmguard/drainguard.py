@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -107,16 +108,21 @@ class Unguarded:
 
 
 class ServePermit:
-    """serve's ``POST /permit`` (the node side). Fails open when serve cannot answer in
-    ``hooks.report_timeout``: a faulty node must not take jobs because the controller is busy."""
+    """serve's ``POST /permit`` (the node side). When no replica answers in
+    ``hooks.report_timeout``: ``fallback`` decides (the cap over Slurm's view), or without one
+    it fails open: a faulty node must not take jobs because the controller is busy."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: Any, fallback: Permit | None = None) -> None:
         self.cfg = cfg
+        self.fallback = fallback  # when no replica answers (node/fallback.py: Slurm's view)
 
     def ask(self, node: str, cause: str, reason: str) -> tuple[bool, str]:
-        from slurmguard.adapters.serve_client import drain_permit
+        from slurmguard.adapters.serve_client import UNREACHABLE, drain_permit
 
-        return drain_permit(node, cause, reason, self.cfg)
+        allowed, why = drain_permit(node, cause, reason, self.cfg)
+        if why.startswith(UNREACHABLE) and self.fallback is not None:
+            return self.fallback.ask(node, cause, reason)
+        return allowed, why
 
 
 def ledger_recent(store: Any, since: float) -> dict[str, set[str]]:
@@ -196,14 +202,21 @@ class StorePermit:
             got["fleet"] = frozenset(fleet) | {node}
         return got
 
+    def _decide(self, req: DrainRequest, scopes: Mapping[str, frozenset[str]]) -> Verdict:
+        # Read the ledger and write the answer in one transaction under the database's lock
+        # for this cause: exact across serve replicas and the gate's processes (the thread
+        # lock only saves this process's threads from queueing on the database).
+        serialized = getattr(self.store, "serialized", None)
+        if serialized is None:  # a store without transactions (none in the package today)
+            return decide(self.store, req, scopes, self.params, via=self.via)
+        with serialized(f"permit:{req.cause}") as tx:
+            return decide(tx, req, scopes, self.params, via=self.via)
+
     def ask(self, node: str, cause: str, reason: str) -> tuple[bool, str]:
         req = DrainRequest(node, cause, reason)
         scopes = self.scopes(node)
-        if self._lock is None:
-            verdict = decide(self.store, req, scopes, self.params, via=self.via)
-        else:
-            with self._lock:
-                verdict = decide(self.store, req, scopes, self.params, via=self.via)
+        with nullcontext() if self._lock is None else self._lock:
+            verdict = self._decide(req, scopes)
         if self._on_verdict is not None:
             self._on_verdict(req, verdict, self.via)
         if verdict.allowed:

@@ -9,12 +9,16 @@ timeout; an unreachable serve, a non-200 answer or an unreadable token raise
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from slurmguard import __version__
 
 if TYPE_CHECKING:
     from slurmguard.config import Config
+
+
+UNREACHABLE = "serve unreachable"  # drain_permit's answer when no replica answered
 
 
 class DeliveryError(Exception):
@@ -41,25 +45,49 @@ def post_records(url: str, token: str, records: list[dict[str, Any]], timeout: f
     return post_json(url, token, {"records": records}, timeout)
 
 
+def ingest_urls(hooks: Any) -> list[str]:
+    """The ingest URLs of the ``[hooks]`` section in the order to try them: ``report_url``,
+    then ``report_urls`` (serve replicas), each once."""
+    urls = [str(hooks.get("report_url") or "")] + [str(u) for u in hooks.get("report_urls") or ()]
+    return list(dict.fromkeys(u for u in urls if u))
+
+
+def post_first(urls: list[str], token: str, obj: dict[str, Any], timeout: float,
+               path: str = "") -> tuple[str, dict[str, Any]]:
+    """POST ``obj`` to the first of ``urls`` that answers (with ``path`` in place of the URL's
+    last part when given); each try gets its share of what is left of ``timeout``, so a
+    replica that refuses at once leaves its time to the next. Returns (the URL that
+    answered, its answer); raises DeliveryError naming every failure."""
+    deadline = time.monotonic() + timeout
+    problems = []
+    for i, url in enumerate(urls):
+        target = url.rsplit("/", 1)[0] + path if path else url
+        share = max(0.05, (deadline - time.monotonic()) / (len(urls) - i))
+        try:
+            return url, post_json(target, token, obj, share)
+        except DeliveryError as exc:
+            problems.append(str(exc))
+    raise DeliveryError("; ".join(problems) or "no report_url")
+
+
 def drain_permit(node: str, check: str, reason: str, cfg: Config) -> tuple[bool, str]:
     """Ask serve whether this node may drain itself now (the blast-radius guard).
 
-    Returns (allowed, why). Fails open: when serve is not configured or cannot be reached in
-    ``hooks.report_timeout`` the answer is (True, ...), because a node with a fault must not
-    take jobs just because the controller is busy; the cap then holds for serve's own drains
-    and the ledger shows the drain when the record is replayed.
+    Returns (allowed, why). Fails open: when serve is not configured or no replica answers
+    in ``hooks.report_timeout`` the answer is (True, ...), because a node with a fault must
+    not take jobs just because the controller is busy; the cap then holds for serve's own
+    drains and the ledger shows the drain when the record is replayed.
     """
     hooks = cfg.section("hooks")
-    url = str(hooks.get("report_url") or "")
-    if not url:
+    urls = ingest_urls(hooks)
+    if not urls:
         return True, "no report_url"
-    permit_url = url.rsplit("/", 1)[0] + "/permit"
     try:
         token = read_token(str(hooks["token_file"]))
-        answer = post_json(permit_url, token, {"node": node, "check": check, "reason": reason},
-                           float(hooks.get("report_timeout", 2.0)))
+        _, answer = post_first(urls, token, {"node": node, "check": check, "reason": reason},
+                               float(hooks.get("report_timeout", 2.0)), path="/permit")
     except DeliveryError as exc:
-        return True, f"serve unreachable: {exc}"
+        return True, f"{UNREACHABLE}: {exc}"
     if answer.get("allow") is False:
         return False, str(answer.get("alert") or "refused by the blast-radius guard")
     return True, "allowed"

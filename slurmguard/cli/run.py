@@ -33,10 +33,11 @@ def _node_probe(config_path: str | None):  # type: ignore[no-untyped-def]
 
 def _serve_url(cfg) -> str:  # type: ignore[no-untyped-def]
     url = str(cfg["notice.serve_url"] or "")
-    if not url and cfg["hooks.report_url"]:
+    first = str(cfg["hooks.report_url"] or next(iter(cfg["hooks.report_urls"]), ""))
+    if not url and first:
         import urllib.parse
 
-        u = urllib.parse.urlsplit(str(cfg["hooks.report_url"]))
+        u = urllib.parse.urlsplit(first)
         url = f"{u.scheme}://{u.netloc}"
     return url
 

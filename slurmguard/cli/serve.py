@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from slurmguard.config import Config
 
 
-@click.command("serve")
+@click.group("serve", invoke_without_command=True)
 @click.option("--host", metavar="ADDR", help="Listen address (default serve.host).")
 @click.option("--port", type=int, metavar="PORT", help="Listen port (default serve.port; 0 = any free).")
 @click.option("--no-policy", is_flag=True, help="Only ingest; do not run fleet policy or drain.")
@@ -28,12 +28,49 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
     exactly once per record id; flagged nodes (lemons, flapping) are drained through Slurm
     within the blast-radius caps of the [policy] section.
 
+    Any number of replicas may share one PostgreSQL store (docs/serve.md, "Replicas");
+    `slurmguard serve status` shows them.
+
     \b
     Example:
       slurmguard db upgrade && slurmguard serve
       slurmguard serve --port 8742 --no-policy     # ingest only
     """
+    if ctx.invoked_subcommand is not None:
+        return
+    _run(ctx, host, port, no_policy)
+
+
+@serve_cmd.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def status_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Show the serve replicas on the store: which are up (heartbeat), the leader, the last
+    policy pass, the newest stored record, and PostgreSQL standbys' replay lag.
+
+    \b
+    Example:
+      slurmguard serve status
+      slurmguard serve status --json
+    """
     from slurmguard import config
+    from slurmguard.output import Result, emit
+    from slurmguard.serve.status import replica_status, status_lines
+    from slurmguard.store.api import Store
+
+    cfg = config.load((ctx.find_root().obj or {}).get("config_path"))
+    store = Store.open(cfg)
+    try:
+        s = replica_status(store, float(cfg["serve.leader_retry"]))
+    finally:
+        store.close()
+    emit(Result(s, status_lines(s)), as_json)
+
+
+def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool) -> None:
+    """serve itself: store, metrics, ingest, leadership and policy, gate socket."""
+    from slurmguard import config
+    from slurmguard.serve.leader import single_serve
     from slurmguard.serve.token import load_token
     from slurmguard.store.api import Store
 
@@ -46,6 +83,7 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
     if scfg["upgrade"]:
         Store.upgrade(cfg.section("store"))
     store = Store.open(cfg)
+    held = single_serve(store)  # SQLite: one serve per file (a one-line error otherwise)
     metrics = _metrics(cfg, store)
     fleet = None
     if scfg["policy"] and not no_policy:
@@ -60,11 +98,10 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    h, p = server.address  # bound already; the policy thread runs before the first request
+    leader = _leader(cfg, store, fleet, metrics, f"{h}:{p}")
     server.start()
-    if fleet is not None:
-        fleet.start()
     gate_sock = _gate_socket(cfg, obj.get("config_path"))
-    h, p = server.address
     click.echo(f"slurmguard serve: listening on http://{h}:{p} (store {store.where})",
                err=True)
     sys.stderr.flush()
@@ -73,8 +110,28 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
         gate_sock.close()
     if fleet is not None:
         fleet.stop()
+    leader.stop()
     server.shutdown()
     store.close()
+    if held is not None:
+        held.close()
+
+
+def _leader(cfg: Config, store: Any, fleet: Any, metrics: Any, where: str) -> Any:
+    """The leadership that gates the fleet policy's periodic work (serve/leader.py), started
+    with it, and the replica's heartbeat row; with --no-policy heartbeat only."""
+    import socket
+
+    from slurmguard.serve.leader import Leader
+
+    leader = Leader(store, retry=float(cfg["serve.leader_retry"]),
+                    label=f"slurmguard-serve {socket.gethostname()} {where}",
+                    gauge=metrics.leader, contend=fleet is not None,
+                    last_pass=(lambda: fleet.last_pass) if fleet is not None else None)
+    if fleet is not None:
+        fleet.start(leader)
+    leader.start()
+    return leader
 
 
 def _metrics(cfg: Config, store: Any) -> Any:

@@ -370,9 +370,9 @@ class Doctor:
                  + ("" if os.path.isfile(so) else f" ({so} is missing)"), fix)
 
     def check_hook_token(self) -> None:
-        url = str(self.cfg["hooks.report_url"])
-        if not url:
-            self.add("hook token", None, "hooks.report_url is empty: results are not sent to serve")
+        if not (self.cfg["hooks.report_url"] or self.cfg["hooks.report_urls"]):
+            self.add("hook token", None, "hooks.report_url and report_urls are empty: results "
+                     "are not sent to serve")
             return
         self._token("hook token", str(self.cfg["hooks.token_file"]),
                     "copy the controller's serve.token_file here (root, chmod 0600)")

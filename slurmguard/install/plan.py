@@ -246,7 +246,7 @@ def build(role: str, prefix: str, cfg: Config, config_file: str, config_content:
     plan.conf_lines = conf_lines(lib, float(hooks["budget"]), role)
     if role == "node":
         spank.add_steps(plan, conf, conf_path)
-        if hooks["report_url"] and not os.path.exists(hooks["token_file"]):
+        if (hooks["report_url"] or hooks["report_urls"]) and not os.path.exists(hooks["token_file"]):
             plan.notes.append(f"hooks.report_url is set but {hooks['token_file']} is missing: copy "
                               "the controller's serve token there (root, mode 0600)")
     else:

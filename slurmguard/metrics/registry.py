@@ -151,6 +151,10 @@ class ServeMetrics(_Base):
         self.http_requests = Counter(
             "slurmguard_http_requests_total", "HTTP requests served, by path and status code.",
             ["path", "code"], registry=r)
+        self.leader = Gauge(
+            "slurmguard_serve_leader",
+            "1 on the serve replica that runs the periodic work (the leader), else 0.",
+            registry=r)
         self.ingest_records = Counter(
             "slurmguard_ingest_records_total",
             "Result records received on /ingest, by result (stored, duplicate, rejected, failed).",

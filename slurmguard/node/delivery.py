@@ -4,8 +4,9 @@ The node side uses the standard library only (it runs in every prolog). The I/O 
 adapters: :mod:`slurmguard.adapters.serve_client` (HTTP) and :mod:`slurmguard.adapters.spool`
 (the durable files). This module is the rule that joins them:
 
-1. POST the record to ``hooks.report_url`` with the shared token
-   (``Authorization: Bearer ...``) and wait at most ``hooks.report_timeout`` seconds.
+1. POST the record to ``hooks.report_url``, then each of ``hooks.report_urls`` (serve
+   replicas) until one answers, with the shared token (``Authorization: Bearer ...``),
+   within ``hooks.report_timeout`` seconds in all (each URL its share of what is left).
 2. If serve cannot be reached (or answers 5xx, or the token is unreadable), write the record
    to the spool in ``hooks.spool_dir`` (at most ``hooks.spool_max`` records, oldest dropped).
 3. After a successful send, replay the spool in batches (oldest first) within the same time
@@ -20,7 +21,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from slurmguard.adapters import spool
-from slurmguard.adapters.serve_client import DeliveryError, post_records, read_token
+from slurmguard.adapters.serve_client import (
+    DeliveryError,
+    ingest_urls,
+    post_first,
+    post_records,
+    read_token,
+)
 
 if TYPE_CHECKING:
     from slurmguard.config import Config
@@ -35,14 +42,15 @@ def deliver(record: dict[str, Any], cfg: Config, *, replay: bool = True) -> str:
     may log the returned word. After a successful send the spool is replayed.
     """
     hooks = cfg.section("hooks")
-    url = str(hooks.get("report_url") or "")
-    if not url:
+    urls = ingest_urls(hooks)
+    if not urls:
         return "skipped"
     timeout = float(hooks.get("report_timeout", 2.0))
     deadline = time.monotonic() + timeout
     try:
         token = read_token(str(hooks["token_file"]))
-        answer = post_records(url, token, [record], timeout)
+        # Replicas in order (report_url, then report_urls), each with its share of the time.
+        url, answer = post_first(urls, token, {"records": [record]}, timeout)
     except DeliveryError:
         return _spool_or_say(record, hooks)
     if record.get("id") in answer.get("retry", ()):

@@ -270,7 +270,12 @@ def _act(cfg: Config, hook: str, node: str, decision: Decision, acting: bool,
         # filesystem, a fabric) and draining them all would empty the partition.
         from slurmguard.drainguard import ServePermit, guarded_drain
 
-        done = guarded_drain(slurm.cli, ServePermit(cfg), node, decision.failing[0],
+        fallback = None
+        if cfg["hooks.fallback_cap"]:  # no replica answers: the cap over Slurm's own view
+            from slurmguard.node.fallback import SlurmPermit
+
+            fallback = SlurmPermit(slurm.cli, cfg)
+        done = guarded_drain(slurm.cli, ServePermit(cfg, fallback), node, decision.failing[0],
                              decision.reason, via=hook)
         # Refused: exit 0, since a non-zero prolog would make Slurm drain the node anyway.
         return one_line(done.applied), EXIT_OK if done.result == "refused" else EXIT_UNHEALTHY
@@ -298,7 +303,7 @@ def _report(cfg: Config, hook: str, node: str, report: Any, decision: Decision, 
     record["applied"] = applied
     if extra:
         record.update(extra)
-    if acting and cfg["hooks.report_url"]:
+    if acting and (cfg["hooks.report_url"] or cfg["hooks.report_urls"]):
         from slurmguard.node.delivery import deliver
 
         try:

@@ -15,7 +15,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from slurmguard.contract import REASON_PREFIX
@@ -54,6 +54,7 @@ def _encodable(text: str) -> bool:
         return False
     return True
 _SCOPES_TTL = 30.0
+_NEWS_WINDOW = 120.0
 
 
 class Fleet:
@@ -78,13 +79,20 @@ class Fleet:
         self._wake = threading.Event()
         self._pending: set[str] = set()
         self._thread: threading.Thread | None = None
+        self.leader: Any = None
+        self._full_now = False
+        self._news: dict[str, float] = {}
+        self.last_pass: float | None = None
+        # More leader-only periodic work, run after each full policy pass (run_periodic).
+        self.periodic: list[Callable[[], None]] = [self.repair]
 
     # -- life cycle
-    def start(self) -> None:
-        try:
-            self._cached_scopes()  # warm: the first /permit answers without waiting on Slurm
-        except SlurmguardError as exc:
-            log.warning("policy: Slurm unavailable at start: %s", exc)
+    def start(self, leader: Any = None) -> None:
+        """Start the periodic work's thread. ``leader``: serve/leader.py's Leader (None: this
+        process is the only one, e.g. tests)."""
+        self.leader = leader
+        if leader is not None:
+            leader.on_gain = self._on_gain
         self._thread = threading.Thread(target=self._loop, name="sg-policy", daemon=True)
         self._thread.start()
 
@@ -94,27 +102,76 @@ class Fleet:
         if self._thread is not None:
             self._thread.join(timeout=30)
 
+    @property
+    def is_leader(self) -> bool:
+        return self.leader is None or self.leader.is_leader
+
+    def _on_gain(self) -> None:
+        self._full_now = True  # a new leader starts with a full pass
+        self._wake.set()
+
     def _loop(self) -> None:
         # Nodes of fresh records are evaluated as soon as the writer hands them over; all
-        # active nodes every `interval`. The writer never waits for Slurm.
+        # active nodes every `interval`; with replicas, the leader also looks every
+        # leader_retry s for nodes whose records another replica stored. The writer never
+        # waits for Slurm.
+        try:
+            self._cached_scopes()  # warm: the first /permit answers without waiting on Slurm
+        except SlurmguardError as exc:
+            log.warning("policy: Slurm unavailable at start: %s", exc)
         next_full = time.monotonic() + self.interval
         while not self._stop.is_set():
-            self._wake.wait(max(0.0, next_full - time.monotonic()))
+            poll = self.leader.retry if self.leader is not None and self.leader.lock else None
+            wait = next_full - time.monotonic()
+            self._wake.wait(max(0.0, wait if poll is None else min(wait, poll)))
             self._wake.clear()
             if self._stop.is_set():
                 break
-            with self.lock:
-                nodes, self._pending = self._pending, set()
+            nodes = self._take_pending()
+            if not self.is_leader:
+                continue  # the leader evaluates them: it looks at what every replica stored
+            full = self._full_now or time.monotonic() >= next_full
+            if full:
+                self._full_now = False
+                next_full = time.monotonic() + self.interval
+            self.run_periodic(nodes, full=full, others=poll is not None)
+
+    def run_periodic(self, nodes: set[str], *, full: bool, others: bool = False) -> None:
+        """The leader-only periodic work, in one place: the policy pass over ``nodes`` (and
+        every active node when ``full``; with ``others``, the nodes other replicas stored
+        records of), probation marks, and each of ``self.periodic`` (later work such as the
+        repair loop registers there) on full passes. Never raises."""
+        try:
+            if others:
+                nodes |= self._others_news()
+            if full:
+                nodes |= set(self.store.nodes.active(time.time() - self.params.window))
+            if not nodes and not full:
+                return  # nothing new: not a pass
+            self.evaluate(nodes)
+            self.metrics.policy_passes.labels(result="ok").inc()
+            self.last_pass = time.time()
+        except Exception:
+            self.metrics.policy_passes.labels(result="failed").inc()
+            log.exception("policy pass failed")
+        for work in self.periodic if full else ():
             try:
-                if time.monotonic() >= next_full:
-                    next_full = time.monotonic() + self.interval
-                    nodes |= set(self.store.nodes.active(time.time() - self.params.window))
-                    repair_pass(self)  # autonomous repair (slurmguard/repair/loop.py)
-                self.evaluate(nodes)
-                self.metrics.policy_passes.labels(result="ok").inc()
+                work()
             except Exception:
-                self.metrics.policy_passes.labels(result="failed").inc()
-                log.exception("policy pass failed")
+                log.exception("periodic work %s failed", getattr(work, "__name__", work))
+
+    def repair(self) -> None:
+        """Autonomous repair's pass (slurmguard/repair/loop.py), on the leader after each full
+        policy pass."""
+        repair_pass(self)
+
+    def _others_news(self) -> set[str]:
+        """Nodes with a run newer than this leader has evaluated, stored by any replica in the
+        last _NEWS_WINDOW s (older ones wait for the next full pass)."""
+        seen = self.store.nodes.seen_since(time.time() - _NEWS_WINDOW)
+        fresh = {n for n, at in seen.items() if self._news.get(n) != at}
+        self._news = seen
+        return fresh
 
     # -- inputs
     def _slurm_view(self) -> tuple[dict[str, frozenset[str]], dict[str, Any]]:

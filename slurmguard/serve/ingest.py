@@ -127,13 +127,16 @@ class BatchWriter(threading.Thread):
                 self.metrics.ingest_lag.observe(max(0.0, now - r["started"] - r["duration"]))
                 if r.get("spooled"):
                     self.metrics.replays.inc()
-        for recs, fut in pending:
-            fut.set_result([r["id"] for r in recs if r["id"] in fresh])
+        # The ledger events of the records (serve/fleet.py after_ingest: the drains nodes
+        # did) are written before the nodes get their answer, so an answered record is in
+        # the ledger too; the policy pass itself runs on its own thread afterwards.
         if self.on_commit is not None and fresh:
             try:
                 self.on_commit([r for r in records if r["id"] in fresh])
             except Exception:  # policy problems never lose ingested records
                 log.exception("post-ingest hook failed")
+        for recs, fut in pending:
+            fut.set_result([r["id"] for r in recs if r["id"] in fresh])
 
 
 class IngestServer:

@@ -14,7 +14,8 @@ One engine, one object per area, all in one style (docs/store.md "The API by are
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,7 @@ from slurmguard.store.models import (
     Run,
 )
 from slurmguard.store.nodes import Nodes
+from slurmguard.store.replicas import Replicas
 from slurmguard.store.rows import AlertRow, EventRow, NodeSummary, TimelineItem, parse_actor
 
 if TYPE_CHECKING:
@@ -73,6 +75,7 @@ class Store:
         self.nodes = Nodes(engine)
         self.burnin = Burnin(engine)
         self.goodput = Goodput(engine)
+        self.replicas = Replicas(engine)
 
     @classmethod
     def open(cls, cfg: Config | None = None, *, url: str | None = None, check: bool = True,
@@ -91,6 +94,18 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    @contextmanager
+    def serialized(self, name: str) -> Iterator[Store]:
+        """A view of the store inside ONE transaction that holds the database's lock for
+        ``name`` (store/serial.py): a capped fleet decision reads and writes through it, and
+        no other process or replica decides for ``name`` until it commits."""
+        from slurmguard.store.serial import serialized
+
+        with serialized(self.engine, name) as conn:
+            view = Store(self.engine)
+            view.nodes = Nodes(self.engine, conn)
+            yield view
 
     @property
     def where(self) -> str:

@@ -328,3 +328,20 @@ ALL_TABLES = [Node.__table__, Run.__table__, Result.__table__, Event.__table__,
               FleetAlert.__table__, GoodputJob.__table__, GoodputJobNode.__table__,
               BurninRun.__table__, BurninResult.__table__, BurninSeries.__table__,
               BurninPack.__table__]
+
+
+class ServeReplica(Base):
+    """One `slurmguard serve` process that ran on this store: its heartbeat (every
+    serve.leader_retry s), whether it was the leader, its last policy pass. Read by
+    `slurmguard serve status`; a replica whose heartbeat stopped is shown as gone."""
+
+    __tablename__ = "serve_replicas"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)  # "HOST ADDR:PORT"
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    version: Mapped[str] = mapped_column(String(64))
+    started: Mapped[float] = mapped_column(Float)
+    heartbeat: Mapped[float] = mapped_column(Float)
+    leader: Mapped[bool] = mapped_column(Boolean)
+    last_pass: Mapped[float | None] = mapped_column(Float, nullable=True)

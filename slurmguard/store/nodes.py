@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Engine, and_, bindparam, func, insert, select, update
@@ -71,8 +72,27 @@ def _node_name(node: str) -> str:
 class Nodes:
     """Nodes and events: one per store, on its engine (``store.nodes``)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, conn: Any = None) -> None:
         self.engine = engine
+        # Bound to one connection (store.serialized): the ledger's reads and writes below
+        # run in that transaction instead of their own.
+        self.conn = conn
+
+    @contextmanager
+    def _begin(self) -> Iterator[Any]:
+        if self.conn is not None:
+            yield self.conn
+        else:
+            with self.engine.begin() as conn:
+                yield conn
+
+    @contextmanager
+    def _connect(self) -> Iterator[Any]:
+        if self.conn is not None:
+            yield self.conn
+        else:
+            with self.engine.connect() as conn:
+                yield conn
 
     # ------------------------------------------------------------------ writes
 
@@ -168,7 +188,7 @@ class Nodes:
             raise InputError(f"event kind: expected one of {', '.join(EVENT_KINDS)}, got {kind!r}")
         actor_kind, actor_name = parse_actor(actor)
         at = time.time() if at is None else at
-        with guard(self.engine, "record event"), self.engine.begin() as conn:
+        with guard(self.engine, "record event"), self._begin() as conn:
             node_id = node_ids(conn, [_node_name(node)], at)[node]
             return int(conn.execute(insert(Event).values(
                 node_id=node_id, at=at, kind=kind, actor_kind=actor_kind, actor=actor_name,
@@ -207,7 +227,7 @@ class Nodes:
         """Record one fleet alert per (cause, scope): reuse an open one updated within
         ``window``. Returns (alert, created)."""
         now = time.time() if now is None else now
-        with guard(self.engine, "fleet alert"), self.engine.begin() as conn:
+        with guard(self.engine, "fleet alert"), self._begin() as conn:
             row = conn.execute(select(_A).where(
                 FleetAlert.cause == cause, FleetAlert.scope == scope, FleetAlert.closed.is_(None),
                 FleetAlert.updated >= now - window).order_by(FleetAlert.id.desc()).limit(1)).first()
@@ -302,7 +322,7 @@ class Nodes:
             stmt = stmt.where(Node.name == node)
         if kinds:
             stmt = stmt.where(Event.kind.in_(list(kinds)))
-        with guard(self.engine, "events"), self.engine.connect() as conn:
+        with guard(self.engine, "events"), self._connect() as conn:
             rows = conn.execute(stmt.order_by(Event.at.desc(), Event.id.desc()).limit(limit)).all()
         return [EventRow(e.id, e.at, e.node_name, e.kind, e.actor_kind, e.actor, e.source,
                          e.reason, json.loads(e.details or "{}")) for e in rows]
@@ -455,6 +475,13 @@ class Nodes:
                                        | Node.probation.is_(True) | Node.burnin_required.is_(True))
         with guard(self.engine, "active nodes"), self.engine.connect() as conn:
             return sorted(conn.execute(stmt).scalars())
+
+    def seen_since(self, since: float) -> dict[str, float]:
+        """{node: last_seen} of nodes whose newest run started at or after ``since`` (the
+        leader's look at what other serve replicas stored)."""
+        stmt = select(Node.name, Node.last_seen).where(Node.last_seen >= since)
+        with guard(self.engine, "nodes seen"), self.engine.connect() as conn:
+            return {name: float(at) for name, at in conn.execute(stmt)}
 
     def drained_by_us_since(self, since: float) -> dict[str, list[tuple[float, str]]]:
         """Nodes slurmguard drained since ``since``: name -> [(time, source)]."""

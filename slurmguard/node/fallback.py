@@ -1,0 +1,110 @@
+"""The blast-radius cap when no serve replica answers a node's permit (docs/hooks.md, "When
+every replica is unreachable").
+
+Without serve a hook used to fail open, so a shared fault arriving while serve was down (a
+filesystem, a fabric) drained every node that saw it. slurmctld is up when a prolog runs, and
+Slurm's own node list says which nodes slurmguard drained, for what, and when (the reason
+``slurmguard: <check>: ...`` and its time). So the node applies the same guard
+(:func:`slurmguard.policy.blast.guard`, the same caps) to Slurm's view:
+
+- **Node-intrinsic faults drain at once**, no cap: a lost or missing GPU, uncorrectable ECC,
+  a failed row remap, a draining Xid (79 fallen off the bus, 48 double-bit ECC, 94/95
+  contained/uncontained ECC, 63/64 row remap, 74 NVLink). A shared cause cannot produce
+  them, and such a node must not take jobs.
+- **Anything else waits for its slot, then counts.** Time is cut into windows of
+  ``hooks.fallback_slot`` seconds; a node decides only in windows whose number modulo
+  ``hooks.fallback_slots`` equals its rank (modulo the same) in its first partition's
+  sorted node list. It then reads Slurm and asks the guard with the drains of that cause
+  in ``policy.blast_window`` as the ledger.
+
+**The bound.** Nodes of different residues decide in different windows, at least one slot
+apart; a node's read and drain take well under a slot (one ``scontrol show node`` and one
+``scontrol update``), so each window sees every drain of the windows before it. Only nodes of
+one residue can decide on the same view, and a partition of P nodes has at most
+ceil(P / fallback_slots) of them. So a shared fault drains at most **cap + ceil(P /
+fallback_slots) - 1** nodes of the partition (the cap exactly when P <= fallback_slots), with
+clocks in sync well within a slot (the timesync check). The wait is at most fallback_slots x
+fallback_slot seconds (10 s by default), paid only when serve is unreachable and the fault is
+not node-intrinsic. If Slurm cannot be read the node fails open, as before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from slurmguard.contract import reason_source
+from slurmguard.errors import SlurmguardError
+from slurmguard.policy.blast import DrainRequest, cause_key, guard
+from slurmguard.policy.blast import scopes as blast_scopes
+from slurmguard.policy.params import PolicyParams
+
+INTRINSIC = frozenset({"gpu-lost", "gpu-count", "gpu-ecc", "gpu-remap", "gpu-xid:79",
+                       "gpu-xid:48", "gpu-xid:94", "gpu-xid:95", "gpu-xid:63", "gpu-xid:64",
+                       "gpu-xid:74"})
+
+
+def wait_for_slot(rank: int, slots: int, slot: float, *, clock: Callable[[], float] = time.time,
+                  sleep: Callable[[float], None] = time.sleep) -> None:
+    """Sleep until the start of the next window (of ``slot`` s) whose number modulo ``slots``
+    is ``rank`` modulo ``slots``."""
+    now = clock()
+    window = int(now // slot)
+    ahead = (rank - window) % slots
+    if ahead == 0 and now - window * slot > slot / 4:
+        ahead = slots  # too late in our own window to finish inside it: the next one
+    if ahead:
+        sleep(max(0.0, (window + ahead) * slot - now))
+
+
+def _since_epoch(text: str) -> float | None:
+    try:  # Slurm prints local time, e.g. 2026-12-04T10:12:00
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
+
+
+class SlurmPermit:
+    """The fallback permit over Slurm's view (``slurm``: the Slurm adapter)."""
+
+    def __init__(self, slurm: Any, cfg: Any, *, clock: Callable[[], float] = time.time) -> None:
+        self.slurm, self.cfg, self.clock = slurm, cfg, clock
+        hooks = cfg.section("hooks")
+        self.slot, self.slots = float(hooks["fallback_slot"]), int(hooks["fallback_slots"])
+        self.params = PolicyParams.from_section(cfg.section("policy"))
+
+    def ask(self, node: str, cause: str, reason: str) -> tuple[bool, str]:
+        if cause in INTRINSIC:
+            return True, "serve unreachable; node-intrinsic fault: drained without the cap"
+        try:
+            infos = {i.name: i for i in self.slurm.nodes()}
+            mine = infos.get(node)
+            part = mine.partitions[0] if mine is not None and mine.partitions else ""
+            members = sorted(n for n, i in infos.items() if not part or part in i.partitions)
+            wait_for_slot(members.index(node) if node in members else 0, self.slots, self.slot,
+                          clock=self.clock)
+            infos = {i.name: i for i in self.slurm.nodes()}
+        except SlurmguardError as exc:
+            return True, f"serve and Slurm unreachable, failing open: {exc.message}"
+        return self._decide(node, cause, reason, infos)
+
+    def _decide(self, node: str, cause: str, reason: str, infos: dict[str, Any]) -> tuple[bool, str]:
+        since = self.clock() - self.params.blast_window
+        recent: dict[str, set[str]] = {}
+        for name, i in infos.items():
+            if not (i.drained and i.ours) or name == node:
+                continue
+            theirs = cause_key(reason_source(i.reason) or "", i.reason)
+            at = _since_epoch(i.reason_time)
+            if theirs == cause and (at is None or at >= since):  # no time: counted
+                recent[name] = {cause}
+        groups = self.cfg.section("policy").get("groups") or {}
+        sc = blast_scopes({n: i.partitions for n, i in infos.items()}, groups, fleet=infos)
+        sc["fleet"] = sc.get("fleet", frozenset()) | {node}
+        allowed, actions = guard([DrainRequest(node, cause, reason)], recent, sc, self.params)
+        if allowed:
+            return True, f"serve unreachable, by Slurm's view: within the cap ({len(recent)} drained)"
+        alert = next((a.reason for a in actions if a.kind == "alert"), "refused")
+        return False, f"serve unreachable, by Slurm's view: {alert}"
+
