@@ -144,7 +144,6 @@ def test_gate_does_not_import_sqlalchemy_on_the_sqlite_path(tmp_path: Path) -> N
 @pytest.mark.slurm
 def test_prolog_slurmctld_gate_refuses_a_lemon_and_slurm_requeues(slurm_cluster_factory,
                                                                  tmp_path: Path) -> None:
-    from support import slurmcluster
     from support.sgserve import new_store
 
     url = new_store(tmp_path, "s.db")
@@ -158,19 +157,9 @@ def test_prolog_slurmctld_gate_refuses_a_lemon_and_slurm_requeues(slurm_cluster_
                    f'[metrics]\ntextfile_dir = "{tmp_path}/textfile"\n'
                    # two lemons of one cause (gpu-xid) in 3 nodes: a cap of 2 lets both drain
                    '[policy]\nblast_max_percent = 70.0\n')
-    env = sg_env(SLURMGUARD_CONFIG=str(cfg))
-    import shlex
+    from support.gatehook import gate_cluster
 
-    # The gate's scontrol needs this cluster's SLURM_CONF, known only once it runs: the hook
-    # reads it from a file written after the start.
-    hook = slurmcluster.write_shell_hook(tmp_path / "gate.sh", f"""
-. {tmp_path}/gate.env
-export SLURMGUARD_CONFIG={shlex.quote(str(cfg))} PYTHONPATH={shlex.quote(env["PYTHONPATH"])}
-exec {" ".join(shlex.quote(a) for a in sg_argv("gate"))}
-""")
-    (tmp_path / "gate.env").write_text("")
-    cluster = slurm_cluster_factory(nodes=3, prolog_slurmctld=hook)
-    (tmp_path / "gate.env").write_text(f"export SLURM_CONF={shlex.quote(cluster.env['SLURM_CONF'])}\n")
+    cluster = gate_cluster(slurm_cluster_factory, tmp_path, cfg, nodes=3)
     job = cluster.sbatch("sleep 1", "-N2")
     for n in ("n1", "n2"):
         info = cluster.wait_node(n, lambda i: i.drained, timeout=60, what="drained by the gate")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.gatehook import gate_cluster, watcher_expedited
 from support.helpers import sg_argv, sg_env
 from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 from support.sgserve import new_store
@@ -201,9 +202,7 @@ def test_gate_risk_check_off_the_refusal_path_imports_no_sqlalchemy(tmp_path: Pa
 def _gate_cluster(factory, tmp_path: Path) -> tuple[object, str, Path, dict[str, str]]:
     """A 4-node cluster whose PrologSlurmctld is the gate, n1 at risk (60) in the store,
     risk.gate_max_nodes = 2: (cluster, store url, config path, env for slurmguard)."""
-    import shlex
 
-    from support import slurmcluster
 
     url = new_store(tmp_path)
     store = Store.open(url=url)
@@ -217,14 +216,7 @@ def _gate_cluster(factory, tmp_path: Path) -> tuple[object, str, Path, dict[str,
                    f'[metrics]\ntextfile_dir = "{tmp_path}/textfile"\n'
                    f'[requeue]\nstate_file = "{tmp_path}/w.json"\n[risk]\ngate_max_nodes = 2\n')
     env = sg_env(SLURMGUARD_CONFIG=str(cfg))
-    hook = slurmcluster.write_shell_hook(tmp_path / "gate.sh", f"""
-. {tmp_path}/gate.env
-export SLURMGUARD_CONFIG={shlex.quote(str(cfg))} PYTHONPATH={shlex.quote(env["PYTHONPATH"])}
-exec {" ".join(shlex.quote(a) for a in sg_argv("gate"))}
-""")
-    (tmp_path / "gate.env").write_text("")
-    cluster = factory(nodes=4, prolog_slurmctld=hook)
-    (tmp_path / "gate.env").write_text(f"export SLURM_CONF={shlex.quote(cluster.env['SLURM_CONF'])}\n")
+    cluster = gate_cluster(factory, tmp_path, cfg, nodes=4)
     env["SLURM_CONF"] = cluster.env["SLURM_CONF"]
     return cluster, url, cfg, env
 
@@ -232,23 +224,13 @@ exec {" ".join(shlex.quote(a) for a in sg_argv("gate"))}
 @pytest.mark.slurm
 def test_real_cluster_large_job_is_moved_off_an_at_risk_node_small_job_runs_on_it(
         slurm_cluster_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import json
-    import subprocess
 
     from support.wait import wait_for
 
     cluster, url, cfg, env = _gate_cluster(slurm_cluster_factory, tmp_path)
     job = cluster.sbatch("#!/bin/sh\necho ran on $SLURM_JOB_NODELIST\n", "-N3")  # n[1-3] first
     events: list[dict] = []
-
-    def expedited() -> bool:
-        r = subprocess.run(sg_argv("requeue", "watch", "--once", "--json"), env=env,
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        events.extend(json.loads(x) for x in r.stdout.splitlines())
-        return any(e["event"] == "requeue-expedite" for e in events)
-
-    wait_for(expedited, 90, interval=0.3, what="the watcher to move the refused job")
+    wait_for(watcher_expedited(env, events), 90, interval=0.3, what="the watcher to move the refused job")
     (exp,) = [e for e in events if e["event"] == "requeue-expedite"]
     assert exp["failed_nodes"] == ["n1"] and exp["exclude"] == "n1", events
     done = cluster.wait_job(job, ["COMPLETED"], timeout=60)

@@ -4,13 +4,12 @@ releases it, excludes the node and makes it eligible at once."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.helpers import sg_argv, sg_env
+from support.gatehook import watcher_expedited
+from support.helpers import sg_env
 from support.slurmcluster import write_shell_hook
 from support.wait import wait_for
 
@@ -40,15 +39,7 @@ exit 0
     env = sg_env(SLURM_CONF=str(c.conf_path), SLURMGUARD_CONFIG=str(cfg))
     jid = c.sbatch("#!/bin/sh\necho ran on $SLURMD_NODENAME\n", "-N1", "--requeue")  # lands on n1 first
     events: list[dict[str, Any]] = []
-
-    def expedited() -> bool:
-        r = subprocess.run(sg_argv("requeue", "watch", "--once", "--json"), env=env,
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        events.extend(json.loads(x) for x in r.stdout.splitlines())
-        return any(e["event"] == "requeue-expedite" for e in events)
-
-    wait_for(expedited, 90, interval=0.3, what="the watcher to expedite the requeue")
+    wait_for(watcher_expedited(env, events), 90, interval=0.3, what="the watcher to expedite the requeue")
     exp = [e for e in events if e["event"] == "requeue-expedite"]
     assert exp, (events, c.job(jid))
     # released: the watcher saw the launch-failure hold (it acts in the same poll, so the

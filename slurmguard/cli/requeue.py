@@ -30,8 +30,9 @@ def requeue_grp() -> None:
     """
 
 
-def store_recorder(cfg: Config) -> Callable[[dict[str, Any]], None] | None:
-    """Record recoveries in the node-state store when one is configured and reachable."""
+def _open_store(cfg: Config, without: str) -> Any:
+    """The node-state store, or None (logged: what the watcher does ``without`` it) when the
+    server extra is absent or the store is not configured or reachable."""
     try:
         from slurmguard.store import Store  # the server extra; absent on plain installs
     except ImportError:
@@ -39,9 +40,18 @@ def store_recorder(cfg: Config) -> Callable[[dict[str, Any]], None] | None:
     from slurmguard.errors import SlurmguardError
 
     try:
-        store = Store.open(cfg)
+        return Store.open(cfg)
     except (SlurmguardError, KeyError) as exc:
-        log.warning("requeue watcher: no store (%s): recoveries are only logged", exc)
+        log.warning("requeue watcher: no store (%s): %s", exc, without)
+        return None
+
+
+def store_recorder(cfg: Config) -> Callable[[dict[str, Any]], None] | None:
+    """Record recoveries in the node-state store when one is configured and reachable."""
+    from slurmguard.errors import SlurmguardError
+
+    store = _open_store(cfg, "recoveries are only logged")
+    if store is None:
         return None
 
     def record(ev: dict[str, Any]) -> None:
@@ -65,16 +75,8 @@ def store_refusals(cfg: Config) -> Callable[[], dict[str, set[str]]] | None:
     the last day (the store's risk_refused events), for the watcher to exclude."""
     if int(cfg["risk.gate_max_nodes"]) <= 0:
         return None
-    try:
-        from slurmguard.store import Store
-    except ImportError:
-        return None
-    from slurmguard.errors import SlurmguardError
-
-    try:
-        store = Store.open(cfg)
-    except (SlurmguardError, KeyError) as exc:
-        log.warning("requeue watcher: no store (%s): risk refusals are not followed", exc)
+    store = _open_store(cfg, "risk refusals are not followed")
+    if store is None:
         return None
     return lambda: {job: set(nodes) for job, nodes in
                     store.nodes.risk_refusals(time.time() - 86400.0).items()}
