@@ -288,8 +288,9 @@ _BURNIN: Schema = {  # slurmguard burnin (docs/burnin.md)
                      "(0: off)", minimum=0.0),
     "clear_z": Float(11.0, "drain on one metric alone, the same night, when score < threshold "
                      "and robust z < -clear_z", minimum=0.0),
-    "score_z": Float(4.0, "a score below threshold puts a metric out of bounds only when its "
-                     "robust z is below -score_z too (0: always)", minimum=0.0),
+    "score_z": Float(4.0, "in groups of 1,000+ nodes, a score below threshold puts a metric "
+                     "out of bounds only when its robust z is below -score_z too (0: always)",
+                     minimum=0.0),
     "tail_quantile": Field("float", 0.005, "robust z is divided by the group's tail factor: "
                            "its better side's z at this quantile over a Gaussian's (0: off)",
                            minimum=0.0,

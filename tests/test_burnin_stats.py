@@ -84,9 +84,10 @@ CASES = [
     ("noisy group: z stays quiet",
      {"n1": 80.0, "n2": 120.0, "n3": 95.0, "n4": 105.0, "n5": 88.0, "n6": 112.0, "n7": 100.0,
       "n8": 91.0}, True, StatParams(threshold=0.85, score_z=0), {"n1"}),
-    ("noisy group: a score below threshold within its noise is no evidence",
+    ("noisy small group: a score below threshold counts whatever the spread (score_z needs "
+     "a group large enough to measure its noise)",
      {"n1": 80.0, "n2": 120.0, "n3": 95.0, "n4": 105.0, "n5": 88.0, "n6": 112.0, "n7": 100.0,
-      "n8": 91.0}, True, StatParams(threshold=0.85), set()),
+      "n8": 91.0}, True, StatParams(threshold=0.85), {"n1"}),
     ("two stragglers", {f"n{i}": 50.0 for i in range(1, 7)} | {"n7": 10.0, "n8": 20.0}, True, P,
      {"n7", "n8"}),
     ("unusable values ignored", {"n1": 100.0, "n2": 100.0, "n3": 100.0, "n4": 100.0,
@@ -399,3 +400,17 @@ def test_heavy_tails_raise_the_bar_for_one_metric_alone() -> None:
     z_on = next(j.z for j in on[1] if j.node == "n0")
     assert on[0].tail > 1.3 and z_on == pytest.approx(z_off / on[0].tail)
     assert z_off < -11 < z_on
+
+
+def test_score_z_asks_only_a_large_group_for_its_noise() -> None:
+    """In a 1,000-node group a score below threshold that lies within the group's noise is no
+    evidence (score_z); the same score in an 8-node group is (a node at a tenth of its
+    peers' speed drains the same night, tests/test_burnin_cluster.py)."""
+    from slurmguard.burnin.stats import NOISE_MIN_GROUP, score_z_of
+
+    rng = random.Random(3)
+    big = {f"n{i}": 100 + rng.gauss(0, 8) for i in range(NOISE_MIN_GROUP)} | {"low": 84.0}
+    _, js = judge_group("g", "m", big, StatParams(threshold=0.85), True)
+    low = next(j for j in js if j.node == "low")
+    assert low.score < 0.85 and low.z > -4 and not low.flagged
+    assert score_z_of(NOISE_MIN_GROUP - 1, P) == 0.0 and score_z_of(NOISE_MIN_GROUP, P) == P.score_z

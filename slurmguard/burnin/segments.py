@@ -11,6 +11,7 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from slurmguard.burnin.stats import (
+    NOISE_MIN_GROUP,
     Z_CONST,
     GroupStats,
     Judgement,
@@ -116,7 +117,7 @@ def _judge_segment(np: Any, c: Cols, seg: Any, g: str, p: StatParams, acc: _Acc)
     else:
         sc = np.where(vals <= 0, math.inf, med / vals)
     z = _z(np, vals, med, denom, hib)
-    by_score = _below(np, sc, z, p)
+    by_score = _below(np, sc, z, p, len(vals))
     by_z = ~by_score & (z < -p.z_limit) if p.z_limit > 0 else np.zeros_like(by_score)
     acc.sc[sel] = sc
     acc.z[sel] = z
@@ -264,9 +265,12 @@ def _z(np: Any, x: Any, m: Any, denom: float, hib: bool) -> Any:
     return z if hib else -z
 
 
-def _below(np: Any, sc: Any, z: Any, p: StatParams) -> Any:
-    """Out of bounds by score: below ``threshold``, and (``score_z`` > 0) z below -score_z."""
-    return (sc < p.threshold) & (z < -p.score_z) if p.score_z > 0 else sc < p.threshold
+def _below(np: Any, sc: Any, z: Any, p: StatParams, n: Any) -> Any:
+    """Out of bounds by score: below ``threshold``, and (``score_z`` > 0, in a group of ``n``
+    >= NOISE_MIN_GROUP nodes: :func:`~slurmguard.burnin.stats.score_z_of`) z below -score_z."""
+    if p.score_z <= 0:
+        return sc < p.threshold
+    return (sc < p.threshold) & ((z < -p.score_z) | (n < NOISE_MIN_GROUP))
 
 
 def _previous_out(np: Any, ns: _Nights, c: Cols, hib: bool, p: StatParams, denom: float
@@ -284,6 +288,6 @@ def _previous_out(np: Any, ns: _Nights, c: Cols, hib: bool, p: StatParams, denom
     else:
         s = np.where(comparable, np.where(v <= 0, math.inf, m / v), 1.0)
     z = _z(np, v, m, denom, hib)
-    out = _below(np, s, z, p) | ((z < -p.z_limit) if p.z_limit > 0 else False)
+    out = _below(np, s, z, p, n) | ((z < -p.z_limit) if p.z_limit > 0 else False)
     out &= n >= max(1, p.min_group)
     return [c.names[int(c.nc[r])] for r in ns.seg[have][out].tolist()]

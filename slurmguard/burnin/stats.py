@@ -40,6 +40,11 @@ Z_CONST = 0.6745
 # The tail factor (:func:`tail_factor`) is taken only when the better side holds at least
 # this many nodes beyond its ``tail_quantile``: fewer say little about a tail.
 TAIL_MIN = 5
+# ``score_z`` asks a low score to stand out of the group's own noise too; only a group this
+# large measures its noise well enough to be trusted with that (the tail factor's scale,
+# TAIL_MIN / tail_quantile). In a smaller group a score below threshold counts by itself:
+# a node at a tenth of its peers' speed is drained the same night whatever their spread.
+NOISE_MIN_GROUP = 1000
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,11 @@ def robust_z(value: float, med: float, spread: float, higher_is_better: bool = T
     return z if higher_is_better else -z
 
 
+def score_z_of(n: int, p: StatParams) -> float:
+    """``p.score_z`` in a group of ``n`` nodes: 0 (off) below :data:`NOISE_MIN_GROUP`."""
+    return p.score_z if n >= NOISE_MIN_GROUP else 0.0
+
+
 def tail_factor(s: Any, med: float, denom: float, higher_is_better: bool, q: float) -> float:
     """How much heavier than Gaussian the group's noise is, from its better side (where no
     fault lands): the robust z of the better side's ``q`` quantile (an order statistic of
@@ -171,7 +181,7 @@ def judge_group(group: str, metric: str, values: Mapping[str, float | None],
     denom = max(spread, abs(med) * p.mad_floor)
     tail = tail_factor(srt, med, denom, higher_is_better, p.tail_quantile)
     denom *= tail
-    threshold, z_limit, score_z = p.threshold, p.z_limit, p.score_z
+    threshold, z_limit, score_z = p.threshold, p.z_limit, score_z_of(len(vals), p)
     inf = math.inf
     for node, v in sorted(vals.items()):
         if not comparable:
@@ -299,8 +309,8 @@ def previous_out(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_be
         z = 0.0 if denom <= 0 else Z_CONST * (v - med) / denom
         if not higher_is_better:
             z = -z
-        below = score(v, med, higher_is_better) < p.threshold and (p.score_z <= 0
-                                                                    or z < -p.score_z)
+        sz = score_z_of(len(vals), p)
+        below = score(v, med, higher_is_better) < p.threshold and (sz <= 0 or z < -sz)
         if below or (p.z_limit > 0 and z < -p.z_limit):
             out.append(node)
     return frozenset(out)
