@@ -36,7 +36,7 @@ from slurmguard.store.engine import guard
 
 def lock_key(name: str) -> int:
     """A signed 64-bit advisory-lock key for ``name`` (stable across processes and hosts)."""
-    digest = hashlib.blake2b(f"slurmguard:{name}".encode(), digest_size=8).digest()
+    digest = hashlib.blake2b(f"slurmguard-lock {name}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
 
