@@ -193,6 +193,9 @@ def test_connection_cap_evicts_idle_first(tmp_path: Path) -> None:
                  30, what="serve to accept or refuse every connection")
         answers = [_peek(s) for s in held]
         refused = [a for a in answers if a]
+    except BaseException:
+        serve.stop()  # a failure above must not leave serve running (its port, its store)
+        raise
     finally:
         for s in held:
             s.close()
