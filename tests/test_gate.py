@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.helpers import run_sg, sg_argv, sg_env
+from support.helpers import run_sg, sg_env
 from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
 from slurmguard import config
@@ -126,19 +126,11 @@ def test_gate_process_exit_codes_and_log(tmp_path: Path) -> None:
 
 
 def test_gate_does_not_import_sqlalchemy_on_the_sqlite_path(tmp_path: Path) -> None:
-    import subprocess
+    from support.gatehook import gate_heavy_imports
 
     cfg = tmp_path / "sg.toml"
     cfg.write_text(f'[store]\npath = "{tmp_path}/none.db"\n')
-    code = ("import sys, runpy; sys.argv=['slurmguard','gate'];\n"
-            "import slurmguard.gate.answer as g, os\n"
-            "from slurmguard import config\n"
-            "g.run_gate(config.load(), {'SLURM_JOB_NODELIST': 'n1'})\n"
-            "bad = [m for m in ('sqlalchemy', 'alembic', 'psycopg', 'click') if m in sys.modules]\n"
-            "print(bad)")
-    p = subprocess.run([sg_argv()[0], "-c", code], env=sg_env(SLURMGUARD_CONFIG=str(cfg)),
-                       capture_output=True, text=True, timeout=60)
-    assert p.stdout.strip() == "[]", p.stderr
+    assert gate_heavy_imports(cfg, {"SLURM_JOB_NODELIST": "n1"})[1] == []
 
 
 @pytest.mark.slurm

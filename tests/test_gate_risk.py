@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support.gatehook import gate_cluster, watcher_expedited
-from support.helpers import sg_argv, sg_env
+from support.gatehook import gate_cluster, gate_heavy_imports, watcher_expedited
+from support.helpers import sg_env
 from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 from support.sgserve import new_store
 
@@ -182,19 +182,9 @@ def test_gate_keeps_the_node_when_slurm_is_unreachable(tmp_path: Path) -> None:
 
 
 def test_gate_risk_check_off_the_refusal_path_imports_no_sqlalchemy(tmp_path: Path) -> None:
-    import subprocess
-
     url = _scored_store(tmp_path)
     cfg = _cfg(tmp_path, url)
-    code = ("import sys\n"
-            "import slurmguard.gate.answer as g\n"
-            "from slurmguard import config\n"
-            "o = g.run_gate(config.load(), {'SLURM_JOB_ID': '5', 'SLURM_JOB_NODELIST': 'n[2-4]'})\n"
-            "bad = [m for m in ('sqlalchemy', 'alembic', 'psycopg', 'click') if m in sys.modules]\n"
-            "print(o.code, bad)")
-    p = subprocess.run([sg_argv()[0], "-c", code], env=sg_env(SLURMGUARD_CONFIG=str(cfg)),
-                       capture_output=True, text=True, timeout=60)
-    assert p.stdout.strip() == "0 []", p.stderr
+    assert gate_heavy_imports(cfg, {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "n[2-4]"}) == (0, [])
 
 
 # -- a real slurmctld: the gate as PrologSlurmctld, the requeue watcher, no drain ------------

@@ -43,3 +43,20 @@ def watcher_expedited(env: Mapping[str, str], events: list[dict[str, Any]]) -> C
         return any(e["event"] == "requeue-expedite" for e in events)
 
     return expedited
+
+
+def gate_heavy_imports(cfg: Path, job_env: Mapping[str, str]) -> tuple[int, list[str]]:
+    """Run the gate's answer (``run_gate``) for ``job_env`` in a fresh interpreter with
+    ``cfg``; return its exit code and the heavy modules it imported (none belong on the
+    gate's SQLite path: it answers within PrologSlurmctld's time)."""
+    code = ("import sys\n"
+            "import slurmguard.gate.answer as g\n"
+            "from slurmguard import config\n"
+            f"o = g.run_gate(config.load(), {dict(job_env)!r})\n"
+            "bad = [m for m in ('sqlalchemy', 'alembic', 'psycopg', 'click') if m in sys.modules]\n"
+            "print(o.code, ','.join(bad))")
+    p = subprocess.run([sg_argv()[0], "-c", code], env=sg_env(SLURMGUARD_CONFIG=str(cfg)),
+                       capture_output=True, text=True, timeout=60)
+    out = p.stdout.strip().split(" ")
+    assert p.returncode == 0 and len(out) in (1, 2), (p.stdout, p.stderr)
+    return int(out[0]), [m for m in (out[1] if len(out) == 2 else "").split(",") if m]
