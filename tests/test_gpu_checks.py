@@ -127,6 +127,38 @@ def test_gather_reads_every_field_of_eight_gpus(tmp_path: Path, libdir: Path,
     assert snap.duration > 0
 
 
+RECORDED = Path(__file__).parent / "data" / "nvml" / "h200-driver-580.159.04.json"
+# Read twice on the real GPU (config, then snapshot): these may move between the two reads.
+MOVING = {"temperature", "power_usage_w", "clocks_event_reasons"}
+
+
+def test_recorded_h200_driver_replays_through_the_standin(
+        tmp_path: Path, libdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real driver's answers (tests/bench/bench_nvml_real.py on an H200, driver 580) fed to
+    the stand-in give the snapshot and the verdicts the real driver gave: the stand-in is
+    faithful where it matters (NOT_SUPPORTED retired pages and NVLink, the 0000:00:06.0 bus
+    id form, thresholds, remap rows)."""
+    rec = json.loads(RECORDED.read_text())
+    real = rec["snapshot"]
+    proc_gpus = tmp_path / "proc-gpus"
+    for bus in real["driver_bus_ids"]:
+        (proc_gpus / bus.lower()).mkdir(parents=True)
+    expected = real["count"]
+    snap = gather(fake_cfg(tmp_path, libdir, monkeypatch, rec["standin_config"],
+                           driver_gpus_dir=str(proc_gpus), expected_count=expected))
+    assert (snap.count, snap.driver_version) == (real["count"], real["driver_version"])
+    assert list(snap.driver_bus_ids or ()) == real["driver_bus_ids"]
+    for got, want in zip(snap.gpus, real["gpus"], strict=True):
+        mine = {k: (list(map(list, v)) if k == "nvlink" and v else list(v) if k == "errors" else v)
+                for k, v in got._asdict().items()}
+        differ = {k: (mine[k], want[k]) for k in want if k not in MOVING and mine[k] != want[k]}
+        assert differ == {}
+        assert abs(mine["power_usage_w"] - want["power_usage_w"]) < 5
+    results = run_all(snap, {**DEFAULTS, "expected_count": expected})
+    assert {n: r.health.value for n, r in results.items()} == rec["verdicts"]
+    assert results["gpu-nvlink"].reason == "no GPU reports NVLink"
+
+
 FAULTS = [
     ("lost", {"lost": True}, {"gpu-lost"}, "GPU 2 (0000:3A:00.0) is lost (GPU is lost)"),
     ("handle-unknown", {"errors": {"handle": "UNKNOWN"}}, {"gpu-lost"},
