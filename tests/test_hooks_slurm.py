@@ -95,7 +95,10 @@ def drained_nodes(cluster) -> dict[str, str]:
 
 def test_xid79_drains_n3_and_job_completes_elsewhere(slurm_cluster_factory, tmp_path):
     fleet = Fleet(tmp_path / "fleet")
-    c = slurm_cluster_factory(nodes=4, prolog=fleet.hook("prolog"), epilog=fleet.hook("epilog"))
+    # Without the requeue watcher (docs/requeue.md) a requeued job waits cred_expire to be
+    # eligible again (EligibleTime, testbed.md section 3): 120 s by default, 10 s here.
+    c = slurm_cluster_factory(nodes=4, prolog=fleet.hook("prolog"), epilog=fleet.hook("epilog"),
+                              extra_conf=["AuthInfo=cred_expire=10"])
     # Make n3 the scheduler's first choice, so the job really meets the bad node.
     for n in NODES:
         c.run("scontrol", "update", f"nodename={n}", f"weight={1 if n == 'n3' else 10}")
@@ -103,8 +106,6 @@ def test_xid79_drains_n3_and_job_completes_elsewhere(slurm_cluster_factory, tmp_
 
     jid = c.sbatch("#!/bin/sh\necho ran on $SLURMD_NODENAME\n", "-N1", "--requeue",
                    f"--output={tmp_path}/job-%j.out")
-    # Without the requeue watcher (docs/requeue.md) a requeued job waits ~121 s to be
-    # eligible again (EligibleTime, testbed.md section 3).
     job = c.wait_job(jid, timeout=300)
     info = c.node("n3")
     assert info.drained, info
