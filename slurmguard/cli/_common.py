@@ -6,6 +6,7 @@ reports use it too."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from slurmguard.adapters.slurm.commands import SlurmCLI
     from slurmguard.store.api import Store
 
-__all__ = ["ago", "is_tty", "iso", "load_config", "open_store", "parse_since", "slurm_of", "warn"]
+__all__ = ["ago", "is_tty", "iso", "load_config", "open_store", "optional_store", "parse_since", "slurm_of", "warn"]
 
 
 def load_config(ctx: click.Context) -> config.Config:
@@ -32,6 +33,21 @@ def open_store(cfg: config.Config) -> Store:
     from slurmguard.store.api import Store
 
     return Store.open(cfg)
+
+
+def optional_store(cfg: config.Config, say: Callable[[str], None]) -> Store | None:
+    """The store for a command that works without one: None when the server extra
+    (SQLAlchemy) is not installed (silently), or when the store is configured but unusable
+    (``say`` is told why, in one line)."""
+    from slurmguard.errors import SlurmguardError
+
+    try:
+        return open_store(cfg)
+    except ImportError:
+        return None
+    except (SlurmguardError, KeyError) as exc:
+        say(getattr(exc, "message", None) or str(exc))
+        return None
 
 
 def slurm_of(cfg: config.Config) -> SlurmCLI:

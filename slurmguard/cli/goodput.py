@@ -7,25 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from slurmguard.cli._common import iso, load_config, open_store, parse_since, slurm_of, warn
+from slurmguard.cli._common import iso, load_config, optional_store, parse_since, slurm_of, warn
 from slurmguard.output import Result, emit
 
 if TYPE_CHECKING:
     from slurmguard.config import Config
-
-
-def _store(cfg: Config) -> Any:
-    """The store, or None (with a warning when it is configured but unusable): one job's
-    breakdown needs no store."""
-    from slurmguard.errors import SlurmguardError
-
-    try:
-        return open_store(cfg)
-    except ImportError:  # the server extra (SQLAlchemy) is not installed
-        return None
-    except SlurmguardError as exc:
-        warn(f"goodput: no store ({exc.message})")
-        return None
 
 
 def _nothing_known(b: Any) -> str:
@@ -70,7 +56,8 @@ def goodput_cmd(ctx: click.Context, since: str, jobs: tuple[str, ...], by: str, 
 
     cfg = load_config(ctx)
     t_since = parse_since(since)
-    store = _store(cfg)
+    # One job's breakdown needs no store.
+    store = optional_store(cfg, lambda why: warn(f"goodput: no store ({why})"))
     try:
         if jobs:
             result, empty = _jobs_report(cfg, store, jobs, runs)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from slurmguard.cli._common import optional_store
 from slurmguard.output import json_line
 
 if TYPE_CHECKING:
@@ -31,19 +32,9 @@ def requeue_grp() -> None:
 
 
 def _open_store(cfg: Config, without: str) -> Any:
-    """The node-state store, or None (logged: what the watcher does ``without`` it) when the
-    server extra is absent or the store is not configured or reachable."""
-    try:
-        from slurmguard.store import Store  # the server extra; absent on plain installs
-    except ImportError:
-        return None
-    from slurmguard.errors import SlurmguardError
-
-    try:
-        return Store.open(cfg)
-    except (SlurmguardError, KeyError) as exc:
-        log.warning("requeue watcher: no store (%s): %s", exc, without)
-        return None
+    """The node-state store, or None (logged: what the watcher does ``without`` it)."""
+    return optional_store(cfg, lambda why: log.warning("requeue watcher: no store (%s): %s",
+                                                        why, without))
 
 
 def store_recorder(cfg: Config) -> Callable[[dict[str, Any]], None] | None:
