@@ -10,6 +10,9 @@
   when theirs does not answer: still exactly the cap, one alert.
 - Ingest from 60 node clients over the 3 replicas with the leader killed mid-load: every
   record stored exactly once after the spools replay, and another replica leads.
+- A PostgreSQL failover mid-load: the primary crashes, its synchronous streaming standby is
+  promoted, and 2 replicas with a two-host store URL carry on against it: every record
+  stored exactly once, one leader again, holding its lock on the new primary.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from support.pgserver import PgServer, pg_server  # noqa: F401  (fixture)
+from support.reliability import record, setting
 from support.replicas import big_partition, leaders, pg_store, start_replicas
 from support.sgserve import TOKEN
 from support.wait import wait_for
@@ -162,3 +166,134 @@ def test_ingest_over_three_replicas_with_the_leader_killed_loses_nothing(
     finally:
         for r in replicas:
             r.stop()
+
+
+FAILOVER_CLIENTS = int(setting("failover_clients", 10, 100))  # per replica
+FAILOVER_SECONDS = setting("failover_seconds", 8, 60)
+
+
+def test_a_failover_to_the_streaming_standby_loses_nothing(slurm_cluster_factory,
+                                                            tmp_path: Path) -> None:
+    """docs/serve.md, "PostgreSQL failover". A primary with a synchronous streaming standby
+    (pg_basebackup -R, synchronous_standby_names '*'); 2 serve replicas whose store.url names
+    both hosts with target_session_attrs=read-write. Mid-load the primary crashes (immediate
+    stop) and the standby is promoted (what a failover manager does): the replicas answer 503
+    meanwhile, nodes spool and replay, every record is stored exactly once on the new primary,
+    and one replica leads again, holding its advisory lock there."""
+    import threading
+    import time
+
+    from support.helpers import require
+    from support.loadgen import count_in_store, drain_spools, one_record, run_clients
+    from support.pgserver import _pg_bin
+
+    from slurmguard.adapters import serve_client
+    from slurmguard.store.engine import make_engine
+    from slurmguard.store.migrate import upgrade
+
+    bindir = _pg_bin()
+    require(bindir is not None, "PostgreSQL server binaries (Debian package postgresql)")
+    primary = PgServer(bindir, durable=True)
+    primary.start()
+    standby = None
+    replicas: list = []
+    try:
+        standby = primary.standby()
+        primary.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+        primary.sql("SELECT pg_reload_conf()")
+        wait_for(lambda: primary.sql("SELECT sync_state FROM pg_stat_replication") == [("sync",)],
+                 30, what="the standby to stream synchronously")
+        db = primary.create_db()
+        url = (f"postgresql+psycopg://postgres@/{db}?host=127.0.0.1:{primary.port}"
+               f"&host=127.0.0.1:{standby.port}&target_session_attrs=read-write")
+        engine = make_engine({"url": url})
+        upgrade(engine)
+        engine.dispose()
+        replicas = start_replicas(tmp_path, url, big_partition(slurm_cluster_factory), 2)
+        wait_for(lambda: len(leaders(replicas)) == 1, 15, what="one leader")
+
+        started, stop = threading.Event(), threading.Event()
+        times: dict[str, float] = {}
+        probe_ids: set[str] = set()
+
+        def failover() -> None:
+            started.wait(30)
+            time.sleep(FAILOVER_SECONDS / 3)  # the crash lands in the middle of the load
+            primary.crash()
+            times["crash"] = time.monotonic()
+            standby.promote()
+            times["promoted"] = time.monotonic()
+            # One replica takes the leader's session lock on the promoted server.
+            wait_for(lambda: standby.sql(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")[0][0] >= 1,
+                30, interval=0.1, what="the leader's lock on the new primary")
+            times["lock"] = time.monotonic()
+
+        def probe() -> None:  # one node posting every 0.1 s: when does ingest work again?
+            started.wait(30)
+            rec = one_record("probe001")
+            while not stop.is_set():
+                try:
+                    serve_client.post_records(f"{replicas[0].url}/ingest", TOKEN, [rec], 2.0)
+                except serve_client.DeliveryError:
+                    time.sleep(0.1)  # the same record again: it must end up stored once
+                    continue
+                probe_ids.add(rec["id"])
+                if "crash" in times and "back" not in times:
+                    times["back"] = time.monotonic()
+                rec = one_record("probe001")
+                time.sleep(0.1)
+
+        workers = [threading.Thread(target=failover), threading.Thread(target=probe)]
+        for t in workers:
+            t.start()
+        loads: list = [None, None]
+
+        def clients(i: int) -> None:
+            loads[i] = run_clients(f"{replicas[i].url}/ingest", TOKEN, clients=FAILOVER_CLIENTS,
+                                   seconds=FAILOVER_SECONDS, batch=5,
+                                   spool_root=tmp_path / "spools", prefix=f"r{i}n", timeout=5.0,
+                                   during=started if i == 0 else None)
+
+        load_threads = [threading.Thread(target=clients, args=(i,)) for i in range(2)]
+        for t in load_threads:
+            t.start()
+        for t in load_threads:
+            t.join()
+        wait_for(lambda: "back" in times, 30, what="a node's POST to be stored after the failover")
+        stop.set()
+        for t in workers:
+            t.join(30)
+        left = drain_spools(f"{replicas[1].url}/ingest", TOKEN, tmp_path / "spools")
+        (leader,) = wait_for(lambda: len(leaders(replicas)) == 1 and leaders(replicas), 30,
+                             interval=0.2, what="one leader after the failover")
+        locks = standby.sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+        made = set().union(*(ld.made for ld in loads)) | probe_ids
+        lost, dup, stored = count_in_store(url, made)
+    finally:
+        for r in replicas:
+            r.stop()
+        if standby is not None:
+            standby.stop()
+        primary.stop()
+    failures = sum(ld.failures for ld in loads)
+    gap = times["back"] - times["crash"]
+    promote = times["promoted"] - times["crash"]
+    print(f"\nfailover: promote {promote:.2f} s, a node's POST stored {gap:.2f} s after the crash, "
+          f"the leader's lock there {times['lock'] - times['crash']:.1f} s after it; {len(made)} records, {lost} lost, "
+          f"{dup} duplicated; {failures} POSTs spooled and replayed")
+    record("postgresql-failover", store="PostgreSQL, primary + synchronous standby",
+           load=(f"2 replicas x {FAILOVER_CLIENTS} clients x {FAILOVER_SECONDS:.0f} s, "
+                 "batches of 5"),
+           faults=("primary crashed (immediate stop) mid-load, standby promoted "
+                   f"({promote:.1f} s); replicas on a two-host URL, read-write"),
+           lost=lost, duplicated=dup,
+           figures=(f"ingest stored again {gap:.1f} s after the crash; {failures} POSTs failed, "
+                    f"spooled and replayed; {stored} of {len(made)} records stored once; one "
+                    f"leader again, its lock on the new primary "
+                    f"{times['lock'] - times['crash']:.1f} s after the crash"))
+    assert left == 0
+    assert (lost, dup) == (0, 0) and stored == len(made) > 0
+    assert gap < 20, gap
+    assert locks[0][0] >= 1  # the leader's session lock lives on the promoted server
+    assert leader in replicas

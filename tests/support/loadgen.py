@@ -59,6 +59,11 @@ def _records(node: str, n: int) -> list[dict]:
     return [make_record(node, "healthcheck", results, "pass", "") for _ in range(n)]
 
 
+def one_record(node: str) -> dict:
+    """One record of the shape every client here posts (count_in_store knows its results)."""
+    return _records(node, 1)[0]
+
+
 def run_clients(url: str, token: str, *, clients: int, seconds: float, batch: int,
                 spool_root: Path, timeout: float = 10.0, prefix: str = "soak",
                 max_requests: int = 100_000, during: threading.Event | None = None) -> Load:

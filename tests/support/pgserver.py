@@ -39,9 +39,11 @@ def free_port() -> int:
 
 
 class PgServer:
-    def __init__(self, bindir: str, user: str = "postgres", *, durable: bool = False) -> None:
+    def __init__(self, bindir: str, user: str = "postgres", *, durable: bool = False,
+                 options: tuple[str, ...] = ()) -> None:
         self.bindir = bindir
         self.user = user
+        self.options = options  # more "-c name=value" server settings
         # durable: synchronous_commit=on, so a commit that answered survives a crash of the
         # server process (the fault tests kill it); the default trades that for speed.
         self.durable = durable
@@ -68,9 +70,32 @@ class PgServer:
         sync = "on" if self.durable else "off"
         opts = (f"-p {self.port} -k {self.tmp} -c listen_addresses=127.0.0.1 -c fsync=off "
                 f"-c synchronous_commit={sync} -c full_page_writes=off -c max_connections=100 "
-                "-c shared_buffers=32MB")
+                "-c shared_buffers=32MB" + "".join(f" -c {o}" for o in self.options))
         self._as_pg([f"{self.bindir}/pg_ctl", "-D", self.data, "-o", opts, "-l",
                      os.path.join(self.tmp, "log"), "-w", "-t", "60", "start"], timeout=90)
+
+    def standby(self) -> PgServer:
+        """A streaming standby of this (running) server, started on a port of its own:
+        pg_basebackup -R (standby.signal and primary_conninfo written for it)."""
+        other = PgServer(self.bindir, self.user, durable=self.durable, options=self.options)
+        self._as_pg([f"{self.bindir}/pg_basebackup", "-h", "127.0.0.1", "-p", str(self.port),
+                     "-U", "postgres", "-D", other.data, "-R", "-X", "stream",
+                     "--no-sync"], timeout=120)
+        other.start_again()
+        return other
+
+    def promote(self) -> None:
+        """Make this standby the primary (pg_ctl promote, waiting until it accepts writes)."""
+        self._as_pg([f"{self.bindir}/pg_ctl", "-D", self.data, "-w", "-t", "60", "promote"],
+                    timeout=90)
+
+    def sql(self, statement: str) -> list[tuple]:
+        import psycopg
+
+        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres",
+                             autocommit=True) as conn:
+            cur = conn.execute(statement)
+            return cur.fetchall() if cur.description else []
 
     def crash(self) -> None:
         """Stop the server the way a crash does (immediate: no checkpoint, clients cut off)."""

@@ -47,6 +47,7 @@ SCENARIOS: dict[str, str] = {
     "kill-9-serve-sqlite": "tests/faults/test_faults_serve.py::test_kill_9_serve_mid_load[sqlite]",
     "kill-9-serve-postgresql": "tests/faults/test_faults_serve.py::test_kill_9_serve_mid_load[postgresql]",
     "postgresql-crash": "tests/faults/test_faults_serve.py::test_postgresql_crash_mid_load",
+    "postgresql-failover": "tests/test_serve_replicas.py::test_a_failover_to_the_streaming_standby_loses_nothing",
     "healthz-quiet": "tests/faults/test_faults_serve.py::test_healthz_says_nothing_without_the_token",
     "store-locked-ingest": "tests/faults/test_faults_serve.py::test_store_locked_during_ingest",
     "hostile-requests-sqlite": "tests/faults/test_hostile_serve.py::test_hostile_requests[sqlite]",
