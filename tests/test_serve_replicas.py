@@ -33,6 +33,10 @@ from slurmguard.store import Store
 pytestmark = [pytest.mark.slurm, pytest.mark.postgres]
 NODES = [f"m{i:03d}" for i in range(1, 101)]
 CAP = 10  # blast_max_percent 10 of a 100-node partition
+REPLICA_CLIENTS = int(setting("replica_clients", 20, 67))  # per replica: 3 x 67 ~ 200
+REPLICA_SECONDS = setting("replica_seconds", 8, 60)
+FAILOVER_CLIENTS = int(setting("failover_clients", 10, 100))  # per replica
+FAILOVER_SECONDS = setting("failover_seconds", 8, 60)
 
 
 def test_a_permit_storm_over_three_replicas_allows_exactly_the_cap(
@@ -58,6 +62,11 @@ def test_a_permit_storm_over_three_replicas_allows_exactly_the_cap(
             store.close()
         permits = [e.node for e in events if e.kind == "permit"]
         refused = [e.node for e in events if e.kind == "drain_refused"]
+        record("replica-permit-storm", store="PostgreSQL, 3 serve replicas",
+               load="100 nodes of one partition ask a permit at once, 48 threads round-robin",
+               faults="a shared fault on a whole partition", lost=None,
+               figures=(f"{allowed} allowed (cap {CAP}), {len(refused)} refused, "
+                        f"{len(alerts)} alert(s), {len(permits)} permit events"))
         assert allowed == CAP, allowed
         assert len(permits) == len(set(permits)) == CAP
         assert sorted(refused) == sorted(set(NODES) - set(permits))
@@ -112,6 +121,11 @@ def test_a_replica_killed_mid_storm_leaves_the_cap_exact(
         finally:
             store.close()
         granted = {NODES[i] for i, a in enumerate(answers) if a}
+        record("replica-killed-mid-storm", store="PostgreSQL, 3 serve replicas",
+               load="100 permits in flight from 48 threads, each node trying its replicas in turn",
+               faults="kill -9 of one replica after 20 answers",
+               figures=(f"{len(permits)} permits stored (cap {CAP}), {len(granted)} answered "
+                        f"allow, {len(alerts)} alert(s)"))
         assert len(permits) == CAP and granted <= permits, (granted, permits)
         assert len(alerts) == 1, alerts
         assert replicas[0].proc.poll() is not None  # it did die mid-storm
@@ -122,8 +136,8 @@ def test_a_replica_killed_mid_storm_leaves_the_cap_exact(
 
 def test_ingest_over_three_replicas_with_the_leader_killed_loses_nothing(
         slurm_cluster_factory, pg_server: PgServer, tmp_path: Path) -> None:  # noqa: F811
-    """60 node clients (20 per replica) post batches of 5 for 8 s; the leader is killed
-    with SIGKILL after 2 s. Its clients spool what it did not answer and replay it to a
+    """Node clients (20 per replica; 67 in the long form: 200) post batches of 5 for 8 s
+    (60 s long); the leader is killed with SIGKILL a quarter of the way in. Its clients spool what it did not answer and replay it to a
     surviving replica afterwards: every record is in the store exactly once, and another
     replica leads."""
     import os
@@ -141,35 +155,42 @@ def test_ingest_over_three_replicas_with_the_leader_killed_loses_nothing(
         loads: list = [None] * 3
 
         def clients(i: int) -> None:
-            loads[i] = run_clients(f"{replicas[i].url}/ingest", TOKEN, clients=20, seconds=8,
-                                   batch=5, spool_root=tmp_path / "spools", prefix=f"r{i}n",
-                                   timeout=5.0)
+            loads[i] = run_clients(f"{replicas[i].url}/ingest", TOKEN, clients=REPLICA_CLIENTS,
+                                   seconds=REPLICA_SECONDS, batch=5,
+                                   spool_root=tmp_path / "spools", prefix=f"r{i}n", timeout=5.0)
 
         threads = [threading.Thread(target=clients, args=(i,)) for i in range(3)]
         for t in threads:
             t.start()
-        time.sleep(2.0)
+        time.sleep(REPLICA_SECONDS / 4)
         assert leader.proc is not None
         os.killpg(leader.proc.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        alive = [r for r in replicas if r is not leader]
+        wait_for(lambda: len(leaders(alive)) == 1, 15, interval=0.1, what="a new leader")
+        takeover = time.monotonic() - killed
         for t in threads:
             t.join()
-        alive = [r for r in replicas if r is not leader]
         assert drain_spools(f"{alive[0].url}/ingest", TOKEN, tmp_path / "spools") == 0
         made = set().union(*(ld.made for ld in loads))
         lost, dup, stored = count_in_store(url, made)
         print(f"\n3 replicas, leader killed mid-load: {len(made)} records, {lost} lost, "
               f"{dup} duplicated; {sum(ld.failures for ld in loads)} POSTs failed and were "
               "spooled and replayed")
+        seconds = max(ld.seconds for ld in loads)
+        record("replica-leader-killed", store="PostgreSQL, 3 serve replicas",
+               load=f"3 x {REPLICA_CLIENTS} clients x {seconds:.0f} s, batches of 5",
+               faults="kill -9 of the leader replica mid-load", lost=lost, duplicated=dup,
+               figures=(f"{len(made) / seconds:.0f} records/s offered; another replica led "
+                        f"{takeover:.1f} s after the kill; "
+                        f"{sum(ld.failures for ld in loads)} POSTs failed, spooled and replayed "
+                        f"to a survivor; {stored} of {len(made)} records stored once"))
         assert (lost, dup) == (0, 0) and stored == len(made) > 0
         assert sum(ld.failures for ld in loads) > 0  # the kill did cut clients off
-        wait_for(lambda: len(leaders(alive)) == 1, 15, what="a new leader")
+        assert len(leaders(alive)) == 1
     finally:
         for r in replicas:
             r.stop()
-
-
-FAILOVER_CLIENTS = int(setting("failover_clients", 10, 100))  # per replica
-FAILOVER_SECONDS = setting("failover_seconds", 8, 60)
 
 
 def test_a_failover_to_the_streaming_standby_loses_nothing(slurm_cluster_factory,
