@@ -119,6 +119,31 @@ def test_nodes_without_slurm_shows_store_view(fleet) -> None:
     assert text.startswith("FLEET ALERT #") and "fs-mount" in text.splitlines()[0]
 
 
+def test_nodes_lists_the_repair_under_way(fleet, store_url: str) -> None:  # noqa: F811
+    """`nodes` shows each node's repair episode from the ledger (the same fold as `node
+    show`): n3 is being rebooted; an episode older than 30 days is history, not listed."""
+    now = time.time()
+    s = Store.open(url=store_url)
+    ep = {"episode": 1, "cause": "ib-link"}
+    s.nodes.record_event("n3", "repair_start", "slurmguard", "ib-link: evidence in /x",
+                         source="repair", at=now - 60, details={**ep, "evidence": "/x"})
+    s.nodes.record_event("n3", "repair_rung", "slurmguard", "reboot (attempt 1)", source="repair",
+                         at=now - 59, details={**ep, "rung": "reboot", "arg": "", "attempt": 1})
+    s.nodes.record_event("n1", "repair_return", "slurmguard", "returned", source="repair",
+                         at=now - 40 * 86400, details={"episode": 1, "cause": "gpu-xid"})
+    s.close()
+    r = sg(fleet, "nodes", "--json")
+    assert r.returncode == 0, r.stderr
+    by = {n["name"]: n for n in json.loads(r.stdout)["nodes"]}
+    assert by["n3"]["repair"]["state"] == "proving" and by["n3"]["repair"]["rung"] == "reboot"
+    assert by["n3"]["repair"]["cause"] == "ib-link" and by["n3"]["repair"]["attempt"] == 1
+    assert by["n1"]["repair"] is None and by["n2"]["repair"] is None
+    lines = sg(fleet, "nodes", "n3").stdout.splitlines()
+    head = next(line for line in lines if line.startswith("node"))
+    row = next(line for line in lines if line.startswith("n3 "))
+    assert "repair" in head and "proving (reboot #1)" in row
+
+
 def test_node_show_timeline(fleet) -> None:
     r = sg(fleet, "node", "show", "n2", "--json")
     assert r.returncode == 0, r.stderr

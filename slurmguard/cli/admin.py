@@ -6,6 +6,7 @@ SQLAlchemy and tabulate are imported only when these commands run.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -109,7 +110,7 @@ def _matches(states: set[str], info: Any, s: Any) -> bool:
 @click.pass_context
 def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], as_json: bool) -> None:
     """List nodes: Slurm state, last check, failing checks, failures in 7 days, risk score
-    (docs/fleet.md), flags.
+    (docs/fleet.md), repair state (docs/repair.md; episodes of the last 30 days), flags.
 
     Open fleet alerts (a shared cause that stopped draining) are shown above the table. If
     Slurm cannot be asked, the store's view is shown with a warning.
@@ -136,12 +137,14 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
     all_names = names or sorted(set(infos) | set(summaries))
     alerts = store.nodes.alerts(open_only=True)
     risks = _risks(cfg, store, names)
+    repairs = _repairs_of(store, names)
     rows = []
     for name in all_names:
         info, s = infos.get(name), summaries.get(name)
         if not _matches(wanted, info, s):
             continue
-        rows.append({**_node_dict(name, info, s), **_risk_fields(risks.get(name))})
+        rows.append({**_node_dict(name, info, s), **_risk_fields(risks.get(name)),
+                     "repair": repairs.get(name)})
     marker = _hook_unrunnable(cfg)
     data = {"alerts": [_alert_dict(a) for a in alerts], "this_host_marker": marker,
             "nodes": [{k: v for k, v in r.items() if k != "_last_seen"} for r in rows]}
@@ -150,9 +153,9 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
         [[r["name"], r["state"], _cut(r["reason"], 40), ago(r["_last_seen"]),
           r["last_health"] or "-", ",".join(r["failing_checks"]) or "-",
           r["failures_7d"], "-" if r["risk"] is None else f"{r['risk']:g}",
-          ",".join(r["flags"]) or "-"] for r in rows],
+          _repair_cell(r["repair"]), ",".join(r["flags"]) or "-"] for r in rows],
         ["node", "state", "reason", "last check", "health", "failing", "fail/7d", "risk",
-         "flags"])]),
+         "repair", "flags"])]),
          as_json)
 
 
@@ -271,6 +274,39 @@ def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, 
     marker = _hook_unrunnable(cfg)
     emit(Result({"node": data, "timeline": timeline, "this_host_marker": marker},
                 _show_text(node, data, timeline, marker)), as_json)
+
+
+# `nodes` shows repair episodes that moved in this window (an older one is history:
+# `repair history NODE`).
+_REPAIR_LISTED = 30 * 86400.0
+
+
+def _repairs_of(store: Any, names: list[str] | None) -> dict[str, dict[str, Any]]:
+    """Every node's newest repair episode of the last 30 days, from one ledger query."""
+    from slurmguard.repair.plan import REPAIR_KINDS, RepairEvent, latest
+
+    by_node: dict[str, list[RepairEvent]] = {}
+    wanted = set(names) if names is not None else None
+    for e in store.nodes.events(since=time.time() - _REPAIR_LISTED, kinds=list(REPAIR_KINDS),
+                                limit=200_000):
+        if wanted is None or e.node in wanted:
+            by_node.setdefault(e.node, []).append(RepairEvent(e.at, e.kind, e.details))
+    out = {}
+    for node, events in by_node.items():
+        got = latest(events)
+        if got is not None:
+            got["since"] = iso(got["since"])
+            out[node] = got
+    return out
+
+
+def _repair_cell(r: dict[str, Any] | None) -> str:
+    """The `repair` column: the episode's state, and its rung while one is under way."""
+    if not r:
+        return "-"
+    if r["state"] in ("proving", "verifying", "in repair") and r["rung"]:
+        return f"{r['state']} ({r['rung']} #{r['attempt']})"
+    return str(r["state"])
 
 
 def _repair_of(store: Any, node: str) -> dict[str, Any] | None:
