@@ -7,7 +7,7 @@ import time
 
 import click
 
-from slurmguard.cli._common import iso, load_config, open_store, slurm_of
+from slurmguard.cli._common import iso, load_config, open_store, slurm_of, warn
 from slurmguard.output import Result, Table, emit
 
 
@@ -57,8 +57,9 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
                      "attempt": len(ep.taken), "state": ep.state,
                      "since": iso(max(mine)) if mine else "",
                      "next": f"{a.kind}: {a.rung or ''} {a.why}".replace("  ", " ")})
-    data = {"paused": fleet.paused, "nodes": rows}
-    head = "repair: paused" if fleet.paused else f"repair: {len(rows)} node(s) drained by slurmguard"
+    why = rp.paused() if fleet.paused else None
+    data = {"paused": fleet.paused, "paused_why": why or "", "nodes": rows}
+    head = f"repair: {why}" if why else f"repair: {len(rows)} node(s) drained by slurmguard"
     emit(Result(data, [head, Table([[r[k] for k in ("node", "cause", "mode", "rung", "attempt",
                                                      "state", "since", "next")] for r in rows],
                                    ["NODE", "CAUSE", "MODE", "RUNG", "ATTEMPT", "STATE",
@@ -91,36 +92,76 @@ def history_cmd(ctx: click.Context, node: str, as_json: bool) -> None:
 
 
 @repair_grp.command("pause")
+@click.option("--reason", default="", metavar="TEXT", help="Why (shown by `repair status`).")
 @click.pass_context
-def pause_cmd(ctx: click.Context) -> None:
+def pause_cmd(ctx: click.Context, reason: str) -> None:
     """The kill switch: no rung starts and no node is returned until `repair resume`.
 
-    Creates repair.pause_file; serve reads it on every pass (one serve, or a file all
-    replicas share). Rungs already taken finish, and their outcomes are still recorded.
+    Turns on the store's switch, which every serve replica reads on every pass, from
+    whichever host you run it. When the store cannot be reached, it creates
+    repair.pause_file on this host instead (read by a serve on this host) and says so.
+    Rungs already taken finish, and their outcomes are still recorded.
 
     \b
     Example:
-      slurmguard repair pause
+      slurmguard repair pause --reason "firmware rollout"
     """
-    path = str(load_config(ctx)["repair.pause_file"])
-    os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(f"{iso(time.time())} paused by {os.environ.get('SUDO_USER') or os.getuid()}\n")
-    click.echo(f"repair: paused ({path})")
+    from slurmguard.errors import EXIT_STORE, SlurmguardError
+    from slurmguard.store.switches import REPAIR_PAUSED
+
+    cfg = load_config(ctx)
+    who = _actor()
+    try:
+        store = open_store(cfg)
+    except SlurmguardError as exc:
+        path = str(cfg["repair.pause_file"])
+        os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{iso(time.time())} paused by {who}: {reason}\n")
+        warn(f"repair: the store is unreachable ({exc.message}): paused by the file {path} "
+             "on this host only; run `repair pause` again once the store is back")
+        ctx.exit(EXIT_STORE)
+    try:
+        new = store.switches.turn_on(REPAIR_PAUSED, actor=who, reason=reason)
+    finally:
+        store.close()
+    click.echo("repair: paused (every serve replica)" if new else "repair: already paused")
 
 
 @repair_grp.command("resume")
 @click.pass_context
 def resume_cmd(ctx: click.Context) -> None:
-    """Lift `repair pause`: serve's next pass repairs again.
+    """Lift `repair pause` (the store's switch and this host's repair.pause_file): serve's
+    next pass repairs again.
 
     \b
     Example:
       slurmguard repair resume
     """
-    path = str(load_config(ctx)["repair.pause_file"])
+    from slurmguard.store.switches import REPAIR_PAUSED
+
+    cfg = load_config(ctx)
+    path = str(cfg["repair.pause_file"])
+    store = open_store(cfg)
+    try:
+        store.switches.turn_off(REPAIR_PAUSED)
+    finally:
+        store.close()
     try:
         os.unlink(path)
     except FileNotFoundError:
         pass
     click.echo("repair: resumed")
+
+
+def _actor() -> str:
+    """admin:NAME of the person running the command (through sudo: the one who ran sudo)."""
+    import pwd
+
+    name = os.environ.get("SUDO_USER") or ""
+    if not name:
+        try:
+            name = pwd.getpwuid(os.getuid()).pw_name
+        except KeyError:
+            name = str(os.getuid())
+    return f"admin:{name}"

@@ -38,6 +38,7 @@ from typing import Any
 
 from slurmguard.contract import REASON_PREFIX, reason_source
 from slurmguard.errors import CommandError, SlurmguardError
+from slurmguard.output import iso
 from slurmguard.policy.blast import scopes as blast_scopes
 from slurmguard.repair.params import REBOOTS, RepairParams, Rung, family
 from slurmguard.repair.plan import REPAIR_KINDS, Action, Fleet, NodeIn, RepairEvent, plan
@@ -110,9 +111,20 @@ class RepairPass:
                       frozenset(a.cause for a in self.store.nodes.alerts(
                           open_only=True, since=now - float(self.section["shared_hold"]))),
                       _reboots_since(events, now - 3600.0),
-                      paused=os.path.exists(str(self.section["pause_file"])),
+                      paused=self.paused() is not None,
                       available=self._available())
         return nodes, events, fleet
+
+    def paused(self) -> str | None:
+        """Why repair is paused, or None: the store's switch (`repair pause`, seen by every
+        replica) or ``repair.pause_file`` on this host (works while the store is down)."""
+        from slurmguard.store.switches import REPAIR_PAUSED
+
+        sw = self.store.switches.get(REPAIR_PAUSED)
+        if sw is not None:
+            return f"paused by {sw.actor} at {iso(sw.at)}" + (f": {sw.reason}" if sw.reason else "")
+        path = str(self.section["pause_file"])
+        return f"paused by the file {path}" if os.path.exists(path) else None
 
     def _node_in(self, info: Any, drain: Any, jobs: int, lemon: bool,
                  scopes: Mapping[str, frozenset[str]]) -> NodeIn:

@@ -46,6 +46,7 @@ from slurmguard.store.models import (
 from slurmguard.store.nodes import Nodes
 from slurmguard.store.replicas import Replicas
 from slurmguard.store.rows import AlertRow, EventRow, NodeSummary, TimelineItem, parse_actor
+from slurmguard.store.switches import Switches
 
 if TYPE_CHECKING:
     from slurmguard.config import Config
@@ -76,6 +77,7 @@ class Store:
         self.burnin = Burnin(engine)
         self.goodput = Goodput(engine)
         self.replicas = Replicas(engine)
+        self.switches = Switches(engine)
 
     @classmethod
     def open(cls, cfg: Config | None = None, *, url: str | None = None, check: bool = True,

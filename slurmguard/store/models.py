@@ -345,3 +345,14 @@ class ServeReplica(Base):
     heartbeat: Mapped[float] = mapped_column(Float)
     leader: Mapped[bool] = mapped_column(Boolean)
     last_pass: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class FleetSwitch(Base):
+    """A fleet-wide switch an admin turns on from any host (`slurmguard repair pause`), read
+    by whichever serve replica leads: one row per switch that is on; no row is off."""
+
+    __tablename__ = "fleet_switches"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)  # "repair-paused"
+    actor: Mapped[str] = mapped_column(String(255))  # "admin:carol"
+    reason: Mapped[str] = mapped_column(String(1000))
+    at: Mapped[float] = mapped_column(Float)
