@@ -123,6 +123,31 @@ def test_policy_replay_finds_the_planted_lemons_and_degrading_nodes(fleet):
     assert "lemon: nodes flagged" in text and "candidate" in text
 
 
+def test_policy_replay_shows_what_repair_would_have_done(fleet):
+    """Repair in observe form over the same history (docs/fleet.md, "Replay"): every drain
+    episode of slurmguard lands in exactly one bucket, the shared incident is never repaired
+    node by node, and the repair lemon rule (repair.lemon_repairs in lemon_window) stops the
+    planted lemons; a candidate with a looser rule stops fewer nodes."""
+    truth, cur, _, d = fleet
+    loose = d / "loose-repair.toml"
+    loose.write_text(cur.read_text() + "[repair]\nlemon_repairs = 3\n")
+    out = json.loads(_sg(cur, "policy", "replay", *_window(truth), "--config", str(loose),
+                         "--json").stdout)
+    r, lr = out["current"]["repair"], out["candidate"]["repair"]
+    assert r["mode"] == "observe" and r["episodes"] > 0
+    assert (r["would_repair"] + r["ticket_at_once"] + r["lemon_stopped"] + r["shared"]
+            + sum(r["no_ladder"].values())) == r["episodes"]
+    assert r["shared"] > 0  # the planted fs-mount incident on one rack: no repair at all
+    assert set(r["first_rungs"]) <= {"reboot"}  # no reset/restart/power-cycle command set
+    assert r["no_ladder"].get("fs-mount", 0) > 0  # a filesystem is not repaired by a reboot
+    precision, recall = _pr(set(r["lemon_nodes"]), truth.lemons)
+    assert recall >= 0.9 and precision >= 0.5, (precision, recall)
+    assert lr["lemon_stopped"] < r["lemon_stopped"] and lr["would_repair"] > r["would_repair"]
+    assert 0 <= r["came_back"] <= r["returned"] and r["returned_by_admin"] <= r["returned"]
+    text = _sg(cur, "policy", "replay", *_window(truth)).stdout
+    assert "repair: episodes / would repair" in text and "repair: first rungs" in text
+
+
 def test_the_lemon_rule_counts_episodes_not_sightings(fleet):
     """Fed every failing run as recorded (a drained node keeps failing its healthcheck), the
     lemon rule counts one failure per episode itself (policy/lemon.py: a cause's episode ends

@@ -113,10 +113,12 @@ def policy_grp() -> None:
 def replay_cmd(ctx: click.Context, since: str, until: str | None, candidate: str | None,
                count: str, as_json: bool) -> int:
     """Run the recorded history through the policy code (lemon, blast radius, probation, node
-    risk) with the current config, and a candidate one, and report what each would have done:
-    lemons, node-hours kept out, drains, refusals, alerts, probation; and for the lemon rule
-    and the risk level, precision and recall against what happened next (a flagged node that
-    failed again within risk.horizon_days is a hit). Reads the store, writes nothing.
+    risk, and repair in observe form) with the current config, and a candidate one, and report
+    what each would have done: lemons, node-hours kept out, drains, refusals, alerts,
+    probation, repairs (first rungs, held, stopped as lemons, returns that came back); and for
+    the lemon rule and the risk level, precision and recall against what happened next (a
+    flagged node that failed again within risk.horizon_days is a hit). Reads the store,
+    writes nothing.
 
     \b
     Example:
@@ -130,6 +132,7 @@ def replay_cmd(ctx: click.Context, since: str, until: str | None, candidate: str
     from slurmguard.fleet.params import RiskParams
     from slurmguard.fleet.replay import replay
     from slurmguard.policy.params import PolicyParams
+    from slurmguard.repair.params import RepairParams, available_rungs
     from slurmguard.store.fleet import load_history
 
     cfg = load_config(ctx)
@@ -150,7 +153,10 @@ def replay_cmd(ctx: click.Context, since: str, until: str | None, candidate: str
     finally:
         store.close()
     eps = episodes.build(h, blast_window=params["current"][0].blast_window)
-    out = {n: replay(h, p, rp, count=count, eps=eps) for n, (p, rp) in params.items()}
+    out = {n: replay(h, p, rp, count=count, eps=eps,
+                     repair=RepairParams.from_section(cfgs[n].section("repair")),
+                     available=available_rungs(cfgs[n].section("repair")))
+           for n, (p, rp) in params.items()}
     warn(f"policy replay: {len(h.first_seen)} nodes, {iso(t_since)} .. {iso(t_until)} in "
          f"{time.monotonic() - started:.1f} s")
     emit(Result({n: {**r, "since": iso(r["since"]), "until": iso(r["until"])}

@@ -85,6 +85,18 @@ def replay_text(runs: Mapping[str, Mapping[str, Any]]) -> str:
     row("blast: alerts", lambda r: r["blast"]["alerts"])
     row("probation: returns / ended", lambda r: f"{r['probation']['returns']} / {r['probation']['ended']}")
     row("probation: median hours", lambda r: r["probation"]["median_h"])
+    row("repair: episodes / would repair", lambda r: f"{r['repair']['episodes']} / "
+                                                     f"{r['repair']['would_repair']}")
+    row("repair: first rungs", lambda r: ", ".join(f"{k} {v}" for k, v in
+                                                   r["repair"]["first_rungs"].items()) or "-")
+    row("repair: shared / no ladder / ticket", lambda r: (
+        f"{r['repair']['shared']} / {sum(r['repair']['no_ladder'].values())} / "
+        f"{r['repair']['ticket_at_once']}"))
+    row("repair: stopped as lemons (nodes)", lambda r: f"{r['repair']['lemon_stopped']} "
+                                                       f"({len(r['repair']['lemon_nodes'])})")
+    row("repair: held by reboots_per_hour", lambda r: r["repair"]["held_by_reboot_limit"])
+    row("repair: admin returns it would do", lambda r: r["repair"]["returned_by_admin"])
+    row("repair: returns that came back", lambda r: r["repair"]["came_back_rate"])
     head = (f"replay {iso(first['since'])} .. {iso(first['until'])}; failures in the window: "
             f"{first['risk']['failures']}; a hit = failed again within "
             f"{first['horizon_days']:g} days; lemon rule fed {first['count']}")

@@ -12,6 +12,14 @@ the flags against what happened next. Pure: reads a :class:`History`, writes not
   refused, in time order, through the guard with ``policy.blast_*`` and ``policy.groups``.
 - **probation**: each recorded return ends probation after ``policy.probation_jobs`` passing
   jobs (epilogs) of the node.
+- **repair**, in observe form (:func:`slurmguard.repair.params` ladders and limits, the rules of
+  :mod:`slurmguard.repair.plan`): each of slurmguard's drain episodes, in time order, is what
+  the repair pass would have met: no ladder, a shared cause (never repaired node by node), a
+  lemon (repaired ``lemon_repairs`` times in ``lemon_window``: no more repairs), held by
+  ``reboots_per_hour``, or the first rung it would take. A would-be repair whose node failed
+  again within the horizon of its recorded return is counted as "came back" (what a return
+  by repair would have risked). How long a repair takes is not in the history, so
+  ``max_nodes``/``max_percent`` are not replayed.
 
 Against what happened next: a flag at t is a *hit* when the node's next failure starts in
 (t, t + horizon]; precision = hits / flags, recall = failures in the window that started
@@ -33,6 +41,7 @@ from slurmguard.fleet.params import RiskParams
 from slurmguard.fleet.risk import DAY, NodeSignals, score
 from slurmguard.policy.params import PolicyParams
 from slurmguard.policy.types import HEALTHY, UNHEALTHY, NodeView, Sample
+from slurmguard.repair.params import DEFAULT_LADDERS, RepairParams
 
 
 def _starts(eps: Sequence[Episode]) -> dict[str, list[float]]:
@@ -197,6 +206,61 @@ def probation(h: History, p: PolicyParams) -> dict[str, Any]:
             "median_h": round(hours[len(hours) // 2], 2) if hours else None}
 
 
+def repair_observe(eps: Sequence[Episode], rp: RepairParams, available: frozenset[str],
+                   since: float, until: float, horizon: float) -> dict[str, Any]:
+    """What the repair pass would have done with slurmguard's drain episodes (observe form)."""
+    from slurmguard.repair.params import REBOOTS
+
+    ours = sorted((e for e in eps if e.drained_by == "slurmguard" and since <= e.drained_at <= until),
+                  key=lambda e: e.drained_at)
+    starts = _starts(eps)
+    repaired: dict[str, list[float]] = {}  # node -> would-be repair starts
+    reboots: deque[float] = deque()
+    no_ladder: dict[str, int] = {}
+    first: dict[str, int] = {}
+    shared = lemon_stopped = held = at_once_ticket = by_admin = came_back = returned = 0
+    lemon_nodes: set[str] = set()
+    out_h = 0.0
+    for e in ours:
+        ladder = [r for r in rp.ladder(e.cause) if r.name in available]
+        if e.shared is not None:
+            shared += 1
+            continue
+        if not ladder:
+            no_ladder[e.cause] = no_ladder.get(e.cause, 0) + 1
+            continue
+        before = [t for t in repaired.get(e.node, []) if t >= e.drained_at - rp.lemon_window]
+        if len(before) >= rp.lemon_repairs:
+            lemon_stopped += 1
+            lemon_nodes.add(e.node)
+            continue
+        rung = ladder[0]
+        if rung.name == "ticket":
+            at_once_ticket += 1
+            continue
+        if rung.name in REBOOTS:
+            while reboots and reboots[0] <= e.drained_at - 3600.0:
+                reboots.popleft()
+            if len(reboots) >= rp.reboots_per_hour:
+                held += 1  # it would wait for the hour's budget, then be taken
+            reboots.append(e.drained_at)
+        first[str(rung)] = first.get(str(rung), 0) + 1
+        repaired.setdefault(e.node, []).append(e.drained_at)
+        out_h += (e.out_until(until) - e.drained_at) / 3600.0
+        if e.returned_at is not None:
+            returned += 1
+            by_admin += e.returned_by == "admin"
+            came_back += _hit(starts.get(e.node, []), e.returned_at, horizon)
+    taken = sum(first.values())
+    return {"mode": "observe", "episodes": len(ours), "would_repair": taken,
+            "first_rungs": dict(sorted(first.items())), "held_by_reboot_limit": held,
+            "ticket_at_once": at_once_ticket, "shared": shared,
+            "no_ladder": dict(sorted(no_ladder.items())), "lemon_stopped": lemon_stopped,
+            "lemon_nodes": sorted(lemon_nodes), "returned_by_admin": by_admin,
+            "node_hours_out": round(out_h, 1), "returned": returned, "came_back": came_back,
+            "came_back_rate": round(came_back / returned, 3) if returned else None}
+
+
 def _in_service_h(eps: Sequence[Episode], node: str, t: float, until: float) -> float:
     out = sum(max(0.0, min(e.out_until(until), until) - max(e.drained_at, t))
               for e in eps if e.node == node)
@@ -204,7 +268,8 @@ def _in_service_h(eps: Sequence[Episode], node: str, t: float, until: float) -> 
 
 
 def replay(h: History, p: PolicyParams, rp: RiskParams, *, count: str = "runs",
-           eps: Sequence[Episode] | None = None) -> dict[str, Any]:
+           eps: Sequence[Episode] | None = None, repair: RepairParams | None = None,
+           available: frozenset[str] = frozenset({"reboot", "ticket"})) -> dict[str, Any]:
     """Everything the config would have done over the history, and how good its flags were."""
     eps = list(eps) if eps is not None else episodes_mod.build(h, blast_window=p.blast_window)
     starts = _starts(eps)
@@ -232,4 +297,7 @@ def replay(h: History, p: PolicyParams, rp: RiskParams, *, count: str = "runs",
                  "nodes": sorted(rflags)},
         "blast": blast(h, p),
         "probation": probation(h, p),
+        "repair": repair_observe(eps, repair or RepairParams.from_section(
+                                     {"ladders": dict(DEFAULT_LADDERS)}), available,
+                                 h.since, h.until, horizon),
     }

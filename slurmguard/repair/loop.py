@@ -40,7 +40,7 @@ from slurmguard.contract import REASON_PREFIX, reason_source
 from slurmguard.errors import CommandError, SlurmguardError
 from slurmguard.output import iso
 from slurmguard.policy.blast import scopes as blast_scopes
-from slurmguard.repair.params import REBOOTS, RepairParams, Rung, family
+from slurmguard.repair.params import REBOOTS, RepairParams, Rung, available_rungs, family
 from slurmguard.repair.plan import REPAIR_KINDS, Action, Fleet, NodeIn, RepairEvent, plan
 
 log = logging.getLogger("slurmguard.repair")
@@ -139,12 +139,7 @@ class RepairPass:
                       scopes=tuple(s for s, m in scopes.items() if info.name in m))
 
     def _available(self) -> frozenset[str]:
-        have = {"reboot", "ticket"}
-        for rung, key in (("reset-gpu", "reset_gpu"), ("restart-service", "restart_service"),
-                          ("power-cycle", "power_cycle")):
-            if self.section[key]:
-                have.add(rung)
-        return frozenset(have)
+        return available_rungs(self.section)
 
     # -- the pass
     def run(self, now: float | None = None) -> list[Action]:

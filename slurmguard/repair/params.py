@@ -180,6 +180,17 @@ class RepairParams(NamedTuple):
         return self.ladders.get(family(cause), ())
 
 
+def available_rungs(section: Mapping[str, Any]) -> frozenset[str]:
+    """The rungs this config can take: reboot and ticket always; a command rung when its
+    argv is set (``repair.reset_gpu``, ``restart_service``, ``power_cycle``)."""
+    have = {"reboot", "ticket"}
+    for rung, key in (("reset-gpu", "reset_gpu"), ("restart-service", "restart_service"),
+                      ("power-cycle", "power_cycle")):
+        if section.get(key):
+            have.add(rung)
+    return frozenset(have)
+
+
 def family(cause: str) -> str:
     """``gpu-xid:79`` -> ``gpu-xid``, ``burnin-gpu-matmul`` -> ``burnin``; a check: itself."""
     if cause.startswith("burnin-"):
