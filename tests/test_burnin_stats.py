@@ -144,6 +144,13 @@ def test_previous_night_out_of_bounds():
     assert previous_out(series, False, 1.0, P) == set()  # lower is better: 70 s is faster
 
 
+def test_previous_out_is_the_run_before_whatever_night_it_was():
+    # A suspect's re-run may come nights later (the node was busy): the run before counts.
+    nan = float("nan")
+    series = _fleet({"x": (100.0, 100.0, 70.0, nan, 70.0), "y": (100.0, 70.0, 100.0, nan, 70.0)})
+    assert previous_out(series, True, 1.0, P) == {"x"}
+
+
 def test_confirmed_needs_two_metrics_two_nights_or_a_clear_drop():
     _, a = judge_group("g", "a", {f"n{i}": 100.0 + i for i in range(8)} | {"x": 85.0}, P)
     _, b = judge_group("g", "b", {f"n{i}": 100.0 + i for i in range(8)} | {"x": 80.0}, P)

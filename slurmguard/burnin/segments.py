@@ -276,10 +276,13 @@ def _below(np: Any, sc: Any, z: Any, p: StatParams, n: Any) -> Any:
 def _previous_out(np: Any, ns: _Nights, c: Cols, hib: bool, p: StatParams, denom: float
                   ) -> list[str]:
     """:func:`~slurmguard.burnin.stats.previous_out` of one (group, metric) segment."""
-    have = ns.good[:, -2]
+    before = ns.good[:, :-1]  # the nights before each row's last
+    have = before.any(axis=1)
     if not have.any():
         return []
-    v, nights = ns.t[have, -2], ns.night[have, -2]
+    col = (before.shape[1] - 1 - np.argmax(before[:, ::-1], axis=1))[have]  # the latest
+    rows = np.flatnonzero(have)
+    v, nights = ns.t[rows, col], ns.night[rows, col]
     at = np.searchsorted(ns.uniq, nights)
     m, n = ns.med[at], ns.count[at]
     comparable = (m > 0) & np.isfinite(m)

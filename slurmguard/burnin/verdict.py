@@ -6,7 +6,8 @@
 
 Verdicts: ``failed`` (a health check or a hard measurement failed), ``flagged`` (a straggler,
 corroborated: :func:`~slurmguard.burnin.stats.confirmed`), ``suspect`` (out of bounds on
-one metric, one night: the next night's run confirms or clears it; never drained),
+one metric, one run, not clearly: its re-run, the node's next burn-in run, confirms or
+clears it; never drained on this run),
 ``degrading`` (scores falling night after night on ``confirm_metrics`` metrics, still above
 the threshold),
 ``pass``, ``no_verdict`` (the run was complete but no metric had a group big enough),
@@ -240,7 +241,7 @@ def _judged(common: dict[str, Any], trends: Sequence[tuple[str, Sequence[float]]
                            metric=w.metric)
     if w is not None:
         return NodeVerdict(**common, verdict="suspect", why=f"{w.metric} {w.why}: one metric, "
-                           "one night; the next run confirms or clears", metric=w.metric)
+                           "one run; its re-run confirms or clears it", metric=w.metric)
     if trends:
         m, sc = trends[0]
         tail = sc[-(p.trend_nights + 1):]
