@@ -371,6 +371,18 @@ def test_submit_order_puts_nodes_at_risk_after_those_awaiting_burnin() -> None:
                         {"n3": 45.0, "n4": 80.0}) == ["n5", "n4", "n3", "n1", "n2"]
 
 
+def test_a_burnin_suspect_is_due_its_rerun() -> None:
+    """`burnin submit` takes a node whose latest run was judged a suspect first (with the
+    suspects named slow by jobs): that run is the re-run that confirms or clears it."""
+    from types import SimpleNamespace as NS
+
+    from slurmguard.burnin.submit import rerun_due
+
+    latest = [NS(node="n1", verdict="suspect"), NS(node="n2", verdict="pass"),
+              NS(node="n3", verdict=None), NS(node="n4", verdict="flagged")]
+    assert rerun_due(latest) == {"n1"}
+
+
 def _tail(values: list[float], higher: bool = True, q: float = 0.005) -> float:
     srt = sorted(values)
     med = median(srt)
