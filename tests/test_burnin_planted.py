@@ -56,10 +56,9 @@ def test_the_rule_without_corroboration_drains_healthy_nodes() -> None:
 def test_heavy_tails_are_measured_before_a_single_metric_drains() -> None:
     # What the tail factor buys on Student-t 4 noise: read as Gaussian (the rule before),
     # healthy nodes 11-30 robust z below their group drain on one metric; measured, few do.
-    # (At the same-night bar of then, clear_z 11: today's 16 hides part of the difference.)
     fleet = history(seed=1, shape="t4")
     before, now = (judge_rows(fleet.runs, fleet.rows, p) for p in (
-        StatParams(clear_z=11, score_z=0, tail_quantile=0), StatParams(clear_z=11)))
+        StatParams(score_z=0, tail_quantile=0), StatParams()))
     assert before is not None and now is not None
     _, _, healthy_before = precision_recall(before, "flagged", fleet.slow, fleet.falling)
     _, _, healthy_now = precision_recall(now, "flagged", fleet.slow, fleet.falling)
@@ -67,8 +66,10 @@ def test_heavy_tails_are_measured_before_a_single_metric_drains() -> None:
 
 
 @pytest.mark.parametrize("shape, nodes, keep, tonight", [
-    ("gauss", 400, 0.5, "flagged"),  # 50 % below, groups of 100: no tail factor taken
-    ("t4", 4000, 0.4, "flagged"),  # 60 % below a heavy-tailed group of 1,000 (tail factor > 1)
+    ("gauss", 400, 0.6, "flagged"),  # 40 % below, groups of 100: no tail factor taken
+    # 70 % below a heavy-tailed group of 1,000 (its tail factor 2.0: z < -22 is clear there;
+    # in that noise healthy nodes turn up 40 % and 60 % low, docs/burnin.md)
+    ("t4", 4000, 0.3, "flagged"),
     ("gauss", 400, 0.75, "suspect"),  # 25 % below: statistics alone, its re-run drains it
     ("t4", 4000, 0.75, "suspect"),
 ])

@@ -160,6 +160,9 @@ def test_confirmed_needs_two_metrics_two_nights_or_a_clear_drop():
     assert confirmed([xa, xb], (), P)
     assert confirmed([xa], ("a",), P) and not confirmed([xa], ("b",), P)
     assert confirmed([xa], (), StatParams(clear_z=5.0))
+    # in a heavy-tailed group the clear bar is clear_z x its tail factor
+    assert not confirmed([xa], (), StatParams(clear_z=5.0), {"a": 3.0})
+    assert confirmed([xa], (), StatParams(clear_z=5.0), {"b": 3.0})
     assert not confirmed([], ("a",), P)
 
 

@@ -18,8 +18,8 @@ per metric, over each node's latest complete burn-in:
   *flagged* (drained) only when that is corroborated (:func:`confirmed`, docs/burnin.md
   "False flags across the fleet"): on ``confirm_metrics`` (2) metrics the same night, or on
   the same metric on its run before too (the re-run of a suspect), or clearly (score <
-  threshold and z < -``clear_z``, 16); else it is a *suspect*, drained only if its re-run
-  (its next burn-in run) confirms it;
+  threshold and z < -``clear_z`` (11) x the group's tail factor); else it is a *suspect*,
+  drained only if its re-run (its next burn-in run) confirms it;
 * groups smaller than ``min_group`` (default 4) give **no verdict**, said so: three nodes
   cannot tell a slow node from a slow group;
 * **degrading**: over its last ``trend_nights`` + 1 (5) nights the node's scores fell, as a
@@ -52,7 +52,7 @@ NOISE_MIN_GROUP = 1000
 class StatParams:
     threshold: float = 0.90
     z_limit: float = 5.0
-    clear_z: float = 16.0
+    clear_z: float = 11.0
     confirm_metrics: int = 2
     mad_floor: float = 0.01
     min_group: int = 4
@@ -322,16 +322,21 @@ def previous_out(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_be
     return frozenset(out)
 
 
-def confirmed(out: Sequence[Judgement], previous: Iterable[str], p: StatParams) -> bool:
-    """Whether a node's out-of-bounds judgements (``out``, one night) are corroborated enough
-    to drain it: on ``confirm_metrics`` metrics at once, on a metric that was out the night
-    before too (``previous``: those metrics), or clearly below the threshold on one."""
+def confirmed(out: Sequence[Judgement], previous: Iterable[str], p: StatParams,
+              tails: Mapping[str, float] | None = None) -> bool:
+    """Whether a node's out-of-bounds judgements (``out``, one run) are corroborated enough
+    to drain it: on ``confirm_metrics`` metrics at once, on a metric that was out on the run
+    before too (``previous``: those metrics; the re-run of a suspect), or clearly below the
+    threshold on one: z < -``clear_z`` x the metric's tail factor (``tails``: metric -> the
+    factor its z was divided by; 1 when absent). The further out, the more a heavy tail
+    outweighs its 0.5 % quantile: a Student-t 4 group (factor 1.63) needs z < -18 (docs/burnin.md)."""
     if not out:
         return False
     if len(out) >= max(1, p.confirm_metrics) or not set(previous).isdisjoint(j.metric for j in out):
         return True
+    tails = tails or {}
     return any(j.score is not None and j.z is not None and j.score < p.threshold
-               and j.z < -p.clear_z for j in out)
+               and j.z < -p.clear_z * tails.get(j.metric, 1.0) for j in out)
 
 
 def worst(judgements: Iterable[Judgement]) -> Judgement | None:

@@ -196,6 +196,8 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
     trends = {n: t for n, t in trends.items() if len(t) >= need}
     if passing is not None:
         passing = passing - trends.keys()
+    stats = tuple(stats)
+    tail_of = {(g.group, g.metric): g.tail for g in stats}
     out: dict[str, NodeVerdict] = {}
     for node, r in sorted(runs.items()):
         js = tuple(judged.get(node, ()))
@@ -224,18 +226,20 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
                                     why=r.reason or "partial run: not judged")
         else:
             out[node] = _judged(common, trends.get(node, ()), previous.get(node, ()), units, p,
-                                drain_degrading)
-    return Report(out, tuple(stats), units)
+                                drain_degrading, tail_of)
+    return Report(out, stats, units)
 
 
 def _judged(common: dict[str, Any], trends: Sequence[tuple[str, Sequence[float]]],
             previous: Iterable[str], units: Mapping[str, str], p: StatParams,
-            drain_degrading: bool) -> NodeVerdict:
+            drain_degrading: bool, tail_of: Mapping[tuple[str, str], float]) -> NodeVerdict:
     """The verdict of a complete run that does not pass outright: a corroborated straggler
     (flagged), an uncorroborated one (suspect), a falling trend, a pass or no verdict."""
     js: tuple[Judgement, ...] = common["judgements"]
     w = worst(js)
-    if w is not None and confirmed([j for j in js if j.flagged], previous, p):
+    out = [j for j in js if j.flagged]
+    tails = {j.metric: tail_of.get((common["group"], j.metric), 1.0) for j in out}
+    if w is not None and confirmed(out, previous, p, tails):
         return NodeVerdict(**common, verdict="flagged",
                            reason=straggler_reason(w, units.get(w.metric, "")), why=w.why,
                            metric=w.metric)
