@@ -52,7 +52,7 @@ class Cols(NamedTuple):
 
 class _Acc:
     """Each row's score, z, flags and why, filled in (group, metric) segment by segment; the
-    trends and previous-night confirmations per node; the group statistics."""
+    trends and previous-run confirmations (re-runs) per node; the group statistics."""
 
     def __init__(self, np: Any, n_rows: int) -> None:
         self.sc = np.ones(n_rows)
@@ -88,7 +88,7 @@ def judge_cols(np: Any, by_node: dict[str, Any], group: dict[str, str], c: Cols,
 
 def _judge_segment(np: Any, c: Cols, seg: Any, g: str, p: StatParams, acc: _Acc) -> None:
     """Judge one (group, metric): :func:`~slurmguard.burnin.stats.judge_group`, its falling
-    trends and previous-night confirmations, written into ``acc``."""
+    trends and previous-run confirmations (re-runs), written into ``acc``."""
     metric = c.metrics[int(c.mc[seg[0]])]
     hib = c.higher[metric]
     v_all = c.value[seg]

@@ -185,9 +185,10 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
              passing: frozenset[str] | None = None) -> Report:
     """One verdict per node from its judgements and falling trends (shared by :func:`judge`
     and the numpy path, :mod:`slurmguard.burnin.vector`). ``previous``: node -> the metrics
-    it was out of bounds on the night before too. ``passing``: the nodes known to
-    pass (a complete run, no falling trend, some metric judged and none out of bounds), as
-    the numpy path counts them from its columns; else each node's judgements are looked at.
+    it was out of bounds on its run before too (tonight is a suspect's re-run). ``passing``:
+    the nodes known to pass (a complete run, no falling trend, some metric judged and none
+    out of bounds), as the numpy path counts them from its columns; else each node's
+    judgements are looked at.
     A fall on fewer than ``confirm_metrics`` metrics is no trend: over 100,000 series a
     night, noise alone makes some single metric "fall"; two at once on one node it rarely
     does (docs/burnin.md, "False flags across the fleet")."""
