@@ -287,7 +287,8 @@ _BURNIN: Schema = {  # slurmguard burnin (docs/burnin.md)
     "z_limit": Float(5.0, "a metric is out of bounds when its robust z-score is below -z_limit "
                      "(0: off)", minimum=0.0),
     "clear_z": Float(11.0, "drain on one metric alone, the same night, when score < threshold "
-                     "and robust z < -clear_z", minimum=0.0),
+                     "and robust z < -clear_z x the group's tail factor (else the node's "
+                     "re-run confirms or clears it)", minimum=0.0),
     "score_z": Float(4.0, "in groups of 1,000+ nodes, a score below threshold puts a metric "
                      "out of bounds only when its robust z is below -score_z too (0: always)",
                      minimum=0.0),

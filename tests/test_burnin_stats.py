@@ -144,6 +144,13 @@ def test_previous_night_out_of_bounds():
     assert previous_out(series, False, 1.0, P) == set()  # lower is better: 70 s is faster
 
 
+def test_previous_out_is_the_run_before_whatever_night_it_was():
+    # A suspect's re-run may come nights later (the node was busy): the run before counts.
+    nan = float("nan")
+    series = _fleet({"x": (100.0, 100.0, 70.0, nan, 70.0), "y": (100.0, 70.0, 100.0, nan, 70.0)})
+    assert previous_out(series, True, 1.0, P) == {"x"}
+
+
 def test_confirmed_needs_two_metrics_two_nights_or_a_clear_drop():
     _, a = judge_group("g", "a", {f"n{i}": 100.0 + i for i in range(8)} | {"x": 85.0}, P)
     _, b = judge_group("g", "b", {f"n{i}": 100.0 + i for i in range(8)} | {"x": 80.0}, P)
@@ -153,6 +160,9 @@ def test_confirmed_needs_two_metrics_two_nights_or_a_clear_drop():
     assert confirmed([xa, xb], (), P)
     assert confirmed([xa], ("a",), P) and not confirmed([xa], ("b",), P)
     assert confirmed([xa], (), StatParams(clear_z=5.0))
+    # in a heavy-tailed group the clear bar is clear_z x its tail factor
+    assert not confirmed([xa], (), StatParams(clear_z=5.0), {"a": 3.0})
+    assert confirmed([xa], (), StatParams(clear_z=5.0), {"b": 3.0})
     assert not confirmed([], ("a",), P)
 
 
@@ -362,6 +372,18 @@ def test_submit_order_puts_nodes_at_risk_after_those_awaiting_burnin() -> None:
 
     assert submit_order(["n5", "n4", "n3", "n2", "n1"], {"n5"}, {"n1"},
                         {"n3": 45.0, "n4": 80.0}) == ["n5", "n4", "n3", "n1", "n2"]
+
+
+def test_a_burnin_suspect_is_due_its_rerun() -> None:
+    """`burnin submit` takes a node whose latest run was judged a suspect first (with the
+    suspects named slow by jobs): that run is the re-run that confirms or clears it."""
+    from types import SimpleNamespace as NS
+
+    from slurmguard.burnin.submit import rerun_due
+
+    latest = [NS(node="n1", verdict="suspect"), NS(node="n2", verdict="pass"),
+              NS(node="n3", verdict=None), NS(node="n4", verdict="flagged")]
+    assert rerun_due(latest) == {"n1"}
 
 
 def _tail(values: list[float], higher: bool = True, q: float = 0.005) -> float:

@@ -3,6 +3,8 @@
 The judging is pure (:mod:`slurmguard.burnin.verdict`); this module gathers its inputs (store,
 config groups, Slurm) and carries out the verdicts:
 
+* suspects (one metric out of bounds on one run, not clearly) are not drained: their re-run
+  (``burnin submit`` takes them first) confirms or clears them;
 * failed or flagged nodes are drained ``slurmguard: burnin: ...`` through the one
   blast-radius guard and its ledger (slurmguard.drainguard), as every other drain (a fleet-wide drop raises one alert instead of draining
   the fleet); each judged run is also stored as a result record (hook ``burnin``) so that
@@ -38,7 +40,7 @@ ACTOR = "slurmguard"
 @dataclass(frozen=True)
 class Outcome:
     node: str
-    action: str  # drained, refused, returned, restored, recorded, none, error
+    action: str  # drained, refused, re-run, returned, restored, recorded, none, error
     detail: str = ""
 
     def to_dict(self) -> dict[str, str]:
@@ -213,6 +215,10 @@ def apply(cfg: Config, store: Any, report: Report, runs: Mapping[str, Any], slur
     for n, v in sorted(todo.items()):
         s = summaries.get(n)
         info = infos.get(n)
+        if v.verdict == "suspect":
+            # Statistics alone, one run: not drained; `burnin submit` takes it first (after
+            # the nodes awaiting burn-in) and that re-run confirms (drains) or clears it.
+            out.append(Outcome(n, "re-run", f"{v.why}; queued first by burnin submit"))
         if v.verdict in ("pass", "no_verdict", "degrading") and s is not None and (
                 s.burnin_required or s.lemon or s.probation):
             out.append(_return(cfg, store, slurm, n, info, s, now))

@@ -52,7 +52,7 @@ class Cols(NamedTuple):
 
 class _Acc:
     """Each row's score, z, flags and why, filled in (group, metric) segment by segment; the
-    trends and previous-night confirmations per node; the group statistics."""
+    trends and previous-run confirmations (re-runs) per node; the group statistics."""
 
     def __init__(self, np: Any, n_rows: int) -> None:
         self.sc = np.ones(n_rows)
@@ -88,7 +88,7 @@ def judge_cols(np: Any, by_node: dict[str, Any], group: dict[str, str], c: Cols,
 
 def _judge_segment(np: Any, c: Cols, seg: Any, g: str, p: StatParams, acc: _Acc) -> None:
     """Judge one (group, metric): :func:`~slurmguard.burnin.stats.judge_group`, its falling
-    trends and previous-night confirmations, written into ``acc``."""
+    trends and previous-run confirmations (re-runs), written into ``acc``."""
     metric = c.metrics[int(c.mc[seg[0]])]
     hib = c.higher[metric]
     v_all = c.value[seg]
@@ -276,10 +276,13 @@ def _below(np: Any, sc: Any, z: Any, p: StatParams, n: Any) -> Any:
 def _previous_out(np: Any, ns: _Nights, c: Cols, hib: bool, p: StatParams, denom: float
                   ) -> list[str]:
     """:func:`~slurmguard.burnin.stats.previous_out` of one (group, metric) segment."""
-    have = ns.good[:, -2]
+    before = ns.good[:, :-1]  # the nights before each row's last
+    have = before.any(axis=1)
     if not have.any():
         return []
-    v, nights = ns.t[have, -2], ns.night[have, -2]
+    col = (before.shape[1] - 1 - np.argmax(before[:, ::-1], axis=1))[have]  # the latest
+    rows = np.flatnonzero(have)
+    v, nights = ns.t[rows, col], ns.night[rows, col]
     at = np.searchsorted(ns.uniq, nights)
     m, n = ns.med[at], ns.count[at]
     comparable = (m > 0) & np.isfinite(m)

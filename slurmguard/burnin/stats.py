@@ -17,8 +17,9 @@ per metric, over each node's latest complete burn-in:
   than the median never is. A node is
   *flagged* (drained) only when that is corroborated (:func:`confirmed`, docs/burnin.md
   "False flags across the fleet"): on ``confirm_metrics`` (2) metrics the same night, or on
-  the same metric the night before too, or clearly (score < threshold and z < -``clear_z``,
-  11); else it is a *suspect* that the next night's run confirms or clears;
+  the same metric on its run before too (the re-run of a suspect), or clearly (score <
+  threshold and z < -``clear_z`` (11) x the group's tail factor); else it is a *suspect*,
+  drained only if its re-run (its next burn-in run) confirms it;
 * groups smaller than ``min_group`` (default 4) give **no verdict**, said so: three nodes
   cannot tell a slow node from a slow group;
 * **degrading**: over its last ``trend_nights`` + 1 (5) nights the node's scores fell, as a
@@ -285,12 +286,14 @@ def degrading_nodes(series: Mapping[str, tuple[int, Sequence[float]]], higher_is
 
 def previous_out(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_better: bool,
                  denom: float, p: StatParams) -> frozenset[str]:
-    """The nodes of one group that were out of bounds on the night before their last one too.
+    """The nodes of one group that were out of bounds on their run before the last one too.
 
     ``series`` as for :func:`degrading_nodes` (each node's last ``trend_nights`` + 1 values
-    count in their night's median). The previous night's score is against that night's
-    median; its z against the group's spread of tonight (``denom``, the floored MAD the
-    judgement used): one nightly run is the re-run that confirms another.
+    count in their night's median). The run before is the latest earlier night with a value
+    among those (a suspect's re-run may come a few nights later, when the node is idle);
+    its score is against that night's median, its z against the group's spread of tonight
+    (``denom``, the floored MAD the judgement used): the next run is the re-run that
+    confirms a suspect (docs/burnin.md, "False flags across the fleet").
     """
     by_night: dict[int, list[float]] = {}
     prev: dict[str, tuple[int, float]] = {}
@@ -298,8 +301,11 @@ def previous_out(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_be
     for node, (last, values) in series.items():
         tail = values[-nights:]
         _add_nights(by_night, last, tail)
-        if len(tail) >= 2 and tail[-2] == tail[-2] and tail[-2] >= 0:
-            prev[node] = (last - 1, tail[-2])
+        for back in range(2, len(tail) + 1):
+            v = tail[-back]
+            if v == v and v >= 0:  # not nan
+                prev[node] = (last - back + 1, v)
+                break
     out = []
     for node, (night, v) in prev.items():
         vals = by_night[night]
@@ -316,16 +322,21 @@ def previous_out(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_be
     return frozenset(out)
 
 
-def confirmed(out: Sequence[Judgement], previous: Iterable[str], p: StatParams) -> bool:
-    """Whether a node's out-of-bounds judgements (``out``, one night) are corroborated enough
-    to drain it: on ``confirm_metrics`` metrics at once, on a metric that was out the night
-    before too (``previous``: those metrics), or clearly below the threshold on one."""
+def confirmed(out: Sequence[Judgement], previous: Iterable[str], p: StatParams,
+              tails: Mapping[str, float] | None = None) -> bool:
+    """Whether a node's out-of-bounds judgements (``out``, one run) are corroborated enough
+    to drain it: on ``confirm_metrics`` metrics at once, on a metric that was out on the run
+    before too (``previous``: those metrics; the re-run of a suspect), or clearly below the
+    threshold on one: z < -``clear_z`` x the metric's tail factor (``tails``: metric -> the
+    factor its z was divided by; 1 when absent). The further out, the more a heavy tail
+    outweighs its 0.5 % quantile: a Student-t 4 group (factor 1.63) needs z < -18 (docs/burnin.md)."""
     if not out:
         return False
     if len(out) >= max(1, p.confirm_metrics) or not set(previous).isdisjoint(j.metric for j in out):
         return True
+    tails = tails or {}
     return any(j.score is not None and j.z is not None and j.score < p.threshold
-               and j.z < -p.clear_z for j in out)
+               and j.z < -p.clear_z * tails.get(j.metric, 1.0) for j in out)
 
 
 def worst(judgements: Iterable[Judgement]) -> Judgement | None:

@@ -1,7 +1,8 @@
 """`slurmguard burnin submit`: one exclusive, low-priority, preemptible job per node.
 
 Nodes awaiting burn-in (``burnin_required``: new, repaired, lemons) go first, then suspects
-(named slow by K jobs within a window: slurmguard.policy.suspect), then nodes at risk
+(named slow by K jobs within a window: slurmguard.policy.suspect; or whose latest burn-in
+was a ``suspect``, awaiting the re-run that confirms or clears it), then nodes at risk
 (``risk.burnin_first``, docs/fleet.md), then nodes an admin returned with ``resume --force``
 (on probation: burn-in is what ends it). An awaiting node is
 usually drained by slurmguard; Slurm never starts a job on a drained node, so it is opened
@@ -27,6 +28,10 @@ from slurmguard.errors import SlurmguardError
 
 if TYPE_CHECKING:
     from slurmguard.config import Config
+
+# A suspect waits this long for its re-run (the report's default --since): older, its next
+# run is an ordinary one.
+RERUN_WINDOW = 7 * 86400.0
 
 ACTOR = "slurmguard"
 
@@ -108,6 +113,12 @@ def submit_order(nodes: Iterable[str], awaiting: set[str], probation: set[str],
                                         n not in probation, n))
 
 
+def rerun_due(latest: Iterable[Any]) -> set[str]:
+    """The nodes whose latest burn-in run (``latest``: one per node) `report --apply` judged a
+    ``suspect``: their next run is the re-run that confirms or clears it."""
+    return {r.node for r in latest if r.verdict == "suspect"}
+
+
 def at_risk(cfg: Any, store: Any) -> dict[str, float]:
     """Nodes at or above ``risk.level`` when ``risk.burnin_first`` is on (else none)."""
     if not cfg["risk.burnin_first"]:
@@ -134,6 +145,8 @@ def submit(cfg: Config, store: Any, slurm: Any, nodes: Iterable[str] | None, *, 
     from slurmguard.policy.suspect import from_store
 
     suspects = set(from_store(store, cfg, now))
+    rerun = rerun_due(store.burnin.latest_runs(now - RERUN_WINDOW))
+    suspects |= rerun
     if nodes is None:
         chosen = sorted(n for n, i in infos.items()
                         if (i.state == "idle" and not i.drained and not i.down)
@@ -188,6 +201,7 @@ def submit(cfg: Config, store: Any, slurm: Any, nodes: Iterable[str] | None, *, 
                                      at=now)
         note = ("awaiting burn-in: opened in the reservation" if n in reserve
                 else "awaiting burn-in" if n in awaiting
+                else "re-run: a burn-in suspect, this run confirms or clears it" if n in rerun
                 else "suspect: named slow by several jobs" if n in suspects else "submitted")
         out.append(Submitted(n, job, rid, n in awaiting, res, note))
     order = {n: i for i, n in enumerate(chosen)}

@@ -6,7 +6,8 @@
 
 Verdicts: ``failed`` (a health check or a hard measurement failed), ``flagged`` (a straggler,
 corroborated: :func:`~slurmguard.burnin.stats.confirmed`), ``suspect`` (out of bounds on
-one metric, one night: the next night's run confirms or clears it; never drained),
+one metric, one run, not clearly: its re-run, the node's next burn-in run, confirms or
+clears it; never drained on this run),
 ``degrading`` (scores falling night after night on ``confirm_metrics`` metrics, still above
 the threshold),
 ``pass``, ``no_verdict`` (the run was complete but no metric had a group big enough),
@@ -184,9 +185,10 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
              passing: frozenset[str] | None = None) -> Report:
     """One verdict per node from its judgements and falling trends (shared by :func:`judge`
     and the numpy path, :mod:`slurmguard.burnin.vector`). ``previous``: node -> the metrics
-    it was out of bounds on the night before too. ``passing``: the nodes known to
-    pass (a complete run, no falling trend, some metric judged and none out of bounds), as
-    the numpy path counts them from its columns; else each node's judgements are looked at.
+    it was out of bounds on its run before too (tonight is a suspect's re-run). ``passing``:
+    the nodes known to pass (a complete run, no falling trend, some metric judged and none
+    out of bounds), as the numpy path counts them from its columns; else each node's
+    judgements are looked at.
     A fall on fewer than ``confirm_metrics`` metrics is no trend: over 100,000 series a
     night, noise alone makes some single metric "fall"; two at once on one node it rarely
     does (docs/burnin.md, "False flags across the fleet")."""
@@ -195,6 +197,8 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
     trends = {n: t for n, t in trends.items() if len(t) >= need}
     if passing is not None:
         passing = passing - trends.keys()
+    stats = tuple(stats)
+    tail_of = {(g.group, g.metric): g.tail for g in stats}
     out: dict[str, NodeVerdict] = {}
     for node, r in sorted(runs.items()):
         js = tuple(judged.get(node, ()))
@@ -223,24 +227,26 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
                                     why=r.reason or "partial run: not judged")
         else:
             out[node] = _judged(common, trends.get(node, ()), previous.get(node, ()), units, p,
-                                drain_degrading)
-    return Report(out, tuple(stats), units)
+                                drain_degrading, tail_of)
+    return Report(out, stats, units)
 
 
 def _judged(common: dict[str, Any], trends: Sequence[tuple[str, Sequence[float]]],
             previous: Iterable[str], units: Mapping[str, str], p: StatParams,
-            drain_degrading: bool) -> NodeVerdict:
+            drain_degrading: bool, tail_of: Mapping[tuple[str, str], float]) -> NodeVerdict:
     """The verdict of a complete run that does not pass outright: a corroborated straggler
     (flagged), an uncorroborated one (suspect), a falling trend, a pass or no verdict."""
     js: tuple[Judgement, ...] = common["judgements"]
     w = worst(js)
-    if w is not None and confirmed([j for j in js if j.flagged], previous, p):
+    out = [j for j in js if j.flagged]
+    tails = {j.metric: tail_of.get((common["group"], j.metric), 1.0) for j in out}
+    if w is not None and confirmed(out, previous, p, tails):
         return NodeVerdict(**common, verdict="flagged",
                            reason=straggler_reason(w, units.get(w.metric, "")), why=w.why,
                            metric=w.metric)
     if w is not None:
         return NodeVerdict(**common, verdict="suspect", why=f"{w.metric} {w.why}: one metric, "
-                           "one night; the next run confirms or clears", metric=w.metric)
+                           "one run; its re-run confirms or clears it", metric=w.metric)
     if trends:
         m, sc = trends[0]
         tail = sc[-(p.trend_nights + 1):]

@@ -122,7 +122,8 @@ def worker_cmd(ctx: click.Context, level: str, node_flag: str | None) -> int:
                    "(with --node: that node's history). Needs the plot extra (matplotlib).")
 @click.option("--apply", "do_apply", is_flag=True,
               help="Act on the verdicts: drain failed/flagged nodes (blast-radius guard), "
-                   "return passed nodes awaiting burn-in, record partial runs.")
+                   "leave suspects in service for their re-run (burnin submit takes them "
+                   "first), return passed nodes awaiting burn-in, record partial runs.")
 @click.option("--all", "show_all", is_flag=True,
               help="List every node (default: only nodes that did not pass, and the counts).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables (every node).")
@@ -133,8 +134,11 @@ def report_cmd(ctx: click.Context, since: str, node: str | None, metric: str | N
 
     Per group (same GPU model and count, a Slurm feature, or a configured NodeSet) and
     metric: median and MAD; a node's score is its value over the median (inverted where
-    lower is better); flagged below burnin.threshold (0.90) or beyond the robust z limit.
-    Groups smaller than burnin.min_group give no verdict. Without --apply nothing changes.
+    lower is better); out of bounds below burnin.threshold (0.90) or beyond the robust z
+    limit. Flagged (drained by --apply) when corroborated: on 2 metrics, clearly, or again on
+    a suspect's re-run; one metric out on one run makes a suspect, re-run first by `burnin
+    submit`. Groups smaller than burnin.min_group give no verdict. Without --apply nothing
+    changes.
 
     \b
     Example:

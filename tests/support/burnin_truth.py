@@ -1,9 +1,11 @@
 """Burn-in histories with planted truth, for the planted-truth tests and the benchmarks
 (docs/burnin.md, "False flags across the fleet").
 
-    fleet = history(seed=1, nodes=10_000, shape="t4")
+    fleet = history(seed=1, nodes=10_000, shape="t4", rerun=True)
     report = judge_rows(fleet.runs, fleet.rows, StatParams())
-    precision_recall(report, "flagged", fleet.slow)
+    precision_recall(report, "flagged", fleet.slow)      # drained tonight
+    again = judge_rows(fleet.rerun_runs, fleet.rerun_rows, StatParams())
+    rates(drained(report, again), fleet.slow)            # and once suspects are re-run
 
 What is planted, and why it looks like a fleet:
 
@@ -21,14 +23,20 @@ What is planted, and why it looks like a fleet:
 * **degrading nodes** (``falling_frac``, 0.5 %): a component that wears: its 2-3 metrics
   lose 2 % a night over the last 4 nights (8 % in all), the node's latest score still
   near or above the threshold.
+* **the re-run** (``rerun=True``): every node's next burn-in run, the re-run that confirms
+  or clears tonight's suspects: a fresh draw of each node's noise and of the group's
+  drift (from a generator of its own, so tonight's fleet is the same with or without it),
+  each planted fault as it stands tonight (a slow node stays slow, a worn one as worn).
+  ``Fleet.rerun_runs`` and ``Fleet.rerun_rows`` are the fleet one night on: each node's
+  ``recent`` shifted by one, the re-run's value last.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import date
+from dataclasses import dataclass, field
+from datetime import date, timedelta
 from typing import Any
 
 import numpy as np
@@ -59,6 +67,8 @@ class Fleet:
     rows: list[SeriesRow]
     slow: frozenset[str]  # planted slow nodes: the truth for "flagged"
     falling: frozenset[str]  # planted degrading nodes: the truth for "degrading"
+    rerun_runs: list[Run] = field(default_factory=list)  # the next run of every node
+    rerun_rows: list[SeriesRow] = field(default_factory=list)  # (with ``rerun=True``)
 
 
 def _noise(rng: np.random.Generator, shape: str, cv: np.ndarray, size: tuple[int, ...]
@@ -73,7 +83,7 @@ def _noise(rng: np.random.Generator, shape: str, cv: np.ndarray, size: tuple[int
 
 
 def history(seed: int = 1, nodes: int = 10_000, nights: int = 8, shape: str = "gauss",
-            slow_frac: float = 0.01, falling_frac: float = 0.005) -> Fleet:
+            slow_frac: float = 0.01, falling_frac: float = 0.005, rerun: bool = False) -> Fleet:
     """A fleet's burn-in summary rows with planted slow and degrading nodes (module doc)."""
     rng = np.random.default_rng(seed)
     nm, ng = len(METRICS), len(GROUPS)
@@ -81,8 +91,8 @@ def history(seed: int = 1, nodes: int = 10_000, nights: int = 8, shape: str = "g
     base = rng.uniform(10, 1000, nm)
     cv = rng.uniform(0.01, 0.03, (ng, nm))  # per (group, metric)
     drift = 1.0 + rng.uniform(-0.01, 0.01, (ng, nm, nights))
-    values = base[None, :, None] * drift[group] * (
-        1.0 + _noise(rng, shape, cv[group][:, :, None], (nodes, nm, nights)))
+    noise = 1.0 + _noise(rng, shape, cv[group][:, :, None], (nodes, nm, nights))
+    values = base[None, :, None] * drift[group] * noise
     picked = rng.permutation(nodes)
     n_slow, n_fall = round(nodes * slow_frac), round(nodes * falling_frac)
     slow, falling = picked[:n_slow], picked[n_slow:n_slow + n_fall]
@@ -96,13 +106,32 @@ def history(seed: int = 1, nodes: int = 10_000, nights: int = 8, shape: str = "g
         for back in range(4):  # the last 4 nights: -2 %, -4 %, -6 %, -8 %
             values[i, comp, nights - 4 + back] *= 1.0 - 0.02 * (back + 1)
     names = [f"gpu{i:05d}" for i in range(nodes)]
-    night = LAST_NIGHT.isoformat()
-    runs = [Run(n, i + 1, group_key=GROUPS[group[i]]) for i, n in enumerate(names)]
-    rows = [SeriesRow(names[i], METRICS[m], "u", True, GROUPS[group[i]], i + 1, 0.0,
-                      float(values[i, m, -1]), night, tuple(values[i, m].tolist()))
-            for i in range(nodes) for m in range(nm)]
+    runs, rows = _rows(names, group, values, LAST_NIGHT, 1)
+    rerun_runs: list[Run] = []
+    rerun_rows: list[SeriesRow] = []
+    if rerun:
+        # Each node's fault as it stands tonight (1.0: none), under fresh noise and drift.
+        fault = values[:, :, -1] / (base[None, :] * drift[group][:, :, -1] * noise[:, :, -1])
+        again = np.random.default_rng([seed, 1])
+        fresh = base[None, :] * (1.0 + again.uniform(-0.01, 0.01, (ng, nm)))[group] * fault * (
+            1.0 + _noise(again, shape, cv[group], (nodes, nm)))
+        rerun_runs, rerun_rows = _rows(names, group, np.concatenate(
+            (values[:, :, 1:], fresh[:, :, None]), axis=2), LAST_NIGHT + timedelta(days=1),
+            nodes + 1)
     return Fleet(runs, rows, frozenset(names[i] for i in slow.tolist()),
-                 frozenset(names[i] for i in falling.tolist()))
+                 frozenset(names[i] for i in falling.tolist()), rerun_runs, rerun_rows)
+
+
+def _rows(names: list[str], group: np.ndarray, values: np.ndarray, night: date, first_id: int
+          ) -> tuple[list[Run], list[SeriesRow]]:
+    """One complete run per node (ids from ``first_id``) and its summary rows, ``values``
+    (node x metric x night) ending on ``night``."""
+    last = night.isoformat()
+    runs = [Run(n, first_id + i, group_key=GROUPS[group[i]]) for i, n in enumerate(names)]
+    rows = [SeriesRow(names[i], METRICS[m], "u", True, GROUPS[group[i]], first_id + i, 0.0,
+                      float(values[i, m, -1]), last, tuple(values[i, m].tolist()))
+            for i in range(len(names)) for m in range(values.shape[1])]
+    return runs, rows
 
 
 def precision_recall(report: Any, verdict: str, truth: Iterable[str],
@@ -110,9 +139,22 @@ def precision_recall(report: Any, verdict: str, truth: Iterable[str],
     """(precision, recall, healthy nodes given it) of the nodes given ``verdict`` against
     ``truth``. ``faulty``: other planted faults that are no false alarm either (a degrading
     node whose component already lost 8 % may well be flagged as slow)."""
+    return rates({n for n, v in report.nodes.items() if v.verdict == verdict}, truth, faulty)
+
+
+def drained(tonight: Any, rerun: Any) -> set[str]:
+    """The nodes drained once tonight's suspects have had their re-run: flagged tonight, or a
+    suspect tonight whose re-run (``rerun``: the report one run later) flags it."""
+    return {n for n, v in tonight.nodes.items() if v.verdict == "flagged" or (
+        v.verdict == "suspect" and rerun.nodes[n].verdict == "flagged")}
+
+
+def rates(got: set[str], truth: Iterable[str], faulty: Iterable[str] = ()
+          ) -> tuple[float, float, int]:
+    """(precision, recall, healthy nodes among them) of the nodes ``got``, as
+    :func:`precision_recall`."""
     truth = set(truth)
     bad = truth | set(faulty)
-    got = {n for n, v in report.nodes.items() if v.verdict == verdict}
     precision = len(got & bad) / len(got) if got else 1.0
     recall = len(got & truth) / len(truth) if truth else 1.0
     return precision, recall, len(got - bad)
