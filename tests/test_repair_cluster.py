@@ -6,18 +6,25 @@ slurmd, writes a new boot id where the agent reads it (``SLURMGUARD_BOOT_ID_PATH
 starts slurmd again in a time namespace whose boot time is now, so slurmctld sees a reboot and
 completes it. The node's first health check after the boot reports to serve (the
 HealthCheckProgram would). No command is typed by a person: serve's periodic pass does the rest.
+
+Verification's quick burn-in (``repair.verify_burnin``) runs where a test asks for it
+(``_setup(burnin=True)``): the real `slurmguard burnin worker --level quick` job, submitted by
+serve into the node's repair reservation, with one site measurement (tests/support/
+burninsite.py ``site-fault``: a hard failure on a node named in ``FAKE_BENCH_FAULT_DIR``).
+Elsewhere it is off, to keep these scenarios as short as they were.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-from support.helpers import run_sg, sg_env
+from support.helpers import REPO, run_sg, sg_env
 from support.sgserve import Serve, new_port, new_store, write_config
 from support.wait import counter_advanced, wait_for
 
@@ -28,6 +35,7 @@ from slurmguard.node.record import make_record
 from slurmguard.store import Store
 
 pytestmark = pytest.mark.slurm
+TESTS = str(Path(__file__).parent)
 
 XID79 = "slurmguard: gpu-xid: Xid 79 on GPU 0 (fallen off the bus)"
 REBOOT_SCRIPT = """#!/bin/sh
@@ -90,7 +98,19 @@ class BMC:
         delivery.deliver(_rec(node, "healthcheck", healthy=self.cures), self.cfg)
 
 
-def _setup(slurm_cluster_factory, tmp_path: Path, *, nodes: int = 3, reboot: bool = True):
+def _burnin_conf(tmp_path: Path, cluster) -> str:
+    return f"""
+[burnin]
+site_modules = ["support.burninsite"]
+measurements = ["site-fault"]
+checks = ["gpu-count"]
+quick_seconds = 0.5
+output = "{cluster.logdir}/burnin-%N-%j.out"
+"""
+
+
+def _setup(slurm_cluster_factory, tmp_path: Path, *, nodes: int = 3, reboot: bool = True,
+           burnin: bool = False):
     d = tmp_path / "bmc"
     d.mkdir()
     script = d / "reboot.sh"
@@ -106,12 +126,19 @@ mode = "act"
 settle = 20.0
 evidence_dir = "{tmp_path}/evidence"
 pause_file = "{tmp_path}/repair.paused"
+verify_burnin = {str(burnin).lower()}
+burnin_timeout = 120.0
 
 [triage]
 connect_timeout = 2.0
-""")
+""" + (_burnin_conf(tmp_path, cluster) if burnin else ""))
     cfg = config.load(str(cfg_path), env={})
-    serve = Serve(cfg_path, port, env={"SLURM_CONF": cluster.env["SLURM_CONF"]})
+    (tmp_path / "faults").mkdir()
+    # The burn-in job inherits serve's environment (sbatch --export=ALL): this checkout, the
+    # test's site measurement and where it finds its faults.
+    serve = Serve(cfg_path, port, env={"SLURM_CONF": cluster.env["SLURM_CONF"],
+                                       "PYTHONPATH": f"{TESTS}{os.pathsep}{REPO}",
+                                       "FAKE_BENCH_FAULT_DIR": str(tmp_path / "faults")})
     return cluster, d, cfg, cfg_path, serve, Store.open(url=url)
 
 
@@ -125,7 +152,7 @@ def _drain(cluster, cfg, node: str, check: str = "gpu-xid", reason: str = XID79)
 
 
 def test_a_transient_xid_is_repaired_by_a_reboot_with_no_human(slurm_cluster_factory, tmp_path):
-    cluster, d, cfg, _, serve, store = _setup(slurm_cluster_factory, tmp_path)
+    cluster, d, cfg, _, serve, store = _setup(slurm_cluster_factory, tmp_path, burnin=True)
     with BMC(cluster, d, cfg) as bmc:
         serve.start()
         try:
@@ -135,13 +162,14 @@ def test_a_transient_xid_is_repaired_by_a_reboot_with_no_human(slurm_cluster_fac
             info = cluster.wait_node("n1", lambda n: not n.drained and not n.down, 30,
                                      what="back in service")
             counted = {r: serve.metric("slurmguard_repair_steps_total", cause="gpu-xid:79",
-                                     result=r) for r in ("started", "proven", "verified",
-                                                         "returned", "ticketed")}
+                                     result=r) for r in ("started", "proven", "burn-in",
+                                                         "verified", "returned", "ticketed")}
             returned = serve.metric("slurmguard_repair_drain_to_return_seconds_count")
         finally:
             serve.stop()
     assert [n for n, _ in bmc.reboots] == ["n1"]  # one reboot, through Slurm's RebootProgram
-    assert counted == {"started": 1, "proven": 1, "verified": 1, "returned": 1, "ticketed": 0}
+    assert counted == {"started": 1, "proven": 1, "burn-in": 1, "verified": 1, "returned": 1,
+                       "ticketed": 0}
     ev = sorted(store.nodes.events(node="n1", limit=100), key=lambda e: (e.at, e.id))
     kinds = [e.kind for e in ev]
     assert kinds.count("repair_rung") == 1 and kinds.count("repair_return") == 1
@@ -159,13 +187,27 @@ def test_a_transient_xid_is_repaired_by_a_reboot_with_no_human(slurm_cluster_fac
                                                         e.details.get("result") == r))
           for k, r in (("drain", ""), ("repair_start", ""), ("repair_rung", ""),
                        ("repair_outcome", "proven"), ("repair_return", ""))}
-    verified = next(e.at for e in ev if e.details.get("result") == "verified")
+    verified = next(e for e in ev if e.details.get("result") == "verified")
+    # Verification's second half: the quick burn-in ran on n1, inside n1's repair reservation,
+    # and its verdict is the run's and the outcome's.
+    (sub,) = [e for e in ev if e.kind == "repair_burnin"]
+    job = cluster.job(sub.details["job"])
+    assert job["JobState"] == "COMPLETED" and job["NodeList"] == "n1", job
+    # Submitted with --reservation=sg_repair_n1 (sbatch refuses a reservation that does not
+    # exist or does not admit the user; Slurm drops the name from the job once the
+    # reservation is deleted at the return).
+    (run,) = store.burnin.latest_runs(0.0, ["n1"])
+    assert (run.id, run.level, run.status) == (sub.details["run"], "quick", "complete")
+    assert run.reservation == sub.details["reservation"] == "sg_repair_n1"
+    assert run.verdict == verified.details["burnin_verdict"] == "no_verdict"  # no peer runs
+    assert sub.at < verified.at
     steps = {"drain->evidence": at["repair_start"] - at["drain"],
              "evidence->reboot asked": at["repair_rung"] - at["repair_start"],
              "reboot asked->RebootProgram": bmc.reboots[0][1] - at["repair_rung"],
              "RebootProgram->proven": at["repair_outcome"] - bmc.reboots[0][1],
-             "proven->verified": verified - at["repair_outcome"],
-             "verified->returned": at["repair_return"] - verified,
+             "proven->burn-in submitted": sub.at - at["repair_outcome"],
+             "burn-in->verified": verified.at - sub.at,
+             "verified->returned": at["repair_return"] - verified.at,
              "drain->return": at["repair_return"] - t0}
     print("\n" + "\n".join(f"  {k:28s} {v:6.1f} s" for k, v in steps.items()))
     assert steps["drain->return"] < 120
@@ -202,6 +244,42 @@ def test_a_fault_that_survives_climbs_to_a_ticket_once_and_stays_out(slurm_clust
     (s,) = store.nodes.summary(["n2"])
     assert s.lemon
     assert cluster.node("n2").drained  # kept out, though Slurm returned it after the reboot
+
+
+def test_a_quick_burn_in_that_fails_is_a_failed_rung_and_the_node_stays_out(
+        slurm_cluster_factory, tmp_path):
+    """The reboot clears what the health checks see; the quick burn-in in the reservation
+    finds the fault under load: a failed rung in the ledger, then the ladder's ticket."""
+    cluster, d, cfg, cfg_path, serve, store = _setup(slurm_cluster_factory, tmp_path,
+                                                     burnin=True)
+    with cfg_path.open("a") as f:
+        f.write('\n[repair.ladders]\n"gpu-xid:79" = "reboot, ticket"\n')
+    (tmp_path / "faults" / "n2").touch()  # n2's GPU fails under load only
+    with BMC(cluster, d, cfg) as bmc:
+        serve.start()
+        try:
+            _drain(cluster, cfg, "n2")
+            wait_for(lambda: store.nodes.events(node="n2", kinds=["repair_ticket"]), 120,
+                     interval=0.5, what="repair_ticket of n2")
+        finally:
+            serve.stop()
+    assert [n for n, _ in bmc.reboots] == ["n2"]
+    ev = sorted(store.nodes.events(node="n2", limit=100), key=lambda e: (e.at, e.id))
+    outs = [e for e in ev if e.kind == "repair_outcome"]
+    assert [(e.details["rung"], e.details["result"]) for e in outs] == [
+        ("reboot", "proven"), ("reboot", "transient")]
+    assert outs[1].details["burnin_verdict"] == "failed", outs[1].reason
+    assert "quick burn-in failed" in outs[1].reason and "lost a GPU under load" in outs[1].reason
+    (sub,) = [e for e in ev if e.kind == "repair_burnin"]
+    assert cluster.job(sub.details["job"])["NodeList"] == "n2"
+    (run,) = store.burnin.latest_runs(0.0, ["n2"])
+    assert (run.status, run.verdict, run.reservation) == ("failed", "failed", "sg_repair_n2")
+    kinds = [e.kind for e in ev]
+    assert "repair_return" not in kinds and kinds.count("repair_ticket") == 1
+    (s,) = store.nodes.summary(["n2"])
+    assert s.lemon and not s.probation
+    assert cluster.node("n2").drained  # kept out
+    assert "sg_repair_n2" not in cluster.run("scontrol", "show", "reservation").stdout
 
 
 def _sg(cfg_path: Path, cluster, *args: str):

@@ -5,8 +5,9 @@ for a job: a GPU that came back from a reboot at a fraction of its clocks passes
 check. With ``repair.verify_burnin`` (default on) serve's repair pass submits the nightly
 burn-in's own job (``slurmguard burnin worker --level quick``, the ``[burnin]`` settings)
 with ``--nodelist=NODE --reservation=sg_repair_NODE``, so it runs on that node while
-production still cannot. ``repair.burnin_timeout`` bounds it: the job's ``--time`` and its
-``--deadline`` (a job still queued at the bound is removed by Slurm).
+production still cannot. ``repair.burnin_timeout`` bounds it: the job's ``--deadline`` is the
+bound and its ``--time`` half of it, so Slurm removes a job not started in the first half and
+kills one still running at the bound.
 
 The finished run is judged as `burnin report` judges the night (:func:`slurmguard.burnin.apply
 .build`): against its group's latest runs among its partitions' nodes in the last week
@@ -39,17 +40,24 @@ def main_config(cfg: Any) -> str | None:
 
 
 def submit(cfg: Any, store: Any, slurm: Any, node: str, reservation: str, timeout: float,
-           info: Any, now: float) -> tuple[str, int, bool]:
+           info: Any, now: float, since: float) -> tuple[str, int, bool]:
     """Open ``node`` inside ``reservation`` (our drain UNDRAINed, our reboot's DOWN RESUMEd:
-    the reservation keeps production off it) and submit its quick burn-in.
-    (job id, run id, opened). CommandError/ParseError when Slurm refuses."""
+    the reservation keeps production off it) and submit its quick burn-in; a run of ours
+    already open in that reservation since ``since`` (submitted by a pass whose ledger event
+    was not written) is taken instead of a second job. (job id, run id, opened).
+    CommandError/ParseError when Slurm refuses."""
     from slurmguard.adapters.slurm import burnin as sb
     from slurmguard.burnin import submit as sm
-    from slurmguard.store.burnin import night_of
+    from slurmguard.store.burnin import OPEN, night_of
 
+    for r in store.burnin.latest_runs(since, [node]):
+        if r.status in OPEN and r.reservation == reservation and r.job_id:
+            return r.job_id, r.id, False
     opened = bool(slurm.resume_ours(node))
     args = [a for a in sm.sbatch_args(cfg, node, reservation) if not a.startswith("--time=")]
-    args += [f"--time={max(1, math.ceil(timeout / 60))}", f"--deadline=now+{int(timeout)}"]
+    # Slurm removes a job that cannot *end* by its deadline: half the bound to start, half
+    # to run (a job still queued at the half is removed, one still running is killed).
+    args += [f"--time={max(1, math.floor(timeout / 120))}", f"--deadline=now+{int(timeout)}"]
     job = sb.sbatch(slurm, sm.script(sm.program(cfg, main_config(cfg)), "quick"), args)
     run = store.burnin.submitted(node, job_id=job, level="quick",
                                  night=night_of(now, int(cfg["burnin.night_boundary_utc"])),

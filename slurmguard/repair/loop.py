@@ -72,6 +72,7 @@ class RepairPass:
         self.section = cfg.section("repair")
         self.params = RepairParams.from_section(self.section)
         self._infos: dict[str, Any] = {}
+        self._events: dict[str, list[RepairEvent]] = {}
         self._judged: dict[str, Any] = {}  # node -> its quick burn-in's Judged, this pass
 
     # -- inputs
@@ -107,6 +108,7 @@ class RepairPass:
         infos = self._infos = {i.name: i for i in self.slurm.nodes()}
         busy = _running(self.slurm.jobs())
         events, drains = self._ledger(now)
+        self._events = events
         scopes = blast_scopes({i.name: i.partitions for i in infos.values()},
                               self.cfg.section("policy").get("groups") or {}, fleet=infos)
         lemons = {s.name for s in self.store.nodes.summary(list(drains)) if s.lemon}
@@ -253,8 +255,11 @@ class RepairPass:
         res = reservation_name(n.name)
         timeout = self.params.burnin_timeout
         try:
+            since = max((e.at for e in self._events.get(n.name, ())
+                         if e.kind == "repair_outcome" and e.details.get("episode") == a.episode),
+                        default=now)
             job, run, opened = burnin.submit(self.cfg, self.store, self.slurm, n.name, res,
-                                             timeout, self._infos.get(n.name), now)
+                                             timeout, self._infos.get(n.name), now, since)
         except SlurmguardError as exc:
             self._event(n.name, "repair_outcome", f"{a.rung}: transient: quick burn-in not "
                         f"submitted: {exc}", now, rung=str(a.rung), attempt=a.attempt,

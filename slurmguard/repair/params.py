@@ -138,8 +138,8 @@ SECTION: Schema = {
                           "against its peers as the nightly burn-in judges): it returns only "
                           "when its health checks and the burn-in pass"),
     "burnin_timeout": Float(900.0, "seconds the quick burn-in may take from submission to "
-                            "verdict (its sbatch --time and --deadline; then: a transient "
-                            "failure)", minimum=60.0),
+                            "verdict (its sbatch --deadline; --time is half of it; then: a "
+                            "transient failure)", minimum=120.0),
     "command_timeout": Float(300.0, "seconds a rung or ticket command may run before it is "
                              "killed (a transient failure)", minimum=1.0),
     "evidence_dir": Field("path", "/var/lib/slurmguard/repair", "evidence bundles, one "
