@@ -337,7 +337,8 @@ class RepairPass:
         self._release(a.node)
         self._event(a.node, "repair_ticket", a.why, now, evidence=evidence, command=called,
                     kept_out=kept, **ep)
-        self.store.nodes.set_flags(a.node, lemon=True, lemon_reason=f"repair: {a.why}",
+        self.store.nodes.set_flags(a.node, lemon=True,
+                                   lemon_reason=f"{REASON_PREFIX} repair: ticket: {a.why}",
                                    lemon_since=now)
         self.store.nodes.record_event(a.node, "lemon", ACTOR, f"repair: {a.why}",
                                       source="repair", at=now)
