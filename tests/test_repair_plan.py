@@ -109,7 +109,7 @@ def test_a_reboot_is_proven_by_a_new_boot_id_and_slurmd_registered():
 def test_verified_returns_failing_climbs_and_the_climb_ends_in_a_ticket():
     base = [ev("repair_start", NOW - 900), ev("repair_rung", NOW - 890, rung="reboot"),
             ev("repair_outcome", NOW - 600, rung="reboot", result="proven")]
-    a = one(node(healthy_since=NOW - 100), base)
+    a = one(node(healthy_since=NOW - 100), base, p=P._replace(verify_burnin=False))
     assert (a.kind, a.result) == ("outcome", "verified")
     assert one(node(), [*base, ev("repair_outcome", NOW - 90, result="verified")]).kind == "return"
     failed = [*base, ev("repair_outcome", NOW - 90, result="transient")]
@@ -118,6 +118,42 @@ def test_verified_returns_failing_climbs_and_the_climb_ends_in_a_ticket():
     assert (a.kind, a.rung, a.attempt, a.first) == ("rung", Rung("power-cycle"), 2, False)
     a = one(node(), failed, fleet=Fleet({"fleet": 9}, available=frozenset({"reboot"})))
     assert a.kind == "ticket" and "ladder exhausted" in a.why  # power-cycle not configured
+
+
+def test_verification_is_the_health_checks_and_then_a_quick_burn_in():
+    base = [ev("repair_start", NOW - 900), ev("repair_rung", NOW - 890, rung="reboot"),
+            ev("repair_outcome", NOW - 600, rung="reboot", result="proven")]
+    assert P.verify_burnin  # the default
+    assert one(node(), base).kind == "hold"  # no health result yet: no burn-in
+    a = one(node(healthy_since=NOW - 100), base)
+    assert (a.kind, a.rung, a.attempt) == ("burnin", Rung("reboot"), 1)
+    assert one(node(healthy_since=NOW - 100), base,
+               fleet=Fleet({"fleet": 9}, paused=True)).why == "repair paused"
+    sub = [*base, ev("repair_burnin", NOW - 60, run=5)]
+    assert episode_state(sub, 7).state == "burn-in"
+    a = one(node(healthy_since=NOW - 100, burnin="pending"), sub)
+    assert (a.kind, a.why) == ("hold", "verifying: quick burn-in running")
+    for verdict in ("pass", "no_verdict", "degrading"):  # what the nightly report returns on
+        a = one(node(healthy_since=NOW - 100, burnin=verdict), sub)
+        assert (a.kind, a.result) == ("outcome", "verified"), verdict
+    for verdict in ("failed", "flagged", "suspect", "partial"):
+        a = one(node(healthy_since=NOW - 100, burnin=verdict, burnin_why="gpu-ecc: DBE"), sub)
+        assert (a.kind, a.result) == ("outcome", "transient"), verdict
+        assert f"quick burn-in {verdict}" in a.why and "gpu-ecc: DBE" in a.why
+    # The health check fails while the burn-in runs: transient at once.
+    a = one(node(healthy_since=NOW - 100, failing_since=NOW - 10, burnin="pending"), sub)
+    assert (a.kind, a.result) == ("outcome", "transient")
+    late = [ev("repair_start", NOW - 5000), ev("repair_rung", NOW - 4990, rung="reboot"),
+            ev("repair_outcome", NOW - 4000, rung="reboot", result="proven"),
+            ev("repair_burnin", NOW - P.burnin_timeout - 1, run=5)]
+    a = one(node(healthy_since=NOW - 3000, burnin="pending"), late)
+    assert (a.kind, a.result) == ("outcome", "transient") and "no verdict in" in a.why
+    # A failed burn-in climbs: the next rung's proof needs a burn-in of its own.
+    climbed = [*sub, ev("repair_outcome", NOW - 50, result="transient"),
+               ev("repair_rung", NOW - 40, rung="power-cycle"),
+               ev("repair_outcome", NOW - 30, rung="power-cycle", result="proven")]
+    a = one(node(healthy_since=NOW - 20, burnin="failed"), climbed)
+    assert (a.kind, a.rung) == ("burnin", Rung("power-cycle"))
 
 
 def test_a_command_rung_interrupted_by_a_restart_is_not_taken_twice():

@@ -183,7 +183,7 @@ def apply(cfg: Config, store: Any, report: Report, runs: Mapping[str, Any], slur
     out: list[Outcome] = []
     todo = {n: v for n, v in report.nodes.items()
             if runs[n].verdict is None and v.verdict not in ("pending",)}
-    _record_runs(store, todo, runs)
+    record_runs(store, todo, runs)
     requests = []
     for n, v in sorted(todo.items()):
         info = infos.get(n)
@@ -233,7 +233,7 @@ def apply(cfg: Config, store: Any, report: Report, runs: Mapping[str, Any], slur
     return out
 
 
-def _record_runs(store: Any, todo: Mapping[str, NodeVerdict], runs: Mapping[str, Any]) -> None:
+def record_runs(store: Any, todo: Mapping[str, NodeVerdict], runs: Mapping[str, Any]) -> None:
     """One result record per judged run (exactly once: id ``burnin-<run>``), so that lemon
     counting, `nodes` and `node show` see burn-in failures like any other check."""
     from slurmguard import __version__

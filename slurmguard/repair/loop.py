@@ -14,7 +14,10 @@ Carrying out, per action:
   nextstate=DOWN reason="slurmguard: repair: ..."`` or the site's argv (reset-gpu,
   restart-service, power-cycle) through :func:`slurmguard.proc.run_command`. Slurm refusing,
   a command failing or hanging past ``repair.command_timeout``: a ``transient`` outcome.
-* ``outcome``: ``repair_outcome``.
+* ``burnin``: the health checks pass after the rung: the node opened inside its reservation
+  and a quick burn-in submitted into it (:mod:`slurmguard.repair.burnin`): ``repair_burnin``
+  (run, job); its verdict, judged as the nightly report judges, makes the next outcome.
+* ``outcome``: ``repair_outcome`` (a quick burn-in's verdict also written to its run).
 * ``return``: the reservation deleted, our drain (or our reboot's DOWN) cleared, the node on
   probation: ``repair_return``, ``probation_start``.
 * ``ticket``: the site's ticket argv with the cause, the history and the evidence path; the
@@ -41,7 +44,15 @@ from slurmguard.errors import CommandError, SlurmguardError
 from slurmguard.output import iso
 from slurmguard.policy.blast import scopes as blast_scopes
 from slurmguard.repair.params import REBOOTS, RepairParams, Rung, available_rungs, family
-from slurmguard.repair.plan import REPAIR_KINDS, Action, Fleet, NodeIn, RepairEvent, plan
+from slurmguard.repair.plan import (
+    REPAIR_KINDS,
+    Action,
+    Fleet,
+    NodeIn,
+    RepairEvent,
+    episode_state,
+    plan,
+)
 
 log = logging.getLogger("slurmguard.repair")
 ACTOR = "slurmguard"
@@ -61,6 +72,9 @@ class RepairPass:
         self.cfg, self.store, self.slurm, self.metrics = cfg, store, slurm, metrics
         self.section = cfg.section("repair")
         self.params = RepairParams.from_section(self.section)
+        self._infos: dict[str, Any] = {}
+        self._events: dict[str, list[RepairEvent]] = {}
+        self._judged: dict[str, Any] = {}  # node -> its quick burn-in's Judged, this pass
 
     # -- inputs
     def _ledger(self, now: float) -> tuple[dict[str, list[RepairEvent]], dict[str, Any]]:
@@ -92,9 +106,10 @@ class RepairPass:
         return healthy, failing
 
     def inputs(self, now: float) -> tuple[list[NodeIn], dict[str, list[RepairEvent]], Fleet]:
-        infos = {i.name: i for i in self.slurm.nodes()}
+        infos = self._infos = {i.name: i for i in self.slurm.nodes()}
         busy = _running(self.slurm.jobs())
         events, drains = self._ledger(now)
+        self._events = events
         scopes = blast_scopes({i.name: i.partitions for i in infos.values()},
                               self.cfg.section("policy").get("groups") or {}, fleet=infos)
         lemons = {s.name for s in self.store.nodes.summary(list(drains)) if s.lemon}
@@ -106,7 +121,8 @@ class RepairPass:
                 continue
             if not _ours_now(info, events.get(name, ()), drain.id):
                 continue
-            nodes.append(self._node_in(info, drain, busy.get(name, 0), name in lemons, scopes))
+            nodes.append(self._node_in(info, drain, busy.get(name, 0), name in lemons, scopes,
+                                       events.get(name, ()), now))
         fleet = Fleet({s: len(m) for s, m in scopes.items()},
                       frozenset(a.cause for a in self.store.nodes.alerts(
                           open_only=True, since=now - float(self.section["shared_hold"]))),
@@ -127,16 +143,36 @@ class RepairPass:
         return f"paused by the file {path}" if os.path.exists(path) else None
 
     def _node_in(self, info: Any, drain: Any, jobs: int, lemon: bool,
-                 scopes: Mapping[str, frozenset[str]]) -> NodeIn:
+                 scopes: Mapping[str, frozenset[str]], events: Sequence[RepairEvent],
+                 now: float) -> NodeIn:
         cause = drain.source or reason_source(drain.reason) or "unknown"
         healthy, failing = self._health(info.name, family(cause), drain.at)
         mode = self.cfg.for_node(info.name)["repair.mode"]
+        judged = self._burnin_of(info.name, drain.id, events, scopes, now)
         return NodeIn(info.name, cause, drain.id, drain.at, jobs=jobs, lemon=lemon,
+                      burnin=judged.verdict if judged else "",
+                      burnin_why=judged.why if judged else "",
                       gpus=_gpus(drain.reason), boot_id=str(info.raw.get("BootTime") or "") or None,
                       registered=not info.not_responding and not any(
                           f.startswith("REBOOT") for f in info.flags),
                       healthy_since=healthy, failing_since=failing, mode=mode,
                       scopes=tuple(s for s, m in scopes.items() if info.name in m))
+
+    def _burnin_of(self, node: str, episode: int, events: Sequence[RepairEvent],
+                   scopes: Mapping[str, frozenset[str]], now: float) -> Any:
+        """The verdict of the node's quick burn-in while verification waits for it (else
+        None): judged against the nodes of its partitions, as the nightly report judges."""
+        from slurmguard.repair import burnin
+
+        ep = episode_state(events, episode)
+        if ep.last_result != "proven" or ep.burnin_at <= ep.result_at:
+            return None
+        peers = {m for s, members in scopes.items() if s.startswith("partition:")
+                 and node in members for m in members}
+        judged = burnin.judge(self.cfg, self.store, self.slurm, node, ep.burnin_at - 1.0,
+                              peers, now)
+        self._judged[node] = judged
+        return judged
 
     def _available(self) -> frozenset[str]:
         return available_rungs(self.section)
@@ -164,7 +200,7 @@ class RepairPass:
         if self.metrics is None or a.kind == "hold":
             return
         result = {"rung": "started", "return": "returned", "ticket": "ticketed",
-                  "observe": "observed"}.get(a.kind, a.result)
+                  "observe": "observed", "burnin": "burn-in"}.get(a.kind, a.result)
         rung = a.rung.name if a.rung is not None else ("ticket" if a.kind == "ticket" else "")
         self.metrics.repair_steps.labels(cause=n.cause, rung=rung, result=result).inc()
         if a.kind == "return" and n.drained_at:
@@ -175,8 +211,17 @@ class RepairPass:
         if a.kind == "observe":
             self._event(a.node, "repair_observe", a.why, now, **ep)
         elif a.kind == "outcome":
+            judged = self._judged.pop(a.node, None)
+            extra = {}
+            if judged is not None and judged.run is not None:
+                from slurmguard.repair import burnin
+
+                burnin.settle(self.store, a.node, judged, now)
+                extra = {"burnin_run": judged.run.id, "burnin_verdict": judged.verdict}
             self._event(a.node, "repair_outcome", f"{a.rung}: {a.result}: {a.why}", now,
-                        rung=str(a.rung), attempt=a.attempt, result=a.result, **ep)
+                        rung=str(a.rung), attempt=a.attempt, result=a.result, **extra, **ep)
+        elif a.kind == "burnin":
+            self._burnin(a, n, now, ep)
         elif a.kind == "rung":
             self._rung(a, n, now, ep)
         elif a.kind == "return":
@@ -209,6 +254,28 @@ class RepairPass:
             self._event(n.name, "repair_outcome", f"{a.rung}: proven: the command succeeded",
                         time.time(), rung=str(a.rung), attempt=a.attempt, result="proven", **ep)
 
+    def _burnin(self, a: Action, n: NodeIn, now: float, ep: dict[str, Any]) -> None:
+        from slurmguard.repair import burnin
+
+        if not self._reserve(n.name):
+            return  # never opened without the reservation: proposed again next pass
+        res = reservation_name(n.name)
+        timeout = self.params.burnin_timeout
+        try:
+            since = max((e.at for e in self._events.get(n.name, ())
+                         if e.kind == "repair_outcome" and e.details.get("episode") == a.episode),
+                        default=now)
+            job, run, opened = burnin.submit(self.cfg, self.store, self.slurm, n.name, res,
+                                             timeout, self._infos.get(n.name), now, since)
+        except SlurmguardError as exc:
+            self._event(n.name, "repair_outcome", f"{a.rung}: transient: quick burn-in not "
+                        f"submitted: {exc}", now, rung=str(a.rung), attempt=a.attempt,
+                        result="transient", **ep)
+            return
+        self._event(n.name, "repair_burnin", f"quick burn-in: job {job} in {res}", now,
+                    rung=str(a.rung), attempt=a.attempt, run=run, job=job, reservation=res,
+                    opened=opened, timeout=timeout, **ep)
+
     def _take(self, rung: Rung, n: NodeIn, attempt: int) -> None:
         if rung.name == "reboot":
             self.slurm.reboot(n.name, f"{REASON_PREFIX} repair: {n.cause}: reboot "
@@ -228,13 +295,18 @@ class RepairPass:
     def _reserve(self, node: str) -> bool:
         """The node's own MAINT reservation, made (or found) before each rung; False when
         there is none (Slurm refused, e.g. an overlapping reservation): no rung then."""
+        import getpass
+
         from slurmguard.adapters.slurm.burnin import create_reservation, reservation_exists
 
         name = reservation_name(node)
         # Long enough for every rung of the budget and its verification; released at the end.
-        minutes = int(2 * (self.params.attempts + 1) * self.params.settle / 60) + 60
+        per_rung = 2 * self.params.settle + self.params.burnin_timeout
+        minutes = int((self.params.attempts + 1) * per_rung / 60) + 60
+        # root, and the user serve runs as: the quick burn-in is submitted by serve.
+        users = sorted({"root", getpass.getuser()})
         try:
-            create_reservation(self.slurm, name, node, ["root"], minutes)
+            create_reservation(self.slurm, name, node, users, minutes)
             return True
         except CommandError as exc:
             if reservation_exists(self.slurm, name):
@@ -272,7 +344,8 @@ class RepairPass:
         self._release(a.node)
         self._event(a.node, "repair_ticket", a.why, now, evidence=evidence, command=called,
                     kept_out=kept, **ep)
-        self.store.nodes.set_flags(a.node, lemon=True, lemon_reason=f"repair: {a.why}",
+        self.store.nodes.set_flags(a.node, lemon=True,
+                                   lemon_reason=f"{REASON_PREFIX} repair: ticket: {a.why}",
                                    lemon_since=now)
         self.store.nodes.record_event(a.node, "lemon", ACTOR, f"repair: {a.why}",
                                       source="repair", at=now)

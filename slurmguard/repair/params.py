@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from slurmguard.fieldtypes import Choice, Field, Float, Int, Schema, StrList
+from slurmguard.fieldtypes import Bool, Choice, Field, Float, Int, Schema, StrList
 
 RUNGS = ("reset-gpu", "restart-service", "reboot", "power-cycle", "ticket")
 # Rungs that restart the whole node: proven by a new boot id and slurmd registering again,
@@ -133,6 +133,13 @@ SECTION: Schema = {
                          "this many seconds is not repaired node by node", minimum=0.0),
     "settle": Float(900.0, "seconds a reboot or power cycle may take to show a new boot id "
                     "and slurmd registered (then: a transient failure)", minimum=1.0),
+    "verify_burnin": Bool(True, "verify a repaired node with a quick burn-in too (`burnin "
+                          "worker --level quick` in the node's repair reservation, judged "
+                          "against its peers as the nightly burn-in judges): it returns only "
+                          "when its health checks and the burn-in pass"),
+    "burnin_timeout": Float(900.0, "seconds the quick burn-in may take from submission to "
+                            "verdict (its sbatch --deadline; --time is half of it; then: a "
+                            "transient failure)", minimum=120.0),
     "command_timeout": Float(300.0, "seconds a rung or ticket command may run before it is "
                              "killed (a transient failure)", minimum=1.0),
     "evidence_dir": Field("path", "/var/lib/slurmguard/repair", "evidence bundles, one "
@@ -166,6 +173,8 @@ class RepairParams(NamedTuple):
     lemon_repairs: int = _default("lemon_repairs")
     lemon_window: float = _default("lemon_window")
     settle: float = _default("settle")
+    verify_burnin: bool = _default("verify_burnin")
+    burnin_timeout: float = _default("burnin_timeout")
 
     @classmethod
     def from_section(cls, section: Mapping[str, Any]) -> RepairParams:

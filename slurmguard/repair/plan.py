@@ -17,6 +17,12 @@ Per node and pass, one action (:class:`Action`), in this order of precedence:
 * ``rung``: take the next rung (the first of an episode starts it: evidence first);
 * ``outcome``: a rung's proof arrived (``proven``) or did not in ``settle`` (``transient``),
   or verification passed (``verified``) or failed (``transient``);
+* ``burnin``: the health checks pass after a proven rung and ``repair.verify_burnin`` is on:
+  submit a quick burn-in into the node's repair reservation; its verdict (judged against the
+  node's peers as the nightly burn-in judges) is verification's second half: only a pass
+  (``pass``, ``no_verdict``, ``degrading``: what the nightly report returns a node on) is
+  ``verified``; ``failed``, ``flagged``, ``suspect``, ``partial`` or no verdict within
+  ``repair.burnin_timeout`` is ``transient`` (the ladder climbs);
 * ``return``: verified: undrain and put the node on probation.
 """
 
@@ -30,11 +36,14 @@ from typing import Any
 from slurmguard.repair.params import REBOOTS, RepairParams, Rung, family
 
 REPAIR_KINDS = ("repair_start", "repair_rung", "repair_outcome", "repair_return",
-                "repair_ticket", "repair_observe")
+                "repair_ticket", "repair_observe", "repair_burnin")
 # An outcome's result: proven (the rung took effect; verify next), transient (try the next
 # rung), permanent (stop: ticket), verified (the health checks pass: return).
 RESULTS = ("proven", "transient", "permanent", "verified")
 _HOUR = 3600.0
+# Burn-in verdicts (slurmguard.burnin.verdict) on which verification passes: those on which
+# the nightly report returns a node awaiting burn-in. "pending" waits; any other fails.
+BURNIN_PASS = ("pass", "no_verdict", "degrading")
 
 
 @dataclass(frozen=True)
@@ -63,12 +72,16 @@ class NodeIn:
     healthy_since: float | None = None  # a passing health run of the cause's check, at
     failing_since: float | None = None  # a failing run of the cause's check, at
     mode: str = "observe"  # repair.mode for this node (its [[group]])
+    # The verdict of the episode's newest quick burn-in (repair_burnin): "" none, "pending",
+    # or a burn-in verdict (pass, failed, flagged, suspect, partial, ...), and why.
+    burnin: str = ""
+    burnin_why: str = ""
     scopes: tuple[str, ...] = ("fleet",)  # scopes it belongs to (fleet, partition:P, group:G)
 
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # hold, observe, rung, outcome, return, ticket
+    kind: str  # hold, observe, rung, outcome, burnin, return, ticket
     node: str
     why: str = ""
     rung: Rung | None = None
@@ -92,6 +105,7 @@ class Episode:
     result_at: float = 0.0
     done: str = ""  # returned, ticketed
     observed: bool = False
+    burnin_at: float = 0.0  # the newest quick burn-in's submission (repair_burnin)
 
     @property
     def last_rung(self) -> Rung:
@@ -105,7 +119,7 @@ class Episode:
         if self.open_rung is not None:
             return "proving"
         if self.last_result == "proven":
-            return "verifying"
+            return "burn-in" if self.burnin_at > self.result_at else "verifying"
         return "in repair" if self.started else ("observed" if self.observed else "waiting")
 
 
@@ -129,6 +143,8 @@ def episode_state(events: Iterable[RepairEvent], episode: int) -> Episode:
             st["done"] = "returned" if e.kind == "repair_return" else "ticketed"
         elif e.kind == "repair_observe":
             st["observed"] = True
+        elif e.kind == "repair_burnin":
+            st["burnin_at"] = e.at
     st["taken"] = tuple(st["taken"])
     return Episode(**st)
 
@@ -208,7 +224,7 @@ def _decide(n: NodeIn, ep: Episode, events: Sequence[RepairEvent], fleet: Fleet,
     if ep.open_rung is not None:
         return _await_proof(n, ep, p, now)
     if ep.last_result == "proven":
-        return _await_verify(n, ep, p, now)
+        return _await_verify(n, ep, fleet, p, now)
     if ep.last_result == "verified":
         if fleet.paused:
             return Action("hold", n.name, "repair paused", episode=n.episode)
@@ -247,12 +263,15 @@ def _await_proof(n: NodeIn, ep: Episode, p: RepairParams, now: float) -> Action:
                   episode=n.episode)
 
 
-def _await_verify(n: NodeIn, ep: Episode, p: RepairParams, now: float) -> Action:
+def _await_verify(n: NodeIn, ep: Episode, fleet: Fleet, p: RepairParams,
+                  now: float) -> Action:
     rung, attempt = ep.last_rung, len(ep.taken)
     # The newest judged run decides: a pass since the rung began (a health check at boot may
     # report before the proof is seen), or a failure since the rung was proven.
     healthy, failing = n.healthy_since, n.failing_since
     if healthy is not None and healthy >= ep.rung_at and (failing is None or healthy > failing):
+        if p.verify_burnin:
+            return _await_burnin(n, ep, fleet, p, now)
         return Action("outcome", n.name, f"{n.cause} passes after {rung}", rung, attempt,
                       "verified", n.episode)
     if failing is not None and failing >= ep.result_at:
@@ -262,6 +281,29 @@ def _await_verify(n: NodeIn, ep: Episode, p: RepairParams, now: float) -> Action
         return Action("outcome", n.name, f"no health result in {p.settle:g}s", rung, attempt,
                       "transient", n.episode)
     return Action("hold", n.name, "verifying: waiting for a health check", rung, attempt,
+                  episode=n.episode)
+
+
+def _await_burnin(n: NodeIn, ep: Episode, fleet: Fleet, p: RepairParams,
+                  now: float) -> Action:
+    """The health checks pass after the rung: the quick burn-in is verification's second half."""
+    rung, attempt = ep.last_rung, len(ep.taken)
+    if ep.burnin_at <= ep.result_at:  # none submitted since this rung was proven
+        if fleet.paused:
+            return Action("hold", n.name, "repair paused", rung, attempt, episode=n.episode)
+        return Action("burnin", n.name, f"{n.cause} passes after {rung}: quick burn-in", rung,
+                      attempt, episode=n.episode)
+    why = f" ({n.burnin_why})" if n.burnin_why else ""
+    if n.burnin in BURNIN_PASS:
+        return Action("outcome", n.name, f"{n.cause} passes and the quick burn-in passes "
+                      f"({n.burnin}) after {rung}", rung, attempt, "verified", n.episode)
+    if n.burnin and n.burnin != "pending":
+        return Action("outcome", n.name, f"quick burn-in {n.burnin} after {rung}{why}", rung,
+                      attempt, "transient", n.episode)
+    if now - ep.burnin_at > p.burnin_timeout:
+        return Action("outcome", n.name, f"quick burn-in: no verdict in {p.burnin_timeout:g}s",
+                      rung, attempt, "transient", n.episode)
+    return Action("hold", n.name, "verifying: quick burn-in running", rung, attempt,
                   episode=n.episode)
 
 

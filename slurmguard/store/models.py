@@ -57,6 +57,7 @@ EVENT_KINDS = (
     "repair_return",  # verified and returned on probation
     "repair_ticket",  # handed to people; the node stays out as a lemon
     "repair_observe",  # observe mode: what repair would have done
+    "repair_burnin",  # verification's quick burn-in submitted into the repair reservation
 )
 
 

@@ -12,7 +12,9 @@ decision the plan makes can be scored:
 
 Jobs: a third of the drained nodes still run a job, which ends within 12 h. The world
 answers each rung: a reboot or power cycle brings the node back with a new boot id 4-10
-minutes later, and its next health check passes when the rung cured the fault.
+minutes later, and its next health check passes when the rung cured the fault; a quick
+burn-in (``repair.verify_burnin``) then takes 5-15 minutes (queue, run, verdict) and passes
+when the rung cured it (the flapping node's fault is not back yet, so it passes too).
 
 ``simulate`` returns the ledger and the figures; tests/test_repair_planted.py asserts them.
 """
@@ -44,6 +46,7 @@ class Fault:
     health_at: float | None = None  # its next health check runs at
     returned: list[float] = field(default_factory=list)
     outage_end: float | None = None
+    burnin_at: float | None = None  # its quick burn-in's verdict arrives at
 
 
 @dataclass
@@ -132,7 +135,14 @@ class World:
                       registered=back or f.boot_at is None,
                       healthy_since=f.health_at if health and f.cured else None,
                       failing_since=f.health_at if health and not f.cured else None,
+                      burnin=_burnin(f, now),
                       mode="act", scopes=("fleet", self.part[f.node]))
+
+
+def _burnin(f: Fault, now: float) -> str:
+    if f.burnin_at is None:
+        return ""
+    return "pending" if now < f.burnin_at else ("pass" if f.cured else "failed")
 
 
 def simulate(nodes: int = 2000, days: int = 28, seed: int = 1, step: float = 300.0,
@@ -175,6 +185,9 @@ def _carry_out(w: World, a: Action, now: float) -> None:
         f.cured = f.cured or a.rung.name in CURES[f.kind]
         f.boot_at = now + w.rng.uniform(240, 600)
         f.health_at = f.boot_at + 300
+    elif a.kind == "burnin":
+        w.log(a.node, "repair_burnin", now, **ep)
+        f.burnin_at = now + w.rng.uniform(300, 900)
     elif a.kind == "outcome":
         w.log(a.node, "repair_outcome", now, result=a.result, rung=str(a.rung), **ep)
         f.boot_at = None
