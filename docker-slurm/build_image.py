@@ -45,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 IMAGE = "slurmguard-node"
 # What goes into the image; any change to these files gives a new tag.
-DOCKER_FILES = ("Dockerfile", "entrypoint.sh", "sg-fault", "slurm.conf.in")
+DOCKER_FILES = ("Dockerfile", "entrypoint.sh", "sg-fault", "sg-reboot", "slurm.conf.in")
 FAKEHW = REPO / "tests" / "fakehw"
 # tests/fakehw modules copied into the image for sg-fault (the suite's own record writers).
 FAKEHW_MODULES = ("kmsg.py", "nvml.py")

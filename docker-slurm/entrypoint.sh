@@ -12,9 +12,12 @@
 #
 # Environment (controller): SG_NODES (Slurm node list, default n[1-4]), SG_CPUS (2),
 # SG_MEMORY (MB, 1000), SG_CLUSTER (sgdocker), SG_CRED_EXPIRE (120), SG_SLURMD_TIMEOUT (10),
-# SG_HEALTHCHECK_INTERVAL (seconds; empty = no HealthCheckProgram).
+# SG_HEALTHCHECK_INTERVAL (seconds; empty = no HealthCheckProgram), SG_RESUME_TIMEOUT (120:
+# how long slurmctld waits for a node's reboot).
 # Environment (node): SG_GPUS (simulated GPUs on this node, default 8; 0 = no GPU),
-# SG_CONTROLLER (host name of the controller, default ctl).
+# SG_CONTROLLER (host name of the controller, default ctl), SG_FRESH_BOOT (1: slurmd runs in
+# a time namespace whose boot time is the container's start, so a restarted container is a
+# rebooted node to slurmctld; needs the capabilities SYS_ADMIN and SYS_TIME).
 set -euo pipefail
 
 SHARED=${SG_SHARED:-/shared}
@@ -70,7 +73,8 @@ HealthCheckNodeState=ANY,CYCLE"
     fi
     CLUSTER=${SG_CLUSTER:-sgdocker} CONTROLLER=$(hostname -s) NODES=${SG_NODES:-n[1-4]} \
     CPUS=${SG_CPUS:-2} MEMORY=${SG_MEMORY:-1000} CRED_EXPIRE=${SG_CRED_EXPIRE:-120} \
-    SLURMD_TIMEOUT=${SG_SLURMD_TIMEOUT:-10} HEALTHCHECK=$hc \
+    SLURMD_TIMEOUT=${SG_SLURMD_TIMEOUT:-10} RESUME_TIMEOUT=${SG_RESUME_TIMEOUT:-120} \
+    HEALTHCHECK=$hc \
     python3 - /etc/slurm/slurm.conf.in "$SHARED/slurm.conf" <<'PY'
 import os, string, sys
 src, dst = sys.argv[1], sys.argv[2]
@@ -129,12 +133,19 @@ controller)
 node)
     start_munge
     setup_fake_hw
+    /usr/local/bin/sg-fault boot  # every start of the container is a boot of the node
     start_sshd
     wait_for 120 "$SHARED/slurm.conf" test -s "$SHARED/slurm.conf"
     cp "$SHARED/slurm.conf" /etc/slurm/slurm.conf
     # slurmd gives up on an unreachable controller only after long retries; wait here.
     port=$(sed -n 's/^SlurmctldPort=//p' /etc/slurm/slurm.conf); port=${port:-6817}
     wait_for 120 "slurmctld on $CONTROLLER:$port" bash -c "exec 3<>/dev/tcp/$CONTROLLER/$port"
+    if [ "${SG_FRESH_BOOT:-0}" = 1 ]; then
+        # A container's uptime is the host's: this namespace's boot time is now.
+        log "starting slurmd (boot time: now)"
+        exec /usr/bin/unshare --time --boottime=-"$(cut -d. -f1 /proc/uptime)" \
+            /usr/sbin/slurmd -D -f /etc/slurm/slurm.conf
+    fi
     log "starting slurmd"
     exec /usr/sbin/slurmd -D -f /etc/slurm/slurm.conf
     ;;

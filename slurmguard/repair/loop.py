@@ -377,10 +377,19 @@ class RepairPass:
                            f"{node}-{episode}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
         try:
             bundle = Bundle(out_dir=out)
-            opts = CollectOptions.from_config(self.cfg.section("triage"), parallel=1)
-            collect([node], opts, bundle, recent=self._recent, progress=False)
+            # Slurm's record first: it needs no SSH, and the reason names the fault.
             with open(os.path.join(out, "slurm-node.json"), "w", encoding="utf-8") as f:
                 json.dump(dict(self.slurm.node(node).raw), f, indent=1, sort_keys=True)
+            opts = CollectOptions.from_config(self.cfg.section("triage"), parallel=1)
+            try:
+                collect([node], opts, bundle, recent=self._recent, progress=False)
+            except ImportError as exc:  # the ssh extra is not installed where serve runs
+                with open(os.path.join(out, "results.json"), "w", encoding="utf-8") as f:
+                    json.dump(self._recent(node), f, indent=1, sort_keys=True)
+                why = (f"no SSH collection: {exc.name or exc} is not installed "
+                       "(pip install 'slurmguard[ssh]')")
+                log.warning("repair: evidence of %s: %s", node, why)
+                return f"{out} (incomplete: {why})"
         except (SlurmguardError, OSError) as exc:
             log.error("repair: evidence of %s: %s", node, exc)
             return f"{out} (incomplete: {exc})"

@@ -112,9 +112,15 @@ class DockerCluster:
 
     def _container(self, role: str, hostname: str, extra_env: dict[str, str]) -> DockerContainer:
         assert self.network is not None
+        # A node's reboot is its container's restart (docker-slurm/sg-reboot, restart()):
+        # slurmd then runs in a time namespace whose boot time is the container's start
+        # (SG_FRESH_BOOT), which needs SYS_ADMIN and SYS_TIME in the container.
+        node_kw: dict[str, Any] = {"cap_add": ["SYS_ADMIN", "SYS_TIME"]} if role == "node" else {}
+        if role == "node":
+            extra_env = {"SG_FRESH_BOOT": "1", **extra_env}
         c = (DockerContainer(self.image, labels={LABEL: self.run_id}, hostname=hostname,
                              # tini is in the image; a small memory cap keeps 7 engineers alive
-                             mem_limit="512m")
+                             mem_limit="512m", **node_kw)
              .with_name(f"sg-e2e-{self.run_id}-{hostname}")
              .with_network(self.network)
              .with_network_aliases(hostname)
@@ -274,6 +280,20 @@ class DockerCluster:
     def revive(self, name: str) -> None:
         """Start a killed node container again (same filesystem, fresh processes)."""
         self.wrapped(name).start()
+
+    def restart(self, name: str) -> None:
+        """Reboot a node: restart its container (processes stopped, the same filesystem, a
+        fresh boot: the entrypoint's sg-fault boot and slurmd's new boot time)."""
+        self.wrapped(name).restart(timeout=10)
+
+    def reboot_requests(self) -> list[str]:
+        """Nodes whose RebootProgram (docker-slurm/sg-reboot) asked for a reboot; each
+        request is taken (its file removed) once."""
+        out = []
+        for f in sorted(self.shared.glob("reboot-*")):
+            f.unlink()
+            out.append(f.name.split("-", 1)[1])
+        return out
 
     def pause(self, name: str) -> None:
         """Node hung: every process frozen (cgroup freezer), sockets stay open."""
