@@ -310,7 +310,7 @@ def test_pause_and_a_running_job_hold_every_rung(slurm_cluster_factory, tmp_path
             got = json.loads(_sg(cfg_path, cluster, "repair", "status", "--json").stdout)
             assert not got["paused"] and "job(s) running" in got["nodes"][0]["next"]
             cluster.run("scancel", jid)
-            wait_for(lambda: store.nodes.events(node="n3", kinds=["repair_return"]), 60,
+            wait_for(lambda: store.nodes.events(node="n3", kinds=["repair_return"]), 120,
                      interval=0.5, what="the repair once the job is gone")
         finally:
             serve.stop()
@@ -362,7 +362,7 @@ def test_serve_restarted_mid_reboot_resumes_from_the_ledger(slurm_cluster_factor
             time.sleep(3)  # passes of the new serve while the node still reboots
             assert len(store.nodes.events(node="n1", kinds=["repair_rung"])) == 1
             bmc.go.set()
-            wait_for(lambda: store.nodes.events(node="n1", kinds=["repair_return"]), 60,
+            wait_for(lambda: store.nodes.events(node="n1", kinds=["repair_return"]), 120,
                      interval=0.5, what="repair_return after the restart")
         finally:
             serve.stop()
@@ -385,7 +385,7 @@ def test_a_fault_back_after_each_return_is_repaired_k_times_then_ticketed(
                 _drain(cluster, cfg, "n1")  # the fault is back
                 kind = "repair_ticket" if k == 2 else "repair_return"
                 wait_for(lambda k=k, kind=kind: len(store.nodes.events(node="n1", kinds=[kind]))
-                         == (1 if kind == "repair_ticket" else k + 1), 60, interval=0.5,
+                         == (1 if kind == "repair_ticket" else k + 1), 120, interval=0.5,
                          what=f"{kind} #{k + 1}")
         finally:
             serve.stop()
@@ -412,7 +412,7 @@ def test_limits_hold_repairs_to_one_node_and_one_reboot_an_hour(slurm_cluster_fa
             time.sleep(3)
             assert len(store.nodes.events(kinds=["repair_start"])) == 1  # max_nodes = 1
             bmc.go.set()
-            wait_for(lambda: store.nodes.events(kinds=["repair_return"]), 60, interval=0.5,
+            wait_for(lambda: store.nodes.events(kinds=["repair_return"]), 120, interval=0.5,
                      what="the first return")
             time.sleep(3)  # the other node may start now, but no reboot within the hour
             got = json.loads(_sg(cfg_path, cluster, "repair", "status", "--json").stdout)
@@ -434,7 +434,7 @@ restart_service = ["/bin/sleep", "30"]"""))
     try:
         t0 = time.monotonic()
         _drain(cluster, cfg, "n1", "host-munge", "slurmguard: host-munge: munged not answering")
-        wait_for(lambda: store.nodes.events(node="n1", kinds=["repair_ticket"]), 60,
+        wait_for(lambda: store.nodes.events(node="n1", kinds=["repair_ticket"]), 120,
                  interval=0.5, what="the ticket")
         took = time.monotonic() - t0
     finally:
