@@ -97,7 +97,7 @@ class BatchWriter(threading.Thread):
         records = [r for recs, _ in pending for r in recs]
         t0 = time.monotonic()
         try:
-            fresh = set(self.store.nodes.record_many(records))
+            fresh = set(self.store.nodes.record_many(records, validated=True))
         except Exception as exc:
             if len(pending) > 1 and not getattr(exc, "transient", False):
                 # Something in one request broke the batch (data the validation let through,
