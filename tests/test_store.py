@@ -202,6 +202,15 @@ def test_many_nodes_in_one_batch(store: Store) -> None:
     assert store.nodes.fleet_failure_rate(window=10_000, now=T0 + 1200) == (600, 1200)
 
 
+def test_summary_of_every_node_counts_failures_as_the_named_one_does(store: Store) -> None:
+    day = 86400.0
+    store.nodes.record_many([rec("n1", T0 - 8 * day, "gpu-xid"), rec("n1", T0 - day, "gpu-xid"),
+                             rec("n1", T0, "ib-link"), rec("n2", T0), rec("n3", T0 - 2 * day, "fs-mount")])
+    every = {s.name: s.failures for s in store.nodes.summary(now=T0 + 1)}
+    named = {s.name: s.failures for s in store.nodes.summary(["n1", "n2", "n3"], now=T0 + 1)}
+    assert every == named == {"n1": 2, "n2": 0, "n3": 1}  # the 8-day-old failure is out
+
+
 def test_batch_write_keeps_each_run_whole(store: Store) -> None:
     """The batch write's rows, column by column (PostgreSQL binds them as arrays): a new
     node, a record without results, a job id, details JSON, an already stored id."""
