@@ -3,7 +3,7 @@ loaded by node clients the way nodes load it (issue 22 item 3). Run by hand:
 
     python tests/bench/bench_ingest_load.py [--engine both|sqlite|postgresql]
         [--clients 200] [--batch 5] [--seconds 60] [--open-rate 2000] [--burst 16000]
-        [--modes closed,open,burst] [--procs 4] [--batch-interval 0.2] [--policy]
+        [--modes closed,open,burst] [--procs 4] [--batch-interval S] [--policy]
 
 Each client is a node: it posts ``--batch`` fresh records (2 check results each) with the
 real ``serve_client.post_records`` (http.client, one connection per POST as a hook does) to
@@ -201,8 +201,9 @@ def bench_engine(engine: str, a: argparse.Namespace) -> list[dict]:
             url = new_store(tmp)
         port = new_port()
         cfg = write_config(tmp, store_url=url, port=port)
-        text = cfg.read_text().replace("batch_interval = 0.05", f"batch_interval = {a.batch_interval}")
-        cfg.write_text(text)
+        # the test harness's batch_interval out: serve's own default, or --batch-interval
+        cfg.write_text(cfg.read_text().replace("batch_interval = 0.05", "" if a.batch_interval
+                                               is None else f"batch_interval = {a.batch_interval}"))
         serve = Serve(cfg, port, *(() if a.policy else ("--no-policy",))).start(timeout=60)
         out = []
         try:
@@ -244,13 +245,14 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=16000)
     ap.add_argument("--modes", default="closed,open,burst")
     ap.add_argument("--procs", type=int, default=4)
-    ap.add_argument("--batch-interval", type=float, default=0.2)
+    ap.add_argument("--batch-interval", type=float, help="serve.batch_interval (default: serve's)")
     ap.add_argument("--policy", action="store_true")
     ap.add_argument("--json", metavar="FILE", help="also write the figures here")
     a = ap.parse_args()
     print(f"{a.clients} clients x {a.batch} records per POST, {a.procs} processes; closed/open "
           f"{a.seconds:.0f} s, open {a.open_rate:.0f} records/s, burst {a.burst}; serve "
-          f"batch_interval {a.batch_interval}; {os.cpu_count()} CPUs, load "
+          f"batch_interval {'(default)' if a.batch_interval is None else a.batch_interval}; "
+          f"{os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}", flush=True)
     engines = ["sqlite", "postgresql"] if a.engine == "both" else [a.engine]
     results = [r for e in engines for r in bench_engine(e, a)]
