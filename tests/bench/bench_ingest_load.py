@@ -249,6 +249,9 @@ def main() -> None:
     ap.add_argument("--policy", action="store_true")
     ap.add_argument("--json", metavar="FILE", help="also write the figures here")
     a = ap.parse_args()
+    # serve runs as `python -m slurmguard`, which imports from the current directory first:
+    # from this checkout's root, this checkout's serve is what is measured
+    os.chdir(REPO)
     print(f"{a.clients} clients x {a.batch} records per POST, {a.procs} processes; closed/open "
           f"{a.seconds:.0f} s, open {a.open_rate:.0f} records/s, burst {a.burst}; serve "
           f"batch_interval {'(default)' if a.batch_interval is None else a.batch_interval}; "
