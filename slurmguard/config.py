@@ -176,7 +176,9 @@ _SERVE: Schema = {
     "port": Int(8742, "ingest port", minimum=0),
     "token_file": AbsPath("/etc/slurmguard/token", "shared token; must not be world-readable"),
     "batch_size": Int(200, "records written per transaction at most", minimum=1),
-    "batch_interval": Float(0.2, "seconds the writer waits to fill a batch", minimum=0.0),
+    "batch_interval": Float(0.0, "seconds the writer waits for more requests before it writes a "
+                            "batch that is not full (0: it writes what queued while it wrote "
+                            "the last one)", minimum=0.0),
     "max_body": Int(4 * 1024 * 1024, "largest request body accepted (bytes)", minimum=1024),
     "policy": Bool(True, "run fleet policy after ingest and drain flagged nodes"),
     "policy_interval": Float(60.0, "seconds between full policy passes", minimum=1.0),

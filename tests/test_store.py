@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -199,6 +200,78 @@ def test_many_nodes_in_one_batch(store: Store) -> None:
     assert len(store.nodes.summary()) == 1200
     assert len(store.nodes.summary([f"gpu{i:04d}" for i in range(0, 1200, 2)])) == 600
     assert store.nodes.fleet_failure_rate(window=10_000, now=T0 + 1200) == (600, 1200)
+
+
+def test_summary_of_every_node_counts_failures_as_the_named_one_does(store: Store) -> None:
+    day = 86400.0
+    store.nodes.record_many([rec("n1", T0 - 8 * day, "gpu-xid"), rec("n1", T0 - day, "gpu-xid"),
+                             rec("n1", T0, "ib-link"), rec("n2", T0), rec("n3", T0 - 2 * day, "fs-mount")])
+    every = {s.name: s.failures for s in store.nodes.summary(now=T0 + 1)}
+    named = {s.name: s.failures for s in store.nodes.summary(["n1", "n2", "n3"], now=T0 + 1)}
+    assert every == named == {"n1": 2, "n2": 0, "n3": 1}  # the 8-day-old failure is out
+
+
+def test_batch_write_keeps_each_run_whole(store: Store) -> None:
+    """The batch write's rows, column by column (PostgreSQL binds them as arrays): a new
+    node, a record without results, a job id, details JSON, an already stored id."""
+    old = rec("n1", T0 - 5)
+    store.nodes.record_results(old)
+    bare = make_record("n9", "epilog", [], "pass", "", job_id="77", started=T0, duration=2.5)
+    bad = rec("n1", T0, "gpu-xid")
+    bad["results"][1]["details"] = {"xid": 79, "bus": "0000:17:00.0"}
+    assert store.nodes.record_many([old, bare, bad, bare]) == [bare["id"], bad["id"]]
+    from sqlalchemy import text
+
+    with store.engine.connect() as conn:
+        runs = {r.record_id: r for r in conn.execute(text(
+            "SELECT r.record_id, n.name, r.hook, r.job_id, r.started, r.duration, r.health, "
+            "r.action, r.reason, r.version, count(x.id) AS results FROM runs r "
+            "JOIN nodes n ON n.id = r.node_id LEFT JOIN results x ON x.run_id = r.id "
+            "GROUP BY r.record_id, n.name, r.hook, r.job_id, r.started, r.duration, r.health, "
+            "r.action, r.reason, r.version"))}
+        details = conn.execute(text("SELECT details FROM results WHERE name = 'gpu-xid'")).scalar()
+    assert len(runs) == 3
+    b = runs[bare["id"]]
+    assert (b.name, b.hook, b.job_id, b.started, b.duration, b.health, b.results) == (
+        "n9", "epilog", "77", T0, 2.5, "healthy", 0)
+    x = runs[bad["id"]]
+    assert (x.health, x.action, x.reason, x.results) == ("unhealthy", "drain",
+                                                         "slurmguard: gpu-xid: broke", 2)
+    assert json.loads(details) == {"bus": "0000:17:00.0", "xid": 79}
+    s = {n.name: n for n in store.nodes.summary()}
+    assert s["n1"].last_seen == T0 and s["n1"].failing_checks == ("gpu-xid",)
+    assert s["n9"].last_hook == "epilog"
+
+
+def test_replicas_writing_the_same_records_store_each_once(pg_server) -> None:  # noqa: F811
+    """Serve replicas on one PostgreSQL, each writing batches that overlap (the same spool
+    replayed to two replicas): every record once, no batch fails, no deadlock."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from slurmguard.store.engine import make_engine
+    from slurmguard.store.migrate import upgrade
+
+    url = pg_server.url(pg_server.create_db())
+    engine = make_engine({"url": url})
+    upgrade(engine)
+    engine.dispose()
+    records = [rec(f"r{i % 40:03d}", T0 + i) for i in range(400)]
+    stores = [Store.open(url=url) for _ in range(4)]
+    try:
+        def write(k: int) -> list[str]:
+            batch = records[k::3] + records[: 60]  # every writer also takes the first 60
+            return stores[k % 4].nodes.record_many(batch[::-1] if k % 2 else batch)
+
+        with ThreadPoolExecutor(8) as pool:
+            stored = [i for ids in pool.map(write, range(12)) for i in ids]
+        assert sorted(stored) == sorted(r["id"] for r in records)  # each once, none lost
+        assert stores[0].counts()["runs"] == 400
+        assert stores[0].counts()["results"] == 400
+        newest = {s.name: s.last_seen for s in stores[0].nodes.summary()}
+        assert newest == {f"r{n:03d}": T0 + 360 + n for n in range(40)}
+    finally:
+        for s in stores:
+            s.close()
 
 
 def test_newer_schema_is_refused(store_url: str) -> None:  # noqa: F811

@@ -82,7 +82,7 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
     token = load_token(str(scfg["token_file"]))
     if scfg["upgrade"]:
         Store.upgrade(cfg.section("store"))
-    store = Store.open(cfg)
+    store = Store.open(cfg, workers=int(scfg["workers"]))  # sizes a PostgreSQL pool
     held = single_serve(store)  # SQLite: one serve per file (a one-line error otherwise)
     metrics = _metrics(cfg, store)
     fleet = None

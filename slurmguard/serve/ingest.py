@@ -17,7 +17,10 @@
 Connections are served by :mod:`slurmguard.serve.httpd` (one dispatcher thread, a bounded
 pool of ``serve.workers`` threads, idle and request timeouts, a connection cap); one writer
 thread drains a queue into transactions of up to ``serve.batch_size`` records, so 1,000 nodes
-replaying spools at once cost a few dozen commits, not thousands.
+replaying spools at once cost a few dozen commits, not thousands. The writer does not wait
+for a batch to fill (``serve.batch_interval`` 0): it writes what queued while it wrote the
+last batch, so batches grow with the load by themselves and a lone request is written at
+once (tests/bench/bench_ingest_load.py, docs/serve.md "Ingest speed").
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ class BatchWriter(threading.Thread):
         records = [r for recs, _ in pending for r in recs]
         t0 = time.monotonic()
         try:
-            fresh = set(self.store.nodes.record_many(records))
+            fresh = set(self.store.nodes.record_many(records, validated=True))
         except Exception as exc:
             if len(pending) > 1 and not getattr(exc, "transient", False):
                 # Something in one request broke the batch (data the validation let through,
@@ -143,7 +146,7 @@ class IngestServer:
     """The HTTP server and its writer; ``start()`` runs it on a background thread."""
 
     def __init__(self, store: Store, token: str, *, host: str = "127.0.0.1", port: int = 0,
-                 batch_size: int = 200, batch_interval: float = 0.2, max_body: int = 4 << 20,
+                 batch_size: int = 200, batch_interval: float = 0.0, max_body: int = 4 << 20,
                  on_commit: Callable[[list[dict[str, Any]]], None] | None = None,
                  routes: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
                  workers: int = 64, max_connections: int = 1024, idle_timeout: float = 15.0,

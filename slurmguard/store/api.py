@@ -81,15 +81,16 @@ class Store:
 
     @classmethod
     def open(cls, cfg: Config | None = None, *, url: str | None = None, check: bool = True,
-             section: Mapping[str, Any] | None = None) -> Store:
-        """Open the configured store (or ``url``); ``check`` refuses a wrong schema."""
+             section: Mapping[str, Any] | None = None, workers: int | None = None) -> Store:
+        """Open the configured store (or ``url``); ``check`` refuses a wrong schema.
+        ``workers``: serve's request threads, which size a PostgreSQL pool (store/engine.py)."""
         if section is None:
             section = dict(cfg.section("store")) if cfg is not None else {}
         else:
             section = dict(section)
         if url is not None:
             section["url"] = url
-        store = cls(make_engine(section))
+        store = cls(make_engine(section, workers=workers))
         if check:
             check_schema(store.engine)
         return store

@@ -45,7 +45,7 @@ from slurmguard.store.models import (
     BurninSeries,
     Node,
 )
-from slurmguard.store.nodes import node_ids
+from slurmguard.store.noderows import node_ids
 from slurmguard.store.records import validate_node
 
 _R = BurninRun.__table__

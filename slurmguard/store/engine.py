@@ -30,8 +30,29 @@ def describe(url: str) -> str:
         return "<unparsable store url>"
 
 
-def make_engine(section: Mapping[str, Any]) -> Engine:
-    """Create the engine for the ``store`` config section (nothing is connected yet)."""
+# serve's PostgreSQL pool, from serve.workers (docs/serve.md "PostgreSQL connections"): a
+# few connections of serve's own threads (the batch writer, the policy pass, the gate socket,
+# a metrics scrape) plus one per 8 request threads, as many again as overflow, each at most
+# POOL_MAX. Ingest requests never hold a connection (the one writer thread writes for all);
+# a /permit does, but permits for one cause queue on the database's lock anyway
+# (store/serial.py), so a connection per worker would buy idle backends, not answers.
+POOL_OWN = 4
+POOL_PER_WORKERS = 8
+POOL_MAX = 24
+
+
+def pool_for_workers(workers: int) -> tuple[int, int]:
+    """(pool_size, max_overflow) of serve's PostgreSQL pool for ``serve.workers`` request
+    threads: 64 workers (the default) -> (12, 8), at most 20 connections per replica."""
+    share = -(-max(1, int(workers)) // POOL_PER_WORKERS)
+    return min(POOL_OWN + share, POOL_MAX), min(share, POOL_MAX)
+
+
+def make_engine(section: Mapping[str, Any], *, workers: int | None = None) -> Engine:
+    """Create the engine for the ``store`` config section (nothing is connected yet).
+
+    ``workers``: serve's request threads (``serve.workers``); a PostgreSQL pool is then sized
+    by :func:`pool_for_workers` (else SQLAlchemy's default, 5 + 10 overflow)."""
     url = store_url(section)
     busy = float(section.get("busy_timeout", 5.0))
     connect_timeout = float(section.get("connect_timeout", 5.0))
@@ -53,7 +74,10 @@ def make_engine(section: Mapping[str, Any]) -> Engine:
     if backend == "postgresql":
         if parsed.get_driver_name() != "psycopg":
             raise StoreError(f"store.url: use postgresql+psycopg://..., got {describe(url)}")
-        return create_engine(url, pool_pre_ping=True,
+        sizing: dict[str, int] = {}
+        if workers is not None:
+            sizing["pool_size"], sizing["max_overflow"] = pool_for_workers(workers)
+        return create_engine(url, pool_pre_ping=True, **sizing,
                              connect_args={"connect_timeout": max(1, int(connect_timeout))})
     raise StoreError(f"store.url: unsupported database {backend!r} (use sqlite or postgresql+psycopg)")
 

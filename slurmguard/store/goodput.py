@@ -16,7 +16,7 @@ from sqlalchemy import Engine, case, delete, func, insert, literal, or_, select
 from slurmguard.goodput.account import PARTS
 from slurmguard.store.engine import guard
 from slurmguard.store.models import Event, GoodputJob, GoodputJobNode, Node
-from slurmguard.store.nodes import chunks
+from slurmguard.store.noderows import chunks
 
 BY = ("cause", "partition", "user", "node")
 

@@ -6,7 +6,9 @@ PostgreSQL, same run: the median time of a batch and the records/s it implies.
 Each batch holds ``--batch`` fresh records (2 check results each, as the soak's clients send)
 from ``--nodes`` distinct nodes already known to the store: what serve's one writer thread
 commits per transaction (``serve.batch_size``, default 200). The store is warmed with 20
-batches first.
+batches first. The records are validated before the clock starts, as serve's request
+threads do; a ``record_many`` without ``validated`` (before the batch write of
+store/runs_write.py) validates them again inside the timed call, as serve then did.
 """
 
 from __future__ import annotations
@@ -34,22 +36,26 @@ def _batch(nodes: int, size: int, k: int) -> list[dict]:
 
 def measure(url: str, args: argparse.Namespace) -> tuple[float, float]:
     """(median ms per batch, records/s) over ``args.n`` batches."""
+    import inspect
+
     from slurmguard.store.api import Store
     from slurmguard.store.engine import make_engine
     from slurmguard.store.migrate import upgrade
+    from slurmguard.store.records import validate_record
 
     engine = make_engine({"url": url})
     upgrade(engine)
     engine.dispose()
     store = Store.open(url=url)
+    kw = {"validated": True} if "validated" in inspect.signature(store.nodes.record_many).parameters else {}
     try:
         for k in range(20):
             store.nodes.record_many(_batch(args.nodes, args.batch, k))
         times = []
         for k in range(args.n):
-            recs = _batch(args.nodes, args.batch, 100 + k)
+            recs = [validate_record(r, now=time.time()) for r in _batch(args.nodes, args.batch, 100 + k)]
             t0 = time.perf_counter()
-            assert len(store.nodes.record_many(recs)) == len(recs)
+            assert len(store.nodes.record_many(recs, **kw)) == len(recs)
             times.append(time.perf_counter() - t0)
     finally:
         store.close()
