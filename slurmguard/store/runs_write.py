@@ -122,6 +122,11 @@ def _write_pg(conn: Any, recs: list[dict[str, Any]], received: float) -> list[st
     # The DBAPI cursor of the SQLAlchemy connection: the same transaction, without
     # SQLAlchemy compiling or rebuilding parameters for thousands of values.
     cur = conn.connection.driver_connection.cursor()
+    # One lock order for every writer: a record another replica is inserting right now
+    # holds its unique-index entry until that transaction ends, so two batches that share
+    # records in different orders would wait on each other (a deadlock, seen in the
+    # overlapping-replicas test). In record-id order they queue instead.
+    recs = sorted(recs, key=lambda r: r["id"])
     try:
         ids = _pg_node_ids(cur, sorted({r["node"] for r in recs}), received)
         runs = [_run_row(r) for r in recs]
