@@ -126,6 +126,7 @@ def _write_pg(conn: Any, recs: list[dict[str, Any]], received: float) -> list[st
     # holds its unique-index entry until that transaction ends, so two batches that share
     # records in different orders would wait on each other (a deadlock, seen in the
     # overlapping-replicas test). In record-id order they queue instead.
+    given = [r["id"] for r in recs]
     recs = sorted(recs, key=lambda r: r["id"])
     try:
         ids = _pg_node_ids(cur, sorted({r["node"] for r in recs}), received)
@@ -172,7 +173,8 @@ def _write_pg(conn: Any, recs: list[dict[str, Any]], received: float) -> list[st
             "run_id": [run_ids[newest[n][0]["id"]] for n in order]})
         if passes:
             cur.execute(_PG_PASSES, {"id": sorted(passes), "inc": [passes[n] for n in sorted(passes)]})
-        return [r["id"] for r, _, _ in fresh]
+        stored = {r["id"] for r, _, _ in fresh}
+        return [i for i in given if i in stored]  # in the caller's order
     finally:
         cur.close()
 
