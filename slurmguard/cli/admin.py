@@ -283,19 +283,18 @@ _REPAIR_LISTED = 30 * 86400.0
 
 def _repairs_of(store: Any, names: list[str] | None) -> dict[str, dict[str, Any]]:
     """Every node's newest repair episode of the last 30 days, from one ledger query."""
-    from slurmguard.repair.plan import REPAIR_KINDS, RepairEvent, latest
+    from slurmguard.repair.plan import REPAIR_KINDS
 
-    by_node: dict[str, list[RepairEvent]] = {}
+    by_node: dict[str, list[Any]] = {}
     wanted = set(names) if names is not None else None
     for e in store.nodes.events(since=time.time() - _REPAIR_LISTED, kinds=list(REPAIR_KINDS),
                                 limit=200_000):
         if wanted is None or e.node in wanted:
-            by_node.setdefault(e.node, []).append(RepairEvent(e.at, e.kind, e.details))
+            by_node.setdefault(e.node, []).append(e)
     out = {}
-    for node, events in by_node.items():
-        got = latest(events)
+    for node, rows in by_node.items():
+        got = _latest_repair(rows)
         if got is not None:
-            got["since"] = iso(got["since"])
             out[node] = got
     return out
 
@@ -304,16 +303,22 @@ def _repair_cell(r: dict[str, Any] | None) -> str:
     """The `repair` column: the episode's state, and its rung while one is under way."""
     if not r:
         return "-"
-    if r["state"] in ("proving", "verifying", "in repair") and r["rung"]:
+    if r["state"] in ("proving", "verifying", "burn-in", "in repair") and r["rung"]:
         return f"{r['state']} ({r['rung']} #{r['attempt']})"
     return str(r["state"])
 
 
 def _repair_of(store: Any, node: str) -> dict[str, Any] | None:
     """The node's newest repair episode from the ledger (docs/repair.md), or None."""
-    from slurmguard.repair.plan import REPAIR_KINDS, RepairEvent, latest
+    from slurmguard.repair.plan import REPAIR_KINDS
 
-    rows = store.nodes.events(node=node, kinds=list(REPAIR_KINDS), limit=200)
+    return _latest_repair(store.nodes.events(node=node, kinds=list(REPAIR_KINDS), limit=200))
+
+
+def _latest_repair(rows: list[Any]) -> dict[str, Any] | None:
+    """repair/plan.py's fold of one node's ledger rows into its newest episode, for output."""
+    from slurmguard.repair.plan import RepairEvent, latest
+
     got = latest([RepairEvent(e.at, e.kind, e.details) for e in rows])
     if got is not None:
         got["since"] = iso(got["since"])

@@ -110,7 +110,9 @@ def pause_cmd(ctx: click.Context, reason: str) -> None:
     from slurmguard.store.switches import REPAIR_PAUSED
 
     cfg = load_config(ctx)
-    who = _actor()
+    from slurmguard.triage.admin import admin_name
+
+    who = f"admin:{admin_name()}"
     try:
         store = open_store(cfg)
     except SlurmguardError as exc:
@@ -153,15 +155,3 @@ def resume_cmd(ctx: click.Context) -> None:
         pass
     click.echo("repair: resumed")
 
-
-def _actor() -> str:
-    """admin:NAME of the person running the command (through sudo: the one who ran sudo)."""
-    import pwd
-
-    name = os.environ.get("SUDO_USER") or ""
-    if not name:
-        try:
-            name = pwd.getpwuid(os.getuid()).pw_name
-        except KeyError:
-            name = str(os.getuid())
-    return f"admin:{name}"
