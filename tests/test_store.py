@@ -7,6 +7,8 @@ import time
 import uuid
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.helpers import run_sg, sg_env
 from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
@@ -241,6 +243,48 @@ def test_batch_write_keeps_each_run_whole(store: Store) -> None:
     s = {n.name: n for n in store.nodes.summary()}
     assert s["n1"].last_seen == T0 and s["n1"].failing_checks == ("gpu-xid",)
     assert s["n9"].last_hook == "epilog"
+
+
+def test_batch_write_keeps_hostile_text_and_exact_numbers(store: Store) -> None:
+    """What the node sends is what is stored, byte for byte and bit for bit: quotes,
+    backslashes, JSON-looking text, non-ASCII and line separators in reasons and details
+    (PostgreSQL's rows travel as one JSON document), a NUL inside details (escaped by JSON,
+    so legal), and floats at full precision."""
+    reason = 'say "hi" \\ {"records": []} \u2028 \u00e9\U0001f525 \t'
+    r = rec("n1", T0 + 0.123456789, "gpu-xid")
+    r["results"][1]["reason"] = reason
+    r["results"][1]["details"] = {"msg": "a\x00b", "q": '"\\', "k\u00e9y": [1.5e-300, 2 ** 53]}
+    r["results"][1]["duration"] = 9999999.999999
+    r["decision"]["reason"] = "slurmguard: " + reason
+    assert store.nodes.record_many([r]) == [r["id"]]
+    from sqlalchemy import text
+
+    with store.engine.connect() as conn:
+        run = conn.execute(text("SELECT started, reason FROM runs")).one()
+        res = conn.execute(text(
+            "SELECT reason, details, duration FROM results WHERE name = 'gpu-xid'")).one()
+    assert run.started == T0 + 0.123456789 and run.reason == "slurmguard: " + reason
+    assert res.reason == reason and res.duration == 9999999.999999
+    assert res.details == json.dumps(r["results"][1]["details"], sort_keys=True)
+    (s,) = store.nodes.summary(["n1"])
+    assert s.last_seen == T0 + 0.123456789
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+               max_size=60))
+def test_batch_write_round_trips_any_reason(store: Store, reason: str) -> None:
+    r = rec(f"h{uuid.uuid4().hex[:12]}", T0, "fs-mount")
+    r["results"][1]["reason"] = reason
+    r["results"][1]["details"] = {reason: reason}
+    assert store.nodes.record_many([r]) == [r["id"]]
+    from sqlalchemy import text
+
+    with store.engine.connect() as conn:
+        row = conn.execute(text(
+            "SELECT x.reason, x.details FROM results x JOIN runs r ON r.id = x.run_id "
+            "WHERE r.record_id = :i AND x.name = 'fs-mount'"), {"i": r["id"]}).one()
+    assert row.reason == reason[:1000] and json.loads(row.details) == {reason: reason}
 
 
 def test_replicas_writing_the_same_records_store_each_once(pg_server) -> None:  # noqa: F811

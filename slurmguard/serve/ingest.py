@@ -33,14 +33,13 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from email.message import Message
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from slurmguard import __version__
 from slurmguard.errors import InputError, SlurmguardError, StoreError
 from slurmguard.metrics.registry import CONTENT_TYPE, ServeMetrics
-from slurmguard.serve.httpd import PooledHTTPServer
+from slurmguard.serve.httpd import Handler as BaseHandler
+from slurmguard.serve.httpd import Headers, PooledHTTPServer
 from slurmguard.store.api import Store
 from slurmguard.store.records import validate_record
 
@@ -209,7 +208,7 @@ class IngestServer:
         return bool(self.job_token) and path in self.job_routes and hmac.compare_digest(
             given, self.job_token.encode())
 
-    def early(self, method: str, path: str, headers: Message) -> tuple[int, dict[str, Any]] | None:
+    def early(self, method: str, path: str, headers: Headers) -> tuple[int, dict[str, Any]] | None:
         """Refuse from the request head alone (before any body is read), or None."""
         if method == "POST":
             if path != "/ingest" and path not in self.routes:
@@ -318,8 +317,8 @@ def one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _make_handler(server: IngestServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _make_handler(server: IngestServer) -> type[BaseHandler]:
+    class Handler(BaseHandler):
         server_version = f"slurmguard/{__version__}"
         protocol_version = "HTTP/1.1"
 

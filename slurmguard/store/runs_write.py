@@ -4,16 +4,20 @@ One transaction per batch on both engines: the new runs, their check results, th
 current view, probation passes. What differs is how many statements it takes.
 
 **PostgreSQL: four statements whatever the batch size.** Each table's rows go in ONE
-statement whose columns are bound as arrays and unrolled by ``unnest()`` on the server
-(``INSERT ... SELECT * FROM unnest(%(a)s::int[], ...)``). The statement text never changes,
-so psycopg prepares it once per connection and the server neither parses nor plans it again.
-Measured before (tests/bench/bench_ingest_batch.py, 200 records of 2 results): psycopg's
-``executemany`` sent one INSERT per row in pipeline mode and its per-row Python work
-cost more than the database's (runs 7-8 ms, results 14-15 ms, the nodes' UPDATE 6.5 ms per
-batch); the existing-id SELECT and the run-id SELECT were two more round trips that
-``ON CONFLICT (record_id) DO NOTHING RETURNING record_id, id`` replaces. A record another
-replica stored a moment ago is now skipped by the database (it was an IntegrityError that
-failed the batch).
+statement: the rows travel as one JSON document, unrolled on the server by
+``json_to_recordset()`` (``INSERT ... SELECT * FROM json_to_recordset(%(rows)s::json) AS
+v(...)``). The statement text never changes, so psycopg prepares it once per connection and
+the server neither parses nor plans it again. Measured before (tests/bench/bench_ingest_batch.py,
+200 records of 2 results): psycopg's ``executemany`` sent one INSERT per row in pipeline mode
+and its per-row Python work cost more than the database's (runs 7-8 ms, results 14-15 ms,
+the nodes' UPDATE 6.5 ms per batch); the existing-id SELECT and the run-id SELECT were two
+more round trips that ``ON CONFLICT (record_id) DO NOTHING RETURNING record_id, id``
+replaces. Columns bound as arrays and unrolled by ``unnest()`` (the step before) still cost
+9.3 ms of serve's CPU per batch, most of it psycopg's array dumper in Python, element by
+element; one ``json.dumps`` (C) makes it 6.0 ms (docs/store.md). A record another replica stored a moment
+ago is skipped by the database (it was an IntegrityError that failed the batch). Text
+reaches PostgreSQL exactly: validation refuses NUL and lone surrogates, which neither text
+nor JSON can carry (tests/test_store.py round-trips any other text).
 
 **SQLite: executemany**, in process and already cheap (the database work of a 200-record
 batch is about 3 ms); kept as it was, one prebuilt statement per table.
@@ -43,27 +47,40 @@ ON CONFLICT (name) DO NOTHING RETURNING name, id"""
 _PG_RUNS = """
 INSERT INTO runs (record_id, node_id, hook, job_id, started, duration, health, action, reason,
                   version, received)
-SELECT v.*, %(received)s FROM unnest(%(record_id)s::varchar[], %(node_id)s::int[],
-    %(hook)s::varchar[], %(job_id)s::varchar[], %(started)s::float8[], %(duration)s::float8[],
-    %(health)s::varchar[], %(action)s::varchar[], %(reason)s::text[], %(version)s::varchar[]) AS v
+SELECT v.*, %(received)s FROM json_to_recordset(%(rows)s::json) AS v(record_id varchar,
+    node_id int, hook varchar, job_id varchar, started float8, duration float8, health varchar,
+    action varchar, reason text, version varchar)
 ON CONFLICT (record_id) DO NOTHING RETURNING record_id, id"""
 _PG_RESULTS = """
 INSERT INTO results (run_id, node_id, started, name, health, reason, details, duration)
-SELECT * FROM unnest(%(run_id)s::int[], %(node_id)s::int[], %(started)s::float8[],
-    %(name)s::varchar[], %(health)s::varchar[], %(reason)s::text[], %(details)s::text[],
-    %(duration)s::float8[])"""
+SELECT * FROM json_to_recordset(%(rows)s::json) AS v(run_id int, node_id int, started float8,
+    name varchar, health varchar, reason text, details text, duration float8)"""
 # The node's current view follows its newest run only: a replayed old record is history,
 # not news (the WHERE also guards against a newer run already stored).
 _PG_VIEW = """
 UPDATE nodes SET last_seen = v.started, last_health = v.health, last_hook = v.hook,
     last_reason = v.reason, last_run_id = v.run_id
-FROM unnest(%(id)s::int[], %(started)s::float8[], %(health)s::varchar[], %(hook)s::varchar[],
-    %(reason)s::text[], %(run_id)s::int[]) AS v(id, started, health, hook, reason, run_id)
+FROM json_to_recordset(%(rows)s::json) AS v(id int, started float8, health varchar,
+    hook varchar, reason text, run_id int)
 WHERE nodes.id = v.id AND (nodes.last_seen IS NULL OR nodes.last_seen <= v.started)"""
 _PG_PASSES = """
 UPDATE nodes SET probation_passes = nodes.probation_passes + v.inc
 FROM unnest(%(id)s::int[], %(inc)s::int[]) AS v(id, inc)
 WHERE nodes.id = v.id AND nodes.probation"""
+
+
+_RUN_KEYS = ("record_id", "node_id", "hook", "job_id", "started", "duration", "health",
+             "action", "reason", "version")
+_RESULT_KEYS = ("run_id", "node_id", "started", "name", "health", "reason", "details",
+                "duration")
+_VIEW_KEYS = ("id", "started", "health", "hook", "reason", "run_id")
+
+
+def _rows(keys: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
+    """``rows`` as one JSON array of objects for json_to_recordset(): one C-speed dumps, where
+    psycopg's array dumper spent Python time on every element."""
+    return json.dumps([dict(zip(keys, row, strict=True)) for row in rows], ensure_ascii=False,
+                      allow_nan=False)
 
 
 def write_batch(conn: Any, recs: Sequence[dict[str, Any]], received: float) -> list[str]:
@@ -131,32 +148,19 @@ def _write_pg(conn: Any, recs: list[dict[str, Any]], received: float) -> list[st
     try:
         ids = _pg_node_ids(cur, sorted({r["node"] for r in recs}), received)
         runs = [_run_row(r) for r in recs]
-        cur.execute(_PG_RUNS, {
-            "received": received,
-            "record_id": [r["id"] for r in recs],
-            "node_id": [ids[r["node"]] for r in recs],
-            "hook": [r["hook"] for r in recs],
-            "job_id": [r["job_id"] for r in recs],
-            "started": [r["started"] for r in recs],
-            "duration": [r["duration"] for r in recs],
-            "health": [h for h, _ in runs],
-            "action": [r["decision"]["action"] for r in recs],
-            "reason": [why for _, why in runs],
-            "version": [r["slurmguard_version"] for r in recs]})
+        cur.execute(_PG_RUNS, {"received": received, "rows": _rows(_RUN_KEYS, [
+            (r["id"], ids[r["node"]], r["hook"], r["job_id"], r["started"], r["duration"], h,
+             r["decision"]["action"], why, r["slurmguard_version"])
+            for r, (h, why) in zip(recs, runs, strict=True)])})
         run_ids: dict[str, int] = dict(cur.fetchall())
         fresh = [(r, h, why) for r, (h, why) in zip(recs, runs, strict=True) if r["id"] in run_ids]
         if not fresh:
             return []
-        rows = [(run_ids[r["id"]], ids[r["node"]], r["started"], x)
+        rows = [(run_ids[r["id"]], ids[r["node"]], r["started"], x["name"], x["health"],
+                 x["reason"], _details(x), x["duration"])
                 for r, _, _ in fresh for x in r["results"]]
         if rows:
-            cur.execute(_PG_RESULTS, {
-                "run_id": [row[0] for row in rows], "node_id": [row[1] for row in rows],
-                "started": [row[2] for row in rows], "name": [row[3]["name"] for row in rows],
-                "health": [row[3]["health"] for row in rows],
-                "reason": [row[3]["reason"] for row in rows],
-                "details": [_details(row[3]) for row in rows],
-                "duration": [row[3]["duration"] for row in rows]})
+            cur.execute(_PG_RESULTS, {"rows": _rows(_RESULT_KEYS, rows)})
         newest: dict[int, tuple[dict[str, Any], str, str]] = {}
         passes: dict[int, int] = {}
         for r, h, why in fresh:
@@ -166,11 +170,9 @@ def _write_pg(conn: Any, recs: list[dict[str, Any]], received: float) -> list[st
             if _passes(r, h):
                 passes[nid] = passes.get(nid, 0) + 1
         order = sorted(newest)  # one lock order for every writer: replicas never deadlock here
-        cur.execute(_PG_VIEW, {
-            "id": order, "started": [newest[n][0]["started"] for n in order],
-            "health": [newest[n][1] for n in order], "hook": [newest[n][0]["hook"] for n in order],
-            "reason": [newest[n][2] for n in order],
-            "run_id": [run_ids[newest[n][0]["id"]] for n in order]})
+        cur.execute(_PG_VIEW, {"rows": _rows(_VIEW_KEYS, [
+            (n, newest[n][0]["started"], newest[n][1], newest[n][0]["hook"], newest[n][2],
+             run_ids[newest[n][0]["id"]]) for n in order])})
         if passes:
             cur.execute(_PG_PASSES, {"id": sorted(passes), "inc": [passes[n] for n in sorted(passes)]})
         stored = {r["id"] for r, _, _ in fresh}

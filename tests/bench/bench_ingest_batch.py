@@ -34,8 +34,9 @@ def _batch(nodes: int, size: int, k: int) -> list[dict]:
             for i in range(size)]
 
 
-def measure(url: str, args: argparse.Namespace) -> tuple[float, float]:
-    """(median ms per batch, records/s) over ``args.n`` batches."""
+def measure(url: str, args: argparse.Namespace) -> tuple[float, float, float]:
+    """(median ms per batch, records/s, median CPU ms of this process per batch: serve's
+    share, the database's own work excluded on PostgreSQL) over ``args.n`` batches."""
     import inspect
 
     from slurmguard.store.api import Store
@@ -51,16 +52,17 @@ def measure(url: str, args: argparse.Namespace) -> tuple[float, float]:
     try:
         for k in range(20):
             store.nodes.record_many(_batch(args.nodes, args.batch, k))
-        times = []
+        times, cpu = [], []
         for k in range(args.n):
             recs = [validate_record(r, now=time.time()) for r in _batch(args.nodes, args.batch, 100 + k)]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             assert len(store.nodes.record_many(recs, **kw)) == len(recs)
             times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
     finally:
         store.close()
     med = statistics.median(times)
-    return med * 1000, args.batch / med
+    return med * 1000, args.batch / med, statistics.median(cpu) * 1000
 
 
 def main() -> None:
@@ -72,8 +74,8 @@ def main() -> None:
     args = ap.parse_args()
     print(f"batches of {args.batch} records (2 results each), {args.nodes} nodes; median of {args.n}")
     with tempfile.TemporaryDirectory() as d:
-        ms, rate = measure(f"sqlite:///{d}/s.db", args)
-        print(f"{'SQLite':>10}: {ms:7.1f} ms per batch  {rate:9.0f} records/s")
+        ms, rate, cpu = measure(f"sqlite:///{d}/s.db", args)
+        print(f"{'SQLite':>10}: {ms:7.1f} ms per batch  {rate:9.0f} records/s  CPU {cpu:5.1f} ms")
     if args.no_pg:
         return
     from support.pgserver import PgServer, _pg_bin
@@ -81,8 +83,9 @@ def main() -> None:
     server = PgServer(_pg_bin() or "")
     server.start()
     try:
-        ms, rate = measure(server.url(server.create_db()), args)
-        print(f"{'PostgreSQL':>10}: {ms:7.1f} ms per batch  {rate:9.0f} records/s")
+        ms, rate, cpu = measure(server.url(server.create_db()), args)
+        print(f"{'PostgreSQL':>10}: {ms:7.1f} ms per batch  {rate:9.0f} records/s  CPU {cpu:5.1f} ms"
+              " (this process)")
     finally:
         server.stop()
 

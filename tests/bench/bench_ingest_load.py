@@ -20,6 +20,10 @@ load generator is not one interpreter's GIL.
   node's ``hooks.report_timeout`` (2 s: those records would have gone to the node's spool,
   to be replayed at its next hook run) or failed.
 
+After the modes, the store's count of runs is compared with the records serve's answers said
+it stored (every record has a fresh id, so any "duplicate" answer is wrong too): "OK" or
+"MISMATCH", one line per engine.
+
 Also printed: serve's and PostgreSQL's CPU seconds per 1,000 records stored (from
 /proc/PID/stat of serve and of every process of the test PostgreSQL), which is what says
 how far a controller with more cores goes. serve runs with ``--no-policy`` unless
@@ -85,7 +89,7 @@ def _client_proc(args: tuple) -> dict:
 
     results = [CheckResult("gpu-count", Health.HEALTHY), CheckResult("ib-link", Health.HEALTHY)]
     lat: list[float] = []
-    out = {"acked": 0, "posts": 0, "failed": 0, "slow": 0, "last": 0.0}
+    out = {"acked": 0, "dup": 0, "posts": 0, "failed": 0, "slow": 0, "last": 0.0}
     lock = threading.Lock()
 
     def client(i: int) -> None:
@@ -101,7 +105,8 @@ def _client_proc(args: tuple) -> dict:
                 recs.append(dict(template, id=f"{node}-{os.getpid()}-{seq}", started=time.time()))
             try:
                 ans = serve_client.post_records(url, token, recs, 30.0)
-                ok = len(ans.get("stored", [])) + len(ans.get("duplicate", []))
+                ok = len(ans.get("stored", []))
+                dup = len(ans.get("duplicate", []))
             except serve_client.DeliveryError:
                 ok = -1
             done = time.time()
@@ -111,6 +116,7 @@ def _client_proc(args: tuple) -> dict:
                     out["failed"] += 1
                     return
                 out["acked"] += ok
+                out["dup"] += dup
                 lat.append(done - scheduled)
                 out["last"] = max(out["last"], done)
                 if done - scheduled > REPORT_TIMEOUT:
@@ -173,6 +179,7 @@ def run_mode(url: str, token: str, mode: str, a: argparse.Namespace,
 
     k = max(1, acked) / 1000
     return {"mode": mode, "records": acked, "rate": acked / span if span else 0.0,
+            "dup": sum(p["dup"] for p in parts),
             "posts": sum(p["posts"] for p in parts), "failed": sum(p["failed"] for p in parts),
             "slow": sum(p["slow"] for p in parts), "p50": pct(50), "p99": pct(99),
             "max": lat[-1] * 1000 if lat else float("nan"), "seconds": span,
@@ -218,6 +225,19 @@ def bench_engine(engine: str, a: argparse.Namespace) -> list[dict]:
                 time.sleep(2)  # let the writer's queue settle between modes
         finally:
             serve.stop()
+        # Nothing lost, nothing twice: the store holds exactly the records serve said it
+        # stored (every record of the bench has a fresh id, so a "duplicate" answer is wrong).
+        from slurmguard.store.api import Store
+
+        store = Store.open(url=url)
+        try:
+            runs = store.counts()["runs"]
+        finally:
+            store.close()
+        said = sum(r["records"] for r in out)
+        dups = sum(r["dup"] for r in out)
+        print(f"{engine:>10} store: {runs} runs; answers said {said} stored, {dups} duplicate"
+              f" -> {'OK' if runs == said and dups == 0 else 'MISMATCH'}", flush=True)
         return out
     finally:
         if pg is not None:

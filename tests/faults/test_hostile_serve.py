@@ -335,3 +335,75 @@ def test_huge_and_broken_bodies(hostile_serve: Any) -> None:
     assert serve.healthz()["status"] == "ok"
     record("hostile-bodies", store="SQLite", bad_inputs="; ".join(tried),
            figures="each a one-line 4xx (413, 401, 400/411, 431, 413, 400); serve still up")
+
+
+def _exchange(port: int, raw: bytes, *, then: bytes = b"", wait: float = 0.0) -> bytes:
+    """Send ``raw`` on one connection (and ``then`` after ``wait`` s); everything answered
+    until serve closes the connection or pauses for a second."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        s.sendall(raw)
+        got = bytearray()
+        if then:
+            time.sleep(wait)
+            s.settimeout(0.3)
+            try:
+                got += s.recv(65536)  # what came before the rest was sent (100 Continue)
+            except OSError:
+                pass
+            s.sendall(then)
+        s.settimeout(1.0)
+        while True:
+            try:
+                part = s.recv(65536)
+            except OSError:
+                break
+            if not part:
+                break
+            got += part
+        return bytes(got)
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("hostile_serve", ["sqlite"], indirect=True)  # one HTTP front
+def test_request_heads(hostile_serve: Any) -> None:
+    """The dispatcher parses a request's head once and the handler answers from it: folded,
+    repeated and lower-case fields, malformed ones, Connection and Expect, on a real serve."""
+    _, serve, _ = hostile_serve
+    port = serve.port
+    rec = make_record("n3", "prolog", [], "pass", "")
+    body = json.dumps(rec).encode()
+
+    def post(fields: str, version: str = "HTTP/1.1") -> bytes:
+        return (f"POST /ingest {version}\r\nHost: x\r\n{fields}"
+                f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+    # A folded Authorization field is one value; lower-case names count.
+    got = _exchange(port, post(f"authorization: Bearer\r\n  {TOKEN}\r\nConnection: close\r\n"))
+    assert got.startswith(b"HTTP/1.1 200 ") and rec["id"].encode() in got, got[:300]
+    # Of two Authorization fields the first counts (a second cannot smuggle a token in).
+    got = _exchange(port, post(f"Authorization: Bearer wrong\r\nAuthorization: Bearer {TOKEN}\r\n"))
+    assert got.startswith(b"HTTP/1.1 401 "), got[:200]
+    for bad in ("Content-Length : 5\r\n", "no colon\r\n", "Bad Name: x\r\n",
+                "".join(f"X-{i}: v\r\n" for i in range(101))):
+        got = _exchange(port, post(f"Authorization: Bearer {TOKEN}\r\n{bad}"))
+        assert got.startswith(b"HTTP/1.1 400 ") and b"malformed request headers" in got, (bad, got[:200])
+    # HTTP/1.0 with keep-alive: two answers on one connection; without it, one and closed.
+    get = b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+    got = _exchange(port, get + get)
+    assert got.count(b"HTTP/1.1 200 ") == 2, got
+    got = _exchange(port, b"GET /healthz HTTP/1.0\r\n\r\n" + get)
+    assert got.count(b"HTTP/1.1 200 ") == 1, got
+    # HTTP/1.1 with Connection: close answers once and closes.
+    got = _exchange(port, b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n" * 2)
+    assert got.count(b"HTTP/1.1 200 ") == 1, got
+    # Expect: 100-continue: the interim answer comes before the body is sent.
+    rec2 = make_record("n4", "prolog", [], "pass", "")
+    body2 = json.dumps(rec2).encode()
+    head = (f"POST /ingest HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Expect: 100-continue\r\nConnection: close\r\nContent-Length: {len(body2)}\r\n\r\n")
+    got = _exchange(port, head.encode(), then=body2, wait=0.5)
+    assert got.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), got[:200]
+    assert b"HTTP/1.1 200 " in got and rec2["id"].encode() in got, got[:400]
+    assert serve.healthz()["status"] == "ok"
