@@ -1,10 +1,10 @@
 """Every serve replica unreachable: a shared fault must still not become a mass drain
 (slurmguard/node/fallback.py, docs/hooks.md).
 
-- A real 10-node Slurm cluster, no serve at all (report_url on a dead port), a mount missing
-  on every node: the health checks of all 10 nodes run at once and the fallback cap over
-  Slurm's own view drains at least the cap (2: 20 % of 10) and at most the stated bound
-  cap + ceil(10 / fallback_slots 5) - 1 = 3; the rest are spared, each with a "not drained"
+- A real 20-node Slurm cluster, no serve at all (report_url on a dead port), a mount missing
+  on every node: the health checks of all 20 nodes run at once and the fallback cap over
+  Slurm's own view drains at least the cap (4: 20 % of 20) and at most the stated bound
+  cap + ceil(20 / fallback_slots 10) - 1 = 5; the rest are spared, each with a "not drained"
   line. A lost GPU (gpu-count) on a spared node is still allowed at once, past the cap.
 - The decision windows themselves: each rank waits for its own window.
 """
@@ -25,7 +25,7 @@ from slurmguard import config
 from slurmguard.drainguard import ServePermit
 from slurmguard.node.fallback import SlurmPermit, wait_for_slot
 
-NODES, SLOTS, CAP = 10, 5, 2
+NODES, SLOTS, CAP = 20, 10, 4
 
 
 @pytest.mark.parametrize("now, rank, waited", [
@@ -37,7 +37,7 @@ NODES, SLOTS, CAP = 10, 5, 2
 ])
 def test_each_rank_decides_in_its_own_window(now: float, rank: int, waited: float) -> None:
     slept: list[float] = []
-    wait_for_slot(rank, SLOTS, 1.0, clock=lambda: now, sleep=slept.append)
+    wait_for_slot(rank, 5, 1.0, clock=lambda: now, sleep=slept.append)  # 5 windows a cycle
     assert sum(slept) == pytest.approx(waited)
 
 
