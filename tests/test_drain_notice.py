@@ -63,10 +63,12 @@ def test_drain_notice_checkpoints_now_and_moves_on(slurm_cluster_factory: Any, t
     assert r.returncode == 0, r.stderr
     infra = json.loads(r.stdout)["infra"]
     assert infra["notices"] == 1 and infra["checkpoint_now"] == 1
-    assert infra["runs_ended_by_notice"] == 1 and infra["steps_redone"] == job.redone()
+    # goodput counts what the wrapper recorded (its frontier), not rank 0's log (above)
+    assert infra["runs_ended_by_notice"] == 1 and infra["steps_redone"] == first["steps_to_redo"]
     assert 0 <= infra["notice_latency_max_s"] < 5
     r = sg(s, "goodput", "--job", job.jid)
-    assert f"infrastructure: {job.redone()} step(s) redone; 1 drain notice(s), arrived in" in r.stdout
+    assert (f"infrastructure: {first['steps_to_redo']} step(s) redone; 1 drain notice(s), "
+            "arrived in") in r.stdout
 
 
 def test_serve_down_notice_arrives_through_slurm(slurm_cluster_factory: Any,
@@ -126,4 +128,8 @@ def test_no_checkpoint_in_time_requeues_anyway_and_says_so(slurm_cluster_factory
     assert end["how"] == "timeout" and end["resume_step"] == EVERY == second["resumed_from"]["step"]
     assert first["checkpoint_now"] == [] and first["verdict"] == "infra"
     assert "no checkpoint within 1s of the drain notice: ending the run at step" in job.output()
-    assert job.redone() == first["steps_to_redo"] == end["frontier_step"] - EVERY > 0
+    assert first["steps_to_redo"] == end["frontier_step"] - EVERY > 0
+    # The program ignores the notice, so it keeps stepping (0.25 s a step) until the wrapper
+    # has ended the run: rank 0's log can hold a step or two past the frontier the wrapper
+    # ended on (CI saw 15 logged against 14), or lack the last one another rank reported.
+    assert first["steps_to_redo"] - 1 <= job.redone() <= first["steps_to_redo"] + 2
