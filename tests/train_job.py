@@ -56,21 +56,23 @@ def save(root: Path, step: int, state: str) -> Path:
     return d
 
 
-def barrier(d: Path, rank: int, ntasks: int, step: int) -> None:
-    """Wait until every rank finished ``step``, as an all-reduce would: a dead peer blocks all."""
-    mine = d / f"r{rank}"
-    tmp = d / f".r{rank}.tmp"
-    tmp.write_text(str(step))
-    os.replace(tmp, mine)
+def barrier(d: Path, rank: int, ntasks: int, step: int, flag: bool = False) -> bool:
+    """Wait until every rank finished ``step``, as an all-reduce would: a dead peer blocks all.
+    Returns whether any rank brought ``flag`` to this step (an all-reduce of a stop flag, as
+    real training code does before it acts on a signal: every rank decides at the same step;
+    a rank acting on its own signal alone would leave the others waiting for it forever)."""
+    tmp = d / f".r{rank}-{step}.tmp"
+    tmp.write_text("1" if flag else "0")
+    os.replace(tmp, d / f"r{rank}-{step}")
     while True:
-        done = 0
+        flags = []
         for r in range(ntasks):
             try:
-                done += int((d / f"r{r}").read_text() or -1) >= step
-            except (OSError, ValueError):
-                pass
-        if done == ntasks:
-            return
+                flags.append((d / f"r{r}-{step}").read_text() == "1")
+            except OSError:
+                break
+        if len(flags) == ntasks:
+            return any(flags)
         time.sleep(0.01)
 
 
@@ -132,8 +134,9 @@ def main() -> int:
             print("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error",
                   file=sys.stderr, flush=True)
             return 1
+        stop = bool(usr1)
         if ntasks > 1:
-            barrier(bdir, rank, ntasks, step)
+            stop = barrier(bdir, rank, ntasks, step, stop)
         if rank == 0:
             with open(a.log, "a") as fh:
                 fh.write(f"{step} {restart} {os.environ.get('SLURMD_NODENAME', '-')} "
@@ -142,12 +145,12 @@ def main() -> int:
         now_asked = a.notice_poll and progress.should_checkpoint()
         if now_asked:
             told("poll", time.time())
-        if usr1:
-            told("signal", usr1[0])
-        if rank == 0 and (step % a.every == 0 or usr1 or now_asked):
+        if stop:
+            told("signal", usr1[0] if usr1 else time.time())
+        if rank == 0 and (step % a.every == 0 or stop or now_asked):
             with progress.saving(str(root / f"step-{step:06d}"), step):
                 save(root, step, state)
-        if usr1:
+        if stop:
             return 75
     if rank == 0:
         Path(a.final).write_text(json.dumps({"step": step, "state": state}))
