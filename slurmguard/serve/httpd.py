@@ -120,7 +120,9 @@ class Handler(BaseHTTPRequestHandler):
     def parse_request(self) -> bool:
         # The server gives this handler the request line, an empty header block and the body;
         # the standard library checks the request line and the version as always, then the
-        # dispatcher's headers decide Connection and Expect as the library's code would.
+        # dispatcher's headers decide Connection as the library's code would. Expect is the
+        # dispatcher's alone: it sent "100 Continue" while the body was still missing, and
+        # by now the whole body is buffered (a second interim answer would say nothing).
         if not super().parse_request():
             return False
         headers = self._sg_headers
@@ -132,9 +134,6 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         elif conntype == "keep-alive" and self.protocol_version >= "HTTP/1.1":
             self.close_connection = False
-        if (str(headers.get("Expect", "")).lower() == "100-continue"
-                and self.protocol_version >= "HTTP/1.1" and self.request_version >= "HTTP/1.1"):
-            return self.handle_expect_100()
         return True
 
 

@@ -406,4 +406,5 @@ def test_request_heads(hostile_serve: Any) -> None:
     got = _exchange(port, head.encode(), then=body2, wait=0.5)
     assert got.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), got[:200]
     assert b"HTTP/1.1 200 " in got and rec2["id"].encode() in got, got[:400]
+    assert got.count(b"100 Continue") == 1, got[:400]  # once, from the dispatcher
     assert serve.healthz()["status"] == "ok"
