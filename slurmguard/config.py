@@ -43,7 +43,7 @@ from slurmguard.fieldtypes import (  # re-exported: sections below and callers u
 from slurmguard.fleet.params import FLEET_SECTION
 from slurmguard.fleet.params import SECTION as RISK_SECTION
 from slurmguard.policy.params import SECTION as POLICY_SECTION
-from slurmguard.repair.params import SECTION as REPAIR_SECTION
+from slurmguard.policy.repair_params import SECTION as REPAIR_SECTION
 
 DEFAULT_PATH = "/etc/slurmguard/slurmguard.toml"
 
@@ -335,7 +335,7 @@ SCHEMA: dict[str, Any] = {
     "burnin": _BURNIN,
     "goodput": _GOODPUT,
     "agent": _AGENT,
-    "repair": dict(REPAIR_SECTION),  # autonomous repair: slurmguard/repair/params.py
+    "repair": dict(REPAIR_SECTION),  # autonomous repair: slurmguard/policy/repair_params.py
 }
 
 
