@@ -5,13 +5,14 @@ data/ links to them, and a built wheel carries the files)."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from support.helpers import REPO, run_sg
+from support.helpers import REPO, require, run_sg
 
 from slurmguard.install.plan import HOOK_SCRIPTS, data_dir
 from slurmguard.store.version import HEAD
@@ -191,6 +192,36 @@ def test_without_a_compiler_setup_says_how_to_get_the_plugin(tmp_path) -> None:
     assert "SPANK plugin not built: missing a C compiler (apt-get install gcc)" in r.stdout
     assert "slurmguard_spank.so" not in r.stdout.split("slurm.conf (")[0]  # no plugin file step
     assert f"SLURMGUARD_AGENT_CLIENT={tmp_path}" not in r.stdout  # no client built either
+
+
+def test_without_spank_h_the_plugstack_line_is_commented_out(tmp_path) -> None:
+    """A real host without Slurm's headers: /usr/include/slurm hidden under an empty tmpfs in
+    a private mount namespace. The printed plugstack.conf line must not name a plugin that was
+    not built (Slurm would print two dlopen errors on every sbatch/srun)."""
+    if not os.access(VENV_SG, os.X_OK):
+        pytest.skip(f"{VENV_SG}: slurmguard is not installed beside this interpreter")
+    require(os.geteuid() == 0 and shutil.which("unshare") is not None
+            and os.path.exists("/usr/include/slurm/spank.h"),
+            "root, unshare and Slurm's spank.h (to hide it)")
+    script = ('mount -t tmpfs none /usr/include/slurm && exec "$0" setup node --prefix "$1"'
+              ' --dry-run')
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                        VENV_SG, str(tmp_path / "root")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "SPANK plugin not built: missing Slurm's spank.h (apt-get install libslurm-dev)" \
+        in r.stdout
+    plug = r.stdout.split("(PlugStackConfig;")[1].split("\n\n")[0].splitlines()[1:]
+    assert plug and all(ln.strip().startswith("# optional ") for ln in plug), plug
+    assert os.path.exists("/usr/include/slurm/spank.h")  # the namespace kept it to itself
+
+
+def test_with_spank_h_the_plugstack_line_is_live(installed) -> None:
+    require(os.path.exists("/usr/include/slurm/spank.h") and shutil.which("gcc") is not None,
+            "gcc and Slurm's spank.h (setup builds the plugin)")
+    _, node_out, _ = installed
+    plug = node_out.split("(PlugStackConfig;")[1].split("\n\n")[0].splitlines()[1:]
+    assert [ln.split()[0] for ln in plug] == ["optional"], plug
 
 
 def test_setup_that_cannot_write_says_where_and_how(tmp_path) -> None:
