@@ -194,6 +194,11 @@ _SERVE: Schema = {
                        "fast path, docs/serve.md), e.g. /run/slurmguard/gate.sock; empty: off"),
     "gate_socket_user": Str("", "owner of gate_socket (mode 0600): the SlurmUser that runs "
                             "PrologSlurmctld, when serve runs as root"),
+    "tls_cert": Str("", "PEM certificate (chain) serve presents: with tls_key, serve speaks "
+                    "HTTPS only; empty: plain HTTP (loopback and tests)"),
+    "tls_key": Str("", "PEM private key of tls_cert, readable by serve's user only"),
+    "tls_ca": Str("", "CA file every client of serve (hooks, agent, job wrapper) verifies an "
+                  "https report_url against; empty: the system's CAs"),
 }
 
 _GATE: Schema = {

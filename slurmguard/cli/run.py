@@ -76,7 +76,8 @@ def _drain_watch(cfg, on: bool):  # type: ignore[no-untyped-def]
     url = _serve_url(cfg)
     if url:
         try:
-            askers.append(("serve", notice.serve_asker(url, float(cfg["notice.timeout"])),
+            askers.append(("serve", notice.serve_asker(url, float(cfg["notice.timeout"]),
+                                                       str(cfg["serve.tls_ca"])),
                            float(cfg["notice.interval"])))
         except InputError as exc:
             click.echo(f"slurmguard run: {exc.message}; asking Slurm only", err=True)
@@ -92,12 +93,13 @@ def _slow_reporter(cfg):  # type: ignore[no-untyped-def]
         return None
     url = _serve_url(cfg) + "/suspect"
     token_file, timeout = str(cfg["notice.job_token_file"]), float(cfg["notice.timeout"])
+    ca = str(cfg["serve.tls_ca"])
 
     def report(evidence: dict) -> None:  # type: ignore[type-arg]
         from slurmguard.adapters.serve_client import DeliveryError, post_json, read_token
 
         try:
-            post_json(url, read_token(token_file), evidence, timeout)
+            post_json(url, read_token(token_file), evidence, timeout, ca=ca)
         except DeliveryError as exc:
             raise RuntimeError(str(exc)) from None
 
