@@ -41,7 +41,9 @@ def doctor_cmd(ctx: click.Context, role: str | None, as_json: bool, ack: bool,
     check state is per node where several slurmd share this host, no hook failed open since
     the last --ack, the SPANK plugin is in plugstack.conf, the serve token
     is readable by the hooks and not world-readable, the store is at the current schema
-    (controller). Exit 0 only when every item passes (skips count as passes), else 1.
+    (controller), serve's TLS certificate (key, CA, names, expiry; on a node a real
+    handshake with each https report URL). Exit 0 only when every item passes (skips and
+    warnings, such as a certificate expiring within 30 days, count as passes), else 1.
 
     \b
     Example:
