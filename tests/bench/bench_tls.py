@@ -4,8 +4,7 @@ process with an http:// and an https:// report_url. Prints medians (docs/serve.m
 
     python tests/bench/bench_tls.py [-n 200] [--prologs 21]
 
-The certificate is ECDSA P-256 from a test CA (tests/support/testca.py); RSA-2048 costs the
-server more per handshake (printed too). The import cost is measured with -X importtime:
+The certificate is ECDSA P-256 from a test CA (tests/support/testca.py). The import cost is measured with -X importtime:
 ``http.client`` imports ``ssl`` whether or not the URL is https.
 """
 
