@@ -229,6 +229,12 @@ _AGENT: Schema = {  # slurmguard agent, the resident node agent (docs/agent.md)
     "nvml_events": Bool(True, "keep an NVML event set for Xid critical errors"),
 }
 
+_ADMIN: Schema = {  # who may change what slurmguard does (docs/triage.md "Who may")
+    "groups": StrList([], "Unix groups whose members may run drain, resume and repair "
+                          "pause|resume; root always may (sudo: recorded as $SUDO_USER); "
+                          "empty: root only"),
+}
+
 _TRIAGE: Schema = {
     "user": Str("root", "login user for `triage collect` over SSH"),
     "port": Int(22, "SSH port (a host_map entry may name another)", minimum=1),
@@ -337,6 +343,7 @@ SCHEMA: dict[str, Any] = {
             [], "Python modules with site-specific checks: each exports CHECKS (and SOURCES)"),
     },
     "triage": _TRIAGE,
+    "admin": _ADMIN,
     "burnin": _BURNIN,
     "goodput": _GOODPUT,
     "agent": _AGENT,
