@@ -194,6 +194,9 @@ _SERVE: Schema = {
                        "fast path, docs/serve.md), e.g. /run/slurmguard/gate.sock; empty: off"),
     "gate_socket_user": Str("", "owner of gate_socket (mode 0600): the SlurmUser that runs "
                             "PrologSlurmctld, when serve runs as root"),
+    "user": Str("slurmguard", "user serve runs as (its unit's User=; setup controller creates "
+                "it): SlurmUser or a Slurm Admin, to drain (docs/install.md \"Least "
+                "privilege\"); root: the old root unit"),
     "tls_cert": Str("", "PEM certificate (chain) serve presents: with tls_key, serve speaks "
                     "HTTPS only; empty: plain HTTP (loopback and tests)"),
     "tls_key": Str("", "PEM private key of tls_cert, readable by serve's user only"),

@@ -333,3 +333,52 @@ def test_setup_writes_slurm_conf_for_the_hooks_when_not_the_default(tmp_path) ->
         assert (f"\nSLURM_CONF={conf}\n" in text) is written, text
         if not written:
             assert "SLURM_CONF" not in text  # Slurm finds its default without help
+
+
+def test_setup_controller_hands_serves_files_to_serve_user(tmp_path) -> None:
+    """serve.user (a real system user made for the test): the unit runs as it, it owns the
+    token (0600) and the store (0660, SlurmUser's group for the gate), and a second setup
+    changes nothing; root can still read everything."""
+    import pwd
+
+    require(os.geteuid() == 0 and shutil.which("useradd") is not None, "root and useradd")
+    user = "sgtest-serve"
+    subprocess.run(["userdel", user], capture_output=True)
+    subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--shell",
+                    "/usr/sbin/nologin", user], check=True, capture_output=True)
+    try:
+        prefix = tmp_path / "root"
+        cfg = prefix / "etc/slurmguard/slurmguard.toml"
+        cfg.parent.mkdir(parents=True)
+        from slurmguard.install.plan import prefixed_config
+
+        cfg.write_bytes(prefixed_config(str(prefix)).replace(
+            b"[serve]\n", f'[serve]\nuser = "{user}"\n'.encode()))
+        r = subprocess.run([VENV_SG, "-c", str(cfg), "setup", "controller", "--prefix",
+                            str(prefix)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        uid = pwd.getpwnam(user).pw_uid
+        unit = (prefix / "etc/systemd/system/slurmguard-serve.service").read_text()
+        assert f"\nUser={user}\n" in unit and "@SERVE_USER@" not in unit
+        token = (prefix / "etc/slurmguard/token").stat()
+        assert (token.st_uid, stat.S_IMODE(token.st_mode)) == (uid, 0o600)
+        store = (prefix / "var/lib/slurmguard/slurmguard.db").stat()
+        assert (store.st_uid, stat.S_IMODE(store.st_mode)) == (uid, 0o660)
+        assert (prefix / "var/lib/slurmguard").stat().st_uid == uid
+        again = subprocess.run([VENV_SG, "-c", str(cfg), "setup", "controller", "--prefix",
+                                str(prefix)], capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0 and "\n0 changes;" in again.stdout, again.stdout
+    finally:
+        subprocess.run(["userdel", user], capture_output=True)
+
+
+def test_setup_under_a_prefix_never_creates_serves_user(installed) -> None:
+    _, _, out = installed
+    unit = (installed[0] / "etc/systemd/system/slurmguard-serve.service").read_text()
+    assert "\nUser=slurmguard\n" in unit
+    import pwd
+
+    try:
+        pwd.getpwnam("slurmguard")
+    except KeyError:  # the usual case on a test host: setup said so instead
+        assert "serve.user slurmguard does not exist on this host: --prefix never creates" in out

@@ -282,7 +282,7 @@ class Doctor:
         unit_dir = f"{prefix}{UNIT_DIR}"
         exe = _sourced_slurmguard(defaults)
         stale, ok, missing = [], [], []
-        for name, content in unit_files(self.role, exe):
+        for name, content in unit_files(self.role, exe, str(self.cfg["serve.user"])):
             path = os.path.join(unit_dir, name)
             try:
                 with open(path, "rb") as fh:
