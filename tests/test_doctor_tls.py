@@ -121,3 +121,34 @@ def test_node_handshakes_with_serve_as_the_hooks_do(ca, tmp_path):
         assert "unable to get local issuer certificate" in bad["TLS localhost"]["detail"]
     finally:
         s.stop()
+
+
+def test_doctor_says_whether_serves_user_may_drain(tmp_path):
+    """No accounting here: a user that is neither root nor SlurmUser is a warning with the
+    fix (sacctmgr cannot say whether it is an Admin); root passes; a user that does not exist
+    fails naming setup."""
+    import os
+    import shutil
+    import subprocess
+
+    from support.helpers import require
+
+    require(os.geteuid() == 0 and shutil.which("useradd") is not None, "root and useradd")
+
+    def item(user: str) -> dict:
+        cfg = tmp_path / f"{user}.toml"
+        cfg.write_text(f'[serve]\nuser = "{user}"\nhost = "127.0.0.1"\n')
+        r = run_sg("-c", str(cfg), "doctor", "controller", "--json", timeout=60)
+        return {i["name"]: i for i in json.loads(r.stdout)["items"]}["serve user"]
+
+    assert item("root")["status"] == "pass"
+    missing = item("sgtest-nobody-here")
+    assert missing["status"] == "FAIL" and "setup controller" in missing["fix"]
+    subprocess.run(["useradd", "--system", "--no-create-home", "sgtest-serveuser"],
+                   capture_output=True)
+    try:
+        other = item("sgtest-serveuser")
+    finally:
+        subprocess.run(["userdel", "sgtest-serveuser"], capture_output=True)
+    assert other["status"] == "warn", other
+    assert "adminlevel=Admin" in other["fix"] and "AdminLevel unknown" in other["detail"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import ssl
 import subprocess
 import time
@@ -146,3 +147,20 @@ def test_a_missing_ca_file_is_a_tls_delivery_error(tls_serve, tmp_path):
         serve_client.post_records(f"https://localhost:{s.port}/ingest", TOKEN, [], 5,
                                   ca=str(tmp_path / "nope.pem"))
     assert err.value.tls and "serve.tls_ca" in str(err.value) and "nope.pem" in str(err.value)
+
+
+def test_a_replaced_ca_file_is_read_again(tmp_path):
+    """The resident agent builds its TLS context once per version of serve.tls_ca."""
+    from slurmguard.adapters.tls import client_context
+
+    first, second = TestCA(tmp_path / "a", "CA one"), TestCA(tmp_path / "b", "CA two")
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(first.ca_file.read_bytes())
+    one = client_context(str(ca))
+    assert client_context(str(ca)) is one
+    ca.write_bytes(second.ca_file.read_bytes())
+    os.utime(ca, ns=(time.time_ns(), time.time_ns() + 10**9))  # a later version of the file
+    two = client_context(str(ca))
+    assert two is not one
+    names = [c["subject"][0][0][1] for c in two.get_ca_certs()]
+    assert names == ["CA two"]

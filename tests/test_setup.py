@@ -353,7 +353,7 @@ def test_setup_controller_hands_serves_files_to_serve_user(tmp_path) -> None:
         from slurmguard.install.plan import prefixed_config
 
         cfg.write_bytes(prefixed_config(str(prefix)).replace(
-            b"[serve]\n", f'[serve]\nuser = "{user}"\n'.encode()))
+            b'user = "root"', f'user = "{user}"'.encode()))
         r = subprocess.run([VENV_SG, "-c", str(cfg), "setup", "controller", "--prefix",
                             str(prefix)], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
@@ -372,13 +372,20 @@ def test_setup_controller_hands_serves_files_to_serve_user(tmp_path) -> None:
         subprocess.run(["userdel", user], capture_output=True)
 
 
-def test_setup_under_a_prefix_never_creates_serves_user(installed) -> None:
-    _, _, out = installed
-    unit = (installed[0] / "etc/systemd/system/slurmguard-serve.service").read_text()
-    assert "\nUser=slurmguard\n" in unit
-    import pwd
+def test_setup_under_a_prefix_never_creates_serves_user(installed, tmp_path) -> None:
+    prefix, _, out = installed
+    unit = (prefix / "etc/systemd/system/slurmguard-serve.service").read_text()
+    assert "\nUser=root\n" in unit  # the prefix's own config says so
+    assert 'user = "root"' in (prefix / "etc/slurmguard/slurmguard.toml").read_text()
+    # a prefix config naming a user the host lacks: a note, nothing created, files root's
+    cfg = tmp_path / "sg.toml"
+    from slurmguard.install.plan import prefixed_config
 
-    try:
-        pwd.getpwnam("slurmguard")
-    except KeyError:  # the usual case on a test host: setup said so instead
-        assert "serve.user slurmguard does not exist on this host: --prefix never creates" in out
+    cfg.write_bytes(prefixed_config(str(tmp_path / "r")).replace(b'user = "root"',
+                                                                  b'user = "sgtest-absent"'))
+    r = subprocess.run([VENV_SG, "-c", str(cfg), "setup", "controller", "--prefix",
+                        str(tmp_path / "r"), "--dry-run"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "serve.user sgtest-absent does not exist on this host: --prefix never creates" \
+        in r.stdout

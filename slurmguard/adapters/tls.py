@@ -30,10 +30,17 @@ _IP_MISMATCH = 64  # X509_V_ERR_IP_ADDRESS_MISMATCH
 _EXPIRED = 10  # X509_V_ERR_CERT_HAS_EXPIRED
 
 
-@functools.lru_cache(maxsize=8)
 def client_context(ca: str = "") -> ssl.SSLContext:
-    """The verifying client context for ``ca`` (cached: a process builds it once). Raises
-    OSError or ssl.SSLError for an unreadable or malformed CA file."""
+    """The verifying client context for ``ca``, built once per version of the file (the
+    resident agent sees a replaced CA file without a restart). Raises OSError or
+    ssl.SSLError for an unreadable or malformed CA file."""
+    import os
+
+    return _context(ca, os.stat(ca).st_mtime_ns if ca else 0)
+
+
+@functools.lru_cache(maxsize=8)
+def _context(ca: str, _version: int) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=ca or None)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     return ctx

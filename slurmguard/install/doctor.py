@@ -89,8 +89,14 @@ class Doctor:
         else:
             self.guarded("store", self.check_store)
             self.guarded("serve token", self.check_serve_token)
+            self.guarded("serve user", self.check_serve_user)
         self.guarded("TLS", self.check_tls)
         return self.items
+
+    def check_serve_user(self) -> None:
+        from slurmguard.install.serveuser import doctor_item
+
+        doctor_item(self)
 
     def check_tls(self) -> None:
         from slurmguard.install import doctor_tls

@@ -172,6 +172,9 @@ path = "{p}/var/lib/slurmguard/slurmguard.db"
 
 [serve]
 token_file = "{p}/etc/slurmguard/token"
+# --prefix never creates host users (serve.user's default, slurmguard, is created by a setup
+# of the whole host): an installation below a directory runs serve as root.
+user = "root"
 
 [requeue]
 state_file = "{p}/var/lib/slurmguard/requeue-watch.json"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+from typing import Any
 
 from slurmguard.install.steps import ROOT, ActionStep, Owner
 
@@ -104,3 +105,47 @@ def store_file_step(path: str, own: Owner) -> ActionStep:
         return f"store file owner {own}, mode 0660: {', '.join(bad)}"
 
     return ActionStep("store file owner", probe, run)
+
+
+def doctor_item(doc: Any) -> None:
+    """doctor controller: may serve.user drain? SlurmUser and root may; anyone else must be a
+    Slurm Admin in accounting (asked with sacctmgr beside the configured sacct)."""
+    from slurmguard.adapters.slurm.conf import slurm_user
+
+    user = str(doc.cfg["serve.user"])
+    if user in ("", "root"):
+        doc.add("serve user", True, "root (serve.user): the root unit")
+        return
+    if not exists(user):
+        doc.add("serve user", False, f"serve.user {user} does not exist on this host",
+                "run: slurmguard setup controller (creates it)")
+        return
+    slurm = slurm_user(doc.conf) if doc.conf else ""
+    if user == slurm:
+        doc.add("serve user", True, f"{user} is SlurmUser: Slurm lets it drain and reboot")
+        return
+    level = _admin_level(user, str(doc.cfg["slurm.sacct"]))
+    detail = f"{user}: SlurmUser is {slurm or '(unknown)'}; AdminLevel {level}"
+    fix = (f"serve cannot drain or reboot as {user} unless it is a Slurm Admin: sacctmgr -i "
+           f"modify user name={user} set adminlevel=Admin, or serve.user = "
+           f"\"{slurm or 'slurm'}\" (docs/install.md \"Least privilege\")")
+    if level.startswith("unknown"):  # no accounting to ask: say it, but it may hold
+        doc.add_warning("serve user", detail, fix)
+    else:
+        doc.add("serve user", level == "Administrator", detail, fix)
+
+
+def _admin_level(user: str, sacct: str) -> str:
+    from slurmguard.errors import SlurmguardError
+    from slurmguard.proc import run_command
+
+    sacctmgr = os.path.join(os.path.dirname(sacct), "sacctmgr")
+    try:
+        res = run_command([sacctmgr, "-n", "-P", "show", "user", user, "format=adminlevel"],
+                          timeout=10, check=False)
+    except (SlurmguardError, OSError) as exc:
+        return f"unknown ({exc})"
+    if res.rc != 0:
+        last = (res.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"unknown (sacctmgr exited {res.rc}: {last[:120]})"
+    return res.stdout.strip().splitlines()[0] if res.stdout.strip() else "none (not in accounting)"
