@@ -6,6 +6,7 @@ may (docs/triage.md "Who may")."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -137,3 +138,23 @@ def test_a_member_of_admin_groups_is_recorded_by_name_and_root_always_may(site):
     assert r.returncode == 0, r.stderr
     assert ("n2", "drain", "admin:root") in [(n, k, w) for n, k, w in _events(url)]
     assert c.node("n2").drained and c.node("n2").reason == "slurmguard: admin: root may"
+
+
+def test_admin_reads_follow_the_store_files_mode(site):
+    """SQLite has no roles: a member of the store's group reads it (`nodes`, `node show`,
+    `events`); anyone else cannot open it at all, and says so in one line (exit 5)."""
+    d, cfg, c, url = site
+    from slurmguard.store import Store
+
+    store = Store.open(url=url)
+    try:
+        store.nodes.record_event("n1", "drain", "admin:root", "a test row")
+    finally:
+        store.close()
+    r = as_user(INSIDER, cfg, "events", "--json", env=c.env)
+    assert r.returncode == 0, r.stderr
+    assert [e["node"] for e in json.loads(r.stdout)] == ["n1"]
+    assert as_user(INSIDER, cfg, "nodes", "--json", env=c.env).returncode == 0
+    denied = as_user(OUTSIDER, cfg, "events", "--json", env=c.env)
+    assert denied.returncode == 5, denied.stderr
+    assert len(denied.stderr.strip().splitlines()) == 1 and "store" in denied.stderr, denied.stderr
