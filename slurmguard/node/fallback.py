@@ -34,10 +34,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from slurmguard.contract import reason_source
 from slurmguard.errors import SlurmguardError
-from slurmguard.policy.blast import DrainRequest, cause_key, guard
-from slurmguard.policy.blast import scopes as blast_scopes
+from slurmguard.policy.blast import DrainRequest, guard, ledger, scopes, view_entry
 from slurmguard.policy.params import PolicyParams
 
 INTRINSIC = frozenset({"gpu-lost", "gpu-count", "gpu-ecc", "gpu-remap", "gpu-xid:79",
@@ -91,20 +89,14 @@ class SlurmPermit:
 
     def _decide(self, node: str, cause: str, reason: str, infos: dict[str, Any]) -> tuple[bool, str]:
         since = self.clock() - self.params.blast_window
-        recent: dict[str, set[str]] = {}
-        for name, i in infos.items():
-            if not (i.drained and i.ours) or name == node:
-                continue
-            theirs = cause_key(reason_source(i.reason) or "", i.reason)
-            at = _since_epoch(i.reason_time)
-            if theirs == cause and (at is None or at >= since):  # no time: counted
-                recent[name] = {cause}
-        groups = self.cfg.section("policy").get("groups") or {}
-        sc = blast_scopes({n: i.partitions for n, i in infos.items()}, groups, fleet=infos)
-        sc["fleet"] = sc.get("fleet", frozenset()) | {node}
+        # Slurm's view as the ledger: our drains, each with its cause and reason time (a drain
+        # without a readable time is counted: it is taken as now).
+        recent = ledger((view_entry(n, i.reason, _since_epoch(i.reason_time) or self.clock())
+                         for n, i in infos.items() if i.drained and i.ours and n != node), since)
+        sc = scopes(infos.values(), self.params.groups, fleet=[node])
         allowed, actions = guard([DrainRequest(node, cause, reason)], recent, sc, self.params)
         if allowed:
-            return True, f"serve unreachable, by Slurm's view: within the cap ({len(recent)} drained)"
+            mine = sum(cause in c for c in recent.values())
+            return True, f"serve unreachable, by Slurm's view: within the cap ({mine} drained)"
         alert = next((a.reason for a in actions if a.kind == "alert"), "refused")
         return False, f"serve unreachable, by Slurm's view: {alert}"
-
