@@ -8,9 +8,11 @@ Slurm's own node list says which nodes slurmguard drained, for what, and when (t
 (:func:`slurmguard.policy.blast.guard`, the same caps) to Slurm's view:
 
 - **Node-intrinsic faults drain at once**, no cap: a lost or missing GPU, uncorrectable ECC,
-  a failed row remap, a draining Xid (79 fallen off the bus, 48 double-bit ECC, 94/95
-  contained/uncontained ECC, 63/64 row remap, 74 NVLink). A shared cause cannot produce
-  them, and such a node must not take jobs.
+  a failed row remap, and every Xid that the Xid table drains (checks/xid_table.py
+  DRAIN_XIDS: 79 fallen off the bus, 48 double-bit ECC, 95 uncontained ECC, 64 row remap
+  failure, 74 NVLink, 119/120 GSP, ...). A shared cause cannot produce them, and such a node
+  must not take jobs. (63 and 94 are not among them: the table classes them info and app
+  error, so they never drain.)
 - **Anything else waits for its slot, then counts.** Time is cut into windows of
   ``hooks.fallback_slot`` seconds; a node decides only in windows whose number modulo
   ``hooks.fallback_slots`` equals its rank (modulo the same) in its first partition's
@@ -34,13 +36,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from slurmguard.checks.xid_table import DRAIN_XIDS
 from slurmguard.errors import SlurmguardError
 from slurmguard.policy.blast import DrainRequest, guard, ledger, scopes, view_entry
 from slurmguard.policy.params import PolicyParams
 
-INTRINSIC = frozenset({"gpu-lost", "gpu-count", "gpu-ecc", "gpu-remap", "gpu-xid:79",
-                       "gpu-xid:48", "gpu-xid:94", "gpu-xid:95", "gpu-xid:63", "gpu-xid:64",
-                       "gpu-xid:74"})
+# Node-intrinsic causes: the checks of one node's own hardware, and every Xid the one Xid
+# table drains (checks/xid_table.py DRAIN_XIDS; its classes, not a second list here). The hook
+# has imported the checks package before it can get here, so this costs nothing more.
+INTRINSIC_CHECKS = frozenset({"gpu-lost", "gpu-count", "gpu-ecc", "gpu-remap"})
+INTRINSIC = INTRINSIC_CHECKS | frozenset(f"gpu-xid:{code}" for code in DRAIN_XIDS)
 
 
 def wait_for_slot(rank: int, slots: int, slot: float, *, clock: Callable[[], float] = time.time,
