@@ -14,17 +14,18 @@ With ``blast_max_percent = 50``: cap 2 in rack1, 1 in small, 3 in gpu.
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.helpers import run_sg, sg_env
 from support.sgserve import new_port, new_store, write_config
 
 from slurmguard import config
 from slurmguard.store import Store
-
-pytestmark = pytest.mark.slurm
 
 MOUNT = "slurmguard: fs-mount: /shared: not mounted"
 XID79 = "slurmguard: gpu-xid: GPU 0 (PCI 0000:3b:00) Xid 79: GPU has fallen off the bus"
@@ -36,6 +37,7 @@ STEPS = [("n1", MOUNT, True), ("n2", XID79, True), ("n3", XID79, True), ("n4", X
          ("n5", MOUNT, True), ("n6", MOUNT, False)]
 
 
+@pytest.mark.slurm
 def test_replay_gives_back_the_live_guards_decisions(slurm_cluster_factory, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     from slurmguard.gate.answer import _drain  # the gate's drain path: a live guard caller
@@ -73,3 +75,45 @@ rack1 = "n[1-4]"
     assert (blast["newly_refused"], blast["newly_allowed"]) == (0, 0), blast
     assert (blast["drains"], blast["refusals"]) == (4, 2), blast
     assert blast["changed"] == [] and blast["partitions"] is True, blast
+
+
+PARTS = {**{f"n{i}": ("gpu",) for i in range(1, 5)}, "n5": ("gpu", "small"), "n6": ("gpu", "small")}
+CAUSES = ("fs-mount", "gpu-xid:79", "gpu-xid:48")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(sorted(PARTS)), st.sampled_from(CAUSES),
+                          st.integers(1, 1500)), min_size=1, max_size=14))
+def test_replay_agrees_with_the_permit_on_any_history(asks: list[tuple[str, str, int]]) -> None:
+    """Any sequence of drains of mixed causes, decided by the live permit
+    (drainguard.decide over a real SQLite store's ledger) and written as guarded_drain writes
+    it, comes back from replay (fleet/replay.blast_decisions over the history read back from
+    that store) with the same decisions, window edges included."""
+    from slurmguard.drainguard import decide
+    from slurmguard.fleet.replay import blast_decisions
+    from slurmguard.policy.blast import DrainRequest, scopes
+    from slurmguard.policy.params import PolicyParams
+    from slurmguard.store.fleet import load_history
+
+    p = PolicyParams(blast_max_percent=50.0, blast_max_nodes=3, blast_window=3600.0,
+                     groups={"rack1": "n[1-4]"})
+    sc = scopes(PARTS, p.groups)
+    with tempfile.TemporaryDirectory() as d:
+        store = Store.open(url=new_store(Path(d)))
+        try:
+            at, live = 1_800_000_000.0, []
+            for node, cause, dt in asks:
+                at += dt
+                v = decide(store, DrainRequest(node, cause, f"slurmguard: {cause}: x"), sc, p,
+                           via="test", now=at)
+                if v.allowed:  # what guarded_drain writes once Slurm has drained
+                    store.nodes.record_event(node, "drain", "slurmguard", "x", source=cause, at=at)
+                live.append(v.allowed)
+            h = load_history(store.engine, since=1_800_000_000.0, until=at)
+        finally:
+            store.close()
+    h.partitions = dict(PARTS)
+    decisions, _ = blast_decisions(h, p)
+    assert [ok for *_, ok in decisions] == live
+    assert [kind for _, _, _, kind, _ in decisions] == [
+        "drain" if ok else "drain_refused" for ok in live]

@@ -14,9 +14,10 @@ alert per (cause, scope) that names a suspect shared cause, needs at least two n
 that cause (the cap's worth already drained plus the one asking).
 
 ``recent`` is the ledger's view: node -> the causes slurmguard drained (or permitted a drain
-of) it for within the window. A node already counted for a cause costs nothing more. A plain
-iterable of nodes (cause unknown) counts each node against every cause: the conservative
-reading, used by callers that only see Slurm's drains.
+of) it for within the window, built by :func:`ledger` for every caller (the store's events,
+Slurm's view, replay's own drains). A node already counted for a cause costs nothing more. A
+cause of :data:`ANY_CAUSE` (unknown: the reconciler's marks) counts against every cause.
+The scopes come from :func:`scopes`, the one builder every caller uses.
 
 The decision is a pure function of (recent, scopes, params, requests), so it can run inside
 one database transaction that serializes it across serve replicas.
