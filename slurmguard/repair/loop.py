@@ -110,8 +110,7 @@ class RepairPass:
         busy = _running(self.slurm.jobs())
         events, drains = self._ledger(now)
         self._events = events
-        scopes = blast_scopes({i.name: i.partitions for i in infos.values()},
-                              self.cfg.section("policy").get("groups") or {}, fleet=infos)
+        scopes = blast_scopes(infos.values(), self.cfg.section("policy").get("groups"))
         lemons = {s.name for s in self.store.nodes.summary(list(drains)) if s.lemon}
         only = set(self.section["partitions"])
         nodes = []
