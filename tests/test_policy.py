@@ -87,6 +87,19 @@ def _nodes(n: int, prefix: str = "n") -> frozenset[str]:
     return frozenset(f"{prefix}{i}" for i in range(1, n + 1))
 
 
+def test_an_alert_counts_only_the_nodes_of_its_scope() -> None:
+    # fs-mount seen failing on n1 (partition gpu only) and n5, n6 (also in the small
+    # partition, cap 1): the refusal's alert names the small partition's two nodes, not n1.
+    scopes = {"fleet": _nodes(6), "partition:gpu": _nodes(6), "partition:small": frozenset({"n5", "n6"})}
+    req = DrainRequest("n6", "fs-mount", "slurmguard: fs-mount: /shared missing")
+    allowed, actions = guard([req], {"n1": {"fs-mount"}, "n5": {"fs-mount"}}, scopes,
+                             PolicyParams(blast_max_percent=50),
+                             failing={"fs-mount": ["n1", "n5", "n6"]})
+    (alert,) = [a for a in actions if a.kind == "alert"]
+    assert not allowed and alert.scope == "partition:small"
+    assert alert.nodes == ("n5", "n6") and "failing on 2 nodes of partition:small" in alert.reason
+
+
 def test_twenty_nodes_failing_fs_mount_drain_two_and_raise_one_alert() -> None:
     part = _nodes(20)
     scopes = {"fleet": part, "partition:gpu": part}

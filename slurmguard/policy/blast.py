@@ -186,9 +186,12 @@ def _refusals(refused: Mapping[tuple[str, str], list[DrainRequest]], allowed: li
     for (cause, scope), reqs in sorted(refused.items()):
         for r in reqs:
             actions.append(Action("refuse", node=r.node, source=cause, reason=r.reason, scope=scope))
+        # The nodes of this scope only: a fault seen elsewhere in the fleet is not this
+        # scope's (the alert names the scope, and its count is of its members).
+        members = scopes.get(scope, frozenset())
         seen = set(failing.get(cause, ())) if failing else set()
         seen |= {r.node for r in reqs} | {a.node for a in allowed if a.cause == cause}
-        members = scopes.get(scope, frozenset())
+        seen = {n for n in seen if n in members}
         seen |= {n for n, causes in ledger.items() if n in members and cause in causes}
         if len(seen) < 2:
             # Refused only because of earlier drains of unknown cause: say so, and do not
