@@ -27,8 +27,6 @@ from slurmguard.store.burnin_read import (
     pack_series,
 )
 
-pytest.importorskip("numpy")
-
 
 @dataclass(frozen=True)
 class R:
