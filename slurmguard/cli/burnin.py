@@ -96,7 +96,8 @@ def worker_cmd(ctx: click.Context, level: str, node_flag: str | None) -> int:
 
     Each measurement runs in a child process with burnin.measurement_timeout; values go to
     the store as each ends. Exit 0 complete, 1 failed (a health check or a hard
-    measurement failure), 143 cut short by SIGTERM (recorded as partial).
+    measurement failure), 3 refused at start (a GPU load needs torch and the node has only
+    cupy; recorded as partial), 143 cut short by SIGTERM (recorded as partial).
 
     \b
     Example:
