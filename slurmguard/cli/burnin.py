@@ -71,7 +71,7 @@ def submit_cmd(ctx: click.Context, nodeset: str | None, idle: bool, reservation:
     store = open_store(cfg)
     slurm = slurm_of(cfg)
     root = ctx.find_root().obj or {}
-    done = sm.submit(cfg, store, slurm, nodes, idle=idle, level=level, reservation=reservation,
+    done = sm.submit(cfg, store, slurm, nodes, level=level, reservation=reservation,
                      config_path=root.get("config_path"),
                      progress=lambda xs: bar(xs, total=len(xs), desc="sbatch"))
     left: list[int] = []
