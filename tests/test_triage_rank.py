@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from slurmguard.store.api import AlertRow, NodeSummary
 from slurmguard.triage.rank import rank, slow_nodes
 
-api = pytest.importorskip("slurmguard.store.api", reason="the store has not landed")
-NodeSummary, AlertRow = api.NodeSummary, api.AlertRow
 NOW = 1_800_000_000.0
 
 
