@@ -1,5 +1,6 @@
-"""The repair tests' real cluster (tests/test_repair_cluster.py): nodes that report their own
-health through Slurm, a BMC that reboots them, and what their health checks read.
+"""The repair tests' real cluster (tests/test_repair_cluster.py,
+tests/test_repair_verify_cluster.py): nodes that report their own health through Slurm, a BMC
+that reboots them, and what their health checks read.
 
 * :class:`NodeHardware`: per node, the kernel log the ``gpu-xid`` check reads
   (``checks.xid.source = "file"``, tests/fakehw/kmsg.py's real record format), a boot id and
