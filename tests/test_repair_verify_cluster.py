@@ -171,7 +171,13 @@ def test_a_fault_that_survives_is_seen_by_the_health_check_at_boot_and_ticketed(
     (st,) = store.nodes.summary(["n2"])
     # A lemon's reason is a drain reason: policy drains a lemon again with it.
     assert st.lemon and st.lemon_reason.startswith("slurmguard: repair: ticket: ")
-    assert cluster.node("n2").drained  # kept out, though Slurm returned it after the reboot
+    # Kept out by the ticket itself: n2 was still DOWN from the reboot (the ticket came
+    # seconds after the proof), and Slurm's ReturnToService would have put it back in service
+    # at its next ping, after the reservation was gone; drained while DOWN, it came back drained.
+    (tk,) = [e for e in ev if e.kind == "repair_ticket"]
+    assert tk.details["kept_out"] == "drained", tk
+    info = cluster.node("n2")
+    assert info.drained and info.reason.startswith("slurmguard: repair: ticket: "), info
 
 
 def _burnin_fails_verification(rig: Rig, tmp_path: Path, node: str, fault: str,  # noqa: ANN202
@@ -207,6 +213,8 @@ def _burnin_fails_verification(rig: Rig, tmp_path: Path, node: str, fault: str, 
     assert "repair_return" not in kinds and kinds.count("repair_ticket") == 1
     (st,) = s.store.nodes.summary([node])
     assert st.lemon and not st.probation
+    (tk,) = [e for e in ev if e.kind == "repair_ticket"]
+    assert tk.details["kept_out"] == "drained", tk  # the ticket drained it again
     assert s.cluster.node(node).drained  # kept out
     assert f"sg_repair_{node}" not in s.cluster.run("scontrol", "show", "reservation").stdout
     return outs[1], run
@@ -231,3 +239,20 @@ def test_a_quick_burn_in_slower_than_its_peers_is_a_failed_rung(rig, tmp_path):
     assert "site_seconds 50 s = 0.20 of group median" in out.reason, out.reason
     print(f"\n  {out.reason}")
     assert (run.status, run.verdict, run.reservation) == ("complete", "flagged", "sg_repair_n2")
+
+
+def test_only_our_own_reboot_down_is_drained_while_down(rig):
+    """The adapter's drain of a node still DOWN from repair's reboot (what keeps a ticketed
+    node out): our reason only; an admin's DOWN and a node in service are left alone."""
+    c, cli = rig.cluster, rig.cluster.cli()
+    ticket = "slurmguard: repair: ticket: ladder exhausted after 1 rungs"
+    c.run("scontrol", "update", "nodename=n4", "state=down", "reason=PSU swap, ask Kim")
+    c.run("scontrol", "update", "nodename=n5", "state=down",
+          "reason=slurmguard: repair: gpu-xid:79: reboot (attempt 1)")
+    assert not cli.drain_ours_down("n4", ticket)
+    assert cli.node("n4").raw["Reason"].startswith("PSU swap, ask Kim")  # theirs, untouched
+    assert not cli.drain_ours_down("n6", ticket)  # in service: not DOWN, nothing to do
+    assert not cli.node("n6").drained
+    assert cli.drain_ours_down("n5", ticket)
+    info = cli.node("n5")
+    assert info.down and info.drained and info.raw["Reason"].startswith(ticket), info

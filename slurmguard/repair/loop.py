@@ -355,9 +355,14 @@ class RepairPass:
         """A ticketed node stays out: drained again if a reboot let Slurm return it."""
         from slurmguard.drainguard import Unguarded, guarded_drain
 
+        reason = f"{REASON_PREFIX} repair: ticket: {why}"
         done = guarded_drain(self.slurm, Unguarded("repair: a ticketed node stays out"),
-                             n.name, n.cause, f"{REASON_PREFIX} repair: ticket: {why}",
-                             via="repair", ledger=None)
+                             n.name, n.cause, reason, via="repair", ledger=None)
+        # Still DOWN from our reboot (a ticket can follow the proof within seconds, when the
+        # health check at boot failed): ReturnToService=2 would return it at its next ping,
+        # after the reservation is gone. Drained now, it comes back drained.
+        if done.result == "already" and self.slurm.drain_ours_down(n.name, reason):
+            return "drained"
         return done.result
 
     # -- evidence
