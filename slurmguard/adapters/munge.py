@@ -21,10 +21,7 @@ digest (serve recomputes it, so a credential cannot be reused for another body).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import socket
-import threading
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from slurmguard.errors import CommandError, SlurmguardError
 
@@ -59,8 +56,7 @@ class MungeError(SlurmguardError):
         return _STATUS_WORDS.get(self.status, "invalid")
 
 
-@dataclass(frozen=True)
-class Credential:
+class Credential(NamedTuple):  # a NamedTuple: dataclasses and socket cost a prolog 80 ms
     """What a decoded credential says, as munged vouches for it."""
 
     uid: int
@@ -72,37 +68,38 @@ class Credential:
 
 
 class _Lib:
-    """libmunge, loaded once; None where it cannot be."""
+    """libmunge, loaded once; None where it cannot be. (Two threads loading it at once
+    both get the same library: no lock needed.)"""
 
-    _lock = threading.Lock()
     _lib: ctypes.CDLL | None = None
     _tried = False
 
     @classmethod
     def get(cls) -> ctypes.CDLL | None:
-        with cls._lock:
-            if not cls._tried:
-                cls._tried = True
-                try:
-                    lib = ctypes.CDLL(LIBRARY)
-                    lib.munge_ctx_create.restype = ctypes.c_void_p
-                    lib.munge_ctx_destroy.argtypes = [ctypes.c_void_p]
-                    lib.munge_ctx_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p]
-                    lib.munge_ctx_get.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-                    lib.munge_encode.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p,
-                                                 ctypes.c_char_p, ctypes.c_int]
-                    lib.munge_decode.argtypes = [
-                        ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
-                        ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint32),
-                        ctypes.POINTER(ctypes.c_uint32)]
-                    lib.munge_strerror.restype = ctypes.c_char_p
-                    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-                    libc.free.argtypes = [ctypes.c_void_p]
-                    lib.sg_free = libc.free  # type: ignore[attr-defined]
-                    cls._lib = lib
-                except (OSError, AttributeError):
-                    cls._lib = None
-            return cls._lib
+        if not cls._tried:
+            try:
+                lib = ctypes.CDLL(LIBRARY)
+                lib.munge_ctx_create.restype = ctypes.c_void_p
+                lib.munge_ctx_destroy.argtypes = [ctypes.c_void_p]
+                lib.munge_ctx_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p]
+                lib.munge_ctx_get.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+                lib.munge_encode.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p,
+                                             ctypes.c_char_p, ctypes.c_int]
+                lib.munge_decode.argtypes = [
+                    ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                    ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint32),
+                    ctypes.POINTER(ctypes.c_uint32)]
+                lib.munge_strerror.restype = ctypes.c_char_p
+                # The process's own symbols hold libc's free (ctypes.util.find_library
+                # would run ldconfig: 150 ms at a prolog's first credential).
+                libc = ctypes.CDLL(None)
+                libc.free.argtypes = [ctypes.c_void_p]
+                lib.sg_free = libc.free  # type: ignore[attr-defined]
+                cls._lib = lib
+            except (OSError, AttributeError):
+                cls._lib = None
+            cls._tried = True
+        return cls._lib
 
 
 def library_available() -> bool:
@@ -159,7 +156,7 @@ def decode(cred: str, *, sock: str = "", use_library: bool = True) -> Credential
             lib.munge_ctx_get(ctx, _OPT_ADDR4, addr)
             lib.munge_ctx_get(ctx, _OPT_ENCODE_TIME, ctypes.byref(when))
             lib.munge_ctx_get(ctx, _OPT_TTL, ctypes.byref(ttl))
-            found = Credential(uid=uid.value, gid=gid.value, origin=socket.inet_ntoa(addr.raw),
+            found = Credential(uid=uid.value, gid=gid.value, origin=".".join(map(str, addr.raw)),
                                encode_time=when.value, ttl=ttl.value, payload=payload)
         if err != 0:
             raise MungeError(f"unmunge: {lib.munge_strerror(err).decode(errors='replace')}", err,
@@ -204,11 +201,12 @@ def _decode_tool(cred: str, sock: str) -> Credential:
     if code in (0, EXPIRED, REWOUND, REPLAYED):
         try:
             origin = meta["ENCODE_HOST"].rsplit("(", 1)[1].rstrip(")")
-            socket.inet_aton(origin)
+            if len([int(x) for x in origin.split(".") if 0 <= int(x) < 256]) != 4:
+                raise ValueError(origin)
             found = Credential(uid=_in_parens(meta["UID"]), gid=_in_parens(meta["GID"]),
                                origin=origin, encode_time=_in_parens(meta["ENCODE_TIME"]),
                                ttl=int(meta["TTL"]), payload=payload.encode("latin-1"))
-        except (KeyError, IndexError, ValueError, OSError):
+        except (KeyError, IndexError, ValueError):
             if code == 0:
                 raise MungeError(f"unmunge: unreadable answer: {res.stdout[:120]!r}") from None
     if res.rc != 0 or code != 0 or found is None:
