@@ -1,7 +1,8 @@
 """The ingest HTTP server: result records in, batched exactly-once writes to the store.
 
     POST /ingest   body {"records": [record, ...]} (or one record), header
-                   "Authorization: Bearer <token>"; answer 200
+                   "Authorization: MUNGE <credential>" (serve.auth = munge; 403 for a write
+                   for another node, serve/auth.py) or "Bearer <token>"; answer 200
                    {"stored": [ids], "duplicate": [ids], "rejected": {id: "one line"}}
                    only after the batch holding them has committed; 422 with the same
                    fields when every record of the request was rejected. 401 without the
