@@ -41,11 +41,20 @@ def read_token(path: str) -> str:
     return token
 
 
-def node_auth(cfg: Config, *, socket_key: str = "hooks.munge_socket") -> Auth:
-    """How this node (or job) signs its requests, by ``serve.auth``: a MUNGE credential over
-    each body (the default), or the shared token of ``hooks.token_file``."""
-    if str(cfg["serve.auth"]) == "token":
+def node_auth(cfg: Config, node: str, *, socket_key: str = "hooks.munge_socket") -> Auth:
+    """How node ``node`` signs its requests, by ``serve.auth``: a MUNGE credential over each
+    body (the default), its node key (``hooks.node_key_file``), or the shared token of
+    ``hooks.token_file``."""
+    mode = str(cfg["serve.auth"])
+    if mode == "token":
         return read_token(str(cfg["hooks.token_file"]))
+    if mode == "node-key":
+        import time
+
+        from slurmguard.nodekey import node_key_header
+
+        secret = read_token(str(cfg["hooks.node_key_file"]))
+        return lambda body: node_key_header(secret, node, body, time.time())
     return munge_signer(str(cfg[socket_key]))
 
 
@@ -113,7 +122,7 @@ def drain_permit(node: str, check: str, reason: str, cfg: Config) -> tuple[bool,
     if not urls:
         return True, "no report_url"
     try:
-        token = node_auth(cfg)
+        token = node_auth(cfg, node)
         _, answer = post_first(urls, token, {"node": node, "check": check, "reason": reason},
                                float(hooks.get("report_timeout", 2.0)), path="/permit")
     except DeliveryError as exc:

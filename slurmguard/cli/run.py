@@ -89,7 +89,7 @@ def _drain_watch(cfg, on: bool):  # type: ignore[no-untyped-def]
 def _slow_reporter(cfg):  # type: ignore[no-untyped-def]
     """POST slow nodes to serve's /suspect, signed with a MUNGE credential of the job's user
     (serve.auth = "munge") or the job token, or None when not configured."""
-    munge = cfg is not None and str(cfg["serve.auth"]) == "munge"
+    munge = cfg is not None and str(cfg["serve.auth"]) == "munge"  # node-key: the job token
     if cfg is None or not (munge or cfg["notice.job_token_file"]) or not _serve_url(cfg):
         return None
     url = _serve_url(cfg) + "/suspect"

@@ -43,6 +43,32 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
     _run(ctx, host, port, no_policy)
 
 
+@serve_cmd.command("node-key")
+@click.argument("node")
+@click.pass_context
+def node_key_cmd(ctx: click.Context, node: str) -> None:
+    """Print NODE's key for serve.auth = "node-key" (sites on auth/slurm, without munged).
+
+    The key is HMAC-SHA256(site key, NODE) from serve.site_key_file (create that once: 32
+    random bytes, mode 0600, on the serve hosts only). Put the printed line into the node's
+    hooks.node_key_file (root, mode 0600) the way slurm.key reaches the nodes (your
+    configuration management); a node's key cannot give another node's (docs/security.md).
+
+    \b
+    Example:
+      slurmguard serve node-key gpu001 | ssh gpu001 'install -m 0600 /dev/stdin /etc/slurmguard/node.key'
+    """
+    from slurmguard import config
+    from slurmguard.nodekey import node_secret
+    from slurmguard.nodeset import validate_node_name
+    from slurmguard.serve.token import load_token
+
+    cfg = config.load((ctx.find_root().obj or {}).get("config_path"))
+    validate_node_name(node)
+    key = load_token(str(cfg["serve.site_key_file"]), key="serve.site_key_file")
+    click.echo(node_secret(key.encode(), node))
+
+
 @serve_cmd.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
@@ -158,7 +184,7 @@ def _token(cfg: Config) -> str:
     from slurmguard.serve.token import load_token
 
     path = str(cfg["serve.token_file"])
-    if str(cfg["serve.auth"]) == "munge" and not os.path.exists(path):
+    if str(cfg["serve.auth"]) != "token" and not os.path.exists(path):
         return ""
     return load_token(path)
 
@@ -177,8 +203,10 @@ def _server(cfg: Config, store: Any, token: str, metrics: Any, fleet: Any,
     # Running jobs ask which of their nodes are drained, and report slow ones (docs/requeue.md).
     slurm = SlurmCLI(cfg.section("slurm"))
     drain_view = DrainView(store, slurm)
+    site_key = (load_token(str(scfg["site_key_file"]), key="serve.site_key_file").encode()
+                if scfg["auth"] == "node-key" else b"")
     auth = Authenticator(str(scfg["auth"]), slurm, store, metrics,
-                         munge_socket=str(scfg["munge_socket"]))
+                         munge_socket=str(scfg["munge_socket"]), site_key=site_key)
     routes["/suspect"] = drain_view.suspect
     job_token = (load_token(str(cfg["notice.job_token_file"]), job=True)
                  if cfg["notice.job_token_file"] else "")

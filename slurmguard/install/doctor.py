@@ -378,6 +378,12 @@ class Doctor:
                 "any node can write records for every other node (test clusters only)",
                 'set serve.auth = "munge" (docs/security.md, "Node identity")'))
             return
+        if str(self.cfg["serve.auth"]) == "node-key":
+            key = "hooks.node_key_file" if self.role == "node" else "serve.site_key_file"
+            self._token("serve.auth", str(self.cfg[key]), "slurmguard serve node-key NODE on the "
+                        "controller; install the line as hooks.node_key_file (root, 0600)"
+                        if self.role == "node" else "create it: 32 random bytes, mode 0600")
+            return
         from slurmguard.adapters import munge
 
         key = "hooks.munge_socket" if self.role == "node" else "serve.munge_socket"

@@ -50,7 +50,7 @@ def deliver(record: dict[str, Any], cfg: Config, *, replay: bool = True) -> str:
     timeout = float(hooks.get("report_timeout", 2.0))
     deadline = time.monotonic() + timeout
     try:
-        token = node_auth(cfg)  # the shared token, or a MUNGE credential per body
+        token = node_auth(cfg, str(record.get("node", "")))  # the token, or signed per body
         # Replicas in order (report_url, then report_urls), each with its share of the time.
         url, answer = post_first(urls, token, {"records": [record]}, timeout)
     except DeliveryError:

@@ -45,10 +45,13 @@ class Authenticator:
     """The ``serve.auth = "munge"`` check, and the allocation check of /suspect in any mode."""
 
     def __init__(self, mode: str, slurm: Any, store: Any, metrics: Any, *, munge_socket: str = "",
+                 site_key: bytes = b"",
                  node_cache_s: float = 60.0, job_cache_s: float = 2.0, event_per_s: float = 60.0,
                  resolve: Callable[[str], Collection[str]] = resolve4) -> None:
         self.mode, self.slurm, self.store, self.metrics = mode, slurm, store, metrics
         self.munge_socket = munge_socket
+        self.site_key = site_key
+        self._seen: dict[str, float] = {}  # node-key signatures used, until their window ends
         self.node_cache_s, self.job_cache_s = node_cache_s, job_cache_s
         self.resolve = resolve
         self.events = identity.EventLimit(event_per_s)
@@ -58,24 +61,31 @@ class Authenticator:
         self._uids: frozenset[int] | None = None
 
     # -- the dispatcher's look at the head (no body yet)
+    def signs(self, path: str) -> bool:
+        """Whether a POST to ``path`` is signed (else the token decides): munge, every
+        write; node-key, the nodes' writes (jobs hold no node key: /suspect keeps the job
+        token, with the allocation check)."""
+        return self.mode == "munge" or (self.mode == "node-key" and path not in JOB_PATHS)
+
     def early(self, path: str, header: str | None) -> tuple[int, dict[str, Any]] | None:
-        """In munge mode a POST without a credential is refused before its body is read."""
-        if self.mode != "munge":
-            return None
-        if not header or not header.startswith(SCHEME):
+        """A signed POST without its signature is refused before its body is read."""
+        scheme = SCHEME if self.mode == "munge" else identity.NODE_KEY_SCHEME
+        if not header or not header.startswith(scheme):
             self._count("missing", path)
-            return 401, {"error": "refused (missing): this serve takes MUNGE credentials "
-                                  "(serve.auth = munge), not a token"}
+            return 401, {"error": f"refused (missing): this serve takes {scheme.strip()} "
+                                  f"signatures (serve.auth = {self.mode}), not a token"}
         return None
 
     # -- the handler's check, with the body
     def check(self, path: str, header: str | None, raw: bytes, body: Any,
               peer: str = "") -> tuple[int, dict[str, Any]] | None:
         """None when the write may go ahead; else (403, {"error": one line})."""
-        if self.mode != "munge":
+        if not self.signs(path):
             if path in JOB_PATHS:
                 return self._refuse(path, self._job(None, raw, body), None, peer)
             return None
+        if self.mode == "node-key":
+            return self._node_key(path, header or "", raw, body, peer)
         if not header or not header.startswith(SCHEME):
             return self._refuse(path, identity.Refusal("missing", "no MUNGE credential"), None, peer)
         try:
@@ -92,6 +102,26 @@ class Authenticator:
         named = _named_nodes(path, body)
         refusal = identity.node_request(cred, raw, named, origins, self._node_uids(), time.time())
         return self._refuse(path, refusal, cred, peer, origins.get(cred.origin, frozenset()))
+
+    def _node_key(self, path: str, header: str, raw: bytes, body: Any,
+                  peer: str) -> tuple[int, dict[str, Any]] | None:
+        now = time.time()
+        node, refusal = identity.node_key_request(header, self.site_key, raw,
+                                                  _named_nodes(path, body), now, self._used)
+        # Only a good signature names its node; a forged one is counted and logged only.
+        own = frozenset({node}) if refusal is None or refusal.reason != "invalid" else frozenset()
+        return self._refuse(path, refusal, None, f"{peer} as {node}" if node else peer, own)
+
+    def _used(self, sig: str) -> bool:
+        """Whether ``sig`` was seen within its window; remembers it."""
+        now = time.time()
+        with self._lock:
+            if len(self._seen) > 100000:
+                self._seen = {s: t for s, t in self._seen.items() if t > now}
+            if self._seen.get(sig, 0.0) > now:
+                return True
+            self._seen[sig] = now + 2 * identity.NODE_KEY_WINDOW
+            return False
 
     def _job(self, cred: munge.Credential | None, raw: bytes, body: Any) -> identity.Refusal | None:
         from slurmguard.serve.drains import parse_suspect

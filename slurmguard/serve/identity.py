@@ -25,10 +25,15 @@ replayed, body-mismatch, wrong-uid, unknown-origin, other-node, unknown-job, out
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from slurmguard.adapters.munge import Credential
+from slurmguard.nodekey import NODE_KEY_SCHEME, NODE_KEY_WINDOW, node_secret, node_sig
+
+__all__ = ["NODE_KEY_SCHEME", "NODE_KEY_WINDOW", "Refusal", "node_request", "job_request",
+           "node_key_request", "origin_map", "EventLimit", "body_digest"]
 
 REASONS = ("missing", "invalid", "expired", "rewound", "replayed", "body-mismatch", "wrong-uid",
            "unknown-origin", "other-node", "unknown-job", "outside-job")
@@ -111,6 +116,32 @@ def origin_map(nodes: Iterable[tuple[str, str, str]],
             for ip in resolve(ref):
                 out.setdefault(ip, set()).add(name)
     return {ip: frozenset(names) for ip, names in out.items()}
+
+
+# -- node-key mode (sites on auth/slurm, without munged): slurmguard/nodekey.py signs.
+def node_key_request(header: str, site_key: bytes, body: bytes, named: Iterable[str],
+                     now: float, seen: Callable[[str], bool]) -> tuple[str, Refusal | None]:
+    """(the signing node, None) when a node-key request may stand, else (node or "", why).
+
+    ``seen(sig)`` says whether this signature was used before (and remembers it)."""
+    fields = dict(part.partition("=")[::2] for part in header[len(NODE_KEY_SCHEME):].split(","))
+    node, sig = fields.get("node", ""), fields.get("sig", "")
+    try:
+        t = int(fields.get("t", ""))
+    except ValueError:
+        return node, Refusal("invalid", "no time in the node-key header")
+    if not node or len(sig) != 64:
+        return node, Refusal("invalid", "node-key header without node or sig")
+    if not hmac.compare_digest(sig, node_sig(node_secret(site_key, node), node, t, body)):
+        return node, Refusal("invalid", f"signature is not {node}'s over this body")
+    if abs(now - t) > NODE_KEY_WINDOW:
+        return node, Refusal("expired", f"signed {now - t:.0f} s ago (window {NODE_KEY_WINDOW:.0f} s)")
+    if seen(sig):
+        return node, Refusal("replayed", "this signature was used before")
+    others = sorted(set(named) - {node})
+    if others:
+        return node, Refusal("other-node", f"{node} wrote for {others[0]}")
+    return node, None
 
 
 class EventLimit:

@@ -168,7 +168,6 @@ class IngestServer:
         self.job_token, self.job_routes = job_token, job_routes
         # Who sent a write (serve/auth.py): MUNGE credentials, or the token above in token mode.
         self.auth = auth
-        self.munge = auth is not None and auth.mode == "munge"
         self.metrics = metrics or ServeMetrics()
         self.metrics_token = metrics_token
         self.writer = BatchWriter(store, batch_size=batch_size, interval=batch_interval,
@@ -215,12 +214,16 @@ class IngestServer:
         return bool(self.job_token) and path in self.job_routes and hmac.compare_digest(
             given, self.job_token.encode())
 
+    def signed(self, path: str) -> bool:
+        """Whether POSTs to ``path`` carry a signature (serve/auth.py) instead of the token."""
+        return self.auth is not None and self.auth.signs(path)
+
     def early(self, method: str, path: str, headers: Headers) -> tuple[int, dict[str, Any]] | None:
         """Refuse from the request head alone (before any body is read), or None."""
         if method == "POST":
             if path != "/ingest" and path not in self.routes:
                 return 404, {"error": f"not found: POST {path[:80]}"}
-            if self.munge:
+            if self.signed(path):
                 assert self.auth is not None
                 return self.auth.early(path, headers.get("Authorization"))
             if not self.authorized(headers.get("Authorization"), path):
@@ -381,7 +384,7 @@ def _make_handler(server: IngestServer) -> type[BaseHandler]:
                 self._send(404, {"error": "not found"})
                 return
             header = self.headers.get("Authorization")
-            if not server.munge and not server.authorized(header, path):
+            if not server.signed(path) and not server.authorized(header, path):
                 self._send(401, {"error": "missing or wrong token"})
                 return
             ok, body, raw = _read_body(self, server.max_body)
