@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from support.helpers import run_sg
 from support.sgserve import Serve, new_port, new_store, write_config
 
@@ -100,3 +102,10 @@ def test_serve_in_node_key_mode_takes_a_nodes_own_records_only(tmp_path: Path) -
         assert srv.metric("slurmguard_auth_refusals_total", reason="replayed") == 1
     finally:
         srv.stop()
+
+
+@given(st.text(max_size=200))
+def test_any_node_key_header_is_refused_in_one_line_never_raises(junk: str) -> None:
+    """Whatever follows the scheme (a newline in the node name included) is one line."""
+    _, got = identity.node_key_request("SGNODE " + junk, SITE, BODY, ["n1"], NOW, _fresh())
+    assert got is not None and got.reason == "invalid" and "\n" not in got.line()

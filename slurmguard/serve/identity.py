@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ from slurmguard.nodekey import NODE_KEY_SCHEME, NODE_KEY_WINDOW, node_secret, no
 __all__ = ["NODE_KEY_SCHEME", "NODE_KEY_WINDOW", "Refusal", "node_request", "job_request",
            "node_key_request", "origin_map", "EventLimit", "body_digest"]
 
+_NODE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")  # nodeset.validate_node_name's rule
 REASONS = ("missing", "invalid", "expired", "rewound", "replayed", "body-mismatch", "wrong-uid",
            "unknown-origin", "other-node", "unknown-job", "outside-job")
 
@@ -130,8 +132,8 @@ def node_key_request(header: str, site_key: bytes, body: bytes, named: Iterable[
         t = int(fields.get("t", ""))
     except ValueError:
         return node, Refusal("invalid", "no time in the node-key header")
-    if not node or len(sig) != 64:
-        return node, Refusal("invalid", "node-key header without node or sig")
+    if not _NODE.fullmatch(node) or len(sig) != 64:
+        return "", Refusal("invalid", "node-key header without a node name or sig")
     if not hmac.compare_digest(sig, node_sig(node_secret(site_key, node), node, t, body)):
         return node, Refusal("invalid", f"signature is not {node}'s over this body")
     if abs(now - t) > NODE_KEY_WINDOW:
