@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from support import mungenode
-from support.helpers import require
+from support.helpers import require, run_sg, sg_env
 from support.reliability import record
 from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
 
@@ -169,6 +169,18 @@ def test_a_node_writes_only_for_itself(slurm_cluster_factory: Any, tmp_path: Pat
         assert srv.metric("slurmguard_auth_refusals_total", reason="missing") == 1
         assert store.nodes.events(node="n2", kinds=("security",)) == []
         c.run("scancel", job)
+
+        # doctor on a node: its munged's origin must be one of this host's NodeAddr.
+        env = sg_env(SLURM_CONF=str(c.conf_path))
+        for sock, status in (("", "FAIL"), (mungeds["n1"].socket, "pass")):
+            d = tmp_path / f"doctor{status}"
+            d.mkdir()
+            ncfg = write_config(d, store_url=url, port=port, auth="munge",
+                                extra=f'munge_socket = "{sock}"')
+            out = run_sg("-c", str(ncfg), "doctor", "node", "--json", env=env)
+            item = {i["name"]: i for i in json.loads(out.stdout)["items"]}["serve.auth"]
+            assert item["status"] == status, item
+            assert ("the NodeAddr of n1" in item["detail"]) == (status == "pass"), item
     finally:
         store.close()
         srv.stop()

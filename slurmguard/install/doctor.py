@@ -394,7 +394,38 @@ class Doctor:
                      "start munged (systemctl enable --now munge) with the site's munge.key")
             return
         how = "libmunge" if munge.library_available() else "the munge tool (libmunge2 missing)"
+        if self.role == "node":
+            self._munge_origin(how)
+            return
         self.add("serve.auth", True, f"munge: munged answers ({how})")
+
+    def _munge_origin(self, how: str) -> None:
+        """serve takes a node's records only when its munged's origin address is the NodeAddr
+        of this host's nodes: a multi-homed host's munged may pick another interface."""
+        from slurmguard.adapters import munge
+        from slurmguard.adapters.slurm.commands import SlurmCLI
+        from slurmguard.serve.auth import resolve4
+
+        sock = str(self.cfg["hooks.munge_socket"])
+        try:
+            origin = munge.decode(munge.encode(b"slurmguard doctor", sock=sock), sock=sock).origin
+            nodes = SlurmCLI(self.cfg.section("slurm"), env=self.env).nodes()
+        except SlurmguardError as exc:
+            self.add("serve.auth", True, f"munge: munged answers ({how}); its origin address not "
+                     f"checked against Slurm ({exc.message})")
+            return
+        host = os.uname().nodename.split(".")[0]
+        mine = {n.name: str(n.raw.get("NodeAddr", "")) for n in nodes
+                if str(n.raw.get("NodeHostName", "")).split(".")[0] in (host, "localhost")}
+        if not mine:
+            self.add("serve.auth", None, f"munge: munged answers ({how}); no Slurm node of this "
+                     f"host ({host}) to check its origin address {origin} against")
+            return
+        ok = sorted(n for n, addr in mine.items() if origin in resolve4(addr))
+        self.add("serve.auth", bool(ok), f"munge: munged answers ({how}), origin {origin}: "
+                 + (f"the NodeAddr of {', '.join(ok)}" if ok else "the NodeAddr of none of "
+                    f"{', '.join(sorted(mine))} (serve would refuse their records: unknown-origin)"),
+                 "start munged with --origin=<this node's NodeAddr> (docs/security.md)")
 
     def check_hook_token(self) -> None:
         if not (self.cfg["hooks.report_url"] or self.cfg["hooks.report_urls"]):
