@@ -595,6 +595,7 @@ url = "{url}"
 [serve]
 host = "127.0.0.1"
 port = {port}
+auth = "token"
 token_file = "{token}"
 policy = false
 """

@@ -40,6 +40,8 @@ def _cfg(d: Path, spool_dir: Path, port: int, spool_max: int = 100) -> tuple[Pat
     cfg.write_text(f"""
 [slurm]
 scontrol = "{scontrol}"
+[serve]
+auth = "token"
 [hooks]
 state_dir = "{d}/state"
 log_file = "{d}/hooks.log"

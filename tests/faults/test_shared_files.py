@@ -116,6 +116,9 @@ def test_hostile_job_id_never_becomes_a_path(tmp_path: Path) -> None:
 
 def _spool_cfg(spool_dir: Path) -> dict:
     class Cfg:
+        def __getitem__(self, key: str) -> str:
+            return {"serve.auth": "token", "hooks.token_file": "/nonexistent"}[key]
+
         def section(self, name: str) -> dict:
             return {"report_url": "http://127.0.0.1:9/ingest", "token_file": "/nonexistent",
                     "spool_dir": str(spool_dir), "spool_max": 100, "report_timeout": 0.2}
