@@ -59,14 +59,14 @@ def test_controller_names_that_miss_a_report_url_fail(ca, tmp_path):
     assert "subjectAltName" in items["TLS names"]["fix"]
 
 
-@pytest.mark.parametrize("days,start,status", [(40, 20, "warn"), (30, 40, "FAIL"),
+@pytest.mark.parametrize("days,start,status", [(40, 20, "WARN"), (30, 40, "FAIL"),
                                                (400, 1, "pass")])
 def test_controller_expiry(ca, tmp_path, days, start, status):
     crt, key = ca.issue(f"exp{days}", ["ctl1"], days=days, start_days_ago=start)
     items = tls_items(_config(tmp_path, report_url="https://ctl1:8742/ingest",
                               cert=crt, key=key, ca=ca.ca_file), "controller")
     assert items["TLS expiry"]["status"] == status, items
-    if status == "warn":
+    if status == "WARN":
         assert "(20 days, under 30)" in items["TLS expiry"]["detail"]
     if status == "FAIL":
         assert "certificate has expired" in items["TLS expiry"]["detail"]
@@ -94,7 +94,7 @@ def test_controller_a_certificate_of_another_ca_fails(ca, tmp_path):
 def test_plain_http_off_the_host_is_a_warning(tmp_path):
     items = tls_items(_config(tmp_path, report_url="http://ctl1:8742/ingest", host="0.0.0.0"),
                       "controller")
-    assert items["TLS"]["status"] == "warn"
+    assert items["TLS"]["status"] == "WARN"
     assert items["TLS"]["detail"] == ("plain HTTP off this host: http://ctl1:8742/ingest, "
                                       "serve.host 0.0.0.0 without serve.tls_cert (the token "
                                       "and the records travel in clear)")
@@ -150,5 +150,5 @@ def test_doctor_says_whether_serves_user_may_drain(tmp_path):
         other = item("sgtest-serveuser")
     finally:
         subprocess.run(["userdel", "sgtest-serveuser"], capture_output=True)
-    assert other["status"] == "warn", other
+    assert other["status"] == "WARN", other
     assert "adminlevel=Admin" in other["fix"] and "AdminLevel unknown" in other["detail"]

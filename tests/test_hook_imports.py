@@ -107,6 +107,7 @@ report_url = "{url}"
 report_timeout = 0.5
 prolog = ["host-cpus"]
 [serve]
+auth = "token"
 tls_ca = "{ca}"
 """)
     (tmp_path / "token").write_text("t\n")

@@ -14,8 +14,6 @@ import ipaddress
 import urllib.parse
 from typing import Any
 
-WARN = "warn"
-
 
 def _loopback(host: str) -> bool:
     if host == "localhost":
@@ -63,7 +61,7 @@ def controller(doc: Any) -> None:
                "names": "reissue the certificate with the report URLs' hosts in its "
                         "subjectAltName, or use a name it has in hooks.report_url",
                "expiry": f"renew {scfg['tls_cert']} and restart serve"}.get(f.what, "")
-        if f.status == WARN:
+        if f.status == "warn":
             doc.add_warning(name, f.detail, fix)
         else:
             doc.add(name, f.status == "pass", f.detail, fix)

@@ -65,6 +65,7 @@ SCENARIOS: dict[str, str] = {
     "gate-store-corrupt": "tests/faults/test_faults_store.py::test_gate_and_admin_with_corrupt_store",
     "hostile-names": "tests/faults/test_hostile_names.py",
     "planted-symlinks": "tests/faults/test_shared_files.py",
+    "node-identity": "tests/test_node_identity_slurm.py::test_a_node_writes_only_for_itself",
     "admin-outside-groups": "tests/test_admin_groups.py::test_outside_admin_groups_drain_resume_and_repair_are_refused",
     "tls-certificate-refused": "tests/test_tls_slurm.py::test_records_arrive_over_tls_and_a_refused_certificate_never_drains",
 }
