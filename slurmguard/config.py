@@ -43,7 +43,7 @@ from slurmguard.fieldtypes import (  # re-exported: sections below and callers u
 from slurmguard.fleet.params import FLEET_SECTION
 from slurmguard.fleet.params import SECTION as RISK_SECTION
 from slurmguard.policy.params import SECTION as POLICY_SECTION
-from slurmguard.repair.params import SECTION as REPAIR_SECTION
+from slurmguard.policy.repair_params import SECTION as REPAIR_SECTION
 
 DEFAULT_PATH = "/etc/slurmguard/slurmguard.toml"
 
@@ -209,6 +209,14 @@ _SERVE: Schema = {
                        "fast path, docs/serve.md), e.g. /run/slurmguard/gate.sock; empty: off"),
     "gate_socket_user": Str("", "owner of gate_socket (mode 0600): the SlurmUser that runs "
                             "PrologSlurmctld, when serve runs as root"),
+    "user": Str("slurmguard", "user serve runs as (its unit's User=; setup controller creates "
+                "it): SlurmUser or a Slurm Admin, to drain (docs/install.md \"Least "
+                "privilege\"); root: the old root unit"),
+    "tls_cert": Str("", "PEM certificate (chain) serve presents: with tls_key, serve speaks "
+                    "HTTPS only; empty: plain HTTP (loopback and tests)"),
+    "tls_key": Str("", "PEM private key of tls_cert, readable by serve's user only"),
+    "tls_ca": Str("", "CA file every client of serve (hooks, agent, job wrapper) verifies an "
+                  "https report_url against; empty: the system's CAs"),
 }
 
 _GATE: Schema = {
@@ -237,6 +245,12 @@ _AGENT: Schema = {  # slurmguard agent, the resident node agent (docs/agent.md)
     "healthcheck_interval": Float(0.0, "run `healthcheck` (and drain) every N s: only as "
                                   "HealthCheckProgram's replacement; 0 = never", minimum=0.0),
     "nvml_events": Bool(True, "keep an NVML event set for Xid critical errors"),
+}
+
+_ADMIN: Schema = {  # who may change what slurmguard does (docs/triage.md "Who may")
+    "groups": StrList([], "Unix groups whose members may run drain, resume and repair "
+                          "pause|resume; root always may (sudo: recorded as $SUDO_USER); "
+                          "empty: root only"),
 }
 
 _TRIAGE: Schema = {
@@ -347,10 +361,11 @@ SCHEMA: dict[str, Any] = {
             [], "Python modules with site-specific checks: each exports CHECKS (and SOURCES)"),
     },
     "triage": _TRIAGE,
+    "admin": _ADMIN,
     "burnin": _BURNIN,
     "goodput": _GOODPUT,
     "agent": _AGENT,
-    "repair": dict(REPAIR_SECTION),  # autonomous repair: slurmguard/repair/params.py
+    "repair": dict(REPAIR_SECTION),  # autonomous repair: slurmguard/policy/repair_params.py
 }
 
 

@@ -17,7 +17,7 @@ EXIT_CONFIG = 3  # malformed or unreadable configuration
 EXIT_EXTERNAL = 4  # an external command (scontrol, ssh, ...) failed or timed out
 EXIT_STORE = 5  # the node-state store is unreachable or of an unknown schema
 EXIT_INPUT = 6  # bad input: garbage from a tool, a torn checkpoint, a hostile name, an unknown node, job or state, a node set over the bound
-EXIT_REFUSED = 7  # an action was refused by policy (e.g. resume of a lemon without --force)
+EXIT_REFUSED = 7  # an action was refused by policy (e.g. resume of a lemon without --force, a user outside admin.groups)
 EXIT_CHECKER = 8  # slurmguard itself failed (never a node fault)
 
 

@@ -63,7 +63,7 @@ def test_judge_group_equals_score_and_robust_z(vals: dict[str, float], higher: b
 def test_series_nights_keeps_the_last_values(tmp_path) -> None:
     # burnin_series(nights=k), as the report reads it, is the full row with only the last k
     # nightly values parsed (a gap stays nan where it falls).
-    from slurmguard.burnin.values import BurninValue
+    from slurmguard.sources.burnin import BurninValue
     from slurmguard.store import Store
 
     url = f"sqlite:///{tmp_path}/s.db"

@@ -9,8 +9,8 @@ import pytest
 from support.helpers import run_sg, sg_env
 from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
-from slurmguard.burnin.values import BurninValue
 from slurmguard.errors import InputError
+from slurmguard.sources.burnin import BurninValue
 from slurmguard.store import Store
 
 pytestmark = pytest.mark.postgres

@@ -194,7 +194,7 @@ def test_odd_recent_text_falls_back_to_the_pure_judge() -> None:
 
 
 def test_sqlite_reader_reads_what_the_store_reads(tmp_path) -> None:
-    from slurmguard.burnin.values import BurninValue
+    from slurmguard.sources.burnin import BurninValue
     from slurmguard.store import Store
 
     url = f"sqlite:///{tmp_path}/s.db"

@@ -38,6 +38,7 @@ healthcheck = {json.dumps(QUICK)}
 path = "{prefix}/var/lib/slurmguard/slurmguard.db"
 [serve]
 token_file = "{prefix}/etc/slurmguard/token"
+user = "root"
 [requeue]
 state_file = "{prefix}/var/lib/slurmguard/requeue-watch.json"
 [slurm]

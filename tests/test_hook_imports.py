@@ -94,3 +94,44 @@ def test_record_ids_are_uuid4_hex():
     for h in list(ids)[:200]:
         u = uuid.UUID(hex=h)
         assert u.version == 4 and u.variant == uuid.RFC_4122 and u.hex == h
+
+
+def _report_imports(tmp_path, url: str, ca: str) -> set[str]:
+    cfg = tmp_path / f"sg-{url.split(':')[0]}.toml"
+    cfg.write_text(f"""
+[hooks]
+state_dir = "{tmp_path}/s"
+spool_dir = "{tmp_path}/spool-{url.split(':')[0]}"
+token_file = "{tmp_path}/token"
+report_url = "{url}"
+report_timeout = 0.5
+prolog = ["host-cpus"]
+[serve]
+auth = "token"
+tls_ca = "{ca}"
+""")
+    (tmp_path / "token").write_text("t\n")
+    (tmp_path / "token").chmod(0o600)
+    code = ("import io, json, sys\n"
+            "from slurmguard.node.hooks import run_hook\n"
+            "rc = run_hook('prolog', out=io.StringIO(), as_json=True)\n"
+            "print(json.dumps(sorted(sys.modules)))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=sg_env(SLURMD_NODENAME="n1", SLURMGUARD_CONFIG=str(cfg)))
+    assert p.returncode == 0, p.stderr[-2000:]
+    return set(json.loads(p.stdout.splitlines()[-1]))
+
+
+def test_an_https_report_url_adds_only_the_tls_adapter(tmp_path):
+    """What TLS adds to a prolog that reports: slurmguard.adapters.tls (stdlib ssl, which
+    http.client imports for plain HTTP too), nothing heavy (no cryptography, no SQLAlchemy)."""
+    from support.sgserve import new_port
+    from support.testca import TestCA
+
+    ca = TestCA(tmp_path / "ca")
+    port = new_port()  # nothing listens: both records spool; the imports are what count
+    plain = _report_imports(tmp_path, f"http://127.0.0.1:{port}/ingest", "")
+    tls = _report_imports(tmp_path, f"https://localhost:{port}/ingest", str(ca.ca_file))
+    assert "ssl" in plain  # http.client's own import
+    assert sorted(tls - plain) == ["slurmguard.adapters.tls"]
+    assert [m for m in tls if m.split(".")[0] in (*TRIMMED[3:], "cryptography")] == []

@@ -190,7 +190,7 @@ def test_the_store_is_reached_through_its_api_only():
 PURE = ("slurmguard.checks", "slurmguard.policy", "slurmguard.reconcile.plan",
         "slurmguard.reconcile.views", "slurmguard.burnin.stats", "slurmguard.burnin.verdict",
         "slurmguard.node.decide", "slurmguard.job.exitmap", "slurmguard.sources",
-        "slurmguard.repair.plan", "slurmguard.repair.params")
+        "slurmguard.repair.plan", "slurmguard.goodput.account")
 # What touches the world: the adapters and the one subprocess helper.
 ADAPTERS = ("slurmguard.adapters", "slurmguard.proc")
 # The layers above the adapters that use them; an adapter importing one of them runs the
@@ -198,6 +198,15 @@ ADAPTERS = ("slurmguard.adapters", "slurmguard.proc")
 ABOVE_ADAPTERS = ("slurmguard.checks", "slurmguard.policy", "slurmguard.reconcile",
                   "slurmguard.node", "slurmguard.gate", "slurmguard.job", "slurmguard.serve",
                   "slurmguard.repair")
+# config, the store and the fleet figures sit below the controller's orchestration packages
+# (serve's pass, repair, burn-in, goodput's gathering): of those they may import pure code only
+# (a declared section, a value type, a pure accounting), which is why such modules live in
+# policy/ and sources/.
+BELOW_CONTROLLER = ("slurmguard.config", "slurmguard.store", "slurmguard.fleet",
+                    "slurmguard.migrations")
+CONTROLLER = ("slurmguard.serve", "slurmguard.repair", "slurmguard.burnin", "slurmguard.goodput",
+              "slurmguard.triage", "slurmguard.install", "slurmguard.reconcile",
+              "slurmguard.metrics")
 # The CLI sits on top: only it, the console entry and ``python -m slurmguard`` import it.
 CLI = ("slurmguard.cli",)
 CLI_USERS = ("slurmguard.cli", "slurmguard.entry", "slurmguard.__main__")
@@ -216,6 +225,9 @@ def layer_violations(graph: Mapping[str, Iterable[str]]) -> list[tuple[str, str,
                 found.append(("pure code imports no adapter", mod, dep))
             if _within(mod, ADAPTERS) and _within(dep, ABOVE_ADAPTERS):
                 found.append(("adapters import no layer above them", mod, dep))
+            if (_within(mod, BELOW_CONTROLLER) and _within(dep, CONTROLLER)
+                    and not _within(dep, PURE)):
+                found.append(("config, store and fleet import no controller package", mod, dep))
             if _within(dep, CLI) and not _within(mod, CLI_USERS):
                 found.append(("library code never imports cli/", mod, dep))
     return sorted(found)
@@ -239,6 +251,14 @@ WRONG_ARROWS = [
     ("library code never imports cli/", "slurmguard.node.hooks", "slurmguard.cli"),
     ("library code never imports cli/", "slurmguard.goodput.report", "slurmguard.cli._common"),
     ("library code never imports cli/", "slurmguard.install.plan", "slurmguard.cli"),
+    # Issue "Each node speaks only for itself": the [repair] section and the burn-in value
+    # moved down (policy/repair_params.py, sources/burnin.py).
+    ("config, store and fleet import no controller package", "slurmguard.config",
+     "slurmguard.repair.params"),
+    ("config, store and fleet import no controller package", "slurmguard.fleet.replay",
+     "slurmguard.repair.params"),
+    ("config, store and fleet import no controller package", "slurmguard.store.burnin",
+     "slurmguard.burnin.values"),
 ]
 
 
@@ -254,5 +274,8 @@ def test_layer_rules_pass_downward_arrows():
              "slurmguard.node.runner": {"slurmguard.adapters.nvml", "slurmguard.checks"},
              "slurmguard.entry": {"slurmguard.cli"},
              "slurmguard.__main__": {"slurmguard.cli", "slurmguard.cli.mangen"},
-             "slurmguard.goodput.report": {"slurmguard.output"}}
+             "slurmguard.goodput.report": {"slurmguard.output"},
+             "slurmguard.config": {"slurmguard.policy.repair_params"},
+             "slurmguard.store.burnin": {"slurmguard.sources.burnin"},
+             "slurmguard.store.goodput": {"slurmguard.goodput.account"}}
     assert layer_violations(graph) == []

@@ -12,8 +12,8 @@ import pytest
 from support.sgserve import new_store
 
 from slurmguard import config
-from slurmguard.burnin.values import BurninValue
 from slurmguard.repair import burnin
+from slurmguard.sources.burnin import BurninValue
 from slurmguard.store import Store
 
 PEERS = [f"n{i}" for i in range(1, 7)]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from slurmguard import config
 from slurmguard.errors import ConfigError
-from slurmguard.repair.params import REBOOTS, RepairParams, Rung, parse_ladder
+from slurmguard.policy.repair_params import REBOOTS, RepairParams, Rung, parse_ladder
 from slurmguard.repair.plan import Fleet, NodeIn, RepairEvent, episode_state, plan
 
 P = RepairParams.from_section(config.defaults()["repair"])

@@ -8,7 +8,7 @@ import pytest
 from support.repairgen import simulate
 
 from slurmguard import config
-from slurmguard.repair.params import RepairParams
+from slurmguard.policy.repair_params import RepairParams
 
 P = RepairParams.from_section(config.defaults()["repair"])
 

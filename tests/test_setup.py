@@ -5,6 +5,7 @@ data/ links to them, and a built wheel carries the files)."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -196,6 +197,36 @@ def test_without_a_compiler_setup_says_how_to_get_the_plugin(tmp_path) -> None:
     assert f"SLURMGUARD_AGENT_CLIENT={tmp_path}" not in r.stdout  # no client built either
 
 
+def test_without_spank_h_the_plugstack_line_is_commented_out(tmp_path) -> None:
+    """A real host without Slurm's headers: /usr/include/slurm hidden under an empty tmpfs in
+    a private mount namespace. The printed plugstack.conf line must not name a plugin that was
+    not built (Slurm would print two dlopen errors on every sbatch/srun)."""
+    if not os.access(VENV_SG, os.X_OK):
+        pytest.skip(f"{VENV_SG}: slurmguard is not installed beside this interpreter")
+    require(os.geteuid() == 0 and shutil.which("unshare") is not None
+            and os.path.exists("/usr/include/slurm/spank.h"),
+            "root, unshare and Slurm's spank.h (to hide it)")
+    script = ('mount -t tmpfs none /usr/include/slurm && exec "$0" setup node --prefix "$1"'
+              ' --dry-run')
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                        VENV_SG, str(tmp_path / "root")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "SPANK plugin not built: missing Slurm's spank.h (apt-get install libslurm-dev)" \
+        in r.stdout
+    plug = r.stdout.split("(PlugStackConfig;")[1].split("\n\n")[0].splitlines()[1:]
+    assert plug and all(ln.strip().startswith("# optional ") for ln in plug), plug
+    assert os.path.exists("/usr/include/slurm/spank.h")  # the namespace kept it to itself
+
+
+def test_with_spank_h_the_plugstack_line_is_live(installed) -> None:
+    require(os.path.exists("/usr/include/slurm/spank.h") and shutil.which("gcc") is not None,
+            "gcc and Slurm's spank.h (setup builds the plugin)")
+    _, node_out, _ = installed
+    plug = node_out.split("(PlugStackConfig;")[1].split("\n\n")[0].splitlines()[1:]
+    assert [ln.split()[0] for ln in plug] == ["optional"], plug
+
+
 def test_setup_that_cannot_write_says_where_and_how(tmp_path) -> None:
     _require_console_script()
     blocker = tmp_path / "root"
@@ -300,3 +331,59 @@ def test_setup_writes_slurm_conf_for_the_hooks_when_not_the_default(tmp_path) ->
         assert (f"\nSLURM_CONF={conf}\n" in text) is written, text
         if not written:
             assert "SLURM_CONF" not in text  # Slurm finds its default without help
+
+
+def test_setup_controller_hands_serves_files_to_serve_user(tmp_path) -> None:
+    """serve.user (a real system user made for the test): the unit runs as it, it owns the
+    token (0600) and the store (0660, SlurmUser's group for the gate), and a second setup
+    changes nothing; root can still read everything."""
+    import pwd
+
+    require(os.geteuid() == 0 and shutil.which("useradd") is not None, "root and useradd")
+    user = "sgtest-serve"
+    subprocess.run(["userdel", user], capture_output=True)
+    subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--shell",
+                    "/usr/sbin/nologin", user], check=True, capture_output=True)
+    try:
+        prefix = tmp_path / "root"
+        cfg = prefix / "etc/slurmguard/slurmguard.toml"
+        cfg.parent.mkdir(parents=True)
+        from slurmguard.install.plan import prefixed_config
+
+        cfg.write_bytes(prefixed_config(str(prefix)).replace(
+            b'user = "root"', f'user = "{user}"'.encode()))
+        r = subprocess.run([VENV_SG, "-c", str(cfg), "setup", "controller", "--prefix",
+                            str(prefix)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        uid = pwd.getpwnam(user).pw_uid
+        unit = (prefix / "etc/systemd/system/slurmguard-serve.service").read_text()
+        assert f"\nUser={user}\n" in unit and "@SERVE_USER@" not in unit
+        token = (prefix / "etc/slurmguard/token").stat()
+        assert (token.st_uid, stat.S_IMODE(token.st_mode)) == (uid, 0o600)
+        store = (prefix / "var/lib/slurmguard/slurmguard.db").stat()
+        assert (store.st_uid, stat.S_IMODE(store.st_mode)) == (uid, 0o660)
+        assert (prefix / "var/lib/slurmguard").stat().st_uid == uid
+        again = subprocess.run([VENV_SG, "-c", str(cfg), "setup", "controller", "--prefix",
+                                str(prefix)], capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0 and "\n0 changes;" in again.stdout, again.stdout
+    finally:
+        subprocess.run(["userdel", user], capture_output=True)
+
+
+def test_setup_under_a_prefix_never_creates_serves_user(installed, tmp_path) -> None:
+    prefix, _, out = installed
+    unit = (prefix / "etc/systemd/system/slurmguard-serve.service").read_text()
+    assert "\nUser=root\n" in unit  # the prefix's own config says so
+    assert 'user = "root"' in (prefix / "etc/slurmguard/slurmguard.toml").read_text()
+    # a prefix config naming a user the host lacks: a note, nothing created, files root's
+    cfg = tmp_path / "sg.toml"
+    from slurmguard.install.plan import prefixed_config
+
+    cfg.write_bytes(prefixed_config(str(tmp_path / "r")).replace(b'user = "root"',
+                                                                  b'user = "sgtest-absent"'))
+    r = subprocess.run([VENV_SG, "-c", str(cfg), "setup", "controller", "--prefix",
+                        str(tmp_path / "r"), "--dry-run"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "serve.user sgtest-absent does not exist on this host: --prefix never creates" \
+        in r.stdout

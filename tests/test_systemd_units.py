@@ -21,7 +21,7 @@ def substituted(tmp: Path) -> list[Path]:
     out = []
     for unit in UNITS:
         p = tmp / unit.name
-        p.write_text(unit.read_text().replace("@SLURMGUARD@", SG))
+        p.write_text(unit.read_text().replace("@SLURMGUARD@", SG).replace("@SERVE_USER@", "root"))
         out.append(p)
     return out
 
@@ -58,7 +58,7 @@ def test_verify_catches_a_broken_unit(tmp_path) -> None:
     require(tool is not None, "systemd-analyze (package systemd) is not installed")
     bad = tmp_path / "slurmguard-bad.service"
     serve = next(u for u in UNITS if u.name == "slurmguard-serve.service")
-    bad.write_text(serve.read_text().replace("@SLURMGUARD@", SG)
+    bad.write_text(serve.read_text().replace("@SLURMGUARD@", SG).replace("@SERVE_USER@", "root")
                    .replace("ProtectSystem=strict", "ProtectSytem=strict"))
     r = subprocess.run([tool, "verify", "--man=no", str(bad)], capture_output=True, text=True,
                        timeout=60)
@@ -75,7 +75,7 @@ def test_services_are_hardened(tmp_path, unit: Path) -> None:
     tool = shutil.which("systemd-analyze")
     require(tool is not None, "systemd-analyze (package systemd) is not installed")
     path = tmp_path / unit.name
-    path.write_text(unit.read_text().replace("@SLURMGUARD@", SG))
+    path.write_text(unit.read_text().replace("@SLURMGUARD@", SG).replace("@SERVE_USER@", "root"))
     r = subprocess.run([tool, "security", "--offline=yes", "--no-pager", str(path)],
                        capture_output=True, text=True, timeout=60)
     last = (r.stdout.strip().splitlines() or [""])[-1]

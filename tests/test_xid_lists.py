@@ -12,7 +12,7 @@ from support.helpers import REPO, run_sg, sg_env
 
 from slurmguard.checks.xid_table import XID_TABLE, XidClass, classify
 from slurmguard.node.fallback import INTRINSIC
-from slurmguard.repair.params import DEFAULT_LADDERS, RepairParams, known_cause
+from slurmguard.policy.repair_params import DEFAULT_LADDERS, RepairParams, known_cause
 
 DRAIN = {c for c, (k, _) in XID_TABLE.items() if k is XidClass.DRAIN}  # the table's drain class
 

@@ -27,7 +27,13 @@ Auth = str | Callable[[bytes], str]
 
 
 class DeliveryError(Exception):
-    """serve could not take the records now (unreachable, 5xx, no token): spool and retry."""
+    """serve could not take the records now (unreachable, 5xx, no token): spool and retry.
+    ``tls``: the server's certificate was refused (or the CA file is unusable): a fault of
+    the installation that the hook says in its log line, never a node fault."""
+
+    def __init__(self, message: str, *, tls: bool = False) -> None:
+        super().__init__(message)
+        self.tls = tls
 
 
 def read_token(path: str) -> str:
@@ -75,13 +81,14 @@ def munge_signer(sock: str = "") -> Callable[[bytes], str]:
     return sign
 
 
-def post_records(url: str, token: Auth, records: list[dict[str, Any]], timeout: float) -> dict[str, Any]:
+def post_records(url: str, token: Auth, records: list[dict[str, Any]], timeout: float,
+                 ca: str = "") -> dict[str, Any]:
     """POST records to serve's ingest URL; returns serve's JSON answer.
 
     Raises DeliveryError when serve is unreachable or answers anything but 2xx/4xx-for-a-
     record (401/403/5xx mean "try again later", so the records stay spooled).
     """
-    return post_json(url, token, {"records": records}, timeout)
+    return post_json(url, token, {"records": records}, timeout, ca=ca)
 
 
 def ingest_urls(hooks: Any) -> list[str]:
@@ -92,21 +99,22 @@ def ingest_urls(hooks: Any) -> list[str]:
 
 
 def post_first(urls: list[str], token: Auth, obj: dict[str, Any], timeout: float,
-               path: str = "") -> tuple[str, dict[str, Any]]:
+               path: str = "", ca: str = "") -> tuple[str, dict[str, Any]]:
     """POST ``obj`` to the first of ``urls`` that answers (with ``path`` in place of the URL's
     last part when given); each try gets its share of what is left of ``timeout``, so a
     replica that refuses at once leaves its time to the next. Returns (the URL that
     answered, its answer); raises DeliveryError naming every failure."""
     deadline = time.monotonic() + timeout
-    problems = []
+    problems, tls = [], False
     for i, url in enumerate(urls):
         target = url.rsplit("/", 1)[0] + path if path else url
         share = max(0.05, (deadline - time.monotonic()) / (len(urls) - i))
         try:
-            return url, post_json(target, token, obj, share)
+            return url, post_json(target, token, obj, share, ca=ca)
         except DeliveryError as exc:
             problems.append(str(exc))
-    raise DeliveryError("; ".join(problems) or "no report_url")
+            tls = tls or exc.tls
+    raise DeliveryError("; ".join(problems) or "no report_url", tls=tls)
 
 
 def drain_permit(node: str, check: str, reason: str, cfg: Config) -> tuple[bool, str]:
@@ -124,7 +132,8 @@ def drain_permit(node: str, check: str, reason: str, cfg: Config) -> tuple[bool,
     try:
         token = node_auth(cfg, node)
         _, answer = post_first(urls, token, {"node": node, "check": check, "reason": reason},
-                               float(hooks.get("report_timeout", 2.0)), path="/permit")
+                               float(hooks.get("report_timeout", 2.0)), path="/permit",
+                               ca=str(cfg.section("serve").get("tls_ca") or ""))
     except DeliveryError as exc:
         return True, f"{UNREACHABLE}: {exc}"
     if answer.get("allow") is False:
@@ -132,17 +141,40 @@ def drain_permit(node: str, check: str, reason: str, cfg: Config) -> tuple[bool,
     return True, "allowed"
 
 
-def post_json(url: str, token: Auth, obj: dict[str, Any], timeout: float) -> dict[str, Any]:
+def connection(url: str, timeout: float, ca: str = "") -> Any:
+    """An unopened ``http.client`` connection to ``url``'s host; for https one that verifies
+    serve's certificate against ``ca`` (serve.tls_ca; empty: the system's CAs) and the URL's
+    host name. Raises DeliveryError for a URL that is not http(s) or an unusable CA file."""
     import http.client
     import urllib.parse
 
     u = urllib.parse.urlsplit(url)
     if u.scheme not in ("http", "https") or not u.hostname:
         raise DeliveryError(f"report_url: not an http(s) URL: {url!r}")
+    if u.scheme == "http":
+        return http.client.HTTPConnection(u.hostname, u.port, timeout=max(0.05, timeout))
+    import ssl
+
+    from slurmguard.adapters.tls import client_context
+
+    try:
+        ctx = client_context(ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise DeliveryError(f"serve.tls_ca {ca}: {getattr(exc, 'strerror', None) or exc}",
+                            tls=True) from None
+    return http.client.HTTPSConnection(u.hostname, u.port, timeout=max(0.05, timeout),
+                                       context=ctx)
+
+
+def post_json(url: str, token: Auth, obj: dict[str, Any], timeout: float,
+              ca: str = "") -> dict[str, Any]:
+    import http.client
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(url)
     body = json.dumps(obj, separators=(",", ":")).encode()
-    conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
     auth = token(body) if callable(token) else f"Bearer {token}"
-    conn = conn_cls(u.hostname, u.port, timeout=max(0.05, timeout))
+    conn = connection(url, timeout, ca)
     try:
         conn.request("POST", u.path or "/ingest", body=body, headers={
             "Authorization": auth, "Content-Type": "application/json",
@@ -150,7 +182,7 @@ def post_json(url: str, token: Auth, obj: dict[str, Any], timeout: float) -> dic
         resp = conn.getresponse()
         data = resp.read()
     except (OSError, http.client.HTTPException) as exc:
-        raise DeliveryError(f"{url}: {exc}") from None
+        raise DeliveryError(f"{url}: {_why(exc)}", tls=_is_tls(exc)) from None
     finally:
         conn.close()
     # 422: every record of the request was malformed; the answer's "rejected" settles them
@@ -162,3 +194,16 @@ def post_json(url: str, token: Auth, obj: dict[str, Any], timeout: float) -> dic
     except ValueError:
         raise DeliveryError(f"{url}: answer is not JSON") from None
     return answer if isinstance(answer, dict) else {}
+
+
+def _is_tls(exc: BaseException) -> bool:
+    return type(exc).__module__ == "ssl" or exc.__class__.__name__.startswith("SSL")
+
+
+def _why(exc: BaseException) -> str:
+    """One line; a refused certificate says so in words an admin greps for."""
+    if exc.__class__.__name__ == "SSLCertVerificationError":
+        return f"TLS: serve's certificate refused: {getattr(exc, 'verify_message', '') or exc}"
+    if _is_tls(exc):
+        return f"TLS: {getattr(exc, 'reason', None) or exc}"
+    return str(exc)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from slurmguard import sitemod
-from slurmguard.burnin.values import BurninValue
 from slurmguard.errors import CommandError, ConfigError
+from slurmguard.sources.burnin import BurninValue
 
 if TYPE_CHECKING:
     from slurmguard.config import Config

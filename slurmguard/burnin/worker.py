@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from slurmguard.burnin import measure
-from slurmguard.burnin.values import BurninValue
 from slurmguard.contract import Health
+from slurmguard.sources.burnin import BurninValue
 
 if TYPE_CHECKING:
     from slurmguard.config import Config

@@ -360,18 +360,20 @@ def drain_cmd(ctx: click.Context, nodeset: str, reason: str, as_json: bool) -> i
     """Drain nodes with the reason `slurmguard: admin: TEXT` and record who did it.
 
     The actor recorded in the event ledger is $SUDO_USER, else your login name. DOWN nodes and
-    nodes already drained by someone else are left alone (exit 7).
+    nodes already drained by someone else are left alone (exit 7). Only root and members of
+    admin.groups may drain; anyone else is refused in one line (exit 7), nothing changed.
 
     \b
     Example:
       sudo slurmguard drain 'gpu[017,023]' --reason "fans replaced, needs burn-in"
     """
     from slurmguard.nodeset import expand
-    from slurmguard.triage.admin import admin_name, check_reason, drain_nodes
+    from slurmguard.triage.admin import admin_name, check_reason, drain_nodes, require_admin
 
     nodes = expand(nodeset)
     check_reason(reason)
     cfg = load_config(ctx)
+    require_admin(cfg["admin.groups"], "drain")
     store = open_store(cfg)  # before Slurm: a change must never go unrecorded
     outcomes = drain_nodes(slurm_of(cfg), store, nodes, reason, f"admin:{admin_name()}")
     return _report(outcomes, as_json)
@@ -389,7 +391,8 @@ def resume_cmd(ctx: click.Context, nodeset: str, force: bool, as_json: bool) -> 
     Refused (exit 7) while a node's last result is unhealthy, it is a lemon or awaits
     burn-in, unless --force; a forced resume clears the lemon mark and starts probation. Never
     touches DOWN nodes or drains set by others, even with --force. The admin ($SUDO_USER or
-    login name) is recorded in the event.
+    login name) is recorded in the event. Only root and members of admin.groups may resume
+    (else exit 7, nothing changed).
 
     \b
     Example:
@@ -397,10 +400,11 @@ def resume_cmd(ctx: click.Context, nodeset: str, force: bool, as_json: bool) -> 
       sudo slurmguard resume gpu017 --force     # a lemon, after a hardware swap
     """
     from slurmguard.nodeset import expand
-    from slurmguard.triage.admin import admin_name, resume_nodes
+    from slurmguard.triage.admin import admin_name, require_admin, resume_nodes
 
     nodes = expand(nodeset)
     cfg = load_config(ctx)
+    require_admin(cfg["admin.groups"], "resume")
     store = open_store(cfg)
     outcomes = resume_nodes(slurm_of(cfg), store, nodes, f"admin:{admin_name()}", force=force)
     return _report(outcomes, as_json)

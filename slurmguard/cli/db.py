@@ -74,3 +74,27 @@ def current_cmd(ctx: click.Context, url: str | None, as_json: bool) -> None:
                  *(f"{table + ':':<13} {n}" for table, n in counts.items())]), as_json)
     if problem is not None:
         raise StoreError(problem)
+
+
+@db_cmd.command("roles")
+@click.option("--database", required=True, metavar="NAME", help="The store's database.")
+@click.option("--owner", default="slurmguard_owner", show_default=True, metavar="ROLE",
+              help="Owns the schema; only `db upgrade --url` connects as it.")
+@click.option("--writer", default="slurmguard", show_default=True, metavar="ROLE",
+              help="serve's role (store.url): rows only, no ALTER/DROP.")
+@click.option("--reader", default="slurmguard_read", show_default=True, metavar="ROLE",
+              help="Read-only, for admins' nodes / node show / goodput / fleet report.")
+def roles_cmd(database: str, owner: str, writer: str, reader: str) -> None:
+    """Print the SQL that sets up least-privilege PostgreSQL roles for the store.
+
+    A superuser runs it once; it is idempotent and grants every table a later migration
+    creates alike (docs/store.md "Roles"). Migrate as the owner, run serve as the writer.
+
+    \b
+    Example:
+      slurmguard db roles --database slurmguard | sudo -u postgres psql -v ON_ERROR_STOP=1 -d slurmguard
+      slurmguard db upgrade --url postgresql+psycopg://slurmguard_owner@db/slurmguard
+    """
+    from slurmguard.store.roles import sql
+
+    click.echo(sql(database, owner=owner, writer=writer, reader=reader), nl=False)

@@ -42,7 +42,10 @@ def doctor_cmd(ctx: click.Context, role: str | None, as_json: bool, ack: bool,
     the last --ack, the SPANK plugin is in plugstack.conf, the serve token
     is readable by the hooks and not world-readable, munged answers (serve.auth = munge; a
     WARN while the shared token is in use), the store is at the current schema
-    (controller). Exit 0 only when every item passes (skips and WARN count as passes), else 1.
+    (controller), serve's user may drain (controller), serve's TLS certificate (key, CA,
+    names, expiry; on a node a real handshake with each https report URL). Exit 0 only when
+    every item passes (skips and WARN, such as a certificate expiring within 30 days, count
+    as passes), else 1.
 
     \b
     Example:

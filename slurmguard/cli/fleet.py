@@ -145,7 +145,7 @@ def replay_cmd(ctx: click.Context, since: str, until: str | None, candidate: str
     from slurmguard.fleet.params import RiskParams
     from slurmguard.fleet.replay import replay
     from slurmguard.policy.params import PolicyParams
-    from slurmguard.repair.params import RepairParams, available_rungs
+    from slurmguard.policy.repair_params import RepairParams, available_rungs
     from slurmguard.store.fleet import load_history
 
     cfg = load_config(ctx)

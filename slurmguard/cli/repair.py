@@ -100,7 +100,8 @@ def pause_cmd(ctx: click.Context, reason: str) -> None:
     Turns on the store's switch, which every serve replica reads on every pass, from
     whichever host you run it. When the store cannot be reached, it creates
     repair.pause_file on this host instead (read by a serve on this host) and says so.
-    Rungs already taken finish, and their outcomes are still recorded.
+    Rungs already taken finish, and their outcomes are still recorded. Root and members of
+    admin.groups only (else exit 7); the switch records who turned it on.
 
     \b
     Example:
@@ -110,8 +111,9 @@ def pause_cmd(ctx: click.Context, reason: str) -> None:
     from slurmguard.store.switches import REPAIR_PAUSED
 
     cfg = load_config(ctx)
-    from slurmguard.triage.admin import admin_name
+    from slurmguard.triage.admin import admin_name, require_admin
 
+    require_admin(cfg["admin.groups"], "repair pause")
     who = f"admin:{admin_name()}"
     try:
         store = open_store(cfg)
@@ -134,15 +136,17 @@ def pause_cmd(ctx: click.Context, reason: str) -> None:
 @click.pass_context
 def resume_cmd(ctx: click.Context) -> None:
     """Lift `repair pause` (the store's switch and this host's repair.pause_file): serve's
-    next pass repairs again.
+    next pass repairs again. Root and members of admin.groups only (else exit 7).
 
     \b
     Example:
       slurmguard repair resume
     """
     from slurmguard.store.switches import REPAIR_PAUSED
+    from slurmguard.triage.admin import require_admin
 
     cfg = load_config(ctx)
+    require_admin(cfg["admin.groups"], "repair resume")
     path = str(cfg["repair.pause_file"])
     store = open_store(cfg)
     try:

@@ -76,7 +76,8 @@ def _drain_watch(cfg, on: bool):  # type: ignore[no-untyped-def]
     url = _serve_url(cfg)
     if url:
         try:
-            askers.append(("serve", notice.serve_asker(url, float(cfg["notice.timeout"])),
+            askers.append(("serve", notice.serve_asker(url, float(cfg["notice.timeout"]),
+                                                       str(cfg["serve.tls_ca"])),
                            float(cfg["notice.interval"])))
         except InputError as exc:
             click.echo(f"slurmguard run: {exc.message}; asking Slurm only", err=True)
@@ -94,6 +95,7 @@ def _slow_reporter(cfg):  # type: ignore[no-untyped-def]
         return None
     url = _serve_url(cfg) + "/suspect"
     token_file, timeout = str(cfg["notice.job_token_file"]), float(cfg["notice.timeout"])
+    ca = str(cfg["serve.tls_ca"])
 
     def report(evidence: dict) -> None:  # type: ignore[type-arg]
         from slurmguard.adapters.serve_client import (
@@ -105,7 +107,7 @@ def _slow_reporter(cfg):  # type: ignore[no-untyped-def]
 
         try:
             auth = munge_signer(str(cfg["hooks.munge_socket"])) if munge else read_token(token_file)
-            post_json(url, auth, evidence, timeout)
+            post_json(url, auth, evidence, timeout, ca=ca)
         except DeliveryError as exc:
             raise RuntimeError(str(exc)) from None
 

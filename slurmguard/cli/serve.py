@@ -129,7 +129,8 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
     leader = _leader(cfg, store, fleet, metrics, f"{h}:{p}")
     server.start()
     gate_sock = _gate_socket(cfg, obj.get("config_path"))
-    click.echo(f"slurmguard serve: listening on http://{h}:{p} (store {store.where})",
+    scheme = "https" if server.httpd.ssl_context is not None else "http"
+    click.echo(f"slurmguard serve: listening on {scheme}://{h}:{p} (store {store.where})",
                err=True)
     sys.stderr.flush()
     stop.wait()
@@ -210,6 +211,11 @@ def _server(cfg: Config, store: Any, token: str, metrics: Any, fleet: Any,
     routes["/suspect"] = drain_view.suspect
     job_token = (load_token(str(cfg["notice.job_token_file"]), job=True)
                  if cfg["notice.job_token_file"] else "")
+    ssl_context = None
+    if scfg["tls_cert"] or scfg["tls_key"]:
+        from slurmguard.adapters.tls import server_context
+
+        ssl_context = server_context(str(scfg["tls_cert"]), str(scfg["tls_key"]))
     return IngestServer(store, token, host=host or str(scfg["host"]),
                         port=int(scfg["port"]) if port is None else port,
                         batch_size=int(scfg["batch_size"]),
@@ -223,7 +229,8 @@ def _server(cfg: Config, store: Any, token: str, metrics: Any, fleet: Any,
                         request_timeout=float(scfg["request_timeout"]),
                         metrics=metrics, metrics_token=bool(cfg["metrics.require_token"]),
                         queries={"/drains": drain_view.drains}, job_token=job_token,
-                        job_routes=frozenset({"/suspect"}), auth=auth)
+                        job_routes=frozenset({"/suspect"}), auth=auth,
+                        ssl_context=ssl_context)
 
 
 def _gate_socket(cfg: Config, config_path: str | None) -> Any:

@@ -68,6 +68,13 @@ def setup_cmd(ctx: click.Context, role: str, prefix: str, dry_run: bool) -> int:
 
     exe = planmod.slurmguard_executable()
     config_file, content, cfg = _config(ctx, prefix)
+    if role == "controller" and not dry_run and prefix in ("", "/"):
+        from slurmguard.install.serveuser import create_step
+
+        # serve's user first: the files planned below are its own.
+        made = create_step(str(cfg["serve.user"]))  # type: ignore[index]
+        if made is not None:
+            click.echo(f"  {'ran':<13} {made.run()}")
     plan = planmod.build(role, prefix, cfg, config_file, content, exe, _docs())
     outcomes = apply(plan.steps, dry_run=dry_run)
     verb = {"created": "would create", "updated": "would update", "ran": "would run",

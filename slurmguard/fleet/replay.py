@@ -12,7 +12,7 @@ the flags against what happened next. Pure: reads a :class:`History`, writes not
   refused, in time order, through the guard with ``policy.blast_*`` and ``policy.groups``.
 - **probation**: each recorded return ends probation after ``policy.probation_jobs`` passing
   jobs (epilogs) of the node.
-- **repair**, in observe form (:func:`slurmguard.repair.params` ladders and limits, the rules of
+- **repair**, in observe form (:func:`slurmguard.policy.repair_params` ladders and limits, the rules of
   :mod:`slurmguard.repair.plan`): each of slurmguard's drain episodes, in time order, is what
   the repair pass would have met: no ladder, a shared cause (never repaired node by node), a
   lemon (repaired ``lemon_repairs`` times in ``lemon_window``: no more repairs), held by
@@ -40,8 +40,8 @@ from slurmguard.fleet.history import History
 from slurmguard.fleet.params import RiskParams
 from slurmguard.fleet.risk import DAY, NodeSignals, score
 from slurmguard.policy.params import PolicyParams
+from slurmguard.policy.repair_params import DEFAULT_LADDERS, RepairParams
 from slurmguard.policy.types import HEALTHY, UNHEALTHY, NodeView, Sample
-from slurmguard.repair.params import DEFAULT_LADDERS, RepairParams
 
 _CHANGED_SHOWN = 20  # decisions listed in blast.changed (the counts are complete)
 
@@ -230,7 +230,7 @@ def probation(h: History, p: PolicyParams) -> dict[str, Any]:
 def repair_observe(eps: Sequence[Episode], rp: RepairParams, available: frozenset[str],
                    since: float, until: float, horizon: float) -> dict[str, Any]:
     """What the repair pass would have done with slurmguard's drain episodes (observe form)."""
-    from slurmguard.repair.params import REBOOTS
+    from slurmguard.policy.repair_params import REBOOTS
 
     ours = sorted((e for e in eps if e.drained_by == "slurmguard" and since <= e.drained_at <= until),
                   key=lambda e: e.drained_at)

@@ -33,7 +33,7 @@ _DEFAULTS_RE = re.compile(r"^SLURMGUARD_DEFAULTS=(.*)$", re.M)
 @dataclass
 class Item:
     name: str
-    status: str  # pass, FAIL, skip
+    status: str  # pass, FAIL, skip, WARN (holds now, will not for long: a certificate)
     detail: str
     fix: str = ""
 
@@ -57,6 +57,10 @@ class Doctor:
     def add(self, name: str, ok: bool | None, detail: str, fix: str = "") -> None:
         status = SKIP if ok is None else PASS if ok else FAIL
         self.items.append(Item(name, status, detail, fix if status == FAIL else ""))
+
+    def add_warning(self, name: str, detail: str, fix: str = "") -> None:
+        """An item that passes today but needs an admin soon (doctor still exits 0)."""
+        self.items.append(Item(name, WARN, detail, fix))
 
     def guarded(self, name: str, fn: Callable[[], None]) -> None:
         try:
@@ -85,8 +89,21 @@ class Doctor:
         else:
             self.guarded("store", self.check_store)
             self.guarded("serve token", self.check_serve_token)
+            self.guarded("serve user", self.check_serve_user)
         self.guarded("serve.auth", self.check_auth)
+        self.guarded("TLS", self.check_tls)
         return self.items
+
+    def check_serve_user(self) -> None:
+        from slurmguard.install.serveuser import doctor_item
+
+        doctor_item(self)
+
+    def check_tls(self) -> None:
+        from slurmguard.install import doctor_tls
+
+        doctor_tls.plain_http(self)
+        (doctor_tls.controller if self.role == "controller" else doctor_tls.node)(self)
 
     # -- Slurm's configuration -----------------------------------------------------------------
     def read_slurm(self) -> None:
@@ -272,7 +289,7 @@ class Doctor:
         unit_dir = f"{prefix}{UNIT_DIR}"
         exe = _sourced_slurmguard(defaults)
         stale, ok, missing = [], [], []
-        for name, content in unit_files(self.role, exe):
+        for name, content in unit_files(self.role, exe, str(self.cfg["serve.user"])):
             path = os.path.join(unit_dir, name)
             try:
                 with open(path, "rb") as fh:

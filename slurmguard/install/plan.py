@@ -92,15 +92,17 @@ def unit_role(text: str) -> str:
     return m.group(1) if m else "controller"
 
 
-def unit_files(role: str, exe: str) -> list[tuple[str, bytes]]:
-    """(name, content) of each packaged unit for ``role``, @SLURMGUARD@ substituted."""
+def unit_files(role: str, exe: str, serve_user: str = "root") -> list[tuple[str, bytes]]:
+    """(name, content) of each packaged unit for ``role``, @SLURMGUARD@ and @SERVE_USER@
+    substituted."""
     out = []
     for p in sorted((data_dir() / "systemd").iterdir()):
         if p.suffix not in (".service", ".timer") or p.name.startswith("."):
             continue
         text = p.read_text()
         if unit_role(text) == role:
-            out.append((p.name, text.replace("@SLURMGUARD@", exe).encode()))
+            out.append((p.name, text.replace("@SLURMGUARD@", exe)
+                        .replace("@SERVE_USER@", serve_user or "root").encode()))
     return out
 
 
@@ -170,6 +172,9 @@ path = "{p}/var/lib/slurmguard/slurmguard.db"
 
 [serve]
 token_file = "{p}/etc/slurmguard/token"
+# --prefix never creates host users (serve.user's default, slurmguard, is created by a setup
+# of the whole host): an installation below a directory runs serve as root.
+user = "root"
 
 [requeue]
 state_file = "{p}/var/lib/slurmguard/requeue-watch.json"
@@ -233,7 +238,11 @@ def build(role: str, prefix: str, cfg: Config, config_file: str, config_content:
     # On the controller the state dir also holds the SQLite store that the gate
     # (PrologSlurmctld, run as SlurmUser) reads: group SlurmUser, group-writable for SQLite's
     # -shm/-wal files. The same mode on nodes, so that one host can run both setups.
-    plan.steps.append(DirStep(hooks["state_dir"], 0o770, slurm_owner, what="hook state"))
+    # serve's user (when it exists on this host) owns it: the store may live there.
+    from slurmguard.install.serveuser import owner as serve_owner
+
+    state_owner = serve_owner(str(cfg["serve.user"]), slurm_owner)
+    plan.steps.append(DirStep(hooks["state_dir"], 0o770, state_owner, what="hook state"))
     plan.steps.append(DirStep(hooks["spool_dir"], 0o700, what="results waiting for serve"))
     if textfile_dir:
         plan.steps.append(DirStep(textfile_dir, 0o755, what="node-exporter textfile directory"))
@@ -251,7 +260,7 @@ def build(role: str, prefix: str, cfg: Config, config_file: str, config_content:
                               "the controller's serve token there (root, mode 0600)")
     else:
         _controller_steps(plan, cfg, slurm_owner)
-    _unit_steps(plan)
+    _unit_steps(plan, str(cfg["serve.user"]))
     plan.steps = _unique(plan.steps)
     return plan
 
@@ -306,10 +315,10 @@ def _defaults_steps(plan: Plan, cfg: Config, lib: str, textfile_dir: str,
     plan.steps.append(FileStep(defaults_file, text, 0o644, what="what the entry scripts run"))
 
 
-def _unit_steps(plan: Plan) -> None:
+def _unit_steps(plan: Plan, serve_user: str) -> None:
     unit_dir = under(plan.prefix, UNIT_DIR)
     names = []
-    for name, content in unit_files(plan.role, plan.exe):
+    for name, content in unit_files(plan.role, plan.exe, serve_user):
         plan.steps.append(FileStep(f"{unit_dir}/{name}", content, 0o644, what="systemd unit"))
         names.append(name)
     if names:
@@ -354,19 +363,35 @@ def conf_lines(lib: str, budget: float, role: str) -> list[str]:
 def _controller_steps(plan: Plan, cfg: Config, slurm_owner: Owner) -> None:
     import secrets
 
+    from slurmguard.install import serveuser
+
     serve = cfg.section("serve")
     store = cfg.section("store")
     token = serve["token_file"]
+    user = str(serve["user"])
+    if user not in ("", "root") and not serveuser.exists(user):
+        step = serveuser.create_step(user)
+        if plan.prefix in ("", "/") and step is not None:
+            plan.steps.append(step)  # (cli/setup.py runs it first, so the owners below hold)
+        else:
+            plan.notes.append(f"serve.user {user} does not exist on this host: --prefix never "
+                              "creates users; its files stay root's")
+    # The token only serve reads (the hooks on this host run as root); the store directory
+    # serve writes and the gate (SlurmUser's group) reads.
     plan.steps.append(DirStep(os.path.dirname(token), 0o755))
     plan.steps.append(FileStep(token, (secrets.token_urlsafe(32) + "\n").encode(), 0o600,
-                               keep_existing=True, what="serve token (created once)"))
+                               serveuser.file_owner(user), keep_existing=True,
+                               what="serve token (created once)"))
     if not store["url"]:
-        plan.steps.append(DirStep(os.path.dirname(store["path"]), 0o770, slurm_owner,
-                                  what="store directory"))
+        plan.steps.append(DirStep(os.path.dirname(store["path"]), 0o770,
+                                  serveuser.owner(user, slurm_owner), what="store directory"))
     state_file = cfg["requeue.state_file"]
     if state_file:
         plan.steps.append(DirStep(os.path.dirname(state_file), 0o770, slurm_owner))
     plan.steps.append(_db_upgrade_step(store))
+    if not store["url"]:
+        plan.steps.append(serveuser.store_file_step(store["path"],
+                                                    serveuser.owner(user, slurm_owner)))
 
 
 def _db_upgrade_step(section: dict[str, Any]) -> ActionStep:

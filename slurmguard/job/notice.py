@@ -108,10 +108,14 @@ def parse_serve_answer(doc: object, asked: set[str], now: float) -> list[Drain]:
     return out
 
 
-def serve_asker(url: str, timeout: float) -> Callable[[Sequence[str], float], list[Drain]]:
-    """Ask serve at ``url`` (its base, e.g. http://ctl:8742) for drains of nodes since a time."""
+def serve_asker(url: str, timeout: float,
+                ca: str = "") -> Callable[[Sequence[str], float], list[Drain]]:
+    """Ask serve at ``url`` (its base, e.g. http://ctl:8742) for drains of nodes since a time;
+    an https URL is verified against ``ca`` (serve.tls_ca) like every client of serve."""
     import http.client
     import urllib.parse
+
+    from slurmguard.adapters.serve_client import DeliveryError, connection
 
     u = urllib.parse.urlsplit(url)
     if u.scheme not in ("http", "https") or not u.hostname:
@@ -119,8 +123,10 @@ def serve_asker(url: str, timeout: float) -> Callable[[Sequence[str], float], li
 
     def ask(nodes: Sequence[str], since: float) -> list[Drain]:
         query = urllib.parse.urlencode({"nodes": fold(nodes), "since": f"{since:.3f}"})
-        cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-        conn = cls(u.hostname, u.port, timeout=timeout)
+        try:
+            conn = connection(url, timeout, ca)
+        except DeliveryError as exc:
+            raise AskError(str(exc)) from None
         try:
             conn.request("GET", f"{u.path.rstrip('/')}/drains?{query}")
             resp = conn.getresponse()

@@ -49,17 +49,21 @@ def deliver(record: dict[str, Any], cfg: Config, *, replay: bool = True) -> str:
         return "skipped"
     timeout = float(hooks.get("report_timeout", 2.0))
     deadline = time.monotonic() + timeout
+    ca = str(cfg.section("serve").get("tls_ca") or "")
     try:
         token = node_auth(cfg, str(record.get("node", "")))  # the token, or signed per body
         # Replicas in order (report_url, then report_urls), each with its share of the time.
-        url, answer = post_first(urls, token, {"records": [record]}, timeout)
-    except DeliveryError:
-        return _spool_or_say(record, hooks)
+        url, answer = post_first(urls, token, {"records": [record]}, timeout, ca=ca)
+    except DeliveryError as exc:
+        said = _spool_or_say(record, hooks)
+        # serve down is routine (the spool is for it); a refused certificate is a fault of
+        # the installation that only an admin fixes: the hook's log line says it.
+        return f"{said}: {exc}" if exc.tls else said
     if record.get("id") in answer.get("retry", ()):
         return _spool_or_say(record, hooks)
     if replay:
         try:
-            replay_spool(url, token, str(hooks["spool_dir"]), deadline=deadline)
+            replay_spool(url, token, str(hooks["spool_dir"]), deadline=deadline, ca=ca)
         except OSError:
             pass  # the spool is kept; the next run tries again
     return "sent"
@@ -74,7 +78,7 @@ def _spool_or_say(record: dict[str, Any], hooks: Any) -> str:
 
 
 def replay_spool(url: str, token: Auth, spool_dir: str, *, deadline: float,
-                 batch: int = _BATCH) -> int:
+                 batch: int = _BATCH, ca: str = "") -> int:
     """Send spooled records (oldest first) until the spool is empty or ``deadline``
     (time.monotonic()) passes; returns how many files were settled and removed.
 
@@ -94,7 +98,7 @@ def replay_spool(url: str, token: Auth, spool_dir: str, *, deadline: float,
             files = {str(rec["id"]): path for path, rec in taken}
             try:
                 answer = post_records(url, token, [rec for _, rec in taken],
-                                      max(0.05, deadline - time.monotonic()))
+                                      max(0.05, deadline - time.monotonic()), ca=ca)
             except DeliveryError:
                 break
             retry = set(answer.get("retry", ()))

@@ -43,7 +43,7 @@ from slurmguard.contract import REASON_PREFIX, reason_source
 from slurmguard.errors import CommandError, SlurmguardError
 from slurmguard.output import iso
 from slurmguard.policy.blast import scopes as blast_scopes
-from slurmguard.repair.params import REBOOTS, RepairParams, Rung, available_rungs, family
+from slurmguard.policy.repair_params import REBOOTS, RepairParams, Rung, available_rungs, family
 from slurmguard.repair.plan import (
     REPAIR_KINDS,
     Action,

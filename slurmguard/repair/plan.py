@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurmguard.repair.params import REBOOTS, RepairParams, Rung, family
+from slurmguard.policy.repair_params import REBOOTS, RepairParams, Rung, family
 
 REPAIR_KINDS = ("repair_start", "repair_rung", "repair_outcome", "repair_return",
                 "repair_ticket", "repair_observe", "repair_burnin")

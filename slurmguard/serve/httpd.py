@@ -28,6 +28,13 @@ timeout, so idle or slow clients (slowloris) pile up threads until real nodes wa
 The request head is parsed once, by the dispatcher (:func:`parse_head`), and the handler
 gets those :class:`Headers` (subclass :class:`Handler`): the standard library's parser
 (email.feedparser) cost about 20 us a request, twice, most of it on the one dispatcher thread.
+
+With ``ssl_context`` every accepted socket is wrapped server-side and the dispatcher drives
+its handshake without blocking (a client that never finishes one is closed by
+``idle_timeout`` like any idle connection); a client that refuses the certificate, or speaks
+plain HTTP to a TLS port, is counted (``tls_refused``) and closed. A read takes up to 256 KiB
+and a TLS record is 16 KiB at most, so OpenSSL never holds a half-read record the selector
+cannot see: what is not read yet is still in the kernel's buffer.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import queue
 import resource
 import selectors
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -155,7 +163,7 @@ def fd_limit(want: int) -> int:
 
 class _Conn:
     __slots__ = ("sock", "addr", "buf", "first_byte", "last_active", "state", "linger_until",
-                 "linger_end", "need", "continued", "headers", "head_end")
+                 "linger_end", "need", "continued", "headers", "head_end", "handshaking")
 
     def __init__(self, sock: socket.socket, addr: Any, now: float) -> None:
         self.sock = sock
@@ -170,6 +178,7 @@ class _Conn:
         self.continued = False
         self.headers: Headers | None = None  # the current request's, parsed by the dispatcher
         self.head_end = 0  # bytes of its request line, headers and blank line
+        self.handshaking = isinstance(sock, ssl.SSLSocket)  # TLS handshake not done yet
 
 
 class _Writer(io.RawIOBase):
@@ -201,7 +210,8 @@ class PooledHTTPServer:
                  max_connections: int = 1024, idle_timeout: float = 15.0,
                  request_timeout: float = 30.0, write_timeout: float = 10.0,
                  max_body: int = 4 << 20, early: EarlyFn | None = None,
-                 on_event: Callable[[str], None] | None = None) -> None:
+                 on_event: Callable[[str], None] | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.handler_cls = handler_cls
         self._own_handler = issubclass(handler_cls, Handler)
         self.workers = max(1, workers)
@@ -217,6 +227,7 @@ class PooledHTTPServer:
         self.write_timeout = write_timeout
         self.max_body = max_body
         self.early = early
+        self.ssl_context = ssl_context
         self.socket = socket.create_server(address, backlog=1024)
         self.socket.setblocking(False)
         self.server_address = self.socket.getsockname()
@@ -232,7 +243,7 @@ class PooledHTTPServer:
         self._threads: list[threading.Thread] = []
         self.stats = {"accepted": 0, "refused_over_cap": 0, "evicted_idle": 0,
                       "idle_closed": 0, "request_timeouts": 0, "early_answers": 0,
-                      "requests": 0}
+                      "requests": 0, "tls_refused": 0}
         self.on_event = on_event
 
     def _count(self, event: str) -> None:
@@ -331,10 +342,17 @@ class PooledHTTPServer:
                     self._close(oldest)
                 else:
                     self._count("refused_over_cap")
-                    try:
+                    try:  # a TLS client reads this as a failed handshake: closed all the same
                         sock.send(_quick_reply(503, {"error": "too many connections; retry later"}))
                     except OSError:
                         pass
+                    sock.close()
+                    continue
+            if self.ssl_context is not None:
+                try:
+                    sock = self.ssl_context.wrap_socket(sock, server_side=True,
+                                                        do_handshake_on_connect=False)
+                except (OSError, ValueError):  # the peer reset it already
                     sock.close()
                     continue
             conn = _Conn(sock, addr, time.monotonic())
@@ -342,13 +360,39 @@ class PooledHTTPServer:
             self._idle[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
 
-    def _readable(self, conn: _Conn) -> None:
+    def _handshake(self, conn: _Conn) -> bool:
+        """Advance a TLS handshake; True once it is done (the request may follow)."""
+        try:
+            conn.sock.do_handshake()  # type: ignore[attr-defined]
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            # WantWrite: the server's flight did not fit the socket buffer (a few KiB against
+            # hundreds); the client's next bytes, or idle_timeout, move it on.
+            return False
+        except (ssl.SSLError, OSError) as exc:
+            self._count("tls_refused")
+            log.info("TLS handshake with %s failed: %s", conn.addr[0] if conn.addr else "?",
+                     getattr(exc, "reason", None) or exc)
+            self._close(conn)
+            return False
+        conn.handshaking = False
+        return True
+
+    def _recv(self, conn: _Conn) -> bytes | None:
+        """What arrived (b"" at the end of the stream), None for nothing yet."""
         try:
             data = conn.sock.recv(262144)
-        except (BlockingIOError, InterruptedError):
-            return
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return None
         except OSError:
-            data = b""
+            return b""
+        return data
+
+    def _readable(self, conn: _Conn) -> None:
+        if conn.handshaking and not self._handshake(conn):
+            return
+        data = self._recv(conn)
+        if data is None:
+            return
         if not data:
             self._close(conn)
             return

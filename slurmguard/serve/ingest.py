@@ -157,7 +157,7 @@ class IngestServer:
                  metrics: ServeMetrics | None = None, metrics_token: bool = False,
                  queries: dict[str, Callable[[dict[str, list[str]]], tuple[int, dict[str, Any]]]]
                  | None = None, job_token: str = "", job_routes: frozenset[str] = frozenset(),
-                 auth: Authenticator | None = None) -> None:
+                 auth: Authenticator | None = None, ssl_context: Any = None) -> None:
         self.store = store
         self.token = token
         self.max_body = max_body
@@ -175,7 +175,7 @@ class IngestServer:
         self.httpd = PooledHTTPServer(
             (host, port), _make_handler(self), workers=workers, max_connections=max_connections,
             idle_timeout=idle_timeout, request_timeout=request_timeout, max_body=max_body,
-            early=self.early,
+            early=self.early, ssl_context=ssl_context,
             on_event=lambda e: self.metrics.http_connection_events.labels(event=e).inc())
         self.metrics.add_gauge("slurmguard_http_connections_open",
                                "Connections serve holds open now (idle, arriving, being answered).",

@@ -24,8 +24,8 @@ from typing import Any
 from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.orm import aliased
 
-from slurmguard.burnin.values import BurninValue
 from slurmguard.errors import InputError
+from slurmguard.sources.burnin import BurninValue
 from slurmguard.store.burnin_read import (
     BurninRunRow,
     SeriesRow,

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from slurmguard.errors import InputError
+from slurmguard.errors import InputError, RefusedError
 
 SOURCE = "admin"
 MAX_REASON = 200
@@ -36,6 +36,27 @@ def admin_name(env: Mapping[str, str] | None = None) -> str:
             return pwd.getpwuid(os.getuid()).pw_name
         except KeyError:
             return f"uid{os.getuid()}"
+
+
+def require_admin(groups: Sequence[str], command: str) -> None:
+    """Let root and members of ``groups`` (admin.groups) through; anyone else gets one line
+    and exit 7 before the store or Slurm is touched. Slurm and the store keep their own
+    rights: this is the door of slurmguard's commands, not the only lock."""
+    if os.geteuid() == 0:
+        return
+    import grp
+
+    mine: set[str] = set()
+    for gid in {*os.getgroups(), os.getegid()}:
+        try:
+            mine.add(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            continue
+    if mine & set(groups):
+        return
+    allowed = ", ".join(groups) if groups else "empty: root only"
+    raise RefusedError(f"{command}: refused: {admin_name()} is neither root nor in "
+                       f"admin.groups ({allowed})")
 
 
 @dataclass(frozen=True)

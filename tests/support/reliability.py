@@ -66,6 +66,8 @@ SCENARIOS: dict[str, str] = {
     "hostile-names": "tests/faults/test_hostile_names.py",
     "planted-symlinks": "tests/faults/test_shared_files.py",
     "node-identity": "tests/test_node_identity_slurm.py::test_a_node_writes_only_for_itself",
+    "admin-outside-groups": "tests/test_admin_groups.py::test_outside_admin_groups_drain_resume_and_repair_are_refused",
+    "tls-certificate-refused": "tests/test_tls_slurm.py::test_records_arrive_over_tls_and_a_refused_certificate_never_drains",
 }
 
 COLUMNS = ("scenario", "store", "load held", "faults survived", "bad inputs tried", "lost",

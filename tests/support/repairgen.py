@@ -25,7 +25,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from slurmguard.repair.params import REBOOTS, RepairParams
+from slurmguard.policy.repair_params import REBOOTS, RepairParams
 from slurmguard.repair.plan import Action, Fleet, NodeIn, RepairEvent, plan, repairs_in_window
 
 CURES = {"reboot": {"reboot", "power-cycle"}, "power": {"power-cycle"}, "permanent": set(),

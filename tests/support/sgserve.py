@@ -66,9 +66,13 @@ state_dir = "{d}/state"
 
 
 class Serve:
-    def __init__(self, cfg: Path, port: int, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, cfg: Path, port: int, *args: str, env: dict[str, str] | None = None,
+                 tls_ca: Path | None = None) -> None:
+        """``tls_ca``: serve speaks HTTPS (serve.tls_cert in ``cfg``) with a certificate for
+        ``localhost`` that this CA signed; the harness verifies it like a node."""
         self.cfg = cfg
         self.port = port
+        self.tls_ca = tls_ca
         self.args = args
         self.env = env or {}
         self.proc: subprocess.Popen[str] | None = None
@@ -76,7 +80,17 @@ class Serve:
 
     @property
     def url(self) -> str:
+        if self.tls_ca is not None:
+            return f"https://localhost:{self.port}"
         return f"http://127.0.0.1:{self.port}"
+
+    def _open(self, req: urllib.request.Request | str, timeout: float):  # type: ignore[no-untyped-def]
+        if self.tls_ca is None:
+            return urllib.request.urlopen(req, timeout=timeout)
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=str(self.tls_ca))
+        return urllib.request.urlopen(req, timeout=timeout, context=ctx)
 
     def start(self, timeout: float = 30) -> Serve:
         logf = open(self.log, "a")
@@ -89,7 +103,7 @@ class Serve:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise RuntimeError(f"serve exited {self.proc.returncode}: {self.log.read_text()}")
-            with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
+            with self._open(self.url + "/healthz", timeout=1) as r:
                 return r.status == 200
 
         try:
@@ -105,7 +119,7 @@ class Serve:
         req = urllib.request.Request(self.url + "/healthz")
         if token:
             req.add_header("Authorization", f"Bearer {token}")
-        with urllib.request.urlopen(req, timeout=5) as r:
+        with self._open(req, timeout=5) as r:
             return json.loads(r.read())
 
     def metric(self, name: str, **labels: str) -> float:
@@ -115,7 +129,7 @@ class Serve:
 
         req = urllib.request.Request(self.url + "/metrics")
         req.add_header("Authorization", f"Bearer {TOKEN}")  # in case metrics.require_token
-        with urllib.request.urlopen(req, timeout=5) as r:
+        with self._open(req, timeout=5) as r:
             text = r.read().decode()
         return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
                    if s.name == name and labels.items() <= s.labels.items())

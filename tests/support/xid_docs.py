@@ -37,7 +37,7 @@ def blocks() -> dict[tuple[str, str], str]:
     """(page, list name) -> the list's text, from the code that uses it."""
     from slurmguard.checks.xid_table import DRAIN_XIDS
     from slurmguard.node.fallback import INTRINSIC, INTRINSIC_CHECKS
-    from slurmguard.repair.params import DEFAULT_LADDERS, ladder_xid
+    from slurmguard.policy.repair_params import DEFAULT_LADDERS, ladder_xid
 
     xids = codes_text(int(c.partition(":")[2]) for c in INTRINSIC - INTRINSIC_CHECKS)
     own = codes_text(x for x in map(ladder_xid, DEFAULT_LADDERS) if x is not None)
