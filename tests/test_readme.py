@@ -1,4 +1,5 @@
-"""The README's first screen names every capability, and its documentation list every page.
+"""The README starts with its two set-up commands; its first screen names every capability, and
+its documentation list every page.
 
 A newcomer reads the top of README.md and nothing else: each capability page of docs/ must be
 linked from the feature list, and that list must end within the first screen."""
@@ -54,3 +55,13 @@ def test_the_documentation_list_links_every_page():
 
 def test_reference_pages_exist():
     assert set(REFERENCE) <= _pages()
+
+
+def test_the_readme_starts_with_the_two_setup_commands():
+    # The brief's rule: the first thing under the title is the block of exactly two commands,
+    # install-and-run, then the whole test suite (.ci/run calls the same pytest).
+    lines = README.splitlines()
+    assert lines[0] == "# slurmguard" and lines[1] == "" and lines[2] == "```", lines[:3]
+    block = lines[3:lines.index("```", 3)]
+    assert len(block) == 2 and block[1] == "bash .ci/run", block
+    assert block[0].startswith("apt-get update && ") and block[0].endswith(" check"), block[0]
