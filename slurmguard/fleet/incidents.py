@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slurmguard.fleet.episodes import Episode
+from slurmguard.fleet.history import Run
 from slurmguard.fleet.incident_timeline import Step, timeline
 
 COSTS = ("redone", "detect", "waiting", "out_of_service")
@@ -95,13 +96,15 @@ class Hit:
     next_start: float | None
     next_nodes: tuple[str, ...]
     cost: Mapping[str, float]  # GPU-seconds per JOB_COSTS part
+    seconds: Mapping[str, float] = field(default_factory=dict)  # the same in seconds
 
     def to_dict(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "run": self.run, "node": self.node, "start": self.start,
                 "end": self.end, "gpus": self.gpus, "state": self.state,
                 "steps_redone": self.steps_redone, "step_time_s": self.step_time_s,
                 "next_start": self.next_start, "next_nodes": list(self.next_nodes),
-                "gpu_hours": {k: round(v / 3600, 4) for k, v in self.cost.items()}}
+                "gpu_hours": {k: round(v / 3600, 4) for k, v in self.cost.items()},
+                "seconds": {k: round(v, 3) for k, v in self.seconds.items()}}
 
 
 @dataclass
@@ -157,14 +160,17 @@ def job_from_breakdown(b: Mapping[str, Any]) -> Job:
                str(b.get("user") or ""), str(b.get("partition") or ""))
 
 
-def _hit_cost(job: Job, i: int) -> dict[str, float]:
+def _hit_cost(job: Job, i: int) -> tuple[dict[str, float], dict[str, float]]:
+    """GPU-seconds and seconds per job cost of run ``i`` (seconds: for clusters without GPUs)."""
     r = job.runs[i]
-    cost = {"redone": r.parts.get("lost_work", 0.0) * r.gpus,
-            "detect": r.parts.get("drained_node", 0.0) * r.gpus, "waiting": 0.0}
+    secs = {"redone": r.parts.get("lost_work", 0.0), "detect": r.parts.get("drained_node", 0.0),
+            "waiting": 0.0}
+    cost = {"redone": secs["redone"] * r.gpus, "detect": secs["detect"] * r.gpus, "waiting": 0.0}
     if i + 1 < len(job.runs):
         nxt = job.runs[i + 1]
-        cost["waiting"] = (max(0.0, nxt.start - r.end) + nxt.parts.get("restart", 0.0)) * nxt.gpus
-    return cost
+        secs["waiting"] = max(0.0, nxt.start - r.end) + nxt.parts.get("restart", 0.0)
+        cost["waiting"] = secs["waiting"] * nxt.gpus
+    return cost, secs
 
 
 def _is_hit(job: Job, i: int, node: str, drained_at: float, drain_window: float) -> bool:
@@ -196,7 +202,7 @@ def assign_hits(episodes: Sequence[Episode], jobs: Iterable[Job],
             out.setdefault(k, []).append(Hit(
                 job.job_id, i, ep.node, r.start, r.end, r.gpus, r.state,
                 int(r.infra.get("steps_redone") or r.steps_lost), r.step_time_s,
-                nxt.start if nxt else None, nxt.nodes if nxt else (), _hit_cost(job, i)))
+                nxt.start if nxt else None, nxt.nodes if nxt else (), *_hit_cost(job, i)))
     return out
 
 
@@ -208,8 +214,10 @@ def out_of_service(ep: Episode, gpus: int, until: float) -> float:
 def build(episodes: Sequence[Episode], jobs: Sequence[Job], *, until: float,
           node_gpus: Mapping[str, int] | None = None, signals: Mapping[str, Sequence[Signal]] | None = None,
           events: Mapping[str, Sequence[Any]] | None = None, drain_window: float = 3600.0,
-          lookback: float = 86400.0) -> list[Incident]:
-    """Every incident of ``episodes`` (oldest first), with its hit runs and cost; the timeline
+          lookback: float = 86400.0, runs: Mapping[str, Sequence[Run]] | None = None
+          ) -> list[Incident]:
+    """Every incident of ``episodes`` (oldest first), with its hit runs and cost. ``runs``: the
+    nodes' failing runs (History.runs), to name the one an episode starts at; the timeline
     and outcome come from :func:`slurmguard.fleet.incident_timeline.timeline`."""
     hits = assign_hits(episodes, jobs, drain_window)
     gpus = dict(node_gpus or {})
@@ -226,7 +234,7 @@ def build(episodes: Sequence[Episode], jobs: Sequence[Job], *, until: float,
     for key, ks in groups.items():
         eps = [episodes[k] for k in ks]
         inc = _incident(eps, [h for k in ks for h in hits.get(k, [])], key[0] == "shared",
-                        signals or {}, until, lookback)
+                        signals or {}, until, lookback, runs or {})
         inc.cost["out_of_service"] = sum(out_of_service(e, gpus.get(e.node, 0), until) for e in eps)
         timeline(inc, by_job, events or {}, until)
         out.append(inc)
@@ -235,13 +243,18 @@ def build(episodes: Sequence[Episode], jobs: Sequence[Job], *, until: float,
 
 
 def _first_signal(eps: Sequence[Episode], signals: Mapping[str, Sequence[Signal]],
-                  lookback: float) -> Signal:
+                  lookback: float, runs: Mapping[str, Sequence[Run]]) -> Signal:
     """The earliest sign: the episodes' first failing run (the drain itself where none), or
-    an earlier burn-in verdict or slow-node report within ``lookback`` before the drain."""
+    an earlier signal (an Xid line's kernel time, a burn-in verdict, a job's slow-node
+    report) within ``lookback`` before the drain."""
     ep = min(eps, key=lambda e: (e.start, e.node))
-    best = (Signal(ep.start, f"first failing run on {ep.node} ({ep.cause})", "store: runs")
-            if ep.start < ep.drained_at else
-            Signal(ep.start, f"drain of {ep.node}, no failing run before it", "store: ledger"))
+    run = next((r for r in runs.get(ep.node, ()) if r.at == ep.start and r.checks), None)
+    if run is not None:
+        job = f" of job {run.job_id}" if run.job_id else ""
+        best = Signal(ep.start, f"first failing run on {ep.node}: {run.hook}{job} "
+                                f"({', '.join(run.checks)})", "store: runs")
+    else:
+        best = Signal(ep.start, f"drain of {ep.node}, no failing run before it", "store: ledger")
     for e in eps:
         for s in signals.get(e.node, ()):
             if e.drained_at - lookback <= s.at < best.at:
@@ -250,7 +263,8 @@ def _first_signal(eps: Sequence[Episode], signals: Mapping[str, Sequence[Signal]
 
 
 def _incident(eps: list[Episode], hits: list[Hit], shared: bool,
-              signals: Mapping[str, Sequence[Signal]], until: float, lookback: float) -> Incident:
+              signals: Mapping[str, Sequence[Signal]], until: float, lookback: float,
+              runs: Mapping[str, Sequence[Run]]) -> Incident:
     first = min(eps, key=lambda e: (e.drained_at, e.node))
     nodes = tuple(sorted({e.node for e in eps}))
     iid = (f"shared-{first.cause}-{int(first.drained_at)}" if shared
@@ -261,7 +275,7 @@ def _incident(eps: list[Episode], hits: list[Hit], shared: bool,
     for h in hits:
         for k, v in h.cost.items():
             cost[k] += v
-    return Incident(iid, first.cause, nodes, eps, _first_signal(eps, signals, lookback),
+    return Incident(iid, first.cause, nodes, eps, _first_signal(eps, signals, lookback, runs),
                     first.drained_at, first.drained_by, back, "returned" if back else "out",
                     sorted(hits, key=lambda h: (h.start, h.job_id)), [], cost, shared)
 

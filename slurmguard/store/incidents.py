@@ -8,6 +8,9 @@ Reads only; a few range queries (store/fleet.py's ``load_history`` and one over
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +47,43 @@ def signals(h: History) -> dict[str, list[Signal]]:
     return out
 
 
+def xid_signals(engine: Any, nodes: Iterable[str], *, since: float,
+                until: float) -> dict[str, list[Signal]]:
+    """The kernel time of each drain-class Xid line that failed a ``gpu-xid`` result of
+    ``nodes`` (the check keeps it in the result's details): often seconds to minutes before
+    the hook run that read it. One range query (results by name, health, time)."""
+    from sqlalchemy import select
+
+    from slurmguard.store.engine import guard
+    from slurmguard.store.models import Node, Result
+
+    out: dict[str, list[Signal]] = {}
+    names = sorted(set(nodes))
+    with guard(engine, "incident signals"), engine.connect() as conn:
+        for i in range(0, len(names), 500):
+            stmt = (select(Node.name, Result.details).join(Node, Node.id == Result.node_id)
+                    .where(Result.name == "gpu-xid", Result.health == "unhealthy",
+                           Result.started >= since, Result.started <= until,
+                           Node.name.in_(names[i:i + 500])))
+            for node, details in conn.execute(stmt):
+                out.setdefault(node, []).extend(_xid_lines(details))
+    return out
+
+
+def _xid_lines(details: str) -> list[Signal]:
+    try:
+        events = json.loads(details or "{}").get("events") or []
+    except (ValueError, AttributeError):
+        return []  # details are advisory: a malformed one names no signal
+    out = []
+    for e in events:
+        at = e.get("at") if isinstance(e, dict) else None
+        if e.get("class") == "drain" and isinstance(at, (int, float)) and math.isfinite(at):
+            what = f"Xid {e.get('xid')} in the kernel log: {str(e.get('message') or '')[:100]}"
+            out.append(Signal(float(at), what, "kernel log (gpu-xid result)"))
+    return out
+
+
 def load(store: Any, *, since: float, until: float, drain_window: float = 3600.0,
          blast_window: float = 3600.0, gpus_per_node: int | None = None) -> Loaded:
     """The incidents of [since, until] with their jobs, from ``store`` (a :class:`Store`).
@@ -55,6 +95,11 @@ def load(store: Any, *, since: float, until: float, drain_window: float = 3600.0
     jobs = [incidents.job_from_breakdown(b) for b in rows]
     window = [j for j, b in zip(jobs, rows, strict=True) if since <= float(b["end"]) <= until]
     node_gpus = {e.node: gpus_per_node for e in eps} if gpus_per_node else None
-    incs = incidents.build(eps, jobs, until=until, node_gpus=node_gpus, signals=signals(h),
-                           events=h.events, drain_window=drain_window)
+    sig = signals(h)
+    xids = xid_signals(store.engine, {e.node for e in eps if e.cause.startswith("gpu-xid")},
+                       since=since - LOOKBACK, until=until)
+    for node, got in xids.items():
+        sig.setdefault(node, []).extend(got)
+    incs = incidents.build(eps, jobs, until=until, node_gpus=node_gpus, signals=sig,
+                           events=h.events, drain_window=drain_window, runs=h.runs)
     return Loaded([i for i in incs if since <= i.first_signal.at <= until], jobs, window)
