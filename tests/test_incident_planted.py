@@ -97,6 +97,11 @@ def test_show_tells_the_story_in_order_with_its_sources(site, tmp_path):
     assert job[0] == "run 0 started on n01,n02" and job[-2].startswith("ran again on n03,n04")
     assert {src for _, _, src in steps} >= {"kernel log (gpu-xid result)", "store: ledger",
                                             "sacct", "wrapper"}
+    # The figures docs/incidents.md's example prints, as the text shows them.
+    text = run_sg("-c", str(cfg), "incident", "show", iid).stdout
+    for part, gpu_h in (("redone", "0.36"), ("detect", "0.49"), ("waiting", "0.71"),
+                        ("out of service", "3.20"), ("total", "4.76")):
+        assert f"\n{part:<16}{gpu_h}\n" in text, (part, text)
     png = tmp_path / "n01.png"
     p = run_sg("-c", str(cfg), "incident", "show", iid, "--plot", str(png))
     if "--plot needs matplotlib" not in p.stderr:
