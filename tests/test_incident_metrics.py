@@ -1,6 +1,7 @@
 """The lost-GPU-hours counter of serve's /metrics (slurmguard/serve/incident_metrics.py): only
 closed incidents count, each once, the counter only goes up, and two replicas that take turns
-leading count disjoint incidents (docs/incidents.md, "Prometheus")."""
+leading count disjoint incidents (docs/incidents.md, "Prometheus"). On SQLite and a real
+PostgreSQL: the incidents' store reads run on both."""
 
 from __future__ import annotations
 
@@ -9,19 +10,20 @@ from typing import Any
 
 import pytest
 from support.incidentgen import GPUS_PER_NODE, T0, drain, plant, record
-from support.sgserve import new_store
+from support.pgserver import pg_server, store_url  # noqa: F401  (fixtures)
 
 from slurmguard import config
 from slurmguard.metrics.registry import ServeMetrics
 from slurmguard.serve.incident_metrics import LostGpuHours
 from slurmguard.store import Store
 
+pytestmark = pytest.mark.postgres
 NAME = "slurmguard_incident_lost_gpu_hours_total"
 
 
 @pytest.fixture
-def site(tmp_path: Path) -> Any:
-    url = new_store(tmp_path)
+def site(tmp_path: Path, store_url: str) -> Any:  # noqa: F811
+    url = store_url
     path = tmp_path / "sg.toml"
     path.write_text(f'[store]\nurl = "{url}"\n[checks.gpu]\nexpected_count = {GPUS_PER_NODE}\n')
     store = Store.open(url=url)
@@ -55,6 +57,14 @@ def test_closed_incidents_count_once_and_the_counter_only_goes_up(site):
     want = fault(store, "n10", T0 + 40000, 1.0)
     assert lost() == 1
     got = values(m)
+    # The planted jobs' incidents, read back from this engine: the store reads agree.
+    from slurmguard.store.incidents import load
+
+    incs = {i.id: i for i in load(store, since=T0 - 86400, until=T0 + 86400,
+                                  gpus_per_node=GPUS_PER_NODE).incidents}
+    assert sorted(i.cause for i in incs.values()) == ["fs-mount", "gpu-ecc", "gpu-xid", "ib-link",
+                                                      "ib-link"]
+    assert incs[f"n01-{int(T0 + 960)}"].first_signal.source == "kernel log (gpu-xid result)"
     assert got[("ib-link", "out_of_service")] == pytest.approx(want)
     assert got[("ib-link", "redone")] == 0.0
     assert lost() == 0 and values(m) == got  # counted once
