@@ -24,13 +24,14 @@ def list_text(doc: Mapping[str, Any], incs: list[Any], by_cause: Mapping[str, An
     from slurmguard.output import Table, iso
 
     g = doc["goodput"]
-    out: list[Any] = [
-        f"incidents {doc['since']} .. {doc['until']}: {len(incs)}; lost "
-        f"{doc['total_gpu_hours']['total']:.2f} GPU-hours (GPU-hours below)",
+    head = (f"incidents {doc['since']} .. {doc['until']}: {len(incs)}; lost "
+            f"{doc['total_gpu_hours']['total']:.2f} GPU-hours" + (" (GPU-hours below)" if incs else ""))
+    out: list[Any] = [head] if not incs else [
+        head,
         Table([[i.id, i.cause, ",".join(i.nodes), iso(i.first_signal.at), iso(i.drained_at),
                 i.outcome, len({h.job_id for h in i.hits}), *_costs(i.cost)] for i in incs],
               ["incident", "cause", "nodes", "first signal", "drained", "outcome", "jobs", *HEADS])]
-    for title, rows in (("cause", by_cause), ("week", by_week)):
+    for title, rows in (("cause", by_cause), ("week", by_week)) if incs else ():
         out += ["", Table([[k, int(v["incidents"]), *_costs(v)] for k, v in rows.items()],
                           [title, "incidents", *HEADS])]
     out += ["", f"goodput's badput of the {g['jobs']} job(s) that ended in the window: "
