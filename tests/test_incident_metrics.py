@@ -94,3 +94,21 @@ def test_replicas_taking_turns_count_disjoint_incidents(site):
     assert la() == 0
     total = sum(values(a).values()) + sum(values(b).values())
     assert total == pytest.approx(first + second)
+
+
+def test_the_leaders_pass_runs_it_and_a_new_leadership_takes_a_new_baseline(site, tmp_path):
+    from slurmguard.serve.fleet import Fleet
+
+    store, cfg = site
+    m = ServeMetrics()
+    fleet = Fleet(cfg, store, metrics=m)
+    lost = LostGpuHours(m.incident_lost_gpu_hours, store, cfg, refresh=0.0)
+    fleet.periodic.append(lost)
+    fleet.run_periodic(set(), full=True)  # the leader's full pass: the baseline
+    fault(store, "n10", T0 + 40000, 1.0)
+    fleet._on_gain()  # leadership (re)gained before the next pass: the closed one is not ours
+    fleet.run_periodic(set(), full=True)
+    assert values(m) == {}
+    want = fault(store, "n04", T0 + 60000, 2.0)
+    fleet.run_periodic(set(), full=True)
+    assert values(m)[("ib-link", "out_of_service")] == pytest.approx(want)
