@@ -91,8 +91,8 @@ def test_show_tells_the_story_in_order_with_its_sources(site, tmp_path):
     steps = [(s["lane"], s["what"].split(":")[0].split(" (")[0], s["source"]) for s in d["timeline"]]
     node = [w for lane, w, _ in steps if lane == "node"]
     assert node == ["first bad signal", "drained by slurmguard", "repair", "repair rung",
-                    "repair proof", "repair verification", "repair", "returned",
-                    "probation started"], node
+                    "repair proof", "repair verification", "repair",
+                    "probation started"], node  # repair's return closes it (no clear)
     job = [w for lane, w, _ in steps if lane == "job 101"]
     assert job[0] == "run 0 started on n01,n02" and job[-2].startswith("ran again on n03,n04")
     assert {src for _, _, src in steps} >= {"kernel log (gpu-xid result)", "store: ledger",

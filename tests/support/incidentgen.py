@@ -76,7 +76,7 @@ def plant(store: Store) -> dict[str, dict[str, Any]]:
                           (T0 + 1600, "repair_burnin", "quick burn-in: job 9 in r1"),
                           (T0 + 2400, "repair_return", "verified")):
         store.nodes.record_event("n01", kind, "slurmguard", why, at=at)
-    store.nodes.record_event("n01", "clear", "slurmguard", "repair: verified", at=T0 + 2400)
+    # as repair's return does (repair/loop.py): the return event and probation, no "clear"
     store.nodes.return_node("n01", "slurmguard", "repair: verified", at=T0 + 2400)
     a = [Allocation(T0, T0 + 1000, ("n01", "n02"), 16, "NODE_FAIL"),
          Allocation(T0 + 1150, T0 + 3000, ("n03", "n04"), 16, "COMPLETED")]
