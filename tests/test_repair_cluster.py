@@ -152,7 +152,7 @@ def _drain(cluster, cfg, node: str, check: str = "gpu-xid", reason: str = XID79)
 
 
 def test_a_transient_xid_is_repaired_by_a_reboot_with_no_human(slurm_cluster_factory, tmp_path):
-    cluster, d, cfg, _, serve, store = _setup(slurm_cluster_factory, tmp_path, burnin=True)
+    cluster, d, cfg, cfg_path, serve, store = _setup(slurm_cluster_factory, tmp_path, burnin=True)
     with BMC(cluster, d, cfg) as bmc:
         serve.start()
         try:
@@ -212,6 +212,16 @@ def test_a_transient_xid_is_repaired_by_a_reboot_with_no_human(slurm_cluster_fac
     print("\n" + "\n".join(f"  {k:28s} {v:6.1f} s" for k, v in steps.items()))
     assert steps["drain->return"] < 120
     assert returned == 1
+    # The same story as one incident (docs/incidents.md), read from this store by the CLI.
+    r = run_sg("-c", str(cfg_path), "incident", "show", f"n1-{int(at['drain'])}", "--json")
+    assert r.returncode == 0, r.stderr
+    inc = json.loads(r.stdout)
+    assert (inc["cause"], inc["outcome"], inc["returned_at"]) == ("gpu-xid:79", "returned",
+                                                                  at["repair_return"])
+    node = [s["what"].split(":")[0] for s in inc["timeline"] if s["lane"] == "node"]
+    assert node == ["first bad signal", "drained by slurmguard", "repair", "repair rung",
+                    "repair proof", "repair verification", "repair proof", "repair",
+                    "probation started"], node
 
 
 def test_a_fault_that_survives_climbs_to_a_ticket_once_and_stays_out(slurm_cluster_factory,
@@ -245,6 +255,11 @@ def test_a_fault_that_survives_climbs_to_a_ticket_once_and_stays_out(slurm_clust
     # A lemon's reason is a drain reason: policy drains a lemon again with it.
     assert s.lemon and s.lemon_reason.startswith("slurmguard: repair: ticket: ")
     assert cluster.node("n2").drained  # kept out, though Slurm returned it after the reboot
+    # As one incident: ended in a ticket, still out (docs/incidents.md).
+    r = run_sg("-c", str(cfg_path), "incident", "list", "--since", "1h", "--json")
+    assert r.returncode == 0, r.stderr
+    [inc] = json.loads(r.stdout)["incidents"]
+    assert (inc["nodes"], inc["outcome"], inc["returned_at"]) == (["n2"], "ticket", None)
 
 
 def test_a_quick_burn_in_that_fails_is_a_failed_rung_and_the_node_stays_out(
