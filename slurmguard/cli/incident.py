@@ -78,10 +78,12 @@ def list_cmd(ctx: click.Context, since: str, until: str | None, causes: tuple[st
             n = store.goodput.record([b.to_dict() for b in found])
             warn(f"incident: accounted {n} job(s) newly ended since {iso(t_since)}")
         got = _load(cfg, store, t_since, t_until)
+        # goodput's own fleet totals of the jobs that ended in the window: the badput to explain
+        gp = dict(store.goodput.totals(since=t_since, until=t_until)).get("fleet", {})
     finally:
         store.close()
     incs = [i for i in got.incidents if not causes or i.cause in causes]
-    emit(_list_result(incs, got.window_jobs, t_since, t_until), as_json)
+    emit(_list_result(incs, got.window_jobs, gp, t_since, t_until), as_json)
     return 0
 
 
@@ -95,23 +97,25 @@ def _gpu_h(row: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def _list_result(incs: list[Any], window_jobs: list[Any], since: float, until: float) -> Result:
+def _list_result(incs: list[Any], window_jobs: set[str], gp: dict[str, Any], since: float,
+                 until: float) -> Result:
     from slurmguard.cli.incident_text import list_text
     from slurmguard.fleet import incidents
 
     by_cause, by_week = incidents.sums(incs, "cause"), incidents.sums(incs, "week")
     total = {k: sum(i.cost.get(k, 0.0) for i in incs) for k in incidents.COSTS}
-    b = incidents.badput(window_jobs, incs)
+    badput = sum(v for k, v in (gp.get("gpu_hours") or {}).items() if k != "productive")
+    explained = incidents.explained_by(incs, window_jobs) / 3600
+    jobs = int(gp.get("jobs") or 0)
     doc = {"since": iso(since), "until": iso(until),
            "incidents": [i.to_dict(timeline=False) for i in incs],
            "by_cause": {k: _gpu_h(v) for k, v in by_cause.items()},
            "by_week": {k: _gpu_h(v) for k, v in by_week.items()},
            "total_gpu_hours": _gpu_h(total),
-           "goodput": {"jobs": len(window_jobs),
-                       "badput_gpu_hours": round(b["goodput_badput"] / 3600, 4),
-                       "explained_gpu_hours": round(b["explained"] / 3600, 4),
-                       "no_incident_gpu_hours": round(b["no_incident"] / 3600, 4),
-                       "tolerance_gpu_hours": round(TOLERANCE_GPU_H_PER_JOB * len(window_jobs), 6)}}
+           "goodput": {"jobs": jobs, "badput_gpu_hours": round(badput, 4),
+                       "explained_gpu_hours": round(explained, 4),
+                       "no_incident_gpu_hours": round(badput - explained, 4),
+                       "tolerance_gpu_hours": round(TOLERANCE_GPU_H_PER_JOB * jobs, 6)}}
     return Result(doc, list_text(doc, incs, by_cause, by_week))
 
 

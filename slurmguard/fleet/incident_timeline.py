@@ -103,7 +103,7 @@ def _hit_steps(h: Hit, job: Job | None, drained_at: float) -> list:
 
 
 def timeline(inc: Incident, jobs: Mapping[str, Job], events: Mapping[str, Sequence[Any]],
-             until: float) -> None:
+             until: float, by_node: Mapping[str, Sequence[tuple[Job, int]]]) -> None:
     """Fill ``inc.timeline`` (time order; the node lane first at equal times) and its
     outcome (``ticket`` when repair handed the node to people)."""
     steps = _node_steps(inc, events, until)
@@ -112,13 +112,13 @@ def timeline(inc: Incident, jobs: Mapping[str, Job], events: Mapping[str, Sequen
     for h in inc.hits:
         steps += _hit_steps(h, jobs.get(h.job_id), drains.get(h.node, inc.drained_at))
     for ep in inc.episodes:  # jobs on the node while it was failing that it did not end
-        for job in jobs.values():
-            for i, r in enumerate(job.runs):
-                if (job.job_id, i) not in hit and ep.node in r.nodes and \
-                        r.start <= ep.drained_at and r.end >= inc.first_signal.at:
-                    steps.append(Step(max(r.start, inc.first_signal.at), f"job {job.job_id}",
-                                      f"ran on {ep.node} while it was failing; ended {r.state} "
-                                      "(not by this fault)", "sacct"))
+        for job, i in by_node.get(ep.node, ()):
+            r = job.runs[i]
+            if (job.job_id, i) not in hit and r.start <= ep.drained_at and \
+                    r.end >= inc.first_signal.at:
+                steps.append(Step(max(r.start, inc.first_signal.at), f"job {job.job_id}",
+                                  f"ran on {ep.node} while it was failing; ended {r.state} "
+                                  "(not by this fault)", "sacct"))
     if any(s.what.startswith("repair: ticket") or ": repair: ticket" in s.what for s in steps):
         inc.outcome = "ticket"
     steps.sort(key=lambda s: (s.at, s.lane != "node"))

@@ -180,15 +180,23 @@ def _is_hit(job: Job, i: int, node: str, drained_at: float, drain_window: float)
     return not (i == len(job.runs) - 1 and job.state.upper() in COMPLETED)
 
 
-def assign_hits(episodes: Sequence[Episode], jobs: Iterable[Job],
-                drain_window: float = 3600.0) -> dict[int, list[Hit]]:
-    """Hit runs per episode (by index in ``episodes``): each run to its earliest drain."""
-    order = sorted(range(len(episodes)), key=lambda k: (episodes[k].drained_at, episodes[k].node))
-    by_node: dict[str, list[tuple[Job, int]]] = {}
+def runs_by_node(jobs: Iterable[Job]) -> dict[str, list[tuple[Job, int]]]:
+    """(job, run index) per node: each episode then looks at its node's runs only."""
+    out: dict[str, list[tuple[Job, int]]] = {}
     for job in jobs:
         for i, r in enumerate(job.runs):
             for n in r.nodes:
-                by_node.setdefault(n, []).append((job, i))
+                out.setdefault(n, []).append((job, i))
+    return out
+
+
+def assign_hits(episodes: Sequence[Episode], jobs: Iterable[Job],
+                drain_window: float = 3600.0,
+                by_node: Mapping[str, list[tuple[Job, int]]] | None = None) -> dict[int, list[Hit]]:
+    """Hit runs per episode (by index in ``episodes``): each run to its earliest drain."""
+    order = sorted(range(len(episodes)), key=lambda k: (episodes[k].drained_at, episodes[k].node))
+    if by_node is None:
+        by_node = runs_by_node(jobs)
     out: dict[int, list[Hit]] = {}
     taken: set[tuple[str, int]] = set()
     for k in order:
@@ -219,7 +227,8 @@ def build(episodes: Sequence[Episode], jobs: Sequence[Job], *, until: float,
     """Every incident of ``episodes`` (oldest first), with its hit runs and cost. ``runs``: the
     nodes' failing runs (History.runs), to name the one an episode starts at; the timeline
     and outcome come from :func:`slurmguard.fleet.incident_timeline.timeline`."""
-    hits = assign_hits(episodes, jobs, drain_window)
+    by_node = runs_by_node(jobs)
+    hits = assign_hits(episodes, jobs, drain_window, by_node)
     gpus = dict(node_gpus or {})
     for job in jobs:  # a node's GPUs, where not known otherwise: the most a job had on it
         for r in job.runs:
@@ -236,7 +245,7 @@ def build(episodes: Sequence[Episode], jobs: Sequence[Job], *, until: float,
         inc = _incident(eps, [h for k in ks for h in hits.get(k, [])], key[0] == "shared",
                         signals or {}, until, lookback, runs or {})
         inc.cost["out_of_service"] = sum(out_of_service(e, gpus.get(e.node, 0), until) for e in eps)
-        timeline(inc, by_job, events or {}, until)
+        timeline(inc, by_job, events or {}, until, by_node)
         out.append(inc)
     out.sort(key=lambda i: (i.first_signal.at, i.id))
     return out
@@ -292,8 +301,14 @@ def badput(jobs: Iterable[Job], incidents: Iterable[Incident]) -> dict[str, floa
             if prev_end is not None:
                 total += max(0.0, r.start - prev_end) * r.gpus
             prev_end = r.end
-    explained = sum(i.cost.get(k, 0.0) for i in incidents for k in JOB_COSTS)
+    explained = explained_by(incidents)
     return {"goodput_badput": total, "explained": explained, "no_incident": total - explained}
+
+
+def explained_by(incidents: Iterable[Incident], job_ids: set[str] | None = None) -> float:
+    """GPU-seconds of job badput the incidents explain (of ``job_ids`` only, when given)."""
+    return sum(v for i in incidents for h in i.hits if job_ids is None or h.job_id in job_ids
+               for k, v in h.cost.items() if k in JOB_COSTS)
 
 
 def week(at: float) -> str:

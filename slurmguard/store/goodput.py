@@ -105,16 +105,22 @@ class Goodput:
                 GoodputJobNode.job_row == r.id).order_by(GoodputJobNode.id)).scalars())
         return _breakdown(r, nodes)
 
-    def jobs(self, *, ended_since: float, started_until: float) -> list[dict[str, Any]]:
-        """The stored breakdowns of the jobs that ended at or after ``ended_since`` and
-        started by ``started_until`` (incidents: the jobs a window's faults could have hit),
-        oldest first; nodes from each run."""
-        j = GoodputJob
+    def jobs(self, *, ended_since: float, started_until: float,
+             nodes: Iterable[str]) -> list[dict[str, Any]]:
+        """The stored breakdowns of the jobs on ``nodes`` that ended at or after
+        ``ended_since`` and started by ``started_until`` (incidents: the jobs a window's
+        faults could have hit), oldest first; nodes from each run. Only those nodes' jobs:
+        parsing a job's runs costs ~0.3 ms, a fleet-month holds 10^5 jobs."""
+        j, jn = GoodputJob, GoodputJobNode
+        rows: dict[int, Any] = {}
         with guard(self.engine, "goodput jobs"), self.engine.connect() as conn:
-            rows = conn.execute(select(j.__table__).where(
-                j.ended >= ended_since, j.started <= started_until).order_by(j.started)).all()
+            for chunk in chunks(sorted(set(nodes))):
+                ids = select(jn.job_row).where(jn.node.in_(chunk))
+                for r in conn.execute(select(j.__table__).where(
+                        j.id.in_(ids), j.ended >= ended_since, j.started <= started_until)):
+                    rows[r.id] = r
         out = []
-        for r in rows:
+        for r in sorted(rows.values(), key=lambda r: (r.started, r.id)):
             b = _breakdown(r, [])
             b["nodes"] = list(dict.fromkeys(n for run in b["runs"] for n in run.get("nodes") or []))
             out.append(b)

@@ -28,7 +28,7 @@ BAD_VERDICTS = ("failed", "flagged")
 class Loaded:
     incidents: list[Incident]  # those whose first signal is in [since, until]
     jobs: list[Job]  # every job read (hit or not)
-    window_jobs: list[Job]  # the jobs that ended in [since, until]: goodput's window
+    window_jobs: set[str]  # of those, the jobs that ended in [since, until]: goodput's window
 
 
 def signals(h: History) -> dict[str, list[Signal]]:
@@ -91,9 +91,10 @@ def load(store: Any, *, since: float, until: float, drain_window: float = 3600.0
     per node a stored job had on it."""
     h = load_history(store.engine, since=since, until=until, lookback=LOOKBACK, healthy=False)
     eps = episodes_mod.build(h, blast_window=blast_window)
-    rows = store.goodput.jobs(ended_since=since - LOOKBACK, started_until=until + drain_window)
+    rows = store.goodput.jobs(ended_since=since - LOOKBACK, started_until=until + drain_window,
+                              nodes={e.node for e in eps})
     jobs = [incidents.job_from_breakdown(b) for b in rows]
-    window = [j for j, b in zip(jobs, rows, strict=True) if since <= float(b["end"]) <= until]
+    window = {str(b["job_id"]) for b in rows if since <= float(b["end"]) <= until}
     node_gpus = {e.node: gpus_per_node for e in eps} if gpus_per_node else None
     sig = signals(h)
     xids = xid_signals(store.engine, {e.node for e in eps if e.cause.startswith("gpu-xid")},
