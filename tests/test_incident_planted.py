@@ -108,6 +108,13 @@ def test_show_tells_the_story_in_order_with_its_sources(site, tmp_path):
         assert p.returncode == 0 and png.read_bytes()[:4] == b"\x89PNG", p.stderr
 
 
+def test_cause_filter(site):
+    cfg, truth = site
+    doc = sg_json(cfg, "incident", "list", "--since", "7d", "--cause", "gpu-xid",
+                  "--cause", "fs-mount")
+    assert sorted(i["cause"] for i in doc["incidents"]) == ["fs-mount", "gpu-xid"]
+
+
 def test_bad_input_is_one_line_naming_the_value(site):
     cfg, _ = site
     p = run_sg("-c", str(cfg), "incident", "show", "nonsense")

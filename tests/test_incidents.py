@@ -116,6 +116,10 @@ def test_timeline_has_the_node_lane_and_a_lane_per_job():
     assert any(w.startswith("run 0 ended REQUEUED on n1,n2; 3 step(s) to redo") for w in whats)
     assert "ran again on n2,n3 after 20 s waiting" in whats
     assert inc.outcome == "ticket"
+    evs["n1"].append(Ev(4000, "clear", "admin", "", "new GPU"))  # people fixed it: returned
+    [inc] = incidents.build([ep(back=4000)], [Job("7", "COMPLETED", (r1, r2))], until=5000.0,
+                            events=evs)
+    assert inc.outcome == "returned"
     assert not any("probation" in w for w in whats)  # never returned: no probation of it
     assert [s.at for s in inc.timeline] == sorted(s.at for s in inc.timeline)
 

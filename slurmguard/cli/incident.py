@@ -43,7 +43,8 @@ def incident_grp() -> None:
               help="Incidents whose first signal is since: 12h, 7d, 4w or an ISO time.")
 @click.option("--until", metavar="WHEN", help="End of the window (default: now).")
 @click.option("--cause", "causes", multiple=True, metavar="CAUSE",
-              help="Only this cause (gpu-xid, ib-link, admin, ...; repeatable).")
+              help="Only this cause (gpu-xid:79, ib-link, admin, ...; gpu-xid matches every "
+                   "gpu-xid:N; repeatable).")
 @click.option("--collect", is_flag=True,
               help="First account the jobs that ended in the window and are not stored yet "
                    "(as `goodput --collect`: sacct + wrapper records + store).")
@@ -82,7 +83,8 @@ def list_cmd(ctx: click.Context, since: str, until: str | None, causes: tuple[st
         gp = dict(store.goodput.totals(since=t_since, until=t_until)).get("fleet", {})
     finally:
         store.close()
-    incs = [i for i in got.incidents if not causes or i.cause in causes]
+    incs = [i for i in got.incidents
+            if not causes or i.cause in causes or i.cause.split(":")[0] in causes]
     emit(_list_result(incs, got.window_jobs, gp, t_since, t_until), as_json)
     return 0
 

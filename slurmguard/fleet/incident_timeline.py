@@ -105,7 +105,7 @@ def _hit_steps(h: Hit, job: Job | None, drained_at: float) -> list:
 def timeline(inc: Incident, jobs: Mapping[str, Job], events: Mapping[str, Sequence[Any]],
              until: float, by_node: Mapping[str, Sequence[tuple[Job, int]]]) -> None:
     """Fill ``inc.timeline`` (time order; the node lane first at equal times) and its
-    outcome (``ticket`` when repair handed the node to people)."""
+    outcome (``ticket`` when repair handed the node to people and it is still out)."""
     steps = _node_steps(inc, events, until)
     hit = {(h.job_id, h.run) for h in inc.hits}
     drains = {ep.node: ep.drained_at for ep in inc.episodes}
@@ -119,7 +119,8 @@ def timeline(inc: Incident, jobs: Mapping[str, Job], events: Mapping[str, Sequen
                 steps.append(Step(max(r.start, inc.first_signal.at), f"job {job.job_id}",
                                   f"ran on {ep.node} while it was failing; ended {r.state} "
                                   "(not by this fault)", "sacct"))
-    if any(s.what.startswith("repair: ticket") or ": repair: ticket" in s.what for s in steps):
+    if inc.returned_at is None and any(s.what.startswith("repair: ticket") or
+                                       ": repair: ticket" in s.what for s in steps):
         inc.outcome = "ticket"
     steps.sort(key=lambda s: (s.at, s.lane != "node"))
     inc.timeline = steps
