@@ -183,3 +183,18 @@ def test_costs_are_non_negative_add_up_and_each_episode_and_run_is_counted_once(
     assert sum(r["incidents"] for r in total.values()) == len(incs)
     assert sum(sum(r[k] for k in incidents.COSTS) for r in total.values()) == pytest.approx(
         sum(i.total for i in incs))
+
+
+def test_the_stores_other_signals_are_burn_in_verdicts_and_slow_reports():
+    from slurmguard.fleet.history import History
+    from slurmguard.store.incidents import signals
+
+    h = History(since=0, until=10)
+    h.burnin = {"n1": [(5.0, "passed"), (6.0, "failed")], "n2": [(7.0, "flagged")]}
+    h.events = {"n3": [Ev(8.0, "suspect", "slurmguard", "", "job 9: 1.8x slower"),
+                       Ev(9.0, "drain", "slurmguard", "gpu-xid", "x")]}
+    got = {n: [(s.at, s.what, s.source) for s in v] for n, v in signals(h).items()}
+    assert got == {"n1": [(6.0, "burn-in verdict: failed", "store: burn-in")],
+                   "n2": [(7.0, "burn-in verdict: flagged", "store: burn-in")],
+                   "n3": [(8.0, "a job named it slow: job 9: 1.8x slower",
+                           "store: ledger (suspect)")]}
