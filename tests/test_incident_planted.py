@@ -108,6 +108,14 @@ def test_show_tells_the_story_in_order_with_its_sources(site, tmp_path):
         assert p.returncode == 0 and png.read_bytes()[:4] == b"\x89PNG", p.stderr
 
 
+def test_a_shared_incident_shows_every_node(site):
+    cfg, truth = site
+    d = sg_json(cfg, "incident", "show", f"shared-fs-mount-{int(truth['shared']['drained'])}")
+    assert d["nodes"] == ["n07", "n08", "n09"] and d["shared"] and d["outcome"] == "returned"
+    drains = [s["what"] for s in d["timeline"] if "drained by" in s["what"]]
+    assert [w.split(":")[0] for w in drains] == ["n07", "n08", "n09"]
+
+
 def test_cause_filter(site):
     cfg, truth = site
     doc = sg_json(cfg, "incident", "list", "--since", "7d", "--cause", "gpu-xid",

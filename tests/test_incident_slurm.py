@@ -61,18 +61,19 @@ def test_an_xid_drain_under_a_job_is_one_incident_with_its_job_lane(
         s.stop()
     first, second = job.runs()
     assert first["ended_by_notice"]["nodes"] == [victim] and second["verdict"] == "success"
-    # sacct answers for real once slurmdbd has the final record; goodput accounts the job
-    # (sacct + runs.jsonl + store) and stores the breakdown that incidents read.
+    # sacct answers for real once slurmdbd has the final record; `incident list --collect`
+    # accounts the job first (as `goodput --collect`: sacct + runs.jsonl + store).
     wait_for(lambda: any(a.state == "COMPLETED" and a.end for a in s.c.cli().accounting(
         [job.jid])), 60, interval=0.5, what="sacct to show the job ended")
-    r = sg(s, "goodput", "--job", job.jid, "--json")
+    r = sg(s, "incident", "list", "--since", "1h", "--collect", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "incident: accounted 1 job(s) newly ended" in r.stderr
+    doc = json.loads(r.stdout)
+    r = sg(s, "goodput", "--job", job.jid, "--json")  # the same breakdown, to compare with
     assert r.returncode == 0, r.stderr
     gp = json.loads(r.stdout)
     assert gp["unknown"] == [] and len(gp["runs"]) == 2, gp
 
-    r = sg(s, "incident", "list", "--since", "1h", "--json")
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
     [inc] = doc["incidents"]
     assert (inc["cause"], inc["nodes"], inc["drained_by"], inc["jobs"]) == (
         "gpu-xid:79", [victim], "slurmguard", [job.jid])  # serve's cause: the check and Xid
