@@ -93,6 +93,14 @@ def test_first_signal_is_the_earliest_sign_within_the_lookback():
     assert inc.first_signal.what == "burn-in verdict failed"
     [inc] = incidents.build([ep(start=110)], [], until=9000.0)
     assert inc.first_signal.source == "store: ledger"  # no failing run before the drain
+    # a sign from before the node's previous return is the previous episode's
+    old, new = ep(start=110, drained=110, back=400), ep(start=1010, drained=1010, back=5000)
+    sig = {"n1": [Signal(105.0, "Xid 79", "kernel log"), Signal(990.0, "Xid 48", "kernel log")]}
+    a, b = incidents.build([old, new], [], until=9000.0, signals=sig)
+    assert (a.first_signal.what, b.first_signal.what) == ("Xid 79", "Xid 48")
+    sig["n1"].pop()
+    _, b = incidents.build([old, new], [], until=9000.0, signals=sig)
+    assert b.first_signal.source == "store: ledger"
 
 
 def test_timeline_has_the_node_lane_and_a_lane_per_job():

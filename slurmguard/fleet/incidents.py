@@ -235,6 +235,13 @@ def build(episodes: Sequence[Episode], jobs: Sequence[Job], *, until: float,
             for n in r.nodes:
                 if n not in (node_gpus or {}) and r.nodes:
                     gpus[n] = max(gpus.get(n, 0), r.gpus // len(r.nodes))
+    # A signal before the node's previous return belongs to the previous episode.
+    floor: dict[int, float] = {}
+    last: dict[str, float] = {}
+    for k in sorted(range(len(episodes)), key=lambda k: episodes[k].drained_at):
+        ep = episodes[k]
+        floor[k] = last.get(ep.node, float("-inf"))
+        last[ep.node] = ep.out_until(float("inf"))
     groups: dict[Any, list[int]] = {}
     for k, ep in enumerate(episodes):
         groups.setdefault(("shared", ep.shared) if ep.shared is not None else ("node", k), []).append(k)
@@ -243,7 +250,7 @@ def build(episodes: Sequence[Episode], jobs: Sequence[Job], *, until: float,
     for key, ks in groups.items():
         eps = [episodes[k] for k in ks]
         inc = _incident(eps, [h for k in ks for h in hits.get(k, [])], key[0] == "shared",
-                        signals or {}, until, lookback, runs or {})
+                        signals or {}, lookback, runs or {}, [floor[k] for k in ks])
         inc.cost["out_of_service"] = sum(out_of_service(e, gpus.get(e.node, 0), until) for e in eps)
         timeline(inc, by_job, events or {}, until, by_node)
         out.append(inc)
@@ -252,10 +259,12 @@ def build(episodes: Sequence[Episode], jobs: Sequence[Job], *, until: float,
 
 
 def _first_signal(eps: Sequence[Episode], signals: Mapping[str, Sequence[Signal]],
-                  lookback: float, runs: Mapping[str, Sequence[Run]]) -> Signal:
+                  lookback: float, runs: Mapping[str, Sequence[Run]],
+                  floors: Sequence[float]) -> Signal:
     """The earliest sign: the episodes' first failing run (the drain itself where none), or
     an earlier signal (an Xid line's kernel time, a burn-in verdict, a job's slow-node
-    report) within ``lookback`` before the drain."""
+    report) within ``lookback`` before the drain and after the node's previous return
+    (``floors``, one per episode)."""
     ep = min(eps, key=lambda e: (e.start, e.node))
     run = next((r for r in runs.get(ep.node, ()) if r.at == ep.start and r.checks), None)
     if run is not None:
@@ -264,16 +273,16 @@ def _first_signal(eps: Sequence[Episode], signals: Mapping[str, Sequence[Signal]
                                 f"({', '.join(run.checks)})", "store: runs")
     else:
         best = Signal(ep.start, f"drain of {ep.node}, no failing run before it", "store: ledger")
-    for e in eps:
+    for e, lo in zip(eps, floors, strict=True):
         for s in signals.get(e.node, ()):
-            if e.drained_at - lookback <= s.at < best.at:
+            if max(e.drained_at - lookback, lo) < s.at < best.at:
                 best = s
     return best
 
 
 def _incident(eps: list[Episode], hits: list[Hit], shared: bool,
-              signals: Mapping[str, Sequence[Signal]], until: float, lookback: float,
-              runs: Mapping[str, Sequence[Run]]) -> Incident:
+              signals: Mapping[str, Sequence[Signal]], lookback: float,
+              runs: Mapping[str, Sequence[Run]], floors: Sequence[float]) -> Incident:
     first = min(eps, key=lambda e: (e.drained_at, e.node))
     nodes = tuple(sorted({e.node for e in eps}))
     iid = (f"shared-{first.cause}-{int(first.drained_at)}" if shared
@@ -284,7 +293,7 @@ def _incident(eps: list[Episode], hits: list[Hit], shared: bool,
     for h in hits:
         for k, v in h.cost.items():
             cost[k] += v
-    return Incident(iid, first.cause, nodes, eps, _first_signal(eps, signals, lookback, runs),
+    return Incident(iid, first.cause, nodes, eps, _first_signal(eps, signals, lookback, runs, floors),
                     first.drained_at, first.drained_by, back, "returned" if back else "out",
                     sorted(hits, key=lambda h: (h.start, h.job_id)), [], cost, shared)
 
