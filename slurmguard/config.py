@@ -81,7 +81,12 @@ _HOOKS: Schema = {
     "report_urls": Field("list[str]", [], "more ingest URLs (serve replicas), tried in order after "
                          "report_url, each with its share of report_timeout",
                          validate=lambda v: _http_urls(v)),
-    "token_file": Str("/etc/slurmguard/token", "shared ingest token (root/SlurmUser only)"),
+    "token_file": Str("/etc/slurmguard/token", "shared ingest token (root/SlurmUser only), "
+                      "with serve.auth = token"),
+    "munge_socket": Str("", "munged socket the node mints its credentials with (empty: munge's "
+                            "default); with serve.auth = munge"),
+    "node_key_file": Str("/etc/slurmguard/node.key", "this node's key (`slurmguard serve node-key "
+                         "NODE` on the controller; root only), with serve.auth = node-key"),
     "spool_dir": Str("/var/spool/slurmguard", "where results wait while serve is unreachable"),
     "spool_max": Int(10000, "records kept in the spool at most (oldest dropped first)", minimum=1),
     "report_timeout": Float(2.0, "seconds to wait for serve before spooling", minimum=0.1),
@@ -174,7 +179,17 @@ _STORE: Schema = {
 _SERVE: Schema = {
     "host": Str("0.0.0.0", "address `slurmguard serve` listens on"),
     "port": Int(8742, "ingest port", minimum=0),
-    "token_file": AbsPath("/etc/slurmguard/token", "shared token; must not be world-readable"),
+    "auth": Choice("munge", ("munge", "node-key", "token"), "who may write (docs/security.md): "
+                   "munge = each node signs its requests with a MUNGE credential and may write "
+                   "only for itself; node-key = the same with a per-node key (sites on "
+                   "auth/slurm, no munged: `serve node-key NODE`); token = the shared "
+                   "token_file (test clusters only; doctor warns). Nodes and jobs read this too"),
+    "site_key_file": AbsPath("/etc/slurmguard/site.key", "serve.auth = node-key: the site key "
+                             "every node's key is derived from (serve only, mode 0600)"),
+    "munge_socket": Str("", "munged socket serve decodes credentials with (empty: munge's "
+                            "default, /run/munge/munge.socket.2)"),
+    "token_file": AbsPath("/etc/slurmguard/token", "shared token (serve.auth = token); must not "
+                          "be world-readable"),
     "batch_size": Int(200, "records written per transaction at most", minimum=1),
     "batch_interval": Float(0.0, "seconds the writer waits for more requests before it writes a "
                             "batch that is not full (0: it writes what queued while it wrote "

@@ -33,14 +33,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from slurmguard.errors import SlurmguardError
-from slurmguard.policy.blast import DrainRequest, guard
+from slurmguard.policy.blast import GIVES_BACK, TAKES, DrainRequest, guard, ledger
 from slurmguard.policy.params import PolicyParams
 from slurmguard.policy.types import Action
 
 ACTOR = "slurmguard"
 # Event kinds of the guard's ledger: a granted permit holds its slot until the drain lands
 # (``drain``) or fails (``drain_failed`` gives the slot back).
-LEDGER_KINDS = ("permit", "drain", "drain_failed")
+LEDGER_KINDS = (*TAKES, GIVES_BACK)
 _LEDGER_LIMIT = 1_000_000
 
 
@@ -127,18 +127,11 @@ class ServePermit:
 
 def ledger_recent(store: Any, since: float) -> dict[str, set[str]]:
     """The guard's input from the ledger: node -> causes slurmguard drained it for (or
-    permitted a drain) since ``since``, less the permits whose drain then failed."""
+    permitted a drain) since ``since``, less the permits whose drain then failed
+    (:func:`slurmguard.policy.blast.ledger` over the store's events)."""
     events = store.nodes.events(since=since, kinds=list(LEDGER_KINDS), limit=_LEDGER_LIMIT)
-    out: dict[str, set[str]] = {}
-    for e in sorted(events, key=lambda e: (e.at, e.id)):
-        if e.actor_kind != ACTOR:
-            continue
-        causes = out.setdefault(e.node, set())
-        if e.kind == "drain_failed":
-            causes.discard(e.source)
-        else:
-            causes.add(e.source)
-    return {n: c for n, c in out.items() if c}
+    return ledger(((e.at, e.node, e.kind, e.source) for e in sorted(events, key=lambda e: (e.at, e.id))
+                   if e.actor_kind == ACTOR), since)
 
 
 @dataclass

@@ -13,6 +13,14 @@ import os  # noqa: E402
 
 import pytest  # noqa: E402
 
+# No silent skips under CI=true (tests/support/noskip.py; docs/testing.md).
+from support import noskip  # noqa: E402
+from support.noskip import (  # noqa: E402, F401
+    pytest_collectreport,
+    pytest_runtest_logreport,
+    pytest_terminal_summary,
+)
+
 
 @pytest.fixture
 def slurm_cluster_factory(tmp_path_factory):
@@ -57,9 +65,11 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """SLURMGUARD_RELIABILITY_DOC=1: merge this run's reliability rows into
+    """Under CI=true, a skip outside noskip.ALLOWED_SKIPS fails the run.
+    SLURMGUARD_RELIABILITY_DOC=1: merge this run's reliability rows into
     docs/reliability.json and re-render docs/reliability.md (tests/support/reliability.py). Never set
     in CI, so a CI run leaves the tree as it was."""
+    noskip.finish(session, exitstatus)
     if os.environ.get("SLURMGUARD_RELIABILITY_DOC") == "1" and exitstatus == 0:
         from support import reliability
 

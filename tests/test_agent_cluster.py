@@ -175,6 +175,7 @@ url = "{url}"
 [serve]
 host = "127.0.0.1"
 port = {port}
+auth = "token"
 token_file = "{token}"
 [policy]
 blast_max_nodes = 1

@@ -291,3 +291,40 @@ def test_worker_sigterm_leaves_a_partial_record(tmp_path: Path, nvml_lib: Path) 
     # what it measured before the signal is kept; a partial run is no one's latest value
     assert [r.metric for r in store.burnin.results([run.id])] == ["site_seconds"]
     assert store.burnin.series() == []
+
+
+def _cupy_only(tmp_path: Path) -> str:
+    """A PYTHONPATH on which ``cupy`` is importable and torch is not. cupy cannot be installed
+    or run without a GPU; the worker only asks whether it is importable (find_spec), so an
+    empty package of that name is the whole of what it sees on a cupy-only node."""
+    pkg = tmp_path / "site-cupy" / "cupy"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    return str(tmp_path / "site-cupy") + os.pathsep + str(REPO)
+
+
+def test_worker_with_cupy_and_no_torch_refuses_to_start(tmp_path: Path, nvml_lib: Path) -> None:
+    # A site with cupy and no torch: before, gpu-matmul was quietly "unsupported" and the
+    # node got no GPU burn-in; now the worker refuses, says why in one line, exits 3.
+    p = _worker(tmp_path, nvml_lib, default_config(), '["gpu-matmul", "site-value"]',
+                PYTHONPATH=_cupy_only(tmp_path))
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 3, (out, err)
+    assert err.count("\n") == 1 and err.startswith("slurmguard: error: burnin worker: "), err
+    assert "gpu-matmul need torch" in err and "cupy but no torch" in err
+    store = Store.open(url=f"sqlite:///{tmp_path}/s.db")
+    (run,) = store.burnin.latest_runs(0)
+    assert run.status == "partial" and "cupy but no torch" in run.reason
+    assert store.burnin.results([run.id]) == []  # nothing measured, not even site-value
+
+
+def test_worker_without_any_gpu_library_measures_the_rest(tmp_path: Path, nvml_lib: Path) -> None:
+    # Neither torch nor cupy (a CPU node): the GPU load is unsupported, the rest runs.
+    p = _worker(tmp_path, nvml_lib, default_config(), '["gpu-matmul", "site-value"]')
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    store = Store.open(url=f"sqlite:///{tmp_path}/s.db")
+    (run,) = store.burnin.latest_runs(0)
+    got = {r.measurement: r for r in store.burnin.results([run.id])}
+    assert run.status == "complete" and got["site-value"].status == "ok"
+    assert got["gpu-matmul"].status == "unsupported" and "neither torch nor cupy" in got["gpu-matmul"].reason

@@ -8,13 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.burnin_truth import drained, history, precision_recall, rates
 
-pytest.importorskip("numpy")  # the generator and the columnar judge use it
-
-from support.burnin_truth import drained, history, precision_recall, rates  # noqa: E402
-
-from slurmguard.burnin.stats import StatParams  # noqa: E402
-from slurmguard.burnin.vector import judge_rows  # noqa: E402
+from slurmguard.burnin.stats import StatParams
+from slurmguard.burnin.vector import judge_rows
 
 TARGET = (0.95, 0.95)  # flagged precision and recall (issue 21), once suspects are re-run
 

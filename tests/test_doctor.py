@@ -297,7 +297,7 @@ def test_doctor_token_item_refuses_a_world_readable_token(tmp_path) -> None:
     token.write_text("x" * 40 + "\n")
     cfg = tmp_path / "sg.toml"
     cfg.write_text(f'[hooks]\nstate_dir = "{tmp_path}"\nreport_url = "http://127.0.0.1:1/ingest"\n'
-                   f'token_file = "{token}"\n[slurm]\ntimeout = 5.0\n')
+                   f'token_file = "{token}"\n[serve]\nauth = "token"\n[slurm]\ntimeout = 5.0\n')
     conf = tmp_path / "slurm.conf"
     conf.write_text("SlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\n")
     env = sg_env(SLURM_CONF=str(conf))
@@ -310,6 +310,29 @@ def test_doctor_token_item_refuses_a_world_readable_token(tmp_path) -> None:
     token.unlink()
     item = by_name(json.loads(sg("-c", str(cfg), "doctor", "node", "--json", env=env).stdout))["hook token"]
     assert item["status"] == "FAIL" and "copy the controller's serve.token_file" in item["fix"]
+
+
+def test_doctor_warns_while_the_shared_token_is_in_use(tmp_path) -> None:
+    """serve.auth = token lets root on any node write for every node: doctor says so (WARN,
+    which does not fail the run); the default, munge, passes where munged answers."""
+    from slurmguard.adapters import munge
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\n")
+    env = sg_env(SLURM_CONF=str(conf))
+    cfg = tmp_path / "sg.toml"
+    for auth, status in (("token", "WARN"), ("munge", "pass")):
+        if auth == "munge":
+            try:
+                munge.encode(b"probe")
+            except munge.MungeError as exc:
+                require(False, f"munged does not answer: {exc}")
+        cfg.write_text(f'[hooks]\nstate_dir = "{tmp_path}"\n[serve]\nauth = "{auth}"\n'
+                       '[slurm]\ntimeout = 5.0\n')
+        item = by_name(json.loads(sg("-c", str(cfg), "doctor", "node", "--json", env=env).stdout))["serve.auth"]
+        assert item["status"] == status, item
+        if status == "WARN":
+            assert "every other node" in item["detail"] and 'serve.auth = "munge"' in item["fix"]
 
 
 def test_doctor_names_units_left_behind_by_a_moved_slurmguard(site) -> None:  # type: ignore[no-untyped-def]

@@ -20,7 +20,7 @@ from support.helpers import REPO
 from slurmguard.errors import InputError
 from slurmguard.job.notice import AskError, Drain, NoticeWatch, parse_serve_answer
 from slurmguard.policy.suspect import suspects
-from slurmguard.serve.drains import _parse_query, _parse_suspect
+from slurmguard.serve.drains import _parse_query, parse_suspect
 from slurmguard.store.api import EventRow
 
 NOW = 1_800_000_000.0
@@ -81,7 +81,7 @@ def test_serve_answer_any_json_is_an_answer_or_one_line(doc: Any) -> None:
                            | st.lists(st.integers(), max_size=3)), max_size=3)))
 def test_suspect_report_any_body_is_checked(body: dict[str, Any]) -> None:
     try:
-        job, median, nodes = _parse_suspect(body)
+        job, median, nodes = parse_suspect(body)
     except InputError as exc:
         assert "\n" not in exc.message
         return

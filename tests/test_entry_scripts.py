@@ -20,12 +20,23 @@ def test_script_is_valid_executable_sh(script):
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_missing_slurmguard_never_fails_the_job(script):
-    if os.path.exists("/etc/default/slurmguard") or os.access("/usr/local/bin/slurmguard", os.X_OK):
-        pytest.skip("this machine has slurmguard installed system-wide; the fail-open path is not reachable")
-    p = subprocess.run([str(REPO / script)], env={}, capture_output=True, text=True, timeout=30)
+def test_missing_slurmguard_never_fails_the_job(script, tmp_path):
+    # No defaults file and nothing at the built-in path: the script as shipped, with both
+    # paths moved into tmp_path so that this machine's own install cannot hide the case.
+    gone = tmp_path / "usr-local-bin-slurmguard"
+    text = (REPO / script).read_text()
+    assert text.count("SLURMGUARD=/usr/local/bin/slurmguard\n") == 1
+    text = text.replace("SLURMGUARD_DEFAULTS=/etc/default/slurmguard",
+                        f"SLURMGUARD_DEFAULTS={tmp_path}/no-defaults").replace(
+        "SLURMGUARD=/usr/local/bin/slurmguard\n", f"SLURMGUARD={gone}\n")
+    path = tmp_path / Path(script).name
+    path.write_text(text)
+    path.chmod(0o755)
+    (tmp_path / "state").mkdir()
+    p = subprocess.run([str(path)], env={"SLURMGUARD_STATE_DIR": str(tmp_path / "state")},
+                       capture_output=True, text=True, timeout=30)
     assert p.returncode == 0
-    assert "not executable" in p.stderr
+    assert f"{gone} is not executable" in p.stderr
 
 
 def test_snippets_name_the_scripts():

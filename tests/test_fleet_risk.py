@@ -16,14 +16,16 @@ P = RiskParams()
 
 @pytest.mark.parametrize("inputs, expected, top", [
     (RiskInputs(), 0.0, None),
-    (RiskInputs(failures=1), 25.0, "failures"),
-    (RiskInputs(failures=2), 50.0, "failures"),
-    (RiskInputs(failures=5), 50.0, "failures"),  # capped: one factor never decides alone
+    (RiskInputs(failures=1), 15.0, "failures"),
+    (RiskInputs(failures=2), 30.0, "failures"),  # two by chance: not at risk alone
+    (RiskInputs(failures=3), 45.0, "failures"),
+    (RiskInputs(failures=5), 50.0, "failures"),  # capped
     (RiskInputs(warning_days={"gpu_memory": 3}), 15.0, "gpu_memory"),
     (RiskInputs(warning_days={"gpu_memory": 9}), 25.0, "gpu_memory"),
     (RiskInputs(warning_days={"thermal": 2}), 6.0, "thermal"),
-    (RiskInputs(warning_days={"links": 4}, recent_warning_days=4), 40.0, "links"),  # + rising
-    (RiskInputs(recent_warning_days=3, earlier_warning_days=23), 0.0, None),  # always warns: flat
+    (RiskInputs(warning_days={"links": 4}, recent_warning_days=4), 45.0, "rising"),  # + rising
+    (RiskInputs(warning_days={"links": 3}, recent_warning_days=3), 40.0, "rising"),
+    (RiskInputs(recent_warning_days=3, earlier_warning_days=20), 0.0, None),  # always warns: flat
     (RiskInputs(burnin_flagged=1), 10.0, "burnin"),
     (RiskInputs(burnin_failed=1), 25.0, "burnin"),
     (RiskInputs(failed_jobs=2), 10.0, "failed_jobs"),
@@ -43,9 +45,9 @@ def test_score_table(inputs, expected, top):
 def test_rising_needs_three_recent_days_and_twice_the_earlier_rate():
     assert rising(RiskInputs(recent_warning_days=3), P)
     assert not rising(RiskInputs(recent_warning_days=2), P)
-    # 3 days in 7 is 0.43/day; 5 in the 23 before is 0.22/day: not twice.
-    assert not rising(RiskInputs(recent_warning_days=3, earlier_warning_days=5), P)
-    assert rising(RiskInputs(recent_warning_days=3, earlier_warning_days=4), P)
+    # 3 days in 10 is 0.3/day; 3 in the 20 before is 0.15/day: not more than twice.
+    assert not rising(RiskInputs(recent_warning_days=3, earlier_warning_days=3), P)
+    assert rising(RiskInputs(recent_warning_days=3, earlier_warning_days=2), P)
 
 
 def test_weights_come_from_config_and_bad_ones_name_the_key(tmp_path):
@@ -67,8 +69,8 @@ def test_weights_come_from_config_and_bad_ones_name_the_key(tmp_path):
 def test_signals_count_days_in_the_lookback_only():
     now = 100 * DAY
     runs = [Run(now - 40 * DAY, "degraded", warnings=("gpu-ecc",)),  # before the lookback
-            Run(now - 10 * DAY, "degraded", warnings=("gpu-ecc",)),
-            Run(now - 10 * DAY + 60, "degraded", warnings=("gpu-remap",)),  # same day: one day
+            Run(now - 12 * DAY, "degraded", warnings=("gpu-ecc",)),
+            Run(now - 12 * DAY + 60, "degraded", warnings=("gpu-remap",)),  # same day: one day
             Run(now - 2 * DAY, "degraded", warnings=("ib-counters",)),
             Run(now - 1 * DAY, "degraded", warnings=("host-edac",)),  # no area: not counted
             Run(now - 1 * DAY, "unhealthy", "epilog", "77", checks=("gpu-xid",)),
@@ -79,7 +81,7 @@ def test_signals_count_days_in_the_lookback_only():
     assert dict(inp.warning_days) == {"gpu_memory": 1, "links": 1}
     assert (inp.recent_warning_days, inp.earlier_warning_days) == (1, 1)
     assert (inp.burnin_failed, inp.burnin_flagged, inp.failed_jobs) == (1, 0, 1)
-    assert score(inp, P).score == 25 + 5 + 5 + 25 + 5
+    assert score(inp, P).score == 15 + 5 + 5 + 25 + 5
 
 
 @given(st.integers(0, 20), st.integers(0, 20), st.integers(0, 30), st.integers(0, 10))

@@ -62,6 +62,7 @@ url = "{self.url}"
 [serve]
 host = "127.0.0.1"
 port = {self.port}
+auth = "token"
 token_file = "{token}"
 policy = false
 gate_socket = "{self.sock}"

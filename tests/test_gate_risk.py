@@ -99,8 +99,8 @@ def test_risk_room_never_strands_a_job_and_bounds_refusals(size, pools, prior) -
 
 # -- the store: scores serve writes, refusals the gate ledgers -------------------------------
 
-def _two_episodes(store: Store, node: str, now: float) -> None:
-    for days_ago in (20, 5):  # two failure episodes this month: score 50 >= level 40
+def _three_episodes(store: Store, node: str, now: float) -> None:
+    for days_ago in (20, 12, 5):  # three failure episodes this month: score 45 >= level 40
         at = now - days_ago * 86400
         store.nodes.record_event(node, "drain", "slurmguard", "slurmguard: gpu-xid: Xid 79",
                                  source="gpu-xid", at=at)
@@ -121,12 +121,12 @@ def test_serve_policy_pass_stores_scores_for_the_gate(tmp_path: Path) -> None:
     url = new_store(tmp_path)
     store = Store.open(url=url)
     now = time.time()
-    _two_episodes(store, "n1", now)
+    _three_episodes(store, "n1", now)
     store.nodes.set_flags("n2", probation=False)  # known, nothing against it
     cfg = config.load(str(_cfg(tmp_path, url)), env={})
     Fleet(cfg, store).evaluate(["n1", "n2"])  # Slurm unreachable: still scores
     got = {r[0]: r[1:] for r in store.nodes.columns(["n1", "n2"], ("name", "risk_score", "risk_at"))}
-    assert got["n1"][0] == 50.0 and got["n2"][0] == 0.0
+    assert got["n1"][0] == 45.0 and got["n2"][0] == 0.0
     assert all(now - 1 <= at <= time.time() for _, at in got.values())
     store.close()
 
@@ -136,7 +136,7 @@ def test_serve_stores_no_scores_when_the_use_is_off(tmp_path: Path) -> None:
 
     url = new_store(tmp_path)
     store = Store.open(url=url)
-    _two_episodes(store, "n1", time.time())
+    _three_episodes(store, "n1", time.time())
     cfg = config.load(str(_cfg(tmp_path, url, max_nodes=0)), env={})
     Fleet(cfg, store).evaluate(["n1"])
     assert store.nodes.columns(["n1"], ("risk_score", "risk_at")) == [(None, None)]

@@ -165,7 +165,6 @@ def test_goodput_bad_input(tmp_path: Path) -> None:
 
 
 def test_goodput_plot(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     _wrapped_job(tmp_path, "43")
     env = sg_env(SLURMGUARD_CONFIG=str(_cfg(tmp_path)))
     assert run_sg("goodput", "--job", "43", env=env).returncode == 0

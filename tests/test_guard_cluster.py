@@ -189,6 +189,7 @@ url = "{url}"
 [serve]
 host = "127.0.0.1"
 port = {port}
+auth = "token"
 token_file = "{token}"
 """)
     serve = Serve(fleet.config, port, env={"SLURM_CONF": conf}).start()

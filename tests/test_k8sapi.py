@@ -13,10 +13,8 @@ import pytest
 from k8sapi.fixture import core_api, k8sapi  # noqa: F401 - fixture
 from k8sapi.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from k8sapi.server import NodeAPIServer
+from kubernetes import client, watch
 from support.helpers import require
-
-kubernetes = pytest.importorskip("kubernetes")
-from kubernetes import client, watch  # noqa: E402
 
 
 def test_list_get_models_deserialize(k8sapi: NodeAPIServer) -> None:

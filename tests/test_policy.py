@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmguard.errors import InputError
-from slurmguard.policy.blast import DrainRequest, caps, guard, scopes
+from slurmguard.policy.blast import ANY_CAUSE, DrainRequest, caps, guard, ledger, scopes, view_entry
 from slurmguard.policy.engine import SlurmState, plan
 from slurmguard.policy.lemon import failures, lemon_verdict, transitions
 from slurmguard.policy.params import PolicyParams, human_window
@@ -83,6 +85,19 @@ def test_caps(scopes, pct, max_nodes, expected) -> None:
 
 def _nodes(n: int, prefix: str = "n") -> frozenset[str]:
     return frozenset(f"{prefix}{i}" for i in range(1, n + 1))
+
+
+def test_an_alert_counts_only_the_nodes_of_its_scope() -> None:
+    # fs-mount seen failing on n1 (partition gpu only) and n5, n6 (also in the small
+    # partition, cap 1): the refusal's alert names the small partition's two nodes, not n1.
+    scopes = {"fleet": _nodes(6), "partition:gpu": _nodes(6), "partition:small": frozenset({"n5", "n6"})}
+    req = DrainRequest("n6", "fs-mount", "slurmguard: fs-mount: /shared missing")
+    allowed, actions = guard([req], {"n1": {"fs-mount"}, "n5": {"fs-mount"}}, scopes,
+                             PolicyParams(blast_max_percent=50),
+                             failing={"fs-mount": ["n1", "n5", "n6"]})
+    (alert,) = [a for a in actions if a.kind == "alert"]
+    assert not allowed and alert.scope == "partition:small"
+    assert alert.nodes == ("n5", "n6") and "failing on 2 nodes of partition:small" in alert.reason
 
 
 def test_twenty_nodes_failing_fs_mount_drain_two_and_raise_one_alert() -> None:
@@ -232,3 +247,37 @@ def test_scopes_are_fleet_partitions_and_groups() -> None:
     assert scopes({"n1": ()}, [("r", "n[1-2]")])["group:r"] == frozenset({"n1", "n2"})
     with pytest.raises(InputError, match=r"^policy\.groups\.bad: not a node set"):
         scopes({}, {"bad": "n[1-"})
+    # Slurm's nodes as the adapter gives them (name, partitions) build the same scopes.
+    nodes = [SimpleNamespace(name="n1", partitions=("gpu",)),
+             SimpleNamespace(name="n2", partitions=("gpu", "debug")),
+             SimpleNamespace(name="n3", partitions=())]
+    assert scopes(nodes, {"rack1": "n[1-3]"}, fleet=["k8s-only"]) == got
+
+
+def test_ledger_counts_drains_per_cause_in_the_window() -> None:
+    """One definition of the guard's ledger: permits and drains take a cause's slot, a failed
+    drain gives it back, entries before the window are gone."""
+    entries = [(NOW - 10, "n1", "permit", "fs-mount"), (NOW - 9, "n1", "drain", "fs-mount"),
+               (NOW - 8, "n2", "permit", "gpu-xid:79"), (NOW - 7, "n2", "drain_failed", "gpu-xid:79"),
+               (NOW - 5000, "n3", "drain", "fs-mount"), (NOW - 6, "n4", "drain", ANY_CAUSE),
+               (NOW - 5, "n1", "drain", "gpu-xid:79")]
+    assert ledger(entries, NOW - 3600) == {"n1": {"fs-mount", "gpu-xid:79"}, "n4": {ANY_CAUSE}}
+    assert view_entry("n5", "slurmguard: gpu-xid: GPU 0 Xid 79: fallen off", NOW) == (
+        NOW, "n5", "drain", "gpu-xid:79")
+
+
+@given(st.lists(st.tuples(st.integers(0, 100), st.sampled_from(["n1", "n2", "n3"]),
+                          st.sampled_from(["permit", "drain", "drain_failed"]),
+                          st.sampled_from(["fs-mount", "gpu-xid:79"])), max_size=30),
+       st.randoms())
+def test_ledger_reads_entries_in_time_order_whatever_order_they_come_in(entries, rnd) -> None:
+    timed = [(float(i * 1000 + t), n, k, c) for i, (t, n, k, c) in enumerate(entries)]
+    shuffled = list(timed)
+    rnd.shuffle(shuffled)
+    assert ledger(shuffled, 0.0) == ledger(timed, 0.0)
+    # A cause is held exactly when its last permit/drain on the node came after its last failure.
+    for node in ("n1", "n2", "n3"):
+        for cause in ("fs-mount", "gpu-xid:79"):
+            last = [k for _, n, k, c in timed if n == node and c == cause]
+            held = bool(last) and last[-1] != "drain_failed"
+            assert (cause in ledger(timed, 0.0).get(node, set())) == held

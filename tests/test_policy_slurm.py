@@ -151,13 +151,13 @@ def test_twenty_nodes_failing_fs_mount_drain_at_most_the_cap(slurm_cluster_facto
 
 
 def test_risk_probation_mark_puts_at_risk_nodes_last(slurm_cluster_factory, tmp_path: Path) -> None:
-    """risk.probation_mark (docs/fleet.md): a node with two failure episodes this month gets
+    """risk.probation_mark (docs/fleet.md): a node with three failure episodes this month gets
     the probation feature at serve's next policy pass; a healthy one does not."""
     cluster = slurm_cluster_factory(nodes=2)
     url = _store(tmp_path)
     store = Store.open(url=url)
     now = time.time()
-    for days_ago in (20, 5):  # two episodes: drain -> return, as the ledger records them
+    for days_ago in (20, 12, 5):  # three episodes: drain -> return, as the ledger records them
         at = now - days_ago * 86400
         store.nodes.record_event("n1", "drain", "slurmguard", "slurmguard: gpu-xid: Xid 79",
                            source="gpu-xid", at=at)

@@ -20,7 +20,6 @@ from k8sapi.server import NodeAPIServer, now_rfc3339
 from support.helpers import run_sg, sg_env
 from support.wait import wait_for
 
-pytest.importorskip("kubernetes")
 pytestmark = pytest.mark.slurm
 
 ADMIN_REASON = "bad DIMM, ticket 4711"

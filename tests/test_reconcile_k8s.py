@@ -11,11 +11,9 @@ import pytest
 from k8sapi.fixture import k8sapi  # noqa: F401 - fixture
 from k8sapi.server import NodeAPIServer
 
-pytest.importorskip("kubernetes")
-
-from slurmguard.adapters.k8s import KubeConflict, KubeError, KubeGone, KubeNodes  # noqa: E402
-from slurmguard.contract import CORDONED_BY, TAINT_KEY  # noqa: E402
-from slurmguard.reconcile.views import kube_view  # noqa: E402
+from slurmguard.adapters.k8s import KubeConflict, KubeError, KubeGone, KubeNodes
+from slurmguard.contract import CORDONED_BY, TAINT_KEY
+from slurmguard.reconcile.views import kube_view
 
 NOW = time.time()
 

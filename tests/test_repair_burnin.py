@@ -1,7 +1,8 @@
 """Verification's quick burn-in judged as the nightly report judges (slurmguard/repair/burnin.py):
 against the node's peers' latest runs of the week, with the burn-in threshold; its verdict is
 written to the run and a `burnin` result record, so the nightly report does not judge it again.
-A real SQLite store, no Slurm (the cluster tests submit the real job: test_repair_cluster.py)."""
+A real SQLite store, no Slurm (the cluster tests submit the real job:
+test_repair_verify_cluster.py)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from slurmguard.adapters.slurm.parse import node_info_from_show, parse_show_node_oneliner
-from slurmguard.repair.loop import _gpus, _ours_now
+from slurmguard.repair.loop import _boot_time, _gpus, _ours_now
 from slurmguard.repair.plan import RepairEvent
 
 
@@ -41,3 +41,15 @@ def test_the_gpus_a_drain_names():
     assert _gpus("slurmguard: gpu-xid: Xid 79 on GPU 3 (fallen off the bus)") == (3,)
     assert _gpus("slurmguard: gpu-ecc: GPUs 0, 5 DBE") == (0, 5)
     assert _gpus("slurmguard: gpu-lost: a GPU is missing") == ()
+
+
+def test_slurms_boot_time_as_epoch_seconds():
+    """BootTime as `scontrol show node` prints it (local time), or epoch seconds; None when
+    Slurm does not know it (the health check at boot is then judged from the proof on)."""
+    import time
+
+    assert _boot_time("2026-12-05T01:02:03") == time.mktime((2026, 12, 5, 1, 2, 3, 0, 0, -1))
+    assert _boot_time(1796432523) == 1796432523.0
+    for unknown in ("None", "Unknown", "", None, 0, "2026-13-40T99:00:00"):
+        assert _boot_time(unknown) is None, unknown
+

@@ -120,6 +120,30 @@ def test_verified_returns_failing_climbs_and_the_climb_ends_in_a_ticket():
     assert a.kind == "ticket" and "ladder exhausted" in a.why  # power-cycle not configured
 
 
+def test_the_health_check_at_boot_judges_the_reboot_though_it_reports_before_the_proof():
+    """HealthCheckProgram runs when slurmd starts, before it registers: its run comes before
+    serve sees the proof. A failure there is the fault surviving the reboot; a failure from
+    before the boot (the fault the reboot was for) proves nothing."""
+    base = [ev("repair_start", NOW - 900), ev("repair_rung", NOW - 890, rung="reboot"),
+            ev("repair_outcome", NOW - 600, rung="reboot", result="proven")]
+    booted = NOW - 700  # between the rung and its proof
+    a = one(node(booted_at=booted, failing_since=booted + 2), base)
+    assert (a.kind, a.result) == ("outcome", "transient") and "fails again" in a.why
+    a = one(node(booted_at=booted, failing_since=booted - 50), base)  # before the boot
+    assert (a.kind, a.why) == ("hold", "verifying: waiting for a health check")
+    a = one(node(booted_at=booted, failing_since=booted - 50, healthy_since=booted + 2), base)
+    assert a.kind == "burnin"  # the boot's pass, newer than the failure before the boot
+    a = one(node(booted_at=booted, healthy_since=booted + 2, failing_since=booted + 5), base)
+    assert (a.kind, a.result) == ("outcome", "transient")  # the newest run decides
+    a = one(node(booted_at=None, failing_since=booted + 2), base)  # boot time unknown
+    assert (a.kind, a.why) == ("hold", "verifying: waiting for a health check")
+    # A command rung has no boot: a failure counts from its proof (the command's end).
+    cmd = [ev("repair_start", NOW - 900), ev("repair_rung", NOW - 890, rung="reset-gpu"),
+           ev("repair_outcome", NOW - 600, rung="reset-gpu", result="proven")]
+    a = one(node(booted_at=booted, failing_since=NOW - 650), cmd)
+    assert a.kind == "hold"
+
+
 def test_verification_is_the_health_checks_and_then_a_quick_burn_in():
     base = [ev("repair_start", NOW - 900), ev("repair_rung", NOW - 890, rung="reboot"),
             ev("repair_outcome", NOW - 600, rung="reboot", result="proven")]

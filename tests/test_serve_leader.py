@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.helpers import run_sg, sg_env
+from support.helpers import require, run_sg, sg_env
 from support.pgserver import PgServer, pg_server  # noqa: F401  (fixture)
 from support.replicas import big_partition, leaders, pg_store, start_replicas
 from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
@@ -97,8 +97,7 @@ def test_leadership_comes_back_after_postgresql_restarts(slurm_cluster_factory, 
     from support.pgserver import _pg_bin
 
     bindir = _pg_bin()
-    if bindir is None:
-        pytest.skip("PostgreSQL server binaries (Debian package postgresql)")
+    require(bindir is not None, "PostgreSQL server binaries (Debian package postgresql)")
     server = PgServer(bindir)
     server.start()
     try:

@@ -101,7 +101,10 @@ def test_suspect_refuses_forged_or_malformed_reports(slurm_cluster_factory: Any,
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"{}")
 
-    good = {"job": "7", "job_median_step_s": 0.1,
+    # A job may name only nodes of its own allocation, read from Slurm (docs/security.md).
+    job = s.c.sbatch("#!/bin/sh\nsleep 300\n", "-w", "n2", "-N", "1")
+    s.c.wait_job(job, ("RUNNING",), timeout=60)
+    good = {"job": job, "job_median_step_s": 0.1,
             "nodes": [{"node": "n2", "median_step_s": 0.5, "ratio": 5.0, "ranks": [1]}]}
     job_tok = "job-token-0123456789abcdef"
     try:
@@ -115,6 +118,10 @@ def test_suspect_refuses_forged_or_malformed_reports(slurm_cluster_factory: Any,
                            ({**good, "nodes": []}, "nodes")]:
             code, ans = post("/suspect", bad, job_tok)
             assert code == 400 and ans["error"].startswith(field), ans
+        code, ans = post("/suspect", {**good, "nodes": [{**good["nodes"][0], "node": "n1"}]}, job_tok)
+        assert code == 403 and ans["error"].startswith("refused (outside-job)"), ans
+        code, ans = post("/suspect", {**good, "job": "999999"}, job_tok)
+        assert code == 403 and ans["error"].startswith("refused (unknown-job)"), ans
         assert post("/suspect", good, job_tok) == (200, {"recorded": ["n2"], "duplicate": []})
         assert post("/suspect", good, job_tok) == (200, {"recorded": [], "duplicate": ["n2"]})
         # GET /drains: bad input is one line; the answer needs no token.

@@ -33,7 +33,6 @@ XID79 = ("NVRM: Xid (PCI:0000:3b:00): 79, pid=2371, name=python3, "
 def sshd(tmp_path_factory: pytest.TempPathFactory):
     ok, why = sshserver.available()
     require(ok, why)
-    pytest.importorskip("paramiko")
     server = sshserver.start_sshd(tmp_path_factory.mktemp("sshd"))
     yield server
     server.stop()
@@ -218,7 +217,6 @@ def test_existing_output_not_overwritten(node_env, tmp_path) -> None:
 
 
 def test_recent_results_from_the_store(node_env, tmp_path) -> None:
-    pytest.importorskip("sqlalchemy")
     from slurmguard.contract import CheckResult, Health
     from slurmguard.node.record import make_record
     from slurmguard.store import Store

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from slurmguard.store.api import AlertRow, NodeSummary
 from slurmguard.triage.rank import rank, slow_nodes
 
-api = pytest.importorskip("slurmguard.store.api", reason="the store has not landed")
-NodeSummary, AlertRow = api.NodeSummary, api.AlertRow
 NOW = 1_800_000_000.0
 
 
@@ -68,12 +66,12 @@ def test_a_node_at_risk_is_a_suspect_with_its_factors() -> None:
     below the level it adds nothing (docs/triage.md)."""
     from slurmguard.fleet.risk import RiskInputs, score
 
-    hot = score(RiskInputs(failures=2, warning_days={"links": 3}))  # 50 + 15 = 65
-    cool = score(RiskInputs(failures=1))  # 25: below 40
+    hot = score(RiskInputs(failures=3, warning_days={"links": 3}))  # 45 + 15 = 60
+    cool = score(RiskInputs(failures=2))  # 30: below 40
     out = rank([summ("n1"), summ("n2", failures=1)], [], {}, {"n1": hot, "n2": cool, "n3": hot},
                40.0)
     by = {s.node: s for s in out}
-    assert by["n1"].score == 13 and by["n1"].evidence == ("risk 65: failures +50, links +15",)
+    assert by["n1"].score == 12 and by["n1"].evidence == ("risk 60: failures +45, links +15",)
     assert by["n2"].score == 10 and not any(e.startswith("risk") for e in by["n2"].evidence)
     assert [s.node for s in out] == ["n1", "n3", "n2"]
     top = score(RiskInputs(failures=5, burnin_failed=3, warning_days={"links": 9}))  # 100

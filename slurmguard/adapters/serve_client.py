@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from slurmguard import __version__
@@ -19,6 +20,10 @@ if TYPE_CHECKING:
 
 
 UNREACHABLE = "serve unreachable"  # drain_permit's answer when no replica answered
+
+# What authenticates a request: the shared token (serve.auth = "token"), or a function of the
+# body bytes giving the Authorization header (serve.auth = "munge": a credential per body).
+Auth = str | Callable[[bytes], str]
 
 
 class DeliveryError(Exception):
@@ -36,7 +41,41 @@ def read_token(path: str) -> str:
     return token
 
 
-def post_records(url: str, token: str, records: list[dict[str, Any]], timeout: float) -> dict[str, Any]:
+def node_auth(cfg: Config, node: str, *, socket_key: str = "hooks.munge_socket") -> Auth:
+    """How node ``node`` signs its requests, by ``serve.auth``: a MUNGE credential over each
+    body (the default), its node key (``hooks.node_key_file``), or the shared token of
+    ``hooks.token_file``."""
+    mode = str(cfg["serve.auth"])
+    if mode == "token":
+        return read_token(str(cfg["hooks.token_file"]))
+    if mode == "node-key":
+        import time
+
+        from slurmguard.nodekey import node_key_header
+
+        secret = read_token(str(cfg["hooks.node_key_file"]))
+        return lambda body: node_key_header(secret, node, body, time.time())
+    return munge_signer(str(cfg[socket_key]))
+
+
+def munge_signer(sock: str = "") -> Callable[[bytes], str]:
+    """The ``Authorization`` value for a body: ``MUNGE <credential>`` whose payload is the
+    body's SHA-256 hex digest (serve/identity.py). A munged that does not answer is a
+    DeliveryError: the record is spooled and sent later, never lost."""
+    import hashlib
+
+    from slurmguard.adapters import munge
+
+    def sign(body: bytes) -> str:
+        try:
+            return "MUNGE " + munge.encode(hashlib.sha256(body).hexdigest().encode(), sock=sock)
+        except munge.MungeError as exc:
+            raise DeliveryError(exc.message) from None
+
+    return sign
+
+
+def post_records(url: str, token: Auth, records: list[dict[str, Any]], timeout: float) -> dict[str, Any]:
     """POST records to serve's ingest URL; returns serve's JSON answer.
 
     Raises DeliveryError when serve is unreachable or answers anything but 2xx/4xx-for-a-
@@ -52,7 +91,7 @@ def ingest_urls(hooks: Any) -> list[str]:
     return list(dict.fromkeys(u for u in urls if u))
 
 
-def post_first(urls: list[str], token: str, obj: dict[str, Any], timeout: float,
+def post_first(urls: list[str], token: Auth, obj: dict[str, Any], timeout: float,
                path: str = "") -> tuple[str, dict[str, Any]]:
     """POST ``obj`` to the first of ``urls`` that answers (with ``path`` in place of the URL's
     last part when given); each try gets its share of what is left of ``timeout``, so a
@@ -83,7 +122,7 @@ def drain_permit(node: str, check: str, reason: str, cfg: Config) -> tuple[bool,
     if not urls:
         return True, "no report_url"
     try:
-        token = read_token(str(hooks["token_file"]))
+        token = node_auth(cfg, node)
         _, answer = post_first(urls, token, {"node": node, "check": check, "reason": reason},
                                float(hooks.get("report_timeout", 2.0)), path="/permit")
     except DeliveryError as exc:
@@ -93,7 +132,7 @@ def drain_permit(node: str, check: str, reason: str, cfg: Config) -> tuple[bool,
     return True, "allowed"
 
 
-def post_json(url: str, token: str, obj: dict[str, Any], timeout: float) -> dict[str, Any]:
+def post_json(url: str, token: Auth, obj: dict[str, Any], timeout: float) -> dict[str, Any]:
     import http.client
     import urllib.parse
 
@@ -102,10 +141,11 @@ def post_json(url: str, token: str, obj: dict[str, Any], timeout: float) -> dict
         raise DeliveryError(f"report_url: not an http(s) URL: {url!r}")
     body = json.dumps(obj, separators=(",", ":")).encode()
     conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    auth = token(body) if callable(token) else f"Bearer {token}"
     conn = conn_cls(u.hostname, u.port, timeout=max(0.05, timeout))
     try:
         conn.request("POST", u.path or "/ingest", body=body, headers={
-            "Authorization": f"Bearer {token}", "Content-Type": "application/json",
+            "Authorization": auth, "Content-Type": "application/json",
             "User-Agent": f"slurmguard/{__version__}"})
         resp = conn.getresponse()
         data = resp.read()

@@ -154,13 +154,6 @@ def _build(cfg: Config, store: Any, since: float, *, nodes: Iterable[str] | None
     return report, by_node
 
 
-def _scopes(cfg: Config, infos: Mapping[str, Any]) -> dict[str, frozenset[str]]:
-    from slurmguard.policy.blast import scopes
-
-    return scopes({i.name: i.partitions for i in infos.values()}, cfg["policy.groups"] or {},
-                  fleet=infos)
-
-
 def _cause(v: NodeVerdict) -> str:
     # The guard's cause: what a shared fault would share (one metric, one failing check).
     if v.verdict == "failed":
@@ -173,7 +166,7 @@ def apply(cfg: Config, store: Any, report: Report, runs: Mapping[str, Any], slur
           *, now: float | None = None) -> list[Outcome]:
     """Carry out the report's verdicts (see the module doc). Returns one outcome per action."""
     from slurmguard.drainguard import StorePermit, guarded_drain
-    from slurmguard.policy.blast import DrainRequest
+    from slurmguard.policy.blast import DrainRequest, scopes
     from slurmguard.policy.params import PolicyParams
 
     now = time.time() if now is None else now
@@ -199,7 +192,7 @@ def apply(cfg: Config, store: Any, report: Report, runs: Mapping[str, Any], slur
             requests.append(DrainRequest(n, _cause(v), v.reason))
     # One permit per drain, in cause order (what the guard's batch would decide), each
     # counted in the ledger before the next is asked.
-    permit = StorePermit(store, params, _scopes(cfg, infos), via="burnin")
+    permit = StorePermit(store, params, scopes(infos.values(), params.groups), via="burnin")
     for r in sorted(requests, key=lambda r: (r.cause, r.node)):
         done = guarded_drain(slurm, permit, r.node, r.cause, r.reason, via="burnin",
                              ledger=store, details={"run": runs[r.node].id}, now=now)

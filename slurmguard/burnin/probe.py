@@ -7,7 +7,9 @@ its parameters as JSON on stdin and prints one JSON object ``{"values": [...]}``
 
 A probe returns a list of dicts with the keys of :class:`slurmguard.store.burnin.BurninValue`
 (``measurement`` is filled in by the worker). Raise :class:`slurmguard.errors.Unsupported` when the measurement
-cannot run here (no numpy, no torch/cupy, no GPU, no dcgmi): that is never a failure.
+cannot run here (no numpy, no torch, no GPU, no dcgmi): that is never a failure. The GPU
+loads run on torch only; a node with cupy and no torch never gets here: `burnin worker`
+refuses to start (slurmguard.burnin.worker.torch_missing).
 """
 
 from __future__ import annotations
@@ -128,7 +130,8 @@ def _torch() -> Any:
         import cupy  # noqa: F401
     except ImportError:
         raise Unsupported("neither torch nor cupy is importable") from None
-    raise Unsupported("cupy measurements are not implemented; install torch")
+    # `burnin worker` refuses to start here (worker.torch_missing); a probe run by hand says so
+    raise Unsupported("cupy alone cannot run the GPU loads (torch only); install torch")
 
 
 def gpu_matmul(p: dict[str, Any]) -> list[dict[str, Any]]:

@@ -130,10 +130,65 @@ def at_risk(cfg: Any, store: Any) -> dict[str, float]:
     return {n: r.score for n, r in node_risks(store.engine, rp).items() if r.score >= rp.level}
 
 
-def submit(cfg: Config, store: Any, slurm: Any, nodes: Iterable[str] | None, *, idle: bool,
+@dataclass(frozen=True)
+class Choice:
+    """What `burnin submit` will do, decided before it does any of it (:func:`choose`)."""
+
+    order: tuple[str, ...]  # every node considered, in submit order
+    todo: tuple[str, ...]  # to submit, in that order
+    reserve: tuple[str, ...]  # of those, the drained ones to open in a reservation of their own
+    skipped: tuple[tuple[str, str], ...]  # (node, why), in that order
+    notes: Mapping[str, str]  # node to submit -> why it is in the night's list
+
+
+def choose(infos: Mapping[str, Any], nodes: Iterable[str] | None, *, awaiting: set[str],
+           probation: set[str], suspects: set[str], rerun: set[str],
+           at_risk: Mapping[str, float]) -> Choice:
+    """Which nodes to submit, which to open in a reservation, which to skip and why. Pure.
+
+    ``infos``: Slurm's nodes by name; ``nodes``: the nodes asked for (None: every idle node
+    and every drained one of ours awaiting burn-in); ``suspects`` includes ``rerun`` (the
+    nodes whose latest run was judged a suspect)."""
+    if nodes is None:
+        chosen = sorted(n for n, i in infos.items()
+                        if (i.state == "idle" and not i.drained and not i.down)
+                        or (n in awaiting and i.drained and i.ours and not i.down))
+    else:
+        chosen = list(dict.fromkeys(nodes))
+    chosen = submit_order(chosen, awaiting, probation, at_risk, suspects)
+    todo: list[str] = []
+    reserve: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    for n in chosen:
+        info = infos.get(n)
+        if info is None:
+            skipped.append((n, "not known to Slurm: skipped"))
+        elif info.down or info.not_responding:
+            skipped.append((n, "DOWN or not responding: skipped"))
+        elif info.drained and not info.ours:
+            skipped.append((n, f"drained by someone else ({info.reason}): skipped"))
+        elif info.drained and n not in awaiting:
+            skipped.append((n, f"drained by slurmguard ({info.reason}) and not awaiting "
+                               "burn-in: skipped"))
+        else:
+            todo.append(n)
+            if info.drained:
+                reserve.append(n)
+    notes = {n: ("awaiting burn-in: opened in the reservation" if n in reserve
+                 else "awaiting burn-in" if n in awaiting
+                 else "re-run: a burn-in suspect, this run confirms or clears it" if n in rerun
+                 else "suspect: named slow by several jobs" if n in suspects else "submitted")
+             for n in todo}
+    return Choice(tuple(chosen), tuple(todo), tuple(reserve), tuple(skipped), notes)
+
+
+def submit(cfg: Config, store: Any, slurm: Any, nodes: Iterable[str] | None, *,
            level: str, reservation: str | None, config_path: str | None,
            progress: Any = None) -> list[Submitted]:
+    """Carry out :func:`choose` over Slurm's nodes and the store's: open the drained ones in a
+    reservation, sbatch one job per node, record each run. One :class:`Submitted` per node."""
     from slurmguard.adapters.slurm import burnin as sb
+    from slurmguard.policy.suspect import from_store
     from slurmguard.store.burnin import night_of
 
     now = time.time()
@@ -141,56 +196,26 @@ def submit(cfg: Config, store: Any, slurm: Any, nodes: Iterable[str] | None, *, 
     infos = {n.name: n for n in slurm.nodes()}
     summaries = store.nodes.summary()
     awaiting = {s.name for s in summaries if s.burnin_required}
-    probation = {s.name for s in summaries if s.probation}
-    from slurmguard.policy.suspect import from_store
-
-    suspects = set(from_store(store, cfg, now))
     rerun = rerun_due(store.burnin.latest_runs(now - RERUN_WINDOW))
-    suspects |= rerun
-    if nodes is None:
-        chosen = sorted(n for n, i in infos.items()
-                        if (i.state == "idle" and not i.drained and not i.down)
-                        or (n in awaiting and i.drained and i.ours and not i.down))
-    else:
-        chosen = list(dict.fromkeys(nodes))
-    chosen = submit_order(chosen, awaiting, probation, at_risk(cfg, store), suspects)
-    out: list[Submitted] = []
-    todo = []
-    reserve = []
-    for n in chosen:
-        info = infos.get(n)
-        if info is None:
-            out.append(Submitted(n, None, None, n in awaiting, "", "not known to Slurm: skipped"))
-        elif info.down or info.not_responding:
-            out.append(Submitted(n, None, None, n in awaiting, "", "DOWN or not responding: skipped"))
-        elif info.drained and not info.ours:
-            out.append(Submitted(n, None, None, n in awaiting, "",
-                                 f"drained by someone else ({info.reason}): skipped"))
-        elif info.drained and n not in awaiting:
-            out.append(Submitted(n, None, None, False, "",
-                                 f"drained by slurmguard ({info.reason}) and not awaiting "
-                                 "burn-in: skipped"))
-        else:
-            todo.append(n)
-            if info.drained:
-                reserve.append(n)
+    c = choose(infos, nodes, awaiting=awaiting, probation={s.name for s in summaries if s.probation},
+               suspects=set(from_store(store, cfg, now)) | rerun, rerun=rerun,
+               at_risk=at_risk(cfg, store))
+    out = [Submitted(n, None, None, n in awaiting, "", why) for n, why in c.skipped]
     res_name = reservation or str(cfg["burnin.reservation"] or "")
     own_res = ""
-    if reserve and not res_name:
+    if c.reserve and not res_name:
         from slurmguard.nodeset import fold
 
         own_res = f"{sb.RESERVATION_PREFIX}_{int(now)}"
-        sb.create_reservation(slurm, own_res, fold(reserve), [getpass.getuser()],
+        sb.create_reservation(slurm, own_res, fold(list(c.reserve)), [getpass.getuser()],
                               _minutes(str(cfg["burnin.time_limit"])) + 60)
-        for n in reserve:
+        for n in c.reserve:
             if slurm.undrain(n):
                 store.nodes.record_event(n, "clear", ACTOR, f"opened for burn-in in reservation {own_res}",
                                          source="burnin", at=now, details={"reservation": own_res})
-    argv = program(cfg, config_path)
-    text = script(argv, level)
-    it = todo if progress is None else progress(todo)
-    for n in it:
-        res = own_res if n in reserve else res_name
+    text = script(program(cfg, config_path), level)
+    for n in (c.todo if progress is None else progress(list(c.todo))):
+        res = own_res if n in c.reserve else res_name
         try:
             job = sb.sbatch(slurm, text, sbatch_args(cfg, n, res))
         except SlurmguardError as exc:
@@ -199,12 +224,8 @@ def submit(cfg: Config, store: Any, slurm: Any, nodes: Iterable[str] | None, *, 
         rid = store.burnin.submitted(n, job_id=job, level=level, night=night,
                                      group_key=feature_group(cfg, infos.get(n)), reservation=res,
                                      at=now)
-        note = ("awaiting burn-in: opened in the reservation" if n in reserve
-                else "awaiting burn-in" if n in awaiting
-                else "re-run: a burn-in suspect, this run confirms or clears it" if n in rerun
-                else "suspect: named slow by several jobs" if n in suspects else "submitted")
-        out.append(Submitted(n, job, rid, n in awaiting, res, note))
-    order = {n: i for i, n in enumerate(chosen)}
+        out.append(Submitted(n, job, rid, n in awaiting, res, c.notes[n]))
+    order = {n: i for i, n in enumerate(c.order)}
     return sorted(out, key=lambda s: order.get(s.node, 1 << 30))
 
 

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from slurmguard.config import Config
 
 EXIT_PARTIAL = 143
+# The built-in measurements whose GPU load is torch's (slurmguard/burnin/probe.py).
+TORCH_LOADS = ("gpu-matmul", "gpu-membw", "gpu-clocks")
 
 
 class Interrupted(BaseException):
@@ -56,6 +58,23 @@ def health(cfg: Config, node: str, job_id: str | None) -> tuple[list[Any], str]:
     return list(report.results), (f"{bad[0].name}: {bad[0].reason}" if bad else "")
 
 
+def torch_missing(chosen: list[measure.Measurement]) -> str:
+    """One line when a chosen GPU load cannot run because only cupy is installed, else "".
+
+    The GPU loads are written for torch. With neither torch nor cupy the node has no GPU
+    stack (a CPU node): those measurements are ``unsupported``, as documented. With cupy
+    alone the site meant to measure its GPUs and would silently get nothing, so the
+    worker refuses to start instead (exit 3, docs/burnin.md)."""
+    from importlib.util import find_spec
+
+    wanted = [m.name for m in chosen if m.name in TORCH_LOADS and not m.target]
+    if not wanted or find_spec("torch") is not None or find_spec("cupy") is None:
+        return ""
+    return (f"burnin worker: {', '.join(wanted)} need torch, and this node has cupy but no "
+            "torch (slurmguard's GPU loads run on torch only): install torch beside slurmguard, "
+            "or leave them out of burnin.measurements")
+
+
 def group_key(cfg: Config, inventory: list[BurninValue]) -> str:
     """The comparison group of this node when ``group_by = gpu``: "8x NVIDIA H100 ..."."""
     if cfg["burnin.group_by"] != "gpu":
@@ -72,18 +91,24 @@ def group_key(cfg: Config, inventory: list[BurninValue]) -> str:
 
 def run(cfg: Config, *, node: str, job_id: str | None, level: str,
         echo: Callable[[str], None] = print) -> int:
+    from slurmguard.errors import ConfigError
     from slurmguard.store import Store
+    from slurmguard.store.burnin import night_of
 
     store = Store.open(cfg)
     b = cfg.section("burnin")
     chosen = measure.select(cfg)
+    refused = torch_missing(chosen)
+    if refused:  # on the run too, so that `burnin report` shows why it measured nothing
+        rid = store.burnin.started(node, job_id=job_id, group_key="", level=level,
+                                   night=night_of(time.time(), int(b["night_boundary_utc"])))
+        store.burnin.finish(rid, "partial", refused)
+        raise ConfigError(refused)
     p = measure.params(cfg, level, 0)
     inv = measure.run(measure.Measurement("gpu-inventory", "GPUs seen by NVML"), p,
                       timeout=min(60.0, p["timeout"]))
     gpus = int(inv[0].details.get("count", 0)) if inv and inv[0].status == "ok" else 0
     p = measure.params(cfg, level, gpus)
-    from slurmguard.store.burnin import night_of
-
     run_id = store.burnin.started(node, job_id=job_id, group_key=group_key(cfg, inv), level=level,
                                   night=night_of(time.time(), int(b["night_boundary_utc"])))
     summary: dict[str, Any] = {"node": node, "job_id": job_id, "run_id": run_id, "level": level,

@@ -151,6 +151,13 @@ XID_TABLE: dict[int, tuple[XidClass, str]] = {
     154: (_D, "GPU recovery action changed"),
 }
 
+# The Xids that drain a node, from the table alone (checks.xid.drain_codes adds a site's own):
+# the node side's fallback drains them without the cap (node/fallback.py INTRINSIC), and a
+# repair ladder may name only these (repair/params.py). 144-150 and 154 are here: they drain
+# unless the line says otherwise (non-fatal, recovery action None).
+DRAIN_XIDS: frozenset[int] = frozenset(c for c, (k, _) in XID_TABLE.items() if k is XidClass.DRAIN)
+
+
 # What NVIDIA suggests doing, per class (the per-code nuance is in the catalog).
 ACTIONS: dict[XidClass, str] = {
     XidClass.DRAIN: "drain; reset the GPU (reboot for 79 or where reset is unavailable)",

@@ -71,7 +71,7 @@ def submit_cmd(ctx: click.Context, nodeset: str | None, idle: bool, reservation:
     store = open_store(cfg)
     slurm = slurm_of(cfg)
     root = ctx.find_root().obj or {}
-    done = sm.submit(cfg, store, slurm, nodes, idle=idle, level=level, reservation=reservation,
+    done = sm.submit(cfg, store, slurm, nodes, level=level, reservation=reservation,
                      config_path=root.get("config_path"),
                      progress=lambda xs: bar(xs, total=len(xs), desc="sbatch"))
     left: list[int] = []
@@ -96,7 +96,8 @@ def worker_cmd(ctx: click.Context, level: str, node_flag: str | None) -> int:
 
     Each measurement runs in a child process with burnin.measurement_timeout; values go to
     the store as each ends. Exit 0 complete, 1 failed (a health check or a hard
-    measurement failure), 143 cut short by SIGTERM (recorded as partial).
+    measurement failure), 3 refused at start (a GPU load needs torch and the node has only
+    cupy; recorded as partial), 143 cut short by SIGTERM (recorded as partial).
 
     \b
     Example:

@@ -40,8 +40,9 @@ def doctor_cmd(ctx: click.Context, role: str | None, as_json: bool, ack: bool,
     of yours) `scontrol ping` reaches slurmctld and NVML loads (or no GPUs are expected),
     check state is per node where several slurmd share this host, no hook failed open since
     the last --ack, the SPANK plugin is in plugstack.conf, the serve token
-    is readable by the hooks and not world-readable, the store is at the current schema
-    (controller). Exit 0 only when every item passes (skips count as passes), else 1.
+    is readable by the hooks and not world-readable, munged answers (serve.auth = munge; a
+    WARN while the shared token is in use), the store is at the current schema
+    (controller). Exit 0 only when every item passes (skips and WARN count as passes), else 1.
 
     \b
     Example:

@@ -25,6 +25,19 @@ def _partitions(cfg: Any) -> dict[str, tuple[str, ...]]:
     return {i.name: i.partitions for i in SlurmCLI(cfg.section("slurm")).nodes()}
 
 
+def _replay_partitions(cfg: Any) -> dict[str, tuple[str, ...]]:
+    """Slurm's partitions for replay's blast-radius scopes (the store does not hold them);
+    when Slurm cannot be asked, none, said on stderr: partition caps are then not replayed."""
+    from slurmguard.errors import SlurmguardError
+
+    try:
+        return _partitions(cfg)
+    except SlurmguardError as exc:
+        warn(f"policy replay: no partitions from Slurm ({exc}); the blast radius is replayed "
+             "for the fleet and policy.groups only")
+        return {}
+
+
 @click.group("fleet")
 def fleet_grp() -> None:
     """Fleet reliability figures from the store (docs/fleet.md).
@@ -152,6 +165,7 @@ def replay_cmd(ctx: click.Context, since: str, until: str | None, candidate: str
         h = load_history(store.engine, since=t_since, until=t_until, lookback=lookback)
     finally:
         store.close()
+    h.partitions = _replay_partitions(cfg)
     eps = episodes.build(h, blast_window=params["current"][0].blast_window)
     out = {n: replay(h, p, rp, count=count, eps=eps,
                      repair=RepairParams.from_section(cfgs[n].section("repair")),

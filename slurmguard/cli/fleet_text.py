@@ -83,6 +83,9 @@ def replay_text(runs: Mapping[str, Mapping[str, Any]]) -> str:
     row("blast: refusals (recorded)",
         lambda r: f"{r['blast']['refusals']} ({r['blast']['recorded_refusals']})")
     row("blast: alerts", lambda r: r["blast"]["alerts"])
+    row("blast: newly refused / newly allowed", lambda r: (
+        f"{r['blast']['newly_refused']} / {r['blast']['newly_allowed']}"
+        + ("" if r["blast"].get("partitions", True) else " (no partitions)")))
     row("probation: returns / ended", lambda r: f"{r['probation']['returns']} / {r['probation']['ended']}")
     row("probation: median hours", lambda r: r["probation"]["median_h"])
     row("repair: episodes / would repair", lambda r: f"{r['repair']['episodes']} / "

@@ -87,17 +87,25 @@ def _drain_watch(cfg, on: bool):  # type: ignore[no-untyped-def]
 
 
 def _slow_reporter(cfg):  # type: ignore[no-untyped-def]
-    """POST slow nodes to serve's /suspect with the job token, or None when not configured."""
-    if cfg is None or not cfg["notice.job_token_file"] or not _serve_url(cfg):
+    """POST slow nodes to serve's /suspect, signed with a MUNGE credential of the job's user
+    (serve.auth = "munge") or the job token, or None when not configured."""
+    munge = cfg is not None and str(cfg["serve.auth"]) == "munge"  # node-key: the job token
+    if cfg is None or not (munge or cfg["notice.job_token_file"]) or not _serve_url(cfg):
         return None
     url = _serve_url(cfg) + "/suspect"
     token_file, timeout = str(cfg["notice.job_token_file"]), float(cfg["notice.timeout"])
 
     def report(evidence: dict) -> None:  # type: ignore[type-arg]
-        from slurmguard.adapters.serve_client import DeliveryError, post_json, read_token
+        from slurmguard.adapters.serve_client import (
+            DeliveryError,
+            munge_signer,
+            post_json,
+            read_token,
+        )
 
         try:
-            post_json(url, read_token(token_file), evidence, timeout)
+            auth = munge_signer(str(cfg["hooks.munge_socket"])) if munge else read_token(token_file)
+            post_json(url, auth, evidence, timeout)
         except DeliveryError as exc:
             raise RuntimeError(str(exc)) from None
 

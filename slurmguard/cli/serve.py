@@ -23,8 +23,10 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
     """Run the ingest endpoint (POST /ingest, GET /healthz, GET /metrics), the jobs' drain
     notices (GET /drains, POST /suspect) and the fleet policy.
 
-    Nodes send result records with the shared token of serve.token_file (mode 0600; serve
-    refuses to start when it is world-readable). Records are written to the store in batches,
+    Each node signs its writes with a MUNGE credential over the body and may write only for
+    the Slurm nodes at its own address (serve.auth = munge, the default; docs/security.md);
+    test clusters may use the shared token of serve.token_file instead (serve.auth = token;
+    mode 0600, serve refuses to start when it is world-readable). Records are written to the store in batches,
     exactly once per record id; flagged nodes (lemons, flapping) are drained through Slurm
     within the blast-radius caps of the [policy] section.
 
@@ -39,6 +41,32 @@ def serve_cmd(ctx: click.Context, host: str | None, port: int | None, no_policy:
     if ctx.invoked_subcommand is not None:
         return
     _run(ctx, host, port, no_policy)
+
+
+@serve_cmd.command("node-key")
+@click.argument("node")
+@click.pass_context
+def node_key_cmd(ctx: click.Context, node: str) -> None:
+    """Print NODE's key for serve.auth = "node-key" (sites on auth/slurm, without munged).
+
+    The key is HMAC-SHA256(site key, NODE) from serve.site_key_file (create that once: 32
+    random bytes, mode 0600, on the serve hosts only). Put the printed line into the node's
+    hooks.node_key_file (root, mode 0600) the way slurm.key reaches the nodes (your
+    configuration management); a node's key cannot give another node's (docs/security.md).
+
+    \b
+    Example:
+      slurmguard serve node-key gpu001 | ssh gpu001 'install -m 0600 /dev/stdin /etc/slurmguard/node.key'
+    """
+    from slurmguard import config
+    from slurmguard.nodekey import node_secret
+    from slurmguard.nodeset import validate_node_name
+    from slurmguard.serve.token import load_token
+
+    cfg = config.load((ctx.find_root().obj or {}).get("config_path"))
+    validate_node_name(node)
+    key = load_token(str(cfg["serve.site_key_file"]), key="serve.site_key_file")
+    click.echo(node_secret(key.encode(), node))
 
 
 @serve_cmd.command("status")
@@ -71,7 +99,6 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
     """serve itself: store, metrics, ingest, leadership and policy, gate socket."""
     from slurmguard import config
     from slurmguard.serve.leader import single_serve
-    from slurmguard.serve.token import load_token
     from slurmguard.store.api import Store
 
     obj = ctx.find_root().obj or {}
@@ -79,7 +106,7 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
     scfg = cfg.section("serve")
     logging.basicConfig(level=logging.DEBUG if obj.get("verbose") else logging.INFO,
                         format="slurmguard serve: %(levelname)s %(message)s", stream=sys.stderr)
-    token = load_token(str(scfg["token_file"]))
+    token = _token(cfg)
     if scfg["upgrade"]:
         Store.upgrade(cfg.section("store"))
     store = Store.open(cfg, workers=int(scfg["workers"]))  # sizes a PostgreSQL pool
@@ -151,10 +178,24 @@ def _metrics(cfg: Config, store: Any) -> Any:
     return metrics
 
 
+def _token(cfg: Config) -> str:
+    """The shared token: required with serve.auth = token; with munge only for the GET
+    figures (/healthz, metrics.require_token), so a missing file is no error then."""
+    import os
+
+    from slurmguard.serve.token import load_token
+
+    path = str(cfg["serve.token_file"])
+    if str(cfg["serve.auth"]) != "token" and not os.path.exists(path):
+        return ""
+    return load_token(path)
+
+
 def _server(cfg: Config, store: Any, token: str, metrics: Any, fleet: Any,
             host: str | None, port: int | None) -> Any:
     """The ingest endpoint; with the fleet policy, its pass after each commit and /permit."""
     from slurmguard.adapters.slurm.commands import SlurmCLI
+    from slurmguard.serve.auth import Authenticator
     from slurmguard.serve.drains import DrainView
     from slurmguard.serve.ingest import IngestServer
     from slurmguard.serve.token import load_token
@@ -162,7 +203,12 @@ def _server(cfg: Config, store: Any, token: str, metrics: Any, fleet: Any,
     scfg = cfg.section("serve")
     routes: dict[str, Any] = {"/permit": fleet.permit} if fleet is not None else {}
     # Running jobs ask which of their nodes are drained, and report slow ones (docs/requeue.md).
-    drain_view = DrainView(store, SlurmCLI(cfg.section("slurm")))
+    slurm = SlurmCLI(cfg.section("slurm"))
+    drain_view = DrainView(store, slurm)
+    site_key = (load_token(str(scfg["site_key_file"]), key="serve.site_key_file").encode()
+                if scfg["auth"] == "node-key" else b"")
+    auth = Authenticator(str(scfg["auth"]), slurm, store, metrics,
+                         munge_socket=str(scfg["munge_socket"]), site_key=site_key)
     routes["/suspect"] = drain_view.suspect
     job_token = (load_token(str(cfg["notice.job_token_file"]), job=True)
                  if cfg["notice.job_token_file"] else "")
@@ -179,7 +225,7 @@ def _server(cfg: Config, store: Any, token: str, metrics: Any, fleet: Any,
                         request_timeout=float(scfg["request_timeout"]),
                         metrics=metrics, metrics_token=bool(cfg["metrics.require_token"]),
                         queries={"/drains": drain_view.drains}, job_token=job_token,
-                        job_routes=frozenset({"/suspect"}))
+                        job_routes=frozenset({"/suspect"}), auth=auth)
 
 
 def _gate_socket(cfg: Config, config_path: str | None) -> Any:

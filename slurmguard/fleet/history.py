@@ -60,3 +60,7 @@ class History:
     # flapping rules need them, the figures do not), and passing epilogs of jobs (probation).
     healthy: dict[str, list[float]] = field(default_factory=dict)
     passes: dict[str, list[float]] = field(default_factory=dict)
+    # node -> its Slurm partitions (the guard's partition scopes). The store does not hold
+    # them: the caller hands in Slurm's current view (`policy replay` asks Slurm); empty when
+    # unknown, and replay then counts the fleet and policy.groups only.
+    partitions: dict[str, tuple[str, ...]] = field(default_factory=dict)

@@ -43,6 +43,8 @@ from slurmguard.policy.params import PolicyParams
 from slurmguard.policy.types import HEALTHY, UNHEALTHY, NodeView, Sample
 from slurmguard.repair.params import DEFAULT_LADDERS, RepairParams
 
+_CHANGED_SHOWN = 20  # decisions listed in blast.changed (the counts are complete)
+
 
 def _starts(eps: Sequence[Episode]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
@@ -152,38 +154,57 @@ def risk_flags(h: History, eps: Sequence[Episode], rp: RiskParams) -> dict[str, 
     return out
 
 
-def blast(h: History, p: PolicyParams) -> dict[str, Any]:
-    """The recorded drain attempts of slurmguard through the guard with ``p``."""
-    from slurmguard.policy.blast import DrainRequest, guard, scopes
+def blast_decisions(h: History, p: PolicyParams) -> tuple[list[tuple[float, str, str, str, bool]],
+                                                          list[tuple[float, str, str]]]:
+    """Every drain slurmguard made or was refused in the window, in time order, through the
+    guard with ``p``: decisions (at, node, cause, recorded kind, allowed now) and the alerts
+    (at, cause, scope) of the refusals. The guard decides here as it does live
+    (slurmguard/drainguard.py): the one scope builder over the history's partitions (Slurm's,
+    handed in by the caller), ``policy.groups`` and the known nodes; the one ledger builder
+    over this replay's own earlier drains, per cause."""
+    from slurmguard.policy.blast import DrainRequest, guard, ledger, scopes
 
-    sc = scopes({}, dict(p.groups), fleet=h.first_seen)
-    attempts = sorted((e.at, node, e.kind, e.source) for node, evs in h.events.items() for e in evs
-                      if e.actor_kind == "slurmguard" and e.kind in ("drain", "drain_refused")
-                      and h.since <= e.at <= h.until)
-    recent: deque[tuple[float, str]] = deque()
-    allowed, refused, alerts = [], [], set()
-    last_alert: dict[tuple[str, str], float] = {}
-    for at, node, kind, source in attempts:
-        while recent and recent[0][0] < at - p.blast_window:
-            recent.popleft()
-        ok, actions = guard([DrainRequest(node, source or "unknown", "")], [n for _, n in recent], sc, p)
+    sc = scopes(h.partitions, p.groups, fleet=h.first_seen)
+    attempts = sorted((e.at, node, e.kind, e.source or "unknown") for node, evs in h.events.items()
+                      for e in evs if e.actor_kind == "slurmguard"
+                      and e.kind in ("drain", "drain_refused") and h.since <= e.at <= h.until)
+    taken: deque[tuple[float, str, str, str]] = deque()  # the replay's ledger: its own drains
+    decisions, alerts = [], []
+    for at, node, kind, cause in attempts:
+        while taken and taken[0][0] < at - p.blast_window:
+            taken.popleft()
+        here = sc if node in sc["fleet"] else {**sc, "fleet": sc["fleet"] | {node}}
+        ok, actions = guard([DrainRequest(node, cause, "")], ledger(taken, at - p.blast_window),
+                            here, p)
         if ok:
-            recent.append((at, node))
-            allowed.append((node, kind))
-        else:
-            refused.append((node, kind))
-            for a in actions:
-                if a.kind == "alert":
-                    key = (a.source, a.scope)
-                    if at - last_alert.get(key, float("-inf")) > p.blast_window:
-                        alerts.add((key, at))
-                    last_alert[key] = at
-    return {"attempts": len(attempts),
-            "recorded_drains": sum(1 for a in attempts if a[2] == "drain"),
-            "recorded_refusals": sum(1 for a in attempts if a[2] == "drain_refused"),
-            "drains": len(allowed), "refusals": len(refused), "alerts": len(alerts),
-            "newly_refused": sum(1 for _, k in refused if k == "drain"),
-            "newly_allowed": sum(1 for _, k in allowed if k == "drain_refused")}
+            taken.append((at, node, "drain", cause))
+        decisions.append((at, node, cause, kind, bool(ok)))
+        alerts += [(at, a.source, a.scope) for a in actions if a.kind == "alert"]
+    return decisions, alerts
+
+
+def blast(h: History, p: PolicyParams) -> dict[str, Any]:
+    """The recorded drain attempts of slurmguard through the guard with ``p``
+    (:func:`blast_decisions`), counted; ``changed``: the first decisions that differ from the
+    recorded ones. An alert is counted once per (cause, scope) and window, as the store
+    merges them."""
+    decisions, refusal_alerts = blast_decisions(h, p)
+    alerts = 0
+    last_alert: dict[tuple[str, str], float] = {}
+    for at, cause, scope in refusal_alerts:
+        alerts += at - last_alert.get((cause, scope), float("-inf")) > p.blast_window
+        last_alert[(cause, scope)] = at
+    changed = [{"at": at, "node": n, "cause": c, "recorded": k,
+                "replayed": "drain" if ok else "drain_refused"}
+               for at, n, c, k, ok in decisions if (k == "drain") != ok]
+    return {"attempts": len(decisions),
+            "recorded_drains": sum(1 for d in decisions if d[3] == "drain"),
+            "recorded_refusals": sum(1 for d in decisions if d[3] == "drain_refused"),
+            "drains": sum(1 for d in decisions if d[4]),
+            "refusals": sum(1 for d in decisions if not d[4]), "alerts": alerts,
+            "newly_refused": sum(1 for d in decisions if d[3] == "drain" and not d[4]),
+            "newly_allowed": sum(1 for d in decisions if d[3] == "drain_refused" and d[4]),
+            "partitions": bool(h.partitions), "changed": changed[:_CHANGED_SHOWN]}
 
 
 def probation(h: History, p: PolicyParams) -> dict[str, Any]:

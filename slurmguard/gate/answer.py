@@ -203,10 +203,8 @@ def _drain(cfg: Config, refused: Mapping[str, str], job: str) -> list[str]:
     drained = []
     try:
         infos = cli.nodes()
-        sc = scopes({i.name: i.partitions for i in infos}, cfg["policy.groups"] or {},
-                    fleet=[i.name for i in infos])
-        permit = StorePermit(store, PolicyParams.from_section(cfg.section("policy")), sc,
-                             via="gate")
+        params = PolicyParams.from_section(cfg.section("policy"))
+        permit = StorePermit(store, params, scopes(infos, params.groups), via="gate")
         for node, reason in sorted(refused.items()):
             cause = cause_key(reason_source(reason) or "gate", reason)
             done = guarded_drain(cli, permit, node, cause, reason, via="gate", ledger=store,

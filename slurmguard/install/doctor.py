@@ -21,7 +21,7 @@ from slurmguard.errors import SlurmguardError
 if TYPE_CHECKING:
     from slurmguard.config import Config
 
-PASS, FAIL, SKIP = "pass", "FAIL", "skip"
+PASS, FAIL, SKIP, WARN = "pass", "FAIL", "skip", "WARN"  # WARN: works, but fix it
 MARKER = "hook-unrunnable.log"
 COMMENT_PREFIX = f"{REASON_PREFIX} hook-unrunnable"  # the Slurm node Comment the scripts set
 HOOK_KEYS = {"node": (("Prolog", "slurmguard-prolog"), ("Epilog", "slurmguard-epilog"),
@@ -85,6 +85,7 @@ class Doctor:
         else:
             self.guarded("store", self.check_store)
             self.guarded("serve token", self.check_serve_token)
+        self.guarded("serve.auth", self.check_auth)
         return self.items
 
     # -- Slurm's configuration -----------------------------------------------------------------
@@ -369,15 +370,79 @@ class Doctor:
         self.add("SPANK plugin", os.path.isfile(so), f"{path}: {ours[0]}"
                  + ("" if os.path.isfile(so) else f" ({so} is missing)"), fix)
 
+    def check_auth(self) -> None:
+        """munge (the default): munged answers here; token: a warning (docs/security.md)."""
+        if str(self.cfg["serve.auth"]) == "token":
+            self.items.append(Item(
+                "serve.auth", WARN, "token: every node writes with one shared token, so root on "
+                "any node can write records for every other node (test clusters only)",
+                'set serve.auth = "munge" (docs/security.md, "Node identity")'))
+            return
+        if str(self.cfg["serve.auth"]) == "node-key":
+            key = "hooks.node_key_file" if self.role == "node" else "serve.site_key_file"
+            self._token("serve.auth", str(self.cfg[key]), "slurmguard serve node-key NODE on the "
+                        "controller; install the line as hooks.node_key_file (root, 0600)"
+                        if self.role == "node" else "create it: 32 random bytes, mode 0600")
+            return
+        from slurmguard.adapters import munge
+
+        key = "hooks.munge_socket" if self.role == "node" else "serve.munge_socket"
+        try:
+            munge.encode(b"slurmguard doctor", sock=str(self.cfg[key]))
+        except munge.MungeError as exc:
+            self.add("serve.auth", False, f"munge: munged does not answer here: {exc.message}",
+                     "start munged (systemctl enable --now munge) with the site's munge.key")
+            return
+        how = "libmunge" if munge.library_available() else "the munge tool (libmunge2 missing)"
+        if self.role == "node":
+            self._munge_origin(how)
+            return
+        self.add("serve.auth", True, f"munge: munged answers ({how})")
+
+    def _munge_origin(self, how: str) -> None:
+        """serve takes a node's records only when its munged's origin address is the NodeAddr
+        of this host's nodes: a multi-homed host's munged may pick another interface."""
+        from slurmguard.adapters import munge
+        from slurmguard.adapters.slurm.commands import SlurmCLI
+        from slurmguard.serve.auth import resolve4
+
+        sock = str(self.cfg["hooks.munge_socket"])
+        try:
+            origin = munge.decode(munge.encode(b"slurmguard doctor", sock=sock), sock=sock).origin
+            nodes = SlurmCLI(self.cfg.section("slurm"), env=self.env).nodes()
+        except SlurmguardError as exc:
+            self.add("serve.auth", True, f"munge: munged answers ({how}); its origin address not "
+                     f"checked against Slurm ({exc.message})")
+            return
+        host = os.uname().nodename.split(".")[0]
+        mine = {n.name: str(n.raw.get("NodeAddr", "")) for n in nodes
+                if str(n.raw.get("NodeHostName", "")).split(".")[0] in (host, "localhost")}
+        if not mine:
+            self.add("serve.auth", None, f"munge: munged answers ({how}); no Slurm node of this "
+                     f"host ({host}) to check its origin address {origin} against")
+            return
+        ok = sorted(n for n, addr in mine.items() if origin in resolve4(addr))
+        self.add("serve.auth", bool(ok), f"munge: munged answers ({how}), origin {origin}: "
+                 + (f"the NodeAddr of {', '.join(ok)}" if ok else "the NodeAddr of none of "
+                    f"{', '.join(sorted(mine))} (serve would refuse their records: unknown-origin)"),
+                 "start munged with --origin=<this node's NodeAddr> (docs/security.md)")
+
     def check_hook_token(self) -> None:
         if not (self.cfg["hooks.report_url"] or self.cfg["hooks.report_urls"]):
             self.add("hook token", None, "hooks.report_url and report_urls are empty: results "
                      "are not sent to serve")
             return
+        if str(self.cfg["serve.auth"]) == "munge":
+            self.add("hook token", None, "serve.auth = munge: nodes sign with MUNGE, no token")
+            return
         self._token("hook token", str(self.cfg["hooks.token_file"]),
                     "copy the controller's serve.token_file here (root, chmod 0600)")
 
     def check_serve_token(self) -> None:
+        if str(self.cfg["serve.auth"]) == "munge" and not os.path.exists(str(self.cfg["serve.token_file"])):
+            self.add("serve token", None, "serve.auth = munge: no token needed (it would only "
+                     "show /healthz's figures)")
+            return
         self._token("serve token", str(self.cfg["serve.token_file"]),
                     "run: slurmguard setup controller (creates it, mode 0600)")
 

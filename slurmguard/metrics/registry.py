@@ -196,6 +196,7 @@ class ServeMetrics(_Base):
         self.permits = Counter(
             "slurmguard_permits_total", "Answers to POST /permit, by cause and result (allowed, refused).",
             ["cause", "result"], registry=r)
+        self.auth_refusals = _auth_refusals(r)
         self.lemons = Counter(
             "slurmguard_lemons_total", "Nodes marked lemon by fleet policy, by cause.", ["cause"],
             registry=r)
@@ -273,3 +274,10 @@ class ReconcileMetrics(_Base):
         self.last_round = Gauge(
             "slurmguard_reconcile_last_round_timestamp_seconds", "Unix time of the last reconcile round.",
             registry=r)
+
+
+def _auth_refusals(r: CollectorRegistry) -> Counter:
+    return Counter(
+        "slurmguard_auth_refusals_total", "Writes refused for who sent them (docs/security.md), "
+        "by reason (other-node, replayed, body-mismatch, wrong-uid, ...) and path.",
+        ["reason", "path"], registry=r)

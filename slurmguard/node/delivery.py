@@ -5,7 +5,8 @@ adapters: :mod:`slurmguard.adapters.serve_client` (HTTP) and :mod:`slurmguard.ad
 (the durable files). This module is the rule that joins them:
 
 1. POST the record to ``hooks.report_url``, then each of ``hooks.report_urls`` (serve
-   replicas) until one answers, with the shared token (``Authorization: Bearer ...``),
+   replicas) until one answers, signed as ``serve.auth`` says (a MUNGE credential over
+   the body, or the shared token of test clusters: docs/security.md),
    within ``hooks.report_timeout`` seconds in all (each URL its share of what is left).
 2. If serve cannot be reached (or answers 5xx, or the token is unreadable), write the record
    to the spool in ``hooks.spool_dir`` (at most ``hooks.spool_max`` records, oldest dropped).
@@ -22,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from slurmguard.adapters import spool
 from slurmguard.adapters.serve_client import (
+    Auth,
     DeliveryError,
     ingest_urls,
+    node_auth,
     post_first,
     post_records,
-    read_token,
 )
 
 if TYPE_CHECKING:
@@ -48,7 +50,7 @@ def deliver(record: dict[str, Any], cfg: Config, *, replay: bool = True) -> str:
     timeout = float(hooks.get("report_timeout", 2.0))
     deadline = time.monotonic() + timeout
     try:
-        token = read_token(str(hooks["token_file"]))
+        token = node_auth(cfg, str(record.get("node", "")))  # the token, or signed per body
         # Replicas in order (report_url, then report_urls), each with its share of the time.
         url, answer = post_first(urls, token, {"records": [record]}, timeout)
     except DeliveryError:
@@ -71,7 +73,7 @@ def _spool_or_say(record: dict[str, Any], hooks: Any) -> str:
     return f"spooled; {dropped}" if dropped else "spooled"
 
 
-def replay_spool(url: str, token: str, spool_dir: str, *, deadline: float,
+def replay_spool(url: str, token: Auth, spool_dir: str, *, deadline: float,
                  batch: int = _BATCH) -> int:
     """Send spooled records (oldest first) until the spool is empty or ``deadline``
     (time.monotonic()) passes; returns how many files were settled and removed.

@@ -8,9 +8,11 @@ Slurm's own node list says which nodes slurmguard drained, for what, and when (t
 (:func:`slurmguard.policy.blast.guard`, the same caps) to Slurm's view:
 
 - **Node-intrinsic faults drain at once**, no cap: a lost or missing GPU, uncorrectable ECC,
-  a failed row remap, a draining Xid (79 fallen off the bus, 48 double-bit ECC, 94/95
-  contained/uncontained ECC, 63/64 row remap, 74 NVLink). A shared cause cannot produce
-  them, and such a node must not take jobs.
+  a failed row remap, and every Xid that the Xid table drains (checks/xid_table.py
+  DRAIN_XIDS: 79 fallen off the bus, 48 double-bit ECC, 95 uncontained ECC, 64 row remap
+  failure, 74 NVLink, 119/120 GSP, ...). A shared cause cannot produce them, and such a node
+  must not take jobs. (63 and 94 are not among them: the table classes them info and app
+  error, so they never drain.)
 - **Anything else waits for its slot, then counts.** Time is cut into windows of
   ``hooks.fallback_slot`` seconds; a node decides only in windows whose number modulo
   ``hooks.fallback_slots`` equals its rank (modulo the same) in its first partition's
@@ -34,15 +36,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from slurmguard.contract import reason_source
+from slurmguard.checks.xid_table import DRAIN_XIDS
 from slurmguard.errors import SlurmguardError
-from slurmguard.policy.blast import DrainRequest, cause_key, guard
-from slurmguard.policy.blast import scopes as blast_scopes
+from slurmguard.policy.blast import DrainRequest, guard, ledger, scopes, view_entry
 from slurmguard.policy.params import PolicyParams
 
-INTRINSIC = frozenset({"gpu-lost", "gpu-count", "gpu-ecc", "gpu-remap", "gpu-xid:79",
-                       "gpu-xid:48", "gpu-xid:94", "gpu-xid:95", "gpu-xid:63", "gpu-xid:64",
-                       "gpu-xid:74"})
+# Node-intrinsic causes: the checks of one node's own hardware, and every Xid the one Xid
+# table drains (checks/xid_table.py DRAIN_XIDS; its classes, not a second list here). The hook
+# has imported the checks package before it can get here, so this costs nothing more.
+INTRINSIC_CHECKS = frozenset({"gpu-lost", "gpu-count", "gpu-ecc", "gpu-remap"})
+INTRINSIC = INTRINSIC_CHECKS | frozenset(f"gpu-xid:{code}" for code in DRAIN_XIDS)
 
 
 def wait_for_slot(rank: int, slots: int, slot: float, *, clock: Callable[[], float] = time.time,
@@ -91,20 +94,14 @@ class SlurmPermit:
 
     def _decide(self, node: str, cause: str, reason: str, infos: dict[str, Any]) -> tuple[bool, str]:
         since = self.clock() - self.params.blast_window
-        recent: dict[str, set[str]] = {}
-        for name, i in infos.items():
-            if not (i.drained and i.ours) or name == node:
-                continue
-            theirs = cause_key(reason_source(i.reason) or "", i.reason)
-            at = _since_epoch(i.reason_time)
-            if theirs == cause and (at is None or at >= since):  # no time: counted
-                recent[name] = {cause}
-        groups = self.cfg.section("policy").get("groups") or {}
-        sc = blast_scopes({n: i.partitions for n, i in infos.items()}, groups, fleet=infos)
-        sc["fleet"] = sc.get("fleet", frozenset()) | {node}
+        # Slurm's view as the ledger: our drains, each with its cause and reason time (a drain
+        # without a readable time is counted: it is taken as now).
+        recent = ledger((view_entry(n, i.reason, _since_epoch(i.reason_time) or self.clock())
+                         for n, i in infos.items() if i.drained and i.ours and n != node), since)
+        sc = scopes(infos.values(), self.params.groups, fleet=[node])
         allowed, actions = guard([DrainRequest(node, cause, reason)], recent, sc, self.params)
         if allowed:
-            return True, f"serve unreachable, by Slurm's view: within the cap ({len(recent)} drained)"
+            mine = sum(cause in c for c in recent.values())
+            return True, f"serve unreachable, by Slurm's view: within the cap ({mine} drained)"
         alert = next((a.reason for a in actions if a.kind == "alert"), "refused")
         return False, f"serve unreachable, by Slurm's view: {alert}"
-

@@ -14,9 +14,10 @@ alert per (cause, scope) that names a suspect shared cause, needs at least two n
 that cause (the cap's worth already drained plus the one asking).
 
 ``recent`` is the ledger's view: node -> the causes slurmguard drained (or permitted a drain
-of) it for within the window. A node already counted for a cause costs nothing more. A plain
-iterable of nodes (cause unknown) counts each node against every cause: the conservative
-reading, used by callers that only see Slurm's drains.
+of) it for within the window, built by :func:`ledger` for every caller (the store's events,
+Slurm's view, replay's own drains). A node already counted for a cause costs nothing more. A
+cause of :data:`ANY_CAUSE` (unknown: the reconciler's marks) counts against every cause.
+The scopes come from :func:`scopes`, the one builder every caller uses.
 
 The decision is a pure function of (recent, scopes, params, requests), so it can run inside
 one database transaction that serializes it across serve replicas.
@@ -28,7 +29,9 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from slurmguard.contract import reason_source
 from slurmguard.policy.params import PolicyParams, human_window
 from slurmguard.policy.types import Action
 
@@ -62,23 +65,62 @@ def cause_key(check: str, reason: str = "") -> str:
     return check
 
 
-def scopes(partitions: Mapping[str, Iterable[str]],
-           groups: Mapping[str, str] | Iterable[tuple[str, str]] = (), *,
+def scopes(nodes: Mapping[str, Iterable[str]] | Iterable[Any],
+           groups: Mapping[str, str] | Iterable[tuple[str, str]] | None = (), *,
            fleet: Iterable[str] = ()) -> dict[str, frozenset[str]]:
-    """The guard's scopes: ``fleet`` (every node named in ``partitions`` or ``fleet``),
-    ``partition:P`` from each node's Slurm partitions (``partitions``: node -> its
-    partitions), and ``group:G`` for each ``policy.groups`` pattern (a NodeSet, expanded by
-    slurmguard.nodeset). The one definition serve, the reconciler and burn-in use."""
+    """The guard's scopes, built in this one place for every caller (serve, the gate, the
+    hooks' fallback, repair, burn-in, the reconciler, policy replay): ``fleet`` (every node
+    named in ``nodes`` or ``fleet``), ``partition:P`` from each node's Slurm partitions, and
+    ``group:G`` for each ``policy.groups`` pattern (a NodeSet, expanded by slurmguard.nodeset).
+
+    ``nodes``: Slurm's nodes (anything with ``.name`` and ``.partitions``: the adapter's
+    NodeInfo, the reconciler's SlurmView) or a mapping node -> its partitions (replay's
+    history)."""
+    if isinstance(nodes, Mapping):
+        partitions = {n: tuple(parts) for n, parts in nodes.items()}
+    else:
+        partitions = {i.name: tuple(i.partitions) for i in nodes}
     out: dict[str, set[str]] = {"fleet": set(partitions) | set(fleet)}
     for node, parts in partitions.items():
         for part in parts:
             out.setdefault(f"partition:{part}", set()).add(node)
-    items = groups.items() if isinstance(groups, Mapping) else groups
+    items = groups.items() if isinstance(groups, Mapping) else (groups or ())
     for name, pattern in items:
         from slurmguard.nodeset import expand
 
         out[f"group:{name}"] = set(expand(pattern, source=f"policy.groups.{name}"))
     return {k: frozenset(v) for k, v in out.items()}
+
+
+# What the ledger holds, per entry: a permit or a drain takes the node's slot for its cause;
+# a failed drain gives that slot back (the permit was granted, Slurm did not drain).
+TAKES = ("permit", "drain")
+GIVES_BACK = "drain_failed"
+
+
+def ledger(entries: Iterable[tuple[float, str, str, str]], since: float) -> dict[str, set[str]]:
+    """The guard's ``recent``, built in this one place: node -> the causes it was drained (or
+    permitted a drain) for at or after ``since``. ``entries``: (at, node, kind, cause), any
+    order; kind in :data:`TAKES` or :data:`GIVES_BACK`; cause :data:`ANY_CAUSE` where the
+    caller cannot know it (counted against every cause). Callers: the store's ledger
+    (drainguard.ledger_recent), Slurm's view (the hooks' fallback, via :func:`view_entry`),
+    the reconciler's two views, and policy replay's own decisions."""
+    out: dict[str, set[str]] = {}
+    for at, node, kind, cause in sorted(entries, key=lambda e: e[0]):
+        if at < since:
+            continue
+        causes = out.setdefault(node, set())
+        if kind == GIVES_BACK:
+            causes.discard(cause)
+        elif kind in TAKES:
+            causes.add(cause)
+    return {n: c for n, c in out.items() if c}
+
+
+def view_entry(node: str, reason: str, at: float) -> tuple[float, str, str, str]:
+    """A ledger entry for a drain seen in Slurm's view: ``reason`` (ours, ``slurmguard:
+    <check>: ...``) gives the cause as the permit named it (:func:`cause_key`)."""
+    return (at, node, "drain", cause_key(reason_source(reason) or "", reason))
 
 
 def caps(scopes: Mapping[str, frozenset[str]], p: PolicyParams) -> dict[str, int]:
@@ -144,9 +186,12 @@ def _refusals(refused: Mapping[tuple[str, str], list[DrainRequest]], allowed: li
     for (cause, scope), reqs in sorted(refused.items()):
         for r in reqs:
             actions.append(Action("refuse", node=r.node, source=cause, reason=r.reason, scope=scope))
+        # The nodes of this scope only: a fault seen elsewhere in the fleet is not this
+        # scope's (the alert names the scope, and its count is of its members).
+        members = scopes.get(scope, frozenset())
         seen = set(failing.get(cause, ())) if failing else set()
         seen |= {r.node for r in reqs} | {a.node for a in allowed if a.cause == cause}
-        members = scopes.get(scope, frozenset())
+        seen = {n for n in seen if n in members}
         seen |= {n for n, causes in ledger.items() if n in members and cause in causes}
         if len(seen) < 2:
             # Refused only because of earlier drains of unknown cause: say so, and do not

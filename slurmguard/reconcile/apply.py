@@ -144,9 +144,10 @@ class Reconciler:
         kviews, unmapped = self.kube_views(kobjs) if kobjs is not None else (None, [])
         p = plan(sviews, kviews, self.rules, now, unmapped=unmapped)
         if sviews is not None and kviews is not None:
-            from .plan import _scopes
+            from slurmguard.policy.blast import scopes
 
-            self._scopes = _scopes(sviews, kviews, self.rules)
+            # The guard's scopes of both views, as the plan's cap counted them.
+            self._scopes = scopes(sviews.values(), self.rules.groups, fleet=kviews)
         r = Round(plan=p, errors=errors)
         if p.failed:
             self.metrics.round("failed_closed")
@@ -193,8 +194,7 @@ class Reconciler:
         permit: Any = Unguarded("reconcile: capped by the plan from both views (no store)")
         if self.store is not None:
             params = PolicyParams.from_section(self.policy)
-            sc = self._scopes or scopes({i.name: i.partitions for i in self.slurm.nodes()},
-                                        params.groups)
+            sc = self._scopes or scopes(self.slurm.nodes(), params.groups)
             permit = StorePermit(self.store, params, sc, via="reconcile")
         done = guarded_drain(self.slurm, permit, a.node, _cause(a)[:64], a.reason,
                              via="reconcile", ledger=self.store, now=now)

@@ -225,7 +225,7 @@ def plan(slurm: Mapping[str, SlurmView] | None, kube: Mapping[str, KubeView] | N
 def _cap(rows: list[Action], slurm: Mapping[str, SlurmView], kube: Mapping[str, KubeView],
          rules: Rules, now: float, alerts: list[str]) -> list[Action]:
     """Send new marks through the health path's blast-radius guard; refuse what it refuses."""
-    from slurmguard.policy.blast import DrainRequest, guard
+    from slurmguard.policy.blast import ANY_CAUSE, DrainRequest, guard, ledger, scopes
     from slurmguard.policy.params import PolicyParams
 
     wanted = [a for a in rows if a.kind in NEW_MARKS]
@@ -235,12 +235,15 @@ def _cap(rows: list[Action], slurm: Mapping[str, SlurmView], kube: Mapping[str, 
                           blast_max_percent=rules.blast_max_percent)
     since = now - rules.blast_window
     # Nodes slurmguard marked (Kubernetes) or drained (any slurmguard reason) in the window:
-    # they count against the cap, and marking them again costs nothing more.
-    recent = {n for n, k in kube.items() if k.marked and (k.marked_at or 0) > since}
-    recent |= {n for n, s in slurm.items()
-               if s.drained and s.reason.startswith(REASON_PREFIX) and (s.reason_time or 0) > since}
+    # they count against the cap, and marking them again costs nothing more. The two views
+    # name causes in different words (a taint, a check), so each counts against every cause.
+    marks = [(k.marked_at or 0, n, "drain", ANY_CAUSE) for n, k in kube.items() if k.marked]
+    marks += [(s.reason_time or 0, n, "drain", ANY_CAUSE) for n, s in slurm.items()
+              if s.drained and s.reason.startswith(REASON_PREFIX)]
+    recent = ledger([m for m in marks if m[0] > since], since)
     requests = [DrainRequest(a.node, _cause(a), a.reason) for a in wanted]
-    _allowed, refusals = guard(requests, recent, _scopes(slurm, kube, rules), params)
+    _allowed, refusals = guard(requests, recent, scopes(slurm.values(), rules.groups, fleet=kube),
+                               params)
     refused = {r.node for r in refusals if r.kind == "refuse"}
     alerts += [r.reason for r in refusals if r.kind == "alert"]
     return [a if a.kind not in NEW_MARKS or a.node not in refused else
@@ -255,10 +258,3 @@ def _cause(a: Action) -> str:
         return "k8s-" + a.reason.removeprefix(K8S_REASON_PREFIX).strip().split(",")[0].strip()
     return a.taint or "slurm-drain"
 
-
-def _scopes(slurm: Mapping[str, SlurmView], kube: Mapping[str, KubeView],
-            rules: Rules) -> dict[str, frozenset[str]]:
-    """Fleet, Slurm partitions and configured groups, as the health path's guard sees them."""
-    from slurmguard.policy.blast import scopes
-
-    return scopes({s.name: s.partitions for s in slurm.values()}, rules.groups, fleet=kube)

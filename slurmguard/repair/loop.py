@@ -110,8 +110,7 @@ class RepairPass:
         busy = _running(self.slurm.jobs())
         events, drains = self._ledger(now)
         self._events = events
-        scopes = blast_scopes({i.name: i.partitions for i in infos.values()},
-                              self.cfg.section("policy").get("groups") or {}, fleet=infos)
+        scopes = blast_scopes(infos.values(), self.cfg.section("policy").get("groups"))
         lemons = {s.name for s in self.store.nodes.summary(list(drains)) if s.lemon}
         only = set(self.section["partitions"])
         nodes = []
@@ -155,6 +154,7 @@ class RepairPass:
                       gpus=_gpus(drain.reason), boot_id=str(info.raw.get("BootTime") or "") or None,
                       registered=not info.not_responding and not any(
                           f.startswith("REBOOT") for f in info.flags),
+                      booted_at=_boot_time(info.raw.get("BootTime")),
                       healthy_since=healthy, failing_since=failing, mode=mode,
                       scopes=tuple(s for s, m in scopes.items() if info.name in m))
 
@@ -354,9 +354,14 @@ class RepairPass:
         """A ticketed node stays out: drained again if a reboot let Slurm return it."""
         from slurmguard.drainguard import Unguarded, guarded_drain
 
+        reason = f"{REASON_PREFIX} repair: ticket: {why}"
         done = guarded_drain(self.slurm, Unguarded("repair: a ticketed node stays out"),
-                             n.name, n.cause, f"{REASON_PREFIX} repair: ticket: {why}",
-                             via="repair", ledger=None)
+                             n.name, n.cause, reason, via="repair", ledger=None)
+        # Still DOWN from our reboot (a ticket can follow the proof within seconds, when the
+        # health check at boot failed): ReturnToService=2 would return it at its next ping,
+        # after the reservation is gone. Drained now, it comes back drained.
+        if done.result == "already" and self.slurm.drain_ours_down(n.name, reason):
+            return "drained"
         return done.result
 
     # -- evidence
@@ -443,6 +448,17 @@ def _in_repair(nodes: Sequence[NodeIn], events: Mapping[str, Sequence[RepairEven
 def _reboots_since(events: Mapping[str, Sequence[RepairEvent]], since: float) -> int:
     return sum(1 for evs in events.values() for e in evs
                if e.kind == "repair_rung" and e.at >= since and e.details.get("rung") in REBOOTS)
+
+
+def _boot_time(value: Any) -> float | None:
+    """Slurm's BootTime (``2026-12-05T01:02:03``, local time as Slurm prints it, or epoch
+    seconds) as epoch seconds; None when Slurm does not know it."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value) if value > 0 else None
+    try:
+        return time.mktime(time.strptime(str(value or "").strip(), "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
 
 
 def _gpus(reason: str) -> tuple[int, ...]:

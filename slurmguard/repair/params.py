@@ -29,15 +29,15 @@ _METRIC = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _XID = re.compile(r"gpu-xid:[0-9]{1,4}")
 
 # Why each default: docs/repair.md, "The default ladders". Xid classes follow NVIDIA's Xid
-# catalogue: 79 fallen off the bus and 119/120 GSP errors need the node restarted; 48/63/64/
-# 94/95 (ECC, row remap) and 74 (NVLink) are cleared by a GPU reset once no job holds it.
+# catalogue: 79 fallen off the bus and 119/120 GSP errors need the node restarted; 48/64/95
+# (ECC, row remap) and 74 (NVLink) are cleared by a GPU reset once no job holds it. Only an
+# Xid the table drains (checks/xid_table.py DRAIN_XIDS) can start a repair: 63 (remap event,
+# info) and 94 (contained ECC, app error) never drain, so a ladder for them could never fire.
 DEFAULT_LADDERS: Mapping[str, str] = MappingProxyType({
     "gpu-xid:79": "reboot, power-cycle, ticket",
     "gpu-xid:48": "reset-gpu, reboot, ticket",
-    "gpu-xid:63": "reset-gpu, reboot, ticket",
     "gpu-xid:64": "reset-gpu, reboot, ticket",
     "gpu-xid:74": "reset-gpu, reboot, ticket",
-    "gpu-xid:94": "reset-gpu, reboot, ticket",
     "gpu-xid:95": "reset-gpu, reboot, ticket",
     "gpu-xid:119": "reboot, power-cycle, ticket",
     "gpu-xid:120": "reboot, power-cycle, ticket",
@@ -68,12 +68,36 @@ class Rung(NamedTuple):
 
 
 def known_cause(cause: str) -> bool:
-    """A cause a ladder may name: a check, ``gpu-xid:N``, ``burnin`` or ``burnin-METRIC``."""
+    """A cause a ladder may name: a check, ``gpu-xid:N`` (N an Xid the table drains),
+    ``burnin`` or ``burnin-METRIC``."""
     from slurmguard.checks import ALL_CHECKS  # light: check modules import no adapter
 
-    if cause in {c.name for c in ALL_CHECKS} or cause == "burnin" or _XID.fullmatch(cause):
+    if cause in {c.name for c in ALL_CHECKS} or cause == "burnin" or ladder_xid(cause) is not None:
         return True
     return cause.startswith("burnin-") and bool(_METRIC.fullmatch(cause[len("burnin-"):]))
+
+
+def ladder_xid(cause: str) -> int | None:
+    """The Xid of a ``gpu-xid:N`` cause when the Xid table drains it (a repair can start
+    only from a drain), else None."""
+    from slurmguard.checks.xid_table import DRAIN_XIDS
+
+    if not _XID.fullmatch(cause):
+        return None
+    code = int(cause.partition(":")[2])
+    return code if code in DRAIN_XIDS else None
+
+
+def _cause_error(cause: str) -> str:
+    if _XID.fullmatch(cause):
+        from slurmguard.checks.xid_table import XID_TABLE
+
+        code = int(cause.partition(":")[2])
+        klass = XID_TABLE[code][0] if code in XID_TABLE else "unknown"
+        return (f"cause {cause!r}: Xid {code} never drains (checks/xid_table.py classes it "
+                f"{klass}), so its ladder could never start; a code added by checks.xid.drain_codes "
+                "takes the gpu-xid ladder")
+    return f"unknown cause {cause!r} (a check name, gpu-xid:N, burnin or burnin-METRIC)"
 
 
 def parse_ladder(text: str) -> tuple[Rung, ...]:
@@ -95,8 +119,7 @@ def parse_ladder(text: str) -> tuple[Rung, ...]:
 def _check_ladders(value: Mapping[str, str]) -> str | None:
     for cause, text in value.items():
         if not known_cause(cause):
-            return (f"unknown cause {cause!r} (a check name, gpu-xid:N, burnin or "
-                    "burnin-METRIC)")
+            return _cause_error(cause)
         try:
             parse_ladder(text)
         except ValueError as exc:

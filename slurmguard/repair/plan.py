@@ -69,6 +69,7 @@ class NodeIn:
     gpus: tuple[int, ...] = ()  # GPUs named by the drain (reset-gpu needs them)
     boot_id: str | None = None  # the node's boot id now (None: not known)
     registered: bool = False  # slurmd answers and the node is not rebooting
+    booted_at: float | None = None  # when the node booted (Slurm's BootTime), None: not known
     healthy_since: float | None = None  # a passing health run of the cause's check, at
     failing_since: float | None = None  # a failing run of the cause's check, at
     mode: str = "observe"  # repair.mode for this node (its [[group]])
@@ -266,15 +267,22 @@ def _await_proof(n: NodeIn, ep: Episode, p: RepairParams, now: float) -> Action:
 def _await_verify(n: NodeIn, ep: Episode, fleet: Fleet, p: RepairParams,
                   now: float) -> Action:
     rung, attempt = ep.last_rung, len(ep.taken)
-    # The newest judged run decides: a pass since the rung began (a health check at boot may
-    # report before the proof is seen), or a failure since the rung was proven.
+    # The newest judged run decides: a pass since the rung began, or a failure since the rung
+    # took effect: since its proof, or for a reboot since the node's boot. The health check at
+    # boot (HealthCheckProgram runs before slurmd registers) reports before the proof is seen,
+    # whether it passes or fails; a run from before the boot still saw the fault the reboot
+    # was meant to clear.
     healthy, failing = n.healthy_since, n.failing_since
     if healthy is not None and healthy >= ep.rung_at and (failing is None or healthy > failing):
         if p.verify_burnin:
             return _await_burnin(n, ep, fleet, p, now)
         return Action("outcome", n.name, f"{n.cause} passes after {rung}", rung, attempt,
                       "verified", n.episode)
-    if failing is not None and failing >= ep.result_at:
+    since = ep.result_at
+    # BootTime has whole seconds: a boot in the rung's own second still counts.
+    if rung.name in REBOOTS and n.booted_at is not None and n.booted_at + 1.0 > ep.rung_at:
+        since = min(since, n.booted_at)
+    if failing is not None and failing >= since:
         return Action("outcome", n.name, f"{n.cause} fails again after {rung}", rung, attempt,
                       "transient", n.episode)
     if now - ep.result_at > p.settle:

@@ -90,7 +90,7 @@ class DrainView:
 
     def suspect(self, body: Any) -> dict[str, Any]:
         """Record the wrapper's slow nodes as ``suspect`` events (one per node and job)."""
-        job, median, entries = _parse_suspect(body)
+        job, median, entries = parse_suspect(body)
         recorded, duplicate = [], []
         for ent in entries:
             node = ent["node"]
@@ -135,7 +135,7 @@ def _number(value: Any, field: str, lo: float, hi: float) -> float:
     return float(value)
 
 
-def _parse_suspect(body: Any) -> tuple[str, float, list[dict[str, Any]]]:
+def parse_suspect(body: Any) -> tuple[str, float, list[dict[str, Any]]]:
     if not isinstance(body, dict):
         raise InputError("body: expected {\"job\": ..., \"job_median_step_s\": ..., \"nodes\": [...]}")
     job = body.get("job")

@@ -181,8 +181,7 @@ class Fleet:
     def _slurm_view(self) -> tuple[dict[str, frozenset[str]], dict[str, Any]]:
         """Scopes (fleet, partitions, config groups) and each node's NodeInfo, from Slurm."""
         infos = {n.name: n for n in self.slurm.nodes()}
-        frozen = blast_scopes({i.name: i.partitions for i in infos.values()},
-                              self.pcfg.get("groups") or {}, fleet=infos)
+        frozen = blast_scopes(infos.values(), self.params.groups)
         self._scopes = (time.monotonic(), frozen)
         states = {"up": 0, "drained_slurmguard": 0, "drained_other": 0, "down": 0}
         for i in infos.values():

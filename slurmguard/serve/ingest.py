@@ -1,7 +1,8 @@
 """The ingest HTTP server: result records in, batched exactly-once writes to the store.
 
     POST /ingest   body {"records": [record, ...]} (or one record), header
-                   "Authorization: Bearer <token>"; answer 200
+                   "Authorization: MUNGE <credential>" (serve.auth = munge; 403 for a write
+                   for another node, serve/auth.py) or "Bearer <token>"; answer 200
                    {"stored": [ids], "duplicate": [ids], "rejected": {id: "one line"}}
                    only after the batch holding them has committed; 422 with the same
                    fields when every record of the request was rejected. 401 without the
@@ -33,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmguard import __version__
 from slurmguard.errors import InputError, SlurmguardError, StoreError
@@ -42,6 +43,9 @@ from slurmguard.serve.httpd import Handler as BaseHandler
 from slurmguard.serve.httpd import Headers, PooledHTTPServer
 from slurmguard.store.api import Store
 from slurmguard.store.records import validate_record
+
+if TYPE_CHECKING:
+    from slurmguard.serve.auth import Authenticator
 
 log = logging.getLogger("slurmguard.serve")
 
@@ -152,8 +156,8 @@ class IngestServer:
                  request_timeout: float = 30.0,
                  metrics: ServeMetrics | None = None, metrics_token: bool = False,
                  queries: dict[str, Callable[[dict[str, list[str]]], tuple[int, dict[str, Any]]]]
-                 | None = None, job_token: str = "", job_routes: frozenset[str] = frozenset()
-                 ) -> None:
+                 | None = None, job_token: str = "", job_routes: frozenset[str] = frozenset(),
+                 auth: Authenticator | None = None) -> None:
         self.store = store
         self.token = token
         self.max_body = max_body
@@ -162,6 +166,8 @@ class IngestServer:
         # paths a job may call with the job token (readable by jobs; good for nothing else).
         self.queries = queries or {}
         self.job_token, self.job_routes = job_token, job_routes
+        # Who sent a write (serve/auth.py): MUNGE credentials, or the token above in token mode.
+        self.auth = auth
         self.metrics = metrics or ServeMetrics()
         self.metrics_token = metrics_token
         self.writer = BatchWriter(store, batch_size=batch_size, interval=batch_interval,
@@ -200,7 +206,7 @@ class IngestServer:
     # -- request logic (called on handler threads)
 
     def authorized(self, header: str | None, path: str = "") -> bool:
-        if not header or not header.startswith("Bearer "):
+        if not header or not header.startswith("Bearer ") or not self.token:
             return False
         given = header[7:].strip().encode("utf-8", "replace")
         if hmac.compare_digest(given, self.token.encode()):
@@ -208,11 +214,18 @@ class IngestServer:
         return bool(self.job_token) and path in self.job_routes and hmac.compare_digest(
             given, self.job_token.encode())
 
+    def signed(self, path: str) -> bool:
+        """Whether POSTs to ``path`` carry a signature (serve/auth.py) instead of the token."""
+        return self.auth is not None and self.auth.signs(path)
+
     def early(self, method: str, path: str, headers: Headers) -> tuple[int, dict[str, Any]] | None:
         """Refuse from the request head alone (before any body is read), or None."""
         if method == "POST":
             if path != "/ingest" and path not in self.routes:
                 return 404, {"error": f"not found: POST {path[:80]}"}
+            if self.signed(path):
+                assert self.auth is not None
+                return self.auth.early(path, headers.get("Authorization"))
             if not self.authorized(headers.get("Authorization"), path):
                 return 401, {"error": "missing or wrong token"}
             return None
@@ -370,12 +383,18 @@ def _make_handler(server: IngestServer) -> type[BaseHandler]:
             if path != "/ingest" and path not in server.routes:
                 self._send(404, {"error": "not found"})
                 return
-            if not server.authorized(self.headers.get("Authorization"), path):
+            header = self.headers.get("Authorization")
+            if not server.signed(path) and not server.authorized(header, path):
                 self._send(401, {"error": "missing or wrong token"})
                 return
-            ok, body = _read_body(self, server.max_body)
+            ok, body, raw = _read_body(self, server.max_body)
             if not ok:
                 return
+            if server.auth is not None:
+                refusal = server.auth.check(path, header, raw, body, self.client_address[0])
+                if refusal is not None:
+                    self._send(*refusal)
+                    return
             if path == "/ingest":
                 self._send(*server.ingest(body))
                 return
@@ -389,22 +408,24 @@ def _make_handler(server: IngestServer) -> type[BaseHandler]:
     return Handler
 
 
-def _read_body(h: Any, max_body: int) -> tuple[bool, Any]:
-    """(True, the request's JSON body), or (False, None) once ``h`` answered the error."""
+def _read_body(h: Any, max_body: int) -> tuple[bool, Any, bytes]:
+    """(True, the request's JSON body, its bytes), or (False, None, b"") once ``h`` answered
+    the error."""
     try:
         length = int(h.headers.get("Content-Length") or "")
     except ValueError:
         h._send(411, {"error": "Content-Length required"})
-        return False, None
+        return False, None, b""
     if length < 0 or length > max_body:
         h.close_connection = True
         h._send(413, {"error": f"body over {max_body} bytes"})
-        return False, None
+        return False, None, b""
+    raw = h.rfile.read(length)
     try:
-        return True, json.loads(h.rfile.read(length) or b"null", parse_constant=_no_constant)
+        return True, json.loads(raw or b"null", parse_constant=_no_constant), raw
     except (ValueError, RecursionError) as exc:
         h._send(400, {"error": one_line(f"body: not JSON: {exc}")})
-        return False, None
+        return False, None, b""
 
 
 def _answer_query(server: IngestServer, path: str, raw: str) -> tuple[int, dict[str, Any]]:

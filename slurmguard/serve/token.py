@@ -8,7 +8,7 @@ import stat
 from slurmguard.errors import ConfigError
 
 
-def load_token(path: str, *, job: bool = False) -> str:
+def load_token(path: str, *, job: bool = False, key: str = "") -> str:
     """Read the token; refuse a missing, empty, non-regular or world-accessible file.
 
     A world-readable token lets any user on any node forge results and get nodes drained,
@@ -16,7 +16,7 @@ def load_token(path: str, *, job: bool = False) -> str:
     notice.job_token_file) is meant to be readable by jobs: it only lets a job report slow
     nodes, which never drains anything, so it may be world-readable, not world-writable.
     """
-    key = "notice.job_token_file" if job else "serve.token_file"
+    key = key or ("notice.job_token_file" if job else "serve.token_file")
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -28,7 +28,7 @@ def load_token(path: str, *, job: bool = False) -> str:
     if job and st.st_mode & stat.S_IWOTH:
         raise ConfigError(f"{key}: {path} is world-writable; run chmod 0644 {path}")
     if not job and st.st_mode & (stat.S_IROTH | stat.S_IWOTH):
-        raise ConfigError(f"serve.token_file: {path} is world-accessible (mode "
+        raise ConfigError(f"{key}: {path} is world-accessible (mode "
                           f"{stat.S_IMODE(st.st_mode):04o}); run chmod 0600 {path}")
     try:
         with open(path, encoding="utf-8") as fh:

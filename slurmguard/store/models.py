@@ -48,6 +48,7 @@ EVENT_KINDS = (
     "drain_refused",  # the blast-radius guard refused a drain
     "permit",  # the blast-radius guard allowed a drain (holds its slot; slurmguard/drainguard.py)
     "drain_failed",  # a drain slurmguard asked Slurm for did not take (the error in reason)
+    "security",  # serve refused a write for who sent it (docs/security.md); rate-limited
     "suspect",  # a job named the node slow (evidence for burn-in; never a drain by itself)
     "risk_refused",  # the gate refused the node to a large job for node risk (no drain)
     # autonomous repair (slurmguard/repair/, docs/repair.md): details.episode = the drain's id

@@ -189,7 +189,7 @@ def fast_path(d: Path, db: Path, args: argparse.Namespace, job_env) -> tuple[lis
         sock = tmp / "gate.sock"
         cfg = tmp / "sg.toml"
         cfg.write_text(f'[store]\npath = "{db}"\n[gate]\ndrain = false\n[serve]\nhost = "127.0.0.1"\n'
-                       f'port = {port}\ntoken_file = "{token}"\npolicy = false\ngate_socket = "{sock}"\n')
+                       f'port = {port}\nauth = "token"\ntoken_file = "{token}"\npolicy = false\ngate_socket = "{sock}"\n')
         srv = Serve(cfg, port).start()
         try:
             env = dict(os.environ, PYTHONPATH=str(REPO), SLURMGUARD_CONFIG=str(cfg),

@@ -4,6 +4,7 @@ loaded by node clients the way nodes load it (issue 22 item 3). Run by hand:
     python tests/bench/bench_ingest_load.py [--engine both|sqlite|postgresql]
         [--clients 200] [--batch 5] [--seconds 60] [--open-rate 2000] [--burst 16000]
         [--modes closed,open,burst] [--procs 4] [--batch-interval S] [--policy]
+        [--auth token|munge|token,munge,token,munge]
 
 Each client is a node: it posts ``--batch`` fresh records (2 check results each) with the
 real ``serve_client.post_records`` (http.client, one connection per POST as a hook does) to
@@ -23,6 +24,13 @@ load generator is not one interpreter's GIL.
 After the modes, the store's count of runs is compared with the records serve's answers said
 it stored (every record has a fresh id, so any "duplicate" answer is wrong too): "OK" or
 "MISMATCH", one line per engine.
+
+``--auth`` is serve.auth for each run in turn (a list interleaves them, each with a fresh
+serve and store): with ``munge`` every POST carries a credential from this machine's munged
+(the client signs it with the real ``serve_client.munge_signer``) and serve decodes and checks
+it. The load nodes are all at 127.0.0.1 (one host with many nodes, as a multi-slurmd host),
+from a stand-in ``scontrol`` that prints their node records: the check's cost is the same as
+with one address per node, and no real Slurm runs here.
 
 Also printed: serve's and PostgreSQL's CPU seconds per 1,000 records stored (from
 /proc/PID/stat of serve and of every process of the test PostgreSQL), which is what says
@@ -84,6 +92,9 @@ def _client_proc(args: tuple) -> dict:
     """One load process: ``n`` client threads; returns their latencies and counts."""
     (url, token, first, n, total, batch, mode, seconds, period, burst_posts, start_at) = args
     from slurmguard.adapters import serve_client
+
+    if token == "munge":  # a signer per process (it is not picklable)
+        token = serve_client.munge_signer()
     from slurmguard.contract import CheckResult, Health
     from slurmguard.node.record import make_record
 
@@ -187,7 +198,18 @@ def run_mode(url: str, token: str, mode: str, a: argparse.Namespace,
             "pg_cpu_per_1k": (cpu1[1] - cpu0[1]) / k if pg_data else 0.0}
 
 
-def bench_engine(engine: str, a: argparse.Namespace) -> list[dict]:
+STAND_IN_SCONTROL = """#!/bin/sh
+# slurmguard's bench: the load nodes as `scontrol show node -o` prints them, all at 127.0.0.1.
+if [ "$1" = show ] && [ "$2" = config ]; then echo "SlurmUser               = root(0)"; exit 0; fi
+i=0
+while [ $i -lt {n} ]; do
+  printf 'NodeName=load%05d Arch=x86_64 NodeAddr=127.0.0.1 NodeHostName=localhost State=IDLE Partitions=gpu\\n' $i
+  i=$((i + 1))
+done
+"""
+
+
+def bench_engine(engine: str, a: argparse.Namespace, auth: str = "token") -> list[dict]:
     from support.pgserver import PgServer, _pg_bin
     from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
 
@@ -207,7 +229,12 @@ def bench_engine(engine: str, a: argparse.Namespace) -> list[dict]:
         else:
             url = new_store(tmp)
         port = new_port()
-        cfg = write_config(tmp, store_url=url, port=port)
+        cfg = write_config(tmp, store_url=url, port=port, auth=auth)
+        if auth == "munge":
+            fake = tmp / "scontrol"
+            fake.write_text(STAND_IN_SCONTROL.replace("{n}", str(a.clients)))
+            fake.chmod(0o755)
+            cfg.write_text(cfg.read_text() + f'\n[slurm]\nscontrol = "{fake}"\n')
         # the test harness's batch_interval out: serve's own default, or --batch-interval
         cfg.write_text(cfg.read_text().replace("batch_interval = 0.05", "" if a.batch_interval
                                                is None else f"batch_interval = {a.batch_interval}"))
@@ -216,9 +243,10 @@ def bench_engine(engine: str, a: argparse.Namespace) -> list[dict]:
         try:
             assert serve.proc is not None
             for mode in a.modes.split(","):
-                r = run_mode(serve.url + "/ingest", TOKEN, mode, a, serve.proc.pid,
-                             pg.data if pg else None)
+                r = run_mode(serve.url + "/ingest", TOKEN if auth == "token" else "munge", mode, a,
+                             serve.proc.pid, pg.data if pg else None)
                 r["engine"] = engine
+                r["auth"] = auth
                 r["load"] = os.getloadavg()[0]
                 out.append(r)
                 _print(r)
@@ -248,7 +276,7 @@ def bench_engine(engine: str, a: argparse.Namespace) -> list[dict]:
 
 
 def _print(r: dict) -> None:
-    print(f"{r['engine']:>10} {r['mode']:>6}: {r['rate']:7.0f} records/s  p50 {r['p50']:6.1f} ms"
+    print(f"{r['engine']:>10} {r.get('auth', 'token'):>5} {r['mode']:>6}: {r['rate']:7.0f} records/s  p50 {r['p50']:6.1f} ms"
           f"  p99 {r['p99']:7.1f} ms  max {r['max']:7.1f} ms  {r['records']} records in "
           f"{r['seconds']:.1f} s, {r['posts']} POSTs, {r['failed']} failed, {r['slow']} over "
           f"{REPORT_TIMEOUT:.0f} s;  CPU s per 1k records: serve {r['serve_cpu_per_1k']:.3f}"
@@ -268,6 +296,8 @@ def main() -> None:
     ap.add_argument("--batch-interval", type=float, help="serve.batch_interval (default: serve's)")
     ap.add_argument("--policy", action="store_true")
     ap.add_argument("--json", metavar="FILE", help="also write the figures here")
+    ap.add_argument("--auth", default="token", help="serve.auth per run, in turn: token, munge "
+                    "or a list (token,munge,token,munge interleaves them)")
     a = ap.parse_args()
     # serve runs as `python -m slurmguard`, which imports from the current directory first:
     # from this checkout's root, this checkout's serve is what is measured
@@ -278,7 +308,7 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}", flush=True)
     engines = ["sqlite", "postgresql"] if a.engine == "both" else [a.engine]
-    results = [r for e in engines for r in bench_engine(e, a)]
+    results = [r for e in engines for auth in a.auth.split(",") for r in bench_engine(e, a, auth)]
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
 

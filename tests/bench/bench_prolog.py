@@ -1,6 +1,6 @@
 """Median wall time of the prolog with all default prolog checks and 8 stand-in GPUs.
 
-Run by hand: `python tests/bench/bench_prolog.py [ROUNDS]` (default 30). Each measurement is a
+Run by hand: `python tests/bench/bench_prolog.py [ROUNDS] [--report]` (default 30). Each measurement is a
 fresh process, exactly as slurmd starts it. One round runs, interleaved (so machine load hits
 every variant alike):
 
@@ -17,6 +17,12 @@ every variant alike):
 * NHC:         LBNL NHC with its ten host checks (/work/shared/peers: nhc-src.tar.gz unpacked
                into a temp dir, nhc-ten-host-checks.conf), as its README runs it
 * python:      `python -c pass`, the interpreter's own start
+* with --report, two more agents whose prolog delivers its record to a real `slurmguard serve`
+               (SQLite, no policy) as a site's does: one with the shared token
+               (serve.auth = token), one signing each POST with a MUNGE credential from this
+               machine's munged (serve.auth = munge; serve's node table from a stand-in
+               scontrol that puts the bench node at 127.0.0.1). Their difference is what a
+               node identity costs the hot path.
 
 Every variant has $SLURMGUARD_STATE_DIR as the entry scripts export it (so the parsed-config
 cache of docs/configuration.md is used). Healthy node, so Slurm is not called. Prints each median and the ratio agent / NHC of this
@@ -67,7 +73,41 @@ def site_venv(where: Path) -> str:
     return str(where / "bin" / "python")
 
 
-def main(rounds: int = 30) -> None:
+STAND_IN_SCONTROL = """#!/bin/sh
+if [ "$1" = show ] && [ "$2" = config ]; then echo "SlurmUser = root(0)"; exit 0; fi
+echo "NodeName=bench1 NodeAddr=127.0.0.1 NodeHostName=localhost State=IDLE"
+"""
+
+
+def reporting(t: Path, auth: str, base_hooks: str, rest: str, env: dict[str, str]) -> tuple:
+    """A serve in ``auth`` mode and an agent whose prolog reports to it: (serve, agent, env)."""
+    from support.sgserve import Serve, new_port, new_store, write_config
+
+    d = t / f"serve-{auth}"
+    d.mkdir()
+    port = new_port()
+    cfg = write_config(d, store_url=new_store(d), port=port, auth=auth, serve_extra="policy = false")
+    if auth == "munge":
+        fake = d / "scontrol"
+        fake.write_text(STAND_IN_SCONTROL)
+        fake.chmod(0o755)
+        cfg.write_text(cfg.read_text() + f'\n[slurm]\nscontrol = "{fake}"\n')
+    serve = Serve(cfg, port).start(timeout=60)
+    node_cfg = t / f"sg-{auth}.toml"
+    node_cfg.write_text(base_hooks + f'report_url = "http://127.0.0.1:{port}/ingest"\n'
+                        f'token_file = "{d}/token"\nspool_dir = "{d}/spool"\n'
+                        f'report_timeout = 10.0\n[serve]\nauth = "{auth}"\n' + rest)
+    sock = t / "run" / f"agent-{auth}.sock"
+    aenv = dict(env, SLURMGUARD_CONFIG=str(node_cfg), SLURMGUARD_AGENT_SOCKET=str(sock))
+    agent = subprocess.Popen([sys.executable, "-m", "slurmguard", "agent"], env=aenv,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             start_new_session=True)
+    if not (agent.stdout and agent.stdout.readline().startswith("ready")):
+        raise SystemExit(f"the {auth} agent did not start")
+    return serve, agent, aenv
+
+
+def main(rounds: int = 30, report: bool = False) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         libdir = build_fake_nvml(t / "lib")
@@ -75,10 +115,8 @@ def main(rounds: int = 30) -> None:
         gpus = write_gpu_tree(t / "gpus")
         (t / "kmsg").write_text("")
         sock = t / "run" / "agent.sock"
-        (t / "sg.toml").write_text(f"""
-[hooks]
-state_dir = "{t}/state"
-[agent]
+        base_hooks = f'[hooks]\nstate_dir = "{t}/state"\n'
+        rest = f"""[agent]
 socket = "{sock}"
 [checks.gpu]
 expected_count = 8
@@ -86,7 +124,8 @@ expected_count = 8
 source = "file"
 file = "{t}/kmsg"
 nvidia_proc_root = "{gpus}"
-""")
+"""
+        (t / "sg.toml").write_text(base_hooks + rest)
         env = dict(os.environ, PYTHONPATH=str(REPO), SLURMGUARD_CONFIG=str(t / "sg.toml"),
                    SLURMGUARD_STATE_DIR=str(t / "state"),
                    SLURMD_NODENAME="bench1", LD_LIBRARY_PATH=str(libdir),
@@ -108,9 +147,13 @@ nvidia_proc_root = "{gpus}"
         agent = subprocess.Popen([sys.executable, "-m", "slurmguard", "agent"], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                  start_new_session=True)
+        extra: list[tuple] = []
         try:
             if not (agent.stdout and agent.stdout.readline().startswith("ready")):
                 raise SystemExit("the agent did not start")
+            if report:
+                extra = [reporting(t, auth, base_hooks, rest.replace(str(sock), str(
+                    t / "run" / f"agent-{auth}.sock")), env) for auth in ("token", "munge")]
             stopped_env = dict(env, SLURMGUARD_AGENT_SOCKET=str(t / "run" / "stopped.sock"))
             variants = {
                 "agent (client -> slurmguard agent)": lambda: timed([client, "prolog", "--", *prolog], env),
@@ -125,6 +168,9 @@ nvidia_proc_root = "{gpus}"
                 "LBNL NHC, ten host checks": lambda: timed(nhc, cwd=nhc_dir),
                 "python -c pass (interpreter start alone)": lambda: timed([sys.executable, "-c", "pass"]),
             }
+            for (_, _, aenv), auth in zip(extra, ("token", "munge"), strict=False):
+                variants[f"agent, reporting to serve ({auth})"] = (
+                    lambda aenv=aenv: timed([client, "prolog", "--", *prolog], aenv))
             for fn in variants.values():  # warm the page cache and the agent's caches
                 fn()
             times: dict[str, list[float]] = {k: [] for k in variants}
@@ -134,6 +180,10 @@ nvidia_proc_root = "{gpus}"
         finally:
             os.killpg(agent.pid, signal.SIGTERM)
             agent.wait(15)
+            for serve, ragent, _ in extra:
+                os.killpg(ragent.pid, signal.SIGTERM)
+                ragent.wait(15)
+                serve.stop()
 
     def line(name: str, xs: list[float]) -> str:
         return (f"{name:<46} median {statistics.median(xs) * 1000:7.1f} ms  "
@@ -147,8 +197,13 @@ nvidia_proc_root = "{gpus}"
     print(f"ratio agent / NHC (same interleaved run): {agent_ms / nhc_ms:.3f}; "
           f"agent stopped / NHC: {med['agent stopped (client falls back in-process)'] / nhc_ms:.2f}"
           f" (site venv: {med['agent stopped, site venv (no editable finder)'] / nhc_ms:.2f})")
+    if report:
+        tok, mun = (med[f"agent, reporting to serve ({a})"] for a in ("token", "munge"))
+        print(f"reporting agent / NHC: token {tok / nhc_ms:.3f}, munge {mun / nhc_ms:.3f}; "
+              f"munge - token: {(mun - tok) * 1000:+.2f} ms per prolog (one record, one credential)")
     print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (shared machine)")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 30)
+    args = [a for a in sys.argv[1:] if a != "--report"]
+    main(int(args[0]) if args else 30, report="--report" in sys.argv[1:])

@@ -91,6 +91,7 @@ path = "/shared/serve/store.db"
 [serve]
 host = "0.0.0.0"
 port = 8742
+auth = "token"
 token_file = "/shared/serve/token"
 policy_interval = 1.0
 batch_interval = 0.05
@@ -111,7 +112,8 @@ def _hooks_report_to_serve(cluster: DockerCluster, on: bool) -> None:
     for node in NODES:
         if on:
             cluster.sh(node, "install -m 0600 /shared/serve/token /etc/slurmguard/token && "
-                             "printf '[hooks]\\nreport_url = \"http://ctl:8742/ingest\"\\n' "
+                             "printf '[serve]\\nauth = \"token\"\\n[hooks]\\n"
+                             "report_url = \"http://ctl:8742/ingest\"\\n' "
                              "> /etc/slurmguard/conf.d/50-serve.toml")
         else:
             cluster.sh(node, "rm -f /etc/slurmguard/conf.d/50-serve.toml", check=False)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from support.helpers import REPO, require, run_sg, sg_env
-from support.loadgen import count_in_store
+from support.loadgen import count_records
 from support.reliability import record
 from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
 
@@ -40,6 +40,8 @@ def _cfg(d: Path, spool_dir: Path, port: int, spool_max: int = 100) -> tuple[Pat
     cfg.write_text(f"""
 [slurm]
 scontrol = "{scontrol}"
+[serve]
+auth = "token"
 [hooks]
 state_dir = "{d}/state"
 log_file = "{d}/hooks.log"
@@ -97,33 +99,50 @@ def test_spool_bound_drops_oldest_and_says_so(tmp_path: Path) -> None:
     assert spool.dropped_count(str(sdir)) == 2
     kept = spool.pending(str(sdir))
     assert len(kept) == 3 and not any(early[0]["id"] in n or early[1]["id"] in n for n in kept)
+    # What must reach the store: the 3 spooled records (read back from the spool as the
+    # replay will send them) and the record that triggers the replay, each with its results.
+    spooled = {rec["id"]: rec for _, rec in spool.oldest(str(sdir), 10) or []}
+    assert len(spooled) == 3 and early[2]["id"] in spooled
+    last = make_record("n7", "prolog", [], "pass", "")
+    made = {rid: len(rec["results"]) for rid, rec in {**spooled, last["id"]: last}.items()}
     # serve comes back: the next record replays the spool; only the dropped two are missing.
     (tmp_path / "serve").mkdir()
     wcfg = write_config(tmp_path / "serve", store_url=url, port=port)
     serve = Serve(wcfg, port, "--no-policy").start()
     try:
-        assert delivery.deliver(make_record("n7", "prolog", [], "pass", ""),
-                                config.load(str(cfg), env={})) == "sent"
+        assert delivery.deliver(last, config.load(str(cfg), env={})) == "sent"
+        # The replay again, as a node whose answer was lost would send it: a duplicate
+        # would show as a second row of one id.
+        assert delivery.deliver(last, config.load(str(cfg), env={})) == "sent"
     finally:
         serve.stop()
     assert spool.pending(str(sdir)) == []
+    lost, dup, stored = count_records(url, made)
+    dropped_lost, _, _ = count_records(url, {early[0]["id"]: 0, early[1]["id"]: 0})
+    runs_total = _runs(url)
+    assert (lost, dup, stored, dropped_lost, runs_total) == (0, 0, 4, 2, 4), \
+        (lost, dup, stored, dropped_lost, runs_total)
+    assert not calls.exists() or calls.read_text() == ""
+    record("spool-full", store="SQLite", load="serve down, spool_max 3, 5 records",
+           faults="spool at its bound",
+           lost=lost, duplicated=dup,
+           figures=(f"the {dropped_lost} oldest dropped as documented, each named on stderr and "
+                    "in the hook's log line, .dropped = 2; the other 3 + 1 replayed (the last "
+                    f"one sent twice), {stored} of {len(made)} stored, one row each, "
+                    f"{runs_total} rows in all; hooks exit 0"))
+
+
+def _runs(url: str) -> int:
     from sqlalchemy import text
 
     from slurmguard.store.engine import make_engine
 
     eng = make_engine({"url": url})
-    with eng.connect() as conn:
-        stored = {r[0] for r in conn.execute(text("SELECT record_id FROM runs"))}
-    eng.dispose()
-    assert len(stored) == 4 and early[2]["id"] in stored
-    assert early[0]["id"] not in stored and early[1]["id"] not in stored
-    lost, dup, _ = count_in_store(url, {early[2]["id"]}, results_per_record=0)
-    assert not calls.exists() or calls.read_text() == ""
-    record("spool-full", store="SQLite", load="serve down, spool_max 3, 5 records",
-           faults="spool at its bound",
-           lost=lost, duplicated=dup,
-           figures=("the 2 oldest dropped as documented, each named on stderr and in the hook's "
-                    "log line, .dropped = 2; the other 3 + 1 replayed and stored once; hooks exit 0"))
+    try:
+        with eng.connect() as conn:
+            return int(conn.execute(text("SELECT count(*) FROM runs")).scalar_one())
+    finally:
+        eng.dispose()
 
 
 def _assert_survived(p: subprocess.CompletedProcess[str], calls: Path, log: Path, why: str) -> str:

@@ -95,7 +95,6 @@ def test_bundle_never_writes_outside_its_directory(name: str, tmp_path_factory: 
 def sshd(tmp_path_factory: pytest.TempPathFactory):
     ok, why = sshserver.available()
     require(ok, why)
-    pytest.importorskip("paramiko")
     server = sshserver.start_sshd(tmp_path_factory.mktemp("sshd"))
     yield server
     server.stop()

@@ -17,6 +17,7 @@ import json
 import re
 import socket
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -36,6 +37,10 @@ FLEET = ("n1", "n2", "n3", "n4")
 NAME_OK = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # the test's own idea of a node name
 TRIED: dict[str, int] = {"sqlite": 0, "postgresql": 0}
 KINDS: dict[str, set[str]] = {"sqlite": set(), "postgresql": set()}
+# What happened, counted as it happened: answers by (route, code), and every record serve
+# acknowledged (stored, or a duplicate of one stored) with the record as sent.
+ANSWERS: dict[str, Counter[tuple[str, int]]] = {"sqlite": Counter(), "postgresql": Counter()}
+ACKED: dict[str, dict[str, dict[str, Any]]] = {"sqlite": {}, "postgresql": {}}
 
 HOSTILE_TEXT = st.one_of(
     st.text(max_size=40),
@@ -207,7 +212,10 @@ def _check_one(req: tuple[str, str, dict[str, str], bytes, str], hostile_serve: 
     TRIED[engine] += 1
     KINDS[engine].add(kind)
     status, data = _send(serve.port, method, path, headers, body)
-    assert status < 500 or (status == 503 and path == "/permit"), (status, data, req)
+    ANSWERS[engine][(kind, status)] += 1
+    # No hostile request is a server error, on any route: the store and Slurm's stand-in
+    # answer throughout, so a 5xx here would be serve failing on its input.
+    assert status < 500, (status, data, req)
     if status >= 400:
         assert data.count(b"\n") == 0, data
         answer = json.loads(data)
@@ -218,8 +226,13 @@ def _check_one(req: tuple[str, str, dict[str, str], bytes, str], hostile_serve: 
         sent = json.loads(body)
         recs = sent["records"] if isinstance(sent, dict) and "records" in sent else sent
         recs = recs if isinstance(recs, list) else [recs]
+        for rid in answer["duplicate"]:
+            assert rid in ACKED[engine] or any(
+                isinstance(r, dict) and r.get("id") == rid for r in recs), rid
         for rid in answer["stored"]:
+            assert rid not in ACKED[engine], f"{rid} stored a second time"
             (rec,) = [r for r in recs if isinstance(r, dict) and r.get("id") == rid]
+            ACKED[engine][rid] = rec
             # What serve stored must pass the test's own rules, not just serve's.
             assert isinstance(rec["node"], str) and NAME_OK.fullmatch(rec["node"]), rec
             reason = rec.get("decision", {}).get("reason", "")
@@ -229,11 +242,50 @@ def _check_one(req: tuple[str, str, dict[str, str], bytes, str], hostile_serve: 
                 assert _stored_reason(url, rid) == reason[:1000], rec
 
 
+def _resend(port: int, recs: list[dict[str, Any]]) -> list[str]:
+    """POST ``recs`` again, as a node replaying its spool would; the ids serve stored anew."""
+    fresh = []
+    for i in range(0, len(recs), 500):
+        status, data = _send(port, "POST", "/ingest", {"Authorization": f"Bearer {TOKEN}"},
+                             _dumps({"records": recs[i:i + 500]}))
+        assert status == 200, (status, data[:300])
+        fresh += json.loads(data)["stored"]
+    return fresh
+
+
+def _rows_per_record(url: str) -> tuple[Counter[str], dict[str, int]]:
+    """The store's count of runs per record id, and of result rows per record id."""
+    from sqlalchemy import text
+
+    from slurmguard.store.engine import make_engine
+
+    eng = make_engine({"url": url})
+    try:
+        with eng.connect() as conn:
+            runs = Counter(r[0] for r in conn.execute(text("SELECT record_id FROM runs")))
+            results = dict(conn.execute(text(
+                "SELECT runs.record_id, count(results.id) FROM runs "
+                "LEFT JOIN results ON results.run_id = runs.id GROUP BY runs.record_id")).all())
+    finally:
+        eng.dispose()
+    return runs, results
+
+
 def test_hostile_requests(hostile_serve: Any) -> None:
     engine, serve, url = hostile_serve
     _check_one(hostile_serve=hostile_serve)
     # Still serving, and the store holds nothing a test rule forbids.
     assert serve.healthz()["status"] == "ok"
+    # Every acknowledged record sent once more: a duplicate can show now, and must not.
+    acked = ACKED[engine]
+    again = _resend(serve.port, list(acked.values()))
+    runs, results = _rows_per_record(url)
+    lost = sum(1 for rid in acked if runs[rid] == 0)
+    duplicated = sum(runs[rid] - 1 for rid in acked if runs[rid] > 1)
+    duplicated += sum(1 for rid, rec in acked.items()
+                      if runs[rid] and results.get(rid) != len(rec["results"]))
+    unasked = sorted(set(runs) - set(acked))  # stored, never acknowledged to a client
+    assert (lost, duplicated, again, unasked) == (0, 0, [], []), (lost, duplicated, again, unasked)
     from sqlalchemy import text
 
     from slurmguard.store.engine import make_engine
@@ -254,13 +306,21 @@ def test_hostile_requests(hostile_serve: Any) -> None:
     assert all(n in FLEET for n, _ in events), events  # permits only for nodes Slurm knows
     assert all(946684800 <= s <= time.time() + 86400 for s in started)
     ok = serve.healthz()
+    assert ok["runs"] == len(acked) == sum(runs.values())
+    codes = Counter()
+    for (_, code), n in ANSWERS[engine].items():
+        codes[code] += n
+    assert sum(codes.values()) == TRIED[engine] and max(codes) < 500, codes
     record(f"hostile-requests-{engine}", store="SQLite" if engine == "sqlite" else "PostgreSQL",
            load="-", faults="-",
            bad_inputs=(f"{TRIED[engine]} Hypothesis requests over /ingest, /permit, /healthz, "
                        f"/metrics, unknown paths and methods, raw bodies ({len(KINDS[engine])} kinds)"),
-           lost=0, duplicated=0,
-           figures=(f"every answer < 500 with one JSON line; {ok['runs']} valid records stored, "
-                    f"{len(names)} node names, all plain; serve still up"))
+           lost=lost, duplicated=duplicated,
+           figures=("every answer < 500 (asserted, /permit included), errors one JSON line; "
+                    "answers " + ", ".join(f"{c} x {n}" for c, n in sorted(codes.items()))
+                    + f"; {len(acked)} valid records stored, each sent again at the end and "
+                    f"answered duplicate, store rows per record id = 1; {len(names)} node names, "
+                    "all plain; serve still up"))
 
 
 @pytest.mark.parametrize("hostile_serve", ["sqlite"], indirect=True)  # one HTTP front

@@ -6,6 +6,7 @@ case plants a symlink to a victim file and checks the victim is untouched.
 
 from __future__ import annotations
 
+import inspect
 import os
 import stat
 import subprocess
@@ -23,7 +24,14 @@ from slurmguard.node.record import make_record
 
 CHILD = ("import os; from slurmguard import progress; "
          "print(os.environ['SLURMGUARD_PROGRESS']); progress.step(1); progress.step(2)")
-CASES: list[str] = []
+# The case each test showed, by test name, set as its last act (so only a case that passed is
+# here): test_zz_record_row runs the ones this session has not (run alone, or in another
+# order) before it writes the row.
+CASES: dict[str, str] = {}
+
+
+def _case(what: str) -> None:
+    CASES[sys._getframe(1).f_code.co_name] = what
 
 
 @pytest.fixture
@@ -52,7 +60,7 @@ def test_progress_without_checkpoint_dir_is_private(tmp_path: Path, victim: Path
     assert path.parent.parent == tmpdir and path.parent.name.startswith("slurmguard-run-")
     assert not path.parent.exists(), "the private directory is removed at the end"
     assert victim.read_text() == "precious\n"
-    CASES.append("progress file without --checkpoint-dir (200 planted names)")
+    _case("progress file without --checkpoint-dir (200 planted names)")
 
 
 def test_progress_symlink_in_checkpoint_dir_is_refused(tmp_path: Path, victim: Path) -> None:
@@ -66,7 +74,7 @@ def test_progress_symlink_in_checkpoint_dir_is_refused(tmp_path: Path, victim: P
     assert "could not record the run" in r.stderr
     assert Path(r.stdout.strip()).parent.name.startswith("slurmguard-run-")
     assert victim.read_text() == "precious\n"
-    CASES.append("progress-JOB.jsonl and runs.jsonl symlinks in .slurmguard/")
+    _case("progress-JOB.jsonl and runs.jsonl symlinks in .slurmguard/")
 
 
 def test_state_dir_symlink_is_not_used(tmp_path: Path, victim: Path) -> None:
@@ -78,7 +86,7 @@ def test_state_dir_symlink_is_not_used(tmp_path: Path, victim: Path) -> None:
     r = _run("--checkpoint-dir", str(ckpt))
     assert r.returncode == 0, r.stderr
     assert not any(elsewhere.iterdir())
-    CASES.append(".slurmguard/ itself a symlink")
+    _case(".slurmguard/ itself a symlink")
 
 
 def test_progress_library_refuses_a_symlink(tmp_path: Path, victim: Path) -> None:
@@ -91,7 +99,7 @@ def test_progress_library_refuses_a_symlink(tmp_path: Path, victim: Path) -> Non
     assert r.returncode == 0
     assert r.stderr.count("cannot report") == 1  # said once, training goes on
     assert victim.read_text() == "precious\n"
-    CASES.append("SLURMGUARD_PROGRESS pointing at a symlink")
+    _case("SLURMGUARD_PROGRESS pointing at a symlink")
 
 
 def test_hostile_job_id_never_becomes_a_path(tmp_path: Path) -> None:
@@ -103,11 +111,14 @@ def test_hostile_job_id_never_becomes_a_path(tmp_path: Path) -> None:
         path = Path(r.stdout.strip())
         assert path.parent == ckpt / ".slurmguard" and path.name.startswith("progress-pid")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
-    CASES.append("hostile SLURM_JOB_ID in the progress file name (5)")
+    _case("hostile SLURM_JOB_ID in the progress file name (5)")
 
 
 def _spool_cfg(spool_dir: Path) -> dict:
     class Cfg:
+        def __getitem__(self, key: str) -> str:
+            return {"serve.auth": "token", "hooks.token_file": "/nonexistent"}[key]
+
         def section(self, name: str) -> dict:
             return {"report_url": "http://127.0.0.1:9/ingest", "token_file": "/nonexistent",
                     "spool_dir": str(spool_dir), "spool_max": 100, "report_timeout": 0.2}
@@ -132,7 +143,7 @@ def test_spool_dir_symlink_or_shared_is_refused(tmp_path: Path, victim: Path) ->
     out = delivery.deliver(_rec(), _spool_cfg(shared))
     assert out.startswith("lost: spool") and "writable by others" in out
     assert not any(shared.iterdir())
-    CASES.append("spool dir a symlink / world-writable")
+    _case("spool dir a symlink / world-writable")
 
 
 def test_spool_lock_and_record_symlinks_are_not_followed(tmp_path: Path, victim: Path) -> None:
@@ -154,7 +165,7 @@ def test_spool_lock_and_record_symlinks_are_not_followed(tmp_path: Path, victim:
     assert len(spool.pending(str(sdir))) == 1
     os.symlink(victim, sdir / ".dropped")
     assert spool.dropped_count(str(sdir)) == 0
-    CASES.append("spool .lock, record and .dropped symlinks")
+    _case("spool .lock, record and .dropped symlinks")
 
 
 def test_bundle_output_is_never_written_through_a_link(tmp_path: Path, victim: Path) -> None:
@@ -184,7 +195,7 @@ def test_bundle_output_is_never_written_through_a_link(tmp_path: Path, victim: P
     with pytest.raises(InputError):
         b2 = Bundle(out_dir=str(tmp_path / "b2"))
         b2.add(NodeEvidence("../x", "h", 22))
-    CASES.append("bundle --out symlink / foreign dir, --tar .part symlink, node '../x'")
+    _case("bundle --out symlink / foreign dir, --tar .part symlink, node '../x'")
 
 
 def test_textfile_replaces_a_planted_symlink(tmp_path: Path, victim: Path) -> None:
@@ -196,7 +207,7 @@ def test_textfile_replaces_a_planted_symlink(tmp_path: Path, victim: Path) -> No
     m.round("ok")
     m.write()
     assert not path.is_symlink() and victim.read_text() == "precious\n"
-    CASES.append("metrics textfile name a symlink (replaced, target untouched)")
+    _case("metrics textfile name a symlink (replaced, target untouched)")
 
 
 def test_node_textfiles_are_not_written_through_planted_links(tmp_path: Path, victim: Path) -> None:
@@ -216,7 +227,7 @@ def test_node_textfiles_are_not_written_through_planted_links(tmp_path: Path, vi
     assert victim.read_text() == "precious\n"
     assert (d / "slurmguard_hook_prolog.prom").is_file()
     assert not (d / "slurmguard_hook_prolog.prom").is_symlink()
-    CASES.append("node textfile temp names and lock file symlinks (hook and gate files)")
+    _case("node textfile temp names and lock file symlinks (hook and gate files)")
 
 
 def test_entry_script_textfile_is_not_written_through_planted_links(tmp_path: Path,
@@ -244,11 +255,25 @@ def test_entry_script_textfile_is_not_written_through_planted_links(tmp_path: Pa
     assert victim.read_text() == "precious\n"
     assert 'slurmguard_hook_unrunnable_total{hook="prolog"} 1' in prom.read_text()
     assert stat.S_IMODE(prom.stat().st_mode) == 0o644 and not prom.is_symlink()
-    CASES.append("entry script's textfile temp name (400 planted pids)")
+    _case("entry script's textfile temp name (400 planted pids)")
 
 
-def test_zz_record_row() -> None:
+def test_zz_record_row(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The row names the cases that passed in this session: a case that has not run yet
+    (this test alone, or first in a shuffled order) runs here, with its own directory."""
+    tests = {name: fn for name, fn in globals().items()
+             if name.startswith("test_") and name != "test_zz_record_row" and callable(fn)}
+    for name, fn in tests.items():
+        if name in CASES:
+            continue
+        tmp = tmp_path_factory.mktemp(name[:40])
+        args = {"tmp_path": tmp}
+        if "victim" in inspect.signature(fn).parameters:
+            v = tmp / "victim"
+            v.write_text("precious\n")
+            args["victim"] = v
+        fn(**{k: a for k, a in args.items() if k in inspect.signature(fn).parameters})
+    assert sorted(CASES) == sorted(tests), sorted(set(tests) - set(CASES))
     record("planted-symlinks", faults="local user plants symlinks / shared dirs",
-           bad_inputs=f"{len(CASES)} cases: " + "; ".join(CASES),
+           bad_inputs=f"{len(CASES)} cases: " + "; ".join(CASES[n] for n in tests),
            figures="every victim file unchanged")
-    assert len(CASES) >= 8, CASES

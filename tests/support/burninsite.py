@@ -54,12 +54,16 @@ def node_value(p):  # noqa: ANN001, ANN201
 
 def fault_file(p):  # noqa: ANN001, ANN201
     """A hard failure on a node with a file of its name in FAKE_BENCH_FAULT_DIR (a fault only
-    a load finds: the repair tests' node whose health checks pass after the reboot); else
-    10 s, as every node."""
+    a load finds: the repair tests' node whose health checks pass after the reboot); 50 s on
+    a node with a file NODE.slow there (slow under load, every check passing: a straggler
+    only its peers show); else 10 s, as every node."""
     d = os.environ.get("FAKE_BENCH_FAULT_DIR", "")
     node = os.environ.get("SLURMD_NODENAME", "")
     if d and node and os.path.exists(os.path.join(d, node)):
         return [{"metric": "site_seconds", "value": None, "unit": "s", "status": "failed",
                  "reason": f"site benchmark: {node} lost a GPU under load",
+                 "higher_is_better": False}]
+    if d and node and os.path.exists(os.path.join(d, node + ".slow")):
+        return [{"metric": "site_seconds", "value": 50.0, "unit": "s", "status": "ok",
                  "higher_is_better": False}]
     return value(p)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,6 +143,13 @@ def count_in_store(store_url: str, made: set[str],
 
     duplicated counts both a record id in ``runs`` more than once and a run with more
     result rows than the record had (a record written twice in parts)."""
+    return count_records(store_url, dict.fromkeys(made, results_per_record))
+
+
+def count_records(store_url: str, made: Mapping[str, int]) -> tuple[int, int, int]:
+    """:func:`count_in_store` for records of different sizes: ``made`` maps each record id
+    to the number of results it carried. Rows are counted per id (a duplicate shows as a
+    count of 2, never folded into a set)."""
     from sqlalchemy import text
 
     from slurmguard.store.engine import make_engine
@@ -157,6 +165,6 @@ def count_in_store(store_url: str, made: set[str],
         engine.dispose()
     lost = sum(1 for i in made if ids.get(i, 0) == 0)
     duplicated = sum(n - 1 for i, n in ids.items() if i in made and n > 1)
-    duplicated += sum(1 for rid, n in per_run if rid in made and n != results_per_record)
+    duplicated += sum(1 for rid, n in per_run if rid in made and n != made[rid])
     stored = sum(1 for i in made if ids.get(i, 0) >= 1)
     return lost, duplicated, stored

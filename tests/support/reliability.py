@@ -65,6 +65,7 @@ SCENARIOS: dict[str, str] = {
     "gate-store-corrupt": "tests/faults/test_faults_store.py::test_gate_and_admin_with_corrupt_store",
     "hostile-names": "tests/faults/test_hostile_names.py",
     "planted-symlinks": "tests/faults/test_shared_files.py",
+    "node-identity": "tests/test_node_identity_slurm.py::test_a_node_writes_only_for_itself",
 }
 
 COLUMNS = ("scenario", "store", "load held", "faults survived", "bad inputs tried", "lost",

@@ -30,8 +30,12 @@ def new_store(d: Path, name: str = "store.db") -> str:
 
 def write_config(d: Path, *, store_url: str, port: int, extra: str = "",
                  spool_max: int = 10000, report_timeout: float = 5.0,
-                 serve_extra: str = "") -> Path:
-    """A config with the store, serve and node-side report settings of a test setup."""
+                 serve_extra: str = "", auth: str = "token") -> Path:
+    """A config with the store, serve and node-side report settings of a test setup.
+
+    ``auth`` is serve.auth: "token" for the suite's many serve tests (one shared token,
+    one munged on this machine and every node on 127.0.0.1); the node-identity tests
+    (test_node_identity*.py) pass "munge" with a munged per test node."""
     token = d / "token"
     if not token.exists():
         token.write_text(TOKEN + "\n")
@@ -44,6 +48,7 @@ url = "{store_url}"
 [serve]
 host = "127.0.0.1"
 port = {port}
+auth = "{auth}"
 token_file = "{token}"
 batch_interval = 0.05
 {serve_extra}

@@ -152,6 +152,7 @@ class Cluster:
         self.slurm_section = {**{t: BIN[t] for t in ("scontrol", "sinfo", "squeue", "sacct",
                                                        "sbatch")}, "timeout": 20.0}
         self.startup_seconds = 0.0
+        self.node_addrs: dict[str, str] = {}
 
     # -- life cycle ----------------------------------------------------------------------------
     @classmethod
@@ -160,13 +161,17 @@ class Cluster:
               health_check_program: str | None = None, health_check_interval: int = 0,
               slurmd_timeout: int = 10, extra_conf: Iterable[str] = (), gpu_partition: str = "",
               node_env: Mapping[str, str] | None = None, wait: bool = True,
-              timeout: float = 60.0, accounting: Any = None) -> Cluster:
+              timeout: float = 60.0, accounting: Any = None,
+              node_addrs: Mapping[str, str] | None = None) -> Cluster:
         """Write slurm.conf under ``tmpdir``, start slurmctld and ``nodes`` slurmd, wait idle.
 
         Hooks are absolute paths of executables (see :func:`write_hook_script`).
         ``extra_conf`` lines are appended to slurm.conf (later lines win in Slurm).
         ``accounting``: a running :class:`slurmdbd.SlurmDBD` to record jobs in (``sacct``
         then answers); by default accounting is off, which costs the other tests nothing.
+        ``node_addrs``: a NodeAddr per node (127.0.0.2, 127.0.0.3, ...: every slurmd listens
+        on all of loopback), so nodes of this one machine have distinct addresses, as the
+        node-identity tests need; by default every node is at localhost.
         """
         t0 = time.monotonic()
         ensure_munge()
@@ -176,6 +181,7 @@ class Cluster:
         names = [f"n{i}" for i in range(1, nodes + 1)]
         ports = free_ports(nodes + 1)
         c = cls(root, names, ports[0], dict(zip(names, ports[1:], strict=True)), node_env)
+        c.node_addrs = dict(node_addrs or {})
         acct = list(accounting.slurm_conf_lines()) if accounting is not None else []
         c.conf_path.write_text(c._conf(prolog=prolog, epilog=epilog,
                                        prolog_slurmctld=prolog_slurmctld,
@@ -246,7 +252,8 @@ class Cluster:
             lines.append(f"HealthCheckInterval={health_check_interval}")
             lines.append("HealthCheckNodeState=ANY")
         for n in self.nodes:
-            lines.append(f"NodeName={n} NodeHostname=localhost Port={self.node_ports[n]} "
+            addr = f"NodeAddr={self.node_addrs[n]} " if n in self.node_addrs else ""
+            lines.append(f"NodeName={n} NodeHostname=localhost {addr}Port={self.node_ports[n]} "
                          f"CPUs={CPUS_PER_NODE} RealMemory=1000 Feature=sgtest State=UNKNOWN")
         # gpu_partition: more options of the default partition (e.g. "PriorityTier=10").
         lines.append(f"PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP {gpu_partition}".rstrip())

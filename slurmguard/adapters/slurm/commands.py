@@ -177,6 +177,22 @@ class SlurmCLI:
         self._run("scontrol", "update", f"nodename={name}", f"state={state}")
         return True
 
+    def drain_ours_down(self, name: str, reason: str) -> bool:
+        """Drain ``name`` while it is DOWN from our own repair (a reboot's nextstate=DOWN,
+        reason ``slurmguard: repair: ...``): the DRAIN stays when ReturnToService brings the
+        node back at its next ping, so a ticketed node does not return to service on its own.
+        True if Slurm was asked; anyone else's DOWN, and a node not DOWN, are left alone."""
+        validate_node_name(name)
+        if not isinstance(reason, str) or not reason.startswith(REASON_PREFIX):
+            raise InputError(f"drain reason: must start with {REASON_PREFIX!r}: {_show(reason)}")
+        info = self.node(name)
+        raw = str(info.raw.get("Reason") or "")  # a DOWN node's reason reads cut (parse.py)
+        if not info.down or info.drained or not raw.startswith(f"{REASON_PREFIX} repair:"):
+            return False
+        self._run("scontrol", "update", f"nodename={name}", "state=drain",
+                  f"reason={one_line(reason, REASON_MAX)}")
+        return True
+
     def version(self) -> tuple[int, int, int]:
         """Slurm's version as ``scontrol -V`` prints it, e.g. (24, 11, 5); asked once."""
         if self._version is None:

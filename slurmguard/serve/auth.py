@@ -1,0 +1,251 @@
+"""serve's check of who sent a write (``serve.auth``; docs/security.md "Node identity").
+
+``munge`` (the default): every POST carries ``Authorization: MUNGE <credential>`` whose
+payload is the body's SHA-256; this module decodes it with the local munged, reads Slurm's
+node table (cached, ``scontrol show node``) and job table (cached, ``squeue --json``) and lets
+slurmguard.serve.identity decide. A refusal is answered 403 with one line, counted in
+``slurmguard_auth_refusals_total{reason,path}``, logged, and written to the ledger as a
+``security`` event of the sending node at most once a minute per (sender, reason).
+
+``token``: the shared bearer token of serve.token_file (test clusters only; doctor warns).
+The slow-node reports of jobs are still checked against the job's allocation.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Collection
+from typing import Any
+
+from slurmguard.adapters import munge
+from slurmguard.errors import InputError, SlurmguardError
+from slurmguard.nodeset import expand
+from slurmguard.serve import identity
+
+log = logging.getLogger("slurmguard.serve")
+
+SCHEME = "MUNGE "
+NODE_PATHS = ("/ingest", "/permit")
+JOB_PATHS = ("/suspect",)
+_RETRY_UNKNOWN = 5.0  # s: an unknown origin or job re-reads Slurm at most this often
+
+
+def resolve4(ref: str) -> frozenset[str]:
+    """IPv4 addresses of a NodeAddr or NodeHostname (an address is its own)."""
+    try:
+        return frozenset(str(a[4][0]) for a in socket.getaddrinfo(ref, None, socket.AF_INET))
+    except (OSError, UnicodeError):
+        return frozenset()
+
+
+class Authenticator:
+    """The ``serve.auth = "munge"`` check, and the allocation check of /suspect in any mode."""
+
+    def __init__(self, mode: str, slurm: Any, store: Any, metrics: Any, *, munge_socket: str = "",
+                 site_key: bytes = b"",
+                 node_cache_s: float = 60.0, job_cache_s: float = 2.0, event_per_s: float = 60.0,
+                 resolve: Callable[[str], Collection[str]] = resolve4) -> None:
+        self.mode, self.slurm, self.store, self.metrics = mode, slurm, store, metrics
+        self.munge_socket = munge_socket
+        self.site_key = site_key
+        self._seen: dict[str, float] = {}  # node-key signatures used, until their window ends
+        self.node_cache_s, self.job_cache_s = node_cache_s, job_cache_s
+        self.resolve = resolve
+        self.events = identity.EventLimit(event_per_s)
+        self._lock = threading.Lock()
+        self._origins: tuple[float, dict[str, frozenset[str]]] = (float("-inf"), {})
+        self._jobs: tuple[float, dict[str, Any]] = (float("-inf"), {})
+        self._uids: frozenset[int] | None = None
+
+    # -- the dispatcher's look at the head (no body yet)
+    def signs(self, path: str) -> bool:
+        """Whether a POST to ``path`` is signed (else the token decides): munge, every
+        write; node-key, the nodes' writes (jobs hold no node key: /suspect keeps the job
+        token, with the allocation check)."""
+        return self.mode == "munge" or (self.mode == "node-key" and path not in JOB_PATHS)
+
+    def early(self, path: str, header: str | None) -> tuple[int, dict[str, Any]] | None:
+        """A signed POST without its signature is refused before its body is read."""
+        scheme = SCHEME if self.mode == "munge" else identity.NODE_KEY_SCHEME
+        if not header or not header.startswith(scheme):
+            self._count("missing", path)
+            return 401, {"error": f"refused (missing): this serve takes {scheme.strip()} "
+                                  f"signatures (serve.auth = {self.mode}), not a token"}
+        return None
+
+    # -- the handler's check, with the body
+    def check(self, path: str, header: str | None, raw: bytes, body: Any,
+              peer: str = "") -> tuple[int, dict[str, Any]] | None:
+        """None when the write may go ahead; else (403, {"error": one line})."""
+        if not self.signs(path):
+            if path in JOB_PATHS:
+                return self._refuse(path, self._job(None, raw, body), None, peer)
+            return None
+        if self.mode == "node-key":
+            return self._node_key(path, header or "", raw, body, peer)
+        if not header or not header.startswith(SCHEME):
+            return self._refuse(path, identity.Refusal("missing", "no MUNGE credential"), None, peer)
+        try:
+            cred = munge.decode(header[len(SCHEME):].strip(), sock=self.munge_socket)
+        except munge.MungeError as exc:
+            # A replayed or expired credential is authentic: the ledger row goes to its node.
+            known = exc.credential
+            own = self._origin_map(known.origin).get(known.origin, frozenset()) if known else frozenset()
+            return self._refuse(path, identity.Refusal(exc.word, exc.message), known, peer, own)
+        origins = self._origin_map(cred.origin)
+        if path in JOB_PATHS:
+            return self._refuse(path, self._job(cred, raw, body), cred, peer,
+                                origins.get(cred.origin, frozenset()))
+        named = _named_nodes(path, body)
+        refusal = identity.node_request(cred, raw, named, origins, self._node_uids(), time.time())
+        return self._refuse(path, refusal, cred, peer, origins.get(cred.origin, frozenset()))
+
+    def _node_key(self, path: str, header: str, raw: bytes, body: Any,
+                  peer: str) -> tuple[int, dict[str, Any]] | None:
+        now = time.time()
+        node, refusal = identity.node_key_request(header, self.site_key, raw,
+                                                  _named_nodes(path, body), now, self._used)
+        # Only a good signature names its node; a forged one is counted and logged only.
+        own = frozenset({node}) if refusal is None or refusal.reason != "invalid" else frozenset()
+        return self._refuse(path, refusal, None, f"{peer} as {node}" if node else peer, own)
+
+    def _used(self, sig: str) -> bool:
+        """Whether ``sig`` was seen within its window; remembers it."""
+        now = time.time()
+        with self._lock:
+            if len(self._seen) > 100000:
+                self._seen = {s: t for s, t in self._seen.items() if t > now}
+            if self._seen.get(sig, 0.0) > now:
+                return True
+            self._seen[sig] = now + 2 * identity.NODE_KEY_WINDOW
+            return False
+
+    def _job(self, cred: munge.Credential | None, raw: bytes, body: Any) -> identity.Refusal | None:
+        from slurmguard.serve.drains import parse_suspect
+
+        try:
+            job, _, entries = parse_suspect(body)
+        except InputError:
+            return None  # malformed: the route answers 400 naming the field (nothing written)
+        named = [e["node"] for e in entries]
+        nodes, uid = self._job_allocation(job)
+        if cred is None:  # token mode: the allocation rule alone
+            if nodes is None:
+                return identity.Refusal("unknown-job", f"job {job or '?'} is not running")
+            outside = sorted(set(named) - nodes)
+            return identity.Refusal("outside-job", f"job {job} named {outside[0]}, not in its "
+                                    "allocation") if outside else None
+        return identity.job_request(cred, raw, named, nodes, uid, self._node_uids(), time.time(),
+                                    job=job)
+
+    def _refuse(self, path: str, refusal: identity.Refusal | None, cred: munge.Credential | None,
+                peer: str, own: frozenset[str] = frozenset()) -> tuple[int, dict[str, Any]] | None:
+        if refusal is None:
+            return None
+        self._count(refusal.reason, path)
+        origin = cred.origin if cred is not None else peer
+        line = f"{path} from {origin or '?'}: {refusal.line()}"
+        log.warning("%s", line)
+        if own:
+            self._ledger(sorted(own)[0], refusal, path, cred, origin)
+        return 403, {"error": refusal.line()}
+
+    def _ledger(self, node: str, refusal: identity.Refusal, path: str,
+                cred: munge.Credential | None, origin: str) -> None:
+        ok, held = self.events.allow((origin, refusal.reason), time.time())
+        if not ok:
+            return
+        try:
+            self.store.nodes.record_event(
+                node, "security", "slurmguard", f"{path}: {refusal.line()}"[:300], source="serve",
+                details={"reason": refusal.reason, "origin": origin, "path": path,
+                         "uid": None if cred is None else cred.uid, "held_back": held})
+        except SlurmguardError as exc:  # the refusal stands; the ledger row is evidence only
+            log.warning("security event not recorded: %s", exc.message)
+
+    def _count(self, reason: str, path: str) -> None:
+        try:
+            self.metrics.auth_refusals.labels(reason=reason, path=path).inc()
+        except Exception:  # metrics never break serving
+            log.exception("refusal metric failed")
+
+    # -- Slurm's tables, cached
+    def _origin_map(self, origin: str) -> dict[str, frozenset[str]]:
+        with self._lock:
+            at, table = self._origins
+            age = time.monotonic() - at
+            if age >= self.node_cache_s or (origin not in table and age >= _RETRY_UNKNOWN):
+                try:
+                    rows = [(n.name, str(n.raw.get("NodeAddr", "")), str(n.raw.get("NodeHostName", "")))
+                            for n in self.slurm.nodes()]
+                    # NodeAddr is where slurmctld reaches the node: the address Slurm itself
+                    # trusts. NodeHostname only where a node has no NodeAddr.
+                    table = identity.origin_map(((name, addr, "" if addr else host)
+                                                 for name, addr, host in rows), self.resolve)
+                except SlurmguardError as exc:
+                    log.warning("node table for identity checks: %s", exc.message)
+                self._origins = (time.monotonic(), table)
+            return table
+
+    def _node_uids(self) -> frozenset[int]:
+        """root and the SlurmUser (read once from ``scontrol show config``)."""
+        if self._uids is None:
+            uids = {0}
+            try:
+                user = self.slurm.show_config().get("SlurmUser", "")
+                if user.endswith(")") and "(" in user:
+                    uids.add(int(user.rsplit("(", 1)[1][:-1]))
+                self._uids = frozenset(uids)
+            except (SlurmguardError, ValueError) as exc:
+                log.warning("SlurmUser unknown (only root may write): %s", exc)
+                return frozenset(uids)
+        return self._uids
+
+    def _job_allocation(self, job: str) -> tuple[frozenset[str] | None, int | None]:
+        """(the job's nodes, its owner's uid) from one cached ``squeue --json``; (None, None)
+        when no running job has that id."""
+        base = job.split("+")[0]
+        with self._lock:
+            at, jobs = self._jobs
+            age = time.monotonic() - at
+            if age >= self.job_cache_s or (base not in jobs and age >= min(_RETRY_UNKNOWN, 0.5)):
+                try:
+                    jobs = {}
+                    for j in self.slurm.jobs():
+                        raw = j.raw if isinstance(j.raw, dict) else {}
+                        jobs[j.job_id] = (j, raw)
+                        if raw.get("array_task_id") not in (None, "", {}):
+                            jobs[f"{raw.get('array_job_id')}_{_number(raw.get('array_task_id'))}"] = (j, raw)
+                except SlurmguardError as exc:
+                    log.warning("job table for /suspect: %s", exc.message)
+                self._jobs = (time.monotonic(), jobs)
+        hit = jobs.get(base)
+        if hit is None or hit[0].state not in ("RUNNING", "COMPLETING", "SUSPENDED") or not hit[0].nodes:
+            return None, None
+        j, raw = hit
+        try:
+            nodes = frozenset(expand(j.nodes, source="squeue nodes"))
+        except SlurmguardError:
+            return None, None
+        uid = raw.get("user_id")
+        return nodes, int(uid) if isinstance(uid, int) else None
+
+
+def _number(v: Any) -> Any:
+    return v.get("number") if isinstance(v, dict) else v
+
+
+def _named_nodes(path: str, body: Any) -> list[str]:
+    """The nodes a node's request speaks for: each record's node, or the permit's node."""
+    if path == "/permit":
+        node = body.get("node") if isinstance(body, dict) else None
+        return [node] if isinstance(node, str) else []
+    raw = body.get("records") if isinstance(body, dict) and "records" in body else body
+    if isinstance(raw, dict):
+        raw = [raw]
+    if not isinstance(raw, list):
+        return []
+    return [r["node"] for r in raw if isinstance(r, dict) and isinstance(r.get("node"), str)]
