@@ -40,6 +40,10 @@ def _fail(at, check="gpu-xid"):
     ([_fail(0)], [_drain(2 * D)], [("gpu-xid", 2 * D, 2 * D, None, None)]),
     # a drain by an admin (no slurmguard reason): the actor is the cause
     ([], [_drain(10, actor="admin"), _clear(20)], [("admin", 10, 10, 20, "admin")]),
+    # autonomous repair's return closes it (repair resumes the node and writes no clear);
+    # the node's next fault is a new episode
+    ([_fail(100), _fail(900)], [_drain(110), Ev(600, "repair_return", "slurmguard"), _drain(901)],
+     [("gpu-xid", 100, 110, 600, "slurmguard"), ("gpu-xid", 900, 901, None, None)]),
     # a clear without a drain, failing runs without a drain: no episode
     ([_fail(10)], [_clear(20)], []),
     # two episodes: the second starts after the first's return, not at its failing runs

@@ -121,6 +121,16 @@ def test_a_transient_xid_is_repaired_by_a_reboot_with_no_human(rig, tmp_path):
     print("\n" + "\n".join(f"  {k:28s} {v:6.1f} s" for k, v in steps.items()))
     assert steps["drain->return"] < 120
     assert returned == 1
+    # The same story as one incident (docs/incidents.md), read from this store by the CLI.
+    r = run_sg("-c", str(s.cfg_path), "incident", "show", f"n1-{int(at['drain'])}", "--json")
+    assert r.returncode == 0, r.stderr
+    inc = json.loads(r.stdout)
+    assert (inc["cause"], inc["outcome"], inc["returned_at"]) == ("gpu-xid:79", "returned",
+                                                                  at["repair_return"])
+    node = [x["what"].split(":")[0] for x in inc["timeline"] if x["lane"] == "node"]
+    assert node == ["first bad signal", "drained by slurmguard", "repair", "repair rung",
+                    "repair proof", "repair verification", "repair proof", "repair",
+                    "probation started"], node
 
 
 def test_a_fault_that_survives_is_seen_by_the_health_check_at_boot_and_ticketed(rig,
@@ -178,6 +188,11 @@ def test_a_fault_that_survives_is_seen_by_the_health_check_at_boot_and_ticketed(
     assert tk.details["kept_out"] == "drained", tk
     info = cluster.node("n2")
     assert info.drained and info.reason.startswith("slurmguard: repair: ticket: "), info
+    # As one incident: ended in a ticket, still out (docs/incidents.md).
+    r = run_sg("-c", str(s.cfg_path), "incident", "list", "--since", "1h", "--json")
+    assert r.returncode == 0, r.stderr
+    [inc] = json.loads(r.stdout)["incidents"]
+    assert (inc["nodes"], inc["outcome"], inc["returned_at"]) == (["n2"], "ticket", None)
 
 
 def _burnin_fails_verification(rig: Rig, tmp_path: Path, node: str, fault: str,  # noqa: ANN202

@@ -128,6 +128,8 @@ def gpu_xid(ctx: CheckContext) -> CheckResult:
             continue
         event: dict[str, Any] = {"kind": ev.kind, "pci": ev.pci, "xid": ev.code,
                                  "message": ev.message[:200]}
+        if rec.wall is not None:  # the line's kernel time: an incident's first signal
+            event["at"] = round(rec.wall, 3)
         events.append(event)
         if ev.kind == "unreadable":
             event.update({"class": XidClass.UNKNOWN.value, "action": ACTIONS[XidClass.UNKNOWN]})

@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "reconcile": "slurmguard.cli.reconcile:reconcile_cmd",
     "burnin": "slurmguard.cli.burnin:burnin_grp",
     "goodput": "slurmguard.cli.goodput:goodput_cmd",
+    "incident": "slurmguard.cli.incident:incident_grp",
     "fleet": "slurmguard.cli.fleet:fleet_grp",
     "policy": "slurmguard.cli.fleet:policy_grp",
     "repair": "slurmguard.cli.repair:repair_grp",

@@ -115,8 +115,10 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
     fleet = None
     if scfg["policy"] and not no_policy:
         from slurmguard.serve.fleet import Fleet
+        from slurmguard.serve.incident_metrics import LostGpuHours
 
         fleet = Fleet(cfg, store, metrics=metrics)
+        fleet.periodic.append(LostGpuHours(metrics.incident_lost_gpu_hours, store, cfg))
     server = _server(cfg, store, token, metrics, fleet, host, port)
     stop = threading.Event()
 

@@ -2,7 +2,8 @@
 
 An episode is one node, one cause, from the first failing result to the return: it opens at a
 drain of the node (by anyone) and closes at the next clear (UNDRAIN/resume) in the events
-ledger. Its start is the first failing result of that cause (or any failing result, for a
+ledger, or at repair's return (``repair_return``: repair resumes the node itself and writes
+no ``clear``). Its start is the first failing result of that cause (or any failing result, for a
 drain by someone else) within ``lookback`` before the drain and after the previous episode;
 without one, the drain itself. Further drains while it is open (a lemon drain, an admin's
 re-drain) and every failing run until the return belong to it: a drained node that keeps
@@ -30,6 +31,9 @@ from slurmguard.contract import reason_source
 from slurmguard.fleet.history import Alert, Ev, History, Run
 
 LOOKBACK = 86400.0  # a failing result more than a day before the drain is another story
+# Events that return a node: a clear (admin resume, slurmguard's UNDRAIN, burn-in) and
+# autonomous repair's return, which resumes the node through Slurm without a clear event.
+RETURNS = ("clear", "repair_return")
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ def node_episodes(node: str, runs: Sequence[Run], events: Sequence[Ev], *,
             cause = _cause(ev)
             open_ = {"cause": cause, "start": _start(failing, times, cause, ev.at, floor, lookback),
                      "drained_at": ev.at, "drained_by": ev.actor_kind}
-        elif ev.kind == "clear" and open_ is not None:
+        elif ev.kind in RETURNS and open_ is not None:
             out.append(Episode(node, returned_at=ev.at, returned_by=ev.actor_kind, **open_))  # type: ignore[arg-type]
             floor, open_ = ev.at, None
     if open_ is not None:

@@ -30,6 +30,7 @@ class Ev:
     actor_kind: str  # slurmguard, admin, kubernetes, slurm
     source: str = ""  # the check or policy behind it
     reason: str = ""
+    actor: str = ""  # who: "slurmguard", an admin's name, ... (incidents show it)
 
 
 @dataclass(frozen=True)

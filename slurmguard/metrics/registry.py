@@ -207,6 +207,15 @@ class ServeMetrics(_Base):
             "slurmguard_http_connection_events_total",
             "What serve's HTTP front did to connections (docs/serve.md): accepted, evicted_idle, "
             "refused_over_cap, idle_closed, request_timeouts, early_answers.", ["event"], registry=r)
+        self.slurm_nodes = Gauge(
+            "slurmguard_slurm_nodes",
+            "Nodes per Slurm state as the last policy pass saw them (up, drained_slurmguard, "
+            "drained_other, down).", ["state"], registry=r)
+        self._periodic_work(r)
+
+    def _periodic_work(self, r: CollectorRegistry) -> None:
+        """What the leader's periodic work counts: repair, and the incidents' lost GPU-hours
+        (serve/incident_metrics.py; declared on every replica so each scrape names them)."""
         self.repair_steps = Counter(
             "slurmguard_repair_steps_total",
             "Autonomous repair steps (docs/repair.md), by cause, rung and result (started, "
@@ -219,10 +228,11 @@ class ServeMetrics(_Base):
             "slurmguard_repair_drain_to_return_seconds",
             "Seconds from a drain to the node's return by repair.", buckets=_LAG_BUCKETS,
             registry=r)
-        self.slurm_nodes = Gauge(
-            "slurmguard_slurm_nodes",
-            "Nodes per Slurm state as the last policy pass saw them (up, drained_slurmguard, "
-            "drained_other, down).", ["state"], registry=r)
+        self.incident_lost_gpu_hours = Counter(
+            "slurmguard_incident_lost_gpu_hours_total",
+            "GPU-hours lost to closed incidents, counted by this replica while it led, by cause "
+            "and part (redone, detect, waiting, out_of_service); sum over replicas "
+            "(docs/incidents.md).", ["cause", "part"], registry=r)
 
 
 class RequeueMetrics(_Base):

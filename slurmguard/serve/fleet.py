@@ -108,6 +108,10 @@ class Fleet:
 
     def _on_gain(self) -> None:
         self._full_now = True  # a new leader starts with a full pass
+        for work in self.periodic:  # work that keeps state per leadership starts it afresh
+            gain = getattr(work, "on_gain", None)
+            if gain is not None:
+                gain()
         self._wake.set()
 
     def _loop(self) -> None:

@@ -123,11 +123,12 @@ def _runs(h: History, rows: Iterable[Any], names: dict[int, str],
 def _events(h: History, conn: Any, names: dict[int, str], lo: float, until: float,
             only: bool) -> None:
     stmt = (select(Event.node_id, Event.at, Event.kind, Event.actor_kind, Event.source,
-                   Event.reason).where(Event.at >= lo, Event.at <= until)
+                   Event.reason, Event.actor).where(Event.at >= lo, Event.at <= until)
             .order_by(Event.at, Event.id))
     if only:
         stmt = stmt.where(Event.node_id.in_(sorted(names)))
-    for nid, at, kind, actor_kind, source, reason in conn.execute(stmt):
-        h.events.setdefault(names[nid], []).append(Ev(at, kind, actor_kind, source, reason))
+    for nid, at, kind, actor_kind, source, reason, actor in conn.execute(stmt):
+        h.events.setdefault(names[nid], []).append(Ev(at, kind, actor_kind, source, reason,
+                                                      actor))
     for evs in h.events.values():  # per node, in time order (the query sorts the fleet)
         evs.sort(key=lambda e: e.at)

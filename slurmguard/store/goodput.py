@@ -103,20 +103,28 @@ class Goodput:
                 return None
             nodes = list(conn.execute(select(GoodputJobNode.node).where(
                 GoodputJobNode.job_row == r.id).order_by(GoodputJobNode.id)).scalars())
-        parts = {p: getattr(r, f"{p}_s") for p in PARTS}
-        details = json.loads(r.details or "{}")
-        return {"job_id": r.job_id, "user": r.user, "partition": r.partition, "state": r.state,
-                "nodes": nodes, "gpus": r.gpus, "start": r.started, "end": r.ended,
-                "wall_s": r.wall_s, "allocated_s": r.wall_s, "held_s": r.held_s,
-                "ettr": round(parts["productive"] / r.wall_s, 4) if r.wall_s > 0 else None,
-                "parts": parts, "gpu_hours": {p: round(v * r.gpus / 3600, 4) for p, v in parts.items()},
-                "allocated_gpu_hours": round(r.wall_s * r.gpus / 3600, 4),
-                "held_gpu_hours": round(r.held_s * r.gpus / 3600, 4),
-                "productive_gpu_hours": round(parts["productive"] * r.gpus / 3600, 4),
-                "unknown": json.loads(r.unknown or "[]"), "steps_lost": r.steps_lost,
-                "step_time_s": details.get("step_time_s"), "runs": details.get("runs", []),
-                "stored": True}
+        return _breakdown(r, nodes)
 
+    def jobs(self, *, ended_since: float, started_until: float,
+             nodes: Iterable[str]) -> list[dict[str, Any]]:
+        """The jobs on ``nodes`` that ended at or after ``ended_since`` and started by
+        ``started_until`` (incidents: the jobs a window's faults could have hit), oldest
+        first, as ``{job_id, user, partition, state, start, end, runs}`` (the runs of
+        :meth:`Breakdown.to_dict`). Only those nodes' jobs, and only the columns needed:
+        parsing a job's runs costs ~0.1 ms and a fleet-month holds 10^5 jobs."""
+        j, jn = GoodputJob, GoodputJobNode
+        cols = (j.id, j.job_id, j.user, j.partition, j.state, j.started, j.ended, j.details)
+        rows: dict[int, Any] = {}
+        with guard(self.engine, "goodput jobs"), self.engine.connect() as conn:
+            for chunk in chunks(sorted(set(nodes))):
+                ids = select(jn.job_row).where(jn.node.in_(chunk))
+                for r in conn.execute(select(*cols).where(
+                        j.id.in_(ids), j.ended >= ended_since, j.started <= started_until)):
+                    rows[r.id] = r
+        return [{"job_id": r.job_id, "user": r.user, "partition": r.partition, "state": r.state,
+                 "start": r.started, "end": r.ended,
+                 "runs": json.loads(r.details or "{}").get("runs", [])}
+                for r in sorted(rows.values(), key=lambda r: (r.started, r.id))]
 
     def totals(self, *, since: float, until: float | None = None,
                by: str = "cause") -> list[tuple[str, dict[str, Any]]]:
@@ -182,6 +190,22 @@ class Goodput:
                 for name, at, kind, source, reason in conn.execute(stmt):
                     out.append((name, float(at), f"{kind} ({source}): {reason}"[:200]))
         return sorted(out, key=lambda x: x[1])
+
+
+def _breakdown(r: Any, nodes: list[str]) -> dict[str, Any]:
+    parts = {p: getattr(r, f"{p}_s") for p in PARTS}
+    details = json.loads(r.details or "{}")
+    return {"job_id": r.job_id, "user": r.user, "partition": r.partition, "state": r.state,
+            "nodes": nodes, "gpus": r.gpus, "start": r.started, "end": r.ended,
+            "wall_s": r.wall_s, "allocated_s": r.wall_s, "held_s": r.held_s,
+            "ettr": round(parts["productive"] / r.wall_s, 4) if r.wall_s > 0 else None,
+            "parts": parts, "gpu_hours": {p: round(v * r.gpus / 3600, 4) for p, v in parts.items()},
+            "allocated_gpu_hours": round(r.wall_s * r.gpus / 3600, 4),
+            "held_gpu_hours": round(r.held_s * r.gpus / 3600, 4),
+            "productive_gpu_hours": round(parts["productive"] * r.gpus / 3600, 4),
+            "unknown": json.loads(r.unknown or "[]"), "steps_lost": r.steps_lost,
+            "step_time_s": details.get("step_time_s"), "runs": details.get("runs", []),
+            "stored": True}
 
 
 def _nodeset(nodes: Iterable[str]) -> str:

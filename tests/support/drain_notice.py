@@ -24,18 +24,22 @@ class Setup:
     """The cluster's side: store, serve (unless ``serve=False``), the requeue watcher."""
 
     def __init__(self, factory: Any, tmp: Path, *, serve: bool = True,
-                 notice: str = "interval = 0.5\nslurm_interval = 3.0") -> None:
+                 notice: str = "interval = 0.5\nslurm_interval = 3.0", hooks: str = "",
+                 extra: str = "", policy: bool = False, accounting: Any = None) -> None:
+        """``hooks``: more ``[hooks]`` keys; ``extra``: more sections (the node checks);
+        ``policy``: serve's fleet policy (its /permit, and the ledger of the hooks' drains);
+        ``accounting``: a running slurmdbd (sacct then knows every run's nodes)."""
         from support.pgserver import free_port
 
         self.tmp = tmp
-        self.c = factory(nodes=3, extra_conf=["RequeueExit=75"])
+        self.c = factory(nodes=3, extra_conf=["RequeueExit=75"], accounting=accounting)
         port = free_port()
         url = new_store(tmp)
         self.cfg = write_config(tmp, store_url=url, port=port, extra=(
-            f'[requeue]\nstate_file = "{tmp / "watch.json"}"\ninterval = 0.5\n'
+            f'{hooks}\n[requeue]\nstate_file = "{tmp / "watch.json"}"\ninterval = 0.5\n'
             f'[goodput]\nrun_dirs = ["{tmp}/*/ckpt"]\n'
-            f'[notice]\nserve_url = "http://127.0.0.1:{port}"\n{notice}\n'),
-            serve_extra="policy = false")
+            f'[notice]\nserve_url = "http://127.0.0.1:{port}"\n{notice}\n{extra}'),
+            serve_extra="" if policy else "policy = false")
         self.serve = Serve(self.cfg, port, env={"SLURM_CONF": str(self.c.conf_path)})
         if serve:
             self.serve.start()
