@@ -237,9 +237,12 @@ def _falls(np: Any, ns: _Nights, c: Cols, hib: bool, p: StatParams
     k = s.shape[1]
     if k < 2:
         return []
-    slopes = np.sort(np.stack([(s[:, j] - s[:, i]) / (j - i) for i in range(k)
-                               for j in range(i + 1, k)], axis=1), axis=1)
+    slopes = np.stack([(s[:, j] - s[:, i]) / (j - i) for i in range(k)
+                       for j in range(i + 1, k)], axis=1)
     n = slopes.shape[1]
+    # The middle order statistics only (28 slopes a row over 8 nights): the same values a
+    # full sort puts there, so the same median, at a fraction of the sort.
+    slopes = np.partition(slopes, [n // 2] if n % 2 else [n // 2 - 1, n // 2], axis=1)
     mid = (slopes[:, n // 2] if n % 2 else (slopes[:, n // 2 - 1] + slopes[:, n // 2]) / 2.0)
     drop = -mid * (k - 1)
     srt = np.sort(drop)

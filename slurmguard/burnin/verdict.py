@@ -8,8 +8,8 @@ Verdicts: ``failed`` (a health check or a hard measurement failed), ``flagged`` 
 corroborated: :func:`~slurmguard.burnin.stats.confirmed`), ``suspect`` (out of bounds on
 one metric, one run, not clearly: its re-run, the node's next burn-in run, confirms or
 clears it; never drained on this run),
-``degrading`` (scores falling night after night on ``confirm_metrics`` metrics, still above
-the threshold),
+``degrading`` (scores falling night after night on ``confirm_metrics`` metrics of one
+component, their falls adding up to ``trend_sigmas``, still above the threshold),
 ``pass``, ``no_verdict`` (the run was complete but no metric had a group big enough),
 ``partial`` (cancelled, preempted, killed: never a failure), ``pending`` (still queued or
 running).
