@@ -451,3 +451,24 @@ def test_score_z_asks_only_a_large_group_for_its_noise() -> None:
     low = next(j for j in js if j.node == "low")
     assert low.score < 0.85 and low.z > -4 and not low.flagged
     assert score_z_of(NOISE_MIN_GROUP - 1, P) == 0.0 and score_z_of(NOISE_MIN_GROUP, P) == P.score_z
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["gpu_tflops", "gpu_membw_gbs", "gpu_power_w",
+                                           "host_cpu", "host_mem", "disk_read", "nccl_busbw"]),
+                          st.floats(1.0, 12.0)), unique_by=lambda t: t[0], max_size=7),
+       st.integers(1, 3), st.floats(0.0, 12.0))
+def test_property_a_trend_is_a_component_whose_falls_add_up(falls_, need, sigmas):
+    from slurmguard.burnin.stats import stouffer
+    from slurmguard.burnin.verdict import component, one_component
+
+    p = replace(P, confirm_metrics=need, trend_sigmas=sigmas)
+    falling = [(m, [1.0], z) for m, z in sorted(falls_)]
+    kept = one_component(falling, p)
+    assert kept == [f for f in falling if f in kept]  # a subset, in order
+    for c in {component(f[0]) for f in falling}:
+        zs = [f[2] for f in falling if component(f[0]) == c]
+        whole = len(zs) >= need and stouffer(zs) >= sigmas
+        # a component is kept whole or not at all, and only when its falls add up
+        assert [f for f in kept if component(f[0]) == c] == (
+            [f for f in falling if component(f[0]) == c] if whole else [])

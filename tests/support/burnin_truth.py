@@ -29,6 +29,11 @@ What is planted, and why it looks like a fleet:
   each planted fault as it stands tonight (a slow node stays slow, a worn one as worn).
   ``Fleet.rerun_runs`` and ``Fleet.rerun_rows`` are the fleet one night on: each node's
   ``recent`` shifted by one, the re-run's value last.
+
+:func:`wearing` is the fleet night after night instead (tests/test_burnin_degrading_lead.py):
+its wearing nodes keep wearing, 1-3 % a night from a night of their own, and the judge runs
+on every night's last 8 (``Wearing.night``), so that the night a node is first named
+degrading can be set against the night it is first drained as slow.
 """
 
 from __future__ import annotations
