@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import example, given, settings
@@ -126,13 +126,17 @@ def _fleet(falling: dict[str, tuple[float, ...]], flat: int = 8) -> dict[str, tu
     return series | {n: (20, v) for n, v in falling.items()}
 
 
+# Five nights (trend_nights 4) and a 0.05 floor: the table's series are five nights long.
+P5 = replace(P, trend_nights=4, trend_min_drop=0.05)
+
+
 @pytest.mark.parametrize("falling, p, expected", [
-    ({"x": (100.0, 98.0, 96.0, 94.0, 92.0)}, P, {"x"}),  # 0.08 in all, far above the group's
-    ({"x": (100.0, 99.0, 98.5, 98.0, 97.0)}, P, set()),  # 0.03: less than trend_min_drop
-    ({"x": (100.0, 100.0, 100.0, 100.0, 85.0)}, P, set()),  # one night: no line, and crossed
-    ({"x": (100.0, 97.0, 94.0, 91.0, 88.0)}, P, set()),  # crossed the threshold: a straggler
-    ({"x": (100.0, 98.0, 96.0, 94.0, 92.0)}, StatParams(min_group=20), set()),  # too few
-    ({"x": (100.0, 98.0, 96.0, 94.0, 92.0)}, StatParams(trend_sigmas=9.0), set()),  # z 5.4
+    ({"x": (100.0, 98.0, 96.0, 94.0, 92.0)}, P5, {"x"}),  # 0.08 in all, far above the group's
+    ({"x": (100.0, 99.0, 98.5, 98.0, 97.0)}, P5, set()),  # 0.03: less than trend_min_drop
+    ({"x": (100.0, 100.0, 100.0, 100.0, 85.0)}, P5, set()),  # one night: no line, and crossed
+    ({"x": (100.0, 97.0, 94.0, 91.0, 88.0)}, P5, set()),  # crossed the threshold: a straggler
+    ({"x": (100.0, 98.0, 96.0, 94.0, 92.0)}, replace(P5, min_group=20), set()),  # too few
+    ({"x": (100.0, 98.0, 96.0, 94.0, 92.0)}, replace(P5, trend_sigmas=9.0), set()),  # z 5.4
 ])
 def test_degrading_nodes_table(falling, p, expected):
     assert set(degrading_nodes(_fleet(falling), True, p)) == expected
@@ -240,17 +244,28 @@ def test_judge_ignores_values_of_older_runs_and_other_groups():
 
 def test_judge_degrading_reported_and_drained_only_when_configured():
     runs = [R(f"n{i}", i, "complete") for i in range(1, 7)]
-    series = [S(f"n{i}", m, 100.0, i, recent=(100.0,) * 5) for i in range(1, 6)
-              for m in ("cpu", "mem")]
-    series += [S("n6", m, 93.0, 6, recent=(100.0, 99.0, 98.0, 96.0, 93.0)) for m in ("cpu", "mem")]
-    z35 = StatParams(z_limit=3.5)  # a tight group: a z rule of 3.5 flags 0.93 already
+
+    def fleet(metrics: tuple[str, ...]) -> list:
+        flat = [S(f"n{i}", m, 100.0, i, recent=(100.0,) * 5) for i in range(1, 6) for m in metrics]
+        return flat + [S("n6", m, 93.0, 6, recent=(100.0, 99.0, 98.0, 96.0, 93.0)) for m in metrics]
+
+    series = fleet(("gpu_tflops", "gpu_membw_gbs"))
+    z35 = replace(P5, z_limit=3.5)  # a tight group: a z rule of 3.5 flags 0.93 already
     assert judge(runs, series, z35).nodes["n6"].verdict == "flagged"
-    assert judge(runs, series, P).nodes["n6"].verdict == "degrading"
+    assert judge(runs, series, P5).nodes["n6"].verdict == "degrading"
     # one metric falling is no trend (confirm_metrics 2)
-    assert judge(runs, [s for s in series if s.metric == "cpu"], P).nodes["n6"].verdict == "pass"
-    v = judge(runs, series, P, drain_degrading=True).nodes["n6"]
-    assert v.verdict == "flagged" and v.reason == \
-        "slurmguard: burnin: cpu degrading: scores 1.00 0.99 0.98 0.96 0.93 of group median"
+    assert judge(runs, fleet(("gpu_tflops",)), P5).nodes["n6"].verdict == "pass"
+    # nor are two metrics of two components (a GPU and the host's memory): chance pairs
+    assert judge(runs, fleet(("gpu_tflops", "host_membw_gbs")), P5).nodes["n6"].verdict == "pass"
+    # two of one component falling add up (Stouffer): 4.7 z each, neither a trend at 6 by
+    # itself, 2 x 4.7 / sqrt 2 = 6.7 together
+    p6 = replace(P5, trend_sigmas=6.0)
+    assert not degrading_nodes({r.node: (20, r.recent) for r in series
+                                if r.metric == "gpu_tflops"}, True, p6)
+    assert judge(runs, series, p6).nodes["n6"].verdict == "degrading"
+    v = judge(runs, series, P5, drain_degrading=True).nodes["n6"]
+    assert v.verdict == "flagged" and v.reason == ("slurmguard: burnin: gpu_membw_gbs degrading: "
+                                                   "scores 1.00 0.99 0.98 0.96 0.93 of group median")
 
 
 def test_judge_suspect_is_confirmed_by_the_next_night():
@@ -436,3 +451,24 @@ def test_score_z_asks_only_a_large_group_for_its_noise() -> None:
     low = next(j for j in js if j.node == "low")
     assert low.score < 0.85 and low.z > -4 and not low.flagged
     assert score_z_of(NOISE_MIN_GROUP - 1, P) == 0.0 and score_z_of(NOISE_MIN_GROUP, P) == P.score_z
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["gpu_tflops", "gpu_membw_gbs", "gpu_power_w",
+                                           "host_cpu", "host_mem", "disk_read", "nccl_busbw"]),
+                          st.floats(1.0, 12.0)), unique_by=lambda t: t[0], max_size=7),
+       st.integers(1, 3), st.floats(0.0, 12.0))
+def test_property_a_trend_is_a_component_whose_falls_add_up(falls_, need, sigmas):
+    from slurmguard.burnin.stats import stouffer
+    from slurmguard.burnin.verdict import component, one_component
+
+    p = replace(P, confirm_metrics=need, trend_sigmas=sigmas)
+    falling = [(m, [1.0], z) for m, z in sorted(falls_)]
+    kept = one_component(falling, p)
+    assert kept == [f for f in falling if f in kept]  # a subset, in order
+    for c in {component(f[0]) for f in falling}:
+        zs = [f[2] for f in falling if component(f[0]) == c]
+        whole = len(zs) >= need and stouffer(zs) >= sigmas
+        # a component is kept whole or not at all, and only when its falls add up
+        assert [f for f in kept if component(f[0]) == c] == (
+            [f for f in falling if component(f[0]) == c] if whole else [])

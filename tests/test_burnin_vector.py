@@ -159,20 +159,20 @@ def test_a_pack_that_does_not_read_falls_back() -> None:
 
 def test_numpy_judge_on_a_falling_and_a_slow_node() -> None:
     # The table test's fleet (test_burnin_stats.py): n6 falls 5 nights on 2 metrics, n7 is slow.
-    # Two metrics each: a trend needs confirm_metrics (2) of them.
+    # Two metrics of one component each: a trend needs confirm_metrics (2) of them.
     runs = [R(f"n{i}", i, "complete") for i in range(1, 8)]
     rows = [SeriesRow(f"n{i}", m, "GFLOP/s", True, "g", i, 0.0, 100.0, "2027-01-14",
-                      "100.0 100.0 100.0 100.0 100.0") for i in range(1, 6) for m in ("cpu", "mem")]
+                      "100.0 100.0 100.0 100.0 100.0") for i in range(1, 6) for m in ("host_cpu", "host_mem")]
     rows += [SeriesRow("n6", m, "GFLOP/s", True, "g", 6, 0.0, 93.0, "2027-01-14",
-                       "101.0 100.0 99.0 98.0 96.0 93.0") for m in ("cpu", "mem")]
+                       "101.0 100.0 99.0 98.0 96.0 93.0") for m in ("host_cpu", "host_mem")]
     rows += [SeriesRow("n7", m, "GFLOP/s", True, "g", 7, 0.0, 50.0, "2027-01-14",
-                       "nan 50.0") for m in ("cpu", "mem")]
-    p = StatParams(z_limit=0)
+                       "nan 50.0") for m in ("host_cpu", "host_mem")]
+    p = StatParams(z_limit=0, trend_nights=4)
     got = judge_rows(runs, rows, p)
     assert {n: v.verdict for n, v in got.nodes.items()} == {
         **{f"n{i}": "pass" for i in range(1, 6)}, "n6": "degrading", "n7": "flagged"}
-    assert got.nodes["n6"].scores == {m: (1.0, 0.99, 0.98, 0.96, 0.93) for m in ("cpu", "mem")}
-    assert got.nodes["n7"].reason == "slurmguard: burnin: cpu 50 GFLOP/s = 0.50 of group median"
+    assert got.nodes["n6"].scores == {m: (1.0, 0.99, 0.98, 0.96, 0.93) for m in ("host_cpu", "host_mem")}
+    assert got.nodes["n7"].reason == "slurmguard: burnin: host_cpu 50 GFLOP/s = 0.50 of group median"
 
 
 def test_numpy_judge_equals_the_pure_judge_where_tails_are_measured() -> None:

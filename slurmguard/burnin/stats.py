@@ -22,10 +22,12 @@ per metric, over each node's latest complete burn-in:
   drained only if its re-run (its next burn-in run) confirms it;
 * groups smaller than ``min_group`` (default 4) give **no verdict**, said so: three nodes
   cannot tell a slow node from a slow group;
-* **degrading**: over its last ``trend_nights`` + 1 (5) nights the node's scores fell, as a
-  Theil-Sen line, by at least ``trend_min_drop`` (0.05) and at least ``trend_sigmas`` (3.5)
-  robust z (divided by the falls' tail factor) above the group's falls, on ``confirm_metrics`` (2) metrics, while still above
-  the threshold: it is reported (and may be drained, ``drain_degrading``) before it crosses.
+* **degrading**: over its last ``trend_nights`` + 1 (8) nights the node's scores fell, as a
+  Theil-Sen line, by at least ``trend_min_drop`` (0.03) and at least :data:`FALL_Z` (1)
+  robust z (divided by the falls' tail factor) above the group's falls, on at least
+  ``confirm_metrics`` (2) metrics of one component whose falls add up (:func:`stouffer`) to
+  ``trend_sigmas`` (4.5) robust z, while still above the threshold: it is reported (and may be
+  drained, ``drain_degrading``) before it crosses.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ TAIL_MIN = 5
 # TAIL_MIN / tail_quantile). In a smaller group a score below threshold counts by itself:
 # a node at a tenth of its peers' speed is drained the same night whatever their spread.
 NOISE_MIN_GROUP = 1000
+# A metric's fall counts toward its component's trend only from this robust z up: the trend
+# (``trend_sigmas``) is the Stouffer sum of the component's falls (:func:`stouffer`), and a
+# metric that barely moved would only dilute it, or let chance wobbles add up.
+FALL_Z = 1.0
 
 
 @dataclass(frozen=True)
@@ -56,9 +62,9 @@ class StatParams:
     confirm_metrics: int = 2
     mad_floor: float = 0.01
     min_group: int = 4
-    trend_nights: int = 4
-    trend_min_drop: float = 0.05
-    trend_sigmas: float = 3.5
+    trend_nights: int = 7
+    trend_min_drop: float = 0.03
+    trend_sigmas: float = 4.5
     score_z: float = 4.0
     tail_quantile: float = 0.005
 
@@ -251,13 +257,16 @@ def nightly_scores(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_
     return out
 
 
-def degrading_nodes(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_better: bool,
-                    p: StatParams) -> dict[str, list[float]]:
-    """The nodes of one group whose scores fall, with their last ``trend_nights`` + 1 scores.
+def falls(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_better: bool,
+          p: StatParams) -> dict[str, tuple[float, list[float]]]:
+    """The nodes of one group whose scores fall on this metric: node -> (the fall's robust z,
+    its last ``trend_nights`` + 1 scores). A node's trend (:func:`degrading_nodes`, and the
+    verdict's :func:`~slurmguard.burnin.verdict.one_component`) adds up these z over the
+    metrics of one component.
 
     Each node with a complete, finite tail is scored night by night (:func:`nightly_scores`)
     and its :func:`theil_sen_drop` taken; a node falls when its drop is at least
-    ``trend_min_drop``, at least ``trend_sigmas`` robust z above the group's drops (median and
+    ``trend_min_drop``, at least :data:`FALL_Z` robust z above the group's drops (median and
     MAD of every such node's drop, the MAD floored at ``mad_floor`` then multiplied by the
     drops' :func:`tail_factor` measured on the rises: the group's own night to night noise,
     whatever its tails), and its latest score is still >= ``threshold``.
@@ -279,9 +288,23 @@ def degrading_nodes(series: Mapping[str, tuple[int, Sequence[float]]], higher_is
     for node, d in drops.items():
         z = Z_CONST * (d - med) / denom if denom > 0 else 0.0
         sc = scored[node]
-        if d >= p.trend_min_drop and z >= p.trend_sigmas and sc[-1] >= p.threshold:
-            out[node] = sc
+        if d >= p.trend_min_drop and z >= FALL_Z and sc[-1] >= p.threshold:
+            out[node] = (z, sc)
     return out
+
+
+def degrading_nodes(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_better: bool,
+                    p: StatParams) -> dict[str, list[float]]:
+    """The nodes whose fall on this one metric (:func:`falls`) is a trend by itself: at least
+    ``trend_sigmas`` robust z, with their last ``trend_nights`` + 1 scores."""
+    return {n: sc for n, (z, sc) in falls(series, higher_is_better, p).items()
+            if z >= p.trend_sigmas}
+
+
+def stouffer(zs: Sequence[float]) -> float:
+    """The robust z of falls on several metrics read as one: their sum over the square root of
+    their number (Stouffer's method: independent N(0, 1) z add up to N(0, k))."""
+    return sum(zs) / math.sqrt(len(zs)) if zs else 0.0
 
 
 def previous_out(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_better: bool,

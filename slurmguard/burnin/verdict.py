@@ -8,8 +8,8 @@ Verdicts: ``failed`` (a health check or a hard measurement failed), ``flagged`` 
 corroborated: :func:`~slurmguard.burnin.stats.confirmed`), ``suspect`` (out of bounds on
 one metric, one run, not clearly: its re-run, the node's next burn-in run, confirms or
 clears it; never drained on this run),
-``degrading`` (scores falling night after night on ``confirm_metrics`` metrics, still above
-the threshold),
+``degrading`` (scores falling night after night on ``confirm_metrics`` metrics of one
+component, their falls adding up to ``trend_sigmas``, still above the threshold),
 ``pass``, ``no_verdict`` (the run was complete but no metric had a group big enough),
 ``partial`` (cancelled, preempted, killed: never a failure), ``pending`` (still queued or
 running).
@@ -29,9 +29,10 @@ from slurmguard.burnin.stats import (
     Judgement,
     StatParams,
     confirmed,
-    degrading_nodes,
+    falls,
     judge_group,
     previous_out,
+    stouffer,
     worst,
 )
 
@@ -152,7 +153,7 @@ def judge(runs: Iterable[Any], series: Iterable[Any], p: StatParams, *,
             units[metric] = s.unit
     stats: list[GroupStats] = []
     judged: dict[str, list[Judgement]] = {}
-    trends: dict[str, list[tuple[str, list[float]]]] = {}
+    trends: dict[str, list[Fall]] = {}
     previous: dict[str, set[str]] = {}
     for (g, metric), vals in sorted(values.items()):
         gs, js = judge_group(g, metric, vals, p, higher[metric])
@@ -161,8 +162,8 @@ def judge(runs: Iterable[Any], series: Iterable[Any], p: StatParams, *,
             judged.setdefault(j.node, []).append(j)
         if gs.verdict:
             pts = points[(g, metric)]
-            for node, sc in degrading_nodes(pts, higher[metric], p).items():
-                trends.setdefault(node, []).append((metric, sc))
+            for node, (z, sc) in falls(pts, higher[metric], p).items():
+                trends.setdefault(node, []).append((metric, sc, z))
             denom = max(gs.mad or 0.0, abs(gs.median or 0.0) * p.mad_floor) * gs.tail
             for node in previous_out(pts, higher[metric], denom, p):
                 previous.setdefault(node, set()).add(metric)
@@ -177,9 +178,34 @@ def node_groups(runs: Iterable[Any], groups_of: Mapping[str, str] | None
     return by_node, {n: groups_of.get(n) or r.group_key or "all" for n, r in by_node.items()}
 
 
+def component(metric: str) -> str:
+    """The component a metric measures: its name's first word (gpu_membw_gbs -> gpu)."""
+    return metric.split("_", 1)[0]
+
+
+Fall = tuple[str, Sequence[float], float]  # (metric, its last scores, its fall's robust z)
+
+
+def one_component(falling: Sequence[Fall], p: StatParams) -> list[Fall]:
+    """A node's falls (:func:`~slurmguard.burnin.stats.falls`) that make a trend: those of a
+    component (:func:`component`) on which at least ``confirm_metrics`` metrics fell and
+    whose robust z add up (:func:`~slurmguard.burnin.stats.stouffer`) to ``trend_sigmas``.
+    A worn component is seen by every metric that exercises it, each a little; noise makes
+    some single metric "fall" among 100,000 series a night, and pairs of metrics of
+    different components (39 of the 45 pairs of 10 metrics) fall together by chance as
+    often as pairs within one (docs/burnin.md, "Degrading")."""
+    need = max(1, p.confirm_metrics)
+    by: dict[str, list[Fall]] = {}
+    for f in falling:
+        by.setdefault(component(f[0]), []).append(f)
+    ok = {c for c, fs in by.items()
+          if len(fs) >= need and stouffer([f[2] for f in fs]) >= p.trend_sigmas}
+    return [f for f in falling if component(f[0]) in ok]  # in metric order, as they came
+
+
 def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
              judged: Mapping[str, Sequence[Judgement]],
-             trends: Mapping[str, Sequence[tuple[str, Sequence[float]]]],
+             trends: Mapping[str, Sequence[Fall]],
              stats: Iterable[GroupStats], units: dict[str, str], p: StatParams,
              drain_degrading: bool, previous: Mapping[str, Iterable[str]] | None = None,
              passing: frozenset[str] | None = None) -> Report:
@@ -189,12 +215,10 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
     the nodes known to pass (a complete run, no falling trend, some metric judged and none
     out of bounds), as the numpy path counts them from its columns; else each node's
     judgements are looked at.
-    A fall on fewer than ``confirm_metrics`` metrics is no trend: over 100,000 series a
-    night, noise alone makes some single metric "fall"; two at once on one node it rarely
-    does (docs/burnin.md, "False flags across the fleet")."""
+    A fall on fewer than ``confirm_metrics`` metrics of one component is no trend
+    (:func:`one_component`)."""
     previous = previous or {}
-    need = max(1, p.confirm_metrics)
-    trends = {n: t for n, t in trends.items() if len(t) >= need}
+    trends = {n: t for n, t in ((n, one_component(t, p)) for n, t in trends.items()) if t}
     if passing is not None:
         passing = passing - trends.keys()
     stats = tuple(stats)
@@ -213,10 +237,10 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
             out[node] = NodeVerdict(node, group[node], r.id, r.status, "pass", "",
                                     "every metric within bounds", "", js, (), NO_SCORES)
             continue
-        falling = tuple(m for m, _ in trends.get(node, ()))
+        falling = tuple(f[0] for f in trends.get(node, ()))
         common = {"node": node, "group": group[node], "run_id": r.id, "status": r.status,
                   "judgements": js, "degrading": falling,
-                  "scores": {m: tuple(sc[-(p.trend_nights + 1):]) for m, sc in trends.get(node, ())}}
+                  "scores": {m: tuple(sc[-(p.trend_nights + 1):]) for m, sc, _ in trends.get(node, ())}}
         if r.status == "failed":
             out[node] = NodeVerdict(**common, verdict="failed", reason=failure_reason(r.reason),
                                     why=r.reason or "failed")
@@ -231,7 +255,7 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
     return Report(out, stats, units)
 
 
-def _judged(common: dict[str, Any], trends: Sequence[tuple[str, Sequence[float]]],
+def _judged(common: dict[str, Any], trends: Sequence[Fall],
             previous: Iterable[str], units: Mapping[str, str], p: StatParams,
             drain_degrading: bool, tail_of: Mapping[tuple[str, str], float]) -> NodeVerdict:
     """The verdict of a complete run that does not pass outright: a corroborated straggler
@@ -248,7 +272,7 @@ def _judged(common: dict[str, Any], trends: Sequence[tuple[str, Sequence[float]]
         return NodeVerdict(**common, verdict="suspect", why=f"{w.metric} {w.why}: one metric, "
                            "one run; its re-run confirms or clears it", metric=w.metric)
     if trends:
-        m, sc = trends[0]
+        m, sc, _ = trends[0]
         tail = sc[-(p.trend_nights + 1):]
         return NodeVerdict(
             **common, verdict="flagged" if drain_degrading else "degrading",

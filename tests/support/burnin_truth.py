@@ -29,6 +29,11 @@ What is planted, and why it looks like a fleet:
   each planted fault as it stands tonight (a slow node stays slow, a worn one as worn).
   ``Fleet.rerun_runs`` and ``Fleet.rerun_rows`` are the fleet one night on: each node's
   ``recent`` shifted by one, the re-run's value last.
+
+:func:`wearing` is the fleet night after night instead (tests/test_burnin_degrading_lead.py):
+its wearing nodes keep wearing, 1-3 % a night from a night of their own, and the judge runs
+on every night's last 8 (``Wearing.night``), so that the night a node is first named
+degrading can be set against the night it is first drained as slow.
 """
 
 from __future__ import annotations
@@ -152,10 +157,68 @@ def drained(tonight: Any, rerun: Any) -> set[str]:
 def rates(got: set[str], truth: Iterable[str], faulty: Iterable[str] = ()
           ) -> tuple[float, float, int]:
     """(precision, recall, healthy nodes among them) of the nodes ``got``, as
-    :func:`precision_recall`."""
+    :func:`precision_recall`. Naming no node has precision 0.0, not 1.0: a verdict that is
+    never given must fail a precision test, not pass it."""
     truth = set(truth)
     bad = truth | set(faulty)
-    precision = len(got & bad) / len(got) if got else 1.0
+    precision = len(got & bad) / len(got) if got else 0.0
     recall = len(got & truth) / len(truth) if truth else 1.0
     return precision, recall, len(got - bad)
 
+
+
+@dataclass(frozen=True)
+class Wearing:
+    """A fleet night after night (:func:`wearing`): ``values`` node x metric x night, the
+    planted slow and wearing nodes, and each wearing node's first night of wear."""
+
+    names: list[str]
+    group: np.ndarray
+    values: np.ndarray
+    slow: frozenset[str]
+    falling: frozenset[str]
+    start: dict[str, int]  # wearing node -> its first night of wear
+    window: int
+
+    def night(self, t: int) -> tuple[list[Run], list[SeriesRow]]:
+        """The runs and summary rows the judge reads on night ``t`` (>= window - 1): each
+        node's last ``window`` nights, the store's ``recent``."""
+        return _rows(self.names, self.group, self.values[:, :, t - self.window + 1:t + 1],
+                     LAST_NIGHT + timedelta(days=t), 1 + t * len(self.names))
+
+
+def wearing(seed: int = 1, nodes: int = 4000, nights: int = 22, shape: str = "gauss",
+            slow_frac: float = 0.01, falling_frac: float = 0.01, window: int = 8,
+            rate: tuple[float, float] = (0.01, 0.03)) -> Wearing:
+    """A fleet that the judge runs on each night, its wearing nodes wearing on: noise and
+    groups as :func:`history`; slow nodes as there (a step of 15-50 % on one component),
+    from a night drawn among those judged; each wearing node loses ``rate`` (drawn uniform
+    per node: 1-3 %) a night on its component's 2-3 metrics from a night drawn in
+    [window - 2, nights - 11] on, without end (what a wearing fan or a drying thermal pad
+    does), so that it is named early, flagged as slow later, or both."""
+    rng = np.random.default_rng([seed, 7])
+    nm, ng = len(METRICS), len(GROUPS)
+    group = np.arange(nodes) % ng
+    base = rng.uniform(10, 1000, nm)
+    cv = rng.uniform(0.01, 0.03, (ng, nm))
+    drift = 1.0 + rng.uniform(-0.01, 0.01, (ng, nm, nights))
+    values = base[None, :, None] * drift[group] * (
+        1.0 + _noise(rng, shape, cv[group][:, :, None], (nodes, nm, nights)))
+    picked = rng.permutation(nodes)
+    n_slow, n_fall = round(nodes * slow_frac), round(nodes * falling_frac)
+    slow, falling = picked[:n_slow], picked[n_slow:n_slow + n_fall]
+    for i in slow.tolist():
+        comp = COMPONENTS[rng.integers(len(COMPONENTS) - 1)] if rng.random() < 0.75 \
+            else COMPONENTS[-1]
+        values[i, list(comp), int(rng.integers(window - 1, nights)):] *= \
+            1.0 - rng.uniform(0.15, 0.50)
+    names = [f"gpu{i:05d}" for i in range(nodes)]
+    start = {}
+    nights_of = np.arange(nights)
+    for i in falling.tolist():
+        comp = list(COMPONENTS[rng.integers(len(COMPONENTS) - 1)])
+        s, r = int(rng.integers(window - 2, nights - 10)), rng.uniform(*rate)
+        values[i, comp, :] *= np.clip(1.0 - r * np.maximum(nights_of - s, 0), 0.05, 1.0)
+        start[names[i]] = s
+    return Wearing(names, group, values, frozenset(names[i] for i in slow.tolist()),
+                   frozenset(names[i] for i in falling.tolist()), start, window)
