@@ -313,7 +313,7 @@ def test_migrations_fill_recent_f8_and_packs_from_stored_rows(tmp_path) -> None:
 # One fleet of test_burnin_planted.py's kind per noise shape, at 2,500 nodes (the pure judge
 # takes 2-13 s a night at 10,000 on a shared 2-core machine; all nine 10,000-node fleets
 # agreed when run once: 14.9 min, load 26).
-NODES = 2_500
+PLANTED_NODES = 2_500
 
 
 @pytest.mark.parametrize("shape, seed", [("gauss", 1), ("t5", 2), ("t4", 3)])
@@ -326,13 +326,13 @@ def test_both_judges_give_every_planted_node_the_same_verdict(shape: str, seed: 
 
     p = StatParams()
     k = max(1, p.trend_nights) + 1
-    fleet = history(seed=seed, nodes=NODES, shape=shape, rerun=True)
+    fleet = history(seed=seed, nodes=PLANTED_NODES, shape=shape, rerun=True)
     for runs, rows in ((fleet.runs, fleet.rows), (fleet.rerun_runs, fleet.rerun_rows)):
         pure = judge(runs, [r._replace(recent=r.recent[-k:]) for r in rows], p)
         vec = judge_rows(runs, rows, p)
         assert vec is not None
         differ = {n: (v.verdict, vec.nodes[n].verdict) for n, v in pure.nodes.items()
                   if vec.nodes[n].verdict != v.verdict}
-        assert differ == {} and len(vec.nodes) == len(pure.nodes) == NODES, list(differ.items())[:5]
+        assert differ == {} and len(vec.nodes) == len(pure.nodes) == PLANTED_NODES, list(differ.items())[:5]
         assert {"pass", "flagged", "suspect"} <= set(pure.counts())
         _same(vec, pure)
