@@ -88,8 +88,10 @@ _HOOKS: Schema = {
     "fallback_cap": Bool(True, "no serve replica answers a drain permit: apply the blast-radius "
                          "cap to Slurm's own view (node-intrinsic GPU faults still drain at once)"),
     "fallback_slot": Float(1.0, "seconds per decision window of that fallback", minimum=0.1),
-    "fallback_slots": Int(10, "decision windows per cycle: a shared fault drains at most cap + "
-                          "ceil(partition size / fallback_slots) - 1 nodes", minimum=1),
+    "fallback_slots": Int(10, "decision windows per cycle at least (more when the partition "
+                          "has more than fallback_share x fallback_slots nodes)", minimum=1),
+    "fallback_share": Int(2, "nodes of a partition that may decide in one window at most: a "
+                          "shared fault drains at most cap + fallback_share - 1 nodes", minimum=1),
     "log_file": Str("", "append one line per hook run here (empty: stderr only)"),
 }
 
