@@ -186,6 +186,9 @@ _SERVE: Schema = {
     "max_body": Int(4 * 1024 * 1024, "largest request body accepted (bytes)", minimum=1024),
     "policy": Bool(True, "run fleet policy after ingest and drain flagged nodes"),
     "policy_interval": Float(60.0, "seconds between full policy passes", minimum=1.0),
+    "slurm_view_ttl": Float(2.0, "seconds one read of Slurm's node table serves /drains, the "
+                            "policy pass and the scopes (serve reads it at most once per this)",
+                            minimum=0.0),
     "leader_retry": Float(2.0, "PostgreSQL replicas: seconds between a replica's tries to become "
                           "the leader (the periodic work's one runner), and the leader's checks",
                           minimum=0.2),
