@@ -88,6 +88,24 @@ nvidia_proc_root = "{gpus}"
     assert [m for m in got["modules"] if m in DATACLASS_WEIGHT] == []
 
 
+def test_check_imports_no_click_and_fails_in_one_line(tmp_path):
+    """`slurmguard check` takes the hooks' fast path (slurmguard/entry.py): no click, no CLI
+    modules; its errors are the click CLI's one line and exit code."""
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[hooks]\nstate_dir = "{tmp_path}/s"\n')
+    env = sg_env(SLURMD_NODENAME="n1", SLURMGUARD_CONFIG=str(cfg), PYTHONPROFILEIMPORTTIME="1")
+    p = run_sg("check", "--only", "host-cpus", "--json", env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in p.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "slurmguard.node.hooks" in imported
+    assert sorted(m for m in imported if m.split(".")[0] == "click" or m.startswith("slurmguard.cli")) == []
+    assert [r["name"] for r in json.loads(p.stdout)["results"]] == ["host-cpus"]
+    p = run_sg("check", "--only", "no-such-check", env=sg_env(SLURMGUARD_CONFIG=str(cfg)))
+    assert (p.returncode, p.stderr) == (3, "slurmguard: error: --only: unknown check "
+                                           "'no-such-check' (see `slurmguard checks`)\n")
+
+
 def test_record_ids_are_uuid4_hex():
     ids = {uuid4_hex() for _ in range(2000)}
     assert len(ids) == 2000
