@@ -38,11 +38,11 @@ HOOKS = ("prolog", "epilog", "healthcheck", "check")
 _RESERVE_FRACTION = 0.3
 
 
-class HookOutcome(NamedTuple):
-    exit_code: int
-    decision: Decision
-    record: dict[str, Any] | None
-    applied: str  # what was done in Slurm: "drained", "undrained", "none", or an error line
+# The call form with real types: the class form's string annotations (this module's
+# ``from __future__ import annotations``) would each be compiled by typing at import.
+# applied: what was done in Slurm: "drained", "undrained", "none", or an error line.
+HookOutcome = NamedTuple("HookOutcome", [("exit_code", int), ("decision", Decision),  # noqa: UP014
+                                         ("record", dict[str, Any] | None), ("applied", str)])
 
 
 def node_identity(flag: str | None) -> str:
