@@ -24,7 +24,8 @@ class Setup:
     """The cluster's side: store, serve (unless ``serve=False``), the requeue watcher."""
 
     def __init__(self, factory: Any, tmp: Path, *, serve: bool = True,
-                 notice: str = "interval = 0.5\nslurm_interval = 3.0", hooks: str = "",
+                 notice: str = ("interval = 0.5\nslurm_interval = 3.0\n"
+                                "slurm_interval_max = 3.0"), hooks: str = "",
                  extra: str = "", policy: bool = False, accounting: Any = None) -> None:
         """``hooks``: more ``[hooks]`` keys; ``extra``: more sections (the node checks);
         ``policy``: serve's fleet policy (its /permit, and the ledger of the hooks' drains);

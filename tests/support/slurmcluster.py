@@ -39,7 +39,7 @@ from support.wait import WaitTimeout, wait_for
 
 SBIN = {"slurmctld": "/usr/sbin/slurmctld", "slurmd": "/usr/sbin/slurmd", "munged": "/usr/sbin/munged"}
 BIN = {t: f"/usr/bin/{t}" for t in ("scontrol", "sbatch", "squeue", "sinfo", "sacct", "scancel",
-                                     "srun", "munge", "unmunge")}
+                                     "srun", "sdiag", "munge", "unmunge")}
 MUNGE_KEY = Path("/etc/munge/munge.key")
 CPUS_PER_NODE = 2
 
