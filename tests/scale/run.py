@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hc-interval", type=int, default=300, help="HealthCheckInterval (s)")
     ap.add_argument("--minutes", type=float, default=2.0, help="steady: minutes per job rate")
     ap.add_argument("--parallel", type=int, default=64, help="hooks run at once (memory bound)")
+    ap.add_argument("--fault-mode", action="append", choices=["serve_up", "serve_down"],
+                    default=[], help="shared_fault: only these phases (default both)")
     ap.add_argument("--root", default="/tmp/sg-scale", help="the run's directory (pid files)")
     ap.add_argument("--out", default=str(DOC_JSON), help="JSON the figures are merged into")
     ap.add_argument("--label", default="", help="stored with the run (e.g. before/after)")
@@ -45,8 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     spec = ScaleSpec(nodes=a.nodes, agents=min(a.agents, a.nodes), hc_interval=a.hc_interval)
     root = Path(a.root).resolve() / f"n{a.nodes}"
-    figures = run(root, spec, [s for s in SCENARIOS if s in a.scenario] or list(SCENARIOS), minutes=a.minutes,
-                  parallel=a.parallel)
+    opts: dict = {"minutes": a.minutes, "parallel": a.parallel}
+    if a.fault_mode:
+        opts["modes"] = tuple(a.fault_mode)
+    figures = run(root, spec, [s for s in SCENARIOS if s in a.scenario] or list(SCENARIOS), **opts)
     figures["label"] = a.label
     out = Path(a.out)
     data = json.loads(out.read_text()) if out.exists() else {"runs": {}}

@@ -3,7 +3,8 @@ slurmd on one slurmctld, wired by `slurmguard setup`, two serve replicas on Post
 agent on 16 nodes; every scenario once (one module-scoped run, ~3 minutes), then:
 
 - shared fault with serve up: at most the cap drained, and the cap itself (the guard acts);
-- shared fault with every serve down: at most today's fallback bound cap + ceil(N/slots) - 1;
+- shared fault with every serve down: at most the fallback's stated bound (cap +
+  fallback_share - 1 where the checkout has hooks.fallback_share, else cap + ceil(N/slots) - 1);
 - Xid 79 on 3 % of the nodes: every faulted node drained by one check of every node, no
   healthy one;
 - steady state: every job completed, nothing drained, and slurmguard's RPCs at slurmctld per
@@ -58,7 +59,7 @@ def test_a_shared_fault_with_serve_up_drains_the_cap_and_no_more(figures):
 
 def test_a_shared_fault_with_every_serve_down_drains_at_most_the_bound(figures):
     sf = figures["shared_fault"]
-    assert sf["cap"] <= sf["serve_down"]["drained"] <= sf["bound_serve_down_today"], sf["serve_down"]
+    assert sf["cap"] <= sf["serve_down"]["drained"] <= sf["bound_serve_down"], sf["serve_down"]
     assert sf["serve_down"]["spared_lines"] == NODES - sf["serve_down"]["drained"]
 
 
@@ -76,9 +77,10 @@ def test_steady_state_runs_every_job_and_drains_nothing(figures):
 
 def test_a_healthy_health_check_costs_slurmctld_a_few_rpcs(figures):
     # The wave's phase is every node's health check, 3 % of them draining: Slurm queries and
-    # updates per node checked (measured 2.0-2.4 today: node info + partition info).
+    # updates per node checked, serve's included (docs/scale.md: 2.3 at 32 nodes, 3.5 at 128
+    # before serve's reads were shared; a hook that polled Slurm in a loop would be far over).
     w = figures["wave"]
-    assert w["slurmguard_rpcs"] / NODES <= 3.0, w["rpc_per_min"]
+    assert w["slurmguard_rpcs"] / NODES <= 6.0, w["rpc_per_min"]
 
 
 @pytest.mark.xfail(strict=True, reason="the controller side queries Slurm per job today "

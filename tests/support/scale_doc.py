@@ -61,13 +61,16 @@ def table(n: int, f: dict[str, Any]) -> list[str]:
     sf = f.get("shared_fault")
     if sf:
         for mode, what in (("serve_up", "serve up"), ("serve_down", "every serve down")):
+            if mode not in sf:
+                continue
             m = sf[mode]
             rows.append(f"| shared fault, {what}: drained (cap {sf['cap']}) | {m['drained']} |")
             rows.append(f"| shared fault, {what}: all {n} health checks took | {m['wall_s']} s |")
             rows.append(f"| shared fault, {what}: slurmguard RPCs per node checked | "
                         f"{round(m['slurmguard_rpcs'] / n, 1)} |")
         rows.append(f"| shared fault, serve down: today's bound cap + ceil(N/slots) - 1 | {sf['bound_serve_down_today']} |")
-        rows.append(f"| shared fault: slurmguard RPCs serve down / serve up | {sf['outage_rpc_ratio']} |")
+        if "outage_rpc_ratio" in sf:
+            rows.append(f"| shared fault: slurmguard RPCs serve down / serve up | {sf['outage_rpc_ratio']} |")
     w = f.get("wave")
     if w:
         rows += [f"| Xid 79 wave: faulted / drained of them / healthy drained | {w['faulted']} / "
@@ -77,48 +80,95 @@ def table(n: int, f: dict[str, Any]) -> list[str]:
     return rows + [""]
 
 
+def _series(runs: list[tuple[int, dict[str, Any]]]) -> dict[str, tuple[str, list[Any]]]:
+    def col(*path: str | int) -> list[Any]:
+        return [_g(f, *path, default=None) for _, f in runs]
+
+    return {
+        "rpm": ("slurmguard RPCs/min at slurmctld (steady, 300 jobs/h)",
+                col("steady", "phases", 0, "slurmguard_rpm")),
+        "rpm_hi": ("... at 1,200 jobs/h", col("steady", "phases", 1, "slurmguard_rpm")),
+        "node_cpu": ("CPU-s/node/hour, agent nodes", col("steady", "phases", 0, "node_cpu_s_per_hour_agent")),
+        "node_cpu_fallback": ("CPU-s/node/hour, fallback nodes",
+                              col("steady", "phases", 0, "node_cpu_s_per_hour_fallback")),
+        "drained_down": ("shared fault, serve down: drained", col("shared_fault", "serve_down", "drained")),
+        "cap": ("blast-radius cap", col("shared_fault", "cap")),
+    }
+
+
 def plots(data: dict[str, Any], outdir: Path) -> list[str]:
-    """One PNG per cost against N (slurmguard.plotting); the Markdown lines naming them."""
+    """One PNG per cost against N (slurmguard.plotting), before and after; the Markdown
+    lines naming them."""
     from slurmguard.plotting import pyplot, save_png
 
-    runs = _runs(data, "today")
-    if not runs:
+    if not _runs(data, "today"):
         return []
     plt = pyplot()
     outdir.mkdir(parents=True, exist_ok=True)
-    ns = [n for n, _ in runs]
-    series = {
-        "rpm": ("slurmguard RPCs/min at slurmctld (steady, lowest job rate)",
-                [_g(f, "steady", "phases", 0, "slurmguard_rpm", default=None) for _, f in runs]),
-        "node_cpu": ("CPU-s per node per hour (steady): agent nodes",
-                     [_g(f, "steady", "phases", 0, "node_cpu_s_per_hour_agent", default=None) for _, f in runs]),
-        "node_cpu_fallback": ("CPU-s per node per hour (steady): fallback nodes",
-                              [_g(f, "steady", "phases", 0, "node_cpu_s_per_hour_fallback", default=None) for _, f in runs]),
-        "drained_down": ("shared fault, every serve down: nodes drained",
-                         [_g(f, "shared_fault", "serve_down", "drained", default=None) for _, f in runs]),
-        "cap": ("blast-radius cap",
-                [_g(f, "shared_fault", "cap", default=None) for _, f in runs]),
-    }
     lines = []
-    for name, keys in (("node_cpu", ["node_cpu", "node_cpu_fallback"]), ("rpm", ["rpm"]),
+    for name, keys in (("node_cpu", ["node_cpu", "node_cpu_fallback"]), ("rpm", ["rpm", "rpm_hi"]),
                        ("shared_fault", ["drained_down", "cap"])):  # by name: the doc test lists them so
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        for k in keys:
-            label, ys = series[k]
-            pts = [(n, y) for n, y in zip(ns, ys, strict=True) if isinstance(y, (int, float))]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        for label in sorted(data["runs"], reverse=True):
+            runs = _runs(data, label)
+            series = _series(runs)
+            for k in keys:
+                what, ys = series[k]
+                pts = [(n, y) for (n, _), y in zip(runs, ys, strict=True) if isinstance(y, (int, float))]
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                            linestyle="-" if label == "today" else "--", label=f"{label}: {what}")
         ax.set_xlabel("nodes")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6)
         save_png(fig, str(outdir / f"{name}.png"), dpi=80)
         lines.append(f"![{name}]({PLOTS}/{name}.png)")
     return lines
 
 
+LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
+          "after": "after: with the scale fixes merged (fallback bound, wrapper back-off, serve's "
+                   "shared Slurm view, hook fast path)"}
+
+
+def goals(data: dict[str, Any]) -> list[str]:
+    """The issue's goals against what was measured, one line each, per run."""
+    out = ["## The goals, measured\n", "| run | N | goal | measured | holds |", "|---|---|---|---|---|"]
+    for label in sorted(data["runs"], reverse=True):
+        for n, f in _runs(data, label):
+            phases = _g(f, "steady", "phases", default=[])
+            if len(phases) >= 2:
+                lo, hi = phases[0], phases[-1]
+                ok = hi["slurmguard_rpm"] <= 1.25 * lo["slurmguard_rpm"] + 5
+                out.append(f"| {label} | {n} | controller RPCs/min do not grow with jobs | "
+                           f"{lo['slurmguard_rpm']} at {lo['jobs_per_hour']} jobs/h, "
+                           f"{hi['slurmguard_rpm']} at {hi['jobs_per_hour']} | {'yes' if ok else 'no'} |")
+                a = lo["node_cpu_s_per_hour_agent"]
+                out.append(f"| {label} | {n} | per node <= {NODE_GOAL} CPU-s/h with the agent | "
+                           f"{a} (agent's own {lo['agent_cpu_s_per_hour']}); without: "
+                           f"{lo['node_cpu_s_per_hour_fallback']} | {'yes' if a <= NODE_GOAL else 'no'} |")
+            sf = f.get("shared_fault")
+            if sf and "serve_up" in sf:
+                up = sf["serve_up"]["drained"]
+                out.append(f"| {label} | {n} | shared fault, serve up: drained <= cap | {up} (cap "
+                           f"{sf['cap']}) | {'yes' if up <= sf['cap'] else 'no'} |")
+            if sf and "serve_down" in sf:
+                down = sf["serve_down"]["drained"]
+                b = sf.get("bound_serve_down", sf["bound_serve_down_today"])
+                out.append(f"| {label} | {n} | shared fault, serve down: drained <= stated bound "
+                           f"| {down} (bound {b}) | {'yes' if down <= b else 'no'} |")
+            w = f.get("wave")
+            if w:
+                ok = not w["missed"] and not w["drained_healthy"]
+                out.append(f"| {label} | {n} | Xid wave: every faulted node drained, no healthy "
+                           f"one | {w['drained_faulted']}/{w['faulted']}, healthy "
+                           f"{len(w['drained_healthy'])} | {'yes' if ok else 'no'} |")
+    return [*out, ""]
+
+
 def render(data: dict[str, Any], plot_lines: list[str]) -> str:
-    out = [HEAD]
-    for label in sorted(data["runs"]):
-        out.append(f"## Measured: {label}\n")
+    out = [HEAD, *goals(data)]
+    for label in sorted(data["runs"], reverse=True):
+        out.append(f"## Measured, {LABELS.get(label, label)}\n")
         for n, f in _runs(data, label):
             out += table(n, f)
     out.append("## Each cost against N\n")
@@ -149,9 +199,14 @@ def projection(data: dict[str, Any]) -> str:
     sf = f.get("shared_fault")
     if sf:
         cap10k = int(10000 * sf["cap"] / n)
-        lines.append(f"- shared fault with every serve down: today's bound is cap + ceil(N/"
+        lines.append(f"- shared fault with every serve down, before the fix: bound cap + ceil(N/"
                      f"fallback_slots) - 1 = {cap10k + 1000 - 1:,} at 10,000 nodes (cap "
-                     f"{cap10k:,}, 10 slots): the term that grows with N is the fix in flight.")
+                     f"{cap10k:,}, 10 slots); after it, cap + fallback_share - 1 = "
+                     f"{cap10k + 1:,} (fallback_share 2), whatever N.")
+    lines += ["- several controller hosts: serve replicas share the ingest; the Slurm reads "
+              "are the leader's and the hooks' own, so they do not multiply with replicas; "
+              "slurmctld is one process whatever the hosts, and its RPC budget is the figure "
+              "above."]
     return "\n".join(lines) + "\n"
 
 
