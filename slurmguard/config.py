@@ -88,8 +88,10 @@ _HOOKS: Schema = {
     "fallback_cap": Bool(True, "no serve replica answers a drain permit: apply the blast-radius "
                          "cap to Slurm's own view (node-intrinsic GPU faults still drain at once)"),
     "fallback_slot": Float(1.0, "seconds per decision window of that fallback", minimum=0.1),
-    "fallback_slots": Int(10, "decision windows per cycle: a shared fault drains at most cap + "
-                          "ceil(partition size / fallback_slots) - 1 nodes", minimum=1),
+    "fallback_slots": Int(10, "decision windows per cycle at least (more when the partition "
+                          "has more than fallback_share x fallback_slots nodes)", minimum=1),
+    "fallback_share": Int(2, "nodes of a partition that may decide in one window at most: a "
+                          "shared fault drains at most cap + fallback_share - 1 nodes", minimum=1),
     "log_file": Str("", "append one line per hook run here (empty: stderr only)"),
 }
 
@@ -149,7 +151,9 @@ _NOTICE: Schema = {  # drain notices to running jobs (docs/requeue.md)
                          "http://ctl:8742 (empty: hooks.report_url without its path)"),
     "interval": Float(2.0, "seconds between the wrapper's drain polls of serve", minimum=0.2),
     "slurm_interval": Float(10.0, "seconds between drain polls of Slurm itself when serve "
-                                  "does not answer", minimum=0.2),
+                                  "does not answer: the first wait (jittered) ...", minimum=0.2),
+    "slurm_interval_max": Float(120.0, "... which doubles while serve stays down, up to this",
+                                minimum=0.2),
     "timeout": Float(2.0, "seconds per drain poll", minimum=0.1),
     "job_token_file": Str("", "token jobs may read (group- or world-readable) that lets the "
                               "wrapper report slow nodes to serve's /suspect only (empty: off)"),
@@ -182,6 +186,9 @@ _SERVE: Schema = {
     "max_body": Int(4 * 1024 * 1024, "largest request body accepted (bytes)", minimum=1024),
     "policy": Bool(True, "run fleet policy after ingest and drain flagged nodes"),
     "policy_interval": Float(60.0, "seconds between full policy passes", minimum=1.0),
+    "slurm_view_ttl": Float(2.0, "seconds one read of Slurm's node table serves /drains, the "
+                            "policy pass and the scopes (serve reads it at most once per this)",
+                            minimum=0.0),
     "leader_retry": Float(2.0, "PostgreSQL replicas: seconds between a replica's tries to become "
                           "the leader (the periodic work's one runner), and the leader's checks",
                           minimum=0.2),

@@ -12,8 +12,6 @@
 Standard library only: the hook path imports it.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
@@ -59,7 +57,7 @@ class CheckResult(NamedTuple):
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CheckResult:
+    def from_dict(cls, d: dict[str, Any]) -> "CheckResult":
         return cls(
             name=str(d["name"]),
             health=Health(d["health"]),

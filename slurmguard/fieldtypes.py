@@ -5,8 +5,6 @@ Below both :mod:`slurmguard.config` (which validates against them) and the check
 other to say what a key is. Standard library only: it is on the hook path.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 

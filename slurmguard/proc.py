@@ -6,8 +6,6 @@ a child stuck in uninterruptible sleep (a dead NFS mount) is abandoned after the
 than waited for, so the caller still finishes inside its budget.
 """
 
-from __future__ import annotations
-
 import os
 import signal
 import subprocess

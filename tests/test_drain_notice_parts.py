@@ -204,3 +204,48 @@ def test_a_broken_notice_setup_turns_notices_off_never_the_job(tmp_path: Path, e
     assert r.returncode == 0 and r.stdout == "ran\n", r.stderr
     [line] = [x for x in r.stderr.splitlines() if "off:" in x]
     assert line.startswith(said) and "Traceback" not in r.stderr
+
+
+def test_serve_down_the_slurm_fallback_spreads_and_backs_off() -> None:
+    """serve down: Slurm is asked first at a random point of slurm_interval, then after waits
+    that double (times 0.75-1.25) up to slurm_interval_max; serve's answer starts over."""
+    now = [0.0]
+    serve_up = [False]
+    asked: list[float] = []
+
+    def serve(nodes: Any, since: float) -> list[Drain]:
+        if not serve_up[0]:
+            raise AskError("serve unreachable")
+        return []
+
+    def slurm(nodes: Any, since: float) -> list[Drain]:
+        asked.append(now[0])
+        return []
+
+    w = NoticeWatch(["n1"], NOW, [("serve", serve, 2.0), ("slurm", slurm, 10.0)],
+                    backoff_max=120.0, rng=lambda: 0.5, clock=lambda: now[0])
+    while now[0] < 600:
+        now[0] += max(0.01, w.poll_once())
+    gaps = [round(b - a, 1) for a, b in zip(asked, asked[1:], strict=False)]
+    assert round(asked[0]) == 5  # half of slurm_interval: rng 0.5
+    assert gaps[:5] == [10.0, 20.0, 40.0, 80.0, 120.0] and set(gaps[4:]) == {120.0}
+    serve_up[0] = True
+    now[0] += w.poll_once()  # serve answers: the next outage starts over
+    serve_up[0], asked[:] = False, []
+    start = now[0]
+    while now[0] < start + 40:
+        now[0] += max(0.01, w.poll_once())
+    assert [round(t - start) for t in asked][:2] == [5, 15]
+
+
+@given(st.lists(st.floats(0, 1), min_size=40, max_size=40))
+def test_the_fallback_never_asks_slurm_faster_than_its_interval(draws: list[float]) -> None:
+    now, asked, it = [0.0], [], iter(draws * 100)
+    w = NoticeWatch(["n1"], NOW, [("serve", lambda n, s: (_ for _ in ()).throw(AskError("down")),
+                                   2.0), ("slurm", lambda n, s: asked.append(now[0]) or [], 10.0)],
+                    backoff_max=120.0, rng=lambda: next(it), clock=lambda: now[0])
+    while now[0] < 3600:
+        now[0] += max(0.01, w.poll_once())
+    gaps = [b - a for a, b in zip(asked, asked[1:], strict=False)]
+    assert asked[0] <= 10.0 + 2.0 and min(gaps) >= 0.75 * 10.0 - 2.0
+    assert len(asked) <= 3600 / (0.75 * 120) + 6  # at most about one read per 90 s at length

@@ -88,6 +88,69 @@ nvidia_proc_root = "{gpus}"
     assert [m for m in got["modules"] if m in DATACLASS_WEIGHT] == []
 
 
+def test_the_hook_path_compiles_no_annotations(tmp_path):
+    """A NamedTuple class in a module with ``from __future__ import annotations`` hands typing
+    its field annotations as strings, and typing compiles each (``typing.ForwardRef``): the
+    prolog and check paths made 170 of them, 5-14 ms of every run here. Their record types
+    now carry real types (docs/hooks.md, "What the hook path costs"): none is compiled."""
+    libdir = build_fake_nvml(tmp_path / "lib")
+    write_config(tmp_path / "nvml.json", default_config(8))
+    gpus = write_gpu_tree(tmp_path / "gpus")
+    (tmp_path / "kmsg").write_text("")
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f"""
+[hooks]
+state_dir = "{tmp_path}/s"
+[checks.gpu]
+expected_count = 8
+[checks.xid]
+source = "file"
+file = "{tmp_path}/kmsg"
+nvidia_proc_root = "{gpus}"
+""")
+    env = sg_env(SLURMD_NODENAME="n1", SLURMGUARD_CONFIG=str(cfg), LD_LIBRARY_PATH=str(libdir),
+                 FAKE_NVML_CONFIG=str(tmp_path / "nvml.json"))
+    code = ("import io, json, sys, typing\n"
+            "made = []\n"
+            "init = typing.ForwardRef.__init__\n"
+            "def counted(self, arg, *a, **k):\n"
+            "    f = sys._getframe(1)\n"
+            "    while f.f_code.co_filename.endswith('typing.py'):\n"
+            "        f = f.f_back\n"
+            "    if '/slurmguard/' in f.f_code.co_filename:  # not tomllib's own, on a cache miss\n"
+            "        made.append(f'{f.f_code.co_filename}: {arg}')\n"
+            "    init(self, arg, *a, **k)\n"
+            "typing.ForwardRef.__init__ = counted\n"
+            "from slurmguard.node.hooks import run_hook\n"
+            "rcs = [run_hook(h, out=io.StringIO()) for h in ('prolog', 'check')]\n"
+            "print(json.dumps({'rcs': rcs, 'made': made,"
+            " 'ran': 'slurmguard.adapters.nvml_lib' in sys.modules}))\n")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.splitlines()[-1])
+    assert got["rcs"] == [0, 0] and got["ran"]
+    assert got["made"] == []
+
+
+def test_check_imports_no_click_and_fails_in_one_line(tmp_path):
+    """`slurmguard check` takes the hooks' fast path (slurmguard/entry.py): no click, no CLI
+    modules; its errors are the click CLI's one line and exit code."""
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[hooks]\nstate_dir = "{tmp_path}/s"\n')
+    env = sg_env(SLURMD_NODENAME="n1", SLURMGUARD_CONFIG=str(cfg), PYTHONPROFILEIMPORTTIME="1")
+    p = run_sg("check", "--only", "host-cpus", "--json", env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in p.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "slurmguard.node.hooks" in imported
+    assert sorted(m for m in imported if m.split(".")[0] == "click" or m.startswith("slurmguard.cli")) == []
+    assert [r["name"] for r in json.loads(p.stdout)["results"]] == ["host-cpus"]
+    p = run_sg("check", "--only", "no-such-check", env=sg_env(SLURMGUARD_CONFIG=str(cfg)))
+    assert (p.returncode, p.stderr) == (3, "slurmguard: error: --only: unknown check "
+                                           "'no-such-check' (see `slurmguard checks`)\n")
+
+
 def test_record_ids_are_uuid4_hex():
     ids = {uuid4_hex() for _ in range(2000)}
     assert len(ids) == 2000

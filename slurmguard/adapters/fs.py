@@ -9,8 +9,6 @@ hook from exiting. A child stuck that way is killed (its whole process group) an
 the hook goes on.
 """
 
-from __future__ import annotations
-
 import threading
 import time
 from typing import NamedTuple

@@ -9,8 +9,6 @@
 Roots (``checks.host.proc_root``, ``sys_root``) are configurable so tests use fixture trees.
 """
 
-from __future__ import annotations
-
 import os
 import re
 import time

@@ -16,8 +16,6 @@ The check (slurmguard.checks.xid) compares positions with its saved cursor; this
 reads. It also maps PCI bus ids to GPU indexes from the driver's /proc tree.
 """
 
-from __future__ import annotations
-
 import errno
 import json
 import os

@@ -16,8 +16,6 @@ fe80 GID that every port gets from its MAC says nothing about RDMA use.
 The root is ``checks.ib.sysfs_root`` so tests point it at a fixture tree.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType

@@ -16,8 +16,6 @@ container, a node without systemd as init): ``service=""`` (the check decides wh
 that is a fault: ``checks.timesync.required``). Every command goes through run_command.
 """
 
-from __future__ import annotations
-
 import os
 import re
 import time

@@ -6,8 +6,6 @@ snapshot; every check then reads that snapshot and its area's params and returns
 tested with hand-built inputs.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 

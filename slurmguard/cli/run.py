@@ -83,7 +83,10 @@ def _drain_watch(cfg, on: bool):  # type: ignore[no-untyped-def]
     askers.append(("slurm", notice.slurm_asker(SlurmCLI(cfg.section("slurm"))),
                    float(cfg["notice.slurm_interval"] if url else cfg["notice.interval"])))
     # A drain set a little before the wrapper started (the batch step's own start) counts.
-    return lambda started: notice.NoticeWatch(nodes, started - 60.0, askers)
+    # serve configured but down: Slurm's reads spread out and slow down (notice.py)
+    backoff = (max(float(cfg["notice.slurm_interval_max"]), float(cfg["notice.slurm_interval"]))
+               if len(askers) > 1 else None)
+    return lambda started: notice.NoticeWatch(nodes, started - 60.0, askers, backoff_max=backoff)
 
 
 def _slow_reporter(cfg):  # type: ignore[no-untyped-def]

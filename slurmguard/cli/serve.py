@@ -85,12 +85,17 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
     store = Store.open(cfg, workers=int(scfg["workers"]))  # sizes a PostgreSQL pool
     held = single_serve(store)  # SQLite: one serve per file (a one-line error otherwise)
     metrics = _metrics(cfg, store)
+    from slurmguard.adapters.slurm.commands import SlurmCLI
+    from slurmguard.serve.slurmview import CachedNodes
+
+    # One read of the node table, shared by /drains, the policy pass and the scopes.
+    slurm = CachedNodes(SlurmCLI(cfg.section("slurm")), float(scfg["slurm_view_ttl"]))
     fleet = None
     if scfg["policy"] and not no_policy:
         from slurmguard.serve.fleet import Fleet
 
-        fleet = Fleet(cfg, store, metrics=metrics)
-    server = _server(cfg, store, token, metrics, fleet, host, port)
+        fleet = Fleet(cfg, store, slurm=slurm, metrics=metrics)
+    server = _server(cfg, store, token, metrics, fleet, host, port, slurm)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -150,9 +155,8 @@ def _metrics(cfg: Config, store: Any) -> Any:
 
 
 def _server(cfg: Config, store: Any, token: str, metrics: Any, fleet: Any,
-            host: str | None, port: int | None) -> Any:
+            host: str | None, port: int | None, slurm: Any) -> Any:
     """The ingest endpoint; with the fleet policy, its pass after each commit and /permit."""
-    from slurmguard.adapters.slurm.commands import SlurmCLI
     from slurmguard.serve.drains import DrainView
     from slurmguard.serve.ingest import IngestServer
     from slurmguard.serve.token import load_token
@@ -160,7 +164,7 @@ def _server(cfg: Config, store: Any, token: str, metrics: Any, fleet: Any,
     scfg = cfg.section("serve")
     routes: dict[str, Any] = {"/permit": fleet.permit} if fleet is not None else {}
     # Running jobs ask which of their nodes are drained, and report slow ones (docs/requeue.md).
-    drain_view = DrainView(store, SlurmCLI(cfg.section("slurm")))
+    drain_view = DrainView(store, slurm, cache_s=0.0)  # slurm: serve's one cached read
     routes["/suspect"] = drain_view.suspect
     job_token = (load_token(str(cfg["notice.job_token_file"]), job=True)
                  if cfg["notice.job_token_file"] else "")

@@ -1,8 +1,6 @@
 """The ``[risk]`` config section: the node risk score's level, windows and weights, and its
 uses (each off by default). Declared here once, like slurmguard/policy/params.py."""
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -64,7 +62,7 @@ class RiskParams(NamedTuple):
     burnin_first: bool = _default("burnin_first")
 
     @classmethod
-    def from_section(cls, section: Mapping[str, Any]) -> RiskParams:
+    def from_section(cls, section: Mapping[str, Any]) -> "RiskParams":
         names = set(cls._fields)
         kw = {k: v for k, v in section.items() if k in names}
         weights = {k: w for k, (w, _c, _d) in FACTORS.items()}

@@ -12,7 +12,12 @@ Where it asks, in order:
    events plus serve's own cached view of Slurm, one answer for every job of the cluster, so
    a thousand wrappers do not each poll slurmctld;
 2. Slurm itself (``scontrol show node -o SET``), when serve is not configured, cannot be
-   reached, answers something malformed, or says its own Slurm view failed.
+   reached, answers something malformed, or says its own Slurm view failed. While serve is
+   configured but not answering, this fallback is spread and slowed so that an outage does
+   not turn every job into a slurmctld poller at once: its first read comes at a random
+   point of one ``slurm_interval``, and each further one after twice the last wait (times a
+   random 0.75-1.25), up to ``slurm_interval_max``; serve is still asked at its own pace, and
+   its first answer resets this (docs/requeue.md, "What a serve outage costs slurmctld").
 
 When neither answers, the state is *unknown*, said once per outage, and never read as
 "clean": the next poll asks again. Each node gives one notice per run (deduplicated), and an
@@ -25,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -174,14 +180,21 @@ class NoticeWatch:
     """Polls the sources on a thread of its own (a slow source never delays the wrapper's
     loop); :meth:`take` hands over new notices and log lines.
 
-    ``askers`` are (name, ask, interval) in order of preference: after an answer from a
-    later one (Slurm, when serve is down) the next poll waits that one's interval, so the
-    fallback does not hammer slurmctld from every job at serve's pace."""
+    ``askers`` are (name, ask, interval) in order of preference. A later one (Slurm, when
+    serve is down) is a fallback: it is asked at most once per its own wait, which starts at
+    a random fraction of its interval and doubles (jittered) after each of its answers up to
+    ``backoff_max`` while the first asker keeps failing, so the fallback neither hammers
+    slurmctld from every job at serve's pace nor from all jobs in the same second."""
 
     def __init__(self, nodes: Sequence[str], since: float,
-                 askers: Sequence[tuple[str, Callable[[Sequence[str], float], list[Drain]], float]]
-                 ) -> None:
+                 askers: Sequence[tuple[str, Callable[[Sequence[str], float], list[Drain]], float]],
+                 *, backoff_max: float | None = None,
+                 rng: Callable[[], float] = random.random,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.nodes, self.since, self.askers = list(nodes), since, list(askers)
+        self.backoff_max, self.rng, self.clock = backoff_max, rng, clock
+        self._wait: dict[str, float] = {}  # fallback -> its current wait (s)
+        self._due: dict[str, float] = {}  # fallback -> when it may be asked next (clock)
         self.seen: set[str] = set()
         self.unknown = False  # the last poll reached no source
         self.source: str | None = None  # the source of the last answer
@@ -216,7 +229,11 @@ class NoticeWatch:
         """Ask the first source that answers; queue a notice per newly drained node. Returns
         the seconds to wait before the next poll."""
         errors = []
-        for name, ask, interval in self.askers:
+        for i, (name, ask, interval) in enumerate(self.askers):
+            if i and self.backoff_max is not None:
+                due = self._due.setdefault(name, self.clock() + self.rng() * interval)
+                if self.clock() < due:  # not yet: the preferred source again at its pace
+                    return min(self.askers[0][2], due - self.clock())
             try:
                 drains = ask(self.nodes, self.since)
             except AskError as exc:
@@ -225,6 +242,12 @@ class NoticeWatch:
             except Exception as exc:  # noqa: BLE001 -- a bug here must not end the job
                 errors.append(f"{name}: {type(exc).__name__}: {exc}")
                 continue
+            finally:
+                if i and self.backoff_max is not None:
+                    self._backoff(name, interval)
+            if i == 0:  # the preferred source answers: the fallbacks start over
+                self._wait.clear()
+                self._due.clear()
             if name != self.source and (self.source is not None or errors or self.unknown):
                 self._q.put(f"drain state now from {name}"
                             + (f" ({'; '.join(errors)})" if errors else ""))
@@ -240,3 +263,10 @@ class NoticeWatch:
                         + " (asking again; not taken as 'no drain')")
         self.unknown, self.source = True, None
         return self.askers[0][2] if self.askers else 60.0
+
+    def _backoff(self, name: str, interval: float) -> None:
+        """After asking fallback ``name``: its next wait is twice the last (the first wait
+        after an answer is ``interval``), capped at ``backoff_max``, times 0.75-1.25."""
+        assert self.backoff_max is not None
+        wait = self._wait[name] = min(self.backoff_max, 2 * self._wait.get(name, interval / 2))
+        self._due[name] = self.clock() + wait * (0.75 + 0.5 * self.rng())

@@ -13,8 +13,6 @@ The rules, in order:
 5. Otherwise -> pass.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import NamedTuple

@@ -11,21 +11,28 @@ Slurm's own node list says which nodes slurmguard drained, for what, and when (t
   a failed row remap, a draining Xid (79 fallen off the bus, 48 double-bit ECC, 94/95
   contained/uncontained ECC, 63/64 row remap, 74 NVLink). A shared cause cannot produce
   them, and such a node must not take jobs.
-- **Anything else waits for its slot, then counts.** Time is cut into windows of
-  ``hooks.fallback_slot`` seconds; a node decides only in windows whose number modulo
-  ``hooks.fallback_slots`` equals its rank (modulo the same) in its first partition's
-  sorted node list. It then reads Slurm and asks the guard with the drains of that cause
-  in ``policy.blast_window`` as the ledger.
+- **Anything else waits for its window, then counts.** Time is cut into windows of
+  ``hooks.fallback_slot`` seconds, and windows into cycles of S = max(``fallback_slots``,
+  ceil(P / ``fallback_share``)) for a partition of P nodes. In each cycle every residue
+  0..S-1 gets exactly one window, at a position shifted by a hash of the cycle's number (the
+  same on every node); a node decides only in its rank's (modulo S) window of each cycle, its
+  rank taken in its first partition's sorted node list. It then reads Slurm and asks the
+  guard with the drains of that cause in ``policy.blast_window`` as the ledger.
 
-**The bound.** Nodes of different residues decide in different windows, at least one slot
-apart; a node's read and drain take well under a slot (one ``scontrol show node`` and one
-``scontrol update``), so each window sees every drain of the windows before it. Only nodes of
-one residue can decide on the same view, and a partition of P nodes has at most
-ceil(P / fallback_slots) of them. So a shared fault drains at most **cap + ceil(P /
-fallback_slots) - 1** nodes of the partition (the cap exactly when P <= fallback_slots), with
-clocks in sync well within a slot (the timesync check). The wait is at most fallback_slots x
-fallback_slot seconds (10 s by default), paid only when serve is unreachable and the fault is
-not node-intrinsic. If Slurm cannot be read the node fails open, as before.
+**The bound.** The nodes deciding in one window are those of one residue: at most
+ceil(P / S) <= ``fallback_share`` = k of them. A node's read and drain take well under a slot
+(one ``scontrol show node`` and one ``scontrol update``), so each window sees every drain of
+the windows before it, and only the <= k nodes of one window decide on the same view. Once a
+view holds the cap, every later decider refuses; the window that crossed it added at most k
+drains on a view of at most cap - 1. So a shared fault drains at most **cap + k - 1** nodes
+of the partition, whatever P (cap + 1 with the default k = 2), given clocks in sync well
+within a slot (the timesync check). The price grows with P instead: a node with a
+non-intrinsic fault waits for its window, up to 2S - 1 windows. A window past what the
+hook's budget leaves is not waited for: the node is not drained this run ("its window is in
+N s"), and a later run decides; the hash makes each run's chance about the reachable wait
+over S x slot, whatever the HealthCheckInterval (a fixed order could keep a node's window out
+of reach of every run). A first view that already holds the cap refuses at once. If Slurm
+cannot be read the node fails open, as before.
 """
 
 from __future__ import annotations
@@ -45,17 +52,28 @@ INTRINSIC = frozenset({"gpu-lost", "gpu-count", "gpu-ecc", "gpu-remap", "gpu-xid
                        "gpu-xid:74"})
 
 
-def wait_for_slot(rank: int, slots: int, slot: float, *, clock: Callable[[], float] = time.time,
-                  sleep: Callable[[float], None] = time.sleep) -> None:
-    """Sleep until the start of the next window (of ``slot`` s) whose number modulo ``slots``
-    is ``rank`` modulo ``slots``."""
-    now = clock()
+def _shift(cycle: int, slots: int) -> int:
+    """The position of residue 0 in ``cycle`` (Knuth's multiplicative hash: the same on every
+    node, no import)."""
+    return ((cycle * 2654435761) & 0xFFFFFFFF) % slots
+
+
+def slot_wait(rank: int, slots: int, slot: float, now: float) -> float:
+    """Seconds from ``now`` to the start of the next window in which ``rank`` decides: the one
+    window of each cycle (``slots`` windows of ``slot`` s) at position (rank + shift) mod slots.
+    Too late in its own window (past a quarter of it) to finish inside: the next one."""
     window = int(now // slot)
-    ahead = (rank - window) % slots
-    if ahead == 0 and now - window * slot > slot / 4:
-        ahead = slots  # too late in our own window to finish inside it: the next one
-    if ahead:
-        sleep(max(0.0, (window + ahead) * slot - now))
+    cycle = window // slots
+    for c in (cycle, cycle + 1, cycle + 2):
+        start = c * slots + (rank + _shift(c, slots)) % slots
+        if start > window or (start == window and now - window * slot <= slot / 4):
+            return max(0.0, start * slot - now)
+    raise AssertionError("every cycle has a window for every rank")  # pragma: no cover
+
+
+def cycle_slots(members: int, slots: int, share: int) -> int:
+    """Windows per cycle: at least ``slots``, and enough that <= ``share`` nodes share one."""
+    return max(slots, -(-members // max(1, share)))
 
 
 def _since_epoch(text: str) -> float | None:
@@ -68,10 +86,14 @@ def _since_epoch(text: str) -> float | None:
 class SlurmPermit:
     """The fallback permit over Slurm's view (``slurm``: the Slurm adapter)."""
 
-    def __init__(self, slurm: Any, cfg: Any, *, clock: Callable[[], float] = time.time) -> None:
-        self.slurm, self.cfg, self.clock = slurm, cfg, clock
+    def __init__(self, slurm: Any, cfg: Any, *, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep,
+                 deadline: float | None = None) -> None:
+        self.slurm, self.cfg, self.clock, self.sleep = slurm, cfg, clock, sleep
         hooks = cfg.section("hooks")
         self.slot, self.slots = float(hooks["fallback_slot"]), int(hooks["fallback_slots"])
+        self.share = int(hooks["fallback_share"])
+        self.deadline = deadline  # time.monotonic() by which the wait ends (None: no limit)
         self.params = PolicyParams.from_section(cfg.section("policy"))
 
     def ask(self, node: str, cause: str, reason: str) -> tuple[bool, str]:
@@ -82,8 +104,17 @@ class SlurmPermit:
             mine = infos.get(node)
             part = mine.partitions[0] if mine is not None and mine.partitions else ""
             members = sorted(n for n, i in infos.items() if not part or part in i.partitions)
-            wait_for_slot(members.index(node) if node in members else 0, self.slots, self.slot,
-                          clock=self.clock)
+            allowed, why = self._decide(node, cause, reason, infos)
+            if not allowed:  # the cap is already reached: later views only hold more drains
+                return allowed, why
+            slots = cycle_slots(len(members), self.slots, self.share)
+            rank = members.index(node) if node in members else 0
+            wait = slot_wait(rank, slots, self.slot, self.clock())
+            if self.deadline is not None and wait > self.deadline - time.monotonic():
+                return False, (f"serve unreachable, by Slurm's view: its window is in {wait:.0f} s,"
+                               f" past the hook's budget ({slots} windows a cycle); a later run "
+                               "decides")
+            self.sleep(wait)
             infos = {i.name: i for i in self.slurm.nodes()}
         except SlurmguardError as exc:
             return True, f"serve and Slurm unreachable, failing open: {exc.message}"

@@ -38,11 +38,11 @@ HOOKS = ("prolog", "epilog", "healthcheck", "check")
 _RESERVE_FRACTION = 0.3
 
 
-class HookOutcome(NamedTuple):
-    exit_code: int
-    decision: Decision
-    record: dict[str, Any] | None
-    applied: str  # what was done in Slurm: "drained", "undrained", "none", or an error line
+# The call form with real types: the class form's string annotations (this module's
+# ``from __future__ import annotations``) would each be compiled by typing at import.
+# applied: what was done in Slurm: "drained", "undrained", "none", or an error line.
+HookOutcome = NamedTuple("HookOutcome", [("exit_code", int), ("decision", Decision),  # noqa: UP014
+                                         ("record", dict[str, Any] | None), ("applied", str)])
 
 
 def node_identity(flag: str | None) -> str:
@@ -148,7 +148,8 @@ def _run(cfg: Config, hook: str, node: str, only: tuple[str, ...], acting: bool,
     slurm = _slurm_view(cfg, hook, node, acting, report)
     report = _gres_gpus(cfg, node, report, slurm)
     decision = _decide(cfg, hook, report, available, slurm)
-    applied, exit_code = _act(cfg, hook, node, decision, acting, slurm)
+    applied, exit_code = _act(cfg, hook, node, decision, acting, slurm,
+                              _checks_deadline(cfg, t0, budget))
     record = _report(cfg, hook, node, report, decision, applied, acting, job_id, t0, extra)
     return HookOutcome(exit_code, decision, record, applied)
 
@@ -258,8 +259,9 @@ def _decide(cfg: Config, hook: str, report: Any, available: list[Any], slurm: _S
 
 
 def _act(cfg: Config, hook: str, node: str, decision: Decision, acting: bool,
-         slurm: _SlurmView) -> tuple[str, int]:
-    """Step 4: drain or undrain in Slurm. Returns (what was done, the hook's exit code)."""
+         slurm: _SlurmView, deadline: float) -> tuple[str, int]:
+    """Step 4: drain or undrain in Slurm. Returns (what was done, the hook's exit code).
+    ``deadline`` (monotonic): the fallback's wait for its window ends by then."""
     if decision.action is Action.DRAIN:
         if not acting:
             return ("none (check only)" if hook == "check" else "none (dry run)"), EXIT_UNHEALTHY
@@ -274,7 +276,7 @@ def _act(cfg: Config, hook: str, node: str, decision: Decision, acting: bool,
         if cfg["hooks.fallback_cap"]:  # no replica answers: the cap over Slurm's own view
             from slurmguard.node.fallback import SlurmPermit
 
-            fallback = SlurmPermit(slurm.cli, cfg)
+            fallback = SlurmPermit(slurm.cli, cfg, deadline=deadline)
         done = guarded_drain(slurm.cli, ServePermit(cfg, fallback), node, decision.failing[0],
                              decision.reason, via=hook)
         # Refused: exit 0, since a non-zero prolog would make Slurm drain the node anyway.

@@ -8,8 +8,6 @@ reads it reports ``error: <source>: timed out``. A check that raises reports ``e
 slurmguard's own faults are never node faults.
 """
 
-from __future__ import annotations
-
 import json
 import threading
 import time

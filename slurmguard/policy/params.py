@@ -5,8 +5,6 @@ Nothing else states a threshold: config registers :data:`SECTION`, PolicyParams 
 defaults from it, and ``Store.nodes.lemon_candidates`` asks :func:`slurmguard.policy.lemon.lemon_verdict`.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -51,7 +49,7 @@ class PolicyParams(NamedTuple):
     probation_jobs: int = _default("probation_jobs")
 
     @classmethod
-    def from_section(cls, section: Mapping[str, Any]) -> PolicyParams:
+    def from_section(cls, section: Mapping[str, Any]) -> "PolicyParams":
         names = set(cls._fields)
         return cls(**{k: v for k, v in section.items() if k in names})
 

@@ -11,8 +11,6 @@ unknown rung or cause is refused at config load with one line naming the key and
 Standard library only: config imports it at load.
 """
 
-from __future__ import annotations
-
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -177,7 +175,7 @@ class RepairParams(NamedTuple):
     burnin_timeout: float = _default("burnin_timeout")
 
     @classmethod
-    def from_section(cls, section: Mapping[str, Any]) -> RepairParams:
+    def from_section(cls, section: Mapping[str, Any]) -> "RepairParams":
         ladders = {c: parse_ladder(t) for c, t in (section.get("ladders") or {}).items()}
         names = set(cls._fields) - {"ladders"}
         return cls(MappingProxyType(ladders), **{k: v for k, v in section.items() if k in names})

@@ -8,8 +8,6 @@ told), ``nvml`` (the GPU snapshot), ``xidline`` (the driver's kernel-log lines),
 imports them.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 

@@ -4,8 +4,6 @@ Plain NamedTuples (cheap on the hook path), below both the adapter and the pure 
 that neither imports the other (tests/test_import_graph.py).
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 

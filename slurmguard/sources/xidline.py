@@ -6,8 +6,6 @@ neither imports the other (tests/test_import_graph.py). The shapes and why each 
 in ``checks/xid.py``'s docstring. Never raises on any input (tests/test_kernel_log_shapes.py).
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from slurmguard.lazyre import LazyPattern

@@ -10,6 +10,7 @@ every variant alike):
 * stopped:     the client with the agent stopped (no socket): it runs `slurmguard prolog`
                in-process, the path every node takes when the agent is down
 * in-process:  `python -m slurmguard prolog` alone (interpreter, imports, checks)
+* check:       `python -m slurmguard check`, the same checks by hand (never drains)
 * stopped, site venv: the client's fallback run by a venv the way a site installs slurmguard
                (a plain path on sys.path, as a wheel in site-packages gives it), where this
                checkout's dev venv (`pip install -e`) runs setuptools' editable-import finder
@@ -122,6 +123,8 @@ nvidia_proc_root = "{gpus}"
                     [client, "prolog", "--", site_python, "-m", "slurmguard", "prolog"],
                     {k: v for k, v in stopped_env.items() if k != "PYTHONPATH"}),
                 "in-process `python -m slurmguard prolog`": lambda: timed(prolog, env),
+                "`python -m slurmguard check`": lambda: timed(
+                    [sys.executable, "-m", "slurmguard", "check"], env),
                 "LBNL NHC, ten host checks": lambda: timed(nhc, cwd=nhc_dir),
                 "python -c pass (interpreter start alone)": lambda: timed([sys.executable, "-c", "pass"]),
             }
@@ -146,7 +149,8 @@ nvidia_proc_root = "{gpus}"
     nhc_ms = med["LBNL NHC, ten host checks"]
     print(f"ratio agent / NHC (same interleaved run): {agent_ms / nhc_ms:.3f}; "
           f"agent stopped / NHC: {med['agent stopped (client falls back in-process)'] / nhc_ms:.2f}"
-          f" (site venv: {med['agent stopped, site venv (no editable finder)'] / nhc_ms:.2f})")
+          f" (site venv: {med['agent stopped, site venv (no editable finder)'] / nhc_ms:.2f});"
+          f" check / NHC: {med['`python -m slurmguard check`'] / nhc_ms:.2f}")
     print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (shared machine)")
 
 

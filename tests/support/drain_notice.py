@@ -24,7 +24,8 @@ class Setup:
     """The cluster's side: store, serve (unless ``serve=False``), the requeue watcher."""
 
     def __init__(self, factory: Any, tmp: Path, *, serve: bool = True,
-                 notice: str = "interval = 0.5\nslurm_interval = 3.0") -> None:
+                 notice: str = ("interval = 0.5\nslurm_interval = 3.0\n"
+                                "slurm_interval_max = 3.0")) -> None:
         from support.pgserver import free_port
 
         self.tmp = tmp

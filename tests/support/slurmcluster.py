@@ -38,8 +38,8 @@ from typing import Any
 from support.wait import WaitTimeout, wait_for
 
 SBIN = {"slurmctld": "/usr/sbin/slurmctld", "slurmd": "/usr/sbin/slurmd", "munged": "/usr/sbin/munged"}
-BIN = {t: f"/usr/bin/{t}" for t in ("scontrol", "sbatch", "squeue", "sinfo", "sacct", "scancel", "sdiag",
-                                     "srun", "munge", "unmunge")}
+BIN = {t: f"/usr/bin/{t}" for t in ("scontrol", "sbatch", "squeue", "sinfo", "sacct", "scancel",
+                                     "srun", "sdiag", "munge", "unmunge")}
 MUNGE_KEY = Path("/etc/munge/munge.key")
 CPUS_PER_NODE = 2
 

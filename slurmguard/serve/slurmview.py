@@ -1,0 +1,68 @@
+"""One read of Slurm's node table for all of serve (docs/serve.md, "What serve costs
+slurmctld").
+
+serve reads the node table for three things: the jobs' ``GET /drains`` (every wrapper polls
+every ``notice.interval``), the policy pass (woken by each ingest batch, so by every health
+check and prolog record: a read per record at scale) and the blast-radius scopes. Each used
+to read on its own schedule, so slurmctld's load from serve grew with the jobs (the /drains
+cache's one read a second) and with the records (a read per policy wake-up). Here one
+cached read, at most one per ``serve.slurm_view_ttl``, answers all of them: serve's node
+reads are at most 60 / ttl a minute whatever the number of jobs, nodes or records. A drain
+or undrain serve makes itself drops the cache, so its own changes show at once.
+
+Every other call (one node, drain, jobs, ...) goes to the adapter unchanged.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from slurmguard.errors import SlurmguardError
+
+_CHANGES = ("drain", "undrain", "resume_ours", "reboot")
+
+
+class CachedNodes:
+    """``slurm`` (the Slurm adapter) with ``nodes()`` answered from a read at most ``ttl`` old."""
+
+    def __init__(self, slurm: Any, ttl: float) -> None:
+        self.slurm, self.ttl = slurm, ttl
+        self._lock = threading.Lock()  # one read at a time: waiters take its answer
+        self._at = float("-inf")
+        self._view: list[Any] = []
+        self._error: SlurmguardError | None = None
+        self.reads = 0  # reads of the whole table (metrics, tests)
+
+    def nodes(self, nodeset: str | None = None) -> list[Any]:
+        if nodeset is not None:
+            return list(self.slurm.nodes(nodeset))
+        with self._lock:
+            if time.monotonic() - self._at >= self.ttl:
+                self.reads += 1
+                try:
+                    self._view, self._error = list(self.slurm.nodes()), None
+                except SlurmguardError as exc:  # a failing controller is not asked faster
+                    self._view, self._error = [], exc
+                self._at = time.monotonic()
+            if self._error is not None:
+                raise self._error
+            return list(self._view)
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._at = float("-inf")
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.slurm, name)
+        if name not in _CHANGES:
+            return attr
+
+        def changed(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                self.invalidate()
+
+        return changed

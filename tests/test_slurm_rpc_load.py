@@ -1,0 +1,131 @@
+"""What slurmguard costs slurmctld, counted by slurmctld itself (``sdiag``, reset per phase)
+on a real cluster, with real `slurmguard run` wrappers (docs/requeue.md, "What a serve outage
+costs slurmctld").
+
+- serve up: serve reads Slurm's node table at most once per ``serve.slurm_view_ttl`` for
+  /drains, the policy pass and the scopes together: with 10 and then 25 wrappers polling
+  /drains every 0.5 s and a prolog record arriving every 1.5 s, the node reads of 30 s stay
+  within 30 / ttl + 3 in both phases (before: the /drains cache read once a second and each
+  record's policy pass read once more, so it grew with jobs and records).
+- serve down: each wrapper's Slurm fallback backs off to ``notice.slurm_interval_max``; the
+  node reads of 10 wrappers over 30 s stay within 10 x (30 / (0.75 x max) + 1), where the
+  fixed interval it replaced made 10 x 30 / slurm_interval.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.helpers import REPO, run_sg, sg_env
+from support.sgserve import Serve, new_port, new_store, write_config
+
+pytestmark = pytest.mark.slurm
+
+
+def rpcs(c: Any) -> dict[str, int]:
+    """slurmctld's RPC counts by message type since the last ``sdiag --reset``."""
+    out = c.run("sdiag").stdout
+    part = out.split("by message type")[1].split("by user")[0]
+    return {m[1]: int(m[2]) for m in re.finditer(r"(\w+)\s*\(\s*\d+\)\s*count:(\d+)", part)}
+
+
+JOBS, WINDOW, SLURM_INTERVAL, SLURM_MAX = 10, 30.0, 1.0, 4.0
+
+
+def counted(c: Any, seconds: float) -> dict[str, int]:
+    c.run("sdiag", "--reset")
+    time.sleep(seconds)
+    return rpcs(c)
+
+
+def wrapped_jobs(c: Any, n: int, tmp: Path) -> list[str]:
+    script = f"#!/bin/sh\nexec {sys.executable} -m slurmguard run -- sleep 600\n"
+    jobs = [c.sbatch(script, "-N1", f"--output={tmp}/job-%j.out") for _ in range(n)]
+    for j in jobs:
+        c.wait_job(j, ["RUNNING"], timeout=120)
+    return jobs
+
+
+TTL, RECORD_EVERY = 2.0, 1.5
+
+
+def test_serve_reads_slurm_once_per_ttl_whatever_the_jobs_and_records(
+        slurm_cluster_factory: Any, tmp_path: Path) -> None:
+    port = new_port()
+    cfg = write_config(tmp_path, store_url=new_store(tmp_path), port=port, extra=f"""
+prolog = ["fs-mount"]
+[checks.fs]
+mounts = ["/"]
+[notice]
+serve_url = "http://127.0.0.1:{port}"
+interval = 0.5
+""", serve_extra=f"slurm_view_ttl = {TTL}")
+    c = slurm_cluster_factory(nodes=4, gpu_partition="OverSubscribe=FORCE:8")
+    c.env.update(PYTHONPATH=str(REPO), SLURMGUARD_CONFIG=str(cfg))
+    serve = Serve(cfg, port, env={"SLURM_CONF": str(c.conf_path)}).start()
+    jobs: list[str] = []
+    reads: dict[int, int] = {}
+    sent = [0]
+    try:
+        for n in (10, 25):
+            jobs += wrapped_jobs(c, n - len(jobs), tmp_path)
+            time.sleep(3)  # the new wrappers' first polls
+            stop = threading.Event()
+
+            def records(stop: threading.Event) -> None:  # healthy prologs, to serve
+                while not stop.wait(RECORD_EVERY):
+                    sent[0] += 1
+                    run_sg("prolog", env=sg_env(SLURMGUARD_CONFIG=str(cfg),
+                                                SLURM_CONF=str(c.conf_path),
+                                                SLURMD_NODENAME=c.nodes[sent[0] % len(c.nodes)]))
+
+            t = threading.Thread(target=records, args=(stop,))
+            t.start()
+            try:
+                reads[n] = counted(c, WINDOW).get("REQUEST_NODE_INFO", 0)
+            finally:
+                stop.set()
+                t.join()
+        ingested = serve.metric("slurmguard_ingest_records_total")
+    finally:
+        c.run("scancel", *jobs, check=False)
+        serve.stop()
+    bound = WINDOW / TTL + 3
+    print(f"\nserve up, node reads in {WINDOW:.0f} s: {reads} (bound {bound:.0f}); "
+          f"{sent[0]} prologs, {ingested:.0f} records ingested")
+    assert sent[0] >= 10 and ingested >= sent[0]  # the records did arrive, each its own
+    assert all(1 <= r <= bound for r in reads.values()), reads
+
+
+
+
+def test_serve_down_wrappers_back_off_their_slurm_reads(slurm_cluster_factory: Any,
+                                                        tmp_path: Path) -> None:
+    dead = new_port()  # serve configured, nothing listening: every poll falls back to Slurm
+    cfg = write_config(tmp_path, store_url=new_store(tmp_path), port=dead, extra=f"""
+[notice]
+serve_url = "http://127.0.0.1:{dead}"
+interval = 0.5
+timeout = 0.5
+slurm_interval = {SLURM_INTERVAL}
+slurm_interval_max = {SLURM_MAX}
+""")
+    c = slurm_cluster_factory(nodes=2, gpu_partition="OverSubscribe=FORCE:8")
+    c.env.update(PYTHONPATH=str(REPO), SLURMGUARD_CONFIG=str(cfg))
+    jobs = wrapped_jobs(c, JOBS, tmp_path)
+    try:
+        time.sleep(12)  # past the doubling: 1, 2, 4 s (times up to 1.25)
+        reads = counted(c, WINDOW).get("REQUEST_NODE_INFO", 0)
+    finally:
+        c.run("scancel", *jobs, check=False)
+    fixed = JOBS * WINDOW / SLURM_INTERVAL
+    bound = JOBS * (WINDOW / (0.75 * SLURM_MAX) + 1)
+    print(f"\nserve down, {JOBS} wrappers, {WINDOW:.0f} s: {reads} node reads "
+          f"(bound {bound:.0f}; at the fixed interval {fixed:.0f})")
+    assert JOBS <= reads <= bound  # every wrapper still asks: never silent
