@@ -2,7 +2,7 @@
 slurmd on one slurmctld, wired by `slurmguard setup`, two serve replicas on PostgreSQL, the
 agent on 16 nodes; every scenario once (one module-scoped run, ~3 minutes), then:
 
-- shared fault with serve up: at most the cap drained, and the cap itself (the guard acts);
+- shared fault with serve up: some drained (the guard acts) and at most the cap;
 - shared fault with every serve down: at most the fallback's stated bound (cap +
   fallback_share - 1 where the checkout has hooks.fallback_share, else cap + ceil(N/slots) - 1);
 - Xid 79 on 3 % of the nodes: every faulted node drained by one check of every node, no
@@ -51,16 +51,16 @@ def figures(tmp_path_factory):
     return out
 
 
-def test_a_shared_fault_with_serve_up_drains_the_cap_and_no_more(figures):
+def test_a_shared_fault_with_serve_up_drains_at_most_the_cap(figures):
     sf = figures["shared_fault"]
-    assert sf["serve_up"]["drained"] == sf["cap"], sf["serve_up"]
+    assert 0 < sf["serve_up"]["drained"] <= sf["cap"], sf["serve_up"]
     assert sf["serve_up"]["drained_other"] == []
 
 
 def test_a_shared_fault_with_every_serve_down_drains_at_most_the_bound(figures):
     sf = figures["shared_fault"]
     assert sf["cap"] <= sf["serve_down"]["drained"] <= sf["bound_serve_down"], sf["serve_down"]
-    assert sf["serve_down"]["spared_lines"] == NODES - sf["serve_down"]["drained"]
+    assert sf["serve_down"]["unexplained"] == [], sf["serve_down"]  # each spared node says why
 
 
 def test_the_xid_wave_drains_every_faulted_node_and_no_healthy_one(figures):

@@ -179,7 +179,10 @@ def shared_fault(h: ScaleHarness, parallel: int = 64,
             fig.update(wall_s=round(wall, 1), drained=len(drained),
                        drained_other=sorted(n for n, r in drained.items()
                                             if "fs-mount" not in r)[:5],
-                       spared_lines=sum("not drained" in x for x in logs))
+                       spared_lines=sum("not drained" in x for x in logs),
+                       # Spared nodes that did not say why (each must: "not drained ...").
+                       unexplained=sorted(n for n, x in zip(h.nodes, logs, strict=True)
+                                          if n not in drained and "not drained" not in x))
             out[mode] = fig
             if mode == "serve_down":
                 for s in h.serves:
@@ -226,13 +229,15 @@ def wave(h: ScaleHarness, percent: float = 3.0, parallel: int = 64, **_: Any) ->
     for n in faulted:
         h.inject_xid(n)
     p = Phase(h)
-    wall, _logs = all_healthchecks(h, parallel)
+    wall, logs = all_healthchecks(h, parallel)
     fig = p.end()
     drained = h.drained()
     fig.update(faulted=len(faulted), wall_s=round(wall, 1),
                drained=len(drained), drained_faulted=len(set(drained) & set(faulted)),
                drained_healthy=sorted(set(drained) - set(faulted)),
                missed=sorted(set(faulted) - set(drained)),
+               # What a missed node's check said (why it did not drain), its last lines.
+               missed_logs={n: logs[h.nodes.index(n)][-600:] for n in set(faulted) - set(drained)},
                all_drained_s=round(time.monotonic() - t0, 1))
     for n in faulted:  # what a reboot does to what the checks read (and to the agent)
         d = h.node_dir(n)
