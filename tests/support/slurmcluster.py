@@ -104,6 +104,57 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+def free_port_block(count: int, low: int = 20000, high: int = 32000) -> int:
+    """The first port of ``count`` consecutive loopback ports, all free now, in [low, high).
+
+    Below the kernel's ephemeral range (32768 up by default): a thousand slurmd on kernel-picked
+    ports would collide with the clients' own outgoing ports, and ports picked there one by one
+    may be taken again between the pick and slurmd's bind. Blocks start on multiples of 1,100
+    so two harnesses on one host probe distinct blocks first."""
+    for base in range(low, high - count, 1100):
+        socks = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise ClusterError(f"no {count} consecutive free ports in [{low}, {high})")
+
+
+def kill_pidfiles(run_dir: str | os.PathLike[str], marker: str) -> list[int]:
+    """Kill (SIGKILL) every process named by a ``*.pid`` file in ``run_dir`` whose command
+    line holds ``marker`` (the conf path of the run that wrote it: a pid the kernel has given
+    to another process since is left alone); remove the files. Returns the pids killed. A
+    file's second line, when present, is its own marker (a daemon started elsewhere).
+
+    What a harness calls at start on its fixed directory: a previous run cut short (a killed
+    terminal, a timeout) left daemons holding its ports and memory."""
+    killed = []
+    for pidfile in sorted(Path(run_dir).glob("*.pid")):
+        try:
+            lines = pidfile.read_text().splitlines()
+            pid = int(lines[0].split()[0])
+            want = lines[1].strip() if len(lines) > 1 and lines[1].strip() else marker
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace")
+        except (OSError, ValueError, IndexError):
+            cmdline = ""
+        if cmdline and want in cmdline:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        pidfile.unlink(missing_ok=True)
+    return killed
+
+
 def write_hook_script(path: str | os.PathLike[str], argv: Sequence[str],
                       env: Mapping[str, str] | None = None) -> str:
     """Write an executable /bin/sh wrapper that exports ``env`` and execs ``argv``.
@@ -162,7 +213,8 @@ class Cluster:
               slurmd_timeout: int = 10, extra_conf: Iterable[str] = (), gpu_partition: str = "",
               node_env: Mapping[str, str] | None = None, wait: bool = True,
               timeout: float = 60.0, accounting: Any = None,
-              node_addrs: Mapping[str, str] | None = None) -> Cluster:
+              node_addrs: Mapping[str, str] | None = None,
+              port_base: int | None = None) -> Cluster:
         """Write slurm.conf under ``tmpdir``, start slurmctld and ``nodes`` slurmd, wait idle.
 
         Hooks are absolute paths of executables (see :func:`write_hook_script`).
@@ -172,6 +224,9 @@ class Cluster:
         ``node_addrs``: a NodeAddr per node (127.0.0.2, 127.0.0.3, ...: every slurmd listens
         on all of loopback), so nodes of this one machine have distinct addresses, as the
         node-identity tests need; by default every node is at localhost.
+        ``port_base``: slurmctld on that port, node i on port_base + i (a fleet-sized cluster:
+        a block below the kernel's ephemeral range, see :func:`free_port_block`); by default
+        each port is one the kernel picks.
         """
         t0 = time.monotonic()
         ensure_munge()
@@ -179,7 +234,8 @@ class Cluster:
         for sub in ("etc", "state", "spool", "log", "run"):
             (root / sub).mkdir(parents=True, exist_ok=True)
         names = [f"n{i}" for i in range(1, nodes + 1)]
-        ports = free_ports(nodes + 1)
+        ports = (free_ports(nodes + 1) if port_base is None else
+                 list(range(port_base, port_base + nodes + 1)))
         c = cls(root, names, ports[0], dict(zip(names, ports[1:], strict=True)), node_env)
         c.node_addrs = dict(node_addrs or {})
         acct = list(accounting.slurm_conf_lines()) if accounting is not None else []

@@ -1,0 +1,85 @@
+"""The scale harness's command line (docs/scale.md): one real slurmctld with N slurmd on this
+host, wired by `slurmguard setup`, the scenarios run in turn, their figures merged into a JSON
+file (docs/scale.json by default) that docs/scale.md is rendered from.
+
+    python tests/scale/run.py --nodes 1024 --scenario steady --scenario shared_fault
+    python tests/scale/run.py --render     # docs/scale.md and its plots from docs/scale.json
+
+A run first kills what an earlier run on the same --root left (its pid files), and tears
+everything down by pid at the end, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS))
+
+from support import footprint, scale_doc  # noqa: E402
+from support.scale_scenarios import SCENARIOS  # noqa: E402
+from support.scaleharness import ScaleHarness, ScaleSpec  # noqa: E402
+
+DOC_JSON = TESTS.parent / "docs" / "scale.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=128)
+    ap.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), default=[])
+    ap.add_argument("--agents", type=int, default=32, help="nodes with the resident agent")
+    ap.add_argument("--hc-interval", type=int, default=300, help="HealthCheckInterval (s)")
+    ap.add_argument("--minutes", type=float, default=2.0, help="steady: minutes per job rate")
+    ap.add_argument("--parallel", type=int, default=64, help="hooks run at once (memory bound)")
+    ap.add_argument("--fault-mode", action="append", choices=["serve_up", "serve_down"],
+                    default=[], help="shared_fault: only these phases (default both)")
+    ap.add_argument("--root", default="/tmp/sg-scale", help="the run's directory (pid files)")
+    ap.add_argument("--out", default=str(DOC_JSON), help="JSON the figures are merged into")
+    ap.add_argument("--label", default="", help="stored with the run (e.g. before/after)")
+    ap.add_argument("--render", action="store_true", help="only render docs/scale.md")
+    a = ap.parse_args(argv)
+    if a.render:
+        scale_doc.write(Path(a.out))
+        return 0
+    spec = ScaleSpec(nodes=a.nodes, agents=min(a.agents, a.nodes), hc_interval=a.hc_interval)
+    root = Path(a.root).resolve() / f"n{a.nodes}"
+    opts: dict = {"minutes": a.minutes, "parallel": a.parallel}
+    if a.fault_mode:
+        opts["modes"] = tuple(a.fault_mode)
+    figures = run(root, spec, [s for s in SCENARIOS if s in a.scenario] or list(SCENARIOS), **opts)
+    figures["label"] = a.label
+    out = Path(a.out)
+    data = json.loads(out.read_text()) if out.exists() else {"runs": {}}
+    data["runs"].setdefault(a.label or "today", {}).setdefault(str(a.nodes), {}).update(figures)
+    out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    print(json.dumps(figures, indent=1, sort_keys=True))
+    return 0
+
+
+def run(root: Path, spec: ScaleSpec, scenarios: list[str], **opts: object) -> dict:
+    """Start the harness, run ``scenarios`` in turn, stop; every figure measured."""
+    h = ScaleHarness.start(root, spec)
+    try:
+        rss = sum(footprint.proc_rss_mb(p) or 0.0 for p in h.slurmd_pids())
+        figures: dict = {"nodes": spec.nodes, "agents": spec.agents,
+                         "hc_interval": spec.hc_interval, "timings": h.timings,
+                         "slurmd_rss_mb": round(rss), "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                             time.gmtime())}
+        for name in scenarios:
+            t0 = time.monotonic()
+            print(f"scale: {name} on {spec.nodes} nodes ...", file=sys.stderr, flush=True)
+            figures[name] = SCENARIOS[name](h, **opts)
+            figures[name]["scenario_s"] = round(time.monotonic() - t0, 1)
+        figures["ctld_rss_mb"] = round(footprint.proc_rss_mb(h.ctld_pid()) or 0.0)
+        figures["pg_size_mb"] = round(h.store_size_mb(), 1)
+        return figures
+    finally:
+        h.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

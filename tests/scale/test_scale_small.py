@@ -1,0 +1,90 @@
+"""The scale harness's small form (docs/scale.md; the long form is tests/scale/run.py): 64 real
+slurmd on one slurmctld, wired by `slurmguard setup`, two serve replicas on PostgreSQL, the
+agent on 16 nodes; every scenario once (one module-scoped run, ~3 minutes), then:
+
+- shared fault with serve up: some drained (the guard acts) and at most the cap;
+- shared fault with every serve down: at most the fallback's stated bound (cap +
+  fallback_share - 1 where the checkout has hooks.fallback_share, else cap + ceil(N/slots) - 1);
+- Xid 79 on 3 % of the nodes: every faulted node drained by one check of every node, no
+  healthy one;
+- steady state: every job completed, nothing drained, and slurmguard's RPCs at slurmctld per
+  healthy health check bounded (a hook that starts polling Slurm on every run fails this);
+- the RPCs per minute of the controller side do not grow with the job rate: NOT TRUE TODAY
+  (the per-job node and partition queries, docs/scale.md): strict xfail, so the fix that
+  makes it hold turns this test red until the mark is removed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from support import slurmcluster
+from support.helpers import require
+from support.pgserver import _pg_bin
+from support.scale_scenarios import SCENARIOS
+from support.scaleharness import ScaleHarness, ScaleSpec
+
+pytestmark = [pytest.mark.slurm, pytest.mark.postgres]
+
+NODES, AGENTS = 64, 16
+
+
+@pytest.fixture(scope="module")
+def figures(tmp_path_factory):
+    missing = slurmcluster.missing_components()
+    require(not missing, f"real Slurm cluster needs {', '.join(missing)}")
+    require(os.geteuid() == 0, "the Slurm test cluster runs slurmctld/slurmd as root")
+    require(_pg_bin() is not None, "PostgreSQL binaries (/usr/lib/postgresql/*/bin)")
+    t0 = time.monotonic()
+    h = ScaleHarness.start(tmp_path_factory.mktemp("scale") / "h", ScaleSpec(nodes=NODES, agents=AGENTS))
+    try:
+        out = {"start_s": time.monotonic() - t0}
+        out["shared_fault"] = SCENARIOS["shared_fault"](h, parallel=32)
+        out["wave"] = SCENARIOS["wave"](h, parallel=32)
+        out["steady"] = SCENARIOS["steady"](h, minutes=0.4, jobs_per_hour=(300, 1800), sample=2)
+    finally:
+        h.stop()
+    out["wall_s"] = time.monotonic() - t0
+    print(f"\nscale small form: {NODES} nodes, {out['wall_s']:.0f} s")
+    return out
+
+
+def test_a_shared_fault_with_serve_up_drains_at_most_the_cap(figures):
+    sf = figures["shared_fault"]
+    assert 0 < sf["serve_up"]["drained"] <= sf["cap"], sf["serve_up"]
+    assert sf["serve_up"]["drained_other"] == []
+
+
+def test_a_shared_fault_with_every_serve_down_drains_at_most_the_bound(figures):
+    sf = figures["shared_fault"]
+    assert sf["cap"] <= sf["serve_down"]["drained"] <= sf["bound_serve_down"], sf["serve_down"]
+    assert sf["serve_down"]["unexplained"] == [], sf["serve_down"]  # each spared node says why
+
+
+def test_the_xid_wave_drains_every_faulted_node_and_no_healthy_one(figures):
+    w = figures["wave"]
+    assert w["faulted"] == round(NODES * 0.03)
+    assert w["missed"] == [] and w["drained_healthy"] == [], w
+    assert w["drained_faulted"] == w["faulted"]
+
+
+def test_steady_state_runs_every_job_and_drains_nothing(figures):
+    for ph in figures["steady"]["phases"]:
+        assert ph["jobs_completed"] == ph["jobs"] and ph["drained"] == 0, ph
+
+
+def test_a_healthy_health_check_costs_slurmctld_a_few_rpcs(figures):
+    # The wave's phase is every node's health check, 3 % of them draining: Slurm queries and
+    # updates per node checked, serve's included (docs/scale.md: 2.3 at 32 nodes, 3.5 at 128
+    # before serve's reads were shared; a hook that polled Slurm in a loop would be far over).
+    w = figures["wave"]
+    assert w["slurmguard_rpcs"] / NODES <= 6.0, w["rpc_per_min"]
+
+
+@pytest.mark.xfail(strict=True, reason="the controller side queries Slurm per job today "
+                   "(docs/scale.md: RPCs/min grow with the job rate)")
+def test_controller_rpcs_per_minute_do_not_grow_with_the_job_rate(figures):
+    low, high = figures["steady"]["phases"]
+    assert high["slurmguard_rpm"] <= 1.25 * low["slurmguard_rpm"] + 5, (low, high)

@@ -1,0 +1,391 @@
+"""A fleet-sized slurmguard on one host: one real slurmctld, N `slurmd -N` (up to ~1,024),
+wired by `slurmguard setup` exactly as a site is, two `serve` replicas on one PostgreSQL, the
+stand-in NVML per node, the resident agent on a sample of nodes and the fallback path (the
+compiled client running `slurmguard HOOK` itself) on the rest. docs/scale.md.
+
+A library first (``ScaleHarness.start(spec)``; scenarios in support/scale_scenarios.py are
+functions given the running harness), the CLI second (tests/scale/run.py).
+
+Each node has its own config (nodes/NODE.toml: what its own /etc would hold: its kernel log,
+boot id, state and spool directories); the entry scripts reach it through a site line of the
+defaults file `setup` wrote (setup keeps the site section), so the scripts slurmd runs are the
+installed ones, unchanged.
+
+Teardown is by pid, never by name; every pid started is also written under ROOT/pids, and
+:meth:`ScaleHarness.start` first kills what a previous run on the same ROOT left there (a
+cleanup cut short leaves a thousand slurmd holding ports).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from fakehw.kmsg import write_gpu_tree
+from fakehw.nvml import build_fake_nvml, default_config
+
+from support import footprint
+from support.helpers import sg_env
+from support.pgserver import PgServer, _pg_bin
+from support.sgserve import TOKEN, Serve, new_port
+from support.slurmcluster import Cluster, free_port_block, kill_pidfiles
+
+
+@dataclass
+class ScaleSpec:
+    nodes: int = 128
+    agents: int = 32             # nodes with the resident agent (the first ones)
+    replicas: int = 2            # serve replicas on the one PostgreSQL
+    hc_interval: int = 300       # HealthCheckInterval (CYCLE: spread over the interval)
+    cap_percent: float = 20.0    # policy.blast_max_percent
+    fallback_slots: int = 10
+    start_timeout: float = 600.0
+
+
+AGENT_REFRESH, AGENT_MAX_AGE = 5.0, 10.0  # the [agent] defaults the harness keeps
+
+SETUP_KEYS = frozenset({"Prolog", "Epilog", "HealthCheckProgram", "HealthCheckNodeState",
+                        "PrologEpilogTimeout", "PrologSlurmctld"})
+
+
+class ScaleHarness:
+    def __init__(self, root: Path, spec: ScaleSpec) -> None:
+        self.root = root
+        self.spec = spec
+        self.prefix = root / "install"
+        self.pids = root / "pids"
+        self.shared = root / "shared"  # the mount every node requires (fs-mount)
+        self.nodes = [f"n{i}" for i in range(1, spec.nodes + 1)]
+        self.agent_nodes = self.nodes[:spec.agents]
+        self.pg: PgServer | None = None
+        self.store_url = ""
+        self.serves: list[Serve] = []
+        self.agents: dict[str, subprocess.Popen[bytes]] = {}
+        self.cluster: Cluster | None = None
+        self.timings: dict[str, float] = {}
+        self.sg = str(Path(sys.executable).parent / "slurmguard")
+
+    # -- life cycle ----------------------------------------------------------------------------
+    @classmethod
+    def start(cls, root: str | os.PathLike[str], spec: ScaleSpec) -> ScaleHarness:
+        root = Path(root).resolve()
+        cleanup_previous(root)
+        root.mkdir(parents=True)
+        h = cls(root, spec)
+        try:
+            h._start()
+        except BaseException:
+            h.stop()
+            raise
+        return h
+
+    def _start(self) -> None:
+        t0 = time.monotonic()
+        self.pids.mkdir()
+        self.shared.mkdir()
+        self.restore_shared_mount()
+        self._start_store()
+        self.ports = [new_port() for _ in range(self.spec.replicas)]
+        self._write_configs()
+        conf = self._setup()
+        self.timings["setup_s"] = time.monotonic() - t0
+        for i, port in enumerate(self.ports):
+            cfg = self.prefix / f"etc/slurmguard/serve{i}.toml"
+            cfg.write_text(self.common_config(serve_port=port))
+            s = Serve(cfg, port, env={"SLURM_CONF": str(self.conf_path)})
+            self.serves.append(s.start(timeout=60))
+            self._pidfile(f"serve{i}", s.proc.pid, str(cfg))  # type: ignore[union-attr]
+        t1 = time.monotonic()
+        # setup's slurm.conf lines as printed; HealthCheckInterval is the scenario's (setup
+        # recommends 300 s, the harness's default too).
+        self.cluster = Cluster.start(
+            self.root / "slurm", nodes=self.spec.nodes, prolog=conf["Prolog"],
+            epilog=conf["Epilog"], prolog_slurmctld=conf["PrologSlurmctld"],
+            health_check_program=conf["HealthCheckProgram"],
+            health_check_interval=self.spec.hc_interval, slurmd_timeout=120,
+            extra_conf=[f"HealthCheckNodeState={conf['HealthCheckNodeState']}",
+                        f"PrologEpilogTimeout={conf['PrologEpilogTimeout']}", "TreeWidth=64",
+                        "AuthInfo=cred_expire=10", "MaxJobCount=20000"],
+            port_base=free_port_block(self.spec.nodes + 1), timeout=self.spec.start_timeout)
+        assert self.cluster.conf_path == self.conf_path, self.cluster.conf_path
+        self._pidfile("slurmctld", self.cluster._ctld.pid, str(self.conf_path))  # type: ignore[union-attr]
+        self.timings["cluster_start_s"] = time.monotonic() - t1
+        for n in self.agent_nodes:
+            self.start_agent(n)
+        self.timings["start_s"] = time.monotonic() - t0
+
+    @property
+    def conf_path(self) -> Path:
+        return self.root / "slurm" / "slurm" / "etc" / "slurm.conf"
+
+    def entry(self, name: str) -> str:
+        return str(self.prefix / "usr/lib/slurmguard" / name)
+
+    def _pidfile(self, name: str, pid: int, marker: str) -> None:
+        (self.pids / f"{name}.pid").write_text(f"{pid}\n{marker}\n")
+
+    def _start_store(self) -> None:
+        bindir = _pg_bin()
+        if bindir is None:
+            raise RuntimeError("PostgreSQL is not installed (/usr/lib/postgresql/*/bin)")
+        self.pg = PgServer(bindir, options=("max_connections=200",))
+        self.pg.start()
+        pid = int(Path(self.pg.data, "postmaster.pid").read_text().split()[0])
+        self._pidfile("postgres", pid, self.pg.data)
+        from support.replicas import pg_store
+
+        self.store_url = pg_store(self.pg)
+
+    def stop(self) -> None:
+        for p in self.agents.values():
+            _stop(p)
+        self.agents.clear()
+        for s in self.serves:
+            s.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
+        if self.pg is not None:
+            self.pg.stop()
+        kill_pidfiles(self.pids, str(self.root))
+
+    # -- configuration -------------------------------------------------------------------------
+    def common_config(self, serve_port: int = 0, node: str = "") -> str:
+        """The config of serve (``serve_port``), of the controller, or of ``node``: the same
+        file but for what a node keeps on its own disk (kernel log, boot id, state, spool)."""
+        p, s = self.prefix, self.spec
+        d = self.node_dir(node) if node else None
+        xid = f'file = "{d}/kmsg"\nboot_id_path = "{d}/boot_id"' if d else ""
+        state = f"{d}/state" if d else f"{p}/var/lib/slurmguard"
+        spool = f"{d}/spool" if d else f"{p}/var/spool/slurmguard"
+        urls = [f"http://127.0.0.1:{port}/ingest" for port in self.ports]
+        return f"""
+[store]
+url = "{self.store_url}"
+[serve]
+host = "127.0.0.1"
+port = {serve_port or self.ports[0]}
+token_file = "{p}/etc/slurmguard/token"
+policy_interval = 60.0
+[agent]
+socket = "{self.root}/run/%n.sock"
+[policy]
+blast_max_percent = {s.cap_percent}
+[checks.gpu]
+expected_count = 8
+[checks.xid]
+source = "file"
+nvidia_proc_root = "{self.root}/gpus"
+{xid}
+[checks.fs]
+mounts = ["/", "{self.shared}"]
+mountinfo = "{self.root}/mountinfo"
+[requeue]
+state_file = "{p}/var/lib/slurmguard/requeue-watch.json"
+[hooks]
+budget = 30.0
+report_url = "{urls[0]}"
+report_urls = {json.dumps(urls[1:])}
+report_timeout = 2.0
+token_file = "{p}/etc/slurmguard/token"
+state_dir = "{state}"
+spool_dir = "{spool}"
+fallback_slots = {s.fallback_slots}
+prolog = ["gpu-count", "gpu-lost", "gpu-ecc", "gpu-xid", "fs-mount", "host-cpus"]
+epilog = ["gpu-count", "gpu-lost", "gpu-xid", "fs-mount"]
+healthcheck = ["gpu-count", "gpu-lost", "gpu-ecc", "gpu-xid", "fs-mount", "host-cpus"]
+"""
+
+    def node_dir(self, node: str) -> Path:
+        return self.root / "nodes" / node
+
+    def _write_configs(self) -> None:
+        """The controller's config (what setup reads) and one per node (its own /etc)."""
+        cfgdir = self.prefix / "etc/slurmguard"
+        (cfgdir / "nodes").mkdir(parents=True)
+        (self.root / "run").mkdir(mode=0o700)
+        token = cfgdir / "token"
+        token.write_text(TOKEN + "\n")
+        token.chmod(0o600)
+        common = self.common_config()
+        (cfgdir / "slurmguard.toml").write_text(common)
+        self.libdir = build_fake_nvml(self.root.parent / "fakenvml")
+        write_gpu_tree(self.root / "gpus")
+        nvml = json.dumps(default_config(8))
+        for n in self.nodes:
+            d = self.node_dir(n)
+            (d / "state").mkdir(parents=True)
+            (d / "spool").mkdir()
+            (d / "nvml.json").write_text(nvml)
+            (d / "kmsg").write_text("")
+            (d / "boot_id").write_text(str(uuid.uuid4()) + "\n")
+            (cfgdir / "nodes" / f"{n}.toml").write_text(self.common_config(node=n))
+
+    def _setup(self) -> list[str]:
+        """`slurmguard setup controller` then `setup node` into the prefix, as an admin runs
+        them; the node-specific site lines into the defaults file; setup's slurm.conf lines."""
+        env = sg_env(SLURMGUARD_CONFIG=str(self.prefix / "etc/slurmguard/slurmguard.toml"),
+                     SLURM_CONF=str(self.conf_path))
+        printed = ""
+        for role in ("controller", "node"):
+            r = subprocess.run([self.sg, "setup", role, "--prefix", str(self.prefix)], env=env,
+                               capture_output=True, text=True, timeout=300)
+            if r.returncode != 0:
+                raise RuntimeError(f"setup {role}: rc={r.returncode}: {r.stderr}{r.stdout}")
+            printed += r.stdout
+        defaults = self.prefix / "etc/default/slurmguard"
+        cfgdir = self.prefix / "etc/slurmguard"
+        site = [
+            "# Site settings: the scale harness's nodes share one host; each has its own config.",
+            f'[ -n "$SLURMD_NODENAME" ] && SLURMGUARD_CONFIG={cfgdir}/nodes/$SLURMD_NODENAME.toml',
+            f"LD_LIBRARY_PATH={self.libdir}",
+            f"FAKE_NVML_CONFIG={self.root}/nodes/$SLURMD_NODENAME/nvml.json",
+            # The agent's client checks the agent's boot against the node's (its kernel log's).
+            f"SLURMGUARD_BOOT_ID_PATH={self.root}/nodes/%n/boot_id",
+            "export LD_LIBRARY_PATH FAKE_NVML_CONFIG",
+        ]
+        text = defaults.read_text()
+        from slurmguard.install.plan import _SITE_HEADER
+
+        if _SITE_HEADER not in text:
+            text += _SITE_HEADER + "\n"
+        defaults.write_text(text + "\n".join(site) + "\n")
+        conf = {}
+        for ln in printed.splitlines():
+            key, eq, value = ln.split("#")[0].strip().partition("=")
+            if eq and key in SETUP_KEYS:
+                conf[key] = value.strip()
+        missing = SETUP_KEYS - set(conf)
+        if missing:
+            raise RuntimeError(f"setup printed no {sorted(missing)}:\n{printed}")
+        return conf
+
+    # -- node agents -----------------------------------------------------------------------------
+    def node_env(self, node: str) -> dict[str, str]:
+        return sg_env(SLURMGUARD_CONFIG=str(self.prefix / f"etc/slurmguard/nodes/{node}.toml"),
+                      SLURMD_NODENAME=node, SLURM_CONF=str(self.conf_path),
+                      LD_LIBRARY_PATH=str(self.libdir),
+                      FAKE_NVML_CONFIG=str(self.node_dir(node) / "nvml.json"))
+
+    def start_agent(self, node: str) -> None:
+        log = open(self.node_dir(node) / "agent.log", "ab")
+        p = subprocess.Popen([self.sg, "agent"], env=self.node_env(node), stdout=subprocess.PIPE,
+                             stderr=log, start_new_session=True)
+        log.close()
+        line = p.stdout.readline() if p.stdout else b""
+        if not line.startswith(b"ready"):
+            _stop(p)
+            raise RuntimeError(f"agent {node}: {(self.node_dir(node) / 'agent.log').read_text()[-2000:]}")
+        self.agents[node] = p
+        self._pidfile(f"agent-{node}", p.pid, "slurmguard")
+
+    def restart_agent(self, node: str) -> None:
+        _stop(self.agents.pop(node))
+        self.start_agent(node)
+
+    # -- faults --------------------------------------------------------------------------------
+    def inject_xid(self, node: str, xid: int = 79) -> None:
+        from fakehw.kmsg import inject_xid
+
+        inject_xid(self.node_dir(node) / "kmsg", "0000:3a:00.0", xid, "GPU has fallen off the bus.")
+
+    # The mount table the nodes' fs-mount reads (checks.fs.mountinfo): this host's, plus the
+    # shared filesystem every node requires. Losing it on every node at once is one rewrite.
+    def lose_shared_mount(self) -> None:
+        _write_atomic(self.root / "mountinfo", Path("/proc/self/mountinfo").read_text())
+
+    def restore_shared_mount(self, settle: bool = False) -> None:
+        """The mount back; ``settle``: wait until every agent's background view of it is
+        fresh (agent.refresh + agent.max_age: until then an agent answers from its older one,
+        by design, and a check it answers fails again)."""
+        line = f"9999 1 0:999 / {self.shared} rw,relatime shared:999 - nfs4 filer:/export rw\n"
+        _write_atomic(self.root / "mountinfo", Path("/proc/self/mountinfo").read_text() + line)
+        if settle and self.agents:
+            time.sleep(AGENT_REFRESH + AGENT_MAX_AGE + 1)
+
+    def run_entry(self, hook: str, node: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """The installed entry script of ``hook``, as slurmd runs it for ``node`` (its
+        minimal environment: SLURMD_NODENAME only; the defaults file does the rest)."""
+        name = {"healthcheck": "prolog/slurmguard-healthcheck", "prolog": "prolog/slurmguard-prolog",
+                "epilog": "epilog/slurmguard-epilog"}[hook]
+        return subprocess.run([self.entry(name)], env={"SLURMD_NODENAME": node, "SLURM_JOB_ID": "1"},
+                              capture_output=True, text=True, timeout=timeout)
+
+    # -- what it costs -------------------------------------------------------------------------
+    def sdiag_reset(self) -> None:
+        assert self.cluster is not None
+        self.cluster.run("sdiag", "--reset", timeout=60)
+
+    def sdiag(self) -> dict[str, footprint.RpcCount]:
+        assert self.cluster is not None
+        return footprint.parse_sdiag(self.cluster.run("sdiag", timeout=60).stdout)
+
+    def slurmd_pids(self) -> list[int]:
+        assert self.cluster is not None
+        return [p for p in (self.cluster.slurmd_pid(n) for n in self.nodes) if p]
+
+    def ctld_pid(self) -> int:
+        assert self.cluster is not None and self.cluster._ctld is not None
+        return self.cluster._ctld.pid
+
+    def store_size_mb(self) -> float:
+        import psycopg
+
+        assert self.pg is not None
+        db = self.store_url.rsplit("/", 1)[1]
+        with psycopg.connect(f"host=127.0.0.1 port={self.pg.port} user=postgres dbname={db}") as c:
+            return c.execute("SELECT pg_database_size(current_database())").fetchone()[0] / 2**20
+
+    def drained(self) -> dict[str, str]:
+        """Drained nodes -> reason, from one `sinfo` (cheap at 1,000 nodes)."""
+        assert self.cluster is not None
+        return {n.name: n.reason for n in self.cluster.cli().nodes() if n.drained}
+
+    def undrain_all(self) -> None:
+        assert self.cluster is not None
+        names = sorted(self.drained())
+        if names:
+            from slurmguard.nodeset import fold
+
+            self.cluster.run("scontrol", "update", f"nodename={fold(names)}", "state=undrain",
+                             timeout=120)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _stop(p: subprocess.Popen[bytes]) -> None:
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait(10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def cleanup_previous(root: Path) -> list[int]:
+    """Kill what an earlier harness on ``root`` left running (its pid files), remove it."""
+    killed = []
+    if root.exists():
+        conf = str(root / "slurm" / "slurm" / "etc" / "slurm.conf")
+        killed += kill_pidfiles(root / "slurm" / "slurm" / "run", conf)
+        killed += kill_pidfiles(root / "pids", str(root))
+        for pidfile in glob.glob(str(root / "slurm/slurm/run/*.pid")):
+            os.unlink(pidfile)
+        shutil.rmtree(root, ignore_errors=True)
+    return killed
