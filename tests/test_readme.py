@@ -19,6 +19,7 @@ REFERENCE = {
     "testing.md": "the test suite",
     "docker.md": "the dockerized test cluster",
     "reliability.md": "test results under load and faults",
+    "scale.md": "measurements at 128 to 1,024 nodes",
     "cli.md": "generated from --help",
     "configuration.md": "the config file",
     "slurm.md": "the Slurm adapter, inside every capability",
