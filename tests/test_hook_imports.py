@@ -51,9 +51,8 @@ checks.gpu.expected_count = 0
 DATACLASS_WEIGHT = ("dataclasses", "inspect", "ast", "dis", "tokenize")
 
 
-def test_default_prolog_imports_no_dataclasses(tmp_path):
-    """Every default prolog check against 8 stand-in GPUs and a kernel log file; the modules
-    are listed after the hook ran, so the gather threads' imports count too."""
+def _prolog_env(tmp_path):
+    """The environment of a default prolog on node n1: 8 stand-in GPUs, an empty kernel log."""
     libdir = build_fake_nvml(tmp_path / "lib")
     write_config(tmp_path / "nvml.json", default_config(8))
     gpus = write_gpu_tree(tmp_path / "gpus")
@@ -69,8 +68,14 @@ source = "file"
 file = "{tmp_path}/kmsg"
 nvidia_proc_root = "{gpus}"
 """)
-    env = sg_env(SLURMD_NODENAME="n1", SLURMGUARD_CONFIG=str(cfg), LD_LIBRARY_PATH=str(libdir),
+    return sg_env(SLURMD_NODENAME="n1", SLURMGUARD_CONFIG=str(cfg), LD_LIBRARY_PATH=str(libdir),
                  FAKE_NVML_CONFIG=str(tmp_path / "nvml.json"))
+
+
+def test_default_prolog_imports_no_dataclasses(tmp_path):
+    """Every default prolog check against 8 stand-in GPUs and a kernel log file; the modules
+    are listed after the hook ran, so the gather threads' imports count too."""
+    env = _prolog_env(tmp_path)
     code = ("import io, json, sys\n"
             "from slurmguard.node.hooks import run_hook\n"
             "out = io.StringIO()\n"
@@ -93,23 +98,7 @@ def test_the_hook_path_compiles_no_annotations(tmp_path):
     its field annotations as strings, and typing compiles each (``typing.ForwardRef``): the
     prolog and check paths made 170 of them, 5-14 ms of every run here. Their record types
     now carry real types (docs/hooks.md, "What the hook path costs"): none is compiled."""
-    libdir = build_fake_nvml(tmp_path / "lib")
-    write_config(tmp_path / "nvml.json", default_config(8))
-    gpus = write_gpu_tree(tmp_path / "gpus")
-    (tmp_path / "kmsg").write_text("")
-    cfg = tmp_path / "sg.toml"
-    cfg.write_text(f"""
-[hooks]
-state_dir = "{tmp_path}/s"
-[checks.gpu]
-expected_count = 8
-[checks.xid]
-source = "file"
-file = "{tmp_path}/kmsg"
-nvidia_proc_root = "{gpus}"
-""")
-    env = sg_env(SLURMD_NODENAME="n1", SLURMGUARD_CONFIG=str(cfg), LD_LIBRARY_PATH=str(libdir),
-                 FAKE_NVML_CONFIG=str(tmp_path / "nvml.json"))
+    env = _prolog_env(tmp_path)
     code = ("import io, json, sys, typing\n"
             "made = []\n"
             "init = typing.ForwardRef.__init__\n"

@@ -87,23 +87,38 @@ def _noise(rng: np.random.Generator, shape: str, cv: np.ndarray, size: tuple[int
     raise ValueError(f"shape: expected gauss, t3, t4 or t5, got {shape!r}")
 
 
-def history(seed: int = 1, nodes: int = 10_000, nights: int = 8, shape: str = "gauss",
-            slow_frac: float = 0.01, falling_frac: float = 0.005, rerun: bool = False) -> Fleet:
-    """A fleet's burn-in summary rows with planted slow and degrading nodes (module doc)."""
-    rng = np.random.default_rng(seed)
+def _fleet(rng: np.random.Generator, nodes: int, nights: int, shape: str, slow_frac: float,
+           falling_frac: float) -> tuple[np.ndarray, ...]:
+    """The draws both generators share, in this order: each node's group, each metric's base,
+    each (group, metric)'s noise level and nightly drift, each node's relative noise, and
+    which nodes are slow and which wear."""
     nm, ng = len(METRICS), len(GROUPS)
     group = np.arange(nodes) % ng
     base = rng.uniform(10, 1000, nm)
     cv = rng.uniform(0.01, 0.03, (ng, nm))  # per (group, metric)
     drift = 1.0 + rng.uniform(-0.01, 0.01, (ng, nm, nights))
     noise = 1.0 + _noise(rng, shape, cv[group][:, :, None], (nodes, nm, nights))
-    values = base[None, :, None] * drift[group] * noise
     picked = rng.permutation(nodes)
     n_slow, n_fall = round(nodes * slow_frac), round(nodes * falling_frac)
-    slow, falling = picked[:n_slow], picked[n_slow:n_slow + n_fall]
+    return group, base, cv, drift, noise, picked[:n_slow], picked[n_slow:n_slow + n_fall]
+
+
+def _slow_component(rng: np.random.Generator) -> tuple[int, ...]:
+    """A slow node's faulty component: 3 in 4 a multi-metric one, else the network."""
+    return COMPONENTS[rng.integers(len(COMPONENTS) - 1)] if rng.random() < 0.75 \
+        else COMPONENTS[-1]
+
+
+def history(seed: int = 1, nodes: int = 10_000, nights: int = 8, shape: str = "gauss",
+            slow_frac: float = 0.01, falling_frac: float = 0.005, rerun: bool = False) -> Fleet:
+    """A fleet's burn-in summary rows with planted slow and degrading nodes (module doc)."""
+    rng = np.random.default_rng(seed)
+    nm, ng = len(METRICS), len(GROUPS)
+    group, base, cv, drift, noise, slow, falling = _fleet(rng, nodes, nights, shape, slow_frac,
+                                                         falling_frac)
+    values = base[None, :, None] * drift[group] * noise
     for i in slow.tolist():
-        comp = COMPONENTS[rng.integers(len(COMPONENTS) - 1)] if rng.random() < 0.75 \
-            else COMPONENTS[-1]
+        comp = _slow_component(rng)
         start = nights - 1 - (0 if rng.random() < 0.5 else int(rng.integers(1, 5)))
         values[i, list(comp), start:] *= 1.0 - rng.uniform(0.15, 0.50)
     for i in falling.tolist():
@@ -197,19 +212,11 @@ def wearing(seed: int = 1, nodes: int = 4000, nights: int = 22, shape: str = "ga
     [window - 2, nights - 11] on, without end (what a wearing fan or a drying thermal pad
     does), so that it is named early, flagged as slow later, or both."""
     rng = np.random.default_rng([seed, 7])
-    nm, ng = len(METRICS), len(GROUPS)
-    group = np.arange(nodes) % ng
-    base = rng.uniform(10, 1000, nm)
-    cv = rng.uniform(0.01, 0.03, (ng, nm))
-    drift = 1.0 + rng.uniform(-0.01, 0.01, (ng, nm, nights))
-    values = base[None, :, None] * drift[group] * (
-        1.0 + _noise(rng, shape, cv[group][:, :, None], (nodes, nm, nights)))
-    picked = rng.permutation(nodes)
-    n_slow, n_fall = round(nodes * slow_frac), round(nodes * falling_frac)
-    slow, falling = picked[:n_slow], picked[n_slow:n_slow + n_fall]
+    group, base, _cv, drift, noise, slow, falling = _fleet(rng, nodes, nights, shape, slow_frac,
+                                                          falling_frac)
+    values = base[None, :, None] * drift[group] * noise
     for i in slow.tolist():
-        comp = COMPONENTS[rng.integers(len(COMPONENTS) - 1)] if rng.random() < 0.75 \
-            else COMPONENTS[-1]
+        comp = _slow_component(rng)
         values[i, list(comp), int(rng.integers(window - 1, nights)):] *= \
             1.0 - rng.uniform(0.15, 0.50)
     names = [f"gpu{i:05d}" for i in range(nodes)]
