@@ -295,7 +295,11 @@ def test_faults_on_30_percent_of_a_partition_repair_at_most_the_limit_at_once(
     assert sorted(e.node for e in ev if e.kind == "repair_return") == sorted(faults)
     assert not [e for e in ev if e.kind == "repair_ticket"]
     for n in cluster.nodes:
-        info = cluster.node(n)
+        # a slurmd that registered again since (the module's reset) shows BootTime None until
+        # its next registration is processed: wait for the time Slurm has, then compare
+        info = wait_for(lambda n=n: (lambda i: i if i.raw.get("BootTime") not in (None, "None")
+                                     else None)(cluster.node(n)), 30, interval=0.5,
+                        what=f"{n}'s BootTime")
         assert not info.drained and not info.down, (n, info.state, info.reason)
         # Slurm's BootTime is now minus the uptime in whole seconds, computed again at each
         # registration: it moves by a second now and then without a reboot.

@@ -106,7 +106,10 @@ class RepairPass:
         return healthy, failing
 
     def inputs(self, now: float) -> tuple[list[NodeIn], dict[str, list[RepairEvent]], Fleet]:
-        infos = self._infos = {i.name: i for i in self.slurm.nodes()}
+        # Fresh, not serve's shared view (serve/slurmview.py): a reboot's proof and the
+        # failures counted since it read the node's BootTime.
+        read = getattr(self.slurm, "nodes_now", self.slurm.nodes)
+        infos = self._infos = {i.name: i for i in read()}
         busy = _running(self.slurm.jobs())
         events, drains = self._ledger(now)
         self._events = events

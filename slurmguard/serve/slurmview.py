@@ -50,6 +50,12 @@ class CachedNodes:
                 raise self._error
             return list(self._view)
 
+    def nodes_now(self) -> list[Any]:
+        """A fresh read of the whole table (repair's pass: a reboot's proof is a new BootTime,
+        which a view up to ``ttl`` old may not show yet); it refreshes the shared view too."""
+        self.invalidate()
+        return self.nodes()
+
     def invalidate(self) -> None:
         with self._lock:
             self._at = float("-inf")
