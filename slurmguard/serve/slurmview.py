@@ -21,7 +21,7 @@ from typing import Any
 
 from slurmguard.errors import SlurmguardError
 
-_CHANGES = ("drain", "undrain", "resume_ours", "reboot")
+_CHANGES = ("drain", "undrain", "resume_ours", "reboot", "drain_ours_down")
 
 
 class CachedNodes:
