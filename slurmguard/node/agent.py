@@ -2,9 +2,9 @@
 
 A hook process pays for starting Python and importing slurmguard on every job start (about
 100 ms of a 130 ms prolog). The agent pays once: it keeps NVML initialised (and an NVML event
-set for Xid critical errors), follows the kernel log, keeps the slow sources' last values (filesystem
-probes, the /proc scan, IB counters, chrony, munge), and runs a hook when the thin client
-(``slurmguard-agent-client``, C, prolog/sg_agent_client.c) asks.
+set for Xid critical errors), follows the kernel log, keeps the slow sources' last values
+(filesystem probes, the /proc scan, IB counters, chrony, munge), and runs a hook when the thin
+client (``slurmguard-agent-client``, C, prolog/sg_agent_client.c) asks.
 
 One definition of a hook run: the agent calls :func:`slurmguard.node.hooks.execute`, the same
 gather/evaluate/decide/act/report code the in-process ``slurmguard prolog`` runs, with its
@@ -135,7 +135,7 @@ class KernelLogFollower:
     def file_changed(self, path: str) -> bool:
         """For the follow loop: whether the followed file may hold something not read yet
         (its inode, device, size or mtime differ from the last read's). One stat instead of a
-        read each second; the ask-time read never asks this, it always reads."""
+        read each period; the ask-time read never asks this, it always reads."""
         try:
             st = os.stat(path)
         except OSError:

@@ -3,7 +3,8 @@ no figure is typed). `python tests/scale/run.py --render` rewrites them;
 tests/test_scale_doc.py checks the page is the rendering of the JSON.
 
 The JSON: {"runs": {LABEL: {N: {scenario: figures, ...}}}}; LABEL "today" is the code as it
-was measured first, "after" a rerun once fixes landed.
+was measured first, "after" a rerun once fixes landed, "agent" once the agent's refresh
+loop gave way to reads on demand (its steady state only).
 """
 
 from __future__ import annotations
@@ -128,7 +129,10 @@ def plots(data: dict[str, Any], outdir: Path) -> list[str]:
 
 LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
           "after": "after: with the scale fixes merged (fallback bound, wrapper back-off, serve's "
-                   "shared Slurm view, hook fast path)"}
+                   "shared Slurm view, hook fast path)",
+          "agent": "agent: after the agent's refresh redesign (slow sources read when a hook "
+                   "needs them, no 5-s loop; the stand-in NVML's event wait sleeps as the "
+                   "driver's does; the agent's CPU counts its children's)"}
 
 
 def goals(data: dict[str, Any]) -> list[str]:
@@ -242,9 +246,13 @@ How it is measured:
   (PrologSlurmctld) is its reaped children's CPU (cutime+cstime).
 - **per node**: each slurmd's reaped children's CPU (cutime+cstime): Prolog, Epilog and
   HealthCheckProgram (the entry script, the compiled client and any `slurmguard` it ran),
-  as slurmd waited for them; plus the agent's own CPU on agent nodes; divided by the phase
-  length, times 3,600. Jobs run under slurmstepd, which slurmd does not reap, so job CPU is
-  not in it.
+  as slurmd waited for them; plus the agent's CPU on agent nodes (in the "agent" run its own
+  and its reaped children's, the fs probes it runs; before, its own only); divided by the
+  phase length, times 3,600. Jobs run under slurmstepd, which slurmd does not reap, so job
+  CPU is not in it. The runs before "agent" charged each agent node the stand-in NVML's
+  2-ms poll in its Xid event wait (about 15 of the 17 CPU-s/h; a real driver sleeps in the
+  kernel, and the stand-in now sleeps on an inotify watch): docs/agent.md, "Tests and
+  figures".
 - **serve**: CPU and RSS of each replica's process.
 
 The scenarios (shared fault and Xid wave run every node's installed HealthCheckProgram,
@@ -255,7 +263,7 @@ HealthCheckInterval runs them, CYCLE):
   `slurmguard run` at two rates (300 and 1,200 an hour), nothing failing; the per-node cost
   is each entry script's CPU per run (a sample of agent and fallback nodes, one run at a
   time, as the harness's reaped children's CPU) times its runs per hour (3,600 / interval
-  health checks, a prolog and an epilog per one-node job), plus the agent's own CPU;
+  health checks, a prolog and an epilog per one-node job), plus the agent's CPU;
 - **shared_fault**: a required mount gone on every node (the nodes' mount table loses it),
   every node's health check with serve up, then with every replica down (at 1,024 nodes
   only the latter: a pass takes minutes here);
