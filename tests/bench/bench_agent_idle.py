@@ -1,14 +1,18 @@
 """What an idle resident agent costs: CPU seconds per hour, per variant and per slow source.
 
-Run by hand: `python tests/bench/bench_agent_idle.py [SECONDS] [WINDOWS]` (default 30 s, 5
-windows). Every variant is its own `slurmguard agent` on its own simulated node (stand-in
+Run by hand: `python tests/bench/bench_agent_idle.py [SECONDS] [WINDOWS] [HOOKS]` (default
+30 s, 5 windows, 20 hooks). Every variant is its own `slurmguard agent` on its own simulated node (stand-in
 NVML with 8 GPUs, a kernel-log file, the IB/sysfs/procfs fixtures of tests/test_agent.py),
 all running at once; no hook is asked. CPU comes from /proc/PID/stat at each window's ends:
 the agent's own (utime + stime of every thread) and its reaped children's (the fs probes,
 `munge`, `chronyc` it runs). Running the variants side by side does not bias the figures:
 CPU time is charged to the process that used it, whatever the load. Prints, per variant, the
 median over the windows of CPU-s per hour (own, children, total) and, where the agent's
-`SGA1 status` reports them, its source reads per hour.
+`SGA1 status` reports them, its source reads per hour. Then, one agent at a time, HOOKS
+healthchecks asked back to back on its socket (dry run): the agent's CPU per answer, own and
+children's, at max_age 10 (the first reads the slow sources, the rest use the kept values)
+and at max_age 0 (every answer reads them: what each hook costs when hooks come further apart
+than max_age, as a health check every 300 s does).
 
 Variants:
 
@@ -54,7 +58,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     **{f"loop 5 s, {s}": {**OLD_LOOP, "background": json.dumps([s])} for s in SLOW},
     "no background": {"background": "[]"},
     "no events": {"background": "[]", "nvml_events": "false"},
+    "max_age 0": {"max_age": "0.0"},
 }
+PER_HOOK = ("defaults", "max_age 0")
 
 
 def node_config(root: Path, libdir: Path, agent_keys: dict[str, str]) -> Path:
@@ -118,9 +124,25 @@ def reads(sock: Path) -> int | None:
     return None if counts is None else sum(counts.get(s, 0) for s in SLOW)
 
 
+def per_hook(root: Path, cfg: Path, pid: int, hooks: int) -> tuple[float, float]:
+    """The agent's CPU seconds per healthcheck answered (own, children's), ``hooks`` asked
+    back to back."""
+    boot = (root / "boot_id").read_text().strip()
+    line = (f"{agent_mod.PROTO} healthcheck node=n1 job= uid= boot={boot} json=0 dry=1 "
+            f"config={cfg} started=")
+    c0 = proc_cpu(pid)
+    for _ in range(hooks):
+        raw = agent_mod.ask(str(root / "run/agent.sock"), line + f"{time.time():.3f}", 30.0)
+        assert raw.startswith(f"{agent_mod.PROTO} ".encode()) and b"unavailable" not in raw[:20], raw[:200]
+    c1 = proc_cpu(pid)
+    assert c0 is not None and c1 is not None
+    return (c1.own - c0.own) / hooks, (c1.children - c0.children) / hooks
+
+
 def main() -> None:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 30.0
     windows = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    hooks = int(sys.argv[3]) if len(sys.argv) > 3 else 20
     with tempfile.TemporaryDirectory(prefix="sg-agent-idle-") as tmp:
         base = Path(tmp)
         libdir = build_fake_nvml(base / "fakenvml")
@@ -144,6 +166,8 @@ def main() -> None:
                     k = 3600.0 / secs
                     per_hour[n].append((k * (cpu.own - c0.own), k * (cpu.children - c0.children),
                                         None if got is None or n0 is None else k * (got - n0)))
+            answers = {n: per_hook(procs[n][1], procs[n][1] / "sg.toml", procs[n][0].pid, hooks)
+                       for n in PER_HOOK}
         finally:
             for p, _ in procs.values():
                 if p.poll() is None:
@@ -159,6 +183,10 @@ def main() -> None:
         rd = [r[2] for r in rows if r[2] is not None]
         rtxt = f"{statistics.median(rd):8.0f}" if rd else f"{'-':>8}"
         print(f"{n:<22} {own:8.2f} {kids:9.2f} {total:8.2f} {rtxt}")
+    print(f"\nthe agent's CPU per healthcheck answered ({hooks} back to back), ms")
+    for n, (own, kids) in answers.items():
+        print(f"{n:<22} own {own * 1000:6.1f}  children {kids * 1000:6.1f}  "
+              f"total {(own + kids) * 1000:6.1f}")
 
 
 if __name__ == "__main__":
