@@ -244,11 +244,14 @@ _GOODPUT: Schema = {  # slurmguard goodput (docs/goodput.md)
 _AGENT: Schema = {  # slurmguard agent, the resident node agent (docs/agent.md)
     "socket": Str("/run/slurmguard/agent.sock",
                   "unix socket the agent answers on (mode 0600); %n = node name"),
-    "max_age": Float(10.0, "seconds a background source's value may be old; older is re-run",
+    "max_age": Float(10.0, "seconds a kept slow-source value may be old when a hook uses it; "
+                     "older is re-read inside the hook's budget", minimum=0.0),
+    "refresh": Float(0.0, "seconds between background refreshes of the slow sources; 0 = "
+                     "none, a hook re-reads what is older than max_age (>0: at least 0.5)",
                      minimum=0.0),
-    "refresh": Float(5.0, "seconds between background runs of the slow sources", minimum=0.5),
     "background": StrList(["fs", "ib", "procs", "timesync", "munge"],
-                          "sources run in the background (the rest are read at ask time)"),
+                          "slow sources whose values are kept for max_age (the rest are read "
+                          "at ask time)"),
     "healthcheck_interval": Float(0.0, "run `healthcheck` (and drain) every N s: only as "
                                   "HealthCheckProgram's replacement; 0 = never", minimum=0.0),
     "nvml_events": Bool(True, "keep an NVML event set for Xid critical errors"),

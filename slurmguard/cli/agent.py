@@ -19,8 +19,9 @@ import click
 def agent_cmd(ctx: click.Context, node: str | None, socket_path: str | None) -> None:
     """Run the resident node agent: answers "run hook X now" for the thin hook client.
 
-    Keeps NVML open (with an event set for Xid errors), follows the kernel log, runs the slow
-    sources (agent.background) every agent.refresh seconds, and runs prolog, epilog or
+    Keeps NVML open (with an event set for Xid errors), follows the kernel log, keeps the slow
+    sources' values (agent.background) for agent.max_age seconds (re-read by the next hook
+    after that; agent.refresh > 0 also refreshes them on a period), and runs prolog, epilog or
     healthcheck on request with the same code, verdict and reason as `slurmguard prolog`.
     The socket is mode 0600 and answers root (and the agent's own user) only. It never
     drains on its own schedule unless agent.healthcheck_interval > 0.

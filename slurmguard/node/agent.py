@@ -2,9 +2,9 @@
 
 A hook process pays for starting Python and importing slurmguard on every job start (about
 100 ms of a 130 ms prolog). The agent pays once: it keeps NVML initialised (and an NVML event
-set for Xid critical errors), follows the kernel log, runs the slow sources (filesystem
-probes, the /proc scan, IB counters, chrony, munge) in the background, and runs a hook when
-the thin client (``slurmguard-agent-client``, C, prolog/sg_agent_client.c) asks.
+set for Xid critical errors), follows the kernel log, keeps the slow sources' last values
+(filesystem probes, the /proc scan, IB counters, chrony, munge), and runs a hook when the thin
+client (``slurmguard-agent-client``, C, prolog/sg_agent_client.c) asks.
 
 One definition of a hook run: the agent calls :func:`slurmguard.node.hooks.execute`, the same
 gather/evaluate/decide/act/report code the in-process ``slurmguard prolog`` runs, with its
@@ -12,9 +12,12 @@ own *source table*: each source is a callable that returns the live or cached va
 raises the cached exception), so the checks, their timeouts, the decision, the drain (with
 the same blast-radius permit) and the record are the very same code. Freshness contract
 (docs/agent.md): sources not in ``agent.background`` are read at ask time (NVML queries, the
-new kernel-log lines, /proc/meminfo); a background value is used only when younger than
-``agent.max_age``, else it is re-run inside the hook's budget. The record carries each
-source's age (``agent.ages``) and the agent's boot id.
+new kernel-log lines, /proc/meminfo); a slow source's value is used only when younger than
+``agent.max_age``, else it is re-run inside the hook's budget (joining a read of it already
+running, never starting a second). Nothing is read on a timer unless ``agent.refresh`` > 0:
+an idle agent costs what its sleeping threads cost, not a loop of probes (the 5-s loop this
+replaced cost more CPU than the agent saved; tests/bench/bench_agent_idle.py). The record
+carries each source's age (``agent.ages``) and the agent's boot id.
 
 The agent never drains on its own schedule, unless ``agent.healthcheck_interval`` > 0 (then
 it *is* the HealthCheckProgram, and runs the same healthcheck on that interval).
@@ -59,6 +62,9 @@ PROTO = "SGA1"
 HOOKS = ("prolog", "epilog", "healthcheck")
 MAX_REQUEST = 4096
 _XID_RECORDS_KEPT = 10000
+# Seconds an idle thread sleeps between looks (the kernel-log file's stat, a stop, NVML's
+# event wait): each wake-up is Python work, paid every hour of the node's life.
+FOLLOW_PERIOD = 2.0
 
 
 def socket_path(template: str, node: str) -> str:
@@ -86,6 +92,14 @@ class _Cached:
         return self.value
 
 
+class _Inflight:
+    """A slow-source read in progress: its outcome once ``done`` is set."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.outcome: _Cached | None = None
+
+
 class KernelLogFollower:
     """The kernel log read incrementally: /dev/kmsg kept open, or a file followed by offset.
 
@@ -104,6 +118,8 @@ class KernelLogFollower:
         self._scanned = 0
         self._since: tuple[str, int] | None = None
         self._tail = b""
+        self._seen: tuple[int, int, int, int] | None = None  # the file's stat at the last read
+        self.reads = 0  # whole reads done (ask time and follow loop): SGA1 status reports them
 
     def _reset(self) -> None:
         if self._fd is not None:
@@ -111,9 +127,20 @@ class KernelLogFollower:
         self._fd = None
         self._records.clear()
         self._last, self._scanned, self._since, self._tail = -1, 0, None, b""
+        self._seen = None
 
     def fileno(self) -> int | None:
         return self._fd
+
+    def file_changed(self, path: str) -> bool:
+        """For the follow loop: whether the followed file may hold something not read yet
+        (its inode, device, size or mtime differ from the last read's). One stat instead of a
+        read each period; the ask-time read never asks this, it always reads."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return True  # gone: let read() say so
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self._seen
 
     def read(self, p: Mapping[str, Any]) -> Any:
         from slurmguard.adapters import kmsg
@@ -124,6 +151,7 @@ class KernelLogFollower:
             if self._key != (source, path):
                 self._reset()
                 self._key = (source, path)
+            self.reads += 1
             if source == "kmsg":
                 if self._fd is None:
                     self._fd = kmsg.open_kmsg(path)
@@ -135,7 +163,14 @@ class KernelLogFollower:
                 return kmsg.KernelLog("kmsg", read_boot_id(str(p["boot_id_path"])), self._last,
                                       tuple(self._records), {}, self._scanned)
             since = self._since if self._same_prefix(path) else None
+            try:
+                st = os.stat(path)
+                seen: tuple[int, int, int, int] | None = (st.st_dev, st.st_ino, st.st_size,
+                                                          st.st_mtime_ns)
+            except OSError:
+                seen = None
             got = kmsg._read_file(p, since)
+            self._seen = seen  # taken before the read: a line written during it is read again
             if since is None:
                 self._records.clear()
                 self._scanned = 0
@@ -202,7 +237,7 @@ class NvmlHolder:
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(3.0)
+            self._thread.join(FOLLOW_PERIOD + 1.0)
 
     def _run(self) -> None:
         from slurmguard.adapters import nvml
@@ -238,7 +273,7 @@ class NvmlHolder:
             self.status = f"initialised, Xid events on {len(handles)} GPUs"
             while not self._stop.is_set():
                 try:
-                    data = nv.nvmlEventSetWait_v2(evset, 500)
+                    data = nv.nvmlEventSetWait_v2(evset, int(FOLLOW_PERIOD * 1000))
                 except nv.NVMLError as exc:
                     if exc.value != nv.NVML_ERROR_TIMEOUT:
                         self._stop.wait(1.0)
@@ -288,16 +323,19 @@ class Agent:
         self.cache_lock = threading.Lock()
         self.cache: dict[tuple[str, str], _Cached] = {}
         self.gen = 0
-        self._inflight: set[tuple[str, str]] = set()
+        # A slow source being read now (by a hook or the background refresh): its end, which
+        # a second reader waits on instead of starting another read (a hung probe runs once).
+        self._inflight: dict[tuple[str, str], _Inflight] = {}
+        self.reads: dict[str, int] = {}  # slow-source reads started, by source: SGA1 status
         self.nodes = {node}
         self.kernel_log = KernelLogFollower()
         self.xid_events: deque[tuple[int, int, float]] = deque(maxlen=64)
         self.nvml = NvmlHolder(self.cfg, self._on_xid_event)
         self.stop = threading.Event()
         self.started = time.time()
-        # Rounds completed by the background and scheduled-healthcheck loops: `SGA1 status`
-        # reports them, so a caller can wait until the agent had its chance (tests).
-        self.passes = {"background": 0, "healthcheck": 0}
+        # Rounds completed by the background, scheduled-healthcheck and kernel-log loops: `SGA1
+        # status` reports them, so a caller can wait until the agent had its chance (tests).
+        self.passes = {"background": 0, "healthcheck": 0, "follow": 0}
 
     # -- config ---------------------------------------------------------------------------------
     def _current_stamp(self) -> tuple[Any, ...]:
@@ -336,6 +374,8 @@ class Agent:
         with self.cache_lock:
             gen = self.gen
         c = _Cached(time.monotonic(), gen)
+        with self.cache_lock:
+            self.reads[key[1]] = self.reads.get(key[1], 0) + 1
         try:
             c.value = resolve_source(target)(cfg, ctx)
         except BaseException as exc:  # noqa: BLE001 - cached, raised again in the hook's run
@@ -345,6 +385,27 @@ class Agent:
             if c.gen == self.gen and (old is None or old.at <= c.at):
                 self.cache[key] = c  # a value of an older config is never stored
         return c
+
+    def _refresh(self, key: tuple[str, str], target: Any, cfg: Config,
+                 ctx: GatherContext) -> _Cached:
+        """Read a slow source now, or wait for the read of it already running (until
+        ``ctx.deadline``: the hook's gather abandons a source it waited too long for, as it
+        does in a hook process), so a hung probe is never run twice at once."""
+        with self.cache_lock:
+            running = self._inflight.get(key)
+            if running is None:
+                mine = self._inflight[key] = _Inflight()
+        if running is None:
+            try:
+                mine.outcome = self._gather_into(key, target, cfg, ctx)
+                return mine.outcome
+            finally:
+                with self.cache_lock:
+                    del self._inflight[key]
+                mine.done.set()
+        if running.done.wait(max(0.0, ctx.deadline - time.monotonic())) and running.outcome:
+            return running.outcome
+        raise TimeoutError(f"{key[1]}: an earlier read of it is still running")
 
     def sources_for(self, cfg: Config, node: str, job_uid: int | None,
                     ages: dict[str, float]) -> dict[str, Any]:
@@ -379,7 +440,7 @@ class Agent:
                     ages[name] = round(now - hit.at, 3)
                     return hit.result()
                 ages[name] = 0.0  # stale or absent: run it now, inside this hook's budget
-                return self._gather_into((node, name), target, c, ctx).result()
+                return self._refresh((node, name), target, c, ctx).result()
             return get
 
         for name, target in table.items():
@@ -393,7 +454,8 @@ class Agent:
         return out
 
     def background_once(self) -> None:
-        """Refresh every background source some hook of a known node reads (not in flight)."""
+        """Refresh every background source some hook of a known node reads (one not being
+        read already: never two reads of the same at once)."""
         from slurmguard.node.runner import registry, select_checks
 
         for node in sorted(self.nodes):
@@ -412,24 +474,24 @@ class Agent:
                 with self.cache_lock:
                     if key in self._inflight:
                         continue  # still running (a hung probe): never stack them up
-                    self._inflight.add(key)
                 ctx = GatherContext(node=node, hook="agent", deadline=time.monotonic() + timeout)
 
                 def work(key: tuple[str, str] = key, target: Any = table[name], cfg: Config = cfg,
                          ctx: GatherContext = ctx) -> None:
                     try:
-                        self._gather_into(key, target, cfg, ctx)
-                    finally:
-                        with self.cache_lock:
-                            self._inflight.discard(key)
+                        self._refresh(key, target, cfg, ctx)
+                    except TimeoutError:
+                        pass  # another read of it started meanwhile: that one is kept
 
                 threading.Thread(target=work, name=f"bg-{name}", daemon=True).start()
 
     def _background_loop(self) -> None:
+        """Only with ``agent.refresh`` > 0 (default 0: a hook reads a slow source older than
+        ``agent.max_age`` itself): refresh the slow sources on that period."""
         while not self.stop.is_set():
             self.background_once()
             self.passes["background"] += 1
-            self.stop.wait(float(self.cfg["agent.refresh"]))
+            self.stop.wait(max(FOLLOW_PERIOD / 4, float(self.cfg["agent.refresh"])))
 
     def _follow_loop(self) -> None:
         """Keep reading the kernel log so nothing is lost to a ring-buffer wrap between asks."""
@@ -440,13 +502,17 @@ class Agent:
                 continue
             fd = self.kernel_log.fileno()
             try:
-                if fd is not None:
-                    select.select([fd], [], [], 1.0)
-                else:
-                    self.stop.wait(1.0)
-                self.kernel_log.read(p)
+                if fd is not None:  # /dev/kmsg: woken by a record (or the period, for stop)
+                    if select.select([fd], [], [], FOLLOW_PERIOD)[0]:
+                        self.kernel_log.read(p)
+                else:  # a file: one stat a period, a read only when it changed
+                    self.stop.wait(FOLLOW_PERIOD)
+                    if p["source"] == "kmsg" or self.kernel_log.file_changed(str(p["file"])):
+                        self.kernel_log.read(p)
             except (SlurmguardError, OSError, ValueError):
                 self.stop.wait(5.0)
+            finally:
+                self.passes["follow"] += 1
 
     def _healthcheck_loop(self) -> None:
         interval = float(self.cfg["agent.healthcheck_interval"])
@@ -486,10 +552,14 @@ class Agent:
         return code, out.getvalue(), err.getvalue()
 
     def status(self) -> dict[str, Any]:
-        """What `SGA1 status` answers: identity and loop rounds; runs no hook, reads nothing."""
+        """What `SGA1 status` answers: identity, loop rounds and the reads done so far, by
+    source (``kmsg``: the kernel log's); runs no hook, reads nothing."""
+        with self.cache_lock:
+            reads = dict(self.reads)
+        reads["kmsg"] = self.kernel_log.reads
         return {"node": self.node, "boot_id": self.boot_id, "pid": os.getpid(),
                 "uptime": round(time.time() - self.started, 3), "passes": dict(self.passes),
-                "nvml": self.nvml.status}
+                "reads": reads, "nvml": self.nvml.status}
 
     def handle(self, line: str) -> bytes:
         """Parse one request line and answer it (a refusal when the request does not fit)."""
@@ -564,8 +634,10 @@ def serve(agent: Agent, path: str, *, ready: Callable[[], None] | None = None) -
     """Answer requests on ``path`` until ``agent.stop`` is set (SIGTERM, reboot detected)."""
     srv = bind_socket(path)
     me = os.geteuid()
-    threads = [threading.Thread(target=agent._background_loop, name="background", daemon=True),
-               threading.Thread(target=agent._follow_loop, name="kernel-log", daemon=True)]
+    threads = [threading.Thread(target=agent._follow_loop, name="kernel-log", daemon=True)]
+    if float(agent.cfg["agent.refresh"]) > 0:
+        threads.append(threading.Thread(target=agent._background_loop, name="background",
+                                        daemon=True))
     if float(agent.cfg["agent.healthcheck_interval"]) > 0:
         threads.append(threading.Thread(target=agent._healthcheck_loop, name="healthcheck",
                                         daemon=True))
@@ -575,7 +647,6 @@ def serve(agent: Agent, path: str, *, ready: Callable[[], None] | None = None) -
             agent.kernel_log.read(agent.cfg.section("checks.xid"))
         except Exception as exc:  # noqa: BLE001 - the hooks report the source as they would
             log.info("kernel log: %s", exc)
-        agent.background_once()
         for t in threads:
             t.start()
         log.info("listening on %s (node %s, boot %s)", path, agent.node, agent.boot_id)
@@ -598,7 +669,7 @@ def serve(agent: Agent, path: str, *, ready: Callable[[], None] | None = None) -
                 except OSError:
                     return  # the client gave up (its timeout): it runs the hook itself
 
-        srv.settimeout(0.5)
+        srv.settimeout(FOLLOW_PERIOD)  # how soon a stop (SIGTERM, reboot seen) is noticed
         while not agent.stop.is_set():
             try:
                 conn, _ = srv.accept()

@@ -3,7 +3,8 @@ no figure is typed). `python tests/scale/run.py --render` rewrites them;
 tests/test_scale_doc.py checks the page is the rendering of the JSON.
 
 The JSON: {"runs": {LABEL: {N: {scenario: figures, ...}}}}; LABEL "today" is the code as it
-was measured first, "after" a rerun once fixes landed.
+was measured first, "after" a rerun once fixes landed, "agent" once the agent's refresh
+loop gave way to reads on demand (its steady state only).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 NODE_GOAL = 3.6  # CPU-seconds per node per hour: 0.1 % of one core (the issue's goal)
+# Shorter steady phases than this see too few of the health checks (CYCLE over 300 s) for
+# their RPC rates to say anything about jobs.
+RPC_PHASE_MIN_S = 120.0
 PLOTS = "scale"  # docs/scale/*.png
 
 
@@ -128,7 +132,10 @@ def plots(data: dict[str, Any], outdir: Path) -> list[str]:
 
 LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
           "after": "after: with the scale fixes merged (fallback bound, wrapper back-off, serve's "
-                   "shared Slurm view, hook fast path)"}
+                   "shared Slurm view, hook fast path)",
+          "agent": "agent: after the agent's refresh redesign (slow sources read when a hook "
+                   "needs them, no 5-s loop; the stand-in NVML's event wait sleeps as the "
+                   "driver's does; the agent's CPU counts its children's)"}
 
 
 def goals(data: dict[str, Any]) -> list[str]:
@@ -140,9 +147,14 @@ def goals(data: dict[str, Any]) -> list[str]:
             if len(phases) >= 2:
                 lo, hi = phases[0], phases[-1]
                 ok = hi["slurmguard_rpm"] <= 1.25 * lo["slurmguard_rpm"] + 5
-                out.append(f"| {label} | {n} | controller RPCs/min do not grow with jobs | "
-                           f"{lo['slurmguard_rpm']} at {lo['jobs_per_hour']} jobs/h, "
-                           f"{hi['slurmguard_rpm']} at {hi['jobs_per_hour']} | {'yes' if ok else 'no'} |")
+                if lo["seconds"] >= RPC_PHASE_MIN_S:
+                    out.append(f"| {label} | {n} | controller RPCs/min do not grow with jobs | "
+                               f"{lo['slurmguard_rpm']} at {lo['jobs_per_hour']} jobs/h, "
+                               f"{hi['slurmguard_rpm']} at {hi['jobs_per_hour']} | "
+                               f"{'yes' if ok else 'no'} |")
+                else:  # a few health checks more or less in one phase outweigh the jobs
+                    out.append(f"| {label} | {n} | controller RPCs/min do not grow with jobs | "
+                               f"not compared: {lo['seconds']:.0f}-s phases | – |")
                 a = lo["node_cpu_s_per_hour_agent"]
                 out.append(f"| {label} | {n} | per node <= {NODE_GOAL} CPU-s/h with the agent | "
                            f"{a} (agent's own {lo['agent_cpu_s_per_hour']}); without: "
@@ -242,9 +254,13 @@ How it is measured:
   (PrologSlurmctld) is its reaped children's CPU (cutime+cstime).
 - **per node**: each slurmd's reaped children's CPU (cutime+cstime): Prolog, Epilog and
   HealthCheckProgram (the entry script, the compiled client and any `slurmguard` it ran),
-  as slurmd waited for them; plus the agent's own CPU on agent nodes; divided by the phase
-  length, times 3,600. Jobs run under slurmstepd, which slurmd does not reap, so job CPU is
-  not in it.
+  as slurmd waited for them; plus the agent's CPU on agent nodes (in the "agent" run its own
+  and its reaped children's, the fs probes it runs; before, its own only); divided by the
+  phase length, times 3,600. Jobs run under slurmstepd, which slurmd does not reap, so job
+  CPU is not in it. The runs before "agent" charged each agent node the stand-in NVML's
+  2-ms poll in its Xid event wait (about 15 of the 17 CPU-s/h; a real driver sleeps in the
+  kernel, and the stand-in now sleeps on an inotify watch): docs/agent.md, "Tests and
+  figures".
 - **serve**: CPU and RSS of each replica's process.
 
 The scenarios (shared fault and Xid wave run every node's installed HealthCheckProgram,
@@ -255,7 +271,7 @@ HealthCheckInterval runs them, CYCLE):
   `slurmguard run` at two rates (300 and 1,200 an hour), nothing failing; the per-node cost
   is each entry script's CPU per run (a sample of agent and fallback nodes, one run at a
   time, as the harness's reaped children's CPU) times its runs per hour (3,600 / interval
-  health checks, a prolog and an epilog per one-node job), plus the agent's own CPU;
+  health checks, a prolog and an epilog per one-node job), plus the agent's CPU;
 - **shared_fault**: a required mount gone on every node (the nodes' mount table loses it),
   every node's health check with serve up, then with every replica down (at 1,024 nodes
   only the latter: a pass takes minutes here);

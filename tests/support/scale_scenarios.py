@@ -8,7 +8,8 @@ the harness sends slurmctld nothing but the job submissions being measured (no p
 the client queries and updates counted are slurmguard's (footprint.SLURM_OWN names Slurm's own
 traffic). CPU comes from /proc: slurmctld's own, its reaped children's (the gate), each
 slurmd's reaped children's (Prolog, Epilog, HealthCheckProgram: the hooks, as slurmd waited for
-them), the agents' and the serve replicas'.
+them), the agents' (their own and their reaped children's: the fs probes and other commands a
+source runs) and the serve replicas'.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ class Phase:
         ctld = footprint.proc_cpu(h.ctld_pid())
         per_min = 60.0 / secs
         scriptd = footprint.cpu_sum(footprint.children_of(h.ctld_pid()))
-        agent = [_d(footprint.proc_cpu(p.pid), self.agents.get(n)) for n, p in h.agents.items()]
+        agent = [_d(now, self.agents.get(n)) + _d(now, self.agents.get(n), children=True)
+                 for n, now in ((n, footprint.proc_cpu(p.pid)) for n, p in h.agents.items())]
         serves = []
         for s, before in zip(h.serves, self.serves, strict=True):
             if s.proc is None:

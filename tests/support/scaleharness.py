@@ -51,7 +51,8 @@ class ScaleSpec:
     start_timeout: float = 600.0
 
 
-AGENT_REFRESH, AGENT_MAX_AGE = 5.0, 10.0  # the [agent] defaults the harness keeps
+# The [agent] default the harness keeps (refresh 0: no answer uses a slow-source value older).
+AGENT_MAX_AGE = 10.0
 
 SETUP_KEYS = frozenset({"Prolog", "Epilog", "HealthCheckProgram", "HealthCheckNodeState",
                         "PrologEpilogTimeout", "PrologSlurmctld"})
@@ -303,13 +304,13 @@ healthcheck = ["gpu-count", "gpu-lost", "gpu-ecc", "gpu-xid", "fs-mount", "host-
         _write_atomic(self.root / "mountinfo", Path("/proc/self/mountinfo").read_text())
 
     def restore_shared_mount(self, settle: bool = False) -> None:
-        """The mount back; ``settle``: wait until every agent's background view of it is
-        fresh (agent.refresh + agent.max_age: until then an agent answers from its older one,
-        by design, and a check it answers fails again)."""
+        """The mount back; ``settle``: wait until no agent can answer from a view of the mount
+        table read before (agent.max_age: until then an agent may, by design, and a check it
+        answers fails again)."""
         line = f"9999 1 0:999 / {self.shared} rw,relatime shared:999 - nfs4 filer:/export rw\n"
         _write_atomic(self.root / "mountinfo", Path("/proc/self/mountinfo").read_text() + line)
         if settle and self.agents:
-            time.sleep(AGENT_REFRESH + AGENT_MAX_AGE + 1)
+            time.sleep(AGENT_MAX_AGE + 1)
 
     def run_entry(self, hook: str, node: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """The installed entry script of ``hook``, as slurmd runs it for ``node`` (its
