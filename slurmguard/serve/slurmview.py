@@ -65,8 +65,10 @@ class CachedNodes:
                 now = time.monotonic()
                 if now - self._at >= self.ttl and now - self._asked <= KEEP:
                     self._read()
-                wait = max(0.05, self._at + self.ttl - time.monotonic())
-            self._stop.wait(min(wait, self.ttl))
+                wait = self._at + self.ttl - time.monotonic()
+            # Past due means nobody asked lately (or a read outlasted the ttl): look again
+            # in one ttl rather than spin.
+            self._stop.wait(wait if wait > 0 else self.ttl)
 
     def _read(self) -> None:  # under self._lock
         self.reads += 1
