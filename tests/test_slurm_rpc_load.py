@@ -17,6 +17,7 @@ costs slurmctld").
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -132,3 +133,29 @@ slurm_interval_max = {SLURM_MAX}
     print(f"\nserve down, {JOBS} wrappers, {WINDOW:.0f} s: {reads} node reads "
           f"(bound {bound:.0f}; at the fixed interval {fixed:.0f})")
     assert JOBS <= reads <= bound  # every wrapper still asks: never silent
+
+
+def test_what_one_node_read_costs_slurmctld(slurm_cluster_factory: Any) -> None:
+    """The RPCs of one read of one node, by the command slurmguard's node side uses today
+    (``scontrol show node -o NAME``: the whole node table on 22.05, and the partitions) and
+    by ``sinfo -n NAME`` (REQUEST_NODE_INFO_SINGLE: that node only), as sdiag counts them; the
+    scale harness's controller/node split (footprint.RPCS_PER_CALL) rests on these."""
+    from support import footprint
+    from support.slurmcluster import BIN
+
+    c = slurm_cluster_factory(nodes=2)
+    name = c.nodes[0]
+    cost = {}
+    for kind, argv in (("scontrol show node NAME", [BIN["scontrol"], "show", "node", "-o", name]),
+                       ("sinfo node NAME", [BIN["sinfo"], "-h", "-N", "-n", name, "-o", "%N %T"])):
+        c.run("sdiag", "--reset")
+        for _ in range(3):
+            r = subprocess.run(argv, env=c.env, capture_output=True, text=True, timeout=30)
+            assert r.returncode == 0 and name in r.stdout, (argv, r.stdout, r.stderr)
+        counts = {t: n for t, n in rpcs(c).items() if t != "REQUEST_STATS_INFO"}
+        cost[kind] = counts
+        assert sum(counts.values()) == 3 * footprint.RPCS_PER_CALL[kind], (kind, counts)
+    print(f"\nRPCs of 3 reads of one node: {cost}")
+    assert cost["scontrol show node NAME"] == {"REQUEST_NODE_INFO": 3, "REQUEST_PARTITION_INFO": 3}
+    assert cost["sinfo node NAME"].get("REQUEST_NODE_INFO_SINGLE") == 3, cost
+    assert "REQUEST_NODE_INFO" not in cost["sinfo node NAME"], cost
