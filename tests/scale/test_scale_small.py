@@ -62,7 +62,7 @@ def test_a_shared_fault_with_serve_up_drains_at_most_the_cap(figures):
 def test_a_shared_fault_with_every_serve_down_drains_at_most_the_bound(figures):
     sf = figures["shared_fault"]
     assert sf["cap"] <= sf["serve_down"]["drained"] <= sf["bound_serve_down"], sf["serve_down"]
-    assert sf["serve_down"]["unexplained"] == [], sf["serve_down"]  # each spared node says why
+    assert sf["serve_down"]["unexplained"] == {}, sf["serve_down"]  # each spared node says why
 
 
 def test_the_xid_wave_drains_every_faulted_node_and_no_healthy_one(figures):
