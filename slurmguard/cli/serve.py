@@ -115,8 +115,9 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
     from slurmguard.adapters.slurm.commands import SlurmCLI
     from slurmguard.serve.slurmview import CachedNodes
 
-    # One read of the node table, shared by /drains, the policy pass and the scopes.
-    slurm = CachedNodes(SlurmCLI(cfg.section("slurm")), float(scfg["slurm_view_ttl"]))
+    # One read of the node table every ttl while in use, shared by /drains, the policy pass
+    # and the scopes: serve's cost to slurmctld does not follow the job rate (slurmview.py).
+    slurm = CachedNodes(SlurmCLI(cfg.section("slurm")), float(scfg["slurm_view_ttl"])).start()
     fleet = None
     if scfg["policy"] and not no_policy:
         from slurmguard.serve.fleet import Fleet
@@ -147,6 +148,7 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
         fleet.stop()
     leader.stop()
     server.shutdown()
+    slurm.stop()
     store.close()
     if held is not None:
         held.close()

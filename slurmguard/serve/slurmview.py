@@ -10,6 +10,15 @@ cached read, at most one per ``serve.slurm_view_ttl``, answers all of them: serv
 reads are at most 60 / ttl a minute whatever the number of jobs, nodes or records. A drain
 or undrain serve makes itself drops the cache, so its own changes show at once.
 
+Read on demand only, that count still followed the demand below its ceiling: a quiet cluster
+asked (a health check's record now and then) and a busy one asked every second, so serve's
+reads grew with the job rate until they reached 60 / ttl (docs/scale.md). With
+:meth:`CachedNodes.start` a refresher reads the table every ttl for as long as anyone asked
+within the last ``KEEP`` seconds, and a caller reads only when that view is older than two
+ttl (the refresher fell behind, or nobody asked for a while) or was dropped: serve's node
+reads are then 60 / ttl a minute while it is in use, whatever asks how often, and none once
+nothing has asked for ``KEEP`` seconds.
+
 Every other call (one node, drain, jobs, ...) goes to the adapter unchanged.
 """
 
@@ -22,6 +31,7 @@ from typing import Any
 from slurmguard.errors import SlurmguardError
 
 _CHANGES = ("drain", "undrain", "resume_ours", "reboot", "drain_ours_down")
+KEEP = 60.0  # s: the refresher keeps reading while someone asked this recently
 
 
 class CachedNodes:
@@ -33,19 +43,52 @@ class CachedNodes:
         self._at = float("-inf")
         self._view: list[Any] = []
         self._error: SlurmguardError | None = None
+        self._asked = float("-inf")
+        self._stop = threading.Event()
+        self._refresher: threading.Thread | None = None
         self.reads = 0  # reads of the whole table (metrics, tests)
+
+    def start(self) -> CachedNodes:
+        """Refresh the view every ttl in a thread of its own while it is being asked for."""
+        if self._refresher is None and self.ttl > 0:
+            self._refresher = threading.Thread(target=self._refresh, name="slurm-view",
+                                               daemon=True)
+            self._refresher.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _refresh(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                now = time.monotonic()
+                if now - self._at >= self.ttl and now - self._asked <= KEEP:
+                    self._read()
+                wait = self._at + self.ttl - time.monotonic()
+            # Past due means nobody asked lately (or a read outlasted the ttl): look again
+            # in one ttl rather than spin.
+            self._stop.wait(wait if wait > 0 else self.ttl)
+
+    def _read(self) -> None:  # under self._lock
+        self.reads += 1
+        try:
+            self._view, self._error = list(self.slurm.nodes()), None
+        except SlurmguardError as exc:  # a failing controller is not asked faster
+            self._view, self._error = [], exc
+        self._at = time.monotonic()
 
     def nodes(self, nodeset: str | None = None) -> list[Any]:
         if nodeset is not None:
             return list(self.slurm.nodes(nodeset))
         with self._lock:
-            if time.monotonic() - self._at >= self.ttl:
-                self.reads += 1
-                try:
-                    self._view, self._error = list(self.slurm.nodes()), None
-                except SlurmguardError as exc:  # a failing controller is not asked faster
-                    self._view, self._error = [], exc
-                self._at = time.monotonic()
+            now = time.monotonic()
+            # With the refresher running, a view up to two ttl old is its to renew: reading
+            # here too would make the count follow the callers again.
+            stale = self.ttl * (2 if self._refresher is not None else 1)
+            self._asked = now
+            if now - self._at >= stale:
+                self._read()
             if self._error is not None:
                 raise self._error
             return list(self._view)

@@ -40,12 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", default="/tmp/sg-scale", help="the run's directory (pid files)")
     ap.add_argument("--out", default=str(DOC_JSON), help="JSON the figures are merged into")
     ap.add_argument("--label", default="", help="stored with the run (e.g. before/after)")
+    ap.add_argument("--jobs-without-config", action="store_true",
+                    help="jobs' `slurmguard run` without the node's config, as the first runs "
+                         "had it (its drain watch then polls Slurm itself)")
     ap.add_argument("--render", action="store_true", help="only render docs/scale.md")
     a = ap.parse_args(argv)
     if a.render:
         scale_doc.write(Path(a.out))
         return 0
-    spec = ScaleSpec(nodes=a.nodes, agents=min(a.agents, a.nodes), hc_interval=a.hc_interval)
+    spec = ScaleSpec(nodes=a.nodes, agents=min(a.agents, a.nodes), hc_interval=a.hc_interval,
+                     job_config=not a.jobs_without_config)
     root = Path(a.root).resolve() / f"n{a.nodes}"
     opts: dict = {"minutes": a.minutes, "parallel": a.parallel}
     if a.fault_mode:
@@ -67,6 +71,7 @@ def run(root: Path, spec: ScaleSpec, scenarios: list[str], **opts: object) -> di
         rss = sum(footprint.proc_rss_mb(p) or 0.0 for p in h.slurmd_pids())
         figures: dict = {"nodes": spec.nodes, "agents": spec.agents,
                          "hc_interval": spec.hc_interval, "timings": h.timings,
+                         "job_config": spec.job_config,
                          "slurmd_rss_mb": round(rss), "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                              time.gmtime())}
         for name in scenarios:

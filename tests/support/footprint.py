@@ -146,3 +146,65 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     k = max(0, min(len(ordered) - 1, int(round(q * len(ordered) + 0.5)) - 1))
     return ordered[k]
+
+
+# -- who asked: the scale harness's tool recorders (scaleharness._write_recorders) ----------
+# sdiag cannot tell slurmguard's callers apart (all run as root here), so each Slurm tool the
+# harness's configs name logs its caller's command line. The slurmguard subcommand says the
+# side: the controller's (serve answers /drains, the policy pass and the gate's socket; the
+# rest run on the controller host) or the node's (hooks, the agent, the job's wrapper).
+CONTROLLER_SIDE = frozenset({"serve", "gate", "repair", "reconcile", "requeue", "burnin"})
+NODE_SIDE = frozenset({"healthcheck", "prolog", "epilog", "check", "agent", "run"})
+
+# RPCs slurmctld receives for one call of each kind on Slurm 22.05, as sdiag counts them
+# (tests/test_slurm_rpc_load.py measures each one): a node read loads the partitions too.
+RPCS_PER_CALL = {
+    "scontrol show node NAME": 2,   # REQUEST_NODE_INFO (the whole table) + PARTITION_INFO
+    "scontrol show node": 2,
+    "sinfo node NAME": 2,           # REQUEST_NODE_INFO_SINGLE + REQUEST_PARTITION_INFO
+    "scontrol update": 1,           # REQUEST_UPDATE_NODE
+}
+
+
+def caller_side(cmdline: str) -> tuple[str, str]:
+    """(side, subcommand) of a recorded caller's command line: ``controller`` or ``node`` by
+    the first slurmguard subcommand among its words, else ``other`` and its program name."""
+    for word in cmdline.split():
+        if word in CONTROLLER_SIDE:
+            return "controller", word
+        if word in NODE_SIDE:
+            return "node", word
+    prog = cmdline.split()[0].rsplit("/", 1)[-1] if cmdline.split() else "?"
+    return "other", prog
+
+
+def call_kind(call: str) -> str:
+    """The kind of a recorded call: ``scontrol show node NAME`` (one node), ``scontrol show
+    node`` (the table), ``sinfo node NAME``, ``scontrol update``, else the tool and its
+    first word."""
+    words = call.split()
+    tool, args = words[0], [w for w in words[1:] if not w.startswith("-")]
+    if tool == "scontrol" and args[:2] == ["show", "node"]:
+        return "scontrol show node NAME" if len(args) > 2 else "scontrol show node"
+    if tool == "sinfo" and "-n" in words:
+        return "sinfo node NAME"
+    if tool == "scontrol" and args[:1] == ["update"]:
+        return "scontrol update"
+    return " ".join([tool] + args[:1] + [w for w in words[1:] if w == "--json"])
+
+
+def calls_by_side(calls: list[tuple[float, str, str]]) -> dict[str, dict[str, int]]:
+    """``side/subcommand`` -> call kind -> count."""
+    out: dict[str, dict[str, int]] = {}
+    for _, caller, call in calls:
+        side, sub = caller_side(caller)
+        kinds = out.setdefault(f"{side}/{sub}", {})
+        kinds[call_kind(call)] = kinds.get(call_kind(call), 0) + 1
+    return out
+
+
+def node_side_rpcs(by_side: dict[str, dict[str, int]]) -> int:
+    """The RPCs the node side's calls cost slurmctld (calls x RPCS_PER_CALL; a kind not in
+    the table counts 1, at least the one request it is)."""
+    return sum(n * RPCS_PER_CALL.get(kind, 1) for who, kinds in by_side.items()
+               if who.startswith("node/") for kind, n in kinds.items())

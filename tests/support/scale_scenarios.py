@@ -35,6 +35,7 @@ class Phase:
         self.h = h
         h.sdiag_reset()
         self.t0 = time.monotonic()
+        self.wall0 = time.time()  # the tool recorders' clock
         self.ctld = footprint.proc_cpu(h.ctld_pid())
         self.scriptd = footprint.cpu_sum(footprint.children_of(h.ctld_pid()))
         self.agents = {n: footprint.proc_cpu(p.pid) for n, p in h.agents.items()}
@@ -44,6 +45,8 @@ class Phase:
         h, secs = self.h, time.monotonic() - self.t0
         rpcs = h.sdiag()
         own, client = footprint.split_rpcs(rpcs)
+        by_side = footprint.calls_by_side(h.slurm_calls(self.wall0))
+        node_side = min(client, footprint.node_side_rpcs(by_side))
         ctld = footprint.proc_cpu(h.ctld_pid())
         per_min = 60.0 / secs
         scriptd = footprint.cpu_sum(footprint.children_of(h.ctld_pid()))
@@ -62,6 +65,12 @@ class Phase:
             "slurmguard_rpm": round(client * per_min, 1),
             "ctld_cpu_pct": round(100 * _d(ctld, self.ctld) / secs, 2),
             "slurmguard_rpcs": client,
+            # Who asked (the tool recorders): calls by side/subcommand and kind; the node
+            # side's RPCs are its calls x footprint.RPCS_PER_CALL, the controller side's the
+            # rest of sdiag's client RPCs (so whatever no recorder saw counts against it).
+            "slurm_calls": by_side,
+            "node_side_rpm": round(node_side * per_min, 1),
+            "controller_rpm": round((client - node_side) * per_min, 1),
             # PrologSlurmctld runs under slurmscriptd (slurmctld's child): its reaped children.
             "gate_cpu_s": round(_d(ctld, self.ctld, children=True)
                                 + scriptd.children - self.scriptd.children, 2),
@@ -97,7 +106,7 @@ def all_healthchecks(h: ScaleHarness, parallel: int) -> tuple[float, list[str]]:
 def submit_spread(h: ScaleHarness, jobs: int, seconds: float) -> list[str]:
     """``jobs`` one-node jobs through `slurmguard run`, evenly over ``seconds``; their ids."""
     assert h.cluster is not None
-    script = f"#!/bin/sh\nexec {h.sg} run -- /bin/sleep 2\n"
+    script = h.job_script("/bin/sleep 2")
     t0, ids = time.monotonic(), []
     for i in range(jobs):
         delay = i * seconds / jobs - (time.monotonic() - t0)

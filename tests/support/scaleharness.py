@@ -49,6 +49,10 @@ class ScaleSpec:
     cap_percent: float = 20.0    # policy.blast_max_percent
     fallback_slots: int = 10
     start_timeout: float = 600.0
+    # Jobs' `slurmguard run` reads the node's config, as a site's /etc/slurmguard on every
+    # node gives it (so its drain watch asks serve). False: the wrapper runs with none, as the
+    # harness's first runs did (it then polls Slurm itself every notice.interval).
+    job_config: bool = True
 
 
 # The [agent] default the harness keeps (refresh 0: no answer uses a slow-source value older).
@@ -74,6 +78,7 @@ class ScaleHarness:
         self.cluster: Cluster | None = None
         self.timings: dict[str, float] = {}
         self.sg = str(Path(sys.executable).parent / "slurmguard")
+        self.calls_log = root / "slurm-calls.log"
 
     # -- life cycle ----------------------------------------------------------------------------
     @classmethod
@@ -180,6 +185,10 @@ policy_interval = 60.0
 socket = "{self.root}/run/%n.sock"
 [policy]
 blast_max_percent = {s.cap_percent}
+[slurm]
+scontrol = "{self.root}/bin/scontrol"
+sinfo = "{self.root}/bin/sinfo"
+squeue = "{self.root}/bin/squeue"
 [checks.gpu]
 expected_count = 8
 [checks.xid]
@@ -216,6 +225,7 @@ healthcheck = ["gpu-count", "gpu-lost", "gpu-ecc", "gpu-xid", "fs-mount", "host-
         token = cfgdir / "token"
         token.write_text(TOKEN + "\n")
         token.chmod(0o600)
+        self._write_recorders()
         common = self.common_config()
         (cfgdir / "slurmguard.toml").write_text(common)
         self.libdir = build_fake_nvml(self.root.parent / "fakenvml")
@@ -229,6 +239,46 @@ healthcheck = ["gpu-count", "gpu-lost", "gpu-ecc", "gpu-xid", "fs-mount", "host-
             (d / "kmsg").write_text("")
             (d / "boot_id").write_text(str(uuid.uuid4()) + "\n")
             (cfgdir / "nodes" / f"{n}.toml").write_text(self.common_config(node=n))
+
+    def _write_recorders(self) -> None:
+        """The Slurm tools every slurmguard config of the harness names: each appends one line
+        (time, the calling process's command line, the call) to ROOT/slurm-calls.log, then
+        execs the real tool; sdiag counts what slurmctld received, this says who asked. Short
+        appends (O_APPEND, under PIPE_BUF) from concurrent callers do not interleave."""
+        bindir = self.root / "bin"
+        bindir.mkdir()
+        for tool in ("scontrol", "sinfo", "squeue"):
+            path = bindir / tool
+            path.write_text(
+                "#!/bin/sh\n"
+                f'caller=$(tr "\\0" " " < /proc/$PPID/cmdline | cut -c1-200)\n'
+                f'printf "%s\\t%s\\t%s\\n" "$(date +%s.%N)" "$caller" "{tool} $*" '
+                f'>> {self.calls_log}\n'
+                f'exec /usr/bin/{tool} "$@"\n')
+            path.chmod(0o755)
+
+    def slurm_calls(self, since: float = 0.0) -> list[tuple[float, str, str]]:
+        """(time, caller's command line, call) of each slurmguard Slurm call since ``since``."""
+        if not self.calls_log.exists():
+            return []
+        out = []
+        for ln in self.calls_log.read_text(errors="replace").splitlines():
+            t, _, rest = ln.partition("\t")
+            caller, _, call = rest.partition("\t")
+            try:
+                at = float(t)
+            except ValueError:
+                continue
+            if at >= since:
+                out.append((at, caller, call))
+        return out
+
+    def job_script(self, command: str) -> str:
+        """A batch script running ``command`` under `slurmguard run`, with the node's config
+        when ``spec.job_config`` (a site's nodes have it in /etc)."""
+        cfg = (f"SLURMGUARD_CONFIG={self.prefix}/etc/slurmguard/nodes/$SLURMD_NODENAME.toml"
+               "; export SLURMGUARD_CONFIG\n" if self.spec.job_config else "")
+        return f"#!/bin/sh\n{cfg}exec {self.sg} run -- {command}\n"
 
     def _setup(self) -> list[str]:
         """`slurmguard setup controller` then `setup node` into the prefix, as an admin runs
