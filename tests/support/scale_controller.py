@@ -132,8 +132,16 @@ def outage(h: ScaleHarness, outage_minutes: float = 5.0, baseline_minutes: float
                                   for m in NOTICE_LINE.findall(f.read_text())
                                   if m[0] != victim)
     h.cluster.run("scancel", *ids, timeout=120)
+    t0 = time.monotonic()  # the jobs gone before the undrain: a step that outlives Slurm's
+    while _queued(h, ids) and time.monotonic() - t0 < 300:  # kill wait drains its node
+        time.sleep(2)  # ("Kill task failed", seen at load 180), which the next scenario needs
     h.undrain_all()
     return out
+
+
+def _queued(h: ScaleHarness, ids: list[str]) -> int:
+    assert h.cluster is not None
+    return len(set(h.cluster.run("squeue", "-h", "-o", "%i", timeout=60).stdout.split()) & set(ids))
 
 
 def _wrapper_rss_mb(h: ScaleHarness) -> list[float]:
@@ -247,6 +255,7 @@ def gate(h: ScaleHarness, gate_runs: int = 20, burst: int = 200, **_: Any) -> Fi
                python_refused=sum(rc != 0 for _, rc in py))
     # The same through Slurm: the gate runs under slurmscriptd, as in production.
     done = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+    h.undrain_all()  # a job over every node needs every node
     p = Phase(h)
     t0 = time.monotonic()
     j = h.cluster.sbatch("#!/bin/sh\ntrue\n", f"-N{len(h.nodes)}", "--output=/dev/null")
