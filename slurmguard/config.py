@@ -155,9 +155,12 @@ _NOTICE: Schema = {  # drain notices to running jobs (docs/requeue.md)
     "serve_url": Str("", "base URL of serve for GET /drains and POST /suspect, e.g. "
                          "http://ctl:8742 (empty: hooks.report_url without its path)"),
     "interval": Float(2.0, "seconds between the wrapper's drain polls of serve", minimum=0.2),
-    "slurm_interval": Float(10.0, "seconds between drain polls of Slurm itself when serve "
-                                  "does not answer: the first wait (jittered) ...", minimum=0.2),
-    "slurm_interval_max": Float(120.0, "... which doubles while serve stays down, up to this",
+    # setup's HealthCheckInterval: with serve down, each wrapper then reads Slurm about as
+    # often as a health check does, so an outage at most doubles slurmctld's RPC rate
+    # (docs/requeue.md "What a serve outage costs slurmctld").
+    "slurm_interval": Float(300.0, "seconds between drain polls of Slurm itself when serve "
+                                   "does not answer: the first wait (jittered) ...", minimum=0.2),
+    "slurm_interval_max": Float(300.0, "... which doubles while serve stays down, up to this",
                                 minimum=0.2),
     "timeout": Float(2.0, "seconds per drain poll", minimum=0.1),
     "job_token_file": Str("", "token jobs may read (group- or world-readable) that lets the "

@@ -249,3 +249,48 @@ def test_the_fallback_never_asks_slurm_faster_than_its_interval(draws: list[floa
     gaps = [b - a for a, b in zip(asked, asked[1:], strict=False)]
     assert asked[0] <= 10.0 + 2.0 and min(gaps) >= 0.75 * 10.0 - 2.0
     assert len(asked) <= 3600 / (0.75 * 120) + 6  # at most about one read per 90 s at length
+
+
+def _setup_health_check_interval() -> float:
+    from slurmguard.install.plan import conf_lines
+
+    [line] = [x for x in conf_lines("/lib", 30.0, "node") if x.startswith("HealthCheckInterval=")]
+    return float(line.split("=", 1)[1])
+
+
+def test_with_the_defaults_a_serve_outage_costs_slurmctld_no_more_than_the_health_checks() -> None:
+    """Every serve down, J wrappers (one job per node) on their default notice settings read
+    Slurm no more often, in any first T seconds of the outage, than the health checks of J
+    nodes at setup's HealthCheckInterval: each read and each health check is one node read,
+    so slurmctld's rate at most doubles (the issue's goal; docs/requeue.md). Old defaults
+    (first read within 10 s, waits 10, 20, 40 ... 120 s) made 16 reads per wrapper in the
+    first 10 minutes against the health checks' 2."""
+    import math
+    import random
+
+    from slurmguard import config
+
+    notice = config.SCHEMA["notice"]
+    first, most = float(notice["slurm_interval"].default), float(notice["slurm_interval_max"].default)
+    hci, wrappers, horizon = _setup_health_check_interval(), 300, 3600.0
+    reads: list[float] = []
+    for seed in range(wrappers):
+        now, rng = [0.0], random.Random(seed)
+
+        def down(nodes: Any, since: float) -> list[Drain]:
+            raise AskError("serve unreachable")
+
+        def slurm(nodes: Any, since: float, now: list[float] = now) -> list[Drain]:
+            reads.append(now[0])
+            return []
+
+        w = NoticeWatch(["n1"], NOW, [("serve", down, 2.0), ("slurm", slurm, first)],
+                        backoff_max=max(most, first), rng=rng.random, clock=lambda now=now: now[0])
+        while now[0] < horizon:
+            now[0] += max(2.0, w.poll_once())  # serve's own pace; the fallback's wait is due
+    reads.sort()
+    for t in range(10, int(horizon) + 1, 10):
+        hc = wrappers * t / hci  # health checks of as many nodes in the first t seconds
+        got = sum(r <= t for r in reads)
+        assert got <= 1.1 * hc + 4 * math.sqrt(hc) + 2, (t, got, hc)
+    assert len(reads) >= 0.8 * wrappers * horizon / hci  # it does ask Slurm: notices go on

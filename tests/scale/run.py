@@ -21,7 +21,7 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 
 from support import footprint, scale_doc  # noqa: E402
-from support.scale_scenarios import SCENARIOS  # noqa: E402
+from support.scale_controller import SCENARIOS  # noqa: E402
 from support.scaleharness import ScaleHarness, ScaleSpec  # noqa: E402
 
 DOC_JSON = TESTS.parent / "docs" / "scale.json"
@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agents", type=int, default=32, help="nodes with the resident agent")
     ap.add_argument("--hc-interval", type=int, default=300, help="HealthCheckInterval (s)")
     ap.add_argument("--minutes", type=float, default=2.0, help="steady: minutes per job rate")
+    ap.add_argument("--outage-minutes", type=float, default=5.0,
+                    help="outage: minutes with every serve down (and as many with serve up before)")
     ap.add_argument("--parallel", type=int, default=64, help="hooks run at once (memory bound)")
     ap.add_argument("--fault-mode", action="append", choices=["serve_up", "serve_down"],
                     default=[], help="shared_fault: only these phases (default both)")
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = ScaleSpec(nodes=a.nodes, agents=min(a.agents, a.nodes), hc_interval=a.hc_interval,
                      job_config=not a.jobs_without_config)
     root = Path(a.root).resolve() / f"n{a.nodes}"
-    opts: dict = {"minutes": a.minutes, "parallel": a.parallel}
+    opts: dict = {"minutes": a.minutes, "parallel": a.parallel, "outage_minutes": a.outage_minutes}
     if a.fault_mode:
         opts["modes"] = tuple(a.fault_mode)
     figures = run(root, spec, [s for s in SCENARIOS if s in a.scenario] or list(SCENARIOS), **opts)

@@ -9,6 +9,10 @@ agent on 16 nodes; every scenario once (one module-scoped run, ~3 minutes), then
   healthy one;
 - steady state: every job completed, nothing drained, and slurmguard's RPCs at slurmctld per
   healthy health check bounded (a hook that starts polling Slurm on every run fails this);
+- every serve down for 15 s while one wrapped job per node watches for drain notices:
+  slurmctld's RPCs per minute at most double, and every record the nodes spooled meanwhile
+  is stored exactly once when serve is back (the long form, tests/scale/run.py --scenario
+  outage, holds the outage 5 minutes and checks a drain's notice through Slurm);
 - the RPCs per minute of the controller side do not grow with the job rate: sdiag's client
   RPCs less the node side's (every Slurm tool the harness's configs name logs its caller:
   hooks, agent and the jobs' wrappers are the node side), at 300 and 1,800 jobs/h; and the
@@ -25,7 +29,7 @@ import pytest
 from support import slurmcluster
 from support.helpers import require
 from support.pgserver import _pg_bin
-from support.scale_scenarios import SCENARIOS
+from support.scale_controller import SCENARIOS
 from support.scaleharness import ScaleHarness, ScaleSpec
 
 pytestmark = [pytest.mark.slurm, pytest.mark.postgres]
@@ -46,10 +50,17 @@ def figures(tmp_path_factory):
         out["shared_fault"] = SCENARIOS["shared_fault"](h, parallel=32)
         out["wave"] = SCENARIOS["wave"](h, parallel=32)
         out["steady"] = SCENARIOS["steady"](h, minutes=0.4, jobs_per_hour=(300, 1800), sample=2)
+        # Short windows: the old fallback had every wrapper read Slurm in the first 10 s.
+        t1 = time.monotonic()
+        out["outage"] = SCENARIOS["outage"](h, outage_minutes=0.25, baseline_minutes=0.2,
+                                            settle=5, notice_timeout=0)
+        out["outage_s"] = time.monotonic() - t1
     finally:
         h.stop()
     out["wall_s"] = time.monotonic() - t0
-    print(f"\nscale small form: {NODES} nodes, {out['wall_s']:.0f} s")
+    o = out["outage"]
+    print(f"\nscale small form: {NODES} nodes, {out['wall_s']:.0f} s (outage {out['outage_s']:.0f} s: "
+          f"ratio {o['ratio_total']}, {o['stored']} of {o['spooled_during']} spooled stored)")
     return out
 
 
@@ -91,3 +102,16 @@ def test_controller_rpcs_per_minute_do_not_grow_with_the_job_rate(figures):
     for ph in (low, high):  # serve answers the wrappers' drain watch: none asks Slurm
         assert "node/run" not in ph["slurm_calls"], ph["slurm_calls"]
         assert ph["slurm_calls"].get("controller/serve"), ph["slurm_calls"]  # the recorders saw
+
+
+def test_a_serve_outage_at_most_doubles_slurmctlds_rpc_rate(figures):
+    o = figures["outage"]
+    assert o["jobs"] == NODES
+    assert o["ratio_total"] <= 2.0, (o["serve_up"]["rpc_per_min"], o["serve_down"]["rpc_per_min"])
+
+
+def test_a_serve_outage_loses_no_record_and_stores_none_twice(figures):
+    o = figures["outage"]
+    assert o["spooled_during"] > 0, o  # the nodes checked in the outage spooled their records
+    assert (o["lost"], o["duplicated"], o["pending"]) == (0, 0, 0), o
+    assert o["stored"] == o["spooled_during"]

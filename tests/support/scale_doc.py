@@ -94,7 +94,66 @@ def table(n: int, f: dict[str, Any]) -> list[str]:
                  f"{w['drained_faulted']} / {len(w['drained_healthy'])} |",
                  f"| Xid 79 wave: fault to every faulted node drained (one check of every node) | {w['all_drained_s']} s |",
                  f"| Xid 79 wave: slurmguard RPCs per node checked | {round(w['slurmguard_rpcs'] / n, 1)} |"]
-    return rows + [""]
+    return rows + controller_rows(n, f) + [""]
+
+
+def _rpm(ph: dict[str, Any]) -> str:
+    """A phase's RPCs per minute by message type, the largest first."""
+    by = sorted(ph["rpc_per_min"].items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{t} {v}" for t, v in by if v)
+
+
+def controller_rows(n: int, f: dict[str, Any]) -> list[str]:
+    """The outage, gate and ingest scenarios' rows of one run's table."""
+    rows = []
+    o = f.get("outage")
+    if o:
+        up, down, nt = o["serve_up"], o["serve_down"], o.get("notice", {})
+        rows += [
+            f"| serve outage: jobs watching (one `slurmguard run` per node; wrapper RSS) | "
+            f"{o['jobs']} ({o['wrapper_rss_mb']} MB each) |",
+            f"| serve outage: serve up {o['up_s']:.0f} s, RPCs/min by type | {_rpm(up)} |",
+            f"| serve outage: every serve down {o['down_s']:.0f} s, RPCs/min by type | {_rpm(down)} |",
+            f"| serve outage: slurmctld's RPCs/min, serve up / down (ratio) | "
+            f"{round(up['slurm_own_rpm'] + up['slurmguard_rpm'], 1)} / "
+            f"{round(down['slurm_own_rpm'] + down['slurmguard_rpm'], 1)} ({o['ratio_total']}) |",
+            f"| serve outage: a node drained in it, its job's notice (via; after the drain) | "
+            f"{nt.get('via') or 'none'}; {nt.get('seen_after_s')} s |",
+        ]
+        if "pending" in o:  # counted after replay rounds until the spools were empty
+            rows.append(f"| serve outage: records spooled in it / stored once after "
+                        f"({o['replay_rounds']} replay rounds) / lost / duplicated | "
+                        f"{o['spooled_during']} / {o['stored']} / {o['lost']} / {o['duplicated']} |")
+    g = f.get("gate")
+    if g:
+        rows += [
+            f"| gate (socket): one job of {g['large_job_nodes']} nodes, p50 / p99 ({g['large_runs']} runs) | "
+            f"{g['large_p50_ms']} / {g['large_p99_ms']} ms |",
+            f"| gate (socket): {g['burst']} one-node jobs at once, p50 / p99 (all done in) | "
+            f"{g['burst_p50_ms']} / {g['burst_p99_ms']} ms ({g['burst_wall_s']} s) |",
+            f"| gate (Python, serve's socket down): one job of {g['large_job_nodes']} nodes, p50 / p99 "
+            f"({g['python_runs']} runs) | {g['python_large_p50_ms']} / {g['python_large_p99_ms']} ms |",
+            f"| gate through Slurm: {g['burst']} one-node jobs, submit to all ended; completed | "
+            f"{g['slurm_burst_all_ended_s']} s; {g['slurm_burst_completed']} |",
+            f"| gate through Slurm: CPU per job (slurmctld's reaped children) | "
+            f"{g['slurm_gate_cpu_ms_per_job']} ms |",
+        ]
+        if "slurm_large_job_s" in g:  # left out of a run where the job waited on a drain
+            rows.append(f"| gate through Slurm: one batch job over every node, submit to end | "
+                        f"{g['slurm_large_job_s']} s ({g['slurm_large_job_state']}) |")
+    i = f.get("ingest")
+    if i:
+        rows += [
+            f"| ingest: every node POSTs at once, POST to stored p50 / p99 ({i['posts']} POSTs, "
+            f"{i['failed']} failed) | {i['p50_ms']} / {i['p99_ms']} ms |",
+            f"| store: records a day ({n} nodes: health checks every {f.get('hc_interval', 300)} s, "
+            f"a prolog and an epilog per job at 300 jobs/h) | {i['records_per_day']:,} |",
+            f"| store: PostgreSQL growth a day (simulated days written through the store API; "
+            f"bytes per record) | {i['growth_mb_per_day']} MB ({i['bytes_per_record']} B) |",
+            f"| store: PostgreSQL size after a month (extrapolated: now + 30 x the last day) | "
+            f"{i['month_mb']:,.0f} MB |",
+        ]
+    return rows
 
 
 def _series(runs: list[tuple[int, dict[str, Any]]]) -> dict[str, tuple[str, list[Any]]]:
@@ -149,6 +208,11 @@ LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
                         "config",
           "ctld-noconfig": "main at b5cbbf6, callers recorded, jobs without a config (as the "
                            "first runs had them: the wrapper polls Slurm itself)",
+          "notice-before": "the controller scenarios on main at b5cbbf6: the wrappers' Slurm "
+                           "fallback at its earlier defaults (first read within 10 s, doubling "
+                           "to 120 s)",
+          "controller": "the controller scenarios with the wrappers' Slurm fallback paced by "
+                        "the health-check interval (notice.slurm_interval and _max 300 s)",
           "after": "after: with the scale fixes merged (fallback bound, wrapper back-off, serve's "
                    "shared Slurm view, hook fast path)",
           "agent": "agent: after the agent's refresh redesign (slow sources read when a hook "
@@ -190,6 +254,21 @@ def goals(data: dict[str, Any]) -> list[str]:
                 b = sf.get("bound_serve_down", sf["bound_serve_down_today"])
                 out.append(f"| {label} | {n} | shared fault, serve down: drained <= stated bound "
                            f"| {down} (bound {b}) | {'yes' if down <= b else 'no'} |")
+            o = f.get("outage")
+            if o:
+                r, nt = o["ratio_total"], o.get("notice", {})
+                out.append(f"| {label} | {n} | serve outage ({o['down_s'] / 60:g} min, {o['jobs']} "
+                           f"jobs watching): slurmctld's RPC rate at most doubles | {r}x | "
+                           f"{'yes' if r is not None and r <= 2 else 'no'} |")
+                if "pending" in o:
+                    whole = (o["lost"], o["duplicated"], o["pending"]) == (0, 0, 0) and o["stored"] > 0
+                    out.append(f"| {label} | {n} | serve outage: every record stored once | "
+                               f"{o['stored']} of {o['spooled_during']}, duplicated "
+                               f"{o['duplicated']} | {'yes' if whole else 'no'} |")
+                if o["down_s"] >= 120:  # a short form does not wait for the notice
+                    out.append(f"| {label} | {n} | serve outage: a drain's notice reaches the job "
+                               f"through Slurm | {nt.get('via') or 'none'}, {nt.get('seen_after_s')} s | "
+                               f"{'yes' if nt.get('via') == 'slurm' else 'no'} |")
             w = f.get("wave")
             if w:
                 ok = not w["missed"] and not w["drained_healthy"]
@@ -240,6 +319,16 @@ def projection(data: dict[str, Any]) -> str:
                      f"fallback_slots) - 1 = {cap10k + 1000 - 1:,} at 10,000 nodes (cap "
                      f"{cap10k:,}, 10 slots); after it, cap + fallback_share - 1 = "
                      f"{cap10k + 1:,} (fallback_share 2), whatever N.")
+    ctl = _runs(data, "controller")
+    ing = _g(ctl[-1][1], "ingest", default=None) if ctl else None
+    if isinstance(ing, dict):
+        hc = ctl[-1][1].get("hc_interval", 300)
+        per_day = 10000 * 86400 // hc
+        lines.append(f"- the store: {ing['bytes_per_record']:,} bytes a record (measured at "
+                     f"{ctl[-1][0]:,} nodes); a health check per node every {hc} s at 10,000 "
+                     f"nodes is {per_day:,} records a day, "
+                     f"{per_day * ing['bytes_per_record'] * 30 / 2**30:,.0f} GB a month "
+                     "(nothing expires records today).")
     lines += ["- several controller hosts: serve replicas share the ingest; the Slurm reads "
               "are the leader's and the hooks' own, so they do not multiply with replicas; "
               "slurmctld is one process whatever the hosts, and its RPC budget is the figure "
@@ -254,6 +343,7 @@ tests/support/scale_scenarios.py) and rendered from docs/scale.json by
 tests/support/scale_doc.py; tests/test_scale_doc.py checks this page is that rendering.
 
     python tests/scale/run.py --nodes 1024 --scenario steady --scenario shared_fault --scenario wave
+    python tests/scale/run.py --nodes 128 --scenario outage --scenario gate --scenario ingest --label controller
     python tests/scale/run.py --render
 
 The harness: one real slurmctld (Slurm 22.05) with N `slurmd -N` on this host (SlurmdTimeout
@@ -315,10 +405,31 @@ fleet-wide pass of Python hooks is CPU-bound here (the load average passed 70 du
 not a real fleet's (where each node checks itself in parallel); memory bounds the hooks run
 at once.
 
-Not measured here (not built in the time): the serve outage with 500-1,000 jobs' wrappers
-watching (the outage ratio goal), repair in act mode on the wave (RebootProgram and the BMC),
-gate latency p50/p99 for a 512-node job and a 200-job burst, ingest p99 and the store after
-a simulated month; the runs at 1,024 nodes are one each. Not done: the node side's one-node
+Controller scenarios (`--scenario outage|gate|ingest`; `--outage-minutes`, 5 by default):
+- **outage**: one job per node under `slurmguard run` (each wrapper reading its node's config,
+  so it asks serve), sdiag by type for up to 2 minutes with serve up, then every replica
+  stopped for the outage; a node drained 20 s into it (an admin's `scontrol update`, the one
+  RPC the harness sends) must reach its job's wrapper through Slurm (the wrapper's own
+  "seen ... after the drain"); then, serve still down, every eighth node runs its health
+  check (its record goes to the spool) and, serve back, each spooled node runs one more,
+  which replays its spool: every spooled record counted in the store by id;
+- **gate**: the installed PrologSlurmctld entry script run with slurmctld's environment,
+  timed from outside: one job over every node 20 times, then 200 one-node jobs' gates at
+  once, through serve's gate socket (serve0 runs on the controller's config, as on the
+  slurmctld host); the Python gate alone with serve0 stopped; then one batch job over every
+  node and 200 one-node batch jobs through Slurm itself;
+- **ingest**: every node POSTs one record at once (signed as its hooks sign), 10 rounds:
+  serve answers only after the record's batch committed, so a POST's time is POST to
+  stored; then two simulated days of this fleet's records (a health check per node per
+  HealthCheckInterval, a prolog and an epilog per job at 300 jobs/h, six check results a
+  record) written through the store API in batches of 2,000, the PostgreSQL size after
+  each: a month is extrapolated as the size now plus 30 times the last day's growth
+  (nothing in the store expires records today).
+
+Not measured here: repair in act mode on the wave (RebootProgram and the BMC); the
+controller scenarios at 512 and 1,024 nodes (128 only: the machine was shared); the runs at
+1,024 nodes are one each.
+Not done: the node side's one-node
 read (`scontrol show node -o NAME`, REQUEST_NODE_INFO: the whole node table on 22.05) could
 be `sinfo -n NAME` (REQUEST_NODE_INFO_SINGLE: that node only, the same two RPCs;
 tests/test_slurm_rpc_load.py counts both), which needs a format-string parser on the hooks'

@@ -69,6 +69,7 @@ class ScaleHarness:
         self.prefix = root / "install"
         self.pids = root / "pids"
         self.shared = root / "shared"  # the mount every node requires (fs-mount)
+        self.gate_socket = root / "run" / "gate.sock"  # serve0's, for PrologSlurmctld
         self.nodes = [f"n{i}" for i in range(1, spec.nodes + 1)]
         self.agent_nodes = self.nodes[:spec.agents]
         self.pg: PgServer | None = None
@@ -105,8 +106,13 @@ class ScaleHarness:
         conf = self._setup()
         self.timings["setup_s"] = time.monotonic() - t0
         for i, port in enumerate(self.ports):
-            cfg = self.prefix / f"etc/slurmguard/serve{i}.toml"
-            cfg.write_text(self.common_config(serve_port=port))
+            # The first replica runs on the controller's own config, as serve on the slurmctld
+            # host does: its gate socket answers PrologSlurmctld's compiled client, which
+            # serve accepts only for its own config file (docs/serve.md "Gate fast path").
+            cfg = self.prefix / ("etc/slurmguard/slurmguard.toml" if i == 0
+                                 else f"etc/slurmguard/serve{i}.toml")
+            if i:
+                cfg.write_text(self.common_config(serve_port=port))
             s = Serve(cfg, port, env={"SLURM_CONF": str(self.conf_path)})
             self.serves.append(s.start(timeout=60))
             self._pidfile(f"serve{i}", s.proc.pid, str(cfg))  # type: ignore[union-attr]
@@ -173,6 +179,8 @@ class ScaleHarness:
         state = f"{d}/state" if d else f"{p}/var/lib/slurmguard"
         spool = f"{d}/spool" if d else f"{p}/var/spool/slurmguard"
         urls = [f"http://127.0.0.1:{port}/ingest" for port in self.ports]
+        # Only the controller's file (serve0's) has the gate socket: one serve answers there.
+        gate = f'gate_socket = "{self.gate_socket}"' if not node and not serve_port else ""
         return f"""
 [store]
 url = "{self.store_url}"
@@ -181,6 +189,7 @@ host = "127.0.0.1"
 port = {serve_port or self.ports[0]}
 token_file = "{p}/etc/slurmguard/token"
 policy_interval = 60.0
+{gate}
 [agent]
 socket = "{self.root}/run/%n.sock"
 [policy]
