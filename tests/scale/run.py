@@ -4,6 +4,10 @@ file (docs/scale.json by default) that docs/scale.md is rendered from.
 
     python tests/scale/run.py --nodes 1024 --scenario steady --scenario shared_fault
     python tests/scale/run.py --render     # docs/scale.md and its plots from docs/scale.json
+    python tests/scale/run.py --nodes 512 --scenario fleet_day --seed 1 --day-s 300
+
+The fleet day runs alone (its harness has more checks and no agent; it starts its baseline
+harness itself).
 
 A run first kills what an earlier run on the same --root left (its pid files), and tears
 everything down by pid at the end, also on Ctrl-C.
@@ -21,7 +25,8 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 
 from support import footprint, scale_doc  # noqa: E402
-from support.scale_scenarios import SCENARIOS  # noqa: E402
+from support.fleet_day import fleet_spec  # noqa: E402
+from support.scale_scenarios import DEFAULT, SCENARIOS  # noqa: E402
 from support.scaleharness import ScaleHarness, ScaleSpec  # noqa: E402
 
 DOC_JSON = TESTS.parent / "docs" / "scale.json"
@@ -37,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel", type=int, default=64, help="hooks run at once (memory bound)")
     ap.add_argument("--fault-mode", action="append", choices=["serve_up", "serve_down"],
                     default=[], help="shared_fault: only these phases (default both)")
+    ap.add_argument("--seed", type=int, default=1, help="fleet_day: the fault schedule's seed")
+    ap.add_argument("--day-s", type=float, default=300.0, help="fleet_day: the day in seconds")
+    ap.add_argument("--tick", type=float, default=15.0,
+                    help="fleet_day: seconds between every node's health check")
     ap.add_argument("--root", default="/tmp/sg-scale", help="the run's directory (pid files)")
     ap.add_argument("--out", default=str(DOC_JSON), help="JSON the figures are merged into")
     ap.add_argument("--label", default="", help="stored with the run (e.g. before/after)")
@@ -50,7 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     opts: dict = {"minutes": a.minutes, "parallel": a.parallel}
     if a.fault_mode:
         opts["modes"] = tuple(a.fault_mode)
-    figures = run(root, spec, [s for s in SCENARIOS if s in a.scenario] or list(SCENARIOS), **opts)
+    scenarios = [s for s in SCENARIOS if s in a.scenario] or list(DEFAULT)
+    if "fleet_day" in scenarios:
+        if scenarios != ["fleet_day"]:
+            ap.error("--scenario fleet_day runs alone")
+        spec = fleet_spec(spec, slurmguard=True)
+        opts.update(seed=a.seed, day_s=a.day_s, tick=a.tick, parallel=min(a.parallel, 16))
+    figures = run(root, spec, scenarios, **opts)
     figures["label"] = a.label
     out = Path(a.out)
     data = json.loads(out.read_text()) if out.exists() else {"runs": {}}
