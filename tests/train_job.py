@@ -137,7 +137,8 @@ def main() -> int:
         if latest is not None:
             saved = json.loads((Path(latest.path) / "state.json").read_text())
             state, step = saved["state"], saved["step"]
-    job_nodes = expand(os.environ.get("SLURM_JOB_NODELIST", "")) if a.fault_dir else []
+    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
+    job_nodes = expand(nodelist) if a.fault_dir and nodelist else []
     ntasks = int(os.environ.get("SLURM_NTASKS", "1"))
     bdir = root / f".barrier-{os.environ.get('SLURM_JOB_ID', 'local')}-{restart}"
     if a.no_barrier:

@@ -24,12 +24,14 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 
-from support import footprint, scale_doc  # noqa: E402
+from support import fleet_day_doc, footprint, scale_doc  # noqa: E402
 from support.fleet_day import fleet_spec  # noqa: E402
+from support.fleet_day_doc import MODES  # noqa: E402
 from support.scale_scenarios import DEFAULT, SCENARIOS  # noqa: E402
 from support.scaleharness import ScaleHarness, ScaleSpec  # noqa: E402
 
 DOC_JSON = TESTS.parent / "docs" / "scale.json"
+FLEET_JSON = TESTS.parent / "docs" / "fleet-day.json"  # the fleet day's page (docs/fleet-day.md)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.render:
         scale_doc.write(Path(a.out))
+        if FLEET_JSON.exists():
+            fleet_day_doc.write(FLEET_JSON)
         return 0
     spec = ScaleSpec(nodes=a.nodes, agents=min(a.agents, a.nodes), hc_interval=a.hc_interval)
     root = Path(a.root).resolve() / f"n{a.nodes}"
@@ -67,6 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         opts.update(seed=a.seed, day_s=a.day_s, tick=a.tick, parallel=min(a.parallel, 16))
     figures = run(root, spec, scenarios, **opts)
     figures["label"] = a.label
+    if scenarios == ["fleet_day"]:  # its own page: docs/fleet-day.json -> docs/fleet-day.md
+        out = FLEET_JSON if a.out == str(DOC_JSON) else Path(a.out)
+        data = json.loads(out.read_text()) if out.exists() else {"runs": {}}
+        day = figures["fleet_day"]
+        day.update(date=figures["date"], cluster_start_s=round(figures["timings"]["start_s"], 1))
+        data["runs"][str(a.nodes)] = day
+        out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        fleet_day_doc.write(out)
+        print(json.dumps({k: v for k, v in day.items() if k not in MODES}, indent=1))
+        return 0
     out = Path(a.out)
     data = json.loads(out.read_text()) if out.exists() else {"runs": {}}
     data["runs"].setdefault(a.label or "today", {}).setdefault(str(a.nodes), {}).update(figures)

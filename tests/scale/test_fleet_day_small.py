@@ -39,7 +39,7 @@ def day(tmp_path_factory):
     h = ScaleHarness.start(tmp_path_factory.mktemp("fleetday") / "h",
                            fleet_spec(ScaleSpec(nodes=NODES), slurmguard=True))
     try:
-        out = fleet_day(h, seed=SEED, day_s=DAY_S, tick=3.0, node_faults=3, parallel=16)
+        out = fleet_day(h, seed=SEED, day_s=DAY_S, tick=3.0, node_faults=3, parallel=8)
     finally:
         h.stop()
     out["wall_s"] = round(time.monotonic() - t0, 1)

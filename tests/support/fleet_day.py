@@ -103,6 +103,11 @@ class Day:
         self.series: list[tuple[float, int]] = []
         self.healthy_drained: dict[str, str] = {}  # node -> when and why (the first time)
         self.downed: set[str] = set()
+        self.hc_pass_s: list[float] = []  # wall time of each pass of every node's check
+        self.passes_done: list[float] = []  # when each finished pass started
+        self.on_at: dict[plan.Fault, float] = {}   # when each fault was really injected
+        self.off_at: dict[plan.Fault, float] = {}  # and cleared (both can be deferred)
+        self.grace_s = min(2 * day_s, 120.0)
         self.n = 0
 
     # -- jobs ----------------------------------------------------------------------------------
@@ -111,7 +116,7 @@ class Day:
         if name is None:
             self.n += 1
             name = f"j{self.n:03d}-{nodes}n"
-            steps = max(20, int(self.day_s * 0.3 / self.step_s))
+            steps = job_steps(self.day_s, self.step_s)
             self.jobs[name] = {"nodes": nodes, "ids": [], "steps": steps, "seen": 0}
         j, d = self.jobs[name], self.dir / name
         (d / "ckpt").mkdir(parents=True, exist_ok=True)
@@ -186,32 +191,68 @@ class Day:
             now = time.time()
             while pending and pending[0][0] <= now - self.t0:
                 at, what, f = pending.pop(0)
-                if what == "off" and self.mode == "slurmguard" and f.node and \
-                        not self.seen_out(f.node, self.t0 + f.at):
-                    # The link comes back once the node is out (drained, as a repair
-                    # would take it), not before a loaded host's check saw it at all.
+                if what == "on" and self.mode == "slurmguard" and f.node and not self.back(f):
+                    # The flapping node fails again once it is back in service: a second
+                    # fault while the first episode is still open would be the same episode.
+                    pending.append((at + 0.5, what, f))
+                    pending.sort(key=lambda e: e[0])
+                    break
+                if what == "off" and self.mode == "slurmguard" and not self.seen(f):
+                    # The link comes back once the node is out (drained, as a repair would
+                    # take it), the filer once a whole pass of checks ran during its hang:
+                    # not before this loaded host's checks saw the fault at all (a pass of
+                    # 16 nodes took 17-41 s at load 50). The baseline's clears are timed.
                     pending.append((at + 0.5, what, f))
                     pending.sort(key=lambda e: e[0])
                     break
                 if what == "on":
                     inject(h, f)
                     _effect_file(self.fault_dir, f, True)
+                    self.on_at[f] = now
                 else:
                     clear(h, f)
                     _effect_file(self.fault_dir, f, False)
+                    self.off_at[f] = now
             if self.mode == "slurmguard" and now >= next_tick:
-                list(pool.map(lambda n: h.run_entry("healthcheck", n), h.nodes))
+                self.check_pass(pool)
                 next_tick = time.time() + self.tick
             self.sample(time.time())
             self.poll_jobs(time.time(), False)
             time.sleep(0.5)
         t_end = time.time()
+        # Past the day (its figures end at t_end): the checks go on until every node fault
+        # was seen, at most grace_s, so that a fault injected late still is an incident.
+        grace = t_end + self.grace_s
+        while self.mode == "slurmguard" and time.time() < grace and not all(
+                self.seen(f) for f in self.faults if f.node):
+            self.check_pass(pool)
+            self.sample(time.time())
         pool.shutdown()
+        q = h.cluster.run("squeue", "-h", "-o", "%i %T %r %N", check=False, timeout=60)  # type: ignore[union-attr]
+        self.queue_at_end = q.stdout.split("\n")[:20]
         self.sample(t_end)
         return self.collect(t_end)
 
-    def seen_out(self, node: str, since: float) -> bool:
-        return any(s >= since - 0.5 for s, _ in self.drains.get(node, []))
+    def check_pass(self, pool: ThreadPoolExecutor) -> None:
+        """Every node's installed health check (``parallel`` at a time)."""
+        t = time.time()
+        list(pool.map(lambda n: self.h.run_entry("healthcheck", n), self.h.nodes))
+        self.passes_done.append(t)
+        self.hc_pass_s.append(round(time.time() - t, 1))
+
+    def back(self, f: plan.Fault) -> bool:
+        """No earlier fault of ``f``'s node is still on, and the node is in service."""
+        for g in self.on_at:
+            if g.node == f.node and g is not f and self.off_at.get(g) is None:
+                return False
+        spans = self.drains.get(f.node, [])
+        return not spans or spans[-1][1] is not None
+
+    def seen(self, f: plan.Fault) -> bool:
+        since = self.t0 + f.at
+        if not f.node:
+            return any(start >= since for start in self.passes_done)
+        return any(s >= since - 0.5 for s, _ in self.drains.get(f.node, []))
 
     def sample(self, now: float) -> None:
         assert self.h.cluster is not None
@@ -224,11 +265,14 @@ class Day:
         for n, spans in self.drains.items():
             if n not in out and spans and spans[-1][1] is None:
                 spans[-1] = (spans[-1][0], now)
-        faulted = {f.node for f in self.active(now - 2 * self.tick)} | \
-                  {f.node for f in self.active(now)}
-        if any(not f.node for f in self.faults if f.at <= now - self.t0 <= (f.clear_at or 0)
-               + 3 * self.tick):
-            faulted |= set(self.h.nodes)  # the shared fault and the check after it
+        # A node is faulty from its fault's injection until one pass of checks after it was
+        # cleared (the check that returns it); every node while the shared fault is on.
+        settle = max(self.hc_pass_s[-3:], default=0.0) + self.tick + 2.0
+        faulted = set()
+        for f, t_on in self.on_at.items():
+            t_off = self.off_at.get(f)
+            if t_on <= now and (t_off is None or now <= t_off + settle):
+                faulted |= {f.node} if f.node else set(self.h.nodes)
         for n in sorted(out - faulted - self.downed - set(self.healthy_drained)):
             self.healthy_drained[n] = f"{now - self.t0:.1f}s {table[n].reason}"
         self.series.append((round(now - self.t0, 1), len(out)))
@@ -240,12 +284,26 @@ class Day:
             jr = plan.parse_runs(name, (d / "runs.log").read_text() if (d / "runs.log").exists() else "")
             plan.attach_steps(jr, (d / "steps.log").read_text() if (d / "steps.log").exists() else "")
             runs += jr
-        fig = plan.figures(runs, self.faults, self.t0, t_end, self.step_s, len(self.h.nodes),
+        real = [replace(f, at=round(self.on_at[f] - self.t0, 1),
+                        clear_at=round(self.off_at[f] - self.t0, 1) if f in self.off_at else None)
+                for f in self.faults if f in self.on_at]
+        fig = plan.figures(runs, real, self.t0, t_end, self.step_s, len(self.h.nodes),
                            self.drains, sorted(self.healthy_drained))
         fig["healthy_drained_why"] = self.healthy_drained
         fig["out_of_service_series"] = self.series[:: max(1, len(self.series) // 120)]
         fig["jobs_completed"] = sum(1 for j in self.jobs.values() if j.get("done"))
+        fig["jobs_never_started"] = sum(1 for n in self.jobs if not any(r.job == n for r in runs))
+        fig["hc_pass_s"] = self.hc_pass_s
+        fig["queue_at_end"] = self.queue_at_end
+        fig["fault_times"] = [[f.kind, f.node, round(t - self.t0, 1),
+                               round(self.off_at[f] - self.t0, 1) if f in self.off_at else None]
+                              for f, t in self.on_at.items()]
         return fig
+
+
+def job_steps(day_s: float, step_s: float) -> int:
+    """A job's steps: about 30 % of the day (each fault then hits a job part-way through)."""
+    return max(20, int(day_s * 0.3 / step_s))
 
 
 def incidents(h: ScaleHarness) -> list[dict[str, Any]]:
@@ -294,6 +352,7 @@ def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float =
         "nodes": len(h.nodes), "acceleration": round(plan.acceleration(len(h.nodes), day_s)),
         "faults_per_fleet_day": round(plan.expected_faults_per_day(), 2),
         "faults": plan.fault_rows(faults), "job_mix": plan.job_mix(len(h.nodes)),
+        "job_s": round(job_steps(day_s, step_s) * step_s),
     }
     # Both days at once, on two clusters (the same load on both; half the wall time).
     base = ScaleHarness.start(h.root.parent / (h.root.name + "-baseline"),
