@@ -126,7 +126,13 @@ def section(n: str, f: dict[str, Any]) -> list[str]:
              f"{_gpu_h(sg['allocated_gpu_s'])} allocated, while a job lasts "
              f"{f.get('job_s', '?')} s here against hours on a real fleet, so every fixed latency "
              f"weighs far more; each pass of every node's check took "
-             f"{_fmt(sg.get('hc_pass_s', [])[:12])} s on this shared host.", ""]
+             f"{_fmt(sg.get('hc_pass_s', [])[:12])} s on this shared host (load average "
+             f"{_fmt(sg.get('load_avg_1m_at_end'))} at the day's end, 2 cores).", "",
+             "Fault times as injected (seconds into the day; with slurmguard a flapping "
+             "node's fault waits for its return, and its link for the drain):", "",
+             f"- with slurmguard: {_fmt([f'{k}@{n or chr(42)} {a}-{_fmt(b)}' for k, n, a, b in sg.get('fault_times', [])])}",
+             f"- Slurm alone: {_fmt([f'{k}@{n or chr(42)} {a}-{_fmt(b)}' for k, n, a, b in base.get('fault_times', [])])}",
+             ""]
     if (Path(__file__).resolve().parents[2] / "docs" / f"fleet-day-{n}.png").exists():
         rows += [f"![nodes out of service, {n} nodes](fleet-day-{n}.png)", ""]
     return rows

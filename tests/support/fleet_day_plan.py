@@ -212,7 +212,7 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
             detect.setdefault(f.cause, []).append(round(spans[0][0] - t0 - f.at, 1))
             if spans[0][1] is not None and f.clear_at is not None:
                 ret.setdefault(f.cause, []).append(round(spans[0][1] - spans[0][0], 1))
-    out_s = sum(((e if e is not None else t_end) - s)
+    out_s = sum(min(e if e is not None else t_end, t_end) - s
                 for spans in drains.values() for s, e in spans if s < t_end)
     return {
         "ettr": round(useful / alloc, 4) if alloc else None,
