@@ -8,7 +8,7 @@ table; run twice on the same seed and schedule:
   HealthCheckInterval, compressed), jobs under `slurmguard run` (drain notice through serve,
   requeue on exit 75), slurmguard's own UNDRAIN when a fault goes away;
 - **baseline**: Slurm alone: no slurmguard hook in slurm.conf, the program resumes from its own
-  newest checkpoint, a job that fails is resubmitted, and the node it failed on is set DOWN at
+  newest checkpoint, a job that fails is resubmitted, and the node it failed on is drained at
   once and stays out (the benefit of an instant, correct diagnosis, which a site rarely has);
   a fault that only slows jobs is never seen.
 
@@ -107,6 +107,7 @@ class Day:
         self.downed: set[str] = set()
         self.hc_pass_s: list[float] = []  # wall time of each pass of every node's check
         self.passes_done: list[float] = []  # when each finished pass started
+        self.pass_spans: list[tuple[float, float]] = []  # and when it finished
         self.on_at: dict[plan.Fault, float] = {}   # when each fault was really injected
         self.off_at: dict[plan.Fault, float] = {}  # and cleared (both can be deferred)
         self.grace_s = min(2 * day_s, 120.0)
@@ -167,10 +168,12 @@ class Day:
                     self.submit(j["nodes"], name)
 
     def take_out(self, nodes: list[str], now: float) -> None:
-        """Baseline: the nodes of a failed job that carry a fault go DOWN and stay out."""
+        """Baseline: the nodes of a failed job that carry a fault go out and stay out."""
         bad = {f.node for f in self.active(now) if f.node} & set(nodes)
         for n in sorted(bad - self.downed):
-            self.h.cluster.run("scontrol", "update", f"nodename={n}", "state=down",  # type: ignore[union-attr]
+            # DRAIN, not DOWN: the test cluster's ReturnToService=2 brings a DOWN node back
+            # at its next registration (seen once: a node back after 20 s).
+            self.h.cluster.run("scontrol", "update", f"nodename={n}", "state=drain",  # type: ignore[union-attr]
                                "reason=baseline: a job failed on it", timeout=60)
             self.downed.add(n)
 
@@ -244,6 +247,7 @@ class Day:
                 t = time.time()
                 list(pool.map(lambda n: self.h.run_entry("healthcheck", n), self.h.nodes))
                 self.passes_done.append(t)
+                self.pass_spans.append((t, time.time()))
                 self.hc_pass_s.append(round(time.time() - t, 1))
                 stop.wait(max(0.0, self.tick - (time.time() - t)))
 
@@ -272,13 +276,15 @@ class Day:
         for n, spans in self.drains.items():
             if n not in out and spans and spans[-1][1] is None:
                 spans[-1] = (spans[-1][0], now)
-        # A node is faulty from its fault's injection until one pass of checks after it was
-        # cleared (the check that returns it); every node while the shared fault is on.
-        settle = max(self.hc_pass_s[-3:], default=0.0) + self.tick + 2.0
+        # A node is faulty from its fault's injection until the first pass of checks that
+        # started after the fault was cleared has finished (a check started before may have
+        # read the fault and drain after the clear; under load a pass takes tens of seconds);
+        # every node while the shared fault is on.
         faulted = set()
         for f, t_on in self.on_at.items():
             t_off = self.off_at.get(f)
-            if t_on <= now and (t_off is None or now <= t_off + settle):
+            if t_on <= now and (t_off is None or not any(
+                    start > t_off and end <= now for start, end in self.pass_spans)):
                 faulted |= {f.node} if f.node else set(self.h.nodes)
         for n in sorted(out - faulted - self.downed - set(self.healthy_drained)):
             self.healthy_drained[n] = f"{now - self.t0:.1f}s {table[n].reason}"

@@ -46,13 +46,13 @@ arithmetic, pure), tests/support/fleet_day.py (the day on the scale harness, doc
   fault went away. A fault that goes away by itself (the flap, the filer) does so once the
   checks saw it. Repair (BMC, RebootProgram) is not in the loop.
 - **Baseline**: no slurmguard hook in slurm.conf; a job that fails is submitted again and
-  the faulty node it failed on is set DOWN at once and stays out: an instant, correct
+  the faulty node it failed on is drained at once and stays out: an instant, correct
   diagnosis, which real sites rarely have. A fault that only slows jobs is never seen.
 - **Figures**: ETTR = useful GPU time / allocated GPU time (useful: every step kept, at its
   nominal time; allocated: each run's batch script from start to end); goodput = useful /
   (all GPUs x the day); lost GPU-seconds by cause: each run's allocated less its useful,
   charged to the fault on one of its nodes during it, else to overhead (start-up,
-  checkpoints, queue); detect: fault to drain (baseline: to DOWN); return: drain to UNDRAIN.
+  checkpoints, queue); detect: fault to drain (baseline: to its drain after a failed job); return: drain to UNDRAIN.
 - **Incident truth**: `slurmguard incident list --json` on the slurmguard cluster's store:
   every injected fault must be exactly one incident of its cause, the shared hang one shared
   incident, and no incident may lack a fault.
