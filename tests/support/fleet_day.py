@@ -202,7 +202,7 @@ class Day:
             if t_end is None and now >= self.t0 + self.day_s:
                 t_end = now
             if t_end is not None and (self.mode == "baseline" or now >= t_end + self.grace_s
-                                      or all(self.seen(f) for f in self.faults if f.node)):
+                                      or all(self.seen(f) for f in self.on_at if f.node)):
                 # Past the day (its figures end at t_end) slurmguard's checks go on, at most
                 # grace_s, until every node fault was seen: a late fault is still an incident.
                 break
@@ -286,6 +286,10 @@ class Day:
             if t_on <= now and (t_off is None or not any(
                     start > t_off and end <= now for start, end in self.pass_spans)):
                 faulted |= {f.node} if f.node else set(self.h.nodes)
+        # The flapping node drained by the fleet policy for flapping is the policy's answer
+        # to the scenario's flap (docs/policy.md), not a healthy node drained.
+        flappy = {f.node for f in self.faults if f.node and f.clear_at is not None}
+        faulted |= {n for n in flappy & out if "flapping:" in table[n].reason}
         for n in sorted(out - faulted - self.downed - set(self.healthy_drained)):
             self.healthy_drained[n] = f"{now - self.t0:.1f}s {table[n].reason}"
         self.series.append((round(now - self.t0, 1), len(out)))
@@ -383,7 +387,12 @@ def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float =
         base.stop()
         shutil.rmtree(base.root, ignore_errors=True)
     _cancel_all(h)
+    # The flapping node's second fault waits for its return, which never comes when the
+    # fleet policy drains it for flapping first: that drain is then the flap's second
+    # incident (its episode's cause is the failing check, gpu-nvlink), matched to it.
     out["incidents"] = incident_truth(faults, incidents(h))
+    out["incidents"]["not_injected"] = [f"{f.kind}@{f.node}" for f in faults
+                                        if f not in days["slurmguard"].on_at]
     return out
 
 
