@@ -20,6 +20,7 @@ REFERENCE = {
     "docker.md": "the dockerized test cluster",
     "reliability.md": "test results under load and faults",
     "scale.md": "measurements at 128 to 1,024 nodes",
+    "fleet-day.md": "a measured day of faults, with and without slurmguard",
     "cli.md": "generated from --help",
     "configuration.md": "the config file",
     "slurm.md": "the Slurm adapter, inside every capability",

@@ -18,6 +18,13 @@ SIGUSR1: write a checkpoint now and exit 75 (asks the wrapper for a requeue).
 --told FILE: append "<how> <step> <time>" when the process learns of a drain notice.
 --slow-node NAME --slow-sleep S: steps on node NAME take S seconds more (a slow node);
   with --no-barrier the ranks do not wait for each other.
+--fault-dir DIR: what a hardware fault does to the job (the fleet day's stand-in for a CUDA
+  or NCCL error): before each step, DIR/NODE for any node of the job's allocation says
+  "crash" (print an NCCL system error, exit 1, as a collective over a lost GPU or link does)
+  or "slow F" (the step takes F times as long: a throttled GPU, a link down to fewer lanes);
+  while DIR/ALL exists (a shared filesystem hung) the step waits.
+--resume-latest: without `slurmguard run`'s SLURMGUARD_RESUME_FROM, resume from the newest
+  complete checkpoint in --ckpt-dir itself (what a training script does on its own).
 """
 
 from __future__ import annotations
@@ -33,7 +40,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's slurmguard
 from slurmguard import progress  # noqa: E402
-from slurmguard.job.checkpoint import write_manifest  # noqa: E402
+from slurmguard.job.checkpoint import scan, write_manifest  # noqa: E402
+from slurmguard.nodeset import expand  # noqa: E402
+
+
+def fault_effect(fault_dir: str, nodes: list[str]) -> tuple[str, float]:
+    """("crash", 0) / ("slow", factor) / ("stall", 0) / ("", 1) from the fault files."""
+    d = Path(fault_dir)
+    if (d / "ALL").exists():
+        return "stall", 0.0
+    slow = 1.0
+    for n in nodes:
+        try:
+            what = (d / n).read_text().split()
+        except OSError:
+            continue
+        if what and what[0] == "crash":
+            return "crash", 0.0
+        if len(what) == 2 and what[0] == "slow":
+            slow = max(slow, float(what[1]))
+    return ("slow", slow) if slow > 1.0 else ("", 1.0)
 
 
 def advance(state: str, step: int) -> str:
@@ -92,6 +118,8 @@ def main() -> int:
     ap.add_argument("--told", default="")
     ap.add_argument("--slow-node", default="")
     ap.add_argument("--slow-sleep", type=float, default=0.0)
+    ap.add_argument("--fault-dir", default="")
+    ap.add_argument("--resume-latest", action="store_true")
     ap.add_argument("--no-barrier", action="store_true")  # ranks step on their own (a slow
     # node then shows in its own step times, as in pipeline stages or independent workers)
     a = ap.parse_args()
@@ -104,6 +132,13 @@ def main() -> int:
         saved = json.loads((Path(progress.resume_from()) / "state.json").read_text())
         state, step = saved["state"], saved["step"]
         assert progress.resume_step() == step
+    elif a.resume_latest and root.is_dir():
+        latest = scan(root.resolve()).latest
+        if latest is not None:
+            saved = json.loads((Path(latest.path) / "state.json").read_text())
+            state, step = saved["state"], saved["step"]
+    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
+    job_nodes = expand(nodelist) if a.fault_dir and nodelist else []
     ntasks = int(os.environ.get("SLURM_NTASKS", "1"))
     bdir = root / f".barrier-{os.environ.get('SLURM_JOB_ID', 'local')}-{restart}"
     if a.no_barrier:
@@ -122,7 +157,17 @@ def main() -> int:
     while step < a.steps:
         step += 1
         state = advance(state, step)
-        time.sleep(a.sleep + (a.slow_sleep if node == a.slow_node else 0.0))
+        slow = 1.0
+        if a.fault_dir:
+            effect, slow = fault_effect(a.fault_dir, job_nodes)
+            while effect == "stall":
+                time.sleep(0.2)
+                effect, slow = fault_effect(a.fault_dir, job_nodes)
+            if effect == "crash":
+                print("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system "
+                      "error (a fault on this job's nodes)", file=sys.stderr, flush=True)
+                return 1
+        time.sleep(a.sleep * slow + (a.slow_sleep if node == a.slow_node else 0.0))
         if faulty and step == a.stall_at:
             time.sleep(a.stall_for)
         if faulty and step == a.fail_at:

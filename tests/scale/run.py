@@ -4,6 +4,10 @@ file (docs/scale.json by default) that docs/scale.md is rendered from.
 
     python tests/scale/run.py --nodes 1024 --scenario steady --scenario shared_fault
     python tests/scale/run.py --render     # docs/scale.md and its plots from docs/scale.json
+    python tests/scale/run.py --nodes 512 --scenario fleet_day --seed 1 --day-s 300
+
+The fleet day runs alone (its harness has more checks and no agent; it starts its baseline
+harness itself).
 
 A run first kills what an earlier run on the same --root left (its pid files), and tears
 everything down by pid at the end, also on Ctrl-C.
@@ -20,11 +24,17 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 
-from support import footprint, scale_doc  # noqa: E402
+from support import fleet_day_doc, footprint, scale_doc  # noqa: E402
+from support.fleet_day import fleet_spec  # noqa: E402
+from support.fleet_day_doc import MODES  # noqa: E402
 from support.scale_controller import SCENARIOS  # noqa: E402
 from support.scaleharness import ScaleHarness, ScaleSpec  # noqa: E402
 
+# Every scenario but the fleet day, which needs a harness of its own (run alone).
+DEFAULT = tuple(s for s in SCENARIOS if s != "fleet_day")
+
 DOC_JSON = TESTS.parent / "docs" / "scale.json"
+FLEET_JSON = TESTS.parent / "docs" / "fleet-day.json"  # the fleet day's page (docs/fleet-day.md)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel", type=int, default=64, help="hooks run at once (memory bound)")
     ap.add_argument("--fault-mode", action="append", choices=["serve_up", "serve_down"],
                     default=[], help="shared_fault: only these phases (default both)")
+    ap.add_argument("--seed", type=int, default=1, help="fleet_day: the fault schedule's seed")
+    ap.add_argument("--day-s", type=float, default=300.0, help="fleet_day: the day in seconds")
+    ap.add_argument("--tick", type=float, default=15.0,
+                    help="fleet_day: seconds between every node's health check")
     ap.add_argument("--root", default="/tmp/sg-scale", help="the run's directory (pid files)")
     ap.add_argument("--out", default=str(DOC_JSON), help="JSON the figures are merged into")
     ap.add_argument("--label", default="", help="stored with the run (e.g. before/after)")
@@ -49,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.render:
         scale_doc.write(Path(a.out))
+        if FLEET_JSON.exists():
+            fleet_day_doc.write(FLEET_JSON)
         return 0
     spec = ScaleSpec(nodes=a.nodes, agents=min(a.agents, a.nodes), hc_interval=a.hc_interval,
                      job_config=not a.jobs_without_config)
@@ -56,8 +72,24 @@ def main(argv: list[str] | None = None) -> int:
     opts: dict = {"minutes": a.minutes, "parallel": a.parallel, "outage_minutes": a.outage_minutes}
     if a.fault_mode:
         opts["modes"] = tuple(a.fault_mode)
-    figures = run(root, spec, [s for s in SCENARIOS if s in a.scenario] or list(SCENARIOS), **opts)
+    scenarios = [s for s in SCENARIOS if s in a.scenario] or list(DEFAULT)
+    if "fleet_day" in scenarios:
+        if scenarios != ["fleet_day"]:
+            ap.error("--scenario fleet_day runs alone")
+        spec = fleet_spec(spec, slurmguard=True)
+        opts.update(seed=a.seed, day_s=a.day_s, tick=a.tick, parallel=min(a.parallel, 16))
+    figures = run(root, spec, scenarios, **opts)
     figures["label"] = a.label
+    if scenarios == ["fleet_day"]:  # its own page: docs/fleet-day.json -> docs/fleet-day.md
+        out = FLEET_JSON if a.out == str(DOC_JSON) else Path(a.out)
+        data = json.loads(out.read_text()) if out.exists() else {"runs": {}}
+        day = figures["fleet_day"]
+        day.update(date=figures["date"], cluster_start_s=round(figures["timings"]["start_s"], 1))
+        data["runs"][str(a.nodes)] = day
+        out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        fleet_day_doc.write(out)
+        print(json.dumps({k: v for k, v in day.items() if k not in MODES}, indent=1))
+        return 0
     out = Path(a.out)
     data = json.loads(out.read_text()) if out.exists() else {"runs": {}}
     data["runs"].setdefault(a.label or "today", {}).setdefault(str(a.nodes), {}).update(figures)

@@ -276,10 +276,21 @@ def wave(h: ScaleHarness, percent: float = 3.0, parallel: int = 64, **_: Any) ->
     return fig
 
 
+def fleet_day(h: ScaleHarness, **opts: Any) -> Figures:
+    """A fleet day of jobs and faults, with slurmguard and with Slurm alone
+    (support/fleet_day.py); the harness must be started with fleet_day.fleet_spec."""
+    from support import fleet_day as fd
+
+    return fd.fleet_day(h, **opts)
+
+
 # In run order: the wave checks every node again after the shared fault (serve's store then
-# holds each node's healthy result, which the gate reads), steady last.
+# holds each node's healthy result, which the gate reads), steady last. The fleet day needs a
+# harness of its own (fleet_day.fleet_spec): run.py runs it alone, never by default.
 SCENARIOS: dict[str, Callable[..., Figures]] = {
     "shared_fault": shared_fault,
     "wave": wave,
     "steady": steady,
+    "fleet_day": fleet_day,
 }
+DEFAULT = ("shared_fault", "wave", "steady")

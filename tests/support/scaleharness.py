@@ -32,12 +32,15 @@ from pathlib import Path
 
 from fakehw.kmsg import write_gpu_tree
 from fakehw.nvml import build_fake_nvml, default_config
+from fakehw.sysfs import write_ib_fabric
 
 from support import footprint
 from support.helpers import sg_env
 from support.pgserver import PgServer, _pg_bin
 from support.sgserve import TOKEN, Serve, new_port
 from support.slurmcluster import Cluster, free_port_block, kill_pidfiles
+
+CHECKS = ("gpu-count", "gpu-lost", "gpu-ecc", "gpu-xid", "fs-mount", "host-cpus")
 
 
 @dataclass
@@ -53,6 +56,13 @@ class ScaleSpec:
     # node gives it (so its drain watch asks serve). False: the wrapper runs with none, as the
     # harness's first runs did (it then polls Slurm itself every notice.interval).
     job_config: bool = True
+    # False: Slurm alone (the fleet day's baseline): no Prolog, Epilog, HealthCheckProgram or
+    # PrologSlurmctld in slurm.conf; slurmguard is still installed (serve, the store) unused.
+    slurmguard: bool = True
+    checks: tuple[str, ...] = CHECKS
+    ib_ports: int = 0            # stand-in IB HCAs per node (sysfs fixture) for ib-link
+    extra_config: str = ""       # more sections, appended to every config (e.g. [notice])
+    slurm_extra: tuple[str, ...] = ()  # more slurm.conf lines (later lines win)
 
 
 # The [agent] default the harness keeps (refresh 0: no answer uses a slow-source value older).
@@ -118,15 +128,19 @@ class ScaleHarness:
             self._pidfile(f"serve{i}", s.proc.pid, str(cfg))  # type: ignore[union-attr]
         t1 = time.monotonic()
         # setup's slurm.conf lines as printed; HealthCheckInterval is the scenario's (setup
-        # recommends 300 s, the harness's default too).
+        # recommends 300 s, the harness's default too). RequeueExit=75: `slurmguard run`'s
+        # verdict "requeue me" (docs/requeue.md).
+        sg = self.spec.slurmguard
         self.cluster = Cluster.start(
-            self.root / "slurm", nodes=self.spec.nodes, prolog=conf["Prolog"],
-            epilog=conf["Epilog"], prolog_slurmctld=conf["PrologSlurmctld"],
-            health_check_program=conf["HealthCheckProgram"],
-            health_check_interval=self.spec.hc_interval, slurmd_timeout=120,
-            extra_conf=[f"HealthCheckNodeState={conf['HealthCheckNodeState']}",
-                        f"PrologEpilogTimeout={conf['PrologEpilogTimeout']}", "TreeWidth=64",
-                        "AuthInfo=cred_expire=10", "MaxJobCount=20000"],
+            self.root / "slurm", nodes=self.spec.nodes, prolog=conf["Prolog"] if sg else None,
+            epilog=conf["Epilog"] if sg else None,
+            prolog_slurmctld=conf["PrologSlurmctld"] if sg else None,
+            health_check_program=conf["HealthCheckProgram"] if sg else None,
+            health_check_interval=self.spec.hc_interval if sg else 0, slurmd_timeout=120,
+            extra_conf=[*([f"HealthCheckNodeState={conf['HealthCheckNodeState']}",
+                           f"PrologEpilogTimeout={conf['PrologEpilogTimeout']}"] if sg else []),
+                        "TreeWidth=64", "AuthInfo=cred_expire=10", "MaxJobCount=20000",
+                        "RequeueExit=75", *self.spec.slurm_extra],
             port_base=free_port_block(self.spec.nodes + 1), timeout=self.spec.start_timeout)
         assert self.cluster.conf_path == self.conf_path, self.cluster.conf_path
         self._pidfile("slurmctld", self.cluster._ctld.pid, str(self.conf_path))  # type: ignore[union-attr]
@@ -176,6 +190,8 @@ class ScaleHarness:
         p, s = self.prefix, self.spec
         d = self.node_dir(node) if node else None
         xid = f'file = "{d}/kmsg"\nboot_id_path = "{d}/boot_id"' if d else ""
+        ib = f'[checks.ib]\nsysfs_root = "{d}/ib"\n' if d and s.ib_ports else ""
+        checks = json.dumps(list(s.checks))
         state = f"{d}/state" if d else f"{p}/var/lib/slurmguard"
         spool = f"{d}/spool" if d else f"{p}/var/spool/slurmguard"
         urls = [f"http://127.0.0.1:{port}/ingest" for port in self.ports]
@@ -218,9 +234,10 @@ token_file = "{p}/etc/slurmguard/token"
 state_dir = "{state}"
 spool_dir = "{spool}"
 fallback_slots = {s.fallback_slots}
-prolog = ["gpu-count", "gpu-lost", "gpu-ecc", "gpu-xid", "fs-mount", "host-cpus"]
-epilog = ["gpu-count", "gpu-lost", "gpu-xid", "fs-mount"]
-healthcheck = ["gpu-count", "gpu-lost", "gpu-ecc", "gpu-xid", "fs-mount", "host-cpus"]
+prolog = {checks}
+epilog = {json.dumps([c for c in s.checks if c not in ("gpu-ecc", "host-cpus")])}
+healthcheck = {checks}
+{ib}{s.extra_config}
 """
 
     def node_dir(self, node: str) -> Path:
@@ -247,6 +264,8 @@ healthcheck = ["gpu-count", "gpu-lost", "gpu-ecc", "gpu-xid", "fs-mount", "host-
             (d / "nvml.json").write_text(nvml)
             (d / "kmsg").write_text("")
             (d / "boot_id").write_text(str(uuid.uuid4()) + "\n")
+            if self.spec.ib_ports:
+                write_ib_fabric(d / "ib", self.spec.ib_ports)
             (cfgdir / "nodes" / f"{n}.toml").write_text(self.common_config(node=n))
 
     def _write_recorders(self) -> None:

@@ -1,0 +1,401 @@
+"""The fleet day on the scale harness (docs/scale.md "A fleet day"): training jobs
+(tests/train_job.py, checkpointing) keep the fleet ~80 % busy while a seeded schedule of faults
+(support/fleet_day_plan.py) hits it through the stand-in NVML, kernel log, IB sysfs and mount
+table; run twice on the same seed and schedule:
+
+- **slurmguard**: the installed Prolog, Epilog and PrologSlurmctld, every node's health check
+  each ``tick`` seconds (the harness runs the installed HealthCheckProgram, as slurmd would on
+  HealthCheckInterval, compressed), jobs under `slurmguard run` (drain notice through serve,
+  requeue on exit 75), slurmguard's own UNDRAIN when a fault goes away;
+- **baseline**: Slurm alone: no slurmguard hook in slurm.conf, the program resumes from its own
+  newest checkpoint, a job that fails is resubmitted, and the node it failed on is drained at
+  once and stays out (the benefit of an instant, correct diagnosis, which a site rarely has);
+  a fault that only slows jobs is never seen.
+
+What a fault does to a job is train_job's --fault-dir (a crash as an NCCL error, a slowdown, a
+stall while the shared filesystem hangs): the stand-in for what the hardware does to CUDA.
+Repair is not in the loop: a fault that does not go away by itself keeps its node out in both
+modes until the day ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from fakehw.nvml import HW_THERMAL_SLOWDOWN, default_config, with_fault, write_config
+from fakehw.sysfs import write_ib_port
+
+from support import fleet_day_plan as plan
+from support.helpers import REPO, sg_env
+from support.scaleharness import CHECKS, ScaleHarness, ScaleSpec
+
+TRAIN = REPO / "tests" / "train_job.py"
+FLEET_CHECKS = (*CHECKS, "gpu-nvlink", "gpu-thermal", "ib-link")
+
+
+def fleet_spec(spec: ScaleSpec, slurmguard: bool) -> ScaleSpec:
+    """The harness's spec for the fleet day: every check a kind needs, IB ports to fail, no
+    agent (a cleared fault is then seen by the next check, not after the agent's refresh),
+    HealthCheckInterval long (the day drives the checks itself, compressed)."""
+    return replace(spec, agents=0, hc_interval=3600, slurmguard=slurmguard,
+                   checks=FLEET_CHECKS, ib_ports=2, extra_config="[notice]\ninterval = 0.5\n",
+                   # Slurm's own cycle compressed like the day: a requeued job waits for the
+                   # next scheduling pass (60 s by default), the same in both modes.
+                   slurm_extra=("SchedulerParameters=nohold_on_prolog_fail,sched_interval=2",))
+
+
+def inject(h: ScaleHarness, f: plan.Fault) -> None:
+    d = h.node_dir(f.node) if f.node else None
+    if f.kind == "shared-fs":
+        h.lose_shared_mount()
+    elif f.kind == "xid79":
+        h.inject_xid(f.node)
+    elif f.kind == "ib-link":
+        write_ib_port(d / "ib", "mlx5_1", 1, state="1: DOWN", phys_state="3: Disabled")
+    else:
+        change = {"gpu-lost": {"lost": True}, "ecc": {"ecc": {"volatile_uncorrected": 2}},
+                  "nvlink": {"nvlink": [False, False] + [True] * 16},
+                  "thermal": {"clocks_event_reasons": HW_THERMAL_SLOWDOWN}}[f.kind]
+        write_config(d / "nvml.json", with_fault(default_config(8), 5, **change))
+
+
+def clear(h: ScaleHarness, f: plan.Fault) -> None:
+    """The fault gone (a link back, the filer back; an Xid needs a reboot: a new boot id)."""
+    if f.kind == "shared-fs":
+        h.restore_shared_mount()
+        return
+    d = h.node_dir(f.node)
+    write_config(d / "nvml.json", default_config(8))
+    if f.kind == "xid79":
+        (d / "kmsg").write_text("")
+        (d / "boot_id").write_text(str(uuid.uuid4()) + "\n")
+
+
+def _effect_file(fault_dir: Path, f: plan.Fault, on: bool) -> None:
+    p = fault_dir / (f.node or "ALL")
+    if on:
+        p.write_text(f.effect + "\n")
+    else:
+        p.unlink(missing_ok=True)
+
+
+class Day:
+    """One mode's day on a started harness."""
+
+    def __init__(self, h: ScaleHarness, mode: str, faults: list[plan.Fault], day_s: float,
+                 tick: float, step_s: float, every: int, parallel: int) -> None:
+        self.h, self.mode, self.faults, self.day_s = h, mode, faults, day_s
+        self.tick, self.step_s, self.every, self.parallel = tick, step_s, every, parallel
+        self.dir = h.root / "day"
+        self.fault_dir = self.dir / "faults"
+        self.fault_dir.mkdir(parents=True)
+        self.jobs: dict[str, dict[str, Any]] = {}  # name -> nodes, slurm ids, done
+        self.drains: dict[str, list[tuple[float, float | None]]] = {}
+        self.series: list[tuple[float, int]] = []
+        self.healthy_drained: dict[str, str] = {}  # node -> when and why (the first time)
+        self.downed: set[str] = set()
+        self.hc_pass_s: list[float] = []  # wall time of each pass of every node's check
+        self.passes_done: list[float] = []  # when each finished pass started
+        self.pass_spans: list[tuple[float, float]] = []  # and when it finished
+        self.on_at: dict[plan.Fault, float] = {}   # when each fault was really injected
+        self.off_at: dict[plan.Fault, float] = {}  # and cleared (both can be deferred)
+        self.grace_s = min(2 * day_s, 120.0)
+        self.n = 0
+
+    # -- jobs ----------------------------------------------------------------------------------
+    def submit(self, nodes: int, name: str | None = None) -> None:
+        assert self.h.cluster is not None
+        if name is None:
+            self.n += 1
+            name = f"j{self.n:03d}-{nodes}n"
+            steps = job_steps(self.day_s, self.step_s)
+            self.jobs[name] = {"nodes": nodes, "ids": [], "steps": steps, "seen": 0}
+        j, d = self.jobs[name], self.dir / name
+        (d / "ckpt").mkdir(parents=True, exist_ok=True)
+        train = (f"{sys.executable} {TRAIN} --steps {j['steps']} --every {self.every} "
+                 f"--sleep {self.step_s} --ckpt-dir {d}/ckpt --log {d}/steps.log "
+                 f"--final {d}/final.json --fault-dir {self.fault_dir}")
+        if self.mode == "slurmguard":
+            cmd = (f"{self.h.sg} run --checkpoint-dir {d}/ckpt --max-requeues 50 -- "
+                   f"{train} --notice-poll")
+        else:
+            cmd = f"{train} --resume-latest"
+        cfg = self.h.prefix / "etc/slurmguard/nodes"
+        script = (
+            "#!/bin/bash\n"
+            f"export SLURMGUARD_CONFIG={cfg}/$SLURMD_NODENAME.toml PYTHONPATH={REPO}\n"
+            f'echo "start $(date +%s.%N) $SLURM_JOB_ID ${{SLURM_RESTART_COUNT:-0}} '
+            f'$SLURM_JOB_NODELIST" >> {d}/runs.log\n'
+            f"{cmd}\nrc=$?\n"
+            f'echo "end $(date +%s.%N) $SLURM_JOB_ID ${{SLURM_RESTART_COUNT:-0}} $rc" '
+            f">> {d}/runs.log\nexit $rc\n")
+        j["ids"].append(self.h.cluster.sbatch(script, f"-N{nodes}", "--requeue",
+                                              "--exclusive", f"--output={d}/out-%j.txt"))
+
+    def poll_jobs(self, now: float, day_over: bool) -> None:
+        for name, j in list(self.jobs.items()):
+            if j.get("done"):
+                continue
+            log = self.dir / name / "runs.log"
+            lines = log.read_text().splitlines() if log.exists() else []
+            ends = [ln.split() for ln in lines if ln.startswith("end ")]
+            if len(ends) <= j["seen"]:
+                continue
+            j["seen"] = len(ends)
+            rc = int(ends[-1][4])
+            if rc == 0:
+                j["done"] = True
+                if not day_over:
+                    self.submit(j["nodes"])
+            elif rc != 75:  # failed, not requeued: the user submits it again
+                starts = [ln.split() for ln in lines if ln.startswith("start ")]
+                if self.mode == "baseline":
+                    from slurmguard.nodeset import expand
+
+                    self.take_out(expand(starts[-1][4]), now)
+                if not day_over:
+                    self.submit(j["nodes"], name)
+
+    def take_out(self, nodes: list[str], now: float) -> None:
+        """Baseline: the nodes of a failed job that carry a fault go out and stay out."""
+        bad = {f.node for f in self.active(now) if f.node} & set(nodes)
+        for n in sorted(bad - self.downed):
+            # DRAIN, not DOWN: the test cluster's ReturnToService=2 brings a DOWN node back
+            # at its next registration (seen once: a node back after 20 s).
+            self.h.cluster.run("scontrol", "update", f"nodename={n}", "state=drain",  # type: ignore[union-attr]
+                               "reason=baseline: a job failed on it", timeout=60)
+            self.downed.add(n)
+
+    def active(self, now: float) -> list[plan.Fault]:
+        t = now - self.t0
+        return [f for f in self.faults if f.at <= t and (f.clear_at is None or t < f.clear_at)]
+
+    # -- the day -------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        h = self.h
+        self.t0 = time.time()
+        for size in plan.job_mix(len(h.nodes)):
+            self.submit(size)
+        pending = sorted([(f.at, "on", f) for f in self.faults]
+                         + [(f.clear_at, "off", f) for f in self.faults if f.clear_at is not None],
+                         key=lambda e: e[0])
+        # The checks in a thread of their own: a pass of every node takes seconds to tens of
+        # seconds on this host, and the faults and jobs keep to their schedule meanwhile.
+        stop = threading.Event()
+        checker = threading.Thread(target=self.checks, args=(stop,), daemon=True)
+        if self.mode == "slurmguard":
+            checker.start()
+        t_end: float | None = None
+        while True:
+            now = time.time()
+            if t_end is None and now >= self.t0 + self.day_s:
+                t_end = now
+            if t_end is not None and (self.mode == "baseline" or now >= t_end + self.grace_s
+                                      or all(self.seen(f) for f in self.on_at if f.node)):
+                # Past the day (its figures end at t_end) slurmguard's checks go on, at most
+                # grace_s, until every node fault was seen: a late fault is still an incident.
+                break
+            while pending and pending[0][0] <= now - self.t0:
+                at, what, f = pending.pop(0)
+                if what == "on" and self.mode == "slurmguard" and f.node and not self.back(f):
+                    # The flapping node fails again once it is back in service: a second
+                    # fault while the first episode is still open would be the same episode.
+                    pending.append((at + 0.5, what, f))
+                    pending.sort(key=lambda e: e[0])
+                    break
+                if what == "off" and self.mode == "slurmguard" and f.node and not self.seen(f):
+                    # The link comes back once the node is out (drained, as a repair would
+                    # take it), not before this loaded host's checks saw the fault at all.
+                    # The filer's hang is timed in both modes (it stalls every job: a
+                    # longer hang on one side would measure this host, not slurmguard).
+                    pending.append((at + 0.5, what, f))
+                    pending.sort(key=lambda e: e[0])
+                    break
+                if what == "on":
+                    inject(h, f)
+                    _effect_file(self.fault_dir, f, True)
+                    self.on_at[f] = now
+                else:
+                    clear(h, f)
+                    _effect_file(self.fault_dir, f, False)
+                    self.off_at[f] = now
+            self.sample(time.time())
+            self.poll_jobs(time.time(), t_end is not None)
+            time.sleep(0.5)
+        stop.set()
+        if checker.is_alive():
+            checker.join()
+        q = h.cluster.run("squeue", "-h", "-o", "%i %T %r %N", check=False, timeout=60)  # type: ignore[union-attr]
+        self.queue_at_end = q.stdout.split("\n")[:20]
+        return self.collect(t_end)
+
+    def checks(self, stop: threading.Event) -> None:
+        """Every node's installed health check (``parallel`` at a time), a pass each tick."""
+        with ThreadPoolExecutor(self.parallel) as pool:
+            while not stop.is_set():
+                t = time.time()
+                list(pool.map(lambda n: self.h.run_entry("healthcheck", n), self.h.nodes))
+                self.passes_done.append(t)
+                self.pass_spans.append((t, time.time()))
+                self.hc_pass_s.append(round(time.time() - t, 1))
+                stop.wait(max(0.0, self.tick - (time.time() - t)))
+
+    def back(self, f: plan.Fault) -> bool:
+        """No earlier fault of ``f``'s node is still on, and the node is in service."""
+        for g in self.on_at:
+            if g.node == f.node and g is not f and self.off_at.get(g) is None:
+                return False
+        spans = self.drains.get(f.node, [])
+        return not spans or spans[-1][1] is not None
+
+    def seen(self, f: plan.Fault) -> bool:
+        since = self.t0 + f.at
+        if not f.node:
+            return any(start >= since for start in self.passes_done)
+        return any(s >= since - 0.5 for s, _ in self.drains.get(f.node, []))
+
+    def sample(self, now: float) -> None:
+        assert self.h.cluster is not None
+        table = {x.name: x for x in self.h.cluster.cli().nodes() if x.drained or x.down}
+        out = set(table)
+        for n in out:
+            spans = self.drains.setdefault(n, [])
+            if not spans or spans[-1][1] is not None:
+                spans.append((now, None))
+        for n, spans in self.drains.items():
+            if n not in out and spans and spans[-1][1] is None:
+                spans[-1] = (spans[-1][0], now)
+        # A node is faulty from its fault's injection until the first pass of checks that
+        # started after the fault was cleared has finished (a check started before may have
+        # read the fault and drain after the clear; under load a pass takes tens of seconds);
+        # every node while the shared fault is on.
+        faulted = set()
+        for f, t_on in self.on_at.items():
+            t_off = self.off_at.get(f)
+            if t_on <= now and (t_off is None or not any(
+                    start > t_off and end <= now for start, end in self.pass_spans)):
+                faulted |= {f.node} if f.node else set(self.h.nodes)
+        # The flapping node drained by the fleet policy for flapping is the policy's answer
+        # to the scenario's flap (docs/policy.md), not a healthy node drained.
+        flappy = {f.node for f in self.faults if f.node and f.clear_at is not None}
+        faulted |= {n for n in flappy & out if "flapping:" in table[n].reason}
+        for n in sorted(out - faulted - self.downed - set(self.healthy_drained)):
+            self.healthy_drained[n] = f"{now - self.t0:.1f}s {table[n].reason}"
+        self.series.append((round(now - self.t0, 1), len(out)))
+
+    def collect(self, t_end: float) -> dict[str, Any]:
+        runs: list[plan.Run] = []
+        for name in self.jobs:
+            d = self.dir / name
+            jr = plan.parse_runs(name, (d / "runs.log").read_text() if (d / "runs.log").exists() else "")
+            plan.attach_steps(jr, (d / "steps.log").read_text() if (d / "steps.log").exists() else "")
+            runs += jr
+        real = [replace(f, at=round(self.on_at[f] - self.t0, 1),
+                        clear_at=round(self.off_at[f] - self.t0, 1) if f in self.off_at else None)
+                for f in self.faults if f in self.on_at]
+        fig = plan.figures(runs, real, self.t0, t_end, self.step_s, len(self.h.nodes),
+                           self.drains, sorted(self.healthy_drained))
+        fig["healthy_drained_why"] = self.healthy_drained
+        fig["out_of_service_series"] = self.series[:: max(1, len(self.series) // 120)]
+        fig["jobs_completed"] = sum(1 for j in self.jobs.values() if j.get("done"))
+        fig["jobs_never_started"] = sum(1 for n in self.jobs if not any(r.job == n for r in runs))
+        fig["hc_pass_s"] = self.hc_pass_s
+        fig["load_avg_1m_at_end"] = round(os.getloadavg()[0], 1)
+        fig["queue_at_end"] = self.queue_at_end
+        fig["fault_times"] = [[f.kind, f.node, round(t - self.t0, 1),
+                               round(self.off_at[f] - self.t0, 1) if f in self.off_at else None]
+                              for f, t in self.on_at.items()]
+        return fig
+
+
+def job_steps(day_s: float, step_s: float) -> int:
+    """A job's steps: about 30 % of the day (each fault then hits a job part-way through)."""
+    return max(20, int(day_s * 0.3 / step_s))
+
+
+def incidents(h: ScaleHarness) -> list[dict[str, Any]]:
+    """`slurmguard incident list --json` on the run's store (serve's config)."""
+    env = sg_env(SLURMGUARD_CONFIG=str(h.prefix / "etc/slurmguard/slurmguard.toml"),
+                 SLURM_CONF=str(h.conf_path))
+    r = subprocess.run([h.sg, "incident", "list", "--since", "1d", "--json"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(f"incident list: rc={r.returncode}: {r.stderr[-2000:]}")
+    return json.loads(r.stdout)["incidents"]
+
+
+def incident_truth(faults: list[plan.Fault], found: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each injected fault matched to exactly one incident (its node and cause; the shared one
+    to one shared incident of its cause), and the incidents no fault explains."""
+    left = list(found)
+    matched, missing = [], []
+    for f in sorted(faults, key=lambda f: f.at):
+        if f.node:
+            hit = [i for i in left if i["nodes"] == [f.node] and i["cause"].startswith(f.cause)]
+        else:
+            hit = [i for i in left if str(i["id"]).startswith(f"shared-{f.cause}")]
+        if hit:
+            hit.sort(key=lambda i: i["drained_at"] or 0)
+            left.remove(hit[0])
+            matched.append({"fault": f"{f.kind}@{f.node or 'all'}", "incident": hit[0]["id"],
+                            "cause": hit[0]["cause"]})
+        else:
+            missing.append(f"{f.kind}@{f.node or 'all'}")
+    return {"matched": matched, "missing": missing,
+            "unexplained": [{"id": i["id"], "cause": i["cause"], "nodes": i["nodes"]} for i in left]}
+
+
+def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float = 5.0,
+              step_s: float = 0.5, every: int = 10, every_kind: bool | None = None,
+              node_faults: int | None = None, parallel: int = 16, **_: Any) -> dict[str, Any]:
+    """Both modes on one seed: slurmguard on ``h``, then the baseline on a second harness of
+    the same size started here (Slurm without slurmguard's hooks). ``h`` must have been
+    started with :func:`fleet_spec` (run.py and the small form do)."""
+    if every_kind is None:
+        every_kind = len(h.nodes) >= 64
+    faults = plan.schedule(seed, h.nodes, day_s, every_kind=every_kind, node_faults=node_faults)
+    out: dict[str, Any] = {
+        "seed": seed, "day_s": day_s, "tick_s": tick, "step_s": step_s, "every_steps": every,
+        "nodes": len(h.nodes), "acceleration": round(plan.acceleration(len(h.nodes), day_s)),
+        "faults_per_fleet_day": round(plan.expected_faults_per_day(), 2),
+        "faults": plan.fault_rows(faults), "job_mix": plan.job_mix(len(h.nodes)),
+        "job_s": round(job_steps(day_s, step_s) * step_s),
+    }
+    # Both days at once, on two clusters (the same load on both; half the wall time).
+    base = ScaleHarness.start(h.root.parent / (h.root.name + "-baseline"),
+                              replace(h.spec, slurmguard=False))
+    try:
+        days = {"slurmguard": Day(h, "slurmguard", faults, day_s, tick, step_s, every, parallel),
+                "baseline": Day(base, "baseline", faults, day_s, tick, step_s, every, parallel)}
+        with ThreadPoolExecutor(2) as pool:
+            done = {m: pool.submit(d.run) for m, d in days.items()}
+            for m, fut in done.items():
+                out[m] = fut.result()
+        _cancel_all(base)
+    finally:
+        base.stop()
+        shutil.rmtree(base.root, ignore_errors=True)
+    _cancel_all(h)
+    # The flapping node's second fault waits for its return, which never comes when the
+    # fleet policy drains it for flapping first: that drain is then the flap's second
+    # incident (its episode's cause is the failing check, gpu-nvlink), matched to it.
+    out["incidents"] = incident_truth(faults, incidents(h))
+    out["incidents"]["not_injected"] = [f"{f.kind}@{f.node}" for f in faults
+                                        if f not in days["slurmguard"].on_at]
+    return out
+
+
+def _cancel_all(h: ScaleHarness) -> None:
+    assert h.cluster is not None
+    h.cluster.run("scancel", "--full", "-u", "root", check=False, timeout=60)

@@ -1,0 +1,177 @@
+"""docs/fleet-day.md and its plot, rendered from docs/fleet-day.json (what
+`tests/scale/run.py --scenario fleet_day` measured; no figure is typed).
+`python tests/scale/run.py --render` rewrites them; tests/test_fleet_day_doc.py checks the page
+is the rendering of the JSON.
+
+The JSON: {"runs": {N: figures}}, the figures support/fleet_day.fleet_day returned.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+MODES = ("slurmguard", "baseline")
+GOAL_ETTR = 0.97
+
+HEAD = """# A fleet day, with and without slurmguard
+
+The same day of faults and jobs, twice at once on two real Slurm clusters of this host: once
+with slurmguard (Prolog, Epilog, PrologSlurmctld, every node's health check, jobs under
+`slurmguard run`, serve's guard and drain notices) and once with Slurm alone. Rendered from
+docs/fleet-day.json by `python tests/scale/run.py --render`; measured by
+
+    python tests/scale/run.py --nodes 128 --scenario fleet_day --seed 1 --day-s 300 --tick 15
+
+(`--nodes 512` where the host allows; the CI form is tests/scale/test_fleet_day_small.py,
+16 nodes and a 60-s day). The code: tests/support/fleet_day_plan.py (the schedule and the
+arithmetic, pure), tests/support/fleet_day.py (the day on the scale harness, docs/scale.md).
+
+## How the day is built
+
+- **Jobs**: tests/train_job.py (numbered steps, a checkpoint every few steps), batch jobs of
+  1, 8 and (from 128 nodes) 64 nodes filling about 80 % of the fleet; a job that completes is
+  followed by a new one of its size. With slurmguard they run under `slurmguard run`; in the
+  baseline the program resumes from its own newest checkpoint.
+- **Faults**: drawn by seed from docs/fleet.md's mix (Xid 79, GPU lost, uncorrectable ECC,
+  IB link down, NVLink down, thermal slowdown), plus a flapping node (NVLink down, back,
+  down again: two faults) and one shared filesystem hang on every node. They are injected
+  where the checks read them (the stand-in NVML, the kernel log, IB sysfs, the mount table);
+  what they do to a job is train_job's `--fault-dir`: a crash (an NCCL error) for Xid, lost
+  GPU, ECC and IB, steps slowed for NVLink and thermal, every step waiting while the filer hangs.
+- **With slurmguard**: every node's installed health check each tick (slurmd's
+  HealthCheckInterval, compressed), the hooks' drains through serve's guard, the drain notice
+  to running jobs (checkpoint now, requeue without the node), slurmguard's UNDRAIN when a
+  fault went away. A fault that goes away by itself (the flap, the filer) does so once the
+  checks saw it. Repair (BMC, RebootProgram) is not in the loop.
+- **Baseline**: no slurmguard hook in slurm.conf; a job that fails is submitted again and
+  the faulty node it failed on is drained at once and stays out: an instant, correct
+  diagnosis, which real sites rarely have. A fault that only slows jobs is never seen.
+- **Figures**: ETTR = useful GPU time / allocated GPU time (useful: every step kept, at its
+  nominal time; allocated: each run's batch script from start to end); goodput = useful /
+  (all GPUs x the day); lost GPU-seconds by cause: each run's allocated less its useful,
+  charged to the fault on one of its nodes during it, else to overhead (start-up,
+  checkpoints, queue); detect: fault to drain (baseline: to its drain after a failed job); return: drain to UNDRAIN.
+- **Incident truth**: `slurmguard incident list --json` on the slurmguard cluster's store:
+  every injected fault must be exactly one incident of its cause, the shared hang one shared
+  incident, and no incident may lack a fault.
+"""
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, list):
+        return ", ".join(_fmt(x) for x in v) or "–"
+    return str(v)
+
+
+def _gpu_h(s: float) -> str:
+    return f"{s / 3600:.3f}"
+
+
+def section(n: str, f: dict[str, Any]) -> list[str]:
+    sg, base = f["slurmguard"], f["baseline"]
+    rows = [f"## {int(n):,} nodes, seed {f['seed']}, a {f['day_s']:g}-s day (measured {f.get('date', '?')})",
+            "",
+            f"A day of a 10,000-GPU fleet has {f['faults_per_fleet_day']} node faults at "
+            f"docs/fleet.md's base rate; this day has {sum(1 for x in f['faults'] if x['node'])} "
+            f"node faults and one shared hang on {f['nodes']} nodes, so a node here fails "
+            f"{f['acceleration']:,} times faster than a real one (the fleet's faults on "
+            f"{f['nodes']} nodes, {86400 / f['day_s']:.0f}x compressed time). Checks every "
+            f"{f['tick_s']:g} s, steps of {f['step_s']:g} s, a checkpoint every "
+            f"{f['every_steps']} steps; jobs: {_fmt(f['job_mix'])} nodes.",
+            "", "| fault | at (s) | node | cause | gone by itself at (s) |", "|---|---|---|---|---|"]
+    for x in f["faults"]:
+        rows.append(f"| {x['kind']} | {x['at']:g} | {x['node'] or 'every node'} | {x['cause']} | "
+                    f"{_fmt(x['clear_at'])} |")
+    rows += ["", "| figure | with slurmguard | Slurm alone |", "|---|---|---|"]
+    for label, key in (("ETTR (useful / allocated GPU time)", "ettr"), ("goodput (useful / all GPU time)", "goodput"),
+                       ("allocated GPU-hours", "allocated_gpu_s"), ("useful GPU-hours", "useful_gpu_s")):
+        a, b = sg[key], base[key]
+        if key.endswith("_gpu_s"):
+            a, b = _gpu_h(a), _gpu_h(b)
+        rows.append(f"| {label} | {_fmt(a)} | {_fmt(b)} |")
+    for label, key in (("job runs / jobs", None), ("runs failed (not requeued)", "runs_failed"),
+                       ("steps redone", "steps_redone"), ("jobs completed", "jobs_completed"),
+                       ("jobs never started by the day's end", "jobs_never_started"),
+                       ("node-seconds out of service", "node_s_out_of_service"),
+                       ("healthy nodes drained", "healthy_drained"),
+                       ("faults never detected", "undetected")):
+        if key is None:
+            rows.append(f"| {label} | {sg['runs']} / {sg['jobs']} | {base['runs']} / {base['jobs']} |")
+        else:
+            rows.append(f"| {label} | {_fmt(sg.get(key))} | {_fmt(base.get(key))} |")
+    causes = sorted(set(sg["lost_gpu_s_by_cause"]) | set(base["lost_gpu_s_by_cause"]))
+    rows += ["", "GPU-hours lost by cause, and the seconds from fault to drain (detect) and from",
+             "drain to return, each fault's:", "",
+             "| cause | lost, slurmguard | lost, Slurm alone | detect, slurmguard | detect, Slurm alone | return, slurmguard |",
+             "|---|---|---|---|---|---|"]
+    for c in causes + sorted(set(sg["detect_s_by_cause"]) - set(causes)):
+        rows.append(f"| {c} | {_gpu_h(sg['lost_gpu_s_by_cause'].get(c, 0))} | "
+                    f"{_gpu_h(base['lost_gpu_s_by_cause'].get(c, 0))} | "
+                    f"{_fmt(sg['detect_s_by_cause'].get(c))} | {_fmt(base['detect_s_by_cause'].get(c))} | "
+                    f"{_fmt(sg['return_s_by_cause'].get(c))} |")
+    inc = f["incidents"]
+    rows += ["", f"**Incident truth**: {len(inc['matched'])} of {len(f['faults'])} injected faults "
+             f"matched one incident each; missing: {_fmt(inc['missing'])}; incidents without a "
+             f"fault: {_fmt([i['id'] for i in inc['unexplained']])}.", "",
+             f"**The goal, ETTR >= {GOAL_ETTR:.0%} with slurmguard: "
+             f"{'met' if (sg['ettr'] or 0) >= GOAL_ETTR else 'not met'}** ({_fmt(sg['ettr'])}). "
+             f"What held it below, from this run: overhead (start-up, checkpoints, requeue waits) "
+             f"{_gpu_h(sg['lost_gpu_s_by_cause'].get('overhead', 0))} GPU-hours of "
+             f"{_gpu_h(sg['allocated_gpu_s'])} allocated, while a job lasts "
+             f"{f.get('job_s', '?')} s here against hours on a real fleet, so every fixed latency "
+             f"weighs far more; each pass of every node's check took "
+             f"{_fmt(sg.get('hc_pass_s', [])[:12])} s on this shared host (load average "
+             f"{_fmt(sg.get('load_avg_1m_at_end'))} at the day's end, 2 cores).", "",
+             "Fault times as injected (seconds into the day; with slurmguard a flapping "
+             "node's fault waits for its return, and its link for the drain):", "",
+             f"- with slurmguard: {_fmt([f'{k}@{n or chr(42)} {a}-{_fmt(b)}' for k, n, a, b in sg.get('fault_times', [])])}",
+             f"- Slurm alone: {_fmt([f'{k}@{n or chr(42)} {a}-{_fmt(b)}' for k, n, a, b in base.get('fault_times', [])])}",
+             ""]
+    if (Path(__file__).resolve().parents[2] / "docs" / f"fleet-day-{n}.png").exists():
+        rows += [f"![nodes out of service, {n} nodes](fleet-day-{n}.png)", ""]
+    return rows
+
+
+def render(data: dict[str, Any]) -> str:
+    out = [HEAD]
+    for n, f in sorted(data["runs"].items(), key=lambda x: int(x[0])):
+        out += section(n, f)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def plot(n: str, f: dict[str, Any], path: Path) -> bool:
+    """Nodes out of service over the day, both modes; False without matplotlib."""
+    try:
+        from slurmguard.plotting import pyplot
+
+        plt = pyplot()
+    except Exception:  # the plot extra is optional: the page renders without it
+        return False
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    for m in MODES:
+        s = f[m].get("out_of_service_series", [])
+        ax.step([x for x, _ in s], [y for _, y in s], where="post", label=m)
+    for x in f["faults"]:
+        ax.axvline(x["at"], color="grey", lw=0.5, ls=":")
+    ax.set_xlabel("seconds into the day")
+    ax.set_ylabel("nodes drained or down")
+    ax.set_title(f"{int(n):,} nodes, seed {f['seed']}: faults dotted")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def write(json_path: Path) -> None:
+    data = json.loads(json_path.read_text())
+    docs = json_path.parent
+    for n, f in data["runs"].items():
+        plot(n, f, docs / f"fleet-day-{n}.png")
+    (docs / "fleet-day.md").write_text(render(data))
