@@ -14,15 +14,11 @@ the fleet ~80 % busy; the same day on a second cluster with Slurm alone, at the 
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import pytest
-from support import slurmcluster
 from support.fleet_day import fleet_day, fleet_spec
-from support.helpers import require
-from support.pgserver import _pg_bin
-from support.scaleharness import ScaleHarness, ScaleSpec
+from support.scaleharness import ScaleHarness, ScaleSpec, require_harness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.postgres]
 
@@ -31,10 +27,7 @@ NODES, SEED, DAY_S = 16, 3, 60.0
 
 @pytest.fixture(scope="module")
 def day(tmp_path_factory):
-    missing = slurmcluster.missing_components()
-    require(not missing, f"real Slurm cluster needs {', '.join(missing)}")
-    require(os.geteuid() == 0, "the Slurm test cluster runs slurmctld/slurmd as root")
-    require(_pg_bin() is not None, "PostgreSQL binaries (/usr/lib/postgresql/*/bin)")
+    require_harness()
     t0 = time.monotonic()
     h = ScaleHarness.start(tmp_path_factory.mktemp("fleetday") / "h",
                            fleet_spec(ScaleSpec(nodes=NODES), slurmguard=True))

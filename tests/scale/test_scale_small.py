@@ -22,15 +22,11 @@ agent on 16 nodes; every scenario once (one module-scoped run, ~3 minutes), then
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
-from support import slurmcluster
-from support.helpers import require
-from support.pgserver import _pg_bin
 from support.scale_controller import SCENARIOS
-from support.scaleharness import ScaleHarness, ScaleSpec
+from support.scaleharness import ScaleHarness, ScaleSpec, require_harness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.postgres]
 
@@ -39,10 +35,7 @@ NODES, AGENTS = 64, 16
 
 @pytest.fixture(scope="module")
 def figures(tmp_path_factory):
-    missing = slurmcluster.missing_components()
-    require(not missing, f"real Slurm cluster needs {', '.join(missing)}")
-    require(os.geteuid() == 0, "the Slurm test cluster runs slurmctld/slurmd as root")
-    require(_pg_bin() is not None, "PostgreSQL binaries (/usr/lib/postgresql/*/bin)")
+    require_harness()
     t0 = time.monotonic()
     h = ScaleHarness.start(tmp_path_factory.mktemp("scale") / "h", ScaleSpec(nodes=NODES, agents=AGENTS))
     try:

@@ -35,12 +35,21 @@ from fakehw.nvml import build_fake_nvml, default_config
 from fakehw.sysfs import write_ib_fabric
 
 from support import footprint
-from support.helpers import sg_env
+from support.helpers import require, sg_env
 from support.pgserver import PgServer, _pg_bin
 from support.sgserve import TOKEN, Serve, new_port
-from support.slurmcluster import Cluster, free_port_block, kill_pidfiles
+from support.slurmcluster import Cluster, free_port_block, kill_pidfiles, missing_components
 
 CHECKS = ("gpu-count", "gpu-lost", "gpu-ecc", "gpu-xid", "fs-mount", "host-cpus")
+
+
+def require_harness() -> None:
+    """What every harness needs on this host: a real Slurm, root (slurmctld/slurmd run as
+    root) and PostgreSQL's binaries; under CI=true a missing one fails (helpers.require)."""
+    missing = missing_components()
+    require(not missing, f"real Slurm cluster needs {', '.join(missing)}")
+    require(os.geteuid() == 0, "the Slurm test cluster runs slurmctld/slurmd as root")
+    require(_pg_bin() is not None, "PostgreSQL binaries (/usr/lib/postgresql/*/bin)")
 
 
 @dataclass
