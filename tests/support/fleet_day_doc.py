@@ -73,6 +73,21 @@ def _gpu_h(s: float) -> str:
     return f"{s / 3600:.3f}"
 
 
+SHARED = "fs-mount"  # the shared filesystem hang's cause
+
+
+def ettr_without(mode: dict[str, Any], cause: str) -> float | None:
+    """ETTR with ``cause``'s lost GPU time taken out of the allocated time: what slurmguard's
+    drains and notices can act on, apart from a fault that stops every job alike."""
+    left = mode["allocated_gpu_s"] - mode["lost_gpu_s_by_cause"].get(cause, 0)
+    return round(mode["useful_gpu_s"] / left, 4) if left > 0 else None
+
+
+def _share(mode: dict[str, Any], cause: str) -> str:
+    alloc = mode["allocated_gpu_s"]
+    return f"{mode['lost_gpu_s_by_cause'].get(cause, 0) / alloc:.0%}" if alloc else "–"
+
+
 def section(n: str, f: dict[str, Any]) -> list[str]:
     sg, base = f["slurmguard"], f["baseline"]
     rows = [f"## {int(n):,} nodes, seed {f['seed']}, a {f['day_s']:g}-s day (measured {f.get('date', '?')})",
@@ -121,7 +136,13 @@ def section(n: str, f: dict[str, Any]) -> list[str]:
              f"fault: {_fmt([i['id'] for i in inc['unexplained']])}.", "",
              f"**The goal, ETTR >= {GOAL_ETTR:.0%} with slurmguard: "
              f"{'met' if (sg['ettr'] or 0) >= GOAL_ETTR else 'not met'}** ({_fmt(sg['ettr'])}). "
-             f"What held it below, from this run: overhead (start-up, checkpoints, requeue waits) "
+             f"What held it below, from this run: the shared filer hang, on which no job makes "
+             f"progress in either mode, {_gpu_h(sg['lost_gpu_s_by_cause'].get(SHARED, 0))} "
+             f"GPU-hours ({_share(sg, SHARED)} of the allocated time: compressed with the day, a "
+             f"hang of minutes takes seconds of a day of seconds); without its loss, ETTR would be "
+             f"{_fmt(ettr_without(sg, SHARED))} with slurmguard and "
+             f"{_fmt(ettr_without(base, SHARED))} with Slurm alone. Then "
+             f"overhead (start-up, checkpoints, requeue waits) "
              f"{_gpu_h(sg['lost_gpu_s_by_cause'].get('overhead', 0))} GPU-hours of "
              f"{_gpu_h(sg['allocated_gpu_s'])} allocated, while a job lasts "
              f"{f.get('job_s', '?')} s here against hours on a real fleet, so every fixed latency "
