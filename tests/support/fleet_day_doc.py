@@ -88,6 +88,16 @@ def _share(mode: dict[str, Any], cause: str) -> str:
     return f"{mode['lost_gpu_s_by_cause'].get(cause, 0) / alloc:.0%}" if alloc else "–"
 
 
+def _hang(f: dict[str, Any]) -> str:
+    """The shared hang's length, in the day and in a real day at the run's compression."""
+    hang = next((x for x in f["faults"] if not x["node"] and x["clear_at"] is not None), None)
+    if hang is None:
+        return "its length not recorded"
+    s = hang["clear_at"] - hang["at"]
+    return (f"{s:.0f} s of a {f['day_s']:g}-s day, which at this compression is "
+            f"{s * 86400 / f['day_s'] / 3600:.1f} hours of a real day")
+
+
 def section(n: str, f: dict[str, Any]) -> list[str]:
     sg, base = f["slurmguard"], f["baseline"]
     rows = [f"## {int(n):,} nodes, seed {f['seed']}, a {f['day_s']:g}-s day (measured {f.get('date', '?')})",
@@ -138,8 +148,8 @@ def section(n: str, f: dict[str, Any]) -> list[str]:
              f"{'met' if (sg['ettr'] or 0) >= GOAL_ETTR else 'not met'}** ({_fmt(sg['ettr'])}). "
              f"What held it below, from this run: the shared filer hang, on which no job makes "
              f"progress in either mode, {_gpu_h(sg['lost_gpu_s_by_cause'].get(SHARED, 0))} "
-             f"GPU-hours ({_share(sg, SHARED)} of the allocated time: compressed with the day, a "
-             f"hang of minutes takes seconds of a day of seconds); without its loss, ETTR would be "
+             f"GPU-hours ({_share(sg, SHARED)} of the allocated time: {_hang(f)}); without its "
+             f"loss, ETTR would be "
              f"{_fmt(ettr_without(sg, SHARED))} with slurmguard and "
              f"{_fmt(ettr_without(base, SHARED))} with Slurm alone. Then "
              f"overhead (start-up, checkpoints, requeue waits) "
