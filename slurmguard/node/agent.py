@@ -65,6 +65,7 @@ _XID_RECORDS_KEPT = 10000
 # Seconds an idle thread sleeps between looks (the kernel-log file's stat, a stop, NVML's
 # event wait): each wake-up is Python work, paid every hour of the node's life.
 FOLLOW_PERIOD = 2.0
+REFRESH_MIN = 0.5  # s: the shortest agent.refresh period taken (config.py says so)
 
 
 def socket_path(template: str, node: str) -> str:
@@ -491,7 +492,7 @@ class Agent:
         while not self.stop.is_set():
             self.background_once()
             self.passes["background"] += 1
-            self.stop.wait(max(FOLLOW_PERIOD / 4, float(self.cfg["agent.refresh"])))
+            self.stop.wait(max(REFRESH_MIN, float(self.cfg["agent.refresh"])))
 
     def _follow_loop(self) -> None:
         """Keep reading the kernel log so nothing is lost to a ring-buffer wrap between asks."""
