@@ -53,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--day-s", type=float, default=300.0, help="fleet_day: the day in seconds")
     ap.add_argument("--tick", type=float, default=15.0,
                     help="fleet_day: seconds between every node's health check")
+    ap.add_argument("--step-s", type=float, default=0.5,
+                    help="fleet_day: a training step's nominal seconds")
+    ap.add_argument("--notice-interval", type=float, default=0.5,
+                    help="fleet_day: seconds between each job's drain polls of serve")
     ap.add_argument("--root", default="/tmp/sg-scale", help="the run's directory (pid files)")
     ap.add_argument("--out", default=str(DOC_JSON), help="JSON the figures are merged into")
     ap.add_argument("--label", default="", help="stored with the run (e.g. before/after)")
@@ -76,15 +80,17 @@ def main(argv: list[str] | None = None) -> int:
     if "fleet_day" in scenarios:
         if scenarios != ["fleet_day"]:
             ap.error("--scenario fleet_day runs alone")
-        spec = fleet_spec(spec, slurmguard=True)
-        opts.update(seed=a.seed, day_s=a.day_s, tick=a.tick, parallel=min(a.parallel, 16))
+        spec = fleet_spec(spec, slurmguard=True, notice_interval=a.notice_interval)
+        opts.update(seed=a.seed, day_s=a.day_s, tick=a.tick, step_s=a.step_s,
+                    parallel=min(a.parallel, 16))
     figures = run(root, spec, scenarios, **opts)
     figures["label"] = a.label
     if scenarios == ["fleet_day"]:  # its own page: docs/fleet-day.json -> docs/fleet-day.md
         out = FLEET_JSON if a.out == str(DOC_JSON) else Path(a.out)
         data = json.loads(out.read_text()) if out.exists() else {"runs": {}}
         day = figures["fleet_day"]
-        day.update(date=figures["date"], cluster_start_s=round(figures["timings"]["start_s"], 1))
+        day.update(date=figures["date"], cluster_start_s=round(figures["timings"]["start_s"], 1),
+                   notice_interval_s=a.notice_interval)
         data["runs"][str(a.nodes)] = day
         out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         fleet_day_doc.write(out)

@@ -69,6 +69,12 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _mix(sizes: list[int]) -> str:
+    """Job sizes as counts: "1 of 64 nodes, 16 of 8, 217 of 1" (a 512-node day has 234)."""
+    counts = sorted({n: sizes.count(n) for n in sizes}.items(), reverse=True)
+    return ", ".join(f"{c} of {n} node{'s' if n > 1 else ''}" for n, c in counts) or "none"
+
+
 def _gpu_h(s: float) -> str:
     return f"{s / 3600:.3f}"
 
@@ -108,7 +114,10 @@ def section(n: str, f: dict[str, Any]) -> list[str]:
             f"{f['acceleration']:,} times faster than a real one (the fleet's faults on "
             f"{f['nodes']} nodes, {86400 / f['day_s']:.0f}x compressed time). Checks every "
             f"{f['tick_s']:g} s, steps of {f['step_s']:g} s, a checkpoint every "
-            f"{f['every_steps']} steps; jobs: {_fmt(f['job_mix'])} nodes.",
+            f"{f['every_steps']} steps"
+            + (f", each job's drain poll of serve every {f['notice_interval_s']:g} s"
+               if "notice_interval_s" in f else "")
+            + f"; jobs: {_mix(f['job_mix'])}.",
             "", "| fault | at (s) | node | cause | gone by itself at (s) |", "|---|---|---|---|---|"]
     for x in f["faults"]:
         rows.append(f"| {x['kind']} | {x['at']:g} | {x['node'] or 'every node'} | {x['cause']} | "
