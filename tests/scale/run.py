@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=2.0, help="steady: minutes per job rate")
     ap.add_argument("--outage-minutes", type=float, default=5.0,
                     help="outage: minutes with every serve down (and as many with serve up before)")
+    ap.add_argument("--outage-jobs", type=int, default=0,
+                    help="outage: wrapped one-node jobs (default one per node)")
     ap.add_argument("--parallel", type=int, default=64, help="hooks run at once (memory bound)")
     ap.add_argument("--fault-mode", action="append", choices=["serve_up", "serve_down"],
                     default=[], help="shared_fault: only these phases (default both)")
@@ -73,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = ScaleSpec(nodes=a.nodes, agents=min(a.agents, a.nodes), hc_interval=a.hc_interval,
                      job_config=not a.jobs_without_config)
     root = Path(a.root).resolve() / f"n{a.nodes}"
-    opts: dict = {"minutes": a.minutes, "parallel": a.parallel, "outage_minutes": a.outage_minutes}
+    opts: dict = {"minutes": a.minutes, "parallel": a.parallel, "outage_minutes": a.outage_minutes,
+                  "outage_jobs": a.outage_jobs or None}
     if a.fault_mode:
         opts["modes"] = tuple(a.fault_mode)
     scenarios = [s for s in SCENARIOS if s in a.scenario] or list(DEFAULT)

@@ -66,9 +66,12 @@ def _spooled(h: ScaleHarness) -> dict[str, int]:
 
 
 def outage(h: ScaleHarness, outage_minutes: float = 5.0, baseline_minutes: float | None = None,
-           notice_timeout: float = 400.0, settle: float = 15.0, **_: Any) -> Figures:
-    """Every serve replica down for ``outage_minutes`` while one wrapped job per node watches for
-    drain notices (serve up for ``baseline_minutes`` first, by default as long, at most 2).
+           notice_timeout: float = 400.0, settle: float = 15.0, outage_jobs: int | None = None,
+           **_: Any) -> Figures:
+    """Every serve replica down for ``outage_minutes`` while one wrapped job per node (or
+    ``outage_jobs`` one-node jobs: a wrapper holds ~26 MB, and 1,024 of them do not fit this
+    host beside 1,024 slurmd) watches for drain notices (serve up for ``baseline_minutes``
+    first, by default as long, at most 2).
     When the outage phase has ended, and serve is still down, a sample of nodes runs its
     health check (their records go to the spool), so that the replay has something to
     lose; the phase's own figures hold only what slurmctld's HealthCheckInterval ran."""
@@ -81,7 +84,8 @@ def outage(h: ScaleHarness, outage_minutes: float = 5.0, baseline_minutes: float
     # The wrapper reads the node's own config (a site's /etc/slurmguard), so it asks serve.
     script = (f"#!/bin/sh\nSLURMGUARD_CONFIG={cfg}/$SLURMD_NODENAME.toml\nexport SLURMGUARD_CONFIG\n"
               f"exec {h.sg} run -- /bin/sleep {int(up_s + down_s + notice_timeout + 600)}\n")
-    ids = [h.cluster.sbatch(script, "-N1", f"--output={logdir}/job-%j.out") for _ in h.nodes]
+    ids = [h.cluster.sbatch(script, "-N1", f"--output={logdir}/job-%j.out")
+           for _ in range(outage_jobs or len(h.nodes))]
     t0 = time.monotonic()
     while _running(h, ids) < len(ids):
         if time.monotonic() - t0 > 300:
