@@ -185,7 +185,7 @@ def plots(data: dict[str, Any], outdir: Path) -> list[str]:
     for name, keys in (("node_cpu", ["node_cpu", "node_cpu_fallback"]), ("rpm", ["rpm", "rpm_hi"]),
                        ("shared_fault", ["drained_down", "cap"])):  # by name: the doc test lists them so
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        for label in sorted(data["runs"], reverse=True):
+        for label in _labels(data):
             runs = _runs(data, label)
             series = _series(runs)
             for k in keys:
@@ -202,6 +202,8 @@ def plots(data: dict[str, Any], outdir: Path) -> list[str]:
 
 
 LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
+          "after": "after: with the scale fixes merged (fallback bound, wrapper back-off, serve's "
+                   "shared Slurm view, hook fast path)",
           "ctld-before": "before serve's view refresher (main at b5cbbf6), callers recorded, "
                          "jobs with the node's config",
           "ctld-after": "after serve's view refresher, callers recorded, jobs with the node's "
@@ -213,17 +215,25 @@ LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
                            "to 120 s)",
           "controller": "the controller scenarios with the wrappers' Slurm fallback paced by "
                         "the health-check interval (notice.slurm_interval and _max 300 s)",
-          "after": "after: with the scale fixes merged (fallback bound, wrapper back-off, serve's "
-                   "shared Slurm view, hook fast path)",
           "agent": "agent: after the agent's refresh redesign (slow sources read when a hook "
                    "needs them, no 5-s loop; the stand-in NVML's event wait sleeps as the "
-                   "driver's does; the agent's CPU counts its children's)"}
+                   "driver's does; the agent's CPU counts its children's)",
+          "fleet": "at fleet size with every fix of this round (main at 7dec529: the fallback "
+                   "bound, the wrappers' back-off and Slurm fallback at the health-check "
+                   "interval, serve's view refresher, the agent's on-demand reads)"}
+
+
+def _labels(data: dict[str, Any]) -> list[str]:
+    """The runs in the order the work went: LABELS' order (the first runs, the fixes one by
+    one, the fleet-size runs with all of them), then any other label by name."""
+    order = list(LABELS)
+    return sorted(data["runs"], key=lambda x: (order.index(x) if x in order else len(order), x))
 
 
 def goals(data: dict[str, Any]) -> list[str]:
     """The issue's goals against what was measured, one line each, per run."""
     out = ["## The goals, measured\n", "| run | N | goal | measured | holds |", "|---|---|---|---|---|"]
-    for label in sorted(data["runs"], reverse=True):
+    for label in _labels(data):
         for n, f in _runs(data, label):
             phases = _g(f, "steady", "phases", default=[])
             if len(phases) >= 2:
@@ -283,7 +293,7 @@ def goals(data: dict[str, Any]) -> list[str]:
 
 def render(data: dict[str, Any], plot_lines: list[str]) -> str:
     out = [HEAD, *goals(data)]
-    for label in sorted(data["runs"], reverse=True):
+    for label in _labels(data):
         out.append(f"## Measured, {LABELS.get(label, label)}\n")
         for n, f in _runs(data, label):
             out += table(n, f)
