@@ -20,7 +20,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from slurmguard.adapters.slurm.formatted import SINFO_NODE_FORMAT, parse_sinfo_node
+from slurmguard.adapters.slurm.formatted import (
+    SINFO_NODE_FORMAT,
+    SQUEUE_FORMAT,
+    parse_sinfo_node,
+    parse_squeue_brief,
+)
 from slurmguard.adapters.slurm.parse import (
     SACCT_FIELDS,
     AcctRecord,
@@ -256,6 +261,13 @@ class SlurmCLI:
         """
         return [j for j in parse_squeue_json(self._run("squeue", "--json").stdout)
                 if not j.finished]
+
+    def queue(self) -> list[JobInfo]:
+        """Jobs in the queue with what the requeue watcher reads: ``squeue -h -O``
+        :data:`SQUEUE_FORMAT` (state, reason, priority, restarts, eligible time, nodes). No
+        JSON for Slurm to build and us to parse for every job every poll; ``exc_nodes`` is
+        not read (no 22.05 ``-O`` field has it): :meth:`job` has it, for the jobs acted on."""
+        return parse_squeue_brief(self._run("squeue", "-h", "-O", SQUEUE_FORMAT).stdout)
 
     def update_job(self, job_id: str | int, **fields: str | int) -> None:
         """``scontrol update jobid=ID Key=Value ...``, e.g. ``EligibleTime="now"``."""

@@ -17,6 +17,7 @@ import re
 
 from slurmguard.adapters.slurm.parse import (
     BASE_STATES,
+    JobInfo,
     NodeInfo,
     _clip,
     _csv,
@@ -97,3 +98,61 @@ def _sinfo_record(rec: str, what: str) -> NodeInfo:
         partitions=_csv(part), features=_csv(active if _null(active) else avail),
         gres=_null(gres), raw=raw)
 
+
+# squeue -O, one line per job in the queue (plain squeue lists no ended job, on every version:
+# the same set as SlurmCLI.jobs(), which drops 22.05 --json's ended ones). JobID is the job's
+# own id (an array task's too), as squeue --json's job_id; Reason is the pending reason, or
+# the description Slurm set instead (`launch failed requeued held`, which squeue --json puts
+# in state_description beside state_reason JobHeldUser). No -O field names the excluded
+# nodes on 22.05 (`%x` of -o has no RestartCnt beside it): exc_nodes stays "" here, and
+# SlurmCLI.job() reads it for the few jobs that need it.
+SQUEUE_FIELDS = ("JobID", "State", "PriorityLong", "RestartCnt", "EligibleTime", "NodeList",
+                 "BatchHost", "Requeue", "Reason")
+SQUEUE_FORMAT = ",".join(f"{f}:|" for f in SQUEUE_FIELDS[:-1]) + f",{SQUEUE_FIELDS[-1]}:"
+_JOB_STATE_RE = re.compile(r"[A-Z][A-Z_]{0,31}")
+
+
+def parse_squeue_brief(text: str) -> list[JobInfo]:
+    """``squeue -h -O`` :data:`SQUEUE_FORMAT` -> JobInfo per job (``exc_nodes`` not read)."""
+    if not isinstance(text, str):
+        raise ParseError(f"squeue: expected text, got {type(text).__name__}")
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        cols = line.split("|", len(SQUEUE_FIELDS) - 1)
+        if len(cols) != len(SQUEUE_FIELDS):
+            if out and not line.split("|", 1)[0].isdigit():
+                # A newline inside the last job's reason (free text): join it back.
+                out[-1] = _with_reason(out[-1], out[-1].reason + " " + line)
+                continue
+            raise ParseError(f"squeue: line {n}: expected {len(SQUEUE_FIELDS)} fields "
+                             f"({','.join(SQUEUE_FIELDS)}), got {len(cols)}: {_clip(line)}")
+        out.append(_squeue_job(cols, n))
+    return out
+
+
+def _squeue_job(cols: list[str], n: int) -> JobInfo:
+    jid, state, prio, restarts, eligible, nodes, batch, requeue, reason = cols
+    where = f"squeue: line {n}"
+    if not jid.isdigit():
+        raise ParseError(f"{where}: JobID: not a job id: {_clip(jid)}")
+    if not _JOB_STATE_RE.fullmatch(state):
+        raise ParseError(f"{where}: State: not a job state: {_clip(state)}")
+    for key, value in (("PriorityLong", prio), ("RestartCnt", restarts)):
+        if not value.isdigit():
+            raise ParseError(f"{where}: {key}: expected an integer, got {_clip(value)}")
+    if requeue not in ("0", "1"):
+        raise ParseError(f"{where}: Requeue: expected 0 or 1, got {_clip(requeue)}")
+    raw = dict(zip(SQUEUE_FIELDS, cols, strict=True))
+    return JobInfo(
+        job_id=str(int(jid)), state=state, reason=_null(" ".join(reason.split())),
+        nodes=_null(nodes), restart_count=int(restarts),
+        eligible_time=_show_time(eligible, f"{where}: EligibleTime"),
+        requeue=requeue == "1", batch_host=_null(batch), priority=int(prio), raw=raw)
+
+
+def _with_reason(job: JobInfo, reason: str) -> JobInfo:
+    return JobInfo(job.job_id, job.state, " ".join(reason.split()), job.nodes, job.restart_count,
+                   job.eligible_time, job.requeue, job.batch_host, job.exc_nodes, job.priority,
+                   job.raw)
