@@ -90,6 +90,9 @@ _HOOKS: Schema = {
     "spool_dir": Str("/var/spool/slurmguard", "where results wait while serve is unreachable"),
     "spool_max": Int(10000, "records kept in the spool at most (oldest dropped first)", minimum=1),
     "report_timeout": Float(2.0, "seconds to wait for serve before spooling", minimum=0.1),
+    "replay_timeout": Float(5.0, "seconds a hook run may spend replaying its spool after a "
+                            "successful send (a slow serve after an outage), never past "
+                            "hooks.budget; 0: no replay", minimum=0.0),
     "fallback_cap": Bool(True, "no serve replica answers a drain permit: apply the blast-radius "
                          "cap to Slurm's own view (node-intrinsic GPU faults still drain at once)"),
     "fallback_slot": Float(1.0, "seconds per decision window of that fallback", minimum=0.1),

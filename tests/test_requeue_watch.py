@@ -31,13 +31,15 @@ fi
 exit 0
 """)
     # The later SchedulerParameters line wins: no nohold_on_prolog_fail, so Slurm holds the job.
-    c = slurm_cluster_factory(nodes=2, prolog=prolog, extra_conf=["SchedulerParameters=defer"])
+    c = slurm_cluster_factory(nodes=3, prolog=prolog, extra_conf=["SchedulerParameters=defer"])
     conf_env.write_text(f"export SLURM_CONF={c.conf_path}\n")
     cfg = tmp_path / "sg.toml"
     cfg.write_text(f'[requeue]\nstate_file = "{tmp_path / "w.json"}"\n'
                    f'[store]\npath = "{tmp_path / "none.db"}"\n')
     env = sg_env(SLURM_CONF=str(c.conf_path), SLURMGUARD_CONFIG=str(cfg))
-    jid = c.sbatch("#!/bin/sh\necho ran on $SLURMD_NODENAME\n", "-N1", "--requeue")  # lands on n1 first
+    # lands on n1 first; the user's own exclusion (n3) must survive the watcher's, which it
+    # reads from the job's full record (squeue -O, the watcher's queue read, has no such field)
+    jid = c.sbatch("#!/bin/sh\necho ran on $SLURMD_NODENAME\n", "-N1", "--requeue", "-x", "n3")
     events: list[dict[str, Any]] = []
     wait_for(watcher_expedited(env, events), 90, interval=0.3, what="the watcher to expedite the requeue")
     exp = [e for e in events if e["event"] == "requeue-expedite"]
@@ -46,7 +48,7 @@ exit 0
     # held state is rarely visible from outside).
     assert exp[0]["failed_nodes"] == ["n1"] and exp[0]["released"] is True
     done = c.wait_job(jid, ["COMPLETED"], timeout=60)
-    assert done["ExcNodeList"] == "n1" and done["NodeList"] == "n2"
+    assert done["ExcNodeList"] == "n[1,3]" and done["NodeList"] == "n2"
     assert "ran on n2" in (c.root / "log" / f"job-{jid}.out").read_text()
     node = c.node("n1")
     assert node.drained and node.reason == "slurmguard: test-check: bad GPU"  # left as it was

@@ -488,11 +488,12 @@ def test_commands_use_configured_tools_and_timeout(tmp_path: Path) -> None:
     slow = tmp_path / "slow-scontrol"
     slow.write_text("#!/bin/sh\nsleep 30\n")
     slow.chmod(0o755)
-    cli = SlurmCLI({"scontrol": str(slow), "timeout": 0.5})
+    cli = SlurmCLI({"scontrol": str(slow), "sinfo": str(slow), "timeout": 0.5})
     from slurmguard.errors import CommandError
 
-    with pytest.raises(CommandError, match="timed out after 0.5s"):
-        cli.node("n1")
+    for read in (cli.node, cli.node_record):  # sinfo -n and scontrol show node
+        with pytest.raises(CommandError, match="timed out after 0.5s"):
+            read("n1")
     assert cli.ping() is False
 
 

@@ -136,9 +136,10 @@ slurm_interval_max = {SLURM_MAX}
 
 
 def test_what_one_node_read_costs_slurmctld(slurm_cluster_factory: Any) -> None:
-    """The RPCs of one read of one node, by the command slurmguard's node side uses today
-    (``scontrol show node -o NAME``: the whole node table on 22.05, and the partitions) and
-    by ``sinfo -n NAME`` (REQUEST_NODE_INFO_SINGLE: that node only), as sdiag counts them; the
+    """The RPCs of one read of one node, by ``scontrol show node -o NAME`` (the whole node
+    table on 22.05, and the partitions: what the node side used before SlurmCLI.node read
+    ``sinfo -n NAME -O``, tests/test_slurm_node_read.py) and by ``sinfo -n NAME``
+    (REQUEST_NODE_INFO_SINGLE: that node only), as sdiag counts them; the
     scale harness's controller/node split (footprint.RPCS_PER_CALL) rests on these."""
     from support import footprint
     from support.slurmcluster import BIN

@@ -255,7 +255,7 @@ def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, 
     store = open_store(cfg)
     info, slurm_says = None, ""
     try:
-        info = slurm_of(cfg).node(node)
+        info = slurm_of(cfg).node_record(node)  # the Comment too (an unrunnable hook)
     except SlurmguardError as exc:
         slurm_says = exc.message
     summary = next(iter(store.nodes.summary([node])), None)

@@ -5,7 +5,9 @@ only ~121 s later (``EligibleTime`` = requeue + ``cred_expire``, testbed.md), an
 straight back to a node that is about to fail again. When a Prolog on a node we drained
 fails, Slurm requeues the job *held* ("launch failed requeued held"). Both are lost GPU time.
 
-The watcher polls the queue. It remembers the nodes each job ran on (Slurm forgets them at
+The watcher polls the queue (``squeue -O``, the fields it reads; SlurmCLI.queue) and reads a
+job's full record (``scontrol show job``) and the node table only when a waiting job needs a
+decision. It remembers the nodes each job ran on (Slurm forgets them at
 requeue), and when a job comes back PENDING with a higher restart count (or held after a
 launch failure) and one of those nodes is now down, not responding, or drained (by anyone:
 since drain notices, a drain under a running job ends the run at its next checkpoint for a
@@ -171,13 +173,32 @@ def _remember_run(job: JobLike, m: JobMemory) -> None:
         m.restarts = job.restart_count
 
 
+def _triggers(job: JobLike, m: JobMemory, risky: Iterable[str]) -> tuple[bool, bool, bool]:
+    """(requeued since last handled, held after a launch failure, refused for risk anew):
+    what makes :func:`_decide` look at a waiting job at all."""
+    requeued = job.restart_count > m.handled and job.restart_count > 0
+    risk_new = bool(tuple(risky)) and m.risk_handled < job.restart_count
+    return requeued, _launch_failed_hold(job), risk_new
+
+
+def wants_decision(job: JobLike, memory: Mapping[str, JobMemory],
+                   refused: Mapping[str, Iterable[str]] | None) -> bool:
+    """Whether :func:`plan` would judge this job now (a superset: the risk refusals before
+    the job's exclusions are taken off). The watcher reads the node table and the job's
+    full record only then, not on every poll of a busy queue."""
+    if job.state not in WAITING:
+        return False
+    m = memory.get(str(job.job_id)) or JobMemory(restarts=job.restart_count,
+                                                  handled=job.restart_count)
+    requeued, held, risk_new = _triggers(job, m, (refused or {}).get(str(job.job_id), ()))
+    return requeued or (held and m.hold_handled < job.restart_count) or risk_new
+
+
 def _decide(job: JobLike, m: JobMemory, nodes: Mapping[str, NodeLike], risky: tuple[str, ...],
             now: float, max_requeues: int, slurm_expedites: bool) -> Action | None:
     """One waiting job: recover it from a node fault or a risk refusal, or leave it."""
     jid = str(job.job_id)
-    requeued = job.restart_count > m.handled and job.restart_count > 0
-    held = _launch_failed_hold(job)
-    risk_new = bool(risky) and m.risk_handled < job.restart_count
+    requeued, held, risk_new = _triggers(job, m, risky)
     if not requeued and not (held and m.hold_handled < job.restart_count) and not risk_new:
         return None
     # One decision per requeue, and per launch-failure hold at a restart count.
@@ -213,6 +234,7 @@ def _decide(job: JobLike, m: JobMemory, nodes: Mapping[str, NodeLike], risky: tu
 
 class SlurmJobs(Protocol):
     def jobs(self) -> list[Any]: ...
+    def job(self, job_id: str | int) -> Any: ...
     def nodes(self, nodeset: str | None = None) -> list[Any]: ...
     def update_job(self, job_id: str | int, **fields: str | int) -> None: ...
     def release(self, job_id: str | int) -> None: ...
@@ -262,14 +284,21 @@ class Watcher:
     def poll(self, now: float | None = None) -> list[Action]:
         """One pass: read jobs and nodes, act on what :func:`plan` says, emit events."""
         now = time.time() if now is None else now
-        jobs = self.slurm.jobs()
+        jobs = self._queue()
         self._seen = time.time()  # every requeue in this answer was revoked by now
         before = {k: v.requeued_at for k, v in self.memory.items()}
         waiting = any(j.state in WAITING for j in jobs)
-        nodes = {n.name: n for n in self.slurm.nodes()} if waiting else {}
+        refused = self._refused() if waiting else None
+        judged = {str(j.job_id) for j in jobs if wants_decision(j, self.memory, refused)}
+        if judged and not self.path.slurm_expedites:
+            # The brief queue has no ExcNodeList: the full record of each job judged (one
+            # REQUEST_JOB_INFO_SINGLE each). One that cannot be read fails the poll (retried
+            # in `interval`) rather than have its exclusions overwritten by ours alone.
+            jobs = [self.slurm.job(j.job_id) if str(j.job_id) in judged else j for j in jobs]
+        # The node table only when a job is judged: a busy queue always has jobs waiting.
+        nodes = {n.name: n for n in self.slurm.nodes()} if judged else {}
         actions, self.memory = plan(jobs, nodes, self.memory, now, self.max_requeues,
-                                    self.path.slurm_expedites,
-                                    self._refused() if waiting else None)
+                                    self.path.slurm_expedites, refused)
         for a in actions:
             self._apply(a, now)
         # Recovery time: first poll that sees an expedited job running again.
@@ -288,6 +317,12 @@ class Watcher:
             self.metrics.last_poll.set(now)
             self._write_metrics()
         return actions
+
+    def _queue(self) -> list[Any]:
+        """The queue: ``squeue -O`` (SlurmCLI.queue), or ``squeue --json`` where Slurm
+        expedites requeues itself (25.11+): only the JSON carries the job's expedite flag."""
+        brief = getattr(self.slurm, "queue", None)
+        return self.slurm.jobs() if brief is None or self.path.slurm_expedites else brief()
 
     def _refused(self) -> Mapping[str, Iterable[str]] | None:
         if self.refusals is None:

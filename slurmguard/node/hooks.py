@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 HOOKS = ("prolog", "epilog", "healthcheck", "check")
 # Seconds kept back from the budget for the drain command and the report.
 _RESERVE_FRACTION = 0.3
+# Seconds of the budget left after a spool replay, for the record's log line and metrics.
+_REPLAY_MARGIN = 1.0
 
 
 # The call form with real types: the class form's string annotations (this module's
@@ -309,7 +311,9 @@ def _report(cfg: Config, hook: str, node: str, report: Any, decision: Decision, 
         from slurmguard.node.delivery import deliver
 
         try:
-            record["delivery"] = deliver(record, cfg)
+            # replay ends a margin before the budget: the log line and metrics follow it
+            record["delivery"] = deliver(record, cfg, until=t0 + float(cfg["hooks.budget"])
+                                         - _REPLAY_MARGIN)
         except Exception as exc:  # delivery problems never change the hook's verdict
             record["delivery"] = one_line(f"failed: {exc}")
     if report.abandoned:

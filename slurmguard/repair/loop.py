@@ -387,7 +387,7 @@ class RepairPass:
             bundle = Bundle(out_dir=out)
             # Slurm's record first: it needs no SSH, and the reason names the fault.
             with open(os.path.join(out, "slurm-node.json"), "w", encoding="utf-8") as f:
-                json.dump(dict(self.slurm.node(node).raw), f, indent=1, sort_keys=True)
+                json.dump(dict(self.slurm.node_record(node).raw), f, indent=1, sort_keys=True)
             opts = CollectOptions.from_config(self.cfg.section("triage"), parallel=1)
             try:
                 collect([node], opts, bundle, recent=self._recent, progress=False)

@@ -439,11 +439,10 @@ Controller scenarios (`--scenario outage|gate|ingest`; `--outage-minutes`, 5 by 
 Not measured here: repair in act mode on the wave (RebootProgram and the BMC); the
 controller scenarios at 512 and 1,024 nodes (128 only: the machine was shared); the runs at
 1,024 nodes are one each.
-Not done: the node side's one-node
-read (`scontrol show node -o NAME`, REQUEST_NODE_INFO: the whole node table on 22.05) could
-be `sinfo -n NAME` (REQUEST_NODE_INFO_SINGLE: that node only, the same two RPCs;
-tests/test_slurm_rpc_load.py counts both), which needs a format-string parser on the hooks'
-drain path.
+The node side's one-node read was `scontrol show node -o NAME` (REQUEST_NODE_INFO: the whole
+node table on 22.05) in these runs; it is now `sinfo -n NAME -O` (REQUEST_NODE_INFO_SINGLE:
+that node only, the same two RPCs; tests/test_slurm_node_read.py, docs/slurm.md). The runs
+above were not repeated with it.
 """
 
 

@@ -482,8 +482,9 @@ class Cluster:
                            + self.log_tail("slurmctld.log"))
 
     def node(self, name: str) -> Any:
-        """The node as the adapter sees it (:class:`slurmguard.adapters.slurm.commands.NodeInfo`)."""
-        return self.cli().node(name)
+        """The node with every field Slurm has (``SlurmCLI.node_record``: Comment, BootTime,
+        ...; the adapter's own one-node read, ``node``, carries only what it acts on)."""
+        return self.cli().node_record(name)
 
     def cli(self) -> Any:
         """A :class:`SlurmCLI` bound to this cluster (env carries SLURM_CONF)."""

@@ -1,6 +1,7 @@
 """The Slurm adapter: read node and job state, drain and undrain nodes, nudge jobs.
 
-Backend: the Slurm command line (``scontrol show ... -o``, ``squeue --json``, ``sinfo --json``),
+Backend: the Slurm command line (``scontrol show ... -o``, ``sinfo -O`` for one node,
+``squeue --json``, ``sinfo --json``),
 which exists on every Slurm release; tools are called by absolute path from the ``[slurm]``
 config section, each through :func:`slurmguard.proc.run_command` with that section's timeout.
 
@@ -19,6 +20,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from slurmguard.adapters.slurm.formatted import (
+    SINFO_NODE_FORMAT,
+    SQUEUE_FORMAT,
+    parse_sinfo_node,
+    parse_squeue_brief,
+)
 from slurmguard.adapters.slurm.parse import (
     SACCT_FIELDS,
     AcctRecord,
@@ -96,7 +103,24 @@ class SlurmCLI:
 
     # -- nodes ---------------------------------------------------------------------------------
     def node(self, name: str) -> NodeInfo:
-        """One node's state (``scontrol show node -o NAME``); InputError if Slurm has none."""
+        """One node's state: ``sinfo -h -N -n NAME -O`` :data:`SINFO_NODE_FORMAT`, which
+        slurmctld answers with that node alone (REQUEST_NODE_INFO_SINGLE), where
+        ``scontrol show node NAME`` packs the whole node table (REQUEST_NODE_INFO) and
+        filters it here: a cost that grows with the cluster on every drain, healthcheck and
+        notice (docs/slurm.md). Carries the state, flags, reason (and its user and time),
+        Gres, partitions and features; :meth:`node_record` has every field.
+        InputError if Slurm has no such node."""
+        validate_node_name(name)
+        res = self._run("sinfo", "-h", "-N", "-n", name, "-O", SINFO_NODE_FORMAT)
+        info = parse_sinfo_node(res.stdout, name)
+        if info is None:  # sinfo prints nothing (rc 0) for a name slurmctld does not know
+            raise InputError(f"node: not known to Slurm: {name!r}")
+        return info
+
+    def node_record(self, name: str) -> NodeInfo:
+        """One node with every field Slurm has (``scontrol show node -o NAME``: Comment,
+        BootTime, Weight, ...). Costs slurmctld the whole node table: for an admin's command
+        or evidence, not for a loop or a hook. InputError if Slurm has no such node."""
         validate_node_name(name)
         found = [n for n in self._show_nodes(name) if n.name == name]
         if not found:
@@ -238,6 +262,13 @@ class SlurmCLI:
         return [j for j in parse_squeue_json(self._run("squeue", "--json").stdout)
                 if not j.finished]
 
+    def queue(self) -> list[JobInfo]:
+        """Jobs in the queue with what the requeue watcher reads: ``squeue -h -O``
+        :data:`SQUEUE_FORMAT` (state, reason, priority, restarts, eligible time, nodes). No
+        JSON for Slurm to build and us to parse for every job every poll; ``exc_nodes`` is
+        not read (no 22.05 ``-O`` field has it): :meth:`job` has it, for the jobs acted on."""
+        return parse_squeue_brief(self._run("squeue", "-h", "-O", SQUEUE_FORMAT).stdout)
+
     def update_job(self, job_id: str | int, **fields: str | int) -> None:
         """``scontrol update jobid=ID Key=Value ...``, e.g. ``EligibleTime="now"``."""
         jid = validate_job_id(job_id)
@@ -295,7 +326,7 @@ class SlurmCLI:
     def clear_comment(self, name: str, prefix: str) -> bool:
         """Empty the node's Comment when it starts with ``prefix`` (ours); True if cleared."""
         validate_node_name(name)
-        if not str(self.node(name).raw.get("Comment") or "").startswith(prefix):
+        if not str(self.node_record(name).raw.get("Comment") or "").startswith(prefix):
             return False
         self._run("scontrol", "update", f"nodename={name}", "comment=")
         return True
