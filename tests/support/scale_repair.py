@@ -55,7 +55,7 @@ def repair_budget_s(n: int, k: int, limits: RepairLimits, policy_interval: float
     """How long ``k`` repairs on ``n`` nodes may take: the hours the reboot limit makes the
     last ones wait, plus one round per ``slots`` repairs (a reboot, the health check at boot,
     a few policy passes each: proof, verification, return), plus a margin."""
-    hours = math.ceil(k / limits.reboots_per_hour) - 1
+    hours = limits.reboot_hours(k)
     rounds = math.ceil(k / limits.slots(n))
     return hours * 3600 + rounds * (90 + 6 * policy_interval) + 120
 

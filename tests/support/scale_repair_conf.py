@@ -31,6 +31,10 @@ class RepairLimits:
         """Repairs at once on one partition of ``nodes`` (repair/plan.py's _Budget)."""
         return min(self.max_nodes, max(1, math.floor(nodes * self.max_percent / 100.0)))
 
+    def reboot_hours(self, reboots: int) -> int:
+        """Whole hours the last of ``reboots`` reboots waits for the hourly budget."""
+        return math.ceil(reboots / self.reboots_per_hour) - 1
+
 
 def bmc_dir(h: ScaleHarness) -> Path:
     return h.root / "bmc"
