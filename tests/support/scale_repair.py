@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from support.repairrig import BMC
 from support.scale_repair_conf import RepairLimits, bmc_dir
 from support.scale_scenarios import Figures, Phase, all_healthchecks, wave_nodes
+from support.scaleharness import _stop
 
 if TYPE_CHECKING:
     from support.scaleharness import ScaleHarness
@@ -36,6 +37,7 @@ class HarnessHardware:
 
     def __init__(self, h: ScaleHarness) -> None:
         self.h = h
+        self.agent_failures: list[str] = []
 
     def boot(self, node: str) -> None:
         """A new boot id, a fresh kernel log (a new file: a reader's cursor in the old one
@@ -47,8 +49,14 @@ class HarnessHardware:
             tmp = d / f".{name}.boot"
             tmp.write_text(text)
             os.replace(tmp, d / name)
-        if node in self.h.agents:
-            self.h.restart_agent(node)
+        old = self.h.agents.get(node)
+        if old is not None:
+            # In place (no pop): the scenario's phase reads the agents while the BMC works.
+            _stop(old)
+            try:
+                self.h.start_agent(node)
+            except RuntimeError as e:  # the node goes on without it (the hooks' fallback)
+                self.agent_failures.append(f"{node}: {str(e)[-300:]}")
 
 
 def repair_budget_s(n: int, k: int, limits: RepairLimits, policy_interval: float) -> float:
@@ -75,7 +83,8 @@ def wave_repair(h: ScaleHarness, percent: float = 3.0, parallel: int = 64,
     store = Store.open(url=h.store_url)
     budget = repair_timeout or repair_budget_s(h.spec.nodes, len(faulted), limits,
                                                h.spec.policy_interval)
-    with BMC(h.cluster, bmc_dir(h), HarnessHardware(h)) as bmc:
+    hw = HarnessHardware(h)
+    with BMC(h.cluster, bmc_dir(h), hw) as bmc:
         t0 = time.time()
         for n in faulted:
             h.inject_xid(n)
@@ -111,6 +120,7 @@ def wave_repair(h: ScaleHarness, percent: float = 3.0, parallel: int = 64,
     fig["drained_healthy"] = sorted(set(fig["drained_healthy"])
                                     | (_drained_in_ledger(store, t0, len(h.nodes)) - set(faulted)))
     fig.update(budget_s=round(budget), still_drained=sorted(h.drained()),
+               agent_failures=hw.agent_failures,
                limits={"max_nodes": limits.max_nodes, "max_percent": limits.max_percent,
                        "reboots_per_hour": limits.reboots_per_hour, "settle": limits.settle,
                        "slots": limits.slots(h.spec.nodes),
