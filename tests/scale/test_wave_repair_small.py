@@ -7,8 +7,8 @@ at 32 nodes `max_percent` 5 lets one node repair at a time, so the three queue f
 - every faulted node drained by one health check of every node, no healthy one;
 - each faulted node rebooted once by the BMC and returned (its health check at boot passed),
   no node rebooted twice, no repair on a healthy node, none left drained;
-- at most one repair at once (and the three took turns), at most `reboots_per_hour` reboots in
-  any hour.
+- at most one repair at once (the three take turns), at most `reboots_per_hour` reboots in any
+  hour.
 """
 
 from __future__ import annotations
@@ -67,6 +67,4 @@ def test_repairs_take_turns_within_the_limits(wave):
     assert lim["slots"] == 1  # 5 % of 32 nodes: one at a time
     assert wave["max_concurrent"] == 1, wave
     assert wave["max_reboots_in_hour"] <= lim["reboots_per_hour"], wave
-    # The last in the queue waited for the others' repairs, not for a pass.
-    assert wave["drain_to_start_max_s"] > wave["drain_to_return_p50_s"] / 2, wave
     assert wave["failures"] == [], wave["failures"]
