@@ -115,7 +115,7 @@ def wave_repair(h: ScaleHarness, percent: float = 3.0, parallel: int = 64,
     events = store.nodes.events(since=t0, kinds=["drain", "repair_start", "repair_rung",
                                                  "repair_return", "repair_ticket"],
                                 limit=20 * len(faulted) + 1000)
-    fig.update(ledger_figures(events, reboots, faulted, limits, h.spec.nodes))
+    fig.update(ledger_figures(events, reboots, faulted))
     # A healthy node drained at any time in the wave and its repairs, not only in the pass.
     fig["drained_healthy"] = sorted(set(fig["drained_healthy"])
                                     | (_drained_in_ledger(store, t0, len(h.nodes)) - set(faulted)))
@@ -126,6 +126,7 @@ def wave_repair(h: ScaleHarness, percent: float = 3.0, parallel: int = 64,
                        "slots": limits.slots(h.spec.nodes),
                        "policy_interval": h.spec.policy_interval})
     fig["failures"] = failures(fig)
+    store.close()
     for n in set(faulted) - {n for n, k in done.items() if k == "repair_return"}:
         h.node_dir(n).joinpath("kmsg").write_text("")  # a ticketed node, back for what follows
     h.undrain_all()
@@ -136,8 +137,8 @@ def _drained_in_ledger(store: Any, since: float, nodes: int) -> set[str]:
     return {e.node for e in store.nodes.events(since=since, kinds=["drain"], limit=nodes + 100)}
 
 
-def ledger_figures(events: list[Any], reboots: list[tuple[str, float]], faulted: list[str],
-                   limits: RepairLimits, nodes: int) -> Figures:
+def ledger_figures(events: list[Any], reboots: list[tuple[str, float]],
+                   faulted: list[str]) -> Figures:
     """What repair did, from the ledger's events (EventRow) and the BMC's reboots."""
     first: dict[tuple[str, str], float] = {}
     for e in sorted(events, key=lambda e: e.at):
