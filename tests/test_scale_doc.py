@@ -26,3 +26,27 @@ def test_every_run_holds_the_scenarios_the_page_shows():
             assert f["nodes"] == int(n), (label, n)
             for ph in f.get("steady", {}).get("phases", []):
                 assert ph["jobs_completed"] == ph["jobs"], (label, n, ph)
+
+
+def _repaired_wave(**over):
+    w = {"limits": {"max_nodes": 4, "max_percent": 5.0, "slots": 1, "reboots_per_hour": 4,
+                    "settle": 900.0, "policy_interval": 10.0},
+         "faulted": 3, "drained_faulted": 3, "drained_healthy": [], "missed": [],
+         "all_drained_s": 8.5, "returned": 3, "ticketed": 0, "unfinished": [], "reboots": 3,
+         "max_reboots_per_node": 1, "rebooted_twice": [], "repaired_healthy": [],
+         "max_concurrent": 1, "max_reboots_in_hour": 3, "drain_to_start_p50_s": 11.1,
+         "drain_to_start_max_s": 21.0, "drain_to_return_p50_s": 19.1,
+         "drain_to_return_max_s": 28.9, "repair_wait_s": 34.1}
+    w.update(over)
+    return {"runs": {"today": {"32": {"nodes": 32, "hc_interval": 300, "wave_repair": w}}}}
+
+
+def test_the_repaired_wave_shows_its_figures_and_judges_its_limits():
+    page = render(_repaired_wave(), [])
+    assert "| Xid wave with repair: drain to return, p50 / max | 19.1 / 28.9 s |" in page
+    assert "| Xid wave with repair: most repairs at once / most reboots in an hour | 1 / 3 |" in page
+    assert "| today | 32 | Xid wave with repair: repairs at once within max_nodes / max_percent | " \
+           "1 (at most 1) | yes |" in page
+    assert "no run in docs/scale.json yet" not in page
+    bad = render(_repaired_wave(max_concurrent=2, rebooted_twice=["n1"], max_reboots_per_node=2), [])
+    assert "| 2 (at most 1) | no |" in bad and "| most 2 | no |" in bad

@@ -5,9 +5,12 @@ file (docs/scale.json by default) that docs/scale.md is rendered from.
     python tests/scale/run.py --nodes 1024 --scenario steady --scenario shared_fault
     python tests/scale/run.py --render     # docs/scale.md and its plots from docs/scale.json
     python tests/scale/run.py --nodes 512 --scenario fleet_day --seed 1 --day-s 300
+    python tests/scale/run.py --nodes 1024 --scenario wave_repair --repair-reboots-per-hour 40
 
 The fleet day runs alone (its harness has more checks and no agent; it starts its baseline
-harness itself).
+harness itself); so does wave_repair (its harness has repair in act mode and a RebootProgram,
+which would repair the other scenarios' drains). wave_repair exits 1 when a decision it
+checks failed (a node rebooted twice, a healthy node drained or repaired, a limit exceeded).
 
 A run first kills what an earlier run on the same --root left (its pid files), and tears
 everything down by pid at the end, also on Ctrl-C.
@@ -19,6 +22,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -28,10 +32,12 @@ from support import fleet_day_doc, footprint, scale_doc  # noqa: E402
 from support.fleet_day import fleet_spec  # noqa: E402
 from support.fleet_day_doc import MODES  # noqa: E402
 from support.scale_controller import SCENARIOS  # noqa: E402
+from support.scale_repair_conf import RepairLimits  # noqa: E402
 from support.scaleharness import ScaleHarness, ScaleSpec  # noqa: E402
 
-# Every scenario but the fleet day, which needs a harness of its own (run alone).
-DEFAULT = tuple(s for s in SCENARIOS if s != "fleet_day")
+# Every scenario but those that need a harness of their own (run alone).
+ALONE = ("fleet_day", "wave_repair")
+DEFAULT = tuple(s for s in SCENARIOS if s not in ALONE)
 
 DOC_JSON = TESTS.parent / "docs" / "scale.json"
 FLEET_JSON = TESTS.parent / "docs" / "fleet-day.json"  # the fleet day's page (docs/fleet-day.md)
@@ -59,6 +65,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="fleet_day: a training step's nominal seconds")
     ap.add_argument("--notice-interval", type=float, default=0.5,
                     help="fleet_day: seconds between each job's drain polls of serve")
+    ap.add_argument("--percent", type=float, default=3.0,
+                    help="wave_repair: percent of the nodes with Xid 79")
+    ap.add_argument("--policy-interval", type=float, default=0.0,
+                    help="serve.policy_interval, repair's pass (default 60; wave_repair 10)")
+    lim = RepairLimits()
+    ap.add_argument("--repair-max-nodes", type=int, default=lim.max_nodes)
+    ap.add_argument("--repair-max-percent", type=float, default=lim.max_percent)
+    ap.add_argument("--repair-reboots-per-hour", type=int, default=lim.reboots_per_hour,
+                    help="wave_repair's limits (docs/repair.md's defaults: the 1,024-node wave's "
+                         "31 reboots then take 8 hours of reboot budget)")
+    ap.add_argument("--repair-settle", type=float, default=lim.settle)
+    ap.add_argument("--repair-timeout", type=float, default=0.0,
+                    help="wave_repair: most seconds to wait for every repair (0: from the limits)")
     ap.add_argument("--root", default="/tmp/sg-scale", help="the run's directory (pid files)")
     ap.add_argument("--out", default=str(DOC_JSON), help="JSON the figures are merged into")
     ap.add_argument("--label", default="", help="stored with the run (e.g. before/after)")
@@ -73,16 +92,23 @@ def main(argv: list[str] | None = None) -> int:
             fleet_day_doc.write(FLEET_JSON)
         return 0
     spec = ScaleSpec(nodes=a.nodes, agents=min(a.agents, a.nodes), hc_interval=a.hc_interval,
-                     job_config=not a.jobs_without_config)
+                     job_config=not a.jobs_without_config,
+                     policy_interval=a.policy_interval or 60.0)
     root = Path(a.root).resolve() / f"n{a.nodes}"
     opts: dict = {"minutes": a.minutes, "parallel": a.parallel, "outage_minutes": a.outage_minutes,
                   "outage_jobs": a.outage_jobs or None}
     if a.fault_mode:
         opts["modes"] = tuple(a.fault_mode)
     scenarios = [s for s in SCENARIOS if s in a.scenario] or list(DEFAULT)
+    for alone in ALONE:
+        if alone in scenarios and scenarios != [alone]:
+            ap.error(f"--scenario {alone} runs alone")
+    if scenarios == ["wave_repair"]:
+        spec = replace(spec, policy_interval=a.policy_interval or 10.0, repair=RepairLimits(
+            max_nodes=a.repair_max_nodes, max_percent=a.repair_max_percent,
+            reboots_per_hour=a.repair_reboots_per_hour, settle=a.repair_settle))
+        opts.update(percent=a.percent, repair_timeout=a.repair_timeout)
     if "fleet_day" in scenarios:
-        if scenarios != ["fleet_day"]:
-            ap.error("--scenario fleet_day runs alone")
         spec = fleet_spec(spec, slurmguard=True, notice_interval=a.notice_interval)
         opts.update(seed=a.seed, day_s=a.day_s, tick=a.tick, step_s=a.step_s,
                     parallel=min(a.parallel, 16))
@@ -104,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     data["runs"].setdefault(a.label or "today", {}).setdefault(str(a.nodes), {}).update(figures)
     out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(json.dumps(figures, indent=1, sort_keys=True))
+    broken = figures.get("wave_repair", {}).get("failures")
+    if broken:
+        print("wave_repair: " + "; ".join(broken), file=sys.stderr)
+        return 1
     return 0
 
 

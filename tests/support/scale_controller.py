@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from support import footprint
+from support.scale_repair import wave_repair
 from support.scale_scenarios import SCENARIOS as BASE
 from support.scale_scenarios import Figures, Phase, _restart
 from support.scaleharness import ScaleHarness
@@ -377,3 +378,5 @@ def store_month(h: ScaleHarness, days: int, jobs_per_hour: int) -> Figures:
 
 SCENARIOS["gate"] = gate
 SCENARIOS["ingest"] = ingest
+# Needs a harness with repair in act mode (ScaleSpec.repair): run.py runs it alone.
+SCENARIOS["wave_repair"] = wave_repair

@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from support import scale_doc_repair
+
 NODE_GOAL = 3.6  # CPU-seconds per node per hour: 0.1 % of one core (the issue's goal)
 # Shorter steady phases than this see too few of the health checks (CYCLE over 300 s) for
 # their RPC rates to say anything about jobs.
@@ -94,7 +96,7 @@ def table(n: int, f: dict[str, Any]) -> list[str]:
                  f"{w['drained_faulted']} / {len(w['drained_healthy'])} |",
                  f"| Xid 79 wave: fault to every faulted node drained (one check of every node) | {w['all_drained_s']} s |",
                  f"| Xid 79 wave: slurmguard RPCs per node checked | {round(w['slurmguard_rpcs'] / n, 1)} |"]
-    return rows + controller_rows(n, f) + [""]
+    return rows + scale_doc_repair.table_rows(f) + controller_rows(n, f) + [""]
 
 
 def _rpm(ph: dict[str, Any]) -> str:
@@ -288,11 +290,15 @@ def goals(data: dict[str, Any]) -> list[str]:
                 hc = f.get("hc_interval", 300)
                 out.append(f"| {label} | {n} | Xid wave: drained within one health-check interval "
                            f"({hc} s) | {w['all_drained_s']} s | {'yes' if w['all_drained_s'] <= hc else 'no'} |")
+            out += scale_doc_repair.goal_rows(label, n, f)
     return [*out, ""]
 
 
 def render(data: dict[str, Any], plot_lines: list[str]) -> str:
-    out = [HEAD, *goals(data)]
+    unmeasured = "" if scale_doc_repair.measured(data) else (
+        "repair in act mode on the wave (wave_repair: no run in docs/scale.json yet); ")
+    head = HEAD.replace("{UNMEASURED}", unmeasured).replace("{PACE}", scale_doc_repair.pace(1024))
+    out = [head, *goals(data)]
     for label in _labels(data):
         out.append(f"## Measured, {LABELS.get(label, label)}\n")
         for n, f in _runs(data, label):
@@ -354,6 +360,7 @@ tests/support/scale_doc.py; tests/test_scale_doc.py checks this page is that ren
 
     python tests/scale/run.py --nodes 1024 --scenario steady --scenario shared_fault --scenario wave
     python tests/scale/run.py --nodes 128 --scenario outage --scenario gate --scenario ingest --label controller
+    python tests/scale/run.py --nodes 1024 --scenario wave_repair
     python tests/scale/run.py --render
 
 The harness: one real slurmctld (Slurm 22.05) with N `slurmd -N` on this host (SlurmdTimeout
@@ -436,7 +443,26 @@ Controller scenarios (`--scenario outage|gate|ingest`; `--outage-minutes`, 5 by 
   each: a month is extrapolated as the size now plus 30 times the last day's growth
   (nothing in the store expires records today).
 
-Not measured here: repair in act mode on the wave (RebootProgram and the BMC); the
+Repair scenario (`--scenario wave_repair`, run alone: its harness has repair in act mode):
+- **wave_repair**: the wave (Xid 79 on `--percent` % of the nodes, 3 by default, then every
+  node's health check) with serve's `[repair] mode = "act"` in the loop: slurm.conf's
+  RebootProgram is the repair tests' (tests/support/repairrig.py), which hands the node to
+  their BMC thread; the BMC kills the node's slurmd, boots its hardware (a new boot id, a
+  fresh kernel log, its agent restarted) and starts slurmd with a fresh boot time, and slurmd
+  runs the installed HealthCheckProgram as it registers. Serve's repair pass (every
+  `--policy-interval`, 10 s for this scenario; a site's default is 60) takes the reboot rung,
+  proves it (new BootTime), verifies it by that health check (no quick burn-in: the harness's
+  nodes have no burn-in measurements, `verify_burnin = false`) and returns the node, within
+  docs/repair.md's default limits unless `--repair-max-nodes`, `--repair-max-percent`,
+  `--repair-reboots-per-hour`, `--repair-settle` say otherwise. It waits (bounded by the limits:
+  the reboot budget's hours plus a round per slot) until every faulted node is returned or
+  ticketed; the figures come from the store's ledger (drain, repair_start, repair_return,
+  repair_ticket: drain to start is the wait for a slot) and the BMC's log (reboots per node,
+  reboots in any hour). With the default limits the reboot budget sets the pace:
+  {PACE}.
+  CI runs tests/scale/test_wave_repair_small.py (32 nodes, 3 faulted, one repair at a time).
+
+Not measured here: {UNMEASURED}the
 controller scenarios at 512 and 1,024 nodes (128 only: the machine was shared); the runs at
 1,024 nodes are one each.
 The node side's one-node read was `scontrol show node -o NAME` (REQUEST_NODE_INFO: the whole

@@ -242,12 +242,17 @@ def _restart(s: Serve) -> None:
     s.start(timeout=60)
 
 
+def wave_nodes(h: ScaleHarness, percent: float) -> list[str]:
+    """``percent`` % of the nodes (at least one), spread evenly over the fleet."""
+    k = max(1, round(h.spec.nodes * percent / 100))
+    step = h.spec.nodes / k
+    return [h.nodes[int(i * step)] for i in range(k)]
+
+
 def wave(h: ScaleHarness, percent: float = 3.0, parallel: int = 64, **_: Any) -> Figures:
     """Xid 79 on ``percent`` % of the nodes at once (spread over the fleet), then one health
     check interval's runs: every faulted node drained, no healthy one."""
-    k = max(1, round(h.spec.nodes * percent / 100))
-    step = h.spec.nodes / k
-    faulted = [h.nodes[int(i * step)] for i in range(k)]
+    faulted = wave_nodes(h, percent)
     h.undrain_all()
     t0 = time.monotonic()
     for n in faulted:

@@ -34,7 +34,7 @@ from fakehw.kmsg import write_gpu_tree
 from fakehw.nvml import build_fake_nvml, default_config
 from fakehw.sysfs import write_ib_fabric
 
-from support import footprint
+from support import footprint, scale_repair_conf
 from support.helpers import require, sg_env
 from support.pgserver import PgServer, _pg_bin
 from support.sgserve import TOKEN, Serve, new_port
@@ -72,6 +72,10 @@ class ScaleSpec:
     ib_ports: int = 0            # stand-in IB HCAs per node (sysfs fixture) for ib-link
     extra_config: str = ""       # more sections, appended to every config (e.g. [notice])
     slurm_extra: tuple[str, ...] = ()  # more slurm.conf lines (later lines win)
+    policy_interval: float = 60.0  # serve.policy_interval: the fleet policy's and repair's pass
+    # Set: repair in act mode with these limits on every serve replica, a RebootProgram in
+    # slurm.conf (support/scale_repair.py; the scenario runs the BMC that answers it).
+    repair: scale_repair_conf.RepairLimits | None = None
 
 
 # The [agent] default the harness keeps (refresh 0: no answer uses a slow-source value older).
@@ -140,6 +144,7 @@ class ScaleHarness:
         # recommends 300 s, the harness's default too). RequeueExit=75: `slurmguard run`'s
         # verdict "requeue me" (docs/requeue.md).
         sg = self.spec.slurmguard
+        reboot = scale_repair_conf.install(self) if self.spec.repair else []
         self.cluster = Cluster.start(
             self.root / "slurm", nodes=self.spec.nodes, prolog=conf["Prolog"] if sg else None,
             epilog=conf["Epilog"] if sg else None,
@@ -149,7 +154,7 @@ class ScaleHarness:
             extra_conf=[*([f"HealthCheckNodeState={conf['HealthCheckNodeState']}",
                            f"PrologEpilogTimeout={conf['PrologEpilogTimeout']}"] if sg else []),
                         "TreeWidth=64", "AuthInfo=cred_expire=10", "MaxJobCount=20000",
-                        "RequeueExit=75", *self.spec.slurm_extra],
+                        "RequeueExit=75", *reboot, *self.spec.slurm_extra],
             port_base=free_port_block(self.spec.nodes + 1), timeout=self.spec.start_timeout)
         assert self.cluster.conf_path == self.conf_path, self.cluster.conf_path
         self._pidfile("slurmctld", self.cluster._ctld.pid, str(self.conf_path))  # type: ignore[union-attr]
@@ -206,6 +211,8 @@ class ScaleHarness:
         urls = [f"http://127.0.0.1:{port}/ingest" for port in self.ports]
         # Only the controller's file (serve0's) has the gate socket: one serve answers there.
         gate = f'gate_socket = "{self.gate_socket}"' if not node and not serve_port else ""
+        # Only serve repairs: the nodes' own files have no [repair].
+        repair = scale_repair_conf.config_section(self, s.repair) if s.repair and not node else ""
         return f"""
 [store]
 url = "{self.store_url}"
@@ -213,7 +220,7 @@ url = "{self.store_url}"
 host = "127.0.0.1"
 port = {serve_port or self.ports[0]}
 token_file = "{p}/etc/slurmguard/token"
-policy_interval = 60.0
+policy_interval = {s.policy_interval}
 {gate}
 [agent]
 socket = "{self.root}/run/%n.sock"
@@ -246,7 +253,7 @@ fallback_slots = {s.fallback_slots}
 prolog = {checks}
 epilog = {json.dumps([c for c in s.checks if c not in ("gpu-ecc", "host-cpus")])}
 healthcheck = {checks}
-{ib}{s.extra_config}
+{ib}{repair}{s.extra_config}
 """
 
     def node_dir(self, node: str) -> Path:
