@@ -24,6 +24,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
@@ -112,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         spec = fleet_spec(spec, slurmguard=True, notice_interval=a.notice_interval)
         opts.update(seed=a.seed, day_s=a.day_s, tick=a.tick, step_s=a.step_s,
                     parallel=min(a.parallel, 16))
+    if scenarios != ["fleet_day"]:
+        # Each scenario's figures are stored as it ends: a later one that fails (a 512-node run
+        # lost four scenarios' figures to the fifth's error) loses only its own.
+        opts["save"] = lambda figures: _merge(Path(a.out), a.label, a.nodes, figures)
     figures = run(root, spec, scenarios, **opts)
     figures["label"] = a.label
     if scenarios == ["fleet_day"]:  # its own page: docs/fleet-day.json -> docs/fleet-day.md
@@ -125,10 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         fleet_day_doc.write(out)
         print(json.dumps({k: v for k, v in day.items() if k not in MODES}, indent=1))
         return 0
-    out = Path(a.out)
-    data = json.loads(out.read_text()) if out.exists() else {"runs": {}}
-    data["runs"].setdefault(a.label or "today", {}).setdefault(str(a.nodes), {}).update(figures)
-    out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    _merge(Path(a.out), a.label, a.nodes, figures)
     print(json.dumps(figures, indent=1, sort_keys=True))
     broken = figures.get("wave_repair", {}).get("failures")
     if broken:
@@ -137,8 +139,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run(root: Path, spec: ScaleSpec, scenarios: list[str], **opts: object) -> dict:
-    """Start the harness, run ``scenarios`` in turn, stop; every figure measured."""
+def _merge(out: Path, label: str, nodes: int, figures: dict) -> None:
+    """``figures`` into the run's entry of ``out`` (docs/scale.json), its other scenarios kept."""
+    data = json.loads(out.read_text()) if out.exists() else {"runs": {}}
+    data["runs"].setdefault(label or "today", {}).setdefault(str(nodes), {}).update(
+        figures, label=label)
+    out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def run(root: Path, spec: ScaleSpec, scenarios: list[str], save: Any = None,
+        **opts: object) -> dict:
+    """Start the harness, run ``scenarios`` in turn, stop; every figure measured. ``save``
+    (if given) is called with the figures so far after each scenario."""
     h = ScaleHarness.start(root, spec)
     try:
         rss = sum(footprint.proc_rss_mb(p) or 0.0 for p in h.slurmd_pids())
@@ -152,6 +164,8 @@ def run(root: Path, spec: ScaleSpec, scenarios: list[str], **opts: object) -> di
             print(f"scale: {name} on {spec.nodes} nodes ...", file=sys.stderr, flush=True)
             figures[name] = SCENARIOS[name](h, **opts)
             figures[name]["scenario_s"] = round(time.monotonic() - t0, 1)
+            if save is not None:
+                save(figures)
         figures["ctld_rss_mb"] = round(footprint.proc_rss_mb(h.ctld_pid()) or 0.0)
         figures["pg_size_mb"] = round(h.store_size_mb(), 1)
         return figures
