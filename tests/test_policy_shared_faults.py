@@ -154,3 +154,27 @@ def test_a_shared_fault_never_hides_another_check(items) -> None:
     alone = NodeView("n1", runs(*[(ago, h, c) for ago, h, c in stripped if h != U or c]))
     assert lemon_verdict(v, NOW, P) == lemon_verdict(alone, NOW, P)
     assert transitions(v, NOW, P.window) == transitions(alone, NOW, P.window)
+
+
+def test_policy_replay_judges_lemons_with_the_alerts_known_at_the_time() -> None:
+    """`policy replay` (fleet/replay.py:lemons) applies the same rule to a stored history:
+    the alert from the store's fleet_alerts, the partition from Slurm's view."""
+    from slurmguard.fleet.history import Alert, History, Run
+    from slurmguard.fleet.replay import lemons
+
+    def history(*alerts: Alert) -> History:
+        h = History(since=NOW - 4000, until=NOW, alerts=list(alerts),
+                    partitions={"n1": ("gpu",), "n2": ("gpu",), "n3": ("cpu",)})
+        for node in ("n1", "n2", "n3"):
+            h.runs[node] = [Run(s.at, U, checks=FS) for s in TWICE if s.health == U]
+            h.healthy[node] = [s.at for s in TWICE if s.health == H]
+        return h
+
+    flap = "slurmguard: flapping: 4 pass/fail changes in 1h (fs-mount)"
+    assert {n: r for n, (_, r) in lemons(history(), [], P).items()} == dict.fromkeys(
+        ("n1", "n2", "n3"), flap)
+    gpu = Alert(NOW - 2400, NOW - 1200, None, "fs-mount", "partition:gpu", frozenset({"n1", "n2"}))
+    assert set(lemons(history(gpu), [], P)) == {"n3"}  # not in partition gpu: its own
+    # an alert opened only after the node's last run was not known when it was judged
+    late = Alert(NOW - 500, NOW - 500, None, "fs-mount", "fleet", frozenset({"n1", "n2"}))
+    assert set(lemons(history(late), [], P)) == {"n1", "n2", "n3"}
