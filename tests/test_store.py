@@ -387,3 +387,31 @@ def test_policy_views_carry_which_checks_passed_so_an_episode_ends_only_when_its
     store.nodes.record_results(rec("n1", T0 + 50, "fs-mount", hook="healthcheck"))
     views = store.nodes.policy_views(["n1"], window=3600, now=T0 + 60)
     assert failures(views["n1"], T0 + 60, 3600) == 2
+
+
+def test_policy_views_carry_the_shared_faults_that_cover_each_node(store: Store) -> None:
+    # n1, n2: a shared fs-mount fault twice (pass, fail, pass, fail, pass); n3 flaps on its
+    # own gpu-xid, under an alert that names no shared cause (one node: "causes unknown").
+    for node, check in (("n1", "fs-mount"), ("n2", "fs-mount"), ("n3", "gpu-xid")):
+        for i in range(5):
+            at = T0 + i * 300
+            if i % 2:
+                store.nodes.record_results(rec(node, at, check, hook="healthcheck"))
+            else:
+                store.nodes.record_results(make_record(
+                    node, "healthcheck", [CheckResult(check, Health.HEALTHY)], "pass", "",
+                    started=at, duration=0.1))
+    store.nodes.open_alert("fs-mount", "partition:gpu", ["n1", "n2"], "suspect a shared cause",
+                           now=T0 + 301)
+    store.nodes.open_alert("fs-mount", "partition:gpu", ["n1", "n2"], "suspect a shared cause",
+                           now=T0 + 901)  # the second fault: the open alert is updated
+    store.nodes.open_alert("gpu-xid", "fleet", ["n3"], "causes unknown", now=T0 + 301)
+    now = T0 + 1300
+    views = store.nodes.policy_views(["n1", "n3"], window=3600, now=now,
+                                     scopes={"partition:gpu": frozenset({"n1", "n2"})})
+    assert views["n1"].shared == (("fs-mount", T0 + 301 - 3600, T0 + 901 + 3600),)
+    assert views["n3"].shared == ()
+    assert lemon_verdict(views["n1"], now, PolicyParams()) is None
+    # Without Slurm's scopes the alert still covers the nodes it names.
+    assert store.nodes.lemon_candidates(now=now) == [
+        ("n3", "slurmguard: flapping: 4 pass/fail changes in 1h (gpu-xid)")]

@@ -41,6 +41,7 @@ from slurmguard.fleet.params import RiskParams
 from slurmguard.fleet.risk import DAY, NodeSignals, score
 from slurmguard.policy.params import PolicyParams
 from slurmguard.policy.repair_params import DEFAULT_LADDERS, RepairParams
+from slurmguard.policy.shared import covering, from_alert
 from slurmguard.policy.types import HEALTHY, UNHEALTHY, NodeView, Sample
 
 _CHANGED_SHOWN = 20  # decisions listed in blast.changed (the counts are complete)
@@ -101,6 +102,7 @@ def _samples(h: History, node: str, eps: Sequence[Episode], count: str) -> list[
 def lemons(h: History, eps: Sequence[Episode], p: PolicyParams, *,
            count: str = "runs") -> dict[str, tuple[float, str]]:
     """node -> (when, reason) of the first lemon (or flapping) verdict in the window."""
+    from slurmguard.policy.blast import scopes as blast_scopes
     from slurmguard.policy.lemon import lemon_verdict
 
     by_node: dict[str, list[Episode]] = {}
@@ -109,6 +111,13 @@ def lemons(h: History, eps: Sequence[Episode], p: PolicyParams, *,
     foreign: dict[str, list[float]] = {}
     for node, evs in h.events.items():
         foreign[node] = [e.at for e in evs if e.kind == "drain" and e.actor_kind != "slurmguard"]
+    # Shared faults (policy/shared.py), as serve's pass knew them at t: the alerts opened by
+    # then that name a suspect shared cause (two nodes) and cover the node (its partitions
+    # when the caller gave Slurm's, its groups, the fleet's, or naming it).
+    faults = [(a.opened, from_alert(a.cause, a.scope, a.opened, a.updated, a.closed,
+                                    p.blast_window, a.nodes))
+              for a in h.alerts if len(a.nodes) >= 2]
+    held = blast_scopes(h.partitions, p.groups) if faults else {}
     out: dict[str, tuple[float, str]] = {}
     # Only a node with a failing run or a foreign drain can become a lemon.
     for node in sorted({n for n, rs in h.runs.items() if any(r.health == UNHEALTHY for r in rs)}
@@ -118,12 +127,14 @@ def lemons(h: History, eps: Sequence[Episode], p: PolicyParams, *,
         fd = foreign.get(node, [])
         moments = sorted({s.at for s in samples if s.health == UNHEALTHY} | set(fd))
         follow = {times[i + 1] for i in range(len(samples) - 1) if samples[i].health == UNHEALTHY}
+        mine = [(opened, f) for opened, f in faults if covering(node, [f], held)]
         for t in sorted(set(moments) | follow):
             if not h.since <= t <= h.until:
                 continue
             lo = bisect_left(times, t - p.window)
             view = NodeView(node, samples=tuple(samples[lo:bisect_right(times, t)]),
-                            foreign_drains=tuple(x for x in fd if t - p.window <= x <= t))
+                            foreign_drains=tuple(x for x in fd if t - p.window <= x <= t),
+                            shared=covering(node, [f for opened, f in mine if opened <= t], held))
             v = lemon_verdict(view, t, p)
             if v is not None:
                 out[node] = (t, v.reason)

@@ -17,6 +17,8 @@ A node is flapping when its judged runs change between pass and fail at least
 ``flap_transitions`` (4) times in the window: it counts as failing (it becomes a lemon with a
 flapping reason) even though its last run may have passed.
 Checker errors (health ``error``) and ``unsupported`` runs are never a failure or a pass.
+Nor is a failing check that a fleet alert named a suspect shared cause of (``NodeView.shared``,
+policy/shared.py): a shared filesystem that hangs twice in an hour is not every node's flapping.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 
 from slurmguard.contract import REASON_PREFIX
 from slurmguard.policy.params import PolicyParams, human_window
+from slurmguard.policy.shared import excuse
 from slurmguard.policy.types import ERROR, UNHEALTHY, UNSUPPORTED, NodeView, Sample
 
 
@@ -44,6 +47,12 @@ def judged(samples: tuple[Sample, ...], since: float) -> list[Sample]:
     """Runs in the window that judged the node (not checker errors), oldest first."""
     return [s for s in sorted(samples, key=lambda s: s.at)
             if s.at >= since and s.health not in (ERROR, UNSUPPORTED)]
+
+
+def runs(view: NodeView, now: float, window: float) -> list[Sample]:
+    """The node's judged runs in the window, less the failing checks of shared faults."""
+    return judged(tuple(excuse(view.samples, view.shared)) if view.shared else view.samples,
+                  _since(view, now, window))
 
 
 def _since(view: NodeView, now: float, window: float) -> float:
@@ -77,17 +86,17 @@ def episodes(samples: Iterable[Sample]) -> list[tuple[str, float]]:
 def failures(view: NodeView, now: float, window: float) -> int:
     """Failure episodes in the window, plus drains by someone else."""
     since = _since(view, now, window)
-    return len(episodes(judged(view.samples, since))) + sum(1 for t in view.foreign_drains if t >= since)
+    return len(episodes(runs(view, now, window))) + sum(1 for t in view.foreign_drains if t >= since)
 
 
 def transitions(view: NodeView, now: float, window: float) -> int:
-    states = [s.health == UNHEALTHY for s in judged(view.samples, _since(view, now, window))]
+    states = [s.health == UNHEALTHY for s in runs(view, now, window)]
     return sum(1 for a, b in zip(states, states[1:], strict=False) if a != b)
 
 
 def top_checks(view: NodeView, now: float, window: float, limit: int = 2) -> str:
     """The causes with the most episodes in the window (ties: the earliest first)."""
-    counts = Counter(c for c, _ in episodes(judged(view.samples, _since(view, now, window)))
+    counts = Counter(c for c, _ in episodes(runs(view, now, window))
                      if c != "unhealthy")
     return ", ".join(name for name, _ in counts.most_common(limit))
 
@@ -104,11 +113,11 @@ def lemon_verdict(view: NodeView, now: float, p: PolicyParams,
     flips = transitions(view, now, p.window)
     if flips >= p.flap_transitions:
         return Verdict("flapping", f"{flips} pass/fail changes in {w}{suffix}")
-    runs = judged(view.samples, _since(view, now, p.window))
-    if fleet_rate is not None and len(runs) >= p.lemon_rate_min_runs:
+    seen = runs(view, now, p.window)
+    if fleet_rate is not None and len(seen) >= p.lemon_rate_min_runs:
         # Episodes against passes: a node that stays failing for an hour is one incident.
-        bad = len(episodes(runs))
-        passes = sum(1 for s in runs if s.health != UNHEALTHY)
+        bad = len(episodes(seen))
+        passes = sum(1 for s in seen if s.health != UNHEALTHY)
         rate = bad / (bad + passes) if bad + passes else 0.0
         if rate >= p.lemon_rate_floor and rate >= p.lemon_rate_factor * fleet_rate and bad > 0:
             return Verdict("lemon", f"failure rate {rate:.0%} vs fleet {fleet_rate:.0%} in {w}{suffix}")

@@ -62,6 +62,9 @@ class NodeView:
     reset_at: float | None = None  # an admin/burn-in returned the node: older history is forgiven
     drained: bool | None = None  # Slurm's view (None: unknown)
     ours: bool = False  # Slurm's drain reason starts with "slurmguard:"
+    # (cause, from, to) of the fleet alerts (suspect shared causes) that cover this node:
+    # failures of that check then are the shared fault's, not the node's (policy/shared.py)
+    shared: tuple[tuple[str, float, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -252,7 +252,8 @@ class Fleet:
             log.warning("policy: Slurm unavailable, no drains this pass: %s", exc)
             scopes, infos = {}, {}
         with self.lock:
-            views = self.store.nodes.policy_views(nodes, window=self.params.window, now=now)
+            views = self.store.nodes.policy_views(nodes, window=self.params.window, now=now,
+                                                  scopes=scopes, blast_window=self.params.blast_window)
             bad, judged = self.store.nodes.fleet_failure_rate(window=self.params.window, now=now)
             states = {n: SlurmState(drained=i.drained, ours=i.ours, down=i.down or i.not_responding)
                       for n, i in infos.items() if n in views}

@@ -24,6 +24,7 @@ from slurmguard.contract import HEALTHS
 from slurmguard.errors import InputError
 from slurmguard.nodeset import expand, fold
 from slurmguard.policy.params import PolicyParams
+from slurmguard.policy.shared import SharedFault, covering, from_alert
 from slurmguard.policy.types import DEGRADED, HEALTHY, UNHEALTHY, NodeView, Sample
 from slurmguard.store.engine import guard
 from slurmguard.store.models import EVENT_KINDS, Event, FleetAlert, Node, Result, Run
@@ -265,7 +266,8 @@ class Nodes:
 
         p = params or PolicyParams()
         now = time.time() if now is None else now
-        views = self.policy_views(self.active(now - p.window), window=p.window, now=now)
+        views = self.policy_views(self.active(now - p.window), window=p.window, now=now,
+                                  blast_window=p.blast_window)
         bad, judged = self.fleet_failure_rate(window=p.window, now=now)
         rate = bad / judged if judged else None
         out = []
@@ -301,13 +303,27 @@ class Nodes:
         judged = sum(v for k, v in rows.items() if k != "error")
         return int(rows.get(UNHEALTHY, 0)), int(judged)
 
-    def policy_views(self, nodes: Iterable[str], *, window: float,
-                     now: float | None = None) -> dict[str, NodeView]:
-        """The policy's view of each named node: runs and foreign drains within ``window``."""
+    def shared_faults(self, *, since: float, blast_window: float) -> list[SharedFault]:
+        """The fleet alerts that named a suspect shared cause (two nodes or more: the guard's
+        own test, policy/blast.py) whose window reaches past ``since`` (policy/shared.py)."""
+        stmt = select(_A).where(FleetAlert.count >= 2, FleetAlert.updated >= since - blast_window)
+        with guard(self.engine, "shared faults"), self.engine.connect() as conn:
+            faults = [from_alert(a.cause, a.scope, a.opened, a.updated, a.closed, blast_window,
+                                 expand(a.nodes, source="fleet_alerts.nodes", allow_empty=True))
+                      for a in conn.execute(stmt)]
+        return [f for f in faults if f.end >= since]
+
+    def policy_views(self, nodes: Iterable[str], *, window: float, now: float | None = None,
+                     scopes: Mapping[str, frozenset[str]] | None = None,
+                     blast_window: float = 3600.0) -> dict[str, NodeView]:
+        """The policy's view of each named node: runs and foreign drains within ``window``,
+        and the shared faults (fleet alerts) that cover it, by ``scopes`` (Slurm's partitions
+        and config groups; without them, the fleet's alerts and those naming the node)."""
         now = time.time() if now is None else now
         since = now - window
         names = sorted(set(nodes))
         out: dict[str, NodeView] = {}
+        faults = self.shared_faults(since=since, blast_window=blast_window) if names else []
         with guard(self.engine, "policy view"), self.engine.connect() as conn:
             for chunk in chunks(names):
                 rows = conn.execute(select(_N).where(_N.c.name.in_(chunk))).all()
@@ -351,7 +367,7 @@ class Nodes:
                         foreign_drains=tuple(foreign.get(nid, ())), lemon=bool(n.lemon),
                         lemon_reason=n.lemon_reason or "", burnin_required=bool(n.burnin_required),
                         probation=bool(n.probation), probation_passes=n.probation_passes or 0,
-                        reset_at=resets.get(nid))
+                        reset_at=resets.get(nid), shared=covering(n.name, faults, scopes))
         return out
 
     def columns(self, nodes: Sequence[str], columns: Sequence[str]) -> list[tuple[Any, ...]]:
