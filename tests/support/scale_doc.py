@@ -220,9 +220,11 @@ LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
           "agent": "agent: after the agent's refresh redesign (slow sources read when a hook "
                    "needs them, no 5-s loop; the stand-in NVML's event wait sleeps as the "
                    "driver's does; the agent's CPU counts its children's)",
-          "fleet": "at fleet size with every fix of this round (main at 7dec529: the fallback "
+          "fleet": "at fleet size with every fix of this round (main at dcc01ed: the fallback "
                    "bound, the wrappers' back-off and Slurm fallback at the health-check "
-                   "interval, serve's view refresher, the agent's on-demand reads)"}
+                   "interval, serve's view refresher, the agent's on-demand reads, one node "
+                   "read by sinfo -n, the requeue watcher's squeue -O, a shared fault's "
+                   "failures excused from the lemon and flapping rules)"}
 
 
 def _labels(data: dict[str, Any]) -> list[str]:
