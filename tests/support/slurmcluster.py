@@ -375,8 +375,13 @@ class Cluster:
     def stop(self) -> None:
         """Cancel jobs, `scontrol shutdown`, then kill the process groups we started."""
         if self._ctld is not None and self._ctld.poll() is None:
-            self.run("scancel", "--full", "--quiet", "--user=root", check=False, timeout=10)
-            self.run("scontrol", "shutdown", check=False, timeout=10)
+            for args in (("scancel", "--full", "--quiet", "--user=root"), ("scontrol", "shutdown")):
+                try:
+                    self.run(*args, check=False, timeout=10)
+                except subprocess.TimeoutExpired:
+                    # A slurmctld too busy to answer (512 nodes under load left a cluster
+                    # running when this raised): the kills below stop it all the same.
+                    pass
         procs = [p for p in [self._ctld, *self._slurmd.values()] if p is not None]
         deadline = time.monotonic() + 3  # state is thrown away: no need for a clean exit
         for p in procs:
@@ -439,13 +444,13 @@ class Cluster:
             raise ClusterError(f"{tool} {' '.join(args)}: rc={r.returncode}: {r.stderr.strip()}")
         return r
 
-    def sbatch(self, script_text: str, *args: str) -> str:
+    def sbatch(self, script_text: str, *args: str, timeout: float = 30) -> str:
         """Submit a batch script (text); returns the job id as a string."""
         script = self.root / f"job-{time.monotonic_ns()}.sh"
         script.write_text(script_text if script_text.startswith("#!") else
                           "#!/bin/sh\n" + script_text)
         r = self.run("sbatch", "--parsable", f"--chdir={self.root}",
-                     f"--output={self.root}/log/job-%j.out", *args, str(script))
+                     f"--output={self.root}/log/job-%j.out", *args, str(script), timeout=timeout)
         return r.stdout.strip().split(";")[0]
 
     def job(self, job_id: str | int) -> dict[str, str]:
