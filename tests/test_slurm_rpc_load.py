@@ -5,13 +5,13 @@ costs slurmctld").
 - serve up: serve reads Slurm's node table once per ``serve.slurm_view_ttl`` while it is
   asked, for /drains, the policy pass and the scopes together, however often it is asked:
   with no job and a prolog record every 5 s, then 10 and 25 wrappers polling /drains every
-  0.5 s and a record every 1.5 s, the node reads of each 20 s phase are within 20 / ttl +- 3
+  0.5 s and a record every 1.5 s, the node reads of each 30 s phase are within 30 / ttl +- 3
   and within 3 of each other (before: the /drains cache read once a second and each record's
   policy pass read once more, so it grew with jobs and records; then, read on demand below
-  that ceiling, 5 reads in the quiet 30-s phase against 15 in the busy ones).
+  that ceiling, 5 reads in the quiet phase against 15 in the busy ones).
 - serve down: each wrapper's Slurm fallback backs off to ``notice.slurm_interval_max``; the
-  node reads of 10 wrappers over 20 s stay within 10 x (20 / (0.75 x max) + 1), where the
-  fixed interval it replaced made 10 x 20 / slurm_interval.
+  node reads of 10 wrappers over 30 s stay within 10 x (30 / (0.75 x max) + 1), where the
+  fixed interval it replaced made 10 x 30 / slurm_interval.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def rpcs(c: Any) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"(\w+)\s*\(\s*\d+\)\s*count:(\d+)", part)}
 
 
-JOBS, WINDOW, SLURM_INTERVAL, SLURM_MAX = 10, 20.0, 1.0, 4.0
+JOBS, WINDOW, SLURM_INTERVAL, SLURM_MAX = 10, 30.0, 1.0, 4.0
 
 
 def counted(c: Any, seconds: float) -> dict[str, int]:
