@@ -23,6 +23,7 @@ with slurmguard (Prolog, Epilog, PrologSlurmctld, every node's health check, job
 docs/fleet-day.json by `python tests/scale/run.py --render`; measured by
 
     python tests/scale/run.py --nodes 128 --scenario fleet_day --seed 1 --day-s 300 --tick 15
+    python tests/scale/run.py --nodes 512 --scenario fleet_day --seed 1 --day-s 1200 --tick 120 --step-s 1 --notice-interval 5
 
 (`--nodes 512` where the host allows; the CI form is tests/scale/test_fleet_day_small.py,
 16 nodes and a 60-s day). The code: tests/support/fleet_day_plan.py (the schedule and the
@@ -122,6 +123,8 @@ def section(n: str, f: dict[str, Any]) -> list[str]:
     for x in f["faults"]:
         rows.append(f"| {x['kind']} | {x['at']:g} | {x['node'] or 'every node'} | {x['cause']} | "
                     f"{_fmt(x['clear_at'])} |")
+    if f.get("note"):  # what the run's own figures cannot say (e.g. the host it outran)
+        rows += ["", f["note"]]
     rows += ["", "| figure | with slurmguard | Slurm alone |", "|---|---|---|"]
     for label, key in (("ETTR (useful / allocated GPU time)", "ettr"), ("goodput (useful / all GPU time)", "goodput"),
                        ("allocated GPU-hours", "allocated_gpu_s"), ("useful GPU-hours", "useful_gpu_s")):
