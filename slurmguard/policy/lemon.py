@@ -85,19 +85,29 @@ def episodes(samples: Iterable[Sample]) -> list[tuple[str, float]]:
 
 def failures(view: NodeView, now: float, window: float) -> int:
     """Failure episodes in the window, plus drains by someone else."""
-    since = _since(view, now, window)
-    return len(episodes(runs(view, now, window))) + sum(1 for t in view.foreign_drains if t >= since)
+    return _failures(view, runs(view, now, window), _since(view, now, window))
+
+
+def _failures(view: NodeView, seen: list[Sample], since: float) -> int:
+    return len(episodes(seen)) + sum(1 for t in view.foreign_drains if t >= since)
 
 
 def transitions(view: NodeView, now: float, window: float) -> int:
-    states = [s.health == UNHEALTHY for s in runs(view, now, window)]
+    return _transitions(runs(view, now, window))
+
+
+def _transitions(seen: list[Sample]) -> int:
+    states = [s.health == UNHEALTHY for s in seen]
     return sum(1 for a, b in zip(states, states[1:], strict=False) if a != b)
 
 
 def top_checks(view: NodeView, now: float, window: float, limit: int = 2) -> str:
     """The causes with the most episodes in the window (ties: the earliest first)."""
-    counts = Counter(c for c, _ in episodes(runs(view, now, window))
-                     if c != "unhealthy")
+    return _top_checks(runs(view, now, window), limit)
+
+
+def _top_checks(seen: list[Sample], limit: int = 2) -> str:
+    counts = Counter(c for c, _ in episodes(seen) if c != "unhealthy")
     return ", ".join(name for name, _ in counts.most_common(limit))
 
 
@@ -105,15 +115,16 @@ def lemon_verdict(view: NodeView, now: float, p: PolicyParams,
                   fleet_rate: float | None = None) -> Verdict | None:
     """Why this node is a lemon now (or flapping), or None. Pure."""
     w = human_window(p.window)
-    checks = top_checks(view, now, p.window)
+    # The window's runs, shared faults excused, taken once: every count below reads them.
+    seen = runs(view, now, p.window)
+    checks = _top_checks(seen)
     suffix = f" ({checks})" if checks else ""
-    n = failures(view, now, p.window)
+    n = _failures(view, seen, _since(view, now, p.window))
     if n >= p.lemon_failures:
         return Verdict("lemon", f"{n} failures in {w}{suffix}")
-    flips = transitions(view, now, p.window)
+    flips = _transitions(seen)
     if flips >= p.flap_transitions:
         return Verdict("flapping", f"{flips} pass/fail changes in {w}{suffix}")
-    seen = runs(view, now, p.window)
     if fleet_rate is not None and len(seen) >= p.lemon_rate_min_runs:
         # Episodes against passes: a node that stays failing for an hour is one incident.
         bad = len(episodes(seen))
