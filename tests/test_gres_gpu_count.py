@@ -1,9 +1,10 @@
 """gpu-count's expected count from the node's Gres in Slurm, when the config sets none.
 
 The Gres shapes are parsed in a table and by property; the hook path runs for real: the
-healthcheck (which asks Slurm anyway) reads `Gres=` from a stand-in scontrol printing a real
-`scontrol show node -o` record, judges the stand-in NVML's GPUs against it and saves it; the
-prolog afterwards, which does not ask Slurm, judges against the saved count.
+healthcheck (which asks Slurm anyway) reads the node's Gres from a stand-in sinfo printing the
+record real `sinfo -h -N -n NAME -O` prints for it (the hooks' one-node read), judges the
+stand-in NVML's GPUs against it and saves it; the prolog afterwards, which does not ask Slurm,
+judges against the saved count. A stand-in scontrol logs the drain.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ SHOW = ("NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2
 
 
 def _site(tmp: Path, gres: str, gpus: int, state: str = "IDLE", reason: str = "") -> dict[str, str]:
-    """Config, stand-in scontrol (prints SHOW, logs updates) and stand-in NVML with ``gpus``."""
+    """Config, stand-in sinfo (prints the node's ``-O`` record), stand-in scontrol (prints
+    SHOW, logs updates) and stand-in NVML with ``gpus``."""
     tmp.mkdir(parents=True, exist_ok=True)
     show = tmp / "show.txt"
     show.write_text(SHOW.format(gres=gres, state=state, reason=reason))
@@ -75,6 +77,12 @@ def _site(tmp: Path, gres: str, gpus: int, state: str = "IDLE", reason: str = ""
     scontrol.write_text(f"#!/bin/sh\nif [ \"$1\" = show ]; then cat {show}; else "
                         f"echo \"$@\" >>{tmp / 'updates.log'}; fi\n")
     scontrol.chmod(0o755)
+    record = tmp / "sinfo.txt"
+    record.write_text(f"n1|{state.lower()}|Unknown|Unknown|{gres}|gpu|(null)|(null)|"
+                      f"{reason or 'none'}\n")
+    sinfo = tmp / "sinfo"
+    sinfo.write_text(f"#!/bin/sh\ncat {record}\n")
+    sinfo.chmod(0o755)
     nvml = write_nvml(tmp / "nvml.json", default_config(gpus))
     cfg = tmp / "sg.toml"
     cfg.write_text(f"""
@@ -86,6 +94,7 @@ healthcheck = ["gpu-count"]
 prolog = ["gpu-count"]
 [slurm]
 scontrol = "{scontrol}"
+sinfo = "{sinfo}"
 """)
     return sg_env(SLURMGUARD_CONFIG=str(cfg), SLURMD_NODENAME="n1",
                   **nvml_env(build_fake_nvml(tmp / "lib"), nvml))
@@ -112,6 +121,7 @@ def test_missing_gpu_against_slurm_gres_then_prolog_from_saved_count(tmp_path: P
 
 
 def test_full_node_healthy_and_no_gres_not_checked(tmp_path: Path) -> None:
-    assert _hook("healthcheck", _site(tmp_path / "a", "gpu:8", gpus=8))["health"] == "healthy"
+    full = _hook("healthcheck", _site(tmp_path / "a", "gpu:8", gpus=8))
+    assert full["health"] == "healthy" and full["details"]["expected"] == 8
     r = _hook("healthcheck", _site(tmp_path / "b", "(null)", gpus=7))
     assert r["health"] == "healthy" and r["details"]["expected"] is None
