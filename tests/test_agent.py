@@ -24,7 +24,7 @@ import pytest
 from fakehw.kmsg import inject_xid, write_gpu_tree
 from fakehw.nvml import build_fake_nvml, default_config, with_fault, write_config
 from fakehw.sysfs import write_cpus, write_ib_fabric, write_ib_port, write_meminfo
-from support.helpers import REPO, require, sg_argv, sg_env
+from support.helpers import REPO, require, sg_argv, sg_env, standin_slurm
 from support.wait import counter_advanced, wait_for
 
 from slurmguard.node import agent as agent_mod
@@ -77,7 +77,7 @@ class Node:
         tmp = self.config.with_name(".sg.toml.tmp")
         tmp.write_text(f"""
 [slurm]
-scontrol = "{self.root}/no-scontrol"
+{standin_slurm(self.root, "n7")}
 [hooks]
 state_dir = "{self.state}"
 budget = {BUDGET}

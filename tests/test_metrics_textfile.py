@@ -13,7 +13,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
-from support.helpers import REPO, run_sg, sg_env
+from support.helpers import REPO, run_sg, sg_env, standin_slurm
 
 from slurmguard.metrics import textfile
 
@@ -22,7 +22,7 @@ def write_cfg(tmp_path: Path, textfile_dir: Path | str) -> str:
     p = tmp_path / "sg.toml"
     p.write_text(f"""
 [slurm]
-scontrol = "{tmp_path}/no-scontrol"
+{standin_slurm(tmp_path, "n7")}
 [hooks]
 state_dir = "{tmp_path}/state"
 check_timeout = 1.0

@@ -6,7 +6,8 @@ when a check hangs: sources have deadlines, and a watchdog timer ends the proces
 else overruns.
 
 Exit codes (docs/hooks.md): 0 = the job may run (healthy, or slurmguard itself failed: a
-checker fault never blocks a job nor drains a node); 1 = a node fault was found and the node
+checker fault never blocks a job nor drains a node; or a fault was found but its drain was
+refused by the guard or could not be made); 1 = a node fault was found and the node is
 drained (Slurm then requeues the job elsewhere with ``nohold_on_prolog_fail``). `check`
 (admin use, never drains) exits 0 healthy, 1 unhealthy, 8 checker error, 3 bad config.
 """
@@ -267,8 +268,8 @@ def _act(cfg: Config, hook: str, node: str, decision: Decision, acting: bool,
     if decision.action is Action.DRAIN:
         if not acting:
             return ("none (check only)" if hook == "check" else "none (dry run)"), EXIT_UNHEALTHY
-        if slurm.cli is None:
-            return f"drain failed: {slurm.problem or 'no Slurm adapter'}", EXIT_UNHEALTHY
+        if slurm.cli is None:  # not drained, so exit 0 (below)
+            return f"drain failed: {slurm.problem or 'no Slurm adapter'}", EXIT_OK
         # The fleet's blast-radius guard decides (serve's /permit; unreachable serve fails
         # open): when many nodes fail the same check at once the cause is shared (a
         # filesystem, a fabric) and draining them all would empty the partition.
@@ -281,8 +282,14 @@ def _act(cfg: Config, hook: str, node: str, decision: Decision, acting: bool,
             fallback = SlurmPermit(slurm.cli, cfg, deadline=deadline)
         done = guarded_drain(slurm.cli, ServePermit(cfg, fallback), node, decision.failing[0],
                              decision.reason, via=hook)
-        # Refused: exit 0, since a non-zero prolog would make Slurm drain the node anyway.
-        return one_line(done.applied), EXIT_OK if done.result == "refused" else EXIT_UNHEALTHY
+        # Exit 1 only with our drain in place (made now, or the node already drained or
+        # DOWN). Refused, or not made (Slurm unreadable, the update refused or timed out):
+        # exit 0, since a non-zero exit makes Slurm drain the node itself ("Prolog error",
+        # "Epilog error"), past the guard and the ledger: under a shared fault with slurmctld
+        # slow, every node would. The record keeps the verdict; the gate and the next health
+        # check drain through the guard.
+        made = done.result in ("drained", "already")
+        return one_line(done.applied), EXIT_UNHEALTHY if made else EXIT_OK
     if decision.action is Action.UNDRAIN and slurm.cli is not None:
         try:
             undrained = slurm.cli.undrain(node)

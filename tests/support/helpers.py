@@ -39,3 +39,16 @@ def require(condition: bool, why: str) -> None:
     if IN_CI:
         pytest.fail(f"required component missing under CI=true: {why}")
     pytest.skip(why)
+
+
+def standin_slurm(tmp_path: Path, node: str) -> str:
+    """A Slurm that takes every drain, for hook tests that need no slurmctld: ``sinfo`` prints
+    ``node`` idle as real ``sinfo -h -N -n NODE -O`` does (the hooks' one-node read), and
+    ``scontrol`` appends its arguments to ``tmp_path/scontrol.log`` and succeeds. Returns the
+    config's ``[slurm]`` lines. (The hooks exit 1 only when their drain is made, docs/hooks.md.)"""
+    sinfo, scontrol = tmp_path / "sinfo", tmp_path / "scontrol"
+    sinfo.write_text(f"#!/bin/sh\necho '{node}|idle|Unknown|Unknown|(null)|gpu|(null)|(null)|none'\n")
+    scontrol.write_text(f"#!/bin/sh\necho \"$@\" >>'{tmp_path / 'scontrol.log'}'\n")
+    for f in (sinfo, scontrol):
+        f.chmod(0o755)
+    return f'scontrol = "{scontrol}"\nsinfo = "{sinfo}"'
