@@ -113,7 +113,10 @@ def controller_rows(n: int, f: dict[str, Any]) -> list[str]:
         up, down, nt = o["serve_up"], o["serve_down"], o.get("notice", {})
         rows += [
             f"| serve outage: jobs watching (one `slurmguard run` per node; wrapper RSS) | "
-            f"{o['jobs']} ({o['wrapper_rss_mb']} MB each) |",
+            f"{o['jobs']} ({o['wrapper_rss_mb']} MB each)"
+            + (f"; {len(o['not_started'])} more not started in 300 s and cancelled: "
+               f"{', '.join(sorted(set(o['not_started'].values())))}" if o.get("not_started") else "")
+            + " |",
             f"| serve outage: serve up {o['up_s']:.0f} s, RPCs/min by type | {_rpm(up)} |",
             f"| serve outage: every serve down {o['down_s']:.0f} s, RPCs/min by type | {_rpm(down)} |",
             f"| serve outage: slurmctld's RPCs/min, serve up / down (ratio) | "
