@@ -44,6 +44,10 @@ MUNGE_KEY = Path("/etc/munge/munge.key")
 CPUS_PER_NODE = 2
 
 
+# sbatch's words for a slurmctld too busy to answer in MessageTimeout.
+_BUSY = ("Socket timed out on send/recv operation", "Unable to contact slurm controller")
+
+
 class ClusterError(RuntimeError):
     """The test cluster did not reach the state a test needs (with the logs' tails attached)."""
 
@@ -444,14 +448,26 @@ class Cluster:
             raise ClusterError(f"{tool} {' '.join(args)}: rc={r.returncode}: {r.stderr.strip()}")
         return r
 
-    def sbatch(self, script_text: str, *args: str, timeout: float = 30) -> str:
-        """Submit a batch script (text); returns the job id as a string."""
+    def sbatch(self, script_text: str, *args: str, timeout: float = 30, retries: int = 3) -> str:
+        """Submit a batch script (text); returns the job id as a string. A submission that
+        slurmctld was too busy to answer (sbatch's "Socket timed out", "Unable to contact")
+        is tried again up to ``retries`` times, 5 s apart: the scale harness's 512 submissions
+        at 1,024 nodes met it. (If the lost answer's job was made, it runs unnamed.)"""
         script = self.root / f"job-{time.monotonic_ns()}.sh"
         script.write_text(script_text if script_text.startswith("#!") else
                           "#!/bin/sh\n" + script_text)
-        r = self.run("sbatch", "--parsable", f"--chdir={self.root}",
-                     f"--output={self.root}/log/job-%j.out", *args, str(script), timeout=timeout)
-        return r.stdout.strip().split(";")[0]
+        for attempt in range(retries + 1):
+            try:
+                r = self.run("sbatch", "--parsable", f"--chdir={self.root}",
+                             f"--output={self.root}/log/job-%j.out", *args, str(script),
+                             timeout=timeout)
+                return r.stdout.strip().split(";")[0]
+            except ClusterError as exc:
+                busy = any(m in str(exc) for m in _BUSY)
+                if not busy or attempt == retries:
+                    raise
+                time.sleep(5)
+        raise AssertionError("unreachable")
 
     def job(self, job_id: str | int) -> dict[str, str]:
         """`scontrol show job -o` of one job as a dict (through the adapter's parser)."""
