@@ -83,6 +83,7 @@ class Fleet:
         self._full_now = False
         self._news: dict[str, float] = {}
         self.last_pass: float | None = None
+        self.wakeups = 0  # looks of the periodic thread (tests: a replica that does not lead sleeps)
         # More leader-only periodic work, run after each full policy pass (run_periodic).
         self.periodic: list[Callable[[], None]] = [self.repair]
 
@@ -129,11 +130,17 @@ class Fleet:
             wait = next_full - time.monotonic()
             self._wake.wait(max(0.0, wait if poll is None else min(wait, poll)))
             self._wake.clear()
+            self.wakeups += 1
             if self._stop.is_set():
                 break
             nodes = self._take_pending()
             if not self.is_leader:
-                continue  # the leader evaluates them: it looks at what every replica stored
+                # The leader evaluates them: it looks at what every replica stored. The full
+                # pass is not this replica's to schedule, but its time is: left in the past,
+                # the wait above was 0 and a replica that did not lead spun here, a core's
+                # worth of Python from policy_interval after its start (docs/serve.md).
+                next_full = time.monotonic() + self.interval
+                continue
             full = self._full_now or time.monotonic() >= next_full
             if full:
                 self._full_now = False
