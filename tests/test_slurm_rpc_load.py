@@ -2,13 +2,16 @@
 on a real cluster, with real `slurmguard run` wrappers (docs/requeue.md, "What a serve outage
 costs slurmctld").
 
-- serve up: serve reads Slurm's node table once per ``serve.slurm_view_ttl`` while it is
-  asked, for /drains, the policy pass and the scopes together, however often it is asked:
+- serve up: each replica reads Slurm's node table once per ``serve.slurm_view_ttl`` from its
+  start, for /drains, the policy pass and the scopes together, however often it is asked:
   with no job and a prolog record every 5 s, then 10 and 25 wrappers polling /drains every
   0.5 s and a record every 1.5 s, the node reads of each 30 s phase are within 30 / ttl +- 3
   and within 3 of each other (before: the /drains cache read once a second and each record's
   policy pass read once more, so it grew with jobs and records; then, read on demand below
-  that ceiling, 5 reads in the quiet phase against 15 in the busy ones).
+  that ceiling, 5 reads in the quiet phase against 15 in the busy ones). Two replicas, the
+  jobs asking the follower: the reads of a quiet and a busy phase are at most 2 x 30 / ttl
+  + 4 and equal within 5 or a quarter of the larger (a replica used to read only within a minute of being
+  asked, so the follower read while jobs ran and not otherwise).
 - serve down: each wrapper's Slurm fallback backs off to ``notice.slurm_interval_max``; the
   node reads of 10 wrappers over 30 s stay within 10 x (30 / (0.75 x max) + 1), where the
   fixed interval it replaced made 10 x 30 / slurm_interval.
@@ -26,7 +29,9 @@ from typing import Any
 
 import pytest
 from support.helpers import REPO, run_sg, sg_env
+from support.pgserver import pg_server  # noqa: F401  (fixture)
 from support.sgserve import Serve, new_port, new_store, write_config
+from support.wait import wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -106,6 +111,81 @@ interval = 0.5
     assert all(rate - 3 <= r <= rate + 3 for r in reads.values()), reads
     assert max(reads.values()) - min(reads.values()) <= 3, reads  # not following the demand
 
+
+
+@pytest.mark.postgres
+def test_two_replicas_read_slurm_at_one_rate_with_and_without_jobs(
+        slurm_cluster_factory: Any, pg_server: Any, tmp_path: Path) -> None:  # noqa: F811
+    """Two replicas on one PostgreSQL, the first leading; the jobs' wrappers ask the second
+    (its only askers, as a follower's are). Quiet: no job, a prolog record every 5 s to the
+    leader; busy: 10 wrappers polling the follower's /drains every 0.5 s and a record every
+    1.5 s. The node reads of each 30-s phase are at most 2 x 30 / ttl + 4 and equal within
+    5 or a quarter of the larger. Before, a replica's refresher read only while it had been
+    asked in the last minute: the follower read in the busy phase only."""
+    from support.replicas import pg_store
+
+    url = pg_store(pg_server)
+    ports = [new_port(), new_port()]
+    dirs = [tmp_path / "r0", tmp_path / "r1"]
+    cfgs = []
+    for d, port in zip(dirs, ports, strict=True):
+        d.mkdir()
+        cfgs.append(write_config(d, store_url=url, port=port, extra=f"""
+prolog = ["fs-mount"]
+[checks.fs]
+mounts = ["/"]
+[notice]
+serve_url = "http://127.0.0.1:{ports[1]}"
+interval = 0.5
+""", serve_extra=f"slurm_view_ttl = {TTL}"))
+    c = slurm_cluster_factory(nodes=4, gpu_partition="OverSubscribe=FORCE:8")
+    c.env.update(PYTHONPATH=str(REPO), SLURMGUARD_CONFIG=str(cfgs[0]))
+    serves: list[Serve] = []
+    jobs: list[str] = []
+    reads: dict[str, int] = {}
+    sent = [0]
+    try:
+        for cfg, port in zip(cfgs, ports, strict=True):
+            serves.append(Serve(cfg, port, env={"SLURM_CONF": str(c.conf_path)}).start(timeout=120))
+        assert serves[0].metric("slurmguard_serve_leader") == 1.0
+        time.sleep(65)  # past the minute a replica used to keep reading after its last asker
+        for phase, n, every in (("quiet", 0, QUIET_RECORD_EVERY), ("busy", 10, RECORD_EVERY)):
+            jobs += wrapped_jobs(c, n - len(jobs), tmp_path)
+            time.sleep(3)
+            stop = threading.Event()
+
+            def records(stop: threading.Event, every: float = every) -> None:
+                while not stop.wait(every):
+                    sent[0] += 1
+                    run_sg("prolog", env=sg_env(SLURMGUARD_CONFIG=str(cfgs[0]),
+                                                SLURM_CONF=str(c.conf_path),
+                                                SLURMD_NODENAME=c.nodes[sent[0] % len(c.nodes)]))
+
+            t = threading.Thread(target=records, args=(stop,))
+            t.start()
+            try:
+                reads[phase] = counted(c, WINDOW).get("REQUEST_NODE_INFO", 0)
+                print(f"\n{phase}: {reads[phase]} node reads in {WINDOW:.0f} s")
+            finally:
+                stop.set()
+                t.join()
+        # A scrape may time out on a loaded host: asked again, it is the same counter.
+        polled = wait_for(lambda: serves[1].metric("slurmguard_http_requests_total",
+                                                   path="/drains") or -1.0,
+                          120, what="the follower's /metrics", ignore=(OSError,))
+    finally:
+        c.run("scancel", *jobs, check=False)
+        for s in serves:
+            s.stop()
+    rate = 2 * WINDOW / TTL
+    print(f"\ntwo replicas, node reads in {WINDOW:.0f} s: {reads} (one per ttl each: "
+          f"{rate:.0f}); {sent[0]} prologs; follower's /drains answered: {polled:.0f}")
+    assert sent[0] >= 4 and polled >= 100  # the records and the follower's askers did come
+    assert all(1 <= r <= rate + 4 for r in reads.values()), reads  # the ceiling: one per ttl each
+    # Not following the jobs: equal within 5 reads or a quarter of the larger (a read that
+    # outlasts the ttl on a loaded host delays the next; the follower that read only while
+    # asked made about half in the quiet phase).
+    assert abs(reads["quiet"] - reads["busy"]) <= max(5, max(reads.values()) / 4), reads
 
 
 

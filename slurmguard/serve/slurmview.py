@@ -12,12 +12,18 @@ or undrain serve makes itself drops the cache, so its own changes show at once.
 
 Read on demand only, that count still followed the demand below its ceiling: a quiet cluster
 asked (a health check's record now and then) and a busy one asked every second, so serve's
-reads grew with the job rate until they reached 60 / ttl (docs/scale.md). With
-:meth:`CachedNodes.start` a refresher reads the table every ttl for as long as anyone asked
-within the last ``KEEP`` seconds, and a caller reads only when that view is older than two
-ttl (the refresher fell behind, or nobody asked for a while) or was dropped: serve's node
-reads are then 60 / ttl a minute while it is in use, whatever asks how often, and none once
-nothing has asked for ``KEEP`` seconds.
+reads grew with the job rate until they reached 60 / ttl (docs/scale.md). A refresher that
+read only while someone had asked in the last minute still did, per replica: a replica that
+only jobs ask (a follower answering wrappers' ``/drains``) read while jobs ran and not
+between them, so the replicas reading at once, 1 or 2, followed the job rate (51 and 67
+reads per 120 s at 300 and 1,200 jobs/h, 1,024 nodes); and it timed each read from the end
+of the last, so a slow read stretched the period. Now :meth:`CachedNodes.start` runs a
+refresher that reads the table every ttl, timed from each read's start, whether or not
+anyone asks, and a caller reads only when that view is older than two ttl (the refresher
+fell behind) or was dropped: serve's node reads are at most 60 / ttl a minute per replica
+from its start (fewer only when a read outlasts the ttl), whatever the jobs, records and
+nodes. The price is that rate paid on an idle
+cluster too (docs/serve.md, "What serve costs slurmctld").
 
 Every other call (one node, drain, jobs, ...) goes to the adapter unchanged.
 """
@@ -31,7 +37,6 @@ from typing import Any
 from slurmguard.errors import SlurmguardError
 
 _CHANGES = ("drain", "undrain", "resume_ours", "reboot", "drain_ours_down")
-KEEP = 60.0  # s: the refresher keeps reading while someone asked this recently
 
 
 class CachedNodes:
@@ -40,16 +45,16 @@ class CachedNodes:
     def __init__(self, slurm: Any, ttl: float) -> None:
         self.slurm, self.ttl = slurm, ttl
         self._lock = threading.Lock()  # one read at a time: waiters take its answer
-        self._at = float("-inf")
+        self._at = float("-inf")  # when the last read ended
+        self._began = float("-inf")  # when it started
         self._view: list[Any] = []
         self._error: SlurmguardError | None = None
-        self._asked = float("-inf")
         self._stop = threading.Event()
         self._refresher: threading.Thread | None = None
         self.reads = 0  # reads of the whole table (metrics, tests)
 
     def start(self) -> CachedNodes:
-        """Refresh the view every ttl in a thread of its own while it is being asked for."""
+        """Refresh the view every ttl in a thread of its own, asked for or not."""
         if self._refresher is None and self.ttl > 0:
             self._refresher = threading.Thread(target=self._refresh, name="slurm-view",
                                                daemon=True)
@@ -61,17 +66,19 @@ class CachedNodes:
 
     def _refresh(self) -> None:
         while not self._stop.is_set():
+            began = time.monotonic()
             with self._lock:
-                now = time.monotonic()
-                if now - self._at >= self.ttl and now - self._asked <= KEEP:
+                # A caller's read within the last half ttl (after serve's own change) stands
+                # for this one: the count stays 60 / ttl a minute plus serve's own changes.
+                if began - self._began >= self.ttl / 2:
                     self._read()
-                wait = self._at + self.ttl - time.monotonic()
-            # Past due means nobody asked lately (or a read outlasted the ttl): look again
-            # in one ttl rather than spin.
-            self._stop.wait(wait if wait > 0 else self.ttl)
+            # Timed from this read's start, not its end, so a slow read (a large table, a
+            # busy slurmctld) does not stretch the period; never closer than half a ttl.
+            self._stop.wait(max(began + self.ttl - time.monotonic(), self.ttl / 2))
 
     def _read(self) -> None:  # under self._lock
         self.reads += 1
+        self._began = time.monotonic()
         try:
             self._view, self._error = list(self.slurm.nodes()), None
         except SlurmguardError as exc:  # a failing controller is not asked faster
@@ -86,7 +93,6 @@ class CachedNodes:
             # With the refresher running, a view up to two ttl old is its to renew: reading
             # here too would make the count follow the callers again.
             stale = self.ttl * (2 if self._refresher is not None else 1)
-            self._asked = now
             if now - self._at >= stale:
                 self._read()
             if self._error is not None:
