@@ -318,15 +318,26 @@ def render(data: dict[str, Any], plot_lines: list[str]) -> str:
 
 
 def projection(data: dict[str, Any]) -> str:
-    runs = _runs(data, "today")
-    if not runs:
+    # The largest run with every fix ("fleet"), else the first runs' ("today").
+    label = next((x for x in ("fleet", "today") if _runs(data, x)), None)
+    if label is None:
         return ""
-    n, f = runs[-1]
+    n, f = _runs(data, label)[-1]
     lines = ["## Projected to 10,000 nodes\n",
-             f"From the largest run ({n:,} nodes), scaled linearly in N (each figure below is "
-             "per node or grows with N at most linearly in what was measured):", ""]
-    rpm = _g(f, "steady", "phases", 0, "slurmguard_rpm", default=None)
-    if isinstance(rpm, (int, float)):
+             f"From the largest run ({n:,} nodes, \"{label}\"), scaled linearly in N (each "
+             "figure below is per node or grows with N at most linearly in what was measured):",
+             ""]
+    ph = _g(f, "steady", "phases", 0, default=None)
+    if isinstance(ph, dict) and "controller_rpm" in ph:
+        lines.append(f"- slurmguard RPCs/min at slurmctld: node side {ph['node_side_rpm'] * 10000 / n:,.0f}"
+                     f" (one-node reads, each node's health check every interval: linear in N; "
+                     f"{ph['node_side_rpm']} at {n:,} nodes); controller side "
+                     f"{ph['controller_rpm']} at {n:,} nodes, measured with serve's refresher "
+                     "before its fixed period (now R replicas x 60 / ttl reads a minute, 2 RPCs "
+                     "each, whatever the jobs and nodes: docs/serve.md); a rate that does not "
+                     "grow with N, but each read packs the whole node table, so its bytes do.")
+    elif isinstance(ph, dict):
+        rpm = ph["slurmguard_rpm"]
         lines.append(f"- slurmguard RPCs/min at slurmctld: {rpm * 10000 / n:,.0f} "
                      f"({rpm} at {n:,} nodes).")
     for k, what in (("node_cpu_s_per_hour_agent", "with the agent"),
@@ -343,7 +354,7 @@ def projection(data: dict[str, Any]) -> str:
                      f"fallback_slots) - 1 = {cap10k + 1000 - 1:,} at 10,000 nodes (cap "
                      f"{cap10k:,}, 10 slots); after it, cap + fallback_share - 1 = "
                      f"{cap10k + 1:,} (fallback_share 2), whatever N.")
-    ctl = _runs(data, "controller")
+    ctl = [r for r in _runs(data, "fleet") if "ingest" in r[1]] or _runs(data, "controller")
     ing = _g(ctl[-1][1], "ingest", default=None) if ctl else None
     if isinstance(ing, dict):
         hc = ctl[-1][1].get("hc_interval", 300)
@@ -353,10 +364,12 @@ def projection(data: dict[str, Any]) -> str:
                      f"nodes is {per_day:,} records a day, "
                      f"{per_day * ing['bytes_per_record'] * 30 / 2**30:,.0f} GB a month "
                      "(nothing expires records today).")
-    lines += ["- several controller hosts: serve replicas share the ingest; the Slurm reads "
-              "are the leader's and the hooks' own, so they do not multiply with replicas; "
-              "slurmctld is one process whatever the hosts, and its RPC budget is the figure "
-              "above."]
+    lines += ["- several controller hosts: serve replicas share the ingest and the nodes' "
+              "permits; each replica reads Slurm's node table once per `slurm_view_ttl` "
+              "(docs/serve.md), so the controller side's reads multiply with replicas, not "
+              "with nodes or jobs: R replicas make R x 60 / ttl reads a minute (raise the ttl "
+              "at 10,000 nodes, where each read packs ten times the table); slurmctld is one "
+              "process whatever the hosts, and its RPC budget is the figures above."]
     return "\n".join(lines) + "\n"
 
 
