@@ -50,3 +50,22 @@ def test_the_repaired_wave_shows_its_figures_and_judges_its_limits():
     assert "no run in docs/scale.json yet" not in page
     bad = render(_repaired_wave(max_concurrent=2, rebooted_twice=["n1"], max_reboots_per_node=2), [])
     assert "| 2 (at most 1) | no |" in bad and "| most 2 | no |" in bad
+
+
+def _outage_phase(seconds: float, own: float, calls: dict[str, dict[str, int]]) -> dict:
+    rpm = 2 * sum(sum(c.values()) for c in calls.values()) * 60 / seconds
+    return {"seconds": seconds, "slurm_own_rpm": own, "slurmguard_rpm": rpm, "slurm_calls": calls}
+
+
+def test_an_outage_ratio_without_the_hooks_reads_takes_out_a_pass_in_one_window_only():
+    from support.scale_doc import _ratio_without_hooks
+
+    wrappers = {"node/run": {"scontrol show node NAME": 120}}
+    up = _outage_phase(120, 20.0, wrappers)  # 120 wrapper reads a 120 s: 120 RPCs/min
+    down = _outage_phase(300, 20.0, {"node/run": {"scontrol show node NAME": 450},
+                                     "node/healthcheck": {"sinfo node NAME": 1000}})
+    o = {"serve_up": up, "serve_down": down}
+    total = (down["slurm_own_rpm"] + down["slurmguard_rpm"]) / (up["slurm_own_rpm"] + up["slurmguard_rpm"])
+    assert total > 2  # the health checks' pass, in the down window only
+    assert _ratio_without_hooks(o) == round((20 + 180) / (20 + 120), 2)  # 1.43
+    assert _ratio_without_hooks({"serve_up": {"seconds": 1}, "serve_down": down}) is None
