@@ -112,7 +112,7 @@ def controller_rows(n: int, f: dict[str, Any]) -> list[str]:
     if o:
         up, down, nt = o["serve_up"], o["serve_down"], o.get("notice", {})
         rows += [
-            f"| serve outage: jobs watching (one `slurmguard run` per node; wrapper RSS) | "
+            f"| serve outage: jobs watching (one node each, under `slurmguard run`; wrapper RSS) | "
             f"{o['jobs']} ({o['wrapper_rss_mb']} MB each)"
             + (f"; {len(o['not_started'])} more not started in 300 s and cancelled: "
                f"{', '.join(sorted(set(o['not_started'].values())))}" if o.get("not_started") else "")
@@ -230,7 +230,11 @@ LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
                    "bound, the wrappers' back-off and Slurm fallback at the health-check "
                    "interval, serve's view refresher, the agent's on-demand reads, one node "
                    "read by sinfo -n, the requeue watcher's squeue -O, a shared fault's "
-                   "failures excused from the lemon and flapping rules)"}
+                   "failures excused from the lemon and flapping rules)",
+          "fleet-ctl": "the controller scenarios at fleet size (main at d216bf5: the fleet run's "
+                       "code, the follower replica no longer spinning, sbatch retried when "
+                       "slurmctld is too busy to answer; serve's refresher before its fixed "
+                       "period), 512 jobs watching the outage"}
 
 
 def _labels(data: dict[str, Any]) -> list[str]:
@@ -377,7 +381,7 @@ def projection(data: dict[str, Any]) -> str:
                      f"fallback_slots) - 1 = {cap10k + 1000 - 1:,} at 10,000 nodes (cap "
                      f"{cap10k:,}, 10 slots); after it, cap + fallback_share - 1 = "
                      f"{cap10k + 1:,} (fallback_share 2), whatever N.")
-    ctl = [r for r in _runs(data, "fleet") if "ingest" in r[1]] or _runs(data, "controller")
+    ctl = [r for r in _runs(data, "fleet-ctl") if "ingest" in r[1]] or _runs(data, "controller")
     ing = _g(ctl[-1][1], "ingest", default=None) if ctl else None
     if isinstance(ing, dict):
         hc = ctl[-1][1].get("hc_interval", 300)
