@@ -60,20 +60,46 @@ def wrapped_jobs(c: Any, n: int, tmp: Path) -> list[str]:
     return jobs
 
 
-TTL, RECORD_EVERY, QUIET_RECORD_EVERY = 2.0, 1.5, 5.0
+def reads_while_recording(c: Any, cfg: Path, every: float, sent: list[int]) -> int:
+    """Node reads (REQUEST_NODE_INFO) in one WINDOW while a healthy prolog record goes to
+    serve every ``every`` s (``sent[0]`` counts them)."""
+    stop = threading.Event()
+
+    def records() -> None:
+        while not stop.wait(every):
+            sent[0] += 1
+            run_sg("prolog", env=sg_env(SLURMGUARD_CONFIG=str(cfg), SLURM_CONF=str(c.conf_path),
+                                        SLURMD_NODENAME=c.nodes[sent[0] % len(c.nodes)]))
+
+    t = threading.Thread(target=records)
+    t.start()
+    try:
+        return counted(c, WINDOW).get("REQUEST_NODE_INFO", 0)
+    finally:
+        stop.set()
+        t.join()
 
 
-def test_serve_reads_slurm_once_per_ttl_whatever_the_jobs_and_records(
-        slurm_cluster_factory: Any, tmp_path: Path) -> None:
-    port = new_port()
-    cfg = write_config(tmp_path, store_url=new_store(tmp_path), port=port, extra=f"""
+def serve_extra_config(port: int) -> str:
+    """The hooks' prolog check and the jobs' drain notices from serve at ``port``."""
+    return f"""
 prolog = ["fs-mount"]
 [checks.fs]
 mounts = ["/"]
 [notice]
 serve_url = "http://127.0.0.1:{port}"
 interval = 0.5
-""", serve_extra=f"slurm_view_ttl = {TTL}")
+"""
+
+
+TTL, RECORD_EVERY, QUIET_RECORD_EVERY = 2.0, 1.5, 5.0
+
+
+def test_serve_reads_slurm_once_per_ttl_whatever_the_jobs_and_records(
+        slurm_cluster_factory: Any, tmp_path: Path) -> None:
+    port = new_port()
+    cfg = write_config(tmp_path, store_url=new_store(tmp_path), port=port,
+                       extra=serve_extra_config(port), serve_extra=f"slurm_view_ttl = {TTL}")
     c = slurm_cluster_factory(nodes=4, gpu_partition="OverSubscribe=FORCE:8")
     c.env.update(PYTHONPATH=str(REPO), SLURMGUARD_CONFIG=str(cfg))
     serve = Serve(cfg, port, env={"SLURM_CONF": str(c.conf_path)}).start()
@@ -84,22 +110,7 @@ interval = 0.5
         for n, every in ((0, QUIET_RECORD_EVERY), (10, RECORD_EVERY), (25, RECORD_EVERY)):
             jobs += wrapped_jobs(c, n - len(jobs), tmp_path)
             time.sleep(3)  # the new wrappers' first polls
-            stop = threading.Event()
-
-            def records(stop: threading.Event, every: float = every) -> None:  # healthy prologs
-                while not stop.wait(every):
-                    sent[0] += 1
-                    run_sg("prolog", env=sg_env(SLURMGUARD_CONFIG=str(cfg),
-                                                SLURM_CONF=str(c.conf_path),
-                                                SLURMD_NODENAME=c.nodes[sent[0] % len(c.nodes)]))
-
-            t = threading.Thread(target=records, args=(stop,))
-            t.start()
-            try:
-                reads[n] = counted(c, WINDOW).get("REQUEST_NODE_INFO", 0)
-            finally:
-                stop.set()
-                t.join()
+            reads[n] = reads_while_recording(c, cfg, every, sent)
         ingested = serve.metric("slurmguard_ingest_records_total")
     finally:
         c.run("scancel", *jobs, check=False)
@@ -130,14 +141,8 @@ def test_two_replicas_read_slurm_at_one_rate_with_and_without_jobs(
     cfgs = []
     for d, port in zip(dirs, ports, strict=True):
         d.mkdir()
-        cfgs.append(write_config(d, store_url=url, port=port, extra=f"""
-prolog = ["fs-mount"]
-[checks.fs]
-mounts = ["/"]
-[notice]
-serve_url = "http://127.0.0.1:{ports[1]}"
-interval = 0.5
-""", serve_extra=f"slurm_view_ttl = {TTL}"))
+        cfgs.append(write_config(d, store_url=url, port=port, extra=serve_extra_config(ports[1]),
+                                 serve_extra=f"slurm_view_ttl = {TTL}"))
     c = slurm_cluster_factory(nodes=4, gpu_partition="OverSubscribe=FORCE:8")
     c.env.update(PYTHONPATH=str(REPO), SLURMGUARD_CONFIG=str(cfgs[0]))
     serves: list[Serve] = []
@@ -152,23 +157,8 @@ interval = 0.5
         for phase, n, every in (("quiet", 0, QUIET_RECORD_EVERY), ("busy", 10, RECORD_EVERY)):
             jobs += wrapped_jobs(c, n - len(jobs), tmp_path)
             time.sleep(3)
-            stop = threading.Event()
-
-            def records(stop: threading.Event, every: float = every) -> None:
-                while not stop.wait(every):
-                    sent[0] += 1
-                    run_sg("prolog", env=sg_env(SLURMGUARD_CONFIG=str(cfgs[0]),
-                                                SLURM_CONF=str(c.conf_path),
-                                                SLURMD_NODENAME=c.nodes[sent[0] % len(c.nodes)]))
-
-            t = threading.Thread(target=records, args=(stop,))
-            t.start()
-            try:
-                reads[phase] = counted(c, WINDOW).get("REQUEST_NODE_INFO", 0)
-                print(f"\n{phase}: {reads[phase]} node reads in {WINDOW:.0f} s")
-            finally:
-                stop.set()
-                t.join()
+            reads[phase] = reads_while_recording(c, cfgs[0], every, sent)
+            print(f"\n{phase}: {reads[phase]} node reads in {WINDOW:.0f} s")
         # A scrape may time out on a loaded host: asked again, it is the same counter.
         polled = wait_for(lambda: serves[1].metric("slurmguard_http_requests_total",
                                                    path="/drains") or -1.0,
