@@ -31,7 +31,7 @@ from fakehw.nvml import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.helpers import require, sg_argv, sg_env
+from support.helpers import require, sg_argv, sg_env, standin_slurm
 
 from slurmguard import config
 from slurmguard.adapters import nvml
@@ -346,7 +346,7 @@ def test_prolog_drains_only_the_node_with_the_faulty_gpu(tmp_path: Path, libdir:
     cfg = tmp_path / "sg.toml"
     cfg.write_text(f"""
 [slurm]
-scontrol = "{tmp_path}/no-scontrol"
+{standin_slurm(tmp_path, "n2")}
 [hooks]
 state_dir = "{tmp_path}/state"
 prolog = ["gpu-count", "gpu-lost", "gpu-ecc", "gpu-remap", "gpu-thermal", "gpu-nvlink"]
@@ -363,7 +363,7 @@ driver_gpus_dir = "{drv}"
     assert rc1 == 0 and rec1["decision"]["action"] == "pass"
     assert [r["health"] for r in rec1["results"]] == ["healthy"] * 6
     rc2, rec2 = out["n2"]
-    assert rc2 == 1
+    assert rc2 == 1 and "state=drain" in (tmp_path / "scontrol.log").read_text()
     assert rec2["decision"]["reason"] == "slurmguard: gpu-lost: GPU 2 (0000:3A:00.0) is lost (GPU is lost)"
     assert {r["name"]: r["health"] for r in rec2["results"]}["gpu-ecc"] == "healthy"
 

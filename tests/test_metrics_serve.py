@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support.helpers import REPO, run_sg, sg_env
+from support.helpers import REPO, run_sg, sg_env, standin_slurm
 from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
 
 from slurmguard import config
@@ -200,7 +200,7 @@ def test_doc_lists_exactly_the_metrics_of_real_scrapes(served, tmp_path):
     tdir.mkdir()
     cfg.write_text(f"""
 [slurm]
-scontrol = "{tmp_path}/no-scontrol"
+{standin_slurm(tmp_path, "n9")}
 [hooks]
 state_dir = "{tmp_path}/state"
 prolog = ["fault-value"]
