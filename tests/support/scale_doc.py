@@ -234,7 +234,14 @@ LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
           "fleet-ctl": "the controller scenarios at fleet size (main at d216bf5: the fleet run's "
                        "code, the follower replica no longer spinning, sbatch retried when "
                        "slurmctld is too busy to answer; serve's refresher before its fixed "
-                       "period), 512 jobs watching the outage"}
+                       "period), 512 jobs watching the outage",
+          "fleet-serve": "at fleet size with this stop's serve fixes (main at 09ce7aa: the "
+                         "follower replica no longer spinning, serve's refresher at a fixed "
+                         "period per replica, hooks exiting 1 only with their drain made); the "
+                         "shared fault with serve up, then steady state at 1,200 jobs/h only: "
+                         "its 300 jobs/h phase ran while serve returned the shared fault's "
+                         "drains (46 undrains, 108 one-node reads) and none of its 10 jobs "
+                         "ended in it, so it is not kept"}
 
 
 def _labels(data: dict[str, Any]) -> list[str]:
