@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from support.drain_notice import Job, Setup, sg
+from support.wait import wait_for
 
 from slurmguard.store import Store
 
@@ -132,8 +133,14 @@ def test_suspect_refuses_forged_or_malformed_reports(slurm_cluster_factory: Any,
             except urllib.error.HTTPError as e:
                 assert e.code == 400 and json.loads(e.read())["error"].startswith(want)
         s.c.run("scontrol", "update", "nodename=n3", "state=drain", "reason=maintenance")
-        with urllib.request.urlopen(f"{s.serve.url}/drains?nodes=n[1-3]&since=0", timeout=10) as r:
-            ans = json.loads(r.read())
+
+        def drains() -> dict[str, Any] | None:  # serve's view is at most a ttl old (serve.md)
+            with urllib.request.urlopen(f"{s.serve.url}/drains?nodes=n[1-3]&since=0",
+                                        timeout=10) as r:
+                ans = json.loads(r.read())
+            return ans if ans["drains"] else None
+
+        ans = wait_for(drains, 30, what="n3's drain in /drains")
         assert ans["complete"] is True
         assert [(d["node"], d["reason"]) for d in ans["drains"]] == [("n3", "maintenance")]
     finally:
