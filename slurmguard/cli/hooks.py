@@ -73,13 +73,14 @@ def _hook_command(hook: str, summary: str, example: str) -> click.Command:
 prolog_cmd = _hook_command(
     "prolog",
     "Slurm Prolog: check this node before a job starts; drain it and exit 1 on a node fault "
-    "(Slurm requeues the job elsewhere). Exits 0 when slurmguard itself fails.",
+    "(Slurm requeues the job elsewhere). Exits 0 when slurmguard itself fails, or when the "
+    "drain is refused by the blast-radius guard or cannot be made (docs/hooks.md).",
     "Prolog=/usr/lib/slurmguard/prolog/slurmguard-prolog   (slurm.conf; runs `slurmguard prolog`)",
 )
 epilog_cmd = _hook_command(
     "epilog",
     "Slurm Epilog: check this node after a job (leftover processes too); drain it and exit 1 "
-    "on a node fault.",
+    "on a node fault; exits 0 where the prolog does.",
     "Epilog=/usr/lib/slurmguard/epilog/slurmguard-epilog   (slurm.conf; runs `slurmguard epilog`)",
 )
 healthcheck_cmd = _hook_command(
