@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hc-interval", type=int, default=300, help="HealthCheckInterval (s)")
     ap.add_argument("--minutes", type=float, default=2.0, help="steady: minutes per job rate")
     ap.add_argument("--outage-minutes", type=float, default=5.0,
-                    help="outage: minutes with every serve down (and as many with serve up before)")
+                    help="outage: minutes with every serve down (and as many with serve up before: "
+                         "equal windows hold equal shares of a health-check pass)")
     ap.add_argument("--outage-jobs", type=int, default=0,
                     help="outage: wrapped one-node jobs (default one per node)")
     ap.add_argument("--parallel", type=int, default=64, help="hooks run at once (memory bound)")

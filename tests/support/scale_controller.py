@@ -80,12 +80,15 @@ def outage(h: ScaleHarness, outage_minutes: float = 5.0, baseline_minutes: float
     """Every serve replica down for ``outage_minutes`` while one wrapped job per node (or
     ``outage_jobs`` one-node jobs: a wrapper holds ~26 MB, and 1,024 of them do not fit this
     host beside 1,024 slurmd) watches for drain notices (serve up for ``baseline_minutes``
-    first, by default as long, at most 2).
+    first, by default as long).
     When the outage phase has ended, and serve is still down, a sample of nodes runs its
     health check (their records go to the spool), so that the replay has something to
-    lose; the phase's own figures hold only what slurmctld's HealthCheckInterval ran."""
+    lose; the phase's own figures hold only what slurmctld's HealthCheckInterval ran.
+    Serve is up as long as it is down unless ``baseline_minutes`` says otherwise: the health
+    checks (HealthCheckNodeState=CYCLE) read Slurm whether serve is up or not, so two windows
+    of one length hold the same share of a health-check pass, and their ratio is the outage's."""
     assert h.cluster is not None
-    up_s = 60 * (baseline_minutes if baseline_minutes is not None else min(outage_minutes, 2.0))
+    up_s = 60 * (baseline_minutes if baseline_minutes is not None else outage_minutes)
     down_s = 60 * outage_minutes
     logdir = h.root / "outage"
     logdir.mkdir(exist_ok=True)
