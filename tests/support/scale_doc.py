@@ -241,7 +241,10 @@ LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
                          "shared fault with serve up, then steady state at 1,200 jobs/h only: "
                          "its 300 jobs/h phase ran while serve returned the shared fault's "
                          "drains (46 undrains, 108 one-node reads) and none of its 10 jobs "
-                         "ended in it, so it is not kept"}
+                         "ended in it, so it is not kept",
+          "fleet-steady": "steady state alone at fleet size (main at 728c9bc: serve's "
+                          "refresher at a fixed period per replica; no shared fault before "
+                          "it), both job rates"}
 
 
 def _labels(data: dict[str, Any]) -> list[str]:
