@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--percent", type=float, default=3.0,
                     help="wave_repair: percent of the nodes with Xid 79")
     ap.add_argument("--policy-interval", type=float, default=0.0,
-                    help="serve.policy_interval, repair's pass (default 60; wave_repair 10)")
+                    help="serve.policy_interval, repair's pass (default 60; wave_repair 10; "
+                         "fleet_day 2 up to 64 nodes, else 10)")
     lim = RepairLimits()
     ap.add_argument("--repair-max-nodes", type=int, default=lim.max_nodes)
     ap.add_argument("--repair-max-percent", type=float, default=lim.max_percent)
@@ -111,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             reboots_per_hour=a.repair_reboots_per_hour, settle=a.repair_settle))
         opts.update(percent=a.percent, repair_timeout=a.repair_timeout)
     if "fleet_day" in scenarios:
-        spec = fleet_spec(spec, slurmguard=True, notice_interval=a.notice_interval)
+        # The day's repair passes compressed like the day (docs/fleet-day.md), fewer at size.
+        spec = fleet_spec(spec, slurmguard=True, notice_interval=a.notice_interval,
+                          policy_interval=a.policy_interval or (2.0 if a.nodes <= 64 else 10.0))
         opts.update(seed=a.seed, day_s=a.day_s, tick=a.tick, step_s=a.step_s,
                     parallel=min(a.parallel, 16))
     if scenarios != ["fleet_day"]:

@@ -14,8 +14,11 @@ table; run twice on the same seed and schedule:
 
 What a fault does to a job is train_job's --fault-dir (a crash as an NCCL error, a slowdown, a
 stall while the shared filesystem hangs): the stand-in for what the hardware does to CUDA.
-Repair is not in the loop: a fault that does not go away by itself keeps its node out in both
-modes until the day ends.
+With slurmguard, serve's repair acts (the wave_repair scenario's BMC and RebootProgram,
+support/scale_repair.py, with :func:`~support.fleet_day_faults.day_limits`): a reboot clears
+what the plan's REBOOT_CLEARS says it clears, and the day goes on past its end until every
+repair has returned or ticketed its node. In the baseline nobody repairs: a fault that does not
+go away by itself keeps its node out until the day ends.
 """
 
 from __future__ import annotations
@@ -27,18 +30,18 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from fakehw.nvml import HW_THERMAL_SLOWDOWN, default_config, with_fault, write_config
-from fakehw.sysfs import write_ib_port
-
 from slurmguard.errors import SlurmguardError
+from support import fleet_day_outcomes as outcomes
 from support import fleet_day_plan as plan
+from support.fleet_day_faults import RebootPhysics, clear, day_limits, effect, inject, ledger
 from support.helpers import REPO, sg_env
+from support.repairrig import BMC
+from support.scale_repair_conf import bmc_dir
 from support.scaleharness import CHECKS, ScaleHarness, ScaleSpec
 
 TRAIN = REPO / "tests" / "train_job.py"
@@ -46,53 +49,23 @@ SLURM_TIMEOUT = 180.0  # seconds a submission or a node-table read may take unde
 FLEET_CHECKS = (*CHECKS, "gpu-nvlink", "gpu-thermal", "ib-link")
 
 
-def fleet_spec(spec: ScaleSpec, slurmguard: bool, notice_interval: float = 0.5) -> ScaleSpec:
+def fleet_spec(spec: ScaleSpec, slurmguard: bool, notice_interval: float = 0.5,
+               policy_interval: float = 2.0) -> ScaleSpec:
     """The harness's spec for the fleet day: every check a kind needs, IB ports to fail, no
     agent (a cleared fault is then seen by the next check, not after the agent's refresh),
     HealthCheckInterval long (the day drives the checks itself, compressed). Each running
     job's wrapper asks serve every ``notice_interval`` seconds: hundreds of jobs at 0.5 s are
-    hundreds of requests a second, more than this 2-core host serves beside the day itself."""
+    hundreds of requests a second, more than this 2-core host serves beside the day itself.
+    With slurmguard, serve's repair in act mode (:func:`day_limits`), its pass every
+    ``policy_interval`` seconds (compressed like the day: 60 s would be an hour of it)."""
     return replace(spec, agents=0, hc_interval=3600, slurmguard=slurmguard,
+                   repair=day_limits(spec.nodes) if slurmguard else None,
+                   policy_interval=policy_interval,
                    checks=FLEET_CHECKS, ib_ports=2,
                    extra_config=f"[notice]\ninterval = {notice_interval:g}\n",
                    # Slurm's own cycle compressed like the day: a requeued job waits for the
                    # next scheduling pass (60 s by default), the same in both modes.
                    slurm_extra=("SchedulerParameters=nohold_on_prolog_fail,sched_interval=2",))
-
-
-def inject(h: ScaleHarness, f: plan.Fault) -> None:
-    d = h.node_dir(f.node) if f.node else None
-    if f.kind == "shared-fs":
-        h.lose_shared_mount()
-    elif f.kind == "xid79":
-        h.inject_xid(f.node)
-    elif f.kind == "ib-link":
-        write_ib_port(d / "ib", "mlx5_1", 1, state="1: DOWN", phys_state="3: Disabled")
-    else:
-        change = {"gpu-lost": {"lost": True}, "ecc": {"ecc": {"volatile_uncorrected": 2}},
-                  "nvlink": {"nvlink": [False, False] + [True] * 16},
-                  "thermal": {"clocks_event_reasons": HW_THERMAL_SLOWDOWN}}[f.kind]
-        write_config(d / "nvml.json", with_fault(default_config(8), 5, **change))
-
-
-def clear(h: ScaleHarness, f: plan.Fault) -> None:
-    """The fault gone (a link back, the filer back; an Xid needs a reboot: a new boot id)."""
-    if f.kind == "shared-fs":
-        h.restore_shared_mount()
-        return
-    d = h.node_dir(f.node)
-    write_config(d / "nvml.json", default_config(8))
-    if f.kind == "xid79":
-        (d / "kmsg").write_text("")
-        (d / "boot_id").write_text(str(uuid.uuid4()) + "\n")
-
-
-def _effect_file(fault_dir: Path, f: plan.Fault, on: bool) -> None:
-    p = fault_dir / (f.node or "ALL")
-    if on:
-        p.write_text(f.effect + "\n")
-    else:
-        p.unlink(missing_ok=True)
 
 
 class Day:
@@ -115,6 +88,11 @@ class Day:
         self.pass_spans: list[tuple[float, float]] = []  # and when it finished
         self.on_at: dict[plan.Fault, float] = {}   # when each fault was really injected
         self.off_at: dict[plan.Fault, float] = {}  # and cleared (both can be deferred)
+        self.lock = threading.Lock()  # the BMC's thread clears faults at a reboot
+        self.queue = plan.FaultQueue(faults)
+        self.physics: RebootPhysics | None = None
+        self.reboots: list[tuple[str, float]] = []
+        self.repair_done_at: float | None = None
         self.grace_s = min(2 * day_s, 120.0)
         self.n = 0
         # The loop's period: each pass reads Slurm's node table (every node), which at 512
@@ -199,49 +177,51 @@ class Day:
         self.t0 = time.time()
         for size in plan.job_mix(len(h.nodes)):
             self.submit(size)
-        pending = sorted([(f.at, "on", f) for f in self.faults]
-                         + [(f.clear_at, "off", f) for f in self.faults if f.clear_at is not None],
-                         key=lambda e: e[0])
         # The checks in a thread of their own: a pass of every node takes seconds to tens of
         # seconds on this host, and the faults and jobs keep to their schedule meanwhile.
         stop = threading.Event()
         checker = threading.Thread(target=self.checks, args=(stop,), daemon=True)
-        if self.mode == "slurmguard":
-            checker.start()
+        repair = self.mode == "slurmguard" and h.spec.repair is not None
+        with ExitStack() as stack:
+            if repair:
+                from slurmguard.store import Store
+
+                self.physics = RebootPhysics(h, self.fault_dir, self.on_at, self.off_at, self.lock)
+                bmc = stack.enter_context(BMC(h.cluster, bmc_dir(h), self.physics))
+                self.store = Store.open(url=h.store_url)
+                stack.callback(self.store.close)
+            if self.mode == "slurmguard":
+                checker.start()
+            # The faults on a clock of their own: the loop below waits on Slurm (a node-table
+            # read, an sbatch), which at 512 nodes on this host stalled it for minutes, and a
+            # 12-s filer hang cleared by it lasted 142 s.
+            clock = threading.Thread(target=self.fault_clock, args=(stop,), daemon=True)
+            clock.start()
+            t_end = self.loop(repair)
+            stop.set()
+            clock.join()
+            if checker.is_alive():
+                checker.join()
+            if repair:
+                self.reboots = list(bmc.reboots)
+                self.events = [(e.at, e.node, e.kind) for e in ledger(self.store, self.t0)]
+                self.risk = self.risk_flags(t_end)
+        q = h.cluster.run("squeue", "-h", "-o", "%i %T %r %N", check=False, timeout=60)  # type: ignore[union-attr]
+        self.queue_at_end = q.stdout.split("\n")[:20]
+        return self.collect(t_end)
+
+    def loop(self, repair: bool) -> float:
+        """The day: faults as they fall due, Slurm's node table sampled, jobs resubmitted;
+        past the day's end (its figures end there) slurmguard's checks go on, at most
+        grace_s, until every node fault was seen, and with repair until every repair of the
+        day's faults ended (returned or ticketed; at most the limits' settle more)."""
         t_end: float | None = None
         while True:
             now = time.time()
             if t_end is None and now >= self.t0 + self.day_s:
                 t_end = now
-            if t_end is not None and (self.mode == "baseline" or now >= t_end + self.grace_s
-                                      or all(self.seen(f) for f in self.on_at if f.node)):
-                # Past the day (its figures end at t_end) slurmguard's checks go on, at most
-                # grace_s, until every node fault was seen: a late fault is still an incident.
-                break
-            while pending and pending[0][0] <= now - self.t0:
-                at, what, f = pending.pop(0)
-                if what == "on" and self.mode == "slurmguard" and f.node and not self.back(f):
-                    # The flapping node fails again once it is back in service: a second
-                    # fault while the first episode is still open would be the same episode.
-                    pending.append((at + 0.5, what, f))
-                    pending.sort(key=lambda e: e[0])
-                    break
-                if what == "off" and self.mode == "slurmguard" and f.node and not self.seen(f):
-                    # The link comes back once the node is out (drained, as a repair would
-                    # take it), not before this loaded host's checks saw the fault at all.
-                    # The filer's hang is timed in both modes (it stalls every job: a
-                    # longer hang on one side would measure this host, not slurmguard).
-                    pending.append((at + 0.5, what, f))
-                    pending.sort(key=lambda e: e[0])
-                    break
-                if what == "on":
-                    inject(h, f)
-                    _effect_file(self.fault_dir, f, True)
-                    self.on_at[f] = now
-                else:
-                    clear(h, f)
-                    _effect_file(self.fault_dir, f, False)
-                    self.off_at[f] = now
+            if t_end is not None and self.day_over(now, t_end, repair):
+                return t_end
             try:
                 self.sample(time.time())
             except (SlurmguardError, subprocess.TimeoutExpired, OSError) as exc:
@@ -250,12 +230,99 @@ class Day:
                 self.missed_samples.append(f"{time.time() - self.t0:.0f}s {type(exc).__name__}")
             self.poll_jobs(time.time(), t_end is not None)
             time.sleep(self.period)
-        stop.set()
-        if checker.is_alive():
-            checker.join()
-        q = h.cluster.run("squeue", "-h", "-o", "%i %T %r %N", check=False, timeout=60)  # type: ignore[union-attr]
-        self.queue_at_end = q.stdout.split("\n")[:20]
-        return self.collect(t_end)
+
+    def fault_clock(self, stop: threading.Event) -> None:
+        """The faults as they fall due, every 0.2 s until the day's loop ends: one whose time
+        passed while this host stalled comes late (FaultQueue keeps its length), never lost."""
+        while True:
+            now = time.time()
+            with self.lock:
+                for what, f in self.queue.due(now - self.t0, self.ready):
+                    if what == "on":
+                        inject(self.h, f)
+                        effect(self.fault_dir, f, True)
+                        self.on_at[f] = now
+                    elif f not in self.off_at:  # a reboot may have cleared it first
+                        clear(self.h, f)
+                        effect(self.fault_dir, f, False)
+                        self.off_at[f] = now
+            if stop.wait(0.2):
+                return
+
+    def ready(self, what: str, f: plan.Fault) -> bool:
+        """Whether a fault event may happen now (slurmguard only; the baseline keeps time)."""
+        if self.mode != "slurmguard" or not f.node:
+            return True
+        if what == "on":
+            # The flapping node fails again once it is back in service: a second fault while
+            # the first episode is still open would be the same episode.
+            return self.back(f)
+        # The link comes back once the node is out (drained, as a repair would take it), not
+        # before this loaded host's checks saw the fault at all. The filer's hang is timed in
+        # both modes (it stalls every job: a longer hang on one side would measure this host).
+        return self.seen(f)
+
+    def day_over(self, now: float, t_end: float, repair: bool) -> bool:
+        if self.mode == "baseline":
+            return True
+        with self.lock:
+            seen = all(self.seen(f) for f in self.on_at if f.node)
+        if not repair:
+            return now >= t_end + self.grace_s or seen
+        limits = self.h.spec.repair
+        assert limits is not None
+        if now >= t_end + self.grace_s + limits.settle:
+            return True
+        if not seen or now < t_end + 2 * self.h.spec.policy_interval:
+            return False
+        # Seen in Slurm's node table is not enough with repair: a node coming back from its
+        # repair flickers there (a 16-node day ended on that with the flapping node's late
+        # second fault not drained yet); every fault still on needs a drain in the ledger.
+        drains = self.store.nodes.events(since=self.t0, kinds=["drain"], limit=100000)
+        with self.lock:
+            on = [(f, t) for f, t in self.on_at.items() if f.node and f not in self.off_at]
+        if not all(any(e.node == f.node and e.at >= t - 0.5 for e in drains) for f, t in on):
+            return False
+        return not self.repairs_pending()
+
+    def repairs_pending(self) -> list[str]:
+        """The faults still on whose node's repair has not ended (returned or ticketed), but
+        for a node the fleet policy drained as flapping or a lemon: repair leaves those to a
+        person (docs/repair.md), so they end nothing."""
+        evs = self.store.nodes.events(since=self.t0, kinds=["drain", "lemon", "repair_start",
+                                                            *outcomes.ENDS], limit=100000)
+        out = [f"repair@{e.node}" for e in evs if e.kind == "repair_start" and not any(
+            x.node == e.node and x.kind in outcomes.ENDS and x.at >= e.at for x in evs)]
+        with self.lock:
+            faults = [(f, t) for f, t in self.on_at.items() if f.node and f not in self.off_at]
+        for f, t in faults:
+            mine = [e for e in evs if e.node == f.node and e.at >= t - 0.5]
+            if any(e.kind in outcomes.ENDS for e in mine):
+                continue
+            if any(e.kind == "lemon" or "flapping" in e.reason for e in mine):
+                continue
+            out.append(f"{f.kind}@{f.node}")
+        return out
+
+    def risk_flags(self, t_end: float) -> list[tuple[str, str, float]]:
+        """The node risk score's flag (score >= risk.level) as serve would have computed it at
+        each tick of the day, from the store as it was then: ("risk", node, first time)."""
+        from slurmguard.fleet.params import RiskParams
+        from slurmguard.store.fleet import node_risks
+
+        p, first = RiskParams(), {}
+        steps = max(1, min(60, int((t_end - self.t0) / max(self.tick, 1.0))))
+        for i in range(1, steps + 1):
+            at = self.t0 + (t_end - self.t0) * i / steps
+            try:
+                scores = node_risks(self.store.engine, p, now=at)
+            except SlurmguardError as exc:  # the day's figures stand without this one
+                self.missed_samples.append(f"risk at {at - self.t0:.0f}s: {exc}")
+                continue
+            for n, r in scores.items():
+                if r.score >= p.level:
+                    first.setdefault(n, at)
+        return [("risk", n, at) for n, at in first.items()]
 
     def checks(self, stop: threading.Event) -> None:
         """Every node's installed health check (``parallel`` at a time), a pass each tick."""
@@ -298,8 +365,9 @@ class Day:
         # read the fault and drain after the clear; under load a pass takes tens of seconds);
         # every node while the shared fault is on.
         faulted = set()
-        for f, t_on in self.on_at.items():
-            t_off = self.off_at.get(f)
+        with self.lock:
+            on = [(f, t_on, self.off_at.get(f)) for f, t_on in self.on_at.items()]
+        for f, t_on, t_off in on:
             if t_on <= now and (t_off is None or not any(
                     start > t_off and end <= now for start, end in self.pass_spans)):
                 faulted |= {f.node} if f.node else set(self.h.nodes)
@@ -307,6 +375,13 @@ class Day:
         # to the scenario's flap (docs/policy.md), not a healthy node drained.
         flappy = {f.node for f in self.faults if f.node and f.clear_at is not None}
         faulted |= {n for n in flappy & out if "flapping:" in table[n].reason}
+        # A node in repair's hands after its fault (rebooting, ticketed) is repair's: its
+        # reboot's DOWN and its ticket's drain name repair, and the fault's node is known;
+        # back from the reboot it is DOWN "reboot complete" (Slurm's reason for nextstate=DOWN)
+        # until repair's verify returns it (seen once: sampled in between, a 16-node day).
+        faulted |= {n for n in out if ("repair:" in table[n].reason
+                                       or table[n].reason.startswith("reboot complete"))
+                    and any(f.node == n for f, _, _ in on)}
         for n in sorted(out - faulted - self.downed - set(self.healthy_drained)):
             self.healthy_drained[n] = f"{now - self.t0:.1f}s {table[n].reason}"
         self.series.append((round(now - self.t0, 1), len(out)))
@@ -334,7 +409,31 @@ class Day:
         fig["fault_times"] = [[f.kind, f.node, round(t - self.t0, 1),
                                round(self.off_at[f] - self.t0, 1) if f in self.off_at else None]
                               for f, t in self.on_at.items()]
+        # A fault whose time passed while the loop stalled came late, by so many seconds
+        # (more than one loop period: within it, it is on time).
+        fig["injected_late_s"] = {f"{f.kind}@{f.node or 'all'}": s
+                                  for f, s in self.queue.late.items() if s > self.period + 1}
+        fig["not_injected"] = [f"{f.kind}@{f.node or 'all'}" for f in self.faults
+                               if f not in self.on_at]
+        if self.physics is not None:
+            injected = self.injected()
+            fig["repair"] = outcomes.repair_figures(injected, self.events, self.reboots)
+            fig["repair"]["limits"] = vars(self.h.spec.repair) | {
+                "policy_interval": self.h.spec.policy_interval}
+            fig["repair"]["boots"] = [[n, round(t - self.t0, 1), left]
+                                      for n, t, left in self.physics.boots]
+            preds = self.risk + [(("slow-node suspicion" if k == "suspect" else "probation"), n, at)
+                                 for at, n, k in self.events if k in ("suspect", "probation_start")]
+            fig["predictions"] = outcomes.lead_times(injected, self.events, preds)
+            fig["predictions"]["sources"] = ["risk", "slow-node suspicion", "probation"]
         return fig
+
+    def injected(self) -> list[outcomes.Injected]:
+        flappy = {f.node for f in self.faults if f.node and f.clear_at is not None}
+        cleared = self.physics.cleared if self.physics is not None else {}
+        return [outcomes.Injected(f.kind, f.node, t, self.off_at.get(f), f in cleared,
+                                  f.node in flappy)
+                for f, t in self.on_at.items() if f.node]
 
 
 def job_steps(day_s: float, step_s: float) -> int:
@@ -351,27 +450,6 @@ def incidents(h: ScaleHarness) -> list[dict[str, Any]]:
     if r.returncode != 0:
         raise RuntimeError(f"incident list: rc={r.returncode}: {r.stderr[-2000:]}")
     return json.loads(r.stdout)["incidents"]
-
-
-def incident_truth(faults: list[plan.Fault], found: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each injected fault matched to exactly one incident (its node and cause; the shared one
-    to one shared incident of its cause), and the incidents no fault explains."""
-    left = list(found)
-    matched, missing = [], []
-    for f in sorted(faults, key=lambda f: f.at):
-        if f.node:
-            hit = [i for i in left if i["nodes"] == [f.node] and i["cause"].startswith(f.cause)]
-        else:
-            hit = [i for i in left if str(i["id"]).startswith(f"shared-{f.cause}")]
-        if hit:
-            hit.sort(key=lambda i: i["drained_at"] or 0)
-            left.remove(hit[0])
-            matched.append({"fault": f"{f.kind}@{f.node or 'all'}", "incident": hit[0]["id"],
-                            "cause": hit[0]["cause"]})
-        else:
-            missing.append(f"{f.kind}@{f.node or 'all'}")
-    return {"matched": matched, "missing": missing,
-            "unexplained": [{"id": i["id"], "cause": i["cause"], "nodes": i["nodes"]} for i in left]}
 
 
 def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float = 5.0,
@@ -392,7 +470,7 @@ def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float =
     }
     # Both days at once, on two clusters (the same load on both; half the wall time).
     base = ScaleHarness.start(h.root.parent / (h.root.name + "-baseline"),
-                              replace(h.spec, slurmguard=False))
+                              replace(h.spec, slurmguard=False, repair=None))
     try:
         days = {"slurmguard": Day(h, "slurmguard", faults, day_s, tick, step_s, every, parallel),
                 "baseline": Day(base, "baseline", faults, day_s, tick, step_s, every, parallel)}
@@ -408,7 +486,7 @@ def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float =
     # The flapping node's second fault waits for its return, which never comes when the
     # fleet policy drains it for flapping first: that drain is then the flap's second
     # incident (its episode's cause is the failing check, gpu-nvlink), matched to it.
-    out["incidents"] = incident_truth(faults, incidents(h))
+    out["incidents"] = outcomes.incident_truth(faults, incidents(h))
     out["incidents"]["not_injected"] = [f"{f.kind}@{f.node}" for f in faults
                                         if f not in days["slurmguard"].on_at]
     return out

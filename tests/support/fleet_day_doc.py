@@ -41,11 +41,23 @@ arithmetic, pure), tests/support/fleet_day.py (the day on the scale harness, doc
   where the checks read them (the stand-in NVML, the kernel log, IB sysfs, the mount table);
   what they do to a job is train_job's `--fault-dir`: a crash (an NCCL error) for Xid, lost
   GPU, ECC and IB, steps slowed for NVLink and thermal, every step waiting while the filer hangs.
+  A fault whose time passes while the harness's loop is stalled (a slow sbatch under load)
+  is injected late, keeping its planned length, and the runs that record it say how late;
+  before, a fault waiting for its node (the flapping node's second) held up every later one,
+  which is how the 512-node run below lost its thermal fault.
 - **With slurmguard**: every node's installed health check each tick (slurmd's
   HealthCheckInterval, compressed), the hooks' drains through serve's guard, the drain notice
   to running jobs (checkpoint now, requeue without the node), slurmguard's UNDRAIN when a
   fault went away. A fault that goes away by itself (the flap, the filer) does so once the
-  checks saw it. Repair (BMC, RebootProgram) is not in the loop.
+  checks saw it. **Repair in act mode** (from the runs that show its figures; the runs before
+  it say "not in the loop"): serve's repair with the wave_repair scenario's BMC and
+  RebootProgram (tests/support/scale_repair.py), its pass every 2 s up to 64 nodes and every
+  10 s above, and limits sized for a compressed day (tests/support/fleet_day_faults.py
+  `day_limits`: 4 nodes at once, 25 % of a partition, 16 reboots an hour, 120 s to prove a
+  reboot; docs/repair.md's 5 % would repair one node of 16 at a time). A reboot does to a
+  fault what the table below says, and the day goes on past its end until every repair has
+  returned or ticketed its node. A node the fleet policy drained as flapping is left to a
+  person, as docs/repair.md says.
 - **Baseline**: no slurmguard hook in slurm.conf; a job that fails is submitted again and
   the faulty node it failed on is drained at once and stays out: an instant, correct
   diagnosis, which real sites rarely have. A fault that only slows jobs is never seen.
@@ -54,10 +66,28 @@ arithmetic, pure), tests/support/fleet_day.py (the day on the scale harness, doc
   (all GPUs x the day); lost GPU-seconds by cause: each run's allocated less its useful,
   charged to the fault on one of its nodes during it, else to overhead (start-up,
   checkpoints, queue); detect: fault to drain (baseline: to its drain after a failed job); return: drain to UNDRAIN.
+- **What a reboot clears** (tests/support/fleet_day_plan.py `REBOOT_CLEARS`; a fault it does
+  not clear is still there at boot, and repair must find that out and ticket the node):
+
+{reboot_table}
+- **Predictions**: what slurmguard said of a node before its fault's drain: the node risk
+  score's flag (score at or above `risk.level`, as serve would have computed it at each tick
+  from the store as it was then), slow-node suspicion (`suspect` events) and probation (a
+  node returned, watched). Burn-in does not run in the day. A prediction on a node that never
+  faulted is false.
 - **Incident truth**: `slurmguard incident list --json` on the slurmguard cluster's store:
   every injected fault must be exactly one incident of its cause, the shared hang one shared
   incident, and no incident may lack a fault.
 """
+
+
+def _reboot_table() -> str:
+    from support.fleet_day_plan import KINDS, REBOOT_CLEARS
+
+    rows = ["  | fault | cause | a reboot clears it | why |", "  |---|---|---|---|"]
+    rows += [f"  | {k} | {KINDS[k][1]} | {'yes' if c else 'no'} | {why} |"
+             for k, (c, why) in REBOOT_CLEARS.items()]
+    return "\n".join(rows) + "\n"
 
 
 def _fmt(v: Any) -> str:
@@ -152,6 +182,7 @@ def section(n: str, f: dict[str, Any]) -> list[str]:
                     f"{_gpu_h(base['lost_gpu_s_by_cause'].get(c, 0))} | "
                     f"{_fmt(sg['detect_s_by_cause'].get(c))} | {_fmt(base['detect_s_by_cause'].get(c))} | "
                     f"{_fmt(sg['return_s_by_cause'].get(c))} |")
+    rows += repair_rows(sg) + prediction_rows(sg)
     inc = f["incidents"]
     rows += ["", f"**Incident truth**: {len(inc['matched'])} of {len(f['faults'])} injected faults "
              f"matched one incident each; missing: {_fmt(inc['missing'])}; incidents without a "
@@ -176,13 +207,61 @@ def section(n: str, f: dict[str, Any]) -> list[str]:
              f"- with slurmguard: {_fmt([f'{k}@{n or chr(42)} {a}-{_fmt(b)}' for k, n, a, b in sg.get('fault_times', [])])}",
              f"- Slurm alone: {_fmt([f'{k}@{n or chr(42)} {a}-{_fmt(b)}' for k, n, a, b in base.get('fault_times', [])])}",
              ""]
+    for m, label in (("slurmguard", "with slurmguard"), ("baseline", "Slurm alone")):
+        late, lost = f[m].get("injected_late_s"), f[m].get("not_injected")
+        if late or lost:  # recorded from the runs that record them on
+            rows += [f"Injected late {label} (the harness's loop behind the schedule, seconds "
+                     f"late): {_fmt([f'{k} +{v:g}' for k, v in (late or {}).items()])}; never "
+                     f"injected: {_fmt(lost)}.", ""]
     if (Path(__file__).resolve().parents[2] / "docs" / f"fleet-day-{n}.png").exists():
         rows += [f"![nodes out of service, {n} nodes](fleet-day-{n}.png)", ""]
     return rows
 
 
+def repair_rows(sg: dict[str, Any]) -> list[str]:
+    r = sg.get("repair")
+    if not r:
+        return ["", "**Repair**: not in the loop in this run (measured before repair was): a "
+                "node drained for a fault that does not go away by itself stays out to the "
+                "day's end."]
+    rows = ["", f"**Repair** (act mode; {r['reboots']} reboots by the BMC): returned "
+            f"{len(r['returned'])} ({_fmt(r['returned'])}), ticketed {len(r['ticketed'])} "
+            f"({_fmt(r['ticketed'])}), still open {_fmt(r['open'])}; a node returned while its "
+            f"fault persisted: {_fmt(r['returned_with_fault'])}; a node rebooted twice for one "
+            f"fault: {_fmt(r['rebooted_twice'])}.", "",
+            "| fault | a reboot clears it | outcome | reboots | drain to return or ticket (s) |",
+            "|---|---|---|---|---|"]
+    for x in r["by_fault"]:
+        rows.append(f"| {x['fault']}{' (flapping)' if x['flap'] else ''} | "
+                    f"{'yes' if x['reboot_clears'] else 'no'} | {x['outcome']} | {x['reboots']} | "
+                    f"{_fmt(x['drain_to_end_s'])} |")
+    rows += ["", "Drain to return through repair, by cause (s): " + (_fmt(
+        [f"{c} {_fmt(v)}" for c, v in r["drain_to_return_s_by_cause"].items()]) + ".")]
+    return rows
+
+
+def prediction_rows(sg: dict[str, Any]) -> list[str]:
+    p = sg.get("predictions")
+    if p is None:
+        return ["", "**Predictions**: not recorded in this run (measured before they were)."]
+    if not p["by_source"]:
+        head = ("**Predictions: none.** Nothing slurmguard watches (" + ", ".join(p["sources"])
+                + ") named any node before its fault's drain, nor any node at all: this day's "
+                "faults come at random with no precursor, so no lead time is the honest figure.")
+    else:
+        head = (f"**Predictions**: {p['predicted']} of {len(p['by_fault'])} node faults named "
+                f"before their drain; false (a node that never faulted): {_fmt(p['false_nodes'])}. "
+                + "; ".join(f"{src}: {s['made']} made, {s['came_true']} came true, {s['false']} "
+                            f"false, {s['not_borne_out']} not borne out"
+                            for src, s in sorted(p["by_source"].items())) + ".")
+    rows = ["", head, "", "| fault | predicted by | lead time (s) |", "|---|---|---|"]
+    rows += [f"| {x['fault']} | {_fmt(x['predicted_by'])} | {_fmt(x['lead_s'])} |"
+             for x in p["by_fault"]]
+    return rows
+
+
 def render(data: dict[str, Any]) -> str:
-    out = [HEAD]
+    out = [HEAD.replace("{reboot_table}", _reboot_table())]
     for n, f in sorted(data["runs"].items(), key=lambda x: int(x[0])):
         out += section(n, f)
     return "\n".join(out).rstrip() + "\n"

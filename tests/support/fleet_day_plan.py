@@ -34,6 +34,25 @@ KINDS: dict[str, tuple[float, str, str]] = {
 }
 SHARED_CAUSE = "fs-mount"             # the one shared incident: the shared filesystem hangs
 
+# What a reboot (the BMC's power cycle, through Slurm's RebootProgram) does to each kind, with
+# why: the physics the harness's reboot follows (support/fleet_day_faults.py) and the page
+# shows. A fault a reboot clears is gone at boot and the node's health check at boot passes;
+# one it does not clear is still there after the reboot, and repair must find that out and
+# ticket the node, never return it.
+REBOOT_CLEARS: dict[str, tuple[bool, str]] = {
+    "xid79": (True, "the GPU fell off the bus: the reboot's power cycle brings it back"),
+    "gpu-lost": (True, "the GPU is gone from the PCIe bus: the power cycle brings it back"),
+    "ecc": (True, "the pending row remap is applied at the GPU's reset"),
+    "nvlink": (True, "a hung NVLink trains again at boot"),
+    "ib-link": (False, "a cable or transceiver: the link stays down after the reboot"),
+    "thermal": (False, "a fan or heatsink: the GPU throttles again once it is warm"),
+}
+
+
+def reboot_clears(kind: str) -> bool:
+    """Whether a reboot clears a fault of ``kind`` (the shared hang: no, it is not the node's)."""
+    return REBOOT_CLEARS.get(kind, (False, ""))[0]
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -104,6 +123,47 @@ def schedule(seed: int, nodes: list[str], day_s: float, *, every_kind: bool,
     if shared:
         out.append(Fault(s0, "shared-fs", "", round(s0 + shared_s, 1)))
     return sorted(out, key=lambda f: f.at)
+
+
+class FaultQueue:
+    """The day's fault events ("on", "off") in time order, handed out as they fall due.
+
+    An event that may not happen yet (``ready`` says no: the flapping node not back in service,
+    a link that must wait for its drain) stays queued and holds up nothing behind it; an event
+    whose time passed while the caller's loop stalled comes out late, never lost. A fault that
+    comes late keeps its planned length (its "off" moves with it), and an "off" never comes
+    before its "on"."""
+
+    def __init__(self, faults: list[Fault]) -> None:
+        self.events: list[tuple[float, str, Fault]] = sorted(
+            [(f.at, "on", f) for f in faults]
+            + [(f.clear_at, "off", f) for f in faults if f.clear_at is not None],
+            key=lambda e: (e[0], e[1] == "on"))
+        self.late: dict[Fault, float] = {}  # a fault injected late: by how many seconds
+
+    def due(self, t: float, ready: Any = None) -> list[tuple[str, Fault]]:
+        """The events due at ``t`` (seconds into the day) that ``ready(what, fault)`` allows,
+        in time order; the "on" events among them are taken as done at ``t``."""
+        out: list[tuple[str, Fault]] = []
+        keep: list[tuple[float, str, Fault]] = []
+        for at, what, f in self.events:
+            # An "off" waits for its "on", and never comes in the same instant (a stalled
+            # loop once injected and cleared a 12-s filer hang at once).
+            held = what == "off" and (any(w == "on" and g is f for _, w, g in keep)
+                                      or ("on", f) in out)
+            if at <= t and not held and (ready is None or ready(what, f)):
+                out.append((what, f))
+                if what == "on":
+                    self.late[f] = round(t - at, 1)
+            else:
+                keep.append((at, what, f))
+        fired = {f for what, f in out if what == "on"}
+        self.events = sorted([(at + self.late[f] if what == "off" and f in fired else at, what, f)
+                              for at, what, f in keep], key=lambda e: (e[0], e[1] == "on"))
+        return out
+
+    def __len__(self) -> int:
+        return len(self.events)
 
 
 def _poisson(rng: random.Random, mean: float) -> int:

@@ -1,0 +1,92 @@
+"""The fleet day's fault queue and reboot physics (support/fleet_day_plan.py), pure: a fault
+whose time passed while the harness's loop stalled comes late and is never lost, a fault that
+must wait holds up no other, a late fault keeps its planned length."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from support.fleet_day_plan import KINDS, REBOOT_CLEARS, Fault, FaultQueue, reboot_clears, schedule
+
+
+def test_a_fault_that_must_wait_holds_up_no_later_fault():
+    # The 512-node day: the flapping node's second fault waits for a return that never
+    # comes (the fleet policy drained it as flapping); the thermal fault after it was never
+    # injected.
+    flap = Fault(785.9, "nvlink", "n131", None)
+    thermal = Fault(813.6, "thermal", "n33", None)
+    q = FaultQueue([flap, thermal])
+    ready = lambda what, f: f is not flap  # noqa: E731
+    assert q.due(790.0, ready) == []
+    assert q.due(814.0, ready) == [("on", thermal)]
+    assert q.due(2000.0, ready) == []
+    assert q.due(2001.0) == [("on", flap)]  # once it may, it comes, late
+    assert q.late[flap] == round(2001.0 - 785.9, 1) and len(q) == 0
+
+
+def test_a_fault_whose_time_passed_in_a_stall_comes_late_with_its_lateness():
+    a, b = Fault(600.8, "ecc", "n434", None), Fault(634.7, "gpu-lost", "n292", None)
+    q = FaultQueue([a, b])
+    assert q.due(500.0) == []
+    assert q.due(1121.6) == [("on", a), ("on", b)]
+    assert q.late == {a: 520.8, b: 486.9}
+
+
+def test_a_late_fault_keeps_its_planned_length_and_never_clears_in_the_same_instant():
+    # The 512-node baseline injected and cleared the 12-s filer hang at once (1025.0-1025).
+    hang = Fault(370.7, "shared-fs", "", 382.7)
+    q = FaultQueue([hang])
+    assert q.due(1025.0) == [("on", hang)]
+    assert q.due(1036.9) == []
+    assert q.due(1037.0) == [("off", hang)]
+
+
+def test_an_off_waits_for_its_on():
+    flap = Fault(6.0, "nvlink", "n3", 13.2)
+    q = FaultQueue([flap])
+    assert q.due(20.0, lambda what, f: what == "off") == []
+    assert q.due(21.0) == [("on", flap)]
+    assert q.due(28.1) == [] and q.due(28.2) == [("off", flap)]
+
+
+faults = st.lists(st.builds(
+    lambda at, kind, node, length: Fault(at, kind, node, None if length is None else at + length),
+    st.floats(0, 1000, allow_nan=False).map(lambda x: round(x, 1)),
+    st.sampled_from(sorted(KINDS)), st.sampled_from(["n1", "n2", "n3", ""]),
+    st.one_of(st.none(), st.floats(0.1, 200).map(lambda x: round(x, 1)))),
+    max_size=12, unique_by=lambda f: (f.at, f.kind, f.node))
+
+
+@given(faults, st.lists(st.floats(0, 1500, allow_nan=False), max_size=30),
+       st.sets(st.integers(0, 11)))
+def test_every_event_comes_once_on_after_off_none_before_its_time(fs, times, blocked):
+    q = FaultQueue(fs)
+    seen: list[tuple[str, Fault, float]] = []
+    for t in sorted(times):
+        ready = lambda what, f: fs.index(f) not in blocked  # noqa: E731
+        for what, f in q.due(t, ready):
+            assert fs.index(f) not in blocked
+            seen.append((what, f, t))
+    for end in (1e9, 3e9):  # the day goes on, everything may happen: nothing is lost (an
+        for what, f in q.due(end):  # "off" comes in a later look than its "on")
+            seen.append((what, f, end))
+    assert len(q) == 0
+    assert sorted((w, fs.index(f)) for w, f, _ in seen) == sorted(
+        [("on", i) for i in range(len(fs))]
+        + [("off", i) for i, f in enumerate(fs) if f.clear_at is not None])
+    on = {f: t for w, f, t in seen if w == "on"}
+    for what, f, t in seen:
+        assert t >= (f.at if what == "on" else f.clear_at)
+        if what == "off":
+            assert t > on[f]  # never in the same instant as its on
+
+
+def test_the_reboot_table_covers_every_kind_and_the_physics():
+    assert set(REBOOT_CLEARS) == set(KINDS)
+    assert {k for k in KINDS if reboot_clears(k)} == {"xid79", "gpu-lost", "ecc", "nvlink"}
+    assert not reboot_clears("ib-link") and not reboot_clears("thermal")
+    assert not reboot_clears("shared-fs")
+    # Every seeded day has a kind a reboot clears and one it does not, in the long form.
+    day = schedule(1, [f"n{i}" for i in range(1, 129)], 300.0, every_kind=True)
+    kinds = {f.kind for f in day if f.node}
+    assert any(reboot_clears(k) for k in kinds) and any(not reboot_clears(k) for k in kinds)
