@@ -41,10 +41,13 @@ arithmetic, pure), tests/support/fleet_day.py (the day on the scale harness, doc
   where the checks read them (the stand-in NVML, the kernel log, IB sysfs, the mount table);
   what they do to a job is train_job's `--fault-dir`: a crash (an NCCL error) for Xid, lost
   GPU, ECC and IB, steps slowed for NVLink and thermal, every step waiting while the filer hangs.
-  A fault whose time passes while the harness's loop is stalled (a slow sbatch under load)
-  is injected late, keeping its planned length, and the runs that record it say how late;
-  before, a fault waiting for its node (the flapping node's second) held up every later one,
-  which is how the 512-node run below lost its thermal fault.
+  The faults keep a clock of their own (a thread looking every 0.2 s), apart from the loop
+  that reads Slurm's node table and submits jobs: in the first 512-node run that loop
+  stalled for minutes on a slow slurmctld, and the filer hang it was to clear lasted 142 s
+  instead of 12. A fault whose time passes while this host is starved is injected late,
+  keeping its planned length, and the runs that record it say how late; before, a fault
+  waiting for its node (the flapping node's second) held up every later one, which is how
+  the first 512-node run lost its thermal fault.
 - **With slurmguard**: every node's installed health check each tick (slurmd's
   HealthCheckInterval, compressed), the hooks' drains through serve's guard, the drain notice
   to running jobs (checkpoint now, requeue without the node), slurmguard's UNDRAIN when a
