@@ -244,7 +244,13 @@ LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
                          "ended in it, so it is not kept",
           "fleet-steady": "steady state alone at fleet size (main at 728c9bc: serve's "
                           "refresher at a fixed period per replica; no shared fault before "
-                          "it), both job rates"}
+                          "it), both job rates",
+          "fixed-512": "every scenario at 512 nodes with every fix of this round (main at "
+                       "728c9bc: the fallback bound, the wrappers' back-off and Slurm "
+                       "fallback, serve's fixed-period refresher, the agent's on-demand "
+                       "reads, one node read by sinfo -n, hooks exiting 1 only with their "
+                       "drain made; the outage's up window as long as its down window), 512 "
+                       "jobs watching the outage"}
 
 
 def _labels(data: dict[str, Any]) -> list[str]:
@@ -365,7 +371,19 @@ def projection(data: dict[str, Any]) -> str:
              "figure below is per node or grows with N at most linearly in what was measured):",
              ""]
     ph = _g(f, "steady", "phases", 0, default=None)
-    if isinstance(ph, dict) and "controller_rpm" in ph:
+    # Steady state alone at fleet size, with serve's fixed-period refresher, where measured.
+    alone = [r for r in _runs(data, "fleet-steady") if r[0] == n]
+    ctl_ph = _g(alone[-1][1], "steady", "phases", default=None) if alone else None
+    if isinstance(ph, dict) and "controller_rpm" in ph and ctl_ph:
+        rates = ", ".join(f"{x['controller_rpm']} at {x['jobs_per_hour']:,} jobs/h" for x in ctl_ph)
+        lines.append(f"- slurmguard RPCs/min at slurmctld: node side {ph['node_side_rpm'] * 10000 / n:,.0f}"
+                     f" (one-node reads, each node's health check every interval: linear in N; "
+                     f"{ph['node_side_rpm']} at {n:,} nodes); controller side {rates} at "
+                     f"{n:,} nodes (\"fleet-steady\": two replicas, each reading Slurm's node "
+                     "table once per `slurm_view_ttl`, R x 60 / ttl reads a minute, 2 RPCs each, "
+                     "whatever the jobs and nodes: docs/serve.md); a rate that does not grow "
+                     "with N, but each read packs the whole node table, so its bytes do.")
+    elif isinstance(ph, dict) and "controller_rpm" in ph:
         lines.append(f"- slurmguard RPCs/min at slurmctld: node side {ph['node_side_rpm'] * 10000 / n:,.0f}"
                      f" (one-node reads, each node's health check every interval: linear in N; "
                      f"{ph['node_side_rpm']} at {n:,} nodes); controller side "
@@ -482,8 +500,11 @@ at once.
 
 Controller scenarios (`--scenario outage|gate|ingest`; `--outage-minutes`, 5 by default):
 - **outage**: one job per node under `slurmguard run` (each wrapper reading its node's config,
-  so it asks serve), sdiag by type for up to 2 minutes with serve up, then every replica
-  stopped for the outage; a node drained 20 s into it (an admin's `scontrol update`, the one
+  so it asks serve), sdiag by type with serve up, then every replica stopped for the
+  outage, each window as long as the outage (runs before "fixed-512": serve up at most 2
+  minutes; the health checks read Slurm in both windows, HealthCheckNodeState=CYCLE, so only
+  equal windows hold equal shares of a pass, and at 1,024 nodes a pass fell in the 5-minute
+  down window and not the 2-minute up one: "fleet-ctl"'s 2.36x); a node drained 20 s into it (an admin's `scontrol update`, the one
   RPC the harness sends) must reach its job's wrapper through Slurm (the wrapper's own
   "seen ... after the drain"); then, serve still down, every eighth node runs its health
   check (its record goes to the spool) and, serve back, each spooled node runs one more,
@@ -520,10 +541,14 @@ Repair scenario (`--scenario wave_repair`, run alone: its harness has repair in 
   {PACE}.
   CI runs tests/scale/test_wave_repair_small.py (32 nodes, 3 faulted, one repair at a time).
 
-Not measured here: {UNMEASURED}the
-controller scenarios at 512 and 1,024 nodes (128 only). A 512-node run of every scenario in
-one harness (main at 7dec529) lost its figures when its gate scenario's job over every node
-could not start: serve's policy pass had drained four healthy nodes as "flapping" on fs-mount
+Not measured here: {UNMEASURED}every scenario in one 1,024-node run with every fix. At
+1,024 nodes each scenario ran once, in the run that names it (a pass of every node takes
+minutes here, a run of all of them most of two hours): the shared fault with every serve
+down and the Xid wave in "fleet" (main at dcc01ed), the controller scenarios in "fleet-ctl",
+the shared fault with serve up in "fleet-serve", steady state in "fleet-steady". At 512
+nodes every scenario ran in one harness with every fix ("fixed-512"); an earlier such run
+(main at 7dec529) lost its figures when its gate scenario's job over every node could not
+start: serve's policy pass had drained four healthy nodes as "flapping" on fs-mount
 after the two shared faults (pass, fail, pass, fail, pass). That was a wrong decision, now
 fixed (docs/policy.md, "Shared faults are not the node's own"; tests/test_shared_fault_slurm.py),
 and run.py now stores each scenario's figures as it ends. The runs at 1,024 nodes are one
