@@ -347,7 +347,8 @@ _BURNIN: Schema = {  # slurmguard burnin (docs/burnin.md)
                            "(or one is, two nights running); a trend needs as many", minimum=1),
     "mad_floor": Float(0.01, "MAD is at least this fraction of the median", minimum=0.0),
     "min_group": Int(4, "smaller groups give no verdict", minimum=1),
-    "trend_nights": Field("int", 7, "degrading: a Theil-Sen line over this many nights + 1 (1-7)",
+    "trend_nights": Field("int", 7, "degrading: a fall over this many nights + 1, the last "
+                          "half against the first (1-7)",
                           minimum=1, validate=lambda v: None if v <= 7 else "at most 7"),
     "trend_min_drop": Float(0.03, "... each metric losing at least this much score in all",
                             minimum=0.0),

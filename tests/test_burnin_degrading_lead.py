@@ -5,10 +5,10 @@ judged every night on the 8 nights the store keeps, the nodes named degrading ar
 wearing ones, named at least 2 nights before the slow rule drains them (docs/burnin.md,
 "Degrading").
 
-The rule's defaults (trend_nights 7, trend_min_drop 0.03, FALL_Z 1, trend_sigmas 4.5) were
-chosen on generator seeds 1 and 2 of each noise (tests/bench/bench_prediction.py --burnin);
-the seeds here, 3 and 4, were held out. The figures docs/burnin.md publishes for them are the
-ones computed here.
+The rule's defaults (trend_nights 7, trend_min_drop 0.03, FALL_Z 1, trend_sigmas 4.5, the
+hinge over the last half of the nights, LINE_Z 3) were chosen on generator seeds 1 and 2 of
+each noise (tests/bench/bench_prediction.py --burnin-seeds); the seeds here, 3 and 4, were
+held out (and 5 and 6, measured with the bench only). The figures docs/burnin.md publishes for them are the ones computed here.
 """
 
 from __future__ import annotations
@@ -28,17 +28,17 @@ from slurmguard.burnin.stats import StatParams  # noqa: E402
 from slurmguard.burnin.vector import judge_rows  # noqa: E402
 from slurmguard.burnin.verdict import judge  # noqa: E402
 
-HELD_OUT = (3, 4)
+HELD_OUT = (3, 4)  # 5 and 6 too by hand: the bench (75 s of CPU for 12 fleets, not CI's)
 SHAPES = ("gauss", "t5", "t4")
 DOC = Path(__file__).resolve().parents[1] / "docs" / "burnin.md"
 # The goal: precision >= 0.8 and half the wearing nodes named 2 nights before their drain.
-# The precision is met on every held-out fleet; the recall on t5 seed 4 and t4 seed 4 only
-# (docs/burnin.md, "Degrading": a node wearing fast against its noise is drained within a
-# few nights, before any 8-night line can tell its fall from chance; Gaussian noise, read at
-# face value by the slow rule, least of all). The floors here are what the rule measures
-# (0.30-0.62), so that it cannot fall back unnoticed; the goal stays open.
+# The precision is met on every held-out fleet; the recall on seed 4 of each noise only
+# (docs/burnin.md, "Where the goal is not met": a node wearing fast against its noise is
+# drained within a few nights, before 8 nights can tell its fall from chance). The floors
+# are what each noise measures on seed 3 (k of 40 planted), so that the rule cannot fall
+# back unnoticed; the goal stays open.
 PRECISION = 0.8
-RECALL = {"gauss": 0.3, "t5": 0.4, "t4": 0.4}
+RECALL = {"gauss": 15 / 40, "t5": 17 / 40, "t4": 17 / 40}
 FIGURE = re.compile(r"^\| (gauss|t5|t4) \| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+|-) \| (\d+) \| "
                     r"(\d+) \| ([-\d, ]*) \|$", re.M)
 

@@ -14,6 +14,7 @@ from slurmguard.burnin.stats import (
     StatParams,
     confirmed,
     degrading_nodes,
+    hinge_drop,
     judge_group,
     mad,
     median,
@@ -22,7 +23,6 @@ from slurmguard.burnin.stats import (
     robust_z,
     score,
     tail_factor,
-    theil_sen_drop,
     worst,
 )
 from slurmguard.burnin.verdict import fmt_value, judge, straggler_reason
@@ -111,14 +111,17 @@ def test_small_group_gives_no_verdict_and_says_so():
 
 
 @pytest.mark.parametrize("scores, expected", [
-    ([1.0, 0.99, 0.98, 0.96, 0.93], 0.065),  # the median of 10 slopes: -0.01625 a night
-    ([1.0, 1.0, 1.0, 1.0, 0.80], 0.0),  # one odd night is no line
-    ([1.0, 0.98, 0.96, 0.94, 0.92], 0.08),
-    ([0.9, 0.95, 1.0, 1.05, 1.1], -0.2),  # rising
+    ([1.0, 1.0, 1.0, 0.98, 0.96], 0.04),  # flat, then 2 nights of -0.02: all of it
+    ([1.0, 1.0, 1.0, 1.0, 0.99, 0.98, 0.97, 0.96], 0.04),  # 8 nights: the last 4 fall
+    ([1.0, 0.98, 0.96, 0.94, 0.92], 0.0625),  # a fall older than the window reads less
+    ([0.97] * 5, 0.0),  # steadily below the median: its own level, no fall
+    ([1.0, 1.0, 1.0, 1.0, 0.80], 0.175),  # least squares: one odd night counts, 0.875 of it
+    ([0.9, 0.95, 1.0, 1.05, 1.1], -0.15625),  # rising
+    ([1.0, 0.9], 0.1),  # two nights: their difference
     ([1.0], 0.0),
 ])
-def test_theil_sen_drop(scores, expected):
-    assert theil_sen_drop(scores) == pytest.approx(expected)
+def test_hinge_drop(scores, expected):
+    assert hinge_drop(scores) == pytest.approx(expected, abs=1e-12)
 
 
 def _fleet(falling: dict[str, tuple[float, ...]], flat: int = 8) -> dict[str, tuple[int, tuple]]:
@@ -131,12 +134,14 @@ P5 = replace(P, trend_nights=4, trend_min_drop=0.05)
 
 
 @pytest.mark.parametrize("falling, p, expected", [
-    ({"x": (100.0, 98.0, 96.0, 94.0, 92.0)}, P5, {"x"}),  # 0.08 in all, far above the group's
-    ({"x": (100.0, 99.0, 98.5, 98.0, 97.0)}, P5, set()),  # 0.03: less than trend_min_drop
-    ({"x": (100.0, 100.0, 100.0, 100.0, 85.0)}, P5, set()),  # one night: no line, and crossed
+    ({"x": (100.0, 100.0, 100.0, 96.0, 92.0)}, P5, {"x"}),  # 0.08 in 2 nights: z 5.4
+    ({"x": (100.0, 98.0, 96.0, 94.0, 92.0)}, P5, set()),  # a line over all 5 reads 0.0625: z 4.2
+    ({"x": (100.0, 98.0, 96.0, 94.0, 92.0)}, replace(P5, trend_sigmas=4.0), {"x"}),
+    ({"x": (100.0, 99.0, 98.5, 98.0, 97.0)}, P5, set()),  # 0.022: less than trend_min_drop
+    ({"x": (100.0, 100.0, 100.0, 100.0, 85.0)}, P5, set()),  # crossed the threshold
     ({"x": (100.0, 97.0, 94.0, 91.0, 88.0)}, P5, set()),  # crossed the threshold: a straggler
-    ({"x": (100.0, 98.0, 96.0, 94.0, 92.0)}, replace(P5, min_group=20), set()),  # too few
-    ({"x": (100.0, 98.0, 96.0, 94.0, 92.0)}, replace(P5, trend_sigmas=9.0), set()),  # z 5.4
+    ({"x": (100.0, 100.0, 100.0, 96.0, 92.0)}, replace(P5, min_group=20), set()),  # too few
+    ({"x": (100.0, 100.0, 100.0, 96.0, 92.0)}, replace(P5, trend_sigmas=9.0), set()),  # z 5.4
 ])
 def test_degrading_nodes_table(falling, p, expected):
     assert set(degrading_nodes(_fleet(falling), True, p)) == expected
@@ -257,9 +262,10 @@ def test_judge_degrading_reported_and_drained_only_when_configured():
     assert judge(runs, fleet(("gpu_tflops",)), P5).nodes["n6"].verdict == "pass"
     # nor are two metrics of two components (a GPU and the host's memory): chance pairs
     assert judge(runs, fleet(("gpu_tflops", "host_membw_gbs")), P5).nodes["n6"].verdict == "pass"
-    # two of one component falling add up (Stouffer): 4.7 z each, neither a trend at 6 by
-    # itself, 2 x 4.7 / sqrt 2 = 6.7 together
-    p6 = replace(P5, trend_sigmas=6.0)
+    # two of one component falling add up (Stouffer): 4.0 z each (a 0.06 fall over the last
+    # 2 nights, the MAD floored at 0.01), neither a trend at 5.5 by itself, 2 x 4.0 / sqrt 2
+    # = 5.7 together
+    p6 = replace(P5, trend_sigmas=5.5)
     assert not degrading_nodes({r.node: (20, r.recent) for r in series
                                 if r.metric == "gpu_tflops"}, True, p6)
     assert judge(runs, series, p6).nodes["n6"].verdict == "degrading"
@@ -364,7 +370,7 @@ def test_property_a_falling_node_falls_as_a_line_above_threshold(series, p, k, d
     scores = nightly_scores(series, higher, k + 1)
     for node, sc in degrading_nodes(series, higher, p).items():
         assert sc == scores[node] and len(sc) == k + 1
-        assert theil_sen_drop(sc) >= drop and sc[-1] >= p.threshold
+        assert hinge_drop(sc) >= drop and sc[-1] >= p.threshold
 
 
 @pytest.mark.parametrize("nodes,awaiting,probation,want", [
@@ -456,19 +462,21 @@ def test_score_z_asks_only_a_large_group_for_its_noise() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["gpu_tflops", "gpu_membw_gbs", "gpu_power_w",
                                            "host_cpu", "host_mem", "disk_read", "nccl_busbw"]),
-                          st.floats(1.0, 12.0)), unique_by=lambda t: t[0], max_size=7),
+                          st.floats(1.0, 12.0), st.floats(-2.0, 8.0)),
+                unique_by=lambda t: t[0], max_size=7),
        st.integers(1, 3), st.floats(0.0, 12.0))
 def test_property_a_trend_is_a_component_whose_falls_add_up(falls_, need, sigmas):
-    from slurmguard.burnin.stats import stouffer
+    from slurmguard.burnin.stats import LINE_Z, stouffer
     from slurmguard.burnin.verdict import component, one_component
 
     p = replace(P, confirm_metrics=need, trend_sigmas=sigmas)
-    falling = [(m, [1.0], z) for m, z in sorted(falls_)]
+    falling = [(m, [1.0], z, lz) for m, z, lz in sorted(falls_)]
     kept = one_component(falling, p)
     assert kept == [f for f in falling if f in kept]  # a subset, in order
     for c in {component(f[0]) for f in falling}:
-        zs = [f[2] for f in falling if component(f[0]) == c]
-        whole = len(zs) >= need and stouffer(zs) >= sigmas
-        # a component is kept whole or not at all, and only when its falls add up
-        assert [f for f in kept if component(f[0]) == c] == (
-            [f for f in falling if component(f[0]) == c] if whole else [])
+        fs = [f for f in falling if component(f[0]) == c]
+        whole = (len(fs) >= need and stouffer([f[2] for f in fs]) >= sigmas
+                 and stouffer([f[3] for f in fs]) >= LINE_Z)
+        # a component is kept whole or not at all, and only when its falls add up, both
+        # the hinge's and the lines'
+        assert [f for f in kept if component(f[0]) == c] == (fs if whole else [])

@@ -17,6 +17,7 @@ from slurmguard.burnin.stats import (
     GroupStats,
     Judgement,
     StatParams,
+    hinge,
     mad,
     median,
     score,
@@ -63,7 +64,7 @@ class _Acc:
         self.flag = np.zeros(n_rows, dtype=bool)
         self.why: dict[int, str] = {}
         self.stats: list[GroupStats] = []
-        self.trends: dict[str, list[tuple[str, list[float], float]]] = {}
+        self.trends: dict[str, list[tuple[str, list[float], float, float]]] = {}
         self.previous: dict[str, set[str]] = {}
 
 
@@ -131,8 +132,8 @@ def _judge_segment(np: Any, c: Cols, seg: Any, g: str, p: StatParams, acc: _Acc)
     nights = _Nights.of(np, seg, c)
     if nights is None:
         return
-    for node, z, scores in _falls(np, nights, c, hib, p):
-        acc.trends.setdefault(node, []).append((metric, scores, z))
+    for node, z, scores, lz in _falls(np, nights, c, hib, p):
+        acc.trends.setdefault(node, []).append((metric, scores, z, lz))
     for node in _previous_out(np, nights, c, hib, p, denom):
         acc.previous.setdefault(node, set()).add(metric)
 
@@ -217,9 +218,9 @@ class _Nights(NamedTuple):
 
 
 def _falls(np: Any, ns: _Nights, c: Cols, hib: bool, p: StatParams
-           ) -> list[tuple[str, float, list[float]]]:
+           ) -> list[tuple[str, float, list[float], float]]:
     """:func:`~slurmguard.burnin.stats.falls` of one (group, metric) segment: (node, z,
-    scores)."""
+    scores, the line's z)."""
     full = ns.good.all(axis=1)
     if not full.any():
         return []
@@ -237,6 +238,18 @@ def _falls(np: Any, ns: _Nights, c: Cols, hib: bool, p: StatParams
     k = s.shape[1]
     if k < 2:
         return []
+    w, shh, fell = hinge(k)
+    if fell < 1 or shh <= 0:
+        return []
+    # hinge_drop's weighted sum, column by column in its order: the same floats per row.
+    acc = np.zeros(len(s))
+    for j in range(k):
+        acc = acc + w[j] * s[:, j]
+    drop = -acc / shh * fell
+    z = _drop_z(np, drop, p)
+    hit = (drop >= p.trend_min_drop) & (z >= FALL_Z) & (s[:, -1] >= p.threshold)
+    if not hit.any():
+        return []
     slopes = np.stack([(s[:, j] - s[:, i]) / (j - i) for i in range(k)
                        for j in range(i + 1, k)], axis=1)
     n = slopes.shape[1]
@@ -244,22 +257,26 @@ def _falls(np: Any, ns: _Nights, c: Cols, hib: bool, p: StatParams
     # full sort puts there, so the same median, at a fraction of the sort.
     slopes = np.partition(slopes, [n // 2] if n % 2 else [n // 2 - 1, n // 2], axis=1)
     mid = (slopes[:, n // 2] if n % 2 else (slopes[:, n // 2 - 1] + slopes[:, n // 2]) / 2.0)
-    drop = -mid * (k - 1)
-    srt = np.sort(drop)
-    med = median_sorted(srt)
-    denom = max(median_sorted(np.sort(np.abs(drop - med))), p.mad_floor)
-    denom *= tail_factor(srt, med, denom, False, p.tail_quantile)  # as falls()
-    z = Z_CONST * (drop - med) / denom if denom > 0 else np.zeros_like(drop)
-    hit = (drop >= p.trend_min_drop) & (z >= FALL_Z) & (s[:, -1] >= p.threshold)
+    line = _drop_z(np, -mid * (k - 1), p)
     out = []
     med_of = dict(zip(ns.uniq.tolist(), ns.med.tolist(), strict=True))
-    for r, zr, vals, nights in zip(rows[hit].tolist(), z[hit].tolist(), tf[fin][hit].tolist(),
-                                   nf[fin][hit].tolist(), strict=True):
+    for r, zr, vals, nights, lz in zip(rows[hit].tolist(), z[hit].tolist(),
+                                       tf[fin][hit].tolist(), nf[fin][hit].tolist(),
+                                       line[hit].tolist(), strict=True):
         # The few falling nodes are scored again with score() itself: the same floats as
         # the pure code, by construction.
         out.append((c.names[int(c.nc[r])], zr,
-                    [score(v, med_of[n], hib) for v, n in zip(vals, nights, strict=True)]))
+                    [score(v, med_of[n], hib) for v, n in zip(vals, nights, strict=True)], lz))
     return out
+
+
+def _drop_z(np: Any, drop: Any, p: StatParams) -> Any:
+    """:func:`~slurmguard.burnin.stats._drop_z` of one segment's drops (an array)."""
+    srt = np.sort(drop)
+    med = median_sorted(srt)
+    denom = max(median_sorted(np.sort(np.abs(drop - med))), p.mad_floor)
+    denom *= tail_factor(srt, med, denom, False, p.tail_quantile)
+    return Z_CONST * (drop - med) / denom if denom > 0 else np.zeros_like(drop)
 
 
 def _z(np: Any, x: Any, m: Any, denom: float, hib: bool) -> Any:

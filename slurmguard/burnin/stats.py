@@ -22,12 +22,14 @@ per metric, over each node's latest complete burn-in:
   drained only if its re-run (its next burn-in run) confirms it;
 * groups smaller than ``min_group`` (default 4) give **no verdict**, said so: three nodes
   cannot tell a slow node from a slow group;
-* **degrading**: over its last ``trend_nights`` + 1 (8) nights the node's scores fell, as a
-  Theil-Sen line, by at least ``trend_min_drop`` (0.03) and at least :data:`FALL_Z` (1)
-  robust z (divided by the falls' tail factor) above the group's falls, on at least
+* **degrading**: over its last ``trend_nights`` + 1 (8) nights the node's scores fell, its
+  last half of them against its own level over the first half (:func:`hinge_drop`: a wear
+  that began inside the window), by at least ``trend_min_drop`` (0.03) and at least
+  :data:`FALL_Z` (1) robust z (divided by the falls' tail factor) above the group's falls, on at least
   ``confirm_metrics`` (2) metrics of one component whose falls add up (:func:`stouffer`) to
-  ``trend_sigmas`` (4.5) robust z, while still above the threshold: it is reported (and may be
-  drained, ``drain_degrading``) before it crosses.
+  ``trend_sigmas`` (4.5) robust z, their Theil-Sen lines through every night to
+  :data:`LINE_Z` (3), while still above the threshold: it is reported (and may be drained,
+  ``drain_degrading``) before it crosses.
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ NOISE_MIN_GROUP = 1000
 # (``trend_sigmas``) is the Stouffer sum of the component's falls (:func:`stouffer`), and a
 # metric that barely moved would only dilute it, or let chance wobbles add up.
 FALL_Z = 1.0
+# A component's trend must show as a line through every night too: the Stouffer sum of its
+# falling metrics' Theil-Sen drops (each a robust z against the group's, as the hinge's) at
+# least this. The hinge (:func:`hinge_drop`) is least squares, so one or two odd nights of
+# heavy-tailed noise read as a fall; a median of slopes moves little for them. Chosen with
+# the rest on seeds 1 and 2 of the wearing fleets (docs/burnin.md, "Degrading").
+LINE_Z = 3.0
 
 
 @dataclass(frozen=True)
@@ -224,6 +232,37 @@ def theil_sen_drop(scores: Sequence[float]) -> float:
     return -median(slopes) * (n - 1) if slopes else 0.0
 
 
+def hinge(n: int) -> tuple[tuple[float, ...], float, int]:
+    """The hinge a fall is fitted to over ``n`` nights: the node's own level over the first
+    ``n - n // 2`` nights, falling by the same step a night over the last ``n // 2`` (a wear
+    that began inside the window). Returns (each night's weight: the regressor 0, ..., 0, 1,
+    ..., n // 2 less its mean; their sum of squares; n // 2)."""
+    m = n // 2
+    h = [0.0] * (n - m) + [float(i) for i in range(1, m + 1)]
+    mean = sum(h) / n if n else 0.0
+    w = tuple(x - mean for x in h)
+    return w, sum(x * x for x in w), m
+
+
+def hinge_drop(scores: Sequence[float]) -> float:
+    """What ``scores`` (one a night, oldest first) lost by the last night against their own
+    level before: the least-squares fit of :func:`hinge` (flat over the first half of the
+    nights, a straight fall over the last half), its fall a night times the nights fallen.
+    A fall that began inside the window reads at its size, where one line through every
+    night reads it as a shallow slope; a node's own level is its own, so a node steadily a
+    little below the median has no fall. 0.0 for fewer than 2 nights.
+
+    The weighted sum runs night by night from the first, as the columnar twin
+    (slurmguard/burnin/segments.py ``_falls``) adds its columns: the same floats."""
+    w, shh, m = hinge(len(scores))
+    if m < 1 or shh <= 0:
+        return 0.0
+    acc = 0.0
+    for wi, s in zip(w, scores, strict=True):
+        acc = acc + wi * s
+    return -acc / shh * m
+
+
 def _add_nights(by_night: dict[int, list[float]], last: int, tail: Sequence[float]) -> int:
     """Add a node's values of consecutive nights ending at night ``last`` (nan: no run) to
     ``by_night``; return the number of the first of them."""
@@ -257,19 +296,31 @@ def nightly_scores(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_
     return out
 
 
+def _drop_z(drops: Mapping[str, float], p: StatParams) -> dict[str, float]:
+    """Each node's drop as a robust z above the group's drops: their median and MAD, the MAD
+    floored at ``mad_floor`` then multiplied by the drops' :func:`tail_factor` measured on
+    the rises (a rise is no fault: a heavy-tailed night-to-night noise makes heavy-tailed
+    falls too, whatever its tails)."""
+    srt = sorted(drops.values())
+    med = median(srt)
+    denom = max(mad(srt, med), p.mad_floor)
+    denom *= tail_factor(srt, med, denom, False, p.tail_quantile)
+    return {n: Z_CONST * (d - med) / denom if denom > 0 else 0.0 for n, d in drops.items()}
+
+
 def falls(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_better: bool,
-          p: StatParams) -> dict[str, tuple[float, list[float]]]:
+          p: StatParams) -> dict[str, tuple[float, list[float], float]]:
     """The nodes of one group whose scores fall on this metric: node -> (the fall's robust z,
-    its last ``trend_nights`` + 1 scores). A node's trend (:func:`degrading_nodes`, and the
-    verdict's :func:`~slurmguard.burnin.verdict.one_component`) adds up these z over the
-    metrics of one component.
+    its last ``trend_nights`` + 1 scores, the robust z of its Theil-Sen line). A node's
+    trend (:func:`degrading_nodes`, and the verdict's
+    :func:`~slurmguard.burnin.verdict.one_component`) adds up these z over the metrics of
+    one component.
 
     Each node with a complete, finite tail is scored night by night (:func:`nightly_scores`)
-    and its :func:`theil_sen_drop` taken; a node falls when its drop is at least
-    ``trend_min_drop``, at least :data:`FALL_Z` robust z above the group's drops (median and
-    MAD of every such node's drop, the MAD floored at ``mad_floor`` then multiplied by the
-    drops' :func:`tail_factor` measured on the rises: the group's own night to night noise,
-    whatever its tails), and its latest score is still >= ``threshold``.
+    and its :func:`hinge_drop` taken; a node falls when its drop is at least
+    ``trend_min_drop``, at least :data:`FALL_Z` robust z above the group's drops
+    (:func:`_drop_z`), and its latest score is still >= ``threshold``. Its
+    :func:`theil_sen_drop` is read against the group's the same way (:data:`LINE_Z`).
     Groups with fewer than ``min_group`` such nodes have no trends.
     """
     nights = max(1, p.trend_nights) + 1
@@ -277,28 +328,23 @@ def falls(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_better: b
               if all(map(math.isfinite, sc))}
     if len(scored) < max(1, p.min_group):
         return {}
-    drops = {n: theil_sen_drop(sc) for n, sc in scored.items()}
-    srt = sorted(drops.values())
-    med = median(srt)
-    denom = max(mad(srt, med), p.mad_floor)
-    # the falls' tail from the rises (a rise is no fault): a heavy-tailed night-to-night
-    # noise makes heavy-tailed falls too
-    denom *= tail_factor(srt, med, denom, False, p.tail_quantile)
-    out = {}
-    for node, d in drops.items():
-        z = Z_CONST * (d - med) / denom if denom > 0 else 0.0
-        sc = scored[node]
-        if d >= p.trend_min_drop and z >= FALL_Z and sc[-1] >= p.threshold:
-            out[node] = (z, sc)
-    return out
+    drops = {n: hinge_drop(sc) for n, sc in scored.items()}
+    zs = _drop_z(drops, p)
+    fell = [n for n, d in drops.items()
+            if d >= p.trend_min_drop and zs[n] >= FALL_Z and scored[n][-1] >= p.threshold]
+    if not fell:
+        return {}
+    line = _drop_z({n: theil_sen_drop(sc) for n, sc in scored.items()}, p)
+    return {n: (zs[n], scored[n], line[n]) for n in fell}
 
 
 def degrading_nodes(series: Mapping[str, tuple[int, Sequence[float]]], higher_is_better: bool,
                     p: StatParams) -> dict[str, list[float]]:
     """The nodes whose fall on this one metric (:func:`falls`) is a trend by itself: at least
-    ``trend_sigmas`` robust z, with their last ``trend_nights`` + 1 scores."""
-    return {n: sc for n, (z, sc) in falls(series, higher_is_better, p).items()
-            if z >= p.trend_sigmas}
+    ``trend_sigmas`` robust z, its line at least :data:`LINE_Z`, with their last
+    ``trend_nights`` + 1 scores."""
+    return {n: sc for n, (z, sc, lz) in falls(series, higher_is_better, p).items()
+            if z >= p.trend_sigmas and lz >= LINE_Z}
 
 
 def stouffer(zs: Sequence[float]) -> float:

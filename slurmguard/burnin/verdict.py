@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 from slurmguard import contract
 from slurmguard.burnin.stats import (
+    LINE_Z,
     GroupStats,
     Judgement,
     StatParams,
@@ -162,8 +163,8 @@ def judge(runs: Iterable[Any], series: Iterable[Any], p: StatParams, *,
             judged.setdefault(j.node, []).append(j)
         if gs.verdict:
             pts = points[(g, metric)]
-            for node, (z, sc) in falls(pts, higher[metric], p).items():
-                trends.setdefault(node, []).append((metric, sc, z))
+            for node, (z, sc, lz) in falls(pts, higher[metric], p).items():
+                trends.setdefault(node, []).append((metric, sc, z, lz))
             denom = max(gs.mad or 0.0, abs(gs.median or 0.0) * p.mad_floor) * gs.tail
             for node in previous_out(pts, higher[metric], denom, p):
                 previous.setdefault(node, set()).add(metric)
@@ -183,13 +184,15 @@ def component(metric: str) -> str:
     return metric.split("_", 1)[0]
 
 
-Fall = tuple[str, Sequence[float], float]  # (metric, its last scores, its fall's robust z)
+# (metric, its last scores, its fall's robust z, its Theil-Sen line's robust z)
+Fall = tuple[str, Sequence[float], float, float]
 
 
 def one_component(falling: Sequence[Fall], p: StatParams) -> list[Fall]:
     """A node's falls (:func:`~slurmguard.burnin.stats.falls`) that make a trend: those of a
     component (:func:`component`) on which at least ``confirm_metrics`` metrics fell and
-    whose robust z add up (:func:`~slurmguard.burnin.stats.stouffer`) to ``trend_sigmas``.
+    whose robust z add up (:func:`~slurmguard.burnin.stats.stouffer`) to ``trend_sigmas``,
+    their lines' to :data:`~slurmguard.burnin.stats.LINE_Z`.
     A worn component is seen by every metric that exercises it, each a little; noise makes
     some single metric "fall" among 100,000 series a night, and pairs of metrics of
     different components (39 of the 45 pairs of 10 metrics) fall together by chance as
@@ -199,7 +202,8 @@ def one_component(falling: Sequence[Fall], p: StatParams) -> list[Fall]:
     for f in falling:
         by.setdefault(component(f[0]), []).append(f)
     ok = {c for c, fs in by.items()
-          if len(fs) >= need and stouffer([f[2] for f in fs]) >= p.trend_sigmas}
+          if len(fs) >= need and stouffer([f[2] for f in fs]) >= p.trend_sigmas
+          and stouffer([f[3] for f in fs]) >= LINE_Z}
     return [f for f in falling if component(f[0]) in ok]  # in metric order, as they came
 
 
@@ -240,7 +244,8 @@ def assemble(runs: Mapping[str, Any], group: Mapping[str, str],
         falling = tuple(f[0] for f in trends.get(node, ()))
         common = {"node": node, "group": group[node], "run_id": r.id, "status": r.status,
                   "judgements": js, "degrading": falling,
-                  "scores": {m: tuple(sc[-(p.trend_nights + 1):]) for m, sc, _ in trends.get(node, ())}}
+                  "scores": {m: tuple(sc[-(p.trend_nights + 1):])
+                             for m, sc, *_ in trends.get(node, ())}}
         if r.status == "failed":
             out[node] = NodeVerdict(**common, verdict="failed", reason=failure_reason(r.reason),
                                     why=r.reason or "failed")
@@ -272,7 +277,7 @@ def _judged(common: dict[str, Any], trends: Sequence[Fall],
         return NodeVerdict(**common, verdict="suspect", why=f"{w.metric} {w.why}: one metric, "
                            "one run; its re-run confirms or clears it", metric=w.metric)
     if trends:
-        m, sc, _ = trends[0]
+        m, sc = trends[0][:2]
         tail = sc[-(p.trend_nights + 1):]
         return NodeVerdict(
             **common, verdict="flagged" if drain_degrading else "degrading",
