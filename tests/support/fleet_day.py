@@ -174,9 +174,6 @@ class Day:
     # -- the day -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         h = self.h
-        self.t0 = time.time()
-        for size in plan.job_mix(len(h.nodes)):
-            self.submit(size)
         # The checks in a thread of their own: a pass of every node takes seconds to tens of
         # seconds on this host, and the faults and jobs keep to their schedule meanwhile.
         stop = threading.Event()
@@ -190,6 +187,7 @@ class Day:
                 bmc = stack.enter_context(BMC(h.cluster, bmc_dir(h), self.physics))
                 self.store = Store.open(url=h.store_url)
                 stack.callback(self.store.close)
+            self.t0 = time.time()
             if self.mode == "slurmguard":
                 checker.start()
             # The faults on a clock of their own: the loop below waits on Slurm (a node-table
@@ -197,9 +195,18 @@ class Day:
             # 12-s filer hang cleared by it lasted 142 s.
             clock = threading.Thread(target=self.fault_clock, args=(stop,), daemon=True)
             clock.start()
-            t_end = self.loop(repair)
-            stop.set()
+            looker = threading.Thread(target=self.looks, args=(stop,), daemon=True)
+            looker.start()
+            # The day's first jobs after the clock started: at 512 nodes their 235 sbatch
+            # calls took 155 s, and the first fault, due at 135 s, waited for them.
+            try:
+                for size in plan.job_mix(len(h.nodes)):
+                    self.submit(size)
+                t_end = self.loop(repair)
+            finally:
+                stop.set()  # the threads end with the day, or with its error
             clock.join()
+            looker.join()
             if checker.is_alive():
                 checker.join()
             if repair:
@@ -211,8 +218,8 @@ class Day:
         return self.collect(t_end)
 
     def loop(self, repair: bool) -> float:
-        """The day: faults as they fall due, Slurm's node table sampled, jobs resubmitted;
-        past the day's end (its figures end there) slurmguard's checks go on, at most
+        """The day's jobs resubmitted as they end (the faults and Slurm's node table have
+        threads of their own); past the day's end (its figures end there) slurmguard's checks go on, at most
         grace_s, until every node fault was seen, and with repair until every repair of the
         day's faults ended (returned or ticketed; at most the limits' settle more)."""
         t_end: float | None = None
@@ -222,14 +229,22 @@ class Day:
                 t_end = now
             if t_end is not None and self.day_over(now, t_end, repair):
                 return t_end
+            self.poll_jobs(time.time(), t_end is not None)
+            time.sleep(self.period)
+
+    def looks(self, stop: threading.Event) -> None:
+        """Slurm's node table sampled every loop period until the day's loop ends, in a thread
+        of its own: the loop waits on sbatch, and at 512 nodes it missed a node's whole
+        drain, reboot and return (36 s and 65 s) while it waited."""
+        while True:
             try:
                 self.sample(time.time())
             except (SlurmguardError, subprocess.TimeoutExpired, OSError) as exc:
                 # One missed look at Slurm's node table (slurmctld slow under load): the next
                 # pass looks again; counted, so a day with many is seen for what it is.
                 self.missed_samples.append(f"{time.time() - self.t0:.0f}s {type(exc).__name__}")
-            self.poll_jobs(time.time(), t_end is not None)
-            time.sleep(self.period)
+            if stop.wait(self.period):
+                return
 
     def fault_clock(self, stop: threading.Event) -> None:
         """The faults as they fall due, every 0.2 s until the day's loop ends: one whose time

@@ -192,7 +192,8 @@ def section(n: str, f: dict[str, Any]) -> list[str]:
              f"fault: {_fmt([i['id'] for i in inc['unexplained']])}.", "",
              f"**The goal, ETTR >= {GOAL_ETTR:.0%} with slurmguard: "
              f"{'met' if (sg['ettr'] or 0) >= GOAL_ETTR else 'not met'}** ({_fmt(sg['ettr'])}). "
-             f"What held it below, from this run: the shared filer hang, on which no job makes "
+             f"{'Where the rest went' if (sg['ettr'] or 0) >= GOAL_ETTR else 'What held it below'}"
+             f", from this run: the shared filer hang, on which no job makes "
              f"progress in either mode, {_gpu_h(sg['lost_gpu_s_by_cause'].get(SHARED, 0))} "
              f"GPU-hours ({_share(sg, SHARED)} of the allocated time: {_hang(f)}); without its "
              f"loss, ETTR would be "
