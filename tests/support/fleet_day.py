@@ -38,7 +38,15 @@ from typing import Any
 from slurmguard.errors import SlurmguardError
 from support import fleet_day_outcomes as outcomes
 from support import fleet_day_plan as plan
-from support.fleet_day_faults import RebootPhysics, clear, day_limits, effect, inject, ledger
+from support.fleet_day_faults import (
+    RebootPhysics,
+    clear,
+    day_limits,
+    effect,
+    inject,
+    ledger,
+    risk_flags,
+)
 from support.helpers import REPO, sg_env
 from support.repairrig import BMC
 from support.scale_repair_conf import bmc_dir
@@ -212,7 +220,8 @@ class Day:
             if repair:
                 self.reboots = list(bmc.reboots)
                 self.events = [(e.at, e.node, e.kind) for e in ledger(self.store, self.t0)]
-                self.risk = self.risk_flags(t_end)
+                self.risk = risk_flags(self.store, self.t0, t_end, self.tick,
+                                       self.missed_samples)
         q = h.cluster.run("squeue", "-h", "-o", "%i %T %r %N", check=False, timeout=60)  # type: ignore[union-attr]
         self.queue_at_end = q.stdout.split("\n")[:20]
         return self.collect(t_end)
@@ -318,26 +327,6 @@ class Day:
                 continue
             out.append(f"{f.kind}@{f.node}")
         return out
-
-    def risk_flags(self, t_end: float) -> list[tuple[str, str, float]]:
-        """The node risk score's flag (score >= risk.level) as serve would have computed it at
-        each tick of the day, from the store as it was then: ("risk", node, first time)."""
-        from slurmguard.fleet.params import RiskParams
-        from slurmguard.store.fleet import node_risks
-
-        p, first = RiskParams(), {}
-        steps = max(1, min(60, int((t_end - self.t0) / max(self.tick, 1.0))))
-        for i in range(1, steps + 1):
-            at = self.t0 + (t_end - self.t0) * i / steps
-            try:
-                scores = node_risks(self.store.engine, p, now=at)
-            except SlurmguardError as exc:  # the day's figures stand without this one
-                self.missed_samples.append(f"risk at {at - self.t0:.0f}s: {exc}")
-                continue
-            for n, r in scores.items():
-                if r.score >= p.level:
-                    first.setdefault(n, at)
-        return [("risk", n, at) for n, at in first.items()]
 
     def checks(self, stop: threading.Event) -> None:
         """Every node's installed health check (``parallel`` at a time), a pass each tick."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from support import scale_doc_repair
+from support.scale_doc_text import HEAD, LABELS
 
 NODE_GOAL = 3.6  # CPU-seconds per node per hour: 0.1 % of one core (the issue's goal)
 # Shorter steady phases than this see too few of the health checks (CYCLE over 300 s) for
@@ -206,53 +207,6 @@ def plots(data: dict[str, Any], outdir: Path) -> list[str]:
     return lines
 
 
-LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
-          "after": "after: with the scale fixes merged (fallback bound, wrapper back-off, serve's "
-                   "shared Slurm view, hook fast path)",
-          "ctld-before": "before serve's view refresher (main at b5cbbf6), callers recorded, "
-                         "jobs with the node's config",
-          "ctld-after": "after serve's view refresher, callers recorded, jobs with the node's "
-                        "config",
-          "ctld-noconfig": "main at b5cbbf6, callers recorded, jobs without a config (as the "
-                           "first runs had them: the wrapper polls Slurm itself)",
-          "notice-before": "the controller scenarios on main at b5cbbf6: the wrappers' Slurm "
-                           "fallback at its earlier defaults (first read within 10 s, doubling "
-                           "to 120 s)",
-          "controller": "the controller scenarios with the wrappers' Slurm fallback paced by "
-                        "the health-check interval (notice.slurm_interval and _max 300 s)",
-          "agent": "agent: after the agent's refresh redesign (slow sources read when a hook "
-                   "needs them, no 5-s loop; the stand-in NVML's event wait sleeps as the "
-                   "driver's does; the agent's CPU counts its children's)",
-          "repair": "the Xid wave with repair in act mode (wave_repair, on the wave-repair "
-                    "branch before its merge at ff47b09): 20 % of 32 nodes, max_percent 20 and "
-                    "40 reboots an hour so that 4 repair at once",
-          "fleet": "at fleet size with every fix of this round (main at dcc01ed: the fallback "
-                   "bound, the wrappers' back-off and Slurm fallback at the health-check "
-                   "interval, serve's view refresher, the agent's on-demand reads, one node "
-                   "read by sinfo -n, the requeue watcher's squeue -O, a shared fault's "
-                   "failures excused from the lemon and flapping rules)",
-          "fleet-ctl": "the controller scenarios at fleet size (main at d216bf5: the fleet run's "
-                       "code, the follower replica no longer spinning, sbatch retried when "
-                       "slurmctld is too busy to answer; serve's refresher before its fixed "
-                       "period), 512 jobs watching the outage",
-          "fleet-serve": "at fleet size with this stop's serve fixes (main at 09ce7aa: the "
-                         "follower replica no longer spinning, serve's refresher at a fixed "
-                         "period per replica, hooks exiting 1 only with their drain made); the "
-                         "shared fault with serve up, then steady state at 1,200 jobs/h only: "
-                         "its 300 jobs/h phase ran while serve returned the shared fault's "
-                         "drains (46 undrains, 108 one-node reads) and none of its 10 jobs "
-                         "ended in it, so it is not kept",
-          "fleet-steady": "steady state alone at fleet size (main at 728c9bc: serve's "
-                          "refresher at a fixed period per replica; no shared fault before "
-                          "it), both job rates",
-          "fixed-512": "every scenario at 512 nodes with every fix of this round (main at "
-                       "728c9bc: the fallback bound, the wrappers' back-off and Slurm "
-                       "fallback, serve's fixed-period refresher, the agent's on-demand "
-                       "reads, one node read by sinfo -n, hooks exiting 1 only with their "
-                       "drain made; the outage's up window as long as its down window), 512 "
-                       "jobs watching the outage"}
-
-
 def _labels(data: dict[str, Any]) -> list[str]:
     """The runs in the order the work went: LABELS' order (the first runs, the fixes one by
     one, the fleet-size runs with all of them), then any other label by name."""
@@ -426,139 +380,6 @@ def projection(data: dict[str, Any]) -> str:
               "at 10,000 nodes, where each read packs ten times the table); slurmctld is one "
               "process whatever the hosts, and its RPC budget is the figures above."]
     return "\n".join(lines) + "\n"
-
-
-HEAD = """# slurmguard at fleet size: one slurmctld, up to 1,024 nodes on one host
-
-Everything here is measured by the scale harness (tests/support/scaleharness.py,
-tests/support/scale_scenarios.py) and rendered from docs/scale.json by
-tests/support/scale_doc.py; tests/test_scale_doc.py checks this page is that rendering.
-
-    python tests/scale/run.py --nodes 1024 --scenario steady --scenario shared_fault --scenario wave
-    python tests/scale/run.py --nodes 128 --scenario outage --scenario gate --scenario ingest --label controller
-    python tests/scale/run.py --nodes 1024 --scenario wave_repair
-    python tests/scale/run.py --render
-
-The harness: one real slurmctld (Slurm 22.05) with N `slurmd -N` on this host (SlurmdTimeout
-120, TreeWidth 64, ports from a block below the ephemeral range), wired by `slurmguard setup
-controller` and `setup node` into a prefix exactly as a site is (the installed entry scripts
-as Prolog, Epilog, HealthCheckProgram and PrologSlurmctld; setup's slurm.conf lines), each
-node with its own config, kernel log, boot id and stand-in NVML (8 GPUs); two `serve`
-replicas on one PostgreSQL; the resident agent on the first nodes (32 at full size) and the
-compiled client's fallback (`slurmguard HOOK` in-process) on the rest. CI runs a small form
-(tests/scale/test_scale_small.py).
-
-How it is measured:
-- **RPCs**: `sdiag --reset` at each phase's start, `sdiag` at its end, by message type.
-  While a phase runs the harness polls nothing; it sends only the job submissions being
-  measured. Slurm's own traffic (node registrations, job submit/launch/complete, epilog
-  completions, `sdiag` itself) is split from the client queries and updates (node/job/
-  partition info, node updates): on this host, those come from slurmguard.
-- **who asked**: every Slurm tool the harness's configs name (`[slurm] scontrol`, `sinfo`,
-  `squeue`) is a shim that logs its caller's command line, then runs the real tool. The
-  slurmguard subcommand of the caller gives the side: serve (which also answers the gate's
-  socket), the gate, repair, the reconciler, the requeue watcher and burn-in are the
-  controller side; the hooks, the agent and the jobs' `slurmguard run` the node side. The
-  node side's RPCs are its calls times the RPCs one call costs (a node read: 2, REQUEST_NODE_
-  INFO and REQUEST_PARTITION_INFO, counted by tests/test_slurm_rpc_load.py); the controller
-  side is the rest of sdiag's client RPCs, so anything no shim saw counts against it. Runs
-  since `ctld-*` give the jobs the node's config, as a site's /etc does (before, the jobs'
-  wrappers had none, so their drain watch polled Slurm every 2 s: the per-job growth of the
-  first runs, `ctld-noconfig` below).
-- **slurmctld CPU**: utime+stime of its /proc/PID/stat over the phase; the gate
-  (PrologSlurmctld) is its reaped children's CPU (cutime+cstime).
-- **per node**: each slurmd's reaped children's CPU (cutime+cstime): Prolog, Epilog and
-  HealthCheckProgram (the entry script, the compiled client and any `slurmguard` it ran),
-  as slurmd waited for them; plus the agent's CPU on agent nodes (in the "agent" run its own
-  and its reaped children's, the fs probes it runs; before, its own only); divided by the
-  phase length, times 3,600. Jobs run under slurmstepd, which slurmd does not reap, so job
-  CPU is not in it. The runs before "agent" charged each agent node the stand-in NVML's
-  2-ms poll in its Xid event wait (about 15 of the 17 CPU-s/h; a real driver sleeps in the
-  kernel, and the stand-in now sleeps on an inotify watch): docs/agent.md, "Tests and
-  figures".
-- **serve**: CPU and RSS of each replica's process.
-
-The scenarios (shared fault and Xid wave run every node's installed HealthCheckProgram,
-64 at a time, 128 at 1,024 nodes: each Python hook holds tens of MB, and a thousand at once
-do not fit this host's memory next to the others' work; in steady state slurmctld's own
-HealthCheckInterval runs them, CYCLE):
-- **steady**: health checks at HealthCheckInterval 300 s (CYCLE), one-node jobs through
-  `slurmguard run` at two rates (300 and 1,200 an hour), nothing failing; the per-node cost
-  is each entry script's CPU per run (a sample of agent and fallback nodes, one run at a
-  time, as the harness's reaped children's CPU) times its runs per hour (3,600 / interval
-  health checks, a prolog and an epilog per one-node job), plus the agent's CPU;
-- **shared_fault**: a required mount gone on every node (the nodes' mount table loses it),
-  every node's health check with serve up, then with every replica down (at 1,024 nodes
-  only the latter: a pass takes minutes here);
-- **wave**: Xid 79 on 3 % of the nodes at once, then every node's health check.
-
-What limited the machine: 2 cores, shared with other engineers' work in most runs, and 24 GB. A
-fleet-wide pass of Python hooks is CPU-bound here (the load average passed 70 during the
-512-node passes), so "fault to drained" below is this host's time to check every node once,
-not a real fleet's (where each node checks itself in parallel); memory bounds the hooks run
-at once.
-
-Controller scenarios (`--scenario outage|gate|ingest`; `--outage-minutes`, 5 by default):
-- **outage**: one job per node under `slurmguard run` (each wrapper reading its node's config,
-  so it asks serve), sdiag by type with serve up, then every replica stopped for the
-  outage, each window as long as the outage (runs before "fixed-512": serve up at most 2
-  minutes; the health checks read Slurm in both windows, HealthCheckNodeState=CYCLE, so only
-  equal windows hold equal shares of a pass, and at 1,024 nodes a pass fell in the 5-minute
-  down window and not the 2-minute up one: "fleet-ctl"'s 2.36x); a node drained 20 s into it (an admin's `scontrol update`, the one
-  RPC the harness sends) must reach its job's wrapper through Slurm (the wrapper's own
-  "seen ... after the drain"); then, serve still down, every eighth node runs its health
-  check (its record goes to the spool) and, serve back, each spooled node runs one more,
-  which replays its spool: every spooled record counted in the store by id;
-- **gate**: the installed PrologSlurmctld entry script run with slurmctld's environment,
-  timed from outside: one job over every node 20 times, then 200 one-node jobs' gates at
-  once, through serve's gate socket (serve0 runs on the controller's config, as on the
-  slurmctld host); the Python gate alone with serve0 stopped; then one batch job over every
-  node and 200 one-node batch jobs through Slurm itself;
-- **ingest**: every node POSTs one record at once (signed as its hooks sign), 10 rounds:
-  serve answers only after the record's batch committed, so a POST's time is POST to
-  stored; then two simulated days of this fleet's records (a health check per node per
-  HealthCheckInterval, a prolog and an epilog per job at 300 jobs/h, six check results a
-  record) written through the store API in batches of 2,000, the PostgreSQL size after
-  each: a month is extrapolated as the size now plus 30 times the last day's growth
-  (nothing in the store expires records today).
-
-Repair scenario (`--scenario wave_repair`, run alone: its harness has repair in act mode):
-- **wave_repair**: the wave (Xid 79 on `--percent` % of the nodes, 3 by default, then every
-  node's health check) with serve's `[repair] mode = "act"` in the loop: slurm.conf's
-  RebootProgram is the repair tests' (tests/support/repairrig.py), which hands the node to
-  their BMC thread; the BMC kills the node's slurmd, boots its hardware (a new boot id, a
-  fresh kernel log, its agent restarted) and starts slurmd with a fresh boot time, and slurmd
-  runs the installed HealthCheckProgram as it registers. Serve's repair pass (every
-  `--policy-interval`, 10 s for this scenario; a site's default is 60) takes the reboot rung,
-  proves it (new BootTime), verifies it by that health check (no quick burn-in: the harness's
-  nodes have no burn-in measurements, `verify_burnin = false`) and returns the node, within
-  docs/repair.md's default limits unless `--repair-max-nodes`, `--repair-max-percent`,
-  `--repair-reboots-per-hour`, `--repair-settle` say otherwise. It waits (bounded by the limits:
-  the reboot budget's hours plus a round per slot) until every faulted node is returned or
-  ticketed; the figures come from the store's ledger (drain, repair_start, repair_return,
-  repair_ticket: drain to start is the wait for a slot) and the BMC's log (reboots per node,
-  reboots in any hour). With the default limits the reboot budget sets the pace:
-  {PACE}.
-  CI runs tests/scale/test_wave_repair_small.py (32 nodes, 3 faulted, one repair at a time).
-
-Not measured here: {UNMEASURED}every scenario in one 1,024-node run with every fix. At
-1,024 nodes each scenario ran once, in the run that names it (a pass of every node takes
-minutes here, a run of all of them most of two hours): the shared fault with every serve
-down and the Xid wave in "fleet" (main at dcc01ed), the controller scenarios in "fleet-ctl",
-the shared fault with serve up in "fleet-serve", steady state in "fleet-steady". At 512
-nodes every scenario ran in one harness with every fix ("fixed-512"); an earlier such run
-(main at 7dec529) lost its figures when its gate scenario's job over every node could not
-start: serve's policy pass had drained four healthy nodes as "flapping" on fs-mount
-after the two shared faults (pass, fail, pass, fail, pass). That was a wrong decision, now
-fixed (docs/policy.md, "Shared faults are not the node's own"; tests/test_shared_fault_slurm.py),
-and run.py now stores each scenario's figures as it ends. The runs at 1,024 nodes are one
-each; the "fleet" run at 1,024 ran the shared fault with every serve down only (a pass of
-every node takes minutes here), as the first runs did.
-The node side's one-node read was `scontrol show node -o NAME` (REQUEST_NODE_INFO: the whole
-node table on 22.05) in the runs before "fleet"; it is now `sinfo -n NAME -O`
-(REQUEST_NODE_INFO_SINGLE: that node only, the same two RPCs; tests/test_slurm_node_read.py,
-docs/slurm.md): "sinfo node NAME" in the "fleet" run's callers.
-"""
 
 
 def write(json_path: Path) -> None:
