@@ -46,7 +46,9 @@ LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
                        "fallback, serve's fixed-period refresher, the agent's on-demand "
                        "reads, one node read by sinfo -n, hooks exiting 1 only with their "
                        "drain made; the outage's up window as long as its down window), 512 "
-                       "jobs watching the outage"}
+                       "jobs watching the outage",
+          "fleet-outage": "the serve outage at fleet size with the up window as long as the "
+                          "down window (main at 728c9bc), 512 jobs watching it"}
 
 
 HEAD = """# slurmguard at fleet size: one slurmctld, up to 1,024 nodes on one host
@@ -165,7 +167,8 @@ Repair scenario (`--scenario wave_repair`, run alone: its harness has repair in 
 Not measured here: {UNMEASURED}every scenario in one 1,024-node run with every fix. At
 1,024 nodes each scenario ran once, in the run that names it (a pass of every node takes
 minutes here, a run of all of them most of two hours): the shared fault with every serve
-down and the Xid wave in "fleet" (main at dcc01ed), the controller scenarios in "fleet-ctl",
+down and the Xid wave in "fleet" (main at dcc01ed), the controller scenarios in "fleet-ctl" (the outage
+again, with equal windows, in "fleet-outage"),
 the shared fault with serve up in "fleet-serve", steady state in "fleet-steady". At 512
 nodes every scenario ran in one harness with every fix ("fixed-512"); an earlier such run
 (main at 7dec529) lost its figures when its gate scenario's job over every node could not
