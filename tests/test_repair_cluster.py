@@ -27,6 +27,7 @@ from support.repairrig import (
     fake_drain,
     module_rig,
     prepare,
+    repair_state,
     sg,
 )
 from support.wait import WaitTimeout, counter_advanced, wait_for
@@ -43,22 +44,6 @@ def _cluster(tmp_path_factory):  # type: ignore[no-untyped-def]
 def rig(_cluster):  # type: ignore[no-untyped-def]
     yield _cluster
     _cluster.reset()
-
-
-def repair_state(cluster, store, bmc, rig, nodes) -> str:
-    """Where a repair that did not end stood: the BMC's reboots and waiting requests, each
-    node's state in Slurm, and the ledger's repair steps."""
-    slurm = {}
-    for n in nodes:
-        try:
-            r = cluster.node(n)
-            slurm[n] = f"{r.state} {sorted(r.flags)} {r.reason!r} boot {r.raw.get('BootTime')}"
-        except Exception as exc:  # a diagnostic: whatever Slurm says, or why it said nothing
-            slurm[n] = f"unread: {exc}"
-    steps = [(round(e.at, 1), e.node, e.kind, e.reason[:80])
-             for e in store.nodes.events(limit=200) if e.kind.startswith("repair")]
-    return (f"reboots {bmc.reboots}; waiting requests {sorted(f.name for f in rig.bmc_dir.glob('reboot-*'))}; "
-            f"slurm {slurm}; ledger {steps}")
 
 
 def test_pause_and_a_running_job_hold_every_rung(rig, tmp_path):

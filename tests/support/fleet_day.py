@@ -100,7 +100,6 @@ class Day:
         self.queue = plan.FaultQueue(faults)
         self.physics: RebootPhysics | None = None
         self.reboots: list[tuple[str, float]] = []
-        self.repair_done_at: float | None = None
         self.grace_s = min(2 * day_s, 120.0)
         self.n = 0
         # The loop's period: each pass reads Slurm's node table (every node), which at 512

@@ -347,6 +347,22 @@ def boot_runs(s: Setup, node: str, after: float) -> list:
                    if i.kind == "result" and i.source == "healthcheck"), key=lambda i: i.at)
 
 
+def repair_state(cluster, store, bmc: BMC, rig: Rig, nodes) -> str:  # type: ignore[no-untyped-def]
+    """Where a repair that did not end stood: the BMC's reboots and waiting requests, each
+    node's state in Slurm, and the ledger's repair steps."""
+    slurm = {}
+    for n in nodes:
+        try:
+            r = cluster.node(n)
+            slurm[n] = f"{r.state} {sorted(r.flags)} {r.reason!r} boot {r.raw.get('BootTime')}"
+        except Exception as exc:  # a diagnostic: whatever Slurm says, or why it said nothing
+            slurm[n] = f"unread: {exc}"
+    steps = [(round(e.at, 1), e.node, e.kind, e.reason[:80])
+             for e in store.nodes.events(limit=200) if e.kind.startswith("repair")]
+    return (f"reboots {bmc.reboots}; waiting requests {sorted(f.name for f in rig.bmc_dir.glob('reboot-*'))}; "
+            f"slurm {slurm}; ledger {steps}")
+
+
 def boot_time(info) -> float:  # type: ignore[no-untyped-def]
     return time.mktime(time.strptime(info.raw["BootTime"], "%Y-%m-%dT%H:%M:%S"))
 
