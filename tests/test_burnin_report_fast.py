@@ -48,6 +48,7 @@ def test_judge_group_equals_score_and_robust_z(vals: dict[str, float], higher: b
                                                z_limit: float, floor: float) -> None:
     p = StatParams(z_limit=z_limit * 5, mad_floor=floor)
     gs, js = judge_group("g", "m", vals, p, higher)
+    assert sorted(j.node for j in js) == sorted(vals)
     for j in js:
         sc = score(j.value, gs.median, higher)
         z = robust_z(j.value, gs.median, gs.mad, higher, p.mad_floor)

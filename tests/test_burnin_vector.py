@@ -257,6 +257,7 @@ def test_report_json_lines_equal_the_encoder(fleet, p, metric) -> None:
     rows.append(SeriesRow("n0", "lat", "s", False, "A", 100, 0.0, 0.0, "2027-01-14", ()))
     rep = judge(runs, rows, p, groups_of={"n1": "gr\u00fcppe \"x\""})
     names: dict[str, tuple[str, str]] = {}
+    assert rep.nodes  # the fleet's nodes and n0
     for v in rep.nodes.values():
         want = json.dumps(node_json(v, rep.units, metric), sort_keys=True, default=str)
         assert node_line(v, rep.units, metric, names) == want

@@ -79,8 +79,7 @@ def test_tracker_layouts(iters: list[int], tracker: str, layout: str) -> None:
             (root / "latest").write_text(text, encoding="latin-1")
         res = ck.scan(root, [layout])  # must not raise on any bytes
         named = int(tracker) if tracker.isdigit() and tracker.isascii() else None
-        for c in res.complete:
-            assert Path(c.path).is_dir()
+        assert all(Path(c.path).is_dir() for c in res.complete)
         if named is None:
             if not any(ch.isdigit() for ch in tracker):
                 assert res.complete == []

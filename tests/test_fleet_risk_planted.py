@@ -61,6 +61,7 @@ def measured(tmp_path_factory) -> dict[int, dict[str, tuple[float, float, float]
 
 
 def test_the_default_risk_level_finds_the_planted_nodes_on_held_out_fleets(measured) -> None:
+    assert sorted(measured) == sorted(HELD_OUT)
     for seed, got in measured.items():
         precision, recall, lead = got["now"]
         assert precision >= 0.8 and recall >= 0.9, (seed, precision, recall)

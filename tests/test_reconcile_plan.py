@@ -223,26 +223,26 @@ rules_st = st.builds(Rules, not_ready_grace=st.floats(0, 1000), min_hold=st.floa
 @settings(max_examples=400, deadline=None)
 @given(slurm_views, kube_views(), rules_st)
 def test_never_undoes_a_mark_that_is_not_ours(s: SlurmView, k: KubeView, rules: Rules) -> None:
-    for a in plan_node(s, k, rules, NOW):
-        if a.kind == SLURM_UNDRAIN:
-            assert s.reason.startswith("slurmguard: k8s:") and s.drained
-        if a.kind == K8S_UNMARK:
-            assert k.marked or k.our_condition == "False"
-        if a.kind in (K8S_MARK, K8S_UPDATE):
-            assert not a.cordon or not k.unschedulable  # never claims someone else's cordon
-        if a.kind == SLURM_DRAIN:
-            assert not s.drained and not s.down and a.reason.startswith("slurmguard: k8s: ")
+    acts = plan_node(s, k, rules, NOW)
+    kinds = {a.kind for a in acts}
+    assert SLURM_UNDRAIN not in kinds or (s.reason.startswith("slurmguard: k8s:") and s.drained)
+    assert K8S_UNMARK not in kinds or k.marked or k.our_condition == "False"
+    # never claims someone else's cordon
+    assert not [a for a in acts if a.kind in (K8S_MARK, K8S_UPDATE) and a.cordon
+                and k.unschedulable]
+    assert not [a for a in acts if a.kind == SLURM_DRAIN and (
+        s.drained or s.down or not a.reason.startswith("slurmguard: k8s: "))]
 
 
 @settings(max_examples=400, deadline=None)
 @given(slurm_views, kube_views(), rules_st)
 def test_no_echo(s: SlurmView, k: KubeView, rules: Rules) -> None:
     kinds = {a.kind for a in plan_node(s, k, rules, NOW)}
-    if s.from_k8s:  # a drain we made for Kubernetes never becomes a Kubernetes mark
-        assert not kinds & {K8S_MARK, K8S_UPDATE}
-    if k.cordoned_by_us and not k.cordoned_by_others and k.ready == "True" \
-            and k.conditions.get("KernelDeadlock") != "True":
-        assert SLURM_DRAIN not in kinds  # our own cordon never drains Slurm
+    # a drain we made for Kubernetes never becomes a Kubernetes mark
+    assert not (s.from_k8s and kinds & {K8S_MARK, K8S_UPDATE})
+    own_cordon_only = (k.cordoned_by_us and not k.cordoned_by_others and k.ready == "True"
+                       and k.conditions.get("KernelDeadlock") != "True")
+    assert not (own_cordon_only and SLURM_DRAIN in kinds)  # our own cordon never drains Slurm
 
 
 @settings(max_examples=200, deadline=None)

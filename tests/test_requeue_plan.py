@@ -233,3 +233,4 @@ def test_risk_refusals_act_once_per_restart_and_keep_every_exclusion(
             excluded = set(expand(a.exclude, source="t"))
             assert set(a.failed_nodes) <= refused and set(a.failed_nodes) <= excluded
             assert user_exc == "" or user_exc in excluded
+    assert acted <= set(range(restarts + 1))  # a move belongs to a restart that happened

@@ -75,9 +75,11 @@ def test_garbage_is_one_line_naming_the_field(text: str, field: str) -> None:
 @given(st.text(max_size=300))
 def test_never_crashes(text: str) -> None:
     try:
-        parse_squeue_brief(text)
+        jobs = parse_squeue_brief(text)
     except ParseError as exc:
         assert "\n" not in str(exc)
+    else:
+        assert isinstance(jobs, list)
 
 
 def test_free_text_is_last() -> None:

@@ -21,6 +21,7 @@ def test_scale_md_is_rendered_from_the_measured_json():
 
 def test_every_run_holds_the_scenarios_the_page_shows():
     data = json.loads((DOCS / "scale.json").read_text())
+    assert data["runs"]
     for label, runs in data["runs"].items():
         for n, f in runs.items():
             assert f["nodes"] == int(n), (label, n)

@@ -88,9 +88,11 @@ def test_garbage_is_one_line_naming_the_field(name: str, text: str, field: str) 
 @given(st.text(max_size=200), names)
 def test_never_crashes(text: str, name: str) -> None:
     try:
-        parse_sinfo_node(text, name)
+        node = parse_sinfo_node(text, name)
     except ParseError as exc:
         assert "\n" not in str(exc)
+    else:
+        assert node is None or node.name == name
 
 
 def test_field_list_ends_in_the_free_text() -> None:

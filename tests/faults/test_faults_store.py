@@ -162,6 +162,7 @@ def test_gate_and_admin_with_corrupt_store(tmp_path: Path) -> None:
             assert len(lines) == 1 and lines[0].startswith("slurmguard: error: store"), (name, argv, p.stderr)
         assert not (d / "scontrol-calls").exists()
         tried.append(name)
+    assert tried == list(CORRUPTIONS)
     record("gate-store-corrupt", store="SQLite",
            faults="store file corrupted: " + ", ".join(tried),
            bad_inputs=("gate (open, closed) and db current on each; events, node show, triage "

@@ -77,6 +77,7 @@ def test_the_xid_wave_drains_every_faulted_node_and_no_healthy_one(figures):
 
 
 def test_steady_state_runs_every_job_and_drains_nothing(figures):
+    assert len(figures["steady"]["phases"]) == 2  # 300 and 1,200 jobs an hour
     for ph in figures["steady"]["phases"]:
         assert ph["jobs_completed"] == ph["jobs"] and ph["drained"] == 0, ph
 
