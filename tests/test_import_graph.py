@@ -190,7 +190,7 @@ def test_the_store_is_reached_through_its_api_only():
 PURE = ("slurmguard.checks", "slurmguard.policy", "slurmguard.reconcile.plan",
         "slurmguard.reconcile.views", "slurmguard.burnin.stats", "slurmguard.burnin.verdict",
         "slurmguard.node.decide", "slurmguard.job.exitmap", "slurmguard.sources",
-        "slurmguard.repair.plan", "slurmguard.goodput.account")
+        "slurmguard.repair.plan", "slurmguard.repair.ledger", "slurmguard.goodput.account")
 # What touches the world: the adapters and the one subprocess helper.
 ADAPTERS = ("slurmguard.adapters", "slurmguard.proc")
 # The layers above the adapters that use them; an adapter importing one of them runs the

@@ -130,3 +130,35 @@ def test_bad_input_is_one_line_naming_the_value(site):
     p = run_sg("-c", str(cfg), "incident", "show", "n01-12345")
     assert p.returncode == 6 and "no incident 'n01-12345'" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_each_timeline_ends_where_the_nodes_next_incident_begins(tmp_path) -> None:
+    """A generated fleet (tests/support/fleetgen.py, 200 nodes x 30 days, seed 777) where a
+    node fails again within a week of its return: `incident show` of the first incident
+    stops before the second's first signal (it once listed the second's "probation
+    started", and its plot spanned both)."""
+    from support.fleetgen import generate
+
+    from slurmguard.cli._common import iso
+
+    truth = generate(str(tmp_path / "f.db"), nodes=200, days=30, seed=777)
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[store]\npath = "{tmp_path}/f.db"\n')
+    doc = sg_json(cfg, "incident", "list", "--since", iso(truth.since), "--until",
+                  iso(truth.until))
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for i in doc["incidents"]:
+        for n in i["nodes"]:
+            by_node.setdefault(n, []).append(i)
+    pairs = []
+    for incs in by_node.values():
+        incs.sort(key=lambda i: i["first_signal"]["at"])
+        pairs += list(zip(incs, incs[1:], strict=False))
+    # the case: the next incident begins within the week of probation after a return
+    close = [(a, b) for a, b in pairs if a["returned_at"] is not None
+             and b["first_signal"]["at"] - a["returned_at"] < 7 * 86400]
+    assert close, pairs
+    for a, b in close:
+        d = sg_json(cfg, "incident", "show", a["id"])
+        late = [s for s in d["timeline"] if s["at"] >= b["first_signal"]["at"]]
+        assert late == [], (a["id"], b["id"], late)

@@ -13,6 +13,8 @@ from slurmguard.fleet import incidents
 from slurmguard.fleet.episodes import Episode
 from slurmguard.fleet.history import Ev
 from slurmguard.fleet.incidents import Job, JobRun, Signal
+from slurmguard.repair.ledger import episodes as repair_episodes
+from slurmguard.store.rows import EventRow
 
 H = 3600.0
 
@@ -112,8 +114,15 @@ def test_timeline_has_the_node_lane_and_a_lane_per_job():
                   Ev(200, "repair_rung", "slurmguard", "", "reboot (attempt 1)"),
                   Ev(300, "repair_ticket", "slurmguard", "", "permanent"),
                   Ev(9000, "probation_start", "slurmguard", "probation", "x")]}
+    # what the repair ledger's reader makes of the same steps (the outcome reads it)
+    ledger = [EventRow(1, 110, "n1", "drain", "slurmguard", "slurmguard", "gpu-xid", "", {}),
+              EventRow(2, 200, "n1", "repair_rung", "slurmguard", "slurmguard", "", "",
+                       {"episode": 1, "rung": "reboot"}),
+              EventRow(3, 300, "n1", "repair_ticket", "slurmguard", "slurmguard", "", "",
+                       {"episode": 1})]
+    repairs = {"n1": repair_episodes(ledger)}
     [inc] = incidents.build([ep(back=None)], [Job("7", "COMPLETED", (r1, r2))], until=5000.0,
-                            events=evs)
+                            events=evs, repairs=repairs)
     lanes = {s.lane for s in inc.timeline}
     assert lanes == {"node", "job 7"}
     whats = [s.what for s in inc.timeline]
@@ -126,7 +135,7 @@ def test_timeline_has_the_node_lane_and_a_lane_per_job():
     assert inc.outcome == "ticket"
     evs["n1"].append(Ev(4000, "clear", "admin", "", "new GPU"))  # people fixed it: returned
     [inc] = incidents.build([ep(back=4000)], [Job("7", "COMPLETED", (r1, r2))], until=5000.0,
-                            events=evs)
+                            events=evs, repairs=repairs)
     assert inc.outcome == "returned"
     assert not any("probation" in w for w in whats)  # never returned: no probation of it
     assert [s.at for s in inc.timeline] == sorted(s.at for s in inc.timeline)
@@ -206,3 +215,17 @@ def test_the_stores_other_signals_are_burn_in_verdicts_and_slow_reports():
                    "n2": [(7.0, "burn-in verdict: flagged", "store: burn-in")],
                    "n3": [(8.0, "a job named it slow: job 9: 1.8x slower",
                            "store: ledger (suspect)")]}
+
+
+def test_a_timeline_ends_where_the_nodes_next_incident_begins():
+    # n1 fails, returns at 5,000 s, fails again 2 days later: the probation that follows the
+    # second return (within the 7-day probation window of the first) is the second's step.
+    first, second = ep(start=100, drained=110, back=5000), ep(start=2 * 86400, drained=2 * 86400 + 10,
+                                                              back=2 * 86400 + 900)
+    evs = {"n1": [Ev(110, "drain", "slurmguard"), Ev(5000, "clear", "admin"),
+                  Ev(5000, "probation_start", "admin"), Ev(2 * 86400 + 10, "drain", "slurmguard"),
+                  Ev(2 * 86400 + 900, "probation_start", "slurmguard")]}
+    a, b = incidents.build([first, second], [], until=10 * 86400.0, events=evs)
+    assert [s.at for s in a.timeline if s.lane == "node"] == [100, 110, 5000, 5000]
+    assert max(s.at for s in a.timeline) < b.first_signal.at
+    assert [s.what for s in b.timeline if s.lane == "node"][-1] == "probation started"

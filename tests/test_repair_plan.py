@@ -290,15 +290,3 @@ def test_invariants_hold_for_any_ledger(sit):
         assert new == 0 or before + new <= cap
     reboots = sum(1 for a in rungs if a.rung.name in REBOOTS)
     assert reboots == 0 or fleet.reboots_last_hour + reboots <= p.reboots_per_hour
-
-
-def test_the_latest_episode_summarises_the_ledger_for_node_show():
-    from slurmguard.repair.plan import latest
-
-    assert latest([]) is None
-    got = latest([ev("repair_start", NOW - 90, episode=3, cause="gpu-lost"),
-                  ev("repair_rung", NOW - 80, episode=3, rung="reboot"),
-                  ev("repair_start", NOW - 9000, episode=1),
-                  ev("repair_return", NOW - 8000, episode=1)])
-    assert got == {"episode": 3, "cause": "gpu-lost", "state": "proving", "rung": "reboot",
-                   "attempt": 1, "since": NOW - 80}

@@ -316,13 +316,16 @@ def _repair_of(store: Any, node: str) -> dict[str, Any] | None:
 
 
 def _latest_repair(rows: list[Any]) -> dict[str, Any] | None:
-    """repair/plan.py's fold of one node's ledger rows into its newest episode, for output."""
-    from slurmguard.repair.plan import RepairEvent, latest
+    """The ledger reader's newest episode of one node's rows, in a few fields for output."""
+    from slurmguard.repair.ledger import latest
 
-    got = latest([RepairEvent(e.at, e.kind, e.details) for e in rows])
-    if got is not None:
-        got["since"] = iso(got["since"])
-    return got
+    r = latest(rows)
+    if r is None:
+        return None
+    st = r.state
+    return {"episode": r.episode, "cause": r.cause, "state": st.state,
+            "rung": str(st.open_rung or (st.taken[-1] if st.taken else "")),
+            "attempt": len(st.taken), "since": iso(r.last_at)}
 
 
 def _show_text(node: str, data: dict[str, Any], timeline: list[dict[str, Any]],

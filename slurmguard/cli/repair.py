@@ -71,24 +71,30 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_context
 def history_cmd(ctx: click.Context, node: str, as_json: bool) -> None:
-    """Every repair step of NODE from the ledger, oldest first.
+    """NODE's repair episodes (each drain by slurmguard: cause, outcome, reboots), then every
+    repair step from the ledger, oldest first.
 
     \b
     Example:
       slurmguard repair history gpu017
     """
     from slurmguard.nodeset import validate_node_name
-    from slurmguard.repair.plan import REPAIR_KINDS
+    from slurmguard.repair.ledger import KINDS, episodes
 
     validate_node_name(node)
-    kinds = [*REPAIR_KINDS, "drain", "lemon", "lemon_cleared", "probation_start", "clear"]
+    kinds = [*KINDS, "lemon", "lemon_cleared", "probation_start", "clear"]
     rows = sorted(open_store(load_config(ctx)).nodes.events(node=node, kinds=kinds, limit=1000),
                   key=lambda e: (e.at, e.id))
-    data = [{"at": iso(e.at), "kind": e.kind, "actor": e.who, "reason": e.reason,
-             "details": e.details} for e in rows]
-    emit(Result(data, [Table([[d["at"], d["kind"], d["actor"], d["reason"]] for d in data],
-                             ["AT", "KIND", "ACTOR", "REASON"], wrap=[None, None, None, 70])]),
-         as_json)
+    eps = [r.to_dict() for r in episodes(rows)]
+    data = {"episodes": eps,
+            "events": [{"at": iso(e.at), "kind": e.kind, "actor": e.who, "reason": e.reason,
+                        "details": e.details} for e in rows]}
+    emit(Result(data, [
+        Table([[iso(r["first_at"]), r["cause"], r["outcome"], r["reboots"],
+                iso(r["ended_at"]) if r["ended_at"] else ""] for r in eps],
+              ["DRAINED", "CAUSE", "OUTCOME", "REBOOTS", "ENDED"]),
+        Table([[d["at"], d["kind"], d["actor"], d["reason"]] for d in data["events"]],
+              ["AT", "KIND", "ACTOR", "REASON"], wrap=[None, None, None, 70])]), as_json)
 
 
 @repair_grp.command("pause")

@@ -10,6 +10,7 @@ its latency, the checkpoint-now save, the steps redone).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -44,15 +45,18 @@ NODE_KINDS = {
 }
 
 
-def _node_steps(inc: Incident, events: Mapping[str, Sequence[Any]], until: float) -> list:
+def _node_steps(inc: Incident, events: Mapping[str, Sequence[Any]], until: float,
+                next_begins: Mapping[str, float]) -> list:
     out = [Step(inc.first_signal.at, "node", f"first bad signal: {inc.first_signal.what}",
                 inc.first_signal.source)]
     for ep in inc.episodes:
         end = ep.out_until(until)
-        # After the return, only the probation that follows it (PROBATION_S at most).
+        # After the return, only the probation that follows it (PROBATION_S at most), and
+        # nothing from the node's next incident on: that is the next incident's.
+        stop = min(end + PROBATION_S, next_begins.get(ep.node, math.inf))
         for e in events.get(ep.node, ()):
-            during = ep.drained_at <= e.at <= end
-            after = (ep.returned_at is not None and end < e.at <= end + PROBATION_S
+            during = ep.drained_at <= e.at <= end and e.at < stop
+            after = (ep.returned_at is not None and end < e.at < stop
                      and e.kind in ("probation_start", "probation_end"))
             if e.kind not in NODE_KINDS or not (during or after):
                 continue
@@ -102,11 +106,26 @@ def _hit_steps(h: Hit, job: Job | None, drained_at: float) -> list:
     return out
 
 
+def _ticketed(inc: Incident, repairs: Mapping[str, Sequence[Any]], until: float) -> bool:
+    """Whether repair ticketed one of the incident's drains: a repair episode
+    (slurmguard.repair.ledger) of its node, begun by that drain, that ended in a ticket."""
+    for ep in inc.episodes:
+        end = ep.out_until(until)
+        if any(r.outcome == "ticketed" and ep.drained_at - 1.0 <= r.first_at <= end
+               for r in repairs.get(ep.node, ())):
+            return True
+    return False
+
+
 def timeline(inc: Incident, jobs: Mapping[str, Job], events: Mapping[str, Sequence[Any]],
-             until: float, by_node: Mapping[str, Sequence[tuple[Job, int]]]) -> None:
+             until: float, by_node: Mapping[str, Sequence[tuple[Job, int]]],
+             next_begins: Mapping[str, float] | None = None,
+             repairs: Mapping[str, Sequence[Any]] | None = None) -> None:
     """Fill ``inc.timeline`` (time order; the node lane first at equal times) and its
-    outcome (``ticket`` when repair handed the node to people and it is still out)."""
-    steps = _node_steps(inc, events, until)
+    outcome (``ticket`` when repair handed the node to people and it is still out).
+    ``next_begins``: per node, when its next incident begins; the timeline ends there.
+    ``repairs``: per node, its repair episodes (slurmguard.repair.ledger)."""
+    steps = _node_steps(inc, events, until, next_begins or {})
     hit = {(h.job_id, h.run) for h in inc.hits}
     drains = {ep.node: ep.drained_at for ep in inc.episodes}
     for h in inc.hits:
@@ -119,8 +138,7 @@ def timeline(inc: Incident, jobs: Mapping[str, Job], events: Mapping[str, Sequen
                 steps.append(Step(max(r.start, inc.first_signal.at), f"job {job.job_id}",
                                   f"ran on {ep.node} while it was failing; ended {r.state} "
                                   "(not by this fault)", "sacct"))
-    if inc.returned_at is None and any(s.what.startswith("repair: ticket") or
-                                       ": repair: ticket" in s.what for s in steps):
+    if inc.returned_at is None and _ticketed(inc, repairs or {}, until):
         inc.outcome = "ticket"
     steps.sort(key=lambda s: (s.at, s.lane != "node"))
     inc.timeline = steps

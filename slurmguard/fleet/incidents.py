@@ -222,11 +222,12 @@ def out_of_service(ep: Episode, gpus: int, until: float) -> float:
 def build(episodes: Sequence[Episode], jobs: Sequence[Job], *, until: float,
           node_gpus: Mapping[str, int] | None = None, signals: Mapping[str, Sequence[Signal]] | None = None,
           events: Mapping[str, Sequence[Any]] | None = None, drain_window: float = 3600.0,
-          lookback: float = 86400.0, runs: Mapping[str, Sequence[Run]] | None = None
-          ) -> list[Incident]:
+          lookback: float = 86400.0, runs: Mapping[str, Sequence[Run]] | None = None,
+          repairs: Mapping[str, Sequence[Any]] | None = None) -> list[Incident]:
     """Every incident of ``episodes`` (oldest first), with its hit runs and cost. ``runs``: the
-    nodes' failing runs (History.runs), to name the one an episode starts at; the timeline
-    and outcome come from :func:`slurmguard.fleet.incident_timeline.timeline`."""
+    nodes' failing runs (History.runs), to name the one an episode starts at; ``repairs``: per
+    node, its repair episodes (slurmguard.repair.ledger), for the outcome; the timeline and
+    outcome come from :func:`slurmguard.fleet.incident_timeline.timeline`."""
     by_node = runs_by_node(jobs)
     hits = assign_hits(episodes, jobs, drain_window, by_node)
     gpus = dict(node_gpus or {})
@@ -252,9 +253,21 @@ def build(episodes: Sequence[Episode], jobs: Sequence[Job], *, until: float,
         inc = _incident(eps, [h for k in ks for h in hits.get(k, [])], key[0] == "shared",
                         signals or {}, lookback, runs or {}, [floor[k] for k in ks])
         inc.cost["out_of_service"] = sum(out_of_service(e, gpus.get(e.node, 0), until) for e in eps)
-        timeline(inc, by_job, events or {}, until, by_node)
         out.append(inc)
     out.sort(key=lambda i: (i.first_signal.at, i.id))
+    for inc in out:  # each timeline ends where its node's next incident begins
+        timeline(inc, by_job, events or {}, until, by_node, _next_begins(inc, out), repairs or {})
+    return out
+
+
+def _next_begins(inc: Incident, incidents: Sequence[Incident]) -> dict[str, float]:
+    """Per node of ``inc``: when the node's next incident begins (its first signal)."""
+    out: dict[str, float] = {}
+    for other in incidents:
+        if other is inc or other.first_signal.at <= inc.first_signal.at:
+            continue
+        for n in set(other.nodes) & set(inc.nodes):
+            out[n] = min(out.get(n, other.first_signal.at), other.first_signal.at)
     return out
 
 

@@ -374,18 +374,3 @@ def _next_rung(n: NodeIn, ep: Episode, fleet: Fleet, p: RepairParams) -> Rung | 
             continue
         return rung
     return None
-
-
-def latest(events: Sequence[RepairEvent]) -> dict[str, Any] | None:
-    """The node's newest repair episode in a few fields (for `node show`), or None."""
-    mine = [e for e in events if e.kind in REPAIR_KINDS and "episode" in e.details]
-    if not mine:
-        return None
-    newest = max(mine, key=lambda e: e.at)
-    episode = newest.details["episode"]
-    ep = episode_state(mine, episode)
-    cause = next((str(e.details["cause"]) for e in mine
-                  if e.details["episode"] == episode and "cause" in e.details), "")
-    return {"episode": episode, "cause": cause,
-            "state": ep.state, "rung": str(ep.open_rung or (ep.taken[-1] if ep.taken else "")),
-            "attempt": len(ep.taken), "since": newest.at}

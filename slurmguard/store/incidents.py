@@ -84,6 +84,20 @@ def _xid_lines(details: str) -> list[Signal]:
     return out
 
 
+def _repairs(store: Any, nodes: set[str], since: float) -> dict[str, list[Any]]:
+    """Per node: its repair episodes since ``since``, by the repair ledger's one reader."""
+    from slurmguard.repair.ledger import KINDS, episodes
+
+    if not nodes:
+        return {}
+    out: dict[str, list[Any]] = {}
+    rows = [e for e in store.nodes.events(since=since, kinds=list(KINDS), limit=1_000_000)
+            if e.node in nodes]
+    for r in episodes(rows):
+        out.setdefault(r.node, []).append(r)
+    return out
+
+
 def load(store: Any, *, since: float, until: float, drain_window: float = 3600.0,
          blast_window: float = 3600.0, gpus_per_node: int | None = None) -> Loaded:
     """The incidents of [since, until] with their jobs, from ``store`` (a :class:`Store`).
@@ -102,5 +116,6 @@ def load(store: Any, *, since: float, until: float, drain_window: float = 3600.0
     for node, got in xids.items():
         sig.setdefault(node, []).extend(got)
     incs = incidents.build(eps, jobs, until=until, node_gpus=node_gpus, signals=sig,
-                           events=h.events, drain_window=drain_window, runs=h.runs)
+                           events=h.events, drain_window=drain_window, runs=h.runs,
+                           repairs=_repairs(store, {e.node for e in eps}, since - LOOKBACK))
     return Loaded([i for i in incs if since <= i.first_signal.at <= until], jobs, window)

@@ -30,10 +30,11 @@ def record(store: Store, node: str, at: float, check: str = "", hook: str = "hea
                                            job_id=job, started=at, duration=0.1))
 
 
-def drain(store: Store, node: str, at: float, check: str) -> None:
-    # What serve's after_ingest writes for a hook's drain (serve/fleet.py), at the record's time.
-    store.nodes.record_event(node, "drain", "slurmguard", f"slurmguard: {check}: broke",
-                             source=check, at=at, details={"via": "healthcheck"})
+def drain(store: Store, node: str, at: float, check: str) -> int:
+    """What serve's after_ingest writes for a hook's drain (serve/fleet.py), at the record's
+    time; the drain's ledger id (repair's steps name it as their ``episode``)."""
+    return store.nodes.record_event(node, "drain", "slurmguard", f"slurmguard: {check}: broke",
+                                    source=check, at=at, details={"via": "healthcheck"})
 
 
 def run_record(restart: int, start: float, first: int, last: int, resume: int | None,
@@ -69,13 +70,17 @@ def plant(store: Store) -> dict[str, dict[str, Any]]:
     record(store, "n01", T0 + 900, "gpu-xid", hook="epilog", job="101",
            details={"events": [xid], "new_xids": 1, "source": "kmsg"})
     record(store, "n01", T0 + 960, "gpu-xid")
-    drain(store, "n01", T0 + 960, "gpu-xid")
-    for at, kind, why in ((T0 + 1100, "repair_start", "gpu-xid: evidence in /x"),
-                          (T0 + 1200, "repair_rung", "reboot (attempt 1)"),
-                          (T0 + 1500, "repair_outcome", "reboot: proven: boot id changed"),
-                          (T0 + 1600, "repair_burnin", "quick burn-in: job 9 in r1"),
-                          (T0 + 2400, "repair_return", "verified")):
-        store.nodes.record_event("n01", kind, "slurmguard", why, at=at)
+    ep = drain(store, "n01", T0 + 960, "gpu-xid")
+    # repair's steps as repair/loop.py writes them: each names its episode (the drain's id)
+    for at, kind, why, more in (
+            (T0 + 1100, "repair_start", "gpu-xid: evidence in /x", {"cause": "gpu-xid:79"}),
+            (T0 + 1200, "repair_rung", "reboot (attempt 1)", {"rung": "reboot"}),
+            (T0 + 1500, "repair_outcome", "reboot: proven: boot id changed",
+             {"rung": "reboot", "result": "proven"}),
+            (T0 + 1600, "repair_burnin", "quick burn-in: job 9 in r1", {"rung": "reboot"}),
+            (T0 + 2400, "repair_return", "verified", {})):
+        store.nodes.record_event("n01", kind, "slurmguard", why, at=at,
+                                 details={"episode": ep, **more})
     # as repair's return does (repair/loop.py): the return event and probation, no "clear"
     store.nodes.return_node("n01", "slurmguard", "repair: verified", at=T0 + 2400)
     a = [Allocation(T0, T0 + 1000, ("n01", "n02"), 16, "NODE_FAIL"),
@@ -97,8 +102,9 @@ def plant(store: Store) -> dict[str, dict[str, Any]]:
                     "redone": 0.0, "detect": 0.0, "waiting": 0.0, "out": 21600 * GPUS_PER_NODE}
     # 3. gpu-ecc on n06 ends a 1-node job for good (no requeue); repair tickets it: still out.
     record(store, "n06", T0 + 8000, "gpu-ecc")
-    drain(store, "n06", T0 + 8000, "gpu-ecc")
-    store.nodes.record_event("n06", "repair_ticket", "slurmguard", "permanent: ticket 77", at=T0 + 8300)
+    ep = drain(store, "n06", T0 + 8000, "gpu-ecc")
+    store.nodes.record_event("n06", "repair_ticket", "slurmguard", "permanent: ticket 77",
+                             at=T0 + 8300, details={"episode": ep})
     account_job(store, "102", [Allocation(T0 + 7000, T0 + 8050, ("n06",), 8, "FAILED")],
                 [run_record(0, T0 + 7000, 1, 100, None, 30, "failed")], "FAILED")
     truth["n06"] = {"cause": "gpu-ecc", "first": T0 + 8000, "drained": T0 + 8000,
