@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from slurmguard.repair import ledger
 from support.repairrig import BMC
 from support.scale_repair_conf import RepairLimits, bmc_dir
 from support.scale_scenarios import Figures, Phase, all_healthchecks, wave_nodes
@@ -112,9 +113,8 @@ def wave_repair(h: ScaleHarness, percent: float = 3.0, parallel: int = 64,
         fig["repair_wait_s"] = round(time.time() - t0, 1)
         time.sleep(2 * h.spec.policy_interval)  # a repair that wrongly goes on shows itself
         reboots = list(bmc.reboots)
-    events = store.nodes.events(since=t0, kinds=["drain", "repair_start", "repair_rung",
-                                                 "repair_return", "repair_ticket"],
-                                limit=20 * len(faulted) + 1000)
+    events = store.nodes.events(since=t0, kinds=list(ledger.KINDS),
+                                limit=50 * len(faulted) + 1000)
     fig.update(ledger_figures(events, reboots, faulted))
     # A healthy node drained at any time in the wave and its repairs, not only in the pass.
     fig["drained_healthy"] = sorted(set(fig["drained_healthy"])
@@ -139,28 +139,27 @@ def _drained_in_ledger(store: Any, since: float, nodes: int) -> set[str]:
 
 def ledger_figures(events: list[Any], reboots: list[tuple[str, float]],
                    faulted: list[str]) -> Figures:
-    """What repair did, from the ledger's events (EventRow) and the BMC's reboots."""
-    first: dict[tuple[str, str], float] = {}
-    for e in sorted(events, key=lambda e: e.at):
-        first.setdefault((e.node, e.kind), e.at)
-    starts = {n: at for (n, k), at in first.items() if k == "repair_start"}
-    ends = {n: at for (n, k), at in first.items() if k in ("repair_return", "repair_ticket")}
-    returned = sorted(n for (n, k) in first if k == "repair_return")
-    ticketed = sorted(n for (n, k) in first if k == "repair_ticket")
-    drain_at = {n: first[(n, "drain")] for n in faulted if (n, "drain") in first}
-    to_return = sorted(first[(n, "repair_return")] - drain_at[n] for n in returned
-                       if n in drain_at)
-    queued = sorted(starts[n] - drain_at[n] for n in starts if n in drain_at)
+    """What repair did, from the ledger's events (EventRow) through the product's one reader
+    of the repair ledger (slurmguard/repair/ledger.py), and the BMC's reboots (what the
+    world saw)."""
+    eps = ledger.episodes(events)
+    started = [r for r in eps if r.started_at is not None]
+    returned = sorted({r.node for r in eps if r.outcome == "returned"})
+    ticketed = sorted({r.node for r in eps if r.outcome == "ticketed"})
+    to_return = sorted(r.ended_at - r.drained_at for r in eps if r.outcome == "returned"
+                       and r.ended_at is not None and r.drained_at is not None)
+    queued = sorted(r.started_at - r.drained_at for r in started
+                    if r.started_at is not None and r.drained_at is not None)
     per_node = Counter(n for n, _ in reboots)
-    rungs = Counter(e.node for e in events if e.kind == "repair_rung")
     return {
-        "repaired_healthy": sorted(set(starts) - set(faulted)),
+        "repaired_healthy": sorted({r.node for r in started} - set(faulted)),
         "returned": len(returned), "ticketed": len(ticketed), "ticketed_nodes": ticketed,
         "unfinished": sorted(set(faulted) - set(returned) - set(ticketed)),
-        "reboots": len(reboots), "rungs": sum(rungs.values()),
+        "reboots": len(reboots), "rungs": sum(len(r.rungs) for r in eps),
         "rebooted_twice": sorted(n for n, c in per_node.items() if c > 1),
         "max_reboots_per_node": max(per_node.values(), default=0),
-        "max_concurrent": max_overlap([(starts[n], ends.get(n, math.inf)) for n in starts]),
+        "max_concurrent": max_overlap([(r.started_at, r.ended_at if r.ended_at is not None
+                                        else math.inf) for r in started]),
         "max_reboots_in_hour": max_in_window(sorted(t for _, t in reboots), 3600.0),
         "drain_to_return_p50_s": _q(to_return, 0.5), "drain_to_return_max_s": _q(to_return, 1.0),
         "drain_to_start_p50_s": _q(queued, 0.5), "drain_to_start_max_s": _q(queued, 1.0),
