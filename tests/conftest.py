@@ -31,6 +31,14 @@ from support.noskip import (  # noqa: E402, F401
 )
 
 
+def pytest_configure(config):
+    """Every run of the suite ends with its slowest modules (tests/support/module_times.py)."""
+    from support import module_times
+
+    if not config.pluginmanager.is_registered(module_times):
+        config.pluginmanager.register(module_times, "slurmguard_module_times")
+
+
 @pytest.fixture
 def slurm_cluster_factory(tmp_path_factory):
     """Start real clusters: ``slurm_cluster_factory(nodes=2, prolog=..., ...)``.

@@ -1,0 +1,59 @@
+"""How long each test module took, and the run in all: the table `.ci/run` ends with
+(docs/testing.md, "CI's time").
+
+Each test's setup, call and teardown are added to its file, so a module's fixtures (a real
+cluster started once for the module) count where they are paid. At the end of the session the
+ten slowest modules and the total are printed, and written as JSON to
+``$SLURMGUARD_MODULE_TIMES`` when it is set (`.ci/run` prints that file again as its last
+lines). tests/conftest.py registers this plugin for every run of the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+_TIMES: dict[str, float] = {}
+_START: list[float] = []
+
+
+def slowest(times: dict[str, float], n: int = 10) -> list[tuple[str, float]]:
+    """The ``n`` modules that took longest, longest first (ties by name)."""
+    return sorted(times.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+
+
+def table(times: dict[str, float], wall: float, n: int = 10) -> list[str]:
+    """The lines printed: each of the slowest modules with its seconds and share of the
+    tests' time, then the totals."""
+    total = sum(times.values())
+    lines = [f"{secs:8.1f} s  {100 * secs / total if total else 0:5.1f} %  {mod}"
+             for mod, secs in slowest(times, n)]
+    lines.append(f"{total:8.1f} s  in tests of {len(times)} modules; {wall:.1f} s wall "
+                 "(with collection)")
+    return lines
+
+
+def pytest_sessionstart(session: Any) -> None:
+    _START.append(time.monotonic())
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    mod = report.nodeid.split("::", 1)[0]
+    _TIMES[mod] = _TIMES.get(mod, 0.0) + float(report.duration or 0.0)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _TIMES:
+        return
+    wall = time.monotonic() - _START[0] if _START else 0.0
+    terminalreporter.section("slowest modules")
+    for line in table(_TIMES, wall):
+        terminalreporter.line(line)
+    path = os.environ.get("SLURMGUARD_MODULE_TIMES")
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"wall_s": round(wall, 1), "modules": {k: round(v, 1) for k, v in
+                                                            sorted(_TIMES.items())}}, f,
+                      indent=1)
