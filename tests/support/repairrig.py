@@ -130,6 +130,10 @@ class BMC:
         self._stop.set()
         self._thread.join(10)
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _watch(self) -> None:
         while not self._stop.wait(0.2):
             if not self.go.is_set():
@@ -179,7 +183,10 @@ class Rig:
         # reboot), as it does on every node; the periodic run would only blur what is tested.
         cluster = Cluster.start(root, nodes=nodes, health_check_program=hc,
                                 health_check_interval=3600,
-                                extra_conf=[f"RebootProgram={script}", "ResumeTimeout=60"],
+                                # debug: slurmctld logs each reboot it issues or defers
+                                # (repair_state reads it when a repair does not end)
+                                extra_conf=[f"RebootProgram={script}", "ResumeTimeout=60",
+                                            "SlurmctldDebug=debug"],
                                 timeout=120)
         assert cluster.conf_path == conf
         return cls(cluster, root, d, hc)
@@ -359,8 +366,16 @@ def repair_state(cluster, store, bmc: BMC, rig: Rig, nodes) -> str:  # type: ign
             slurm[n] = f"unread: {exc}"
     steps = [(round(e.at, 1), e.node, e.kind, e.reason[:80])
              for e in store.nodes.events(limit=200) if e.kind.startswith("repair")]
+    # What slurmctld and the nodes' slurmd said of the reboots (the request queued, sent,
+    # refused, timed out; RebootProgram run or not).
+    words = ("reboot", "Reboot", "REBOOT", "responding", "agent", "update_node")
+    logs = []
+    for name in ["slurmctld", *(f"slurmd-{n}" for n in nodes)]:
+        path = cluster.logdir / f"{name}.log"
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        logs += [f"{name}: {ln}" for ln in lines[-400:] if any(w in ln for w in words)][-15:]
     return (f"reboots {bmc.reboots}; waiting requests {sorted(f.name for f in rig.bmc_dir.glob('reboot-*'))}; "
-            f"slurm {slurm}; ledger {steps}")
+            f"BMC thread alive {bmc.alive}; slurm {slurm}; ledger {steps}; logs:\n" + "\n".join(logs))
 
 
 def boot_time(info) -> float:  # type: ignore[no-untyped-def]
