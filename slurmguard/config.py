@@ -425,6 +425,10 @@ class Config:
     def as_dict(self) -> dict[str, Any]:
         return copy.deepcopy(self._data)
 
+    def groups(self) -> list[tuple[str, dict[str, Any]]]:
+        """The ``[[group]]`` tables: (NodeSet pattern, the keys it sets), in load order."""
+        return [(p, copy.deepcopy(o)) for p, o in self._groups]
+
     def for_node(self, node: str | None) -> Config:
         """The config with every ``[[group]]`` whose ``nodes`` pattern holds ``node`` applied."""
         if not node or not self._groups:

@@ -117,7 +117,7 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
 
     # One read of the node table every ttl while in use, shared by /drains, the policy pass
     # and the scopes: serve's cost to slurmctld does not follow the job rate (slurmview.py).
-    slurm = CachedNodes(SlurmCLI(cfg.section("slurm")), float(scfg["slurm_view_ttl"])).start()
+    slurm = CachedNodes(SlurmCLI.from_config(cfg), float(scfg["slurm_view_ttl"])).start()
     fleet = None
     if scfg["policy"] and not no_policy:
         from slurmguard.serve.fleet import Fleet
