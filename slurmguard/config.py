@@ -56,6 +56,7 @@ _SLURM: Schema = {
     "squeue": AbsPath("/usr/bin/squeue"),
     "sacct": AbsPath("/usr/bin/sacct"),
     "sbatch": AbsPath("/usr/bin/sbatch"),
+    "sacctmgr": AbsPath("/usr/bin/sacctmgr", "`shadow report` reads node events with it"),
     "timeout": Float(10.0, "seconds before a Slurm command is killed", minimum=0.1),
 }
 

@@ -125,6 +125,12 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
 
         fleet = Fleet(cfg, store, slurm=slurm, metrics=metrics)
         fleet.periodic.append(LostGpuHours(metrics.incident_lost_gpu_hours, store, cfg))
+    from slurmguard.serve.nodestates import NodeStates
+
+    # The incumbent's history for `shadow report` (serve/nodestates.py): written by the
+    # replica that leads the periodic work, from the view serve reads anyway.
+    states = NodeStates(store)
+    slurm.on_view = lambda view: (fleet is None or fleet.is_leader) and states.update(view)
     server = _server(cfg, store, token, metrics, fleet, host, port, slurm)
     stop = threading.Event()
 

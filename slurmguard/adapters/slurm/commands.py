@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from slurmguard.adapters.slurm.formatted import (
     SINFO_NODE_FORMAT,
@@ -66,6 +66,41 @@ __all__ = [
 # stderr of a call observe mode withheld: a method that says whether it changed Slurm
 # answers False for it (nothing changed), so no caller records a change that was not made.
 WITHHELD = "withheld: observe mode"
+class NodeEvent(NamedTuple):
+    node: str
+    start: float
+    end: float | None  # None: the node is still out
+    state: str  # DRAIN, DOWN, ... as sacctmgr prints it
+    reason: str
+    user: str
+
+
+def parse_node_events(text: str) -> list[NodeEvent]:
+    """``sacctmgr -n -P show event ... format=NodeName,Start,End,State,Reason,User``."""
+    import time as _time
+
+    def when(v: str) -> float | None:
+        try:
+            return _time.mktime(_time.strptime(v.strip(), "%Y-%m-%dT%H:%M:%S"))
+        except ValueError:
+            return None  # "Unknown": still open
+
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cols = line.split("|")
+        if len(cols) < 6:
+            raise ParseError(f"sacctmgr show event: expected 6 fields, got {len(cols)}: {line[:120]!r}")
+        node, start, end, state, user = cols[0], cols[1], cols[2], cols[3], cols[-1]
+        begun = when(start)
+        if not node or begun is None:
+            continue  # a cluster event (no node) or no start time
+        reason = "|".join(cols[4:-1])
+        out.append(NodeEvent(node, begun, when(end), state, reason, user.split("(")[0]))
+    return out
+
+
 _JOB_RE = re.compile(r"[0-9]{1,12}(_[0-9]{1,9})?(\+[0-9]{1,6})?")
 _FIELD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 
@@ -100,7 +135,7 @@ class SlurmCLI:
                  env: Mapping[str, str] | None = None, *,
                  observe: Callable[[str | None], bool] | None = None) -> None:
         self.tools = {t: str(section.get(t, f"/usr/bin/{t}"))
-                      for t in ("scontrol", "sinfo", "squeue", "sacct", "sbatch")}
+                      for t in ("scontrol", "sinfo", "squeue", "sacct", "sbatch", "sacctmgr")}
         self.timeout = float(section.get("timeout", 10.0))  # type: ignore[arg-type]
         self.env = dict(env) if env is not None else None
         self._version: tuple[int, int, int] | None = None
@@ -378,6 +413,20 @@ class SlurmCLI:
             return parse_sacct_json(res.stdout)
         res = self._run("sacct", *args, "-P", "-n", f"--format={SACCT_FIELDS}")
         return parse_sacct_parsable(res.stdout)
+
+    def node_events(self, since: float, until: float | None = None) -> list[NodeEvent]:
+        """Node events from Slurm accounting (``sacctmgr show event event=node``): who took
+        which node out of service, why, from when to when (``end`` None: still out).
+        CommandError when there is no accounting (no slurmdbd)."""
+        import time as _time
+
+        def at(t: float) -> str:
+            return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(t))
+
+        res = self._run("sacctmgr", "-n", "-P", "show", "event", "event=node",
+                        f"start={at(since)}", f"end={at(_time.time() if until is None else until)}",
+                        "format=NodeName,Start,End,State,Reason,User")
+        return parse_node_events(res.stdout)
 
     def ping(self) -> bool:
         """True when the primary slurmctld answers ``scontrol ping`` as UP."""
