@@ -44,7 +44,8 @@ CONFIG_FILE = "/etc/slurmguard/slurmguard.toml"
 UNIT_DIR = "/etc/systemd/system"
 MAN_FILE = "/usr/local/share/man/man1/slurmguard.1"
 COMPLETION_FILE = "/usr/share/bash-completion/completions/slurmguard"
-HOOK_SCRIPTS = {"prolog": ("slurmguard-prolog", "slurmguard-healthcheck", "slurmguard-gate"),
+HOOK_SCRIPTS = {"prolog": ("slurmguard-prolog", "slurmguard-healthcheck", "slurmguard-gate",
+                           "slurmguard-healthcheck-chain"),
                 "epilog": ("slurmguard-epilog",)}
 # The line of every entry script that names the defaults file; setup --prefix points it below
 # the prefix so that a whole installation can live (and be tested) in one directory.
