@@ -176,3 +176,28 @@ def test_guarded_drain_in_observe_mode_never_asks_slurm_to_drain(tmp_path: Path,
     (a,) = store.nodes.events(kinds=["would_act"])
     assert (a.node, a.source, a.details["argv"]) == ("n2", "undrain", ["update", "nodename=n2",
                                                                        "state=UNDRAIN"])
+
+
+def test_nodes_node_show_and_doctor_say_which_nodes_observe(tmp_path: Path) -> None:
+    from support.helpers import run_sg, sg_env
+
+    url = new_store(tmp_path)
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[store]\nurl = "{url}"\n[slurm]\nscontrol = "/bin/false"\n'
+                   '[[group]]\nnodes = "n[1-2]"\npolicy.mode = "observe"\n')
+    store = Store.open(url=url)
+    for n in ("n1", "n3"):
+        store.nodes.record_event(n, "clear", "admin:test", "seen", at=NOW)
+    store.close()
+    env = sg_env(SLURMGUARD_CONFIG=str(cfg))
+    nodes = json.loads(run_sg("nodes", "--json", env=env).stdout)
+    assert nodes["observing"] == ["n[1-2]"]
+    assert {n["name"]: n["mode"] for n in nodes["nodes"]} == {"n1": "observe", "n3": "act"}
+    text = run_sg("nodes", env=env).stdout
+    assert "observe mode (policy.mode), nothing changed in Slurm: n[1-2]" in text
+    show = run_sg("node", "show", "n1", env=env).stdout
+    assert "mode:        observe" in show
+    assert json.loads(run_sg("node", "show", "n3", "--json", env=env).stdout)["node"]["mode"] == "act"
+    doctor = json.loads(run_sg("doctor", "controller", "--json", env=env).stdout)
+    (item,) = [i for i in doctor["items"] if i["name"] == "policy.mode"]
+    assert item["status"] == "pass" and item["detail"].startswith("observe: n[1-2]")
