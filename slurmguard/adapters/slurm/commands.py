@@ -151,9 +151,12 @@ class SlurmCLI:
         """The adapter for ``cfg``: ``[slurm]``'s tools and timeout, and ``policy.mode``
         (per group) at the choke point. ``person``: an admin's own command (``slurmguard
         drain``/``resume``), which observe mode does not withhold (docs/policy.md)."""
-        from slurmguard.observe import observer
+        from slurmguard.observe import observer, observing_groups
 
-        return cls(cfg.section("slurm"), env, observe=None if person else observer(cfg))
+        # Nothing observes: no choke point at all (an upgrade's adapter is the old one, no
+        # classification, no read of a job's nodes).
+        watching = not person and bool(observing_groups(cfg))
+        return cls(cfg.section("slurm"), env, observe=observer(cfg) if watching else None)
 
     def observes(self, node: str | None) -> bool:
         """Does ``node`` observe (its state-changing calls withheld)?"""
