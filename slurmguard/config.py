@@ -56,6 +56,7 @@ _SLURM: Schema = {
     "squeue": AbsPath("/usr/bin/squeue"),
     "sacct": AbsPath("/usr/bin/sacct"),
     "sbatch": AbsPath("/usr/bin/sbatch"),
+    "sacctmgr": AbsPath("/usr/bin/sacctmgr", "`shadow report` reads node events with it"),
     "timeout": Float(10.0, "seconds before a Slurm command is killed", minimum=0.1),
 }
 
@@ -424,6 +425,10 @@ class Config:
 
     def as_dict(self) -> dict[str, Any]:
         return copy.deepcopy(self._data)
+
+    def groups(self) -> list[tuple[str, dict[str, Any]]]:
+        """The ``[[group]]`` tables: (NodeSet pattern, the keys it sets), in load order."""
+        return [(p, copy.deepcopy(o)) for p, o in self._groups]
 
     def for_node(self, node: str | None) -> Config:
         """The config with every ``[[group]]`` whose ``nodes`` pattern holds ``node`` applied."""

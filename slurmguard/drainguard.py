@@ -38,6 +38,7 @@ from slurmguard.policy.params import PolicyParams
 from slurmguard.policy.types import Action
 
 ACTOR = "slurmguard"
+WOULD_APPLIED = "would drain (observe)"  # a hook record's applied: serve ledgers it
 # Event kinds of the guard's ledger: a granted permit holds its slot until the drain lands
 # (``drain``) or fails (``drain_failed`` gives the slot back).
 LEDGER_KINDS = (*TAKES, GIVES_BACK)
@@ -52,7 +53,7 @@ class Permit(Protocol):
 @dataclass(frozen=True)
 class Drained:
     node: str
-    result: str  # drained, refused, already, failed
+    result: str  # drained, refused, already, failed, would (observe mode: not made)
     detail: str = ""
     error: SlurmguardError | None = field(default=None, compare=False)  # when failed
 
@@ -61,7 +62,8 @@ class Drained:
         """The hook record's ``applied`` text (serve turns it into the ledger's event)."""
         return {"drained": "drained", "already": "already drained or down",
                 "refused": f"not drained: {self.detail}",
-                "failed": f"drain failed: {self.detail}"}[self.result]
+                "failed": f"drain failed: {self.detail}",
+                "would": f"{WOULD_APPLIED}: {self.detail}"}[self.result]
 
 
 def guarded_drain(slurm: Any, permit: Permit, node: str, cause: str, reason: str, *,
@@ -71,6 +73,9 @@ def guarded_drain(slurm: Any, permit: Permit, node: str, cause: str, reason: str
 
     ``slurm``: the Slurm adapter (``node``, ``drain``). ``ledger``: the store, or None where
     serve writes the event from the hook's record. Never raises for a Slurm failure."""
+    observes = getattr(slurm, "observes", None)
+    if observes is not None and observes(node):  # observe mode: nothing changes in Slurm
+        return _would_drain(permit, node, cause, reason, via=via, ledger=ledger, now=now)
     try:
         info = slurm.node(node)
     except SlurmguardError as exc:
@@ -94,6 +99,20 @@ def guarded_drain(slurm: Any, permit: Permit, node: str, cause: str, reason: str
     if ledger is not None:
         ledger.nodes.record_event(node, "drain", ACTOR, reason, source=cause, at=at, details=extra)
     return Drained(node, "drained", reason)
+
+
+def _would_drain(permit: Permit, node: str, cause: str, reason: str, *, via: str,
+                 ledger: Any, now: float | None) -> Drained:
+    """Observe mode (slurmguard/observe.py): the drain is not made, whatever Slurm's view;
+    the would-event goes to the ledger once per episode with the guard's decision (here
+    when this process has the store, else serve writes it from the hook's record)."""
+    if ledger is None:
+        return Drained(node, "would", "observe mode")
+    would = getattr(permit, "would", None)
+    if would is None:  # an Unguarded caller (an admin's own drain is never withheld)
+        return Drained(node, "would", "observe mode")
+    _written, allowed, why = would(node, cause, reason, now=now, via=via)
+    return Drained(node, "would", "guard: allowed" if allowed else f"guard: refused: {why}")
 
 
 @dataclass(frozen=True)
@@ -204,6 +223,34 @@ class StorePermit:
             return decide(self.store, req, scopes, self.params, via=self.via)
         with serialized(f"permit:{req.cause}") as tx:
             return decide(tx, req, scopes, self.params, via=self.via)
+
+    def would(self, node: str, cause: str, reason: str, *, now: float | None = None,
+              via: str = "") -> tuple[bool, bool, str]:
+        """Observe mode: (written, allowed, why). The guard decides as for a drain and the
+        answer is the would-event (``would_drain`` counts like a drain); an episode already
+        open for (node, cause) writes nothing and answers as its first event did."""
+        from slurmguard.wouldledger import WOULD_DRAIN, WOULD_REFUSED, open_episode
+
+        req = DrainRequest(node, cause, reason)
+        scopes = self.scopes(node)
+        at = time.time() if now is None else now
+        with nullcontext() if self._lock is None else self._lock:
+            serialized = getattr(self.store, "serialized", None)
+            with (serialized(f"permit:{cause}") if serialized else nullcontext(self.store)) as tx:
+                first = open_episode(tx, node, WOULD_DRAIN, cause)
+                if first is not None:
+                    return False, first.kind == WOULD_DRAIN, str(first.details.get("guard", ""))
+                recent = ledger_recent(tx, at - self.params.blast_window)
+                failing = {cause: [n for n, causes in recent.items() if cause in causes]}
+                granted, actions = guard([req], recent, scopes, self.params, failing=failing)
+                allowed = bool(granted)
+                why = "allowed" if allowed else next(
+                    (a.reason for a in actions if a.kind == "alert"),
+                    "refused by the blast-radius guard")
+                tx.nodes.record_event(node, WOULD_DRAIN if allowed else WOULD_REFUSED, ACTOR,
+                                      reason, source=cause, at=at,
+                                      details={"via": via or self.via, "guard": why})
+                return True, allowed, why
 
     def ask(self, node: str, cause: str, reason: str) -> tuple[bool, str]:
         req = DrainRequest(node, cause, reason)

@@ -143,3 +143,27 @@ def test_cli_bad_config_names_the_key(tmp_path) -> None:
     conf.write_text('[reconcile]\nmin_hold = "ten"\n')
     r = run_sg("-c", str(conf), "reconcile")
     assert r.returncode == 3 and 'reconcile.min_hold: expected a number, got "ten"' in r.stderr
+
+
+def test_observe_mode_withholds_every_write_of_an_observing_node(tmp_path, k8sapi: NodeAPIServer) -> None:
+    """The Kubernetes choke point (docs/policy.md "Observe mode"): policy.mode observes for
+    the Node's Slurm node (a [[group]]), so mark and unmark write nothing; n2 acts."""
+    from slurmguard import config
+    from slurmguard.reconcile.apply import kube_observer
+
+    p = tmp_path / "sg.toml"
+    p.write_text(f'[reconcile]\napi_url = "{k8sapi.url}"\n'
+                 '[[group]]\nnodes = "n1"\npolicy.mode = "observe"\n')
+    cfg = config.load(str(p), env={})
+    k8sapi.add_node("n1")
+    k8sapi.add_node("n2")
+    k = KubeNodes(cfg.section("reconcile"), observe=kube_observer(cfg))
+    before = k8sapi.node("n1")
+    for n in ("n1", "n2"):
+        k.mark(k.get(n), taint="gpu-xid", reason="slurmguard: gpu-xid: Xid 79", cordon=True,
+               condition=True, now=NOW)
+    assert k8sapi.node("n1") == before  # not one byte written
+    assert k8sapi.node("n2")["spec"]["unschedulable"] is True
+    k.unmark(k.get("n1"), condition=True, now=NOW)
+    assert k8sapi.node("n1") == before
+    assert k.withheld == [("mark node n1", "n1"), ("unmark node n1", "n1")]

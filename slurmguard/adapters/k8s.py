@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from slurmguard.contract import (
@@ -67,10 +67,15 @@ class KubeNodes:
         nodes, rv = kube.list()
     """
 
-    def __init__(self, section: Mapping[str, Any]) -> None:
+    def __init__(self, section: Mapping[str, Any], *,
+                 observe: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
         self.section = section
         self.timeout = float(section.get("timeout", 10.0))
         self._api: Any = None
+        # Observe mode's choke point for Kubernetes (slurmguard/observe.py): Node object ->
+        # does its Slurm node observe? Its writes are then withheld and listed here.
+        self.observe = observe
+        self.withheld: list[tuple[str, str]] = []  # (what, Node name)
 
     # -- the client ---------------------------------------------------------------------------
 
@@ -184,6 +189,8 @@ class KubeNodes:
         if cordon:
             body["spec"]["unschedulable"] = True
             annotations[CORDONED_BY] = CORDONED_BY_US
+        if self._withhold(f"mark node {name}", node):
+            return dict(node)
         new = self._call(f"mark node {name}", self.api.patch_node, name, body)
         if condition:
             self._condition(name, "False", "SlurmDrained", reason, now)
@@ -203,10 +210,19 @@ class KubeNodes:
         }
         if ours and spec.get("unschedulable"):
             body["spec"]["unschedulable"] = None
+        if self._withhold(f"unmark node {name}", node):
+            return dict(node)
         new = self._call(f"unmark node {name}", self.api.patch_node, name, body)
         if condition:
             self._condition(name, "True", "SlurmHealthy", "Slurm reports the node healthy", now)
         return new
+
+    def _withhold(self, what: str, node: Mapping[str, Any]) -> bool:
+        """The choke point: True (and listed) when the Node's Slurm node observes."""
+        if self.observe is None or not self.observe(node):
+            return False
+        self.withheld.append((what, str((node.get("metadata") or {}).get("name", ""))))
+        return True
 
     def _condition(self, name: str, status: str, reason: str, message: str, now: float) -> None:
         t = rfc3339(now)

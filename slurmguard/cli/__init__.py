@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "triage": "slurmguard.cli.triage:triage_cmd",
     "run": "slurmguard.cli.run:run_cmd",
     "requeue": "slurmguard.cli.requeue:requeue_grp",
+    "shadow": "slurmguard.cli.shadow:shadow_grp",
     "reconcile": "slurmguard.cli.reconcile:reconcile_cmd",
     "burnin": "slurmguard.cli.burnin:burnin_grp",
     "goodput": "slurmguard.cli.goodput:goodput_cmd",

@@ -50,11 +50,13 @@ def optional_store(cfg: config.Config, say: Callable[[str], None]) -> Store | No
         return None
 
 
-def slurm_of(cfg: config.Config) -> SlurmCLI:
-    """The Slurm commands, with the paths and timeout of ``[slurm]``."""
+def slurm_of(cfg: config.Config, *, person: bool = False) -> SlurmCLI:
+    """The Slurm commands, with the paths and timeout of ``[slurm]`` and ``policy.mode``'s
+    choke point; ``person``: an admin's own drain or resume, which observe mode does not
+    withhold (docs/policy.md, "Observe mode")."""
     from slurmguard.adapters.slurm.commands import SlurmCLI
 
-    return SlurmCLI(cfg.section("slurm"))
+    return SlurmCLI.from_config(cfg, person=person)
 
 
 def warn(message: str) -> None:

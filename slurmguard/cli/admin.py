@@ -13,6 +13,7 @@ import click
 
 from slurmguard.cli._common import ago, iso, load_config, open_store, parse_since, slurm_of, warn
 from slurmguard.errors import EXIT_OK, EXIT_REFUSED, SlurmguardError
+from slurmguard.observe import observer, observing_groups
 from slurmguard.output import Block, Result, Table, emit
 
 if TYPE_CHECKING:
@@ -146,9 +147,16 @@ def nodes_cmd(ctx: click.Context, nodeset: str | None, states: tuple[str, ...], 
         rows.append({**_node_dict(name, info, s), **_risk_fields(risks.get(name)),
                      "repair": repairs.get(name)})
     marker = _hook_unrunnable(cfg)
+    watching = observing_groups(cfg)
+    observes = observer(cfg)
+    for r in rows:
+        r["mode"] = "observe" if observes(r["name"]) else "act"
     data = {"alerts": [_alert_dict(a) for a in alerts], "this_host_marker": marker,
+            "observing": watching,
             "nodes": [{k: v for k, v in r.items() if k != "_last_seen"} for r in rows]}
     head = _alert_lines(alerts) + ([_marker_line(marker)] if marker else [])
+    if watching:
+        head.append(f"observe mode (policy.mode), nothing changed in Slurm: {'; '.join(watching)}")
     emit(Result(data, [*head, *([""] if head else []), Table(
         [[r["name"], r["state"], _cut(r["reason"], 40), ago(r["_last_seen"]),
           r["last_health"] or "-", ",".join(r["failing_checks"]) or "-",
@@ -269,6 +277,7 @@ def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, 
     data = {**_node_dict(node, info, summary), **_risk_fields(_risks(cfg, store, [node]).get(node))}
     data.pop("_last_seen")
     data["repair"] = _repair_of(store, node)
+    data["mode"] = "observe" if observer(cfg)(node) else "act"
     timeline = [{"at": iso(i.at), "kind": i.kind, "health": i.health, "actor": i.actor,
                  "source": i.source, "reason": i.reason, "checks": list(i.checks)} for i in items]
     marker = _hook_unrunnable(cfg)
@@ -335,7 +344,9 @@ def _show_text(node: str, data: dict[str, Any], timeline: list[dict[str, Any]],
             f"slurm state: {data['state']}" + (f"  reason: {data['reason']}" if data["reason"] else ""),
             f"last check:  {data['last_check'] or '-'} {data['last_health'] or ''}".rstrip(),
             f"failing:     {', '.join(data['failing_checks']) or '-'}",
-            f"fail/7d:     {data['failures_7d']}   flags: {', '.join(data['flags']) or '-'}"]
+            f"fail/7d:     {data['failures_7d']}   flags: {', '.join(data['flags']) or '-'}",
+            f"mode:        {data['mode']}" + ("  (policy.mode: checks run, nothing changes in "
+                                              "Slurm)" if data["mode"] == "observe" else "")]
     if data["lemon_reason"]:
         out.append(f"lemon:       {data['lemon_reason']}")
     if data["repair"]:
@@ -378,7 +389,7 @@ def drain_cmd(ctx: click.Context, nodeset: str, reason: str, as_json: bool) -> i
     cfg = load_config(ctx)
     require_admin(cfg["admin.groups"], "drain")
     store = open_store(cfg)  # before Slurm: a change must never go unrecorded
-    outcomes = drain_nodes(slurm_of(cfg), store, nodes, reason, f"admin:{admin_name()}")
+    outcomes = drain_nodes(slurm_of(cfg, person=True), store, nodes, reason, f"admin:{admin_name()}")
     return _report(outcomes, as_json)
 
 
@@ -409,7 +420,7 @@ def resume_cmd(ctx: click.Context, nodeset: str, force: bool, as_json: bool) -> 
     cfg = load_config(ctx)
     require_admin(cfg["admin.groups"], "resume")
     store = open_store(cfg)
-    outcomes = resume_nodes(slurm_of(cfg), store, nodes, f"admin:{admin_name()}", force=force)
+    outcomes = resume_nodes(slurm_of(cfg, person=True), store, nodes, f"admin:{admin_name()}", force=force)
     return _report(outcomes, as_json)
 
 

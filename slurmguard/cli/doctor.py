@@ -66,7 +66,7 @@ def doctor_cmd(ctx: click.Context, role: str | None, as_json: bool, ack: bool,
         try:
             from slurmguard.adapters.slurm.commands import SlurmCLI
 
-            if SlurmCLI(cfg.section("slurm")).clear_comment(name, COMMENT_PREFIX):
+            if SlurmCLI.from_config(cfg).clear_comment(name, COMMENT_PREFIX):
                 click.echo(f"cleared the hook-unrunnable Comment of node {name}", err=as_json)
         except SlurmguardError as exc:
             click.echo(f"slurmguard: warning: node {name}: Comment not cleared ({exc.message})",

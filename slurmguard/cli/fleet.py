@@ -22,7 +22,7 @@ def _open(cfg: Any) -> Any:
 def _partitions(cfg: Any) -> dict[str, tuple[str, ...]]:
     from slurmguard.adapters.slurm.commands import SlurmCLI
 
-    return {i.name: i.partitions for i in SlurmCLI(cfg.section("slurm")).nodes()}
+    return {i.name: i.partitions for i in SlurmCLI.from_config(cfg).nodes()}
 
 
 def _replay_partitions(cfg: Any) -> dict[str, tuple[str, ...]]:

@@ -65,7 +65,7 @@ def reconcile_cmd(ctx: click.Context, mode: str, nodes: str | None, as_json: boo
         from slurmguard.adapters.slurm.commands import SlurmCLI
     except ImportError as exc:
         raise SlurmguardError(f"the Slurm adapter is missing from this install: {exc}") from None
-    from slurmguard.reconcile.apply import Reconciler
+    from slurmguard.reconcile.apply import Reconciler, kube_observer
     from slurmguard.reconcile.metrics import Metrics
 
     cfg = config.load((ctx.obj or {}).get("config_path"))
@@ -82,7 +82,8 @@ def reconcile_cmd(ctx: click.Context, mode: str, nodes: str | None, as_json: boo
             store = Store.open(section=cfg.section("store"))
         except SlurmguardError as exc:
             log(f"reconcile: no store ({exc}): drains capped from the two views only")
-    rec = Reconciler(section, SlurmCLI(cfg.section("slurm")), KubeNodes(section),
+    rec = Reconciler(section, SlurmCLI.from_config(cfg), KubeNodes(
+        section, observe=kube_observer(cfg)),
                      policy=cfg.section("policy"), nodeset=nodes,
                      log=log, metrics=Metrics(section["metrics_file"]), store=store)
     if mode != "watch":

@@ -73,6 +73,21 @@ def store_refusals(cfg: Config) -> Callable[[], dict[str, set[str]]] | None:
                     store.nodes.risk_refusals(time.time() - 86400.0).items()}
 
 
+def _would_events(cfg: Config) -> Callable[[Any], None] | None:
+    """Observe mode (policy.mode): what the watcher would have done, as would-events in the
+    store's ledger (once per episode); None when nothing observes."""
+    from slurmguard.observe import observing_groups
+
+    if not observing_groups(cfg):
+        return None
+    store = _open_store(cfg, "would-events of observe mode are not written")
+    if store is None:
+        return None
+    from slurmguard.wouldledger import withheld_to_ledger
+
+    return lambda w: withheld_to_ledger(store, w, at=time.time(), via="requeue")
+
+
 @requeue_grp.command("watch")
 @click.option("--once", is_flag=True, help="One pass, then exit.")
 @click.option("--interval", type=click.FloatRange(min=0.2), default=None, metavar="SECONDS",
@@ -139,7 +154,8 @@ def watch_cmd(ctx: click.Context, once: bool, interval: float | None, max_requeu
                               "to keep the watcher's memory in the process only)")
     from slurmguard.job.requeue_path import detect
 
-    slurm = SlurmCLI(cfg.section("slurm"))
+    slurm = SlurmCLI.from_config(cfg)
+    slurm.on_withheld = _would_events(cfg)
     path = detect(slurm)
     click.echo(f"requeue watcher: path {path.name}: {path.why}", err=True)
     w = Watcher(slurm, metrics=metrics, metrics_path=sec["metrics_file"],

@@ -25,7 +25,7 @@ def _node_probe(config_path: str | None):  # type: ignore[no-untyped-def]
             return None
         from slurmguard import config
 
-        info = SlurmCLI(config.load(config_path).section("slurm")).node(node)
+        info = SlurmCLI.from_config(config.load(config_path)).node(node)
         return info.reason if info.drained and info.ours else None
 
     return probe
@@ -81,7 +81,7 @@ def _drain_watch(cfg, on: bool):  # type: ignore[no-untyped-def]
                            float(cfg["notice.interval"])))
         except InputError as exc:
             click.echo(f"slurmguard run: {exc.message}; asking Slurm only", err=True)
-    askers.append(("slurm", notice.slurm_asker(SlurmCLI(cfg.section("slurm"))),
+    askers.append(("slurm", notice.slurm_asker(SlurmCLI.from_config(cfg)),
                    float(cfg["notice.slurm_interval"] if url else cfg["notice.interval"])))
     # A drain set a little before the wrapper started (the batch step's own start) counts.
     # serve configured but down: Slurm's reads spread out and slow down (notice.py)

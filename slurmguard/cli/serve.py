@@ -117,7 +117,7 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
 
     # One read of the node table every ttl while in use, shared by /drains, the policy pass
     # and the scopes: serve's cost to slurmctld does not follow the job rate (slurmview.py).
-    slurm = CachedNodes(SlurmCLI(cfg.section("slurm")), float(scfg["slurm_view_ttl"])).start()
+    slurm = CachedNodes(SlurmCLI.from_config(cfg), float(scfg["slurm_view_ttl"])).start()
     fleet = None
     if scfg["policy"] and not no_policy:
         from slurmguard.serve.fleet import Fleet
@@ -125,6 +125,12 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
 
         fleet = Fleet(cfg, store, slurm=slurm, metrics=metrics)
         fleet.periodic.append(LostGpuHours(metrics.incident_lost_gpu_hours, store, cfg))
+    from slurmguard.serve.nodestates import NodeStates
+
+    # The incumbent's history for `shadow report` (serve/nodestates.py): written by the
+    # replica that leads the periodic work, from the view serve reads anyway.
+    states = NodeStates(store)
+    slurm.on_view = lambda view: (fleet is None or fleet.is_leader) and states.update(view)
     server = _server(cfg, store, token, metrics, fleet, host, port, slurm)
     stop = threading.Event()
 

@@ -18,13 +18,13 @@ def _config(ctx: click.Context, prefix: str) -> tuple[str, bytes | None, object]
     """(config path, content to create or None, the validated config it gives)."""
     from slurmguard import config
     from slurmguard.install.config_example import render
-    from slurmguard.install.plan import prefixed_config, under
+    from slurmguard.install.plan import observing_first, prefixed_config, under
 
     given = (ctx.find_root().obj or {}).get("config_path")
     path = os.path.abspath(given) if given else under(prefix, CONFIG_FILE)
     if os.path.exists(path):
         return path, None, config.load(path)
-    content = render().encode() if prefix in ("", "/") else prefixed_config(prefix)
+    content = observing_first(render().encode() if prefix in ("", "/") else prefixed_config(prefix))
     # Validate the config we would create exactly as the hooks will load it.
     with tempfile.NamedTemporaryFile("wb", suffix=".toml", delete=False) as fh:
         fh.write(content)

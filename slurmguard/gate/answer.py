@@ -148,12 +148,31 @@ def run_gate(cfg: Config, env: Mapping[str, str], *, dry_run: bool = False,
         why = refusal(rows.get(n), now, float(gcfg["fresh"]))
         if why:
             refused[n] = why
+    watched = _observed(cfg, refused)
+    if watched:  # observe mode: the job runs there; the would-drains go to the ledger
+        refused = {n: r for n, r in refused.items() if n not in watched}
+        if not dry_run and gcfg["drain"]:
+            _drain(cfg, watched, job)
+        if not refused:
+            what = "; ".join(f"{n}: {r}" for n, r in sorted(watched.items()))
+            return GateOutcome(EXIT_OK, {}, [], f"job {job}: observe mode, would refuse "
+                                                f"{len(watched)} of {len(nodes)} nodes: {what}")
     if not refused:
         return _risk_gate(cfg, job, nodes, rows, now, dry_run)
     drained = [] if dry_run or not gcfg["drain"] else _drain(cfg, refused, job)
     what = "; ".join(f"{n}: {r}" for n, r in sorted(refused.items()))
     return GateOutcome(EXIT_UNHEALTHY, refused, drained,
                        f"job {job}: refused {len(refused)} of {len(nodes)} nodes: {what}")
+
+
+def _observed(cfg: Config, refused: Mapping[str, str]) -> dict[str, str]:
+    """The refused nodes that observe (policy.mode): the gate refuses them nothing."""
+    if not refused:
+        return {}
+    from slurmguard.observe import observer
+
+    observes = observer(cfg)
+    return {n: r for n, r in refused.items() if observes(n)}
 
 
 def _risk_gate(cfg: Config, job: str, nodes: Sequence[str], rows: Mapping[str, NodeRow],
@@ -194,7 +213,7 @@ def _drain(cfg: Config, refused: Mapping[str, str], job: str) -> list[str]:
     from slurmguard.policy.params import PolicyParams
     from slurmguard.store.api import Store
 
-    cli = SlurmCLI(cfg.section("slurm"))
+    cli = SlurmCLI.from_config(cfg)
     try:
         store = Store.open(section=cfg.section("store"))
     except SlurmguardError as exc:  # no ledger, no permit: refuse the job, drain nothing

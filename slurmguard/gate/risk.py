@@ -37,7 +37,7 @@ def settle(cfg: Config, job: str, nodes: Sequence[str], refused: Mapping[str, st
         return f"store unavailable, not refused (a slurmguard fault never refuses): {exc}"
     try:
         prior = max(store.nodes.risk_refusals(now - DAY).get(job, {}).values(), default=0)
-        infos = SlurmCLI(cfg.section("slurm")).nodes()
+        infos = SlurmCLI.from_config(cfg).nodes()
         pools = room(store, infos, nodes, level=float(cfg["risk.level"]), now=now)
         why = risk_room(len(set(nodes)), pools, prior=prior)
         if why is None and not dry_run:

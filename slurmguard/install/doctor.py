@@ -70,6 +70,7 @@ class Doctor:
 
     def run(self) -> list[Item]:
         self.add("config", True, ", ".join(self.cfg.sources) or "built-in defaults (no file)")
+        self.add("policy.mode", True, _modes(self.cfg))
         self.guarded("slurm.conf", self.read_slurm)
         self.guarded("hook scripts", self.check_hooks)
         if self.role == "node":
@@ -111,7 +112,7 @@ class Doctor:
         from slurmguard.adapters.slurm.conf import read_slurm_conf, slurm_conf_path
 
         try:
-            self.conf = SlurmCLI(self.cfg.section("slurm"), env=self.env).show_config()
+            self.conf = SlurmCLI.from_config(self.cfg, self.env).show_config()
             self.conf_source = "scontrol show config"
             self.add("slurm.conf", True, "read the running config with `scontrol show config`")
             return
@@ -259,7 +260,7 @@ class Doctor:
 
         host = os.uname().nodename.split(".")[0]
         try:
-            nodes = SlurmCLI(self.cfg.section("slurm"), env=self.env).nodes()
+            nodes = SlurmCLI.from_config(self.cfg, self.env).nodes()
         except SlurmguardError as exc:
             self.add("per-node state", None, f"Slurm's node list unavailable ({exc.message})")
             return
@@ -426,7 +427,7 @@ class Doctor:
         sock = str(self.cfg["hooks.munge_socket"])
         try:
             origin = munge.decode(munge.encode(b"slurmguard doctor", sock=sock), sock=sock).origin
-            nodes = SlurmCLI(self.cfg.section("slurm"), env=self.env).nodes()
+            nodes = SlurmCLI.from_config(self.cfg, self.env).nodes()
         except SlurmguardError as exc:
             self.add("serve.auth", True, f"munge: munged answers ({how}); its origin address not "
                      f"checked against Slurm ({exc.message})")
@@ -490,6 +491,16 @@ class Doctor:
         st = Store.status(self.cfg.section("store"))
         self.add("store", st.problem is None, st.problem or f"{st.where} at schema {st.head}",
                  "run: slurmguard setup controller (or: slurmguard db upgrade)")
+
+
+def _modes(cfg: Config) -> str:
+    """Which nodes observe (policy.mode), in words, for doctor's item."""
+    from slurmguard.observe import observing_groups
+
+    watching = observing_groups(cfg)
+    if not watching:
+        return "act (every node)"
+    return "observe: " + "; ".join(watching) + " (nothing changes in Slurm or Kubernetes there)"
 
 
 def _sourced_slurmguard(defaults: str) -> str:

@@ -44,7 +44,8 @@ CONFIG_FILE = "/etc/slurmguard/slurmguard.toml"
 UNIT_DIR = "/etc/systemd/system"
 MAN_FILE = "/usr/local/share/man/man1/slurmguard.1"
 COMPLETION_FILE = "/usr/share/bash-completion/completions/slurmguard"
-HOOK_SCRIPTS = {"prolog": ("slurmguard-prolog", "slurmguard-healthcheck", "slurmguard-gate"),
+HOOK_SCRIPTS = {"prolog": ("slurmguard-prolog", "slurmguard-healthcheck", "slurmguard-gate",
+                           "slurmguard-healthcheck-chain"),
                 "epilog": ("slurmguard-epilog",)}
 # The line of every entry script that names the defaults file; setup --prefix points it below
 # the prefix so that a whole installation can live (and be tested) in one directory.
@@ -155,6 +156,30 @@ def defaults_text(exe: str, config_file: str, state_dir: str, textfile_dir: str,
     if site:
         lines += [_SITE_HEADER, *site]
     return ("\n".join(lines) + "\n").encode()
+
+
+# What a first config says about policy.mode: a new installation observes first
+# (docs/install.md, "Rollout: observe, compare, act"); a config that exists is never touched,
+# so an upgrade keeps acting (the key's default).
+OBSERVE_FIRST = """# A new installation observes: every check runs and every record is stored, and what
+# slurmguard would have done goes to the ledger (`slurmguard shadow report`, `slurmguard
+# events --kind would_drain`); nothing changes in Slurm or Kubernetes. To act, set
+# mode = "act" here, or per [[group]] (policy.mode = "act") to act group by group.
+mode = "observe"
+"""
+
+
+def observing_first(content: bytes) -> bytes:
+    """The config setup writes for a host without one, observing: ``policy.mode`` set to
+    observe with the comment above (in place of the rendered example's commented default,
+    or as a ``[policy]`` table of its own)."""
+    text = content.decode()
+    marker = '[policy]\n'
+    if marker in text:
+        head, rest = text.split(marker, 1)
+        rest = rest.replace('#mode = "act"\n', OBSERVE_FIRST, 1)
+        return (head + marker + rest).encode()
+    return (text.rstrip("\n") + "\n\n[policy]\n" + OBSERVE_FIRST).encode()
 
 
 def prefixed_config(prefix: str) -> bytes:

@@ -208,7 +208,7 @@ def _slurm_view(cfg: Config, hook: str, node: str, acting: bool, report: Any) ->
     try:
         from slurmguard.adapters.slurm.commands import SlurmCLI
 
-        view.cli = SlurmCLI(cfg.section("slurm"))
+        view.cli = SlurmCLI.from_config(cfg)
     except Exception as exc:  # keep the verdict; say why Slurm was not told
         view.problem = one_line(f"{type(exc).__name__}: {exc}")
     if view.cli is not None and hook == "healthcheck":

@@ -94,7 +94,7 @@ def scopes(nodes: Mapping[str, Iterable[str]] | Iterable[Any],
 
 # What the ledger holds, per entry: a permit or a drain takes the node's slot for its cause;
 # a failed drain gives that slot back (the permit was granted, Slurm did not drain).
-TAKES = ("permit", "drain")
+TAKES = ("permit", "drain", "would_drain")  # a would-drain (observe mode) counts too
 GIVES_BACK = "drain_failed"
 
 

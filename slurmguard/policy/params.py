@@ -12,6 +12,11 @@ from typing import Any, NamedTuple
 from slurmguard.fieldtypes import Bool, Choice, Float, Int, Schema, Str, Table
 
 SECTION: Schema = {
+    "mode": Choice("act", ["observe", "act"], "observe: run every check, store every record, "
+                   "write what slurmguard would have done to the ledger (would-events) and "
+                   "change nothing in Slurm or Kubernetes; act: drain, repair, requeue. "
+                   "Per [[group]]; an observing group acts nowhere, whatever repair.mode says "
+                   "(docs/policy.md, \"Observe mode\")"),
     "window": Float(3600.0, "seconds of history the lemon and flapping rules look at", minimum=1.0),
     "lemon_failures": Int(3, "failures (unhealthy runs or foreign drains) in window => lemon", minimum=1),
     "lemon_rate_factor": Float(5.0, "lemon when the node's failure rate is this many times the fleet's", minimum=1.0),

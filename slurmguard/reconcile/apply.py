@@ -53,6 +53,22 @@ def mapping_from(section: Mapping[str, Any]) -> NameMapping:
                        pattern=section["name_pattern"])
 
 
+def kube_observer(cfg: Any) -> Callable[[Mapping[str, Any]], bool] | None:
+    """Observe mode for the Kubernetes adapter: Node object -> does its Slurm node observe
+    (policy.mode, per group; a Node that maps to no Slurm name goes by the base config).
+    None when nothing observes."""
+    from slurmguard.observe import observer, observing_groups
+
+    if not observing_groups(cfg):
+        return None
+    observes, mapping = observer(cfg), mapping_from(cfg.section("reconcile"))
+
+    def node_observes(raw: Mapping[str, Any]) -> bool:
+        return observes(mapping.slurm_name(kube_view(dict(raw))))
+
+    return node_observes
+
+
 @dataclass
 class Outcome:
     action: Action

@@ -149,7 +149,10 @@ class RepairPass:
                  now: float) -> NodeIn:
         cause = drain.source or reason_source(drain.reason) or "unknown"
         healthy, failing = self._health(info.name, family(cause), drain.at)
-        mode = self.cfg.for_node(info.name)["repair.mode"]
+        ncfg = self.cfg.for_node(info.name)
+        # Precedence (docs/policy.md "Observe mode"): a node observing under policy.mode
+        # acts nowhere, whatever repair.mode says.
+        mode = "observe" if ncfg["policy.mode"] == "observe" else ncfg["repair.mode"]
         judged = self._burnin_of(info.name, drain.id, events, scopes, now)
         return NodeIn(info.name, cause, drain.id, drain.at, jobs=jobs, lemon=lemon,
                       burnin=judged.verdict if judged else "",

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from slurmguard.contract import REASON_PREFIX
-from slurmguard.drainguard import StorePermit, Verdict, guarded_drain
+from slurmguard.drainguard import WOULD_APPLIED, StorePermit, Verdict, guarded_drain
 from slurmguard.errors import InputError, SlurmguardError
 from slurmguard.policy.blast import DrainRequest, cause_key
 from slurmguard.policy.blast import scopes as blast_scopes
@@ -29,6 +29,7 @@ from slurmguard.policy.types import Action
 from slurmguard.repair.loop import run_pass as repair_pass
 from slurmguard.store.api import Store
 from slurmguard.store.records import validate_node
+from slurmguard.wouldledger import end_episodes, withheld_to_ledger
 
 if TYPE_CHECKING:
     from slurmguard.config import Config
@@ -70,8 +71,11 @@ class Fleet:
         if slurm is None:
             from slurmguard.adapters.slurm.commands import SlurmCLI
 
-            slurm = SlurmCLI(cfg.section("slurm"))
+            slurm = SlurmCLI.from_config(cfg)
         self.slurm = slurm
+        inner = getattr(slurm, "slurm", slurm)  # serve's CachedNodes wraps the adapter
+        if hasattr(inner, "on_withheld"):  # observe mode: what was withheld, to the ledger
+            inner.on_withheld = self._withheld
         self.lock = threading.RLock()
         self._scopes: tuple[float, dict[str, frozenset[str]]] = (float("-inf"), {})
         self._scopes_lock = threading.Lock()
@@ -229,17 +233,36 @@ class Fleet:
                     r["node"], "drain" if ok else "drain_failed", ACTOR,
                     reason if ok else applied[:1000], source=cause, at=r["started"],
                     details={"via": r["hook"], "hook": r["hook"]})
+            elif applied.startswith(WOULD_APPLIED):  # observe mode: the would-event, once
+                cause = cause_key(reason_source(reason) or r["hook"], reason)
+                self.store_permit(r["hook"]).would(r["node"], cause, reason, now=r["started"],
+                                                   via=r["hook"])
             elif applied == "undrained":
                 # reason: "<check> passes again" (decide.py): the check whose drain was cleared
                 self.metrics.undrains.labels(cause=(reason.split() or ["unknown"])[0]).inc()
                 self.store.nodes.record_event(r["node"], "clear", ACTOR, reason, source=r["hook"],
                                               at=r["started"], details={"hook": r["hook"]})
+            if r["decision"]["action"] == "pass" and self._observes(r["node"]):
+                # passed again: the node's would-episodes end
+                end_episodes(self.store, r["node"], f"{r['hook']} passes", at=r["started"])
         with self.lock:
             self._pending.update(r["node"] for r in records)
         if self._thread is None:  # not started (tests, one-shot use): evaluate inline
             self.evaluate(self._take_pending())
         else:
             self._wake.set()
+
+    def _observes(self, node: str) -> bool:
+        observes = getattr(self.slurm, "observes", None)
+        return bool(observes is not None and observes(node))
+
+    def _withheld(self, w: Any) -> None:
+        """A Slurm call observe mode withheld (the adapter's choke point): its would-event."""
+        try:
+            withheld_to_ledger(self.store, w, at=time.time(), via="serve")
+        except SlurmguardError as exc:
+            log.warning("observe: would-event of %s %s not written: %s", w.verb,
+                        ",".join(w.nodes), exc)
 
     def _take_pending(self) -> set[str]:
         with self.lock:

@@ -30,11 +30,15 @@ Every other call (one node, drain, jobs, ...) goes to the adapter unchanged.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from slurmguard.errors import SlurmguardError
+
+log = logging.getLogger("slurmguard.serve")
 
 _CHANGES = ("drain", "undrain", "resume_ours", "reboot", "drain_ours_down")
 
@@ -52,6 +56,8 @@ class CachedNodes:
         self._stop = threading.Event()
         self._refresher: threading.Thread | None = None
         self.reads = 0  # reads of the whole table (metrics, tests)
+        # Each fresh view, to serve's node-state history (serve/nodestates.py); never raises.
+        self.on_view: Callable[[list[Any]], Any] | None = None
 
     def start(self) -> CachedNodes:
         """Refresh the view every ttl in a thread of its own, asked for or not."""
@@ -84,6 +90,11 @@ class CachedNodes:
         except SlurmguardError as exc:  # a failing controller is not asked faster
             self._view, self._error = [], exc
         self._at = time.monotonic()
+        if self._error is None and self.on_view is not None:
+            try:
+                self.on_view(self._view)
+            except Exception:  # noqa: BLE001 - the history never stops the view
+                log.exception("node-state history: view not recorded")
 
     def nodes(self, nodeset: str | None = None) -> list[Any]:
         if nodeset is not None:

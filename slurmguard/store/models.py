@@ -59,6 +59,11 @@ EVENT_KINDS = (
     "repair_ticket",  # handed to people; the node stays out as a lemon
     "repair_observe",  # observe mode: what repair would have done
     "repair_burnin",  # verification's quick burn-in submitted into the repair reservation
+    # observe mode (slurmguard/wouldledger.py): what slurmguard would have done, once per episode
+    "would_drain",  # would have drained, and the guard would have allowed it (counted)
+    "would_drain_refused",  # would have drained, and the guard would have refused it
+    "would_act",  # another state change withheld (details.verb, details.argv)
+    "would_end",  # the node passed again: its would-episodes end
 )
 
 

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 
 from slurmguard.adapters.slurm.commands import SlurmCLI, validate_nodeset
-from slurmguard.errors import InputError, ParseError
+from slurmguard.errors import InputError, ParseError, RefusedError
 
 RESERVATION_PREFIX = "slurmguard_burnin"
 _RES_RE = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
@@ -29,10 +29,9 @@ def validate_reservation(name: object) -> str:
 
 def sbatch(cli: SlurmCLI, script: str, args: Sequence[str]) -> str:
     """Submit ``script`` (text, read by sbatch from stdin) with ``args``; returns the job id."""
-    from slurmguard.proc import run_command
-
-    res = run_command([cli.tools["sbatch"], "--parsable", *args], timeout=cli.timeout,
-                      input=script, env=cli.env)
+    res = cli._run("sbatch", "--parsable", *args, input=script)
+    if res.stderr.startswith("withheld"):  # observe mode (slurmguard/observe.py): no job
+        raise RefusedError("sbatch: not submitted: the nodes observe (policy.mode)")
     job = res.stdout.strip().split(";")[0]
     if not job.isdigit():
         raise ParseError(f"sbatch: expected a job id, got {res.stdout.strip()[:80]!r}")

@@ -18,7 +18,8 @@ names are refused with :class:`InputError` before any command runs. The text par
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from slurmguard.adapters.slurm.formatted import (
     SINFO_NODE_FORMAT,
@@ -49,6 +50,9 @@ from slurmguard.errors import CommandError, InputError, ParseError
 from slurmguard.nodeset import validate_node_name, validate_nodeset  # the one rule
 from slurmguard.proc import CommandResult, run_command
 
+if TYPE_CHECKING:
+    from slurmguard.observe import Withheld
+
 __all__ = [
     "AcctRecord", "parse_sacct_json", "parse_sacct_parsable",
     "REASON_PREFIX", "REASON_MAX", "JobInfo", "NodeInfo", "SlurmCLI", "format_reason",
@@ -57,6 +61,44 @@ __all__ = [
     "parse_sinfo_json", "parse_squeue_json", "parse_version", "validate_job_id",
     "validate_node_name", "validate_nodeset",
 ]
+
+
+# stderr of a call observe mode withheld: a method that says whether it changed Slurm
+# answers False for it (nothing changed), so no caller records a change that was not made.
+WITHHELD = "withheld: observe mode"
+class NodeEvent(NamedTuple):
+    node: str
+    start: float
+    end: float | None  # None: the node is still out
+    state: str  # DRAIN, DOWN, ... as sacctmgr prints it
+    reason: str
+    user: str
+
+
+def parse_node_events(text: str) -> list[NodeEvent]:
+    """``sacctmgr -n -P show event ... format=NodeName,Start,End,State,Reason,User``."""
+    import time as _time
+
+    def when(v: str) -> float | None:
+        try:
+            return _time.mktime(_time.strptime(v.strip(), "%Y-%m-%dT%H:%M:%S"))
+        except ValueError:
+            return None  # "Unknown": still open
+
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cols = line.split("|")
+        if len(cols) < 6:
+            raise ParseError(f"sacctmgr show event: expected 6 fields, got {len(cols)}: {line[:120]!r}")
+        node, start, end, state, user = cols[0], cols[1], cols[2], cols[3], cols[-1]
+        begun = when(start)
+        if not node or begun is None:
+            continue  # a cluster event (no node) or no start time
+        reason = "|".join(cols[4:-1])
+        out.append(NodeEvent(node, begun, when(end), state, reason, user.split("(")[0]))
+    return out
 
 
 _JOB_RE = re.compile(r"[0-9]{1,12}(_[0-9]{1,9})?(\+[0-9]{1,6})?")
@@ -84,22 +126,85 @@ class SlurmCLI:
 
     Example::
 
-        cli = SlurmCLI(cfg.section("slurm"))
+        cli = SlurmCLI.from_config(cfg)
         if not cli.node("gpu001").drained:
             cli.drain("gpu001", format_reason("gpu-xid", "Xid 79 on GPU 3"))
     """
 
     def __init__(self, section: Mapping[str, object],
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, *,
+                 observe: Callable[[str | None], bool] | None = None) -> None:
         self.tools = {t: str(section.get(t, f"/usr/bin/{t}"))
-                      for t in ("scontrol", "sinfo", "squeue", "sacct", "sbatch")}
+                      for t in ("scontrol", "sinfo", "squeue", "sacct", "sbatch", "sacctmgr")}
         self.timeout = float(section.get("timeout", 10.0))  # type: ignore[arg-type]
         self.env = dict(env) if env is not None else None
         self._version: tuple[int, int, int] | None = None
+        # Observe mode (slurmguard/observe.py): node -> observes? None: everything acts.
+        self.observe = observe
+        self.withheld: list[Withheld] = []  # what observe mode did not do, in order
+        self.on_withheld: Callable[[Withheld], None] | None = None  # serve: the ledger
+        self._job_nodes: dict[str, tuple[str, ...]] = {}  # job -> nodes named by our calls
 
-    def _run(self, tool: str, *args: str, check: bool = True) -> CommandResult:
-        return run_command([self.tools[tool], *args], timeout=self.timeout, check=check,
-                           env=self.env)
+    @classmethod
+    def from_config(cls, cfg: Any, env: Mapping[str, str] | None = None, *,
+                    person: bool = False) -> SlurmCLI:
+        """The adapter for ``cfg``: ``[slurm]``'s tools and timeout, and ``policy.mode``
+        (per group) at the choke point. ``person``: an admin's own command (``slurmguard
+        drain``/``resume``), which observe mode does not withhold (docs/policy.md)."""
+        from slurmguard.observe import observer, observing_groups
+
+        # Nothing observes: no choke point at all (an upgrade's adapter is the old one, no
+        # classification, no read of a job's nodes).
+        watching = not person and bool(observing_groups(cfg))
+        return cls(cfg.section("slurm"), env, observe=observer(cfg) if watching else None)
+
+    def observes(self, node: str | None) -> bool:
+        """Does ``node`` observe (its state-changing calls withheld)?"""
+        return self.observe is not None and self.observe(node)
+
+    def _run(self, tool: str, *args: str, check: bool = True,
+             input: str | None = None) -> CommandResult:
+        argv = [self.tools[tool], *args]
+        if self.observe is not None and self._withhold(tool, args):
+            return CommandResult(tuple(argv), 0, "", WITHHELD, 0.0)
+        return run_command(argv, timeout=self.timeout, check=check, env=self.env, input=input)
+
+    def _withhold(self, tool: str, args: tuple[str, ...]) -> bool:
+        """The choke point: True (and the call recorded) when ``tool args`` changes Slurm's
+        state and the nodes it touches observe. A job call that names no node goes by the
+        nodes earlier calls named for that job (the requeue watcher's ExcNodeList), else
+        by the job's own nodes, else by the base config."""
+        from slurmguard.observe import Withheld, expand_nodes, state_change
+
+        change = state_change(tool, args)
+        if change is None:
+            return False
+        verb, patterns, job, reason = change
+        nodes = tuple(expand_nodes(patterns))
+        if job and nodes:
+            self._job_nodes[job] = nodes
+        elif job:
+            nodes = self._job_nodes.get(job) or self._nodes_of_job(job)
+        assert self.observe is not None
+        observed = any(self.observe(n) for n in nodes) if nodes else self.observe(None)
+        if not observed:
+            return False
+        w = Withheld(verb, nodes, job, (self.tools[tool], *args), reason)
+        self.withheld.append(w)
+        if self.on_withheld is not None:
+            self.on_withheld(w)
+        return True
+
+    def _nodes_of_job(self, job: str) -> tuple[str, ...]:
+        from slurmguard.observe import expand_nodes
+
+        try:
+            info = self.job(job)
+        except (CommandError, InputError, ParseError):
+            return ()
+        raw = info.raw if hasattr(info, "raw") else {}
+        pats = [str(raw.get(k) or "") for k in ("NodeList", "ExcNodeList", "ReqNodeList")]
+        return tuple(expand_nodes(p for p in pats if p and p != "(null)"))
 
     # -- nodes ---------------------------------------------------------------------------------
     def node(self, name: str) -> NodeInfo:
@@ -159,8 +264,8 @@ class SlurmCLI:
         info = self.node(name)
         if info.down or info.drained or "FAIL" in info.flags:
             return False
-        self._run("scontrol", "update", f"nodename={name}", "state=drain", f"reason={flat}")
-        return True
+        return self._run("scontrol", "update", f"nodename={name}", "state=drain",
+                         f"reason={flat}").stderr != WITHHELD
 
     def undrain(self, name: str) -> bool:
         """Clear our own drain of ``name`` with ``state=UNDRAIN``; True if cleared.
@@ -172,8 +277,7 @@ class SlurmCLI:
         info = self.node(name)
         if not info.drained or not info.ours or info.state == "down":
             return False
-        self._run("scontrol", "update", f"nodename={name}", "state=UNDRAIN")
-        return True
+        return self._run("scontrol", "update", f"nodename={name}", "state=UNDRAIN").stderr != WITHHELD
 
     def reboot(self, name: str, reason: str) -> None:
         """Reboot ``name`` through Slurm: ``scontrol reboot ASAP nextstate=DOWN reason=...``.
@@ -198,8 +302,7 @@ class SlurmCLI:
         if not rebooted and not (info.ours and info.drained and not info.down):
             return False
         state = "RESUME" if rebooted else "UNDRAIN"
-        self._run("scontrol", "update", f"nodename={name}", f"state={state}")
-        return True
+        return self._run("scontrol", "update", f"nodename={name}", f"state={state}").stderr != WITHHELD
 
     def drain_ours_down(self, name: str, reason: str) -> bool:
         """Drain ``name`` while it is DOWN from our own repair (a reboot's nextstate=DOWN,
@@ -213,9 +316,8 @@ class SlurmCLI:
         raw = str(info.raw.get("Reason") or "")  # a DOWN node's reason reads cut (parse.py)
         if not info.down or info.drained or not raw.startswith(f"{REASON_PREFIX} repair:"):
             return False
-        self._run("scontrol", "update", f"nodename={name}", "state=drain",
-                  f"reason={one_line(reason, REASON_MAX)}")
-        return True
+        return self._run("scontrol", "update", f"nodename={name}", "state=drain",
+                         f"reason={one_line(reason, REASON_MAX)}").stderr != WITHHELD
 
     def version(self) -> tuple[int, int, int]:
         """Slurm's version as ``scontrol -V`` prints it, e.g. (24, 11, 5); asked once."""
@@ -315,6 +417,20 @@ class SlurmCLI:
         res = self._run("sacct", *args, "-P", "-n", f"--format={SACCT_FIELDS}")
         return parse_sacct_parsable(res.stdout)
 
+    def node_events(self, since: float, until: float | None = None) -> list[NodeEvent]:
+        """Node events from Slurm accounting (``sacctmgr show event event=node``): who took
+        which node out of service, why, from when to when (``end`` None: still out).
+        CommandError when there is no accounting (no slurmdbd)."""
+        import time as _time
+
+        def at(t: float) -> str:
+            return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(t))
+
+        res = self._run("sacctmgr", "-n", "-P", "show", "event", "event=node",
+                        f"start={at(since)}", f"end={at(_time.time() if until is None else until)}",
+                        "format=NodeName,Start,End,State,Reason,User")
+        return parse_node_events(res.stdout)
+
     def ping(self) -> bool:
         """True when the primary slurmctld answers ``scontrol ping`` as UP."""
         try:
@@ -328,8 +444,7 @@ class SlurmCLI:
         validate_node_name(name)
         if not str(self.node_record(name).raw.get("Comment") or "").startswith(prefix):
             return False
-        self._run("scontrol", "update", f"nodename={name}", "comment=")
-        return True
+        return self._run("scontrol", "update", f"nodename={name}", "comment=").stderr != WITHHELD
 
     def show_config(self) -> dict[str, str]:
         """The running slurmctld's config (``scontrol show config``), lower-case keys."""

@@ -1,0 +1,77 @@
+"""Would-events: what observe mode did not do, in the ledger once per episode.
+
+Kinds (slurmguard/store/models.py EVENT_KINDS):
+
+* ``would_drain``: slurmguard would have drained the node for ``source`` (the guard's
+  cause) and the blast-radius guard would have allowed it. The guard counts it as it counts
+  a drain (slurmguard/policy/blast.py TAKES), so the cap's effect shows in observe mode too.
+* ``would_drain_refused``: ... and the guard would have refused it (details.guard says why).
+* ``would_act``: any other state change withheld at the choke point (undrain, reboot,
+  requeue, probation marks, reservations, Kubernetes marks): details.verb and details.argv.
+* ``would_end``: the node passed its checks again; the next fault starts a new episode.
+
+An episode of (node, kind family, source) is open from its first would-event until the
+node's next ``would_end``: a second sighting in a later pass writes nothing.
+
+Standard library only; ``store`` is the store or a transaction of it (``store.nodes``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+ACTOR = "slurmguard"
+WOULD_DRAIN = "would_drain"
+WOULD_REFUSED = "would_drain_refused"
+WOULD_ACT = "would_act"
+WOULD_END = "would_end"
+WOULD_KINDS = (WOULD_DRAIN, WOULD_REFUSED, WOULD_ACT, WOULD_END)
+_DRAINS = (WOULD_DRAIN, WOULD_REFUSED)
+_LOOK_BACK = 500  # would-events of one node read to find its open episode
+
+
+def open_episode(store: Any, node: str, kind: str, source: str) -> Any:
+    """The first event of ``node``'s open episode for ``kind`` (a drain kind: either drain
+    kind) and ``source``, or None when there is none."""
+    family = _DRAINS if kind in _DRAINS else (kind,)
+    for e in store.nodes.events(node=node, kinds=list(WOULD_KINDS), limit=_LOOK_BACK):
+        if e.kind == WOULD_END:
+            return None
+        if e.kind in family and e.source == source:
+            return e
+    return None
+
+
+def record_would(store: Any, node: str, kind: str, source: str, reason: str, *,
+                 at: float, details: Mapping[str, Any] | None = None) -> bool:
+    """Write the would-event unless its episode is open; True if written."""
+    if open_episode(store, node, kind, source) is not None:
+        return False
+    store.nodes.record_event(node, kind, ACTOR, reason, source=source, at=at,
+                             details=dict(details or {}))
+    return True
+
+
+def end_episodes(store: Any, node: str, reason: str, *, at: float) -> bool:
+    """The node passed again: close its open would-episodes (one ``would_end``); True if
+    any was open."""
+    evs = store.nodes.events(node=node, kinds=list(WOULD_KINDS), limit=1)
+    if not evs or evs[0].kind == WOULD_END:
+        return False
+    store.nodes.record_event(node, WOULD_END, ACTOR, reason, source="", at=at)
+    return True
+
+
+def withheld_to_ledger(store: Any, w: Any, *, at: float, via: str) -> int:
+    """A call the Slurm adapter withheld (:class:`slurmguard.observe.Withheld`) as
+    ``would_act`` events, one per node, once per episode; returns how many were written.
+    A drain is not written here: :func:`slurmguard.drainguard.guarded_drain` writes it
+    with the guard's decision."""
+    if w.verb == "drain":
+        return 0
+    details = {"verb": w.verb, "argv": list(w.argv[1:]), "via": via}
+    if w.job:
+        details["job"] = w.job
+    return sum(record_would(store, n, WOULD_ACT, w.verb, w.reason or " ".join(w.argv[1:])[:500],
+                            at=at, details=details) for n in w.nodes)

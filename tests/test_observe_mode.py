@@ -1,0 +1,203 @@
+"""Observe mode (``policy.mode``, docs/policy.md "Observe mode") without a cluster: the key
+per group and its default, the config a first `setup` writes, the Slurm adapter's choke point
+with recording stand-ins for scontrol and sbatch (real subprocesses), and the would-events
+in a real store: once per episode, with the guard's decision, counted as drains are.
+The same on a real cluster behind a Slurm shim: tests/test_observe_cluster.py."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+from support.sgserve import new_store
+
+from slurmguard import config
+from slurmguard.adapters.slurm import burnin as slurm_burnin
+from slurmguard.adapters.slurm.commands import SlurmCLI
+from slurmguard.drainguard import WOULD_APPLIED, StorePermit, guarded_drain
+from slurmguard.errors import ConfigError, RefusedError
+from slurmguard.install.config_example import render
+from slurmguard.install.plan import observing_first, prefixed_config
+from slurmguard.observe import Withheld, observer, observing_groups, state_change
+from slurmguard.policy.params import PolicyParams
+from slurmguard.store import Store
+from slurmguard.wouldledger import end_episodes, withheld_to_ledger
+
+NOW = 1_800_000_000.0
+NODES = frozenset(f"n{i}" for i in range(1, 5))
+SCOPES = {"fleet": NODES, "partition:gpu": NODES}
+
+
+def _cfg(tmp_path: Path, text: str) -> config.Config:
+    p = tmp_path / "sg.toml"
+    p.write_text(text)
+    return config.load(str(p), env={})
+
+
+def test_mode_defaults_to_act_and_is_set_per_group(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, "")
+    assert cfg["policy.mode"] == "act" and observing_groups(cfg) == []
+    assert not observer(cfg)("n1")
+    cfg = _cfg(tmp_path, '[[group]]\nnodes = "n[1-2]"\npolicy.mode = "observe"\n')
+    obs = observer(cfg)
+    assert [obs(n) for n in ("n1", "n2", "n3")] == [True, True, False] and not obs(None)
+    assert observing_groups(cfg) == ["n[1-2]"]
+    cfg = _cfg(tmp_path, '[policy]\nmode = "observe"\n[[group]]\nnodes = "n3"\npolicy.mode = "act"\n')
+    assert [observer(cfg)(n) for n in ("n1", "n3")] == [True, False]
+    assert observing_groups(cfg) == ["the other nodes (not n3)"]
+    with pytest.raises(ConfigError, match=r'policy.mode: expected one of observe, act, got "watch"'):
+        _cfg(tmp_path, '[policy]\nmode = "watch"\n')
+
+
+@pytest.mark.parametrize("content", [render().encode(), prefixed_config("/opt/sg")],
+                         ids=["root", "prefix"])
+def test_the_first_config_setup_writes_observes_and_says_how_to_act(tmp_path: Path,
+                                                                    content: bytes) -> None:
+    text = observing_first(content).decode()
+    assert tomllib.loads(text)["policy"]["mode"] == "observe"
+    assert 'set\n# mode = "act" here, or per [[group]]' in text
+    assert _cfg(tmp_path, text)["policy.mode"] == "observe"
+    assert tomllib.loads(content.decode()).get("policy", {}).get("mode") is None  # the example acts
+
+
+@pytest.mark.parametrize("argv,want", [
+    (["scontrol", "show", "node", "-o", "n1"], None),
+    (["sinfo", "-h", "-N", "-n", "n1"], None),
+    (["scontrol", "update", "nodename=n1", "state=drain", "reason=slurmguard: x"],
+     ("drain", ("n1",), "", "slurmguard: x")),
+    (["scontrol", "update", "nodename=n1", "state=UNDRAIN"], ("undrain", ("n1",), "", "")),
+    (["scontrol", "reboot", "ASAP", "nextstate=DOWN", "reason=slurmguard: r", "n2"],
+     ("reboot", ("n2",), "", "slurmguard: r")),
+    (["scontrol", "update", "jobid=12", "ExcNodeList=n[3-4]"], ("update_job", ("n[3-4]",), "12", "")),
+    (["scontrol", "release", "12"], ("release", (), "12", "")),
+    (["scontrol", "update", "nodename=n1", "Weight=65000"], ("weight", ("n1",), "", "")),
+    (["scontrol", "create", "reservation", "reservationname=r", "nodes=n1"],
+     ("reservation", ("n1",), "", "")),
+    (["/usr/bin/sbatch", "--parsable", "-w", "n4"], ("sbatch", ("n4",), "", "")),
+])
+def test_which_calls_change_slurm(argv: list[str], want: object) -> None:
+    assert state_change(argv[0], argv[1:]) == want
+
+
+def _recorders(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """scontrol and sbatch stand-ins: each call appends its argv to calls.jsonl."""
+    log = tmp_path / "calls.jsonl"
+    tools = {}
+    for t in ("scontrol", "sbatch"):
+        p = tmp_path / t
+        p.write_text(f"#!/usr/bin/python3\nimport json, sys\nopen({str(log)!r}, 'a').write("
+                     "json.dumps(sys.argv[1:]) + '\\n')\nprint('77')\n")
+        p.chmod(0o755)
+        tools[t] = str(p)
+    return tools, log
+
+
+def _calls(log: Path) -> list[list[str]]:
+    return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_the_adapter_withholds_every_change_of_an_observing_node_and_no_other(
+        tmp_path: Path) -> None:
+    tools, log = _recorders(tmp_path)
+    cfg = _cfg(tmp_path, f'[slurm]\nscontrol = "{tools["scontrol"]}"\nsbatch = "{tools["sbatch"]}"\n'
+                         '[[group]]\nnodes = "n[1-2]"\npolicy.mode = "observe"\n')
+    cli = SlurmCLI.from_config(cfg)
+    seen = []
+    cli.on_withheld = seen.append
+    cli.reboot("n1", "slurmguard: repair: x")
+    cli.update_job(12, ExcNodeList="n2")
+    cli.release(12)  # names no node: goes by the ExcNodeList this adapter sent for job 12
+    cli.update_job(12, EligibleTime="now")
+    with pytest.raises(RefusedError, match="not submitted"):
+        slurm_burnin.sbatch(cli, "#!/bin/sh\n", ["-w", "n1"])
+    assert _calls(log) == []
+    assert [(w.verb, w.nodes, w.job) for w in seen] == [
+        ("reboot", ("n1",), ""), ("update_job", ("n2",), "12"), ("release", ("n2",), "12"),
+        ("update_job", ("n2",), "12"), ("sbatch", ("n1",), "")]
+    cli.reboot("n3", "slurmguard: repair: x")  # n3 acts
+    cli.update_job(13, ExcNodeList="n3")
+    assert _calls(log) == [["reboot", "ASAP", "nextstate=DOWN", "reason=slurmguard: repair: x", "n3"],
+                           ["update", "jobid=13", "ExcNodeList=n3"]]
+    person = SlurmCLI.from_config(cfg, person=True)  # an admin's own `slurmguard drain`
+    person.reboot("n1", "slurmguard: repair: by hand")
+    assert _calls(log)[-1][-1] == "n1"
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = Store.open(url=new_store(tmp_path))
+    yield s
+    s.close()
+
+
+def _would(store: Store, node: str, cause: str, at: float) -> tuple[bool, bool, str]:
+    permit = StorePermit(store, PolicyParams(blast_max_percent=50.0), SCOPES, via="test")
+    return permit.would(node, cause, f"slurmguard: {cause}: x", now=at)
+
+
+def test_would_drains_are_written_once_per_episode_and_counted_by_the_guard(store: Store) -> None:
+    assert _would(store, "n1", "fs-mount", NOW) == (True, True, "allowed")
+    assert _would(store, "n1", "fs-mount", NOW + 60) == (False, True, "allowed")  # same episode
+    assert _would(store, "n2", "fs-mount", NOW + 61)[:2] == (True, True)
+    written, allowed, why = _would(store, "n3", "fs-mount", NOW + 62)  # cap 2 of 4: refused
+    assert written and not allowed and "fs-mount failing on 3 nodes" in why
+    assert _would(store, "n3", "fs-mount", NOW + 63)[:2] == (False, False)
+    assert _would(store, "n3", "gpu-xid:79", NOW + 64)[:2] == (True, True)  # another cause
+    kinds = [(e.node, e.kind, e.source) for e in reversed(store.nodes.events())]
+    assert kinds == [("n1", "would_drain", "fs-mount"), ("n2", "would_drain", "fs-mount"),
+                     ("n3", "would_drain_refused", "fs-mount"), ("n3", "would_drain", "gpu-xid:79")]
+    assert end_episodes(store, "n1", "healthcheck passes", at=NOW + 100)
+    assert not end_episodes(store, "n1", "healthcheck passes", at=NOW + 101)  # none open
+    assert _would(store, "n1", "fs-mount", NOW + 200)[0]  # a new episode: written again
+    assert [e.kind for e in store.nodes.events(node="n1")] == ["would_drain", "would_end",
+                                                               "would_drain"]
+
+
+def test_guarded_drain_in_observe_mode_never_asks_slurm_to_drain(tmp_path: Path,
+                                                                 store: Store) -> None:
+    tools, log = _recorders(tmp_path)
+    cfg = _cfg(tmp_path, f'[slurm]\nscontrol = "{tools["scontrol"]}"\n[policy]\nmode = "observe"\n')
+    cli = SlurmCLI.from_config(cfg)
+    permit = StorePermit(store, PolicyParams(), SCOPES, via="gate")
+    done = guarded_drain(cli, permit, "n1", "fs-mount", "slurmguard: fs-mount: gone", via="gate",
+                         ledger=store, now=NOW)
+    assert (done.result, done.detail) == ("would", "guard: allowed")
+    node_path = guarded_drain(cli, permit, "n1", "fs-mount", "slurmguard: fs-mount: gone",
+                              via="prolog")  # a hook: serve writes the event from the record
+    assert node_path.applied.startswith(WOULD_APPLIED)
+    assert _calls(log) == []  # not even a read: observe does not depend on Slurm answering
+    (e,) = store.nodes.events()
+    assert (e.kind, e.details["via"], e.details["guard"]) == ("would_drain", "gate", "allowed")
+    w = Withheld("undrain", ("n2",), "", ("scontrol", "update", "nodename=n2", "state=UNDRAIN"))
+    assert withheld_to_ledger(store, w, at=NOW, via="serve") == 1
+    assert withheld_to_ledger(store, w, at=NOW + 5, via="serve") == 0  # once per episode
+    (a,) = store.nodes.events(kinds=["would_act"])
+    assert (a.node, a.source, a.details["argv"]) == ("n2", "undrain", ["update", "nodename=n2",
+                                                                       "state=UNDRAIN"])
+
+
+def test_nodes_node_show_and_doctor_say_which_nodes_observe(tmp_path: Path) -> None:
+    from support.helpers import run_sg, sg_env
+
+    url = new_store(tmp_path)
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[store]\nurl = "{url}"\n[slurm]\nscontrol = "/bin/false"\n'
+                   '[[group]]\nnodes = "n[1-2]"\npolicy.mode = "observe"\n')
+    store = Store.open(url=url)
+    for n in ("n1", "n3"):
+        store.nodes.record_event(n, "clear", "admin:test", "seen", at=NOW)
+    store.close()
+    env = sg_env(SLURMGUARD_CONFIG=str(cfg))
+    nodes = json.loads(run_sg("nodes", "--json", env=env).stdout)
+    assert nodes["observing"] == ["n[1-2]"]
+    assert {n["name"]: n["mode"] for n in nodes["nodes"]} == {"n1": "observe", "n3": "act"}
+    text = run_sg("nodes", env=env).stdout
+    assert "observe mode (policy.mode), nothing changed in Slurm: n[1-2]" in text
+    show = run_sg("node", "show", "n1", env=env).stdout
+    assert "mode:        observe" in show
+    assert json.loads(run_sg("node", "show", "n3", "--json", env=env).stdout)["node"]["mode"] == "act"
+    doctor = json.loads(run_sg("doctor", "controller", "--json", env=env).stdout)
+    (item,) = [i for i in doctor["items"] if i["name"] == "policy.mode"]
+    assert item["status"] == "pass" and item["detail"].startswith("observe: n[1-2]")

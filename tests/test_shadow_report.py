@@ -1,0 +1,114 @@
+"""The shadow report's join (slurmguard/shadow/report.py), table-tested with hand-built
+episodes, incumbent drains and jobs; the ledger readers over a real store; serve's node-state
+history (slurmguard/serve/nodestates.py) from parsed Slurm node records; `sacctmgr show
+event`'s parser. The real cluster: tests/test_shadow_cluster.py."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from support.sgserve import new_store
+
+from slurmguard.adapters.slurm.commands import parse_node_events
+from slurmguard.adapters.slurm.parse import node_info_from_show, parse_show_node_oneliner
+from slurmguard.serve.nodestates import NodeStates
+from slurmguard.shadow.report import (
+    NO_CHECK,
+    JobRun,
+    OutEvent,
+    WouldEpisode,
+    build,
+    check_for,
+    out_events,
+    would_episodes,
+)
+from slurmguard.store import Store
+
+T = 1_800_000_000.0
+H = 3600.0
+
+
+def test_four_lists_and_the_summary() -> None:
+    would = [
+        WouldEpisode("n1", "fs-mount", T + 60, None, False),  # NHC drains it 10 min later
+        WouldEpisode("n2", "gpu-xid:79", T, None, False),  # nobody else: a job fails there
+        WouldEpisode("n3", "gpu-ecc", T, T + 2 * H, True),  # the guard would refuse it
+        WouldEpisode("n5", "fs-mount", T, T + 60, False),  # transient: every job completes
+    ]
+    incumbent = [OutEvent("n1", T + 660, None, "NHC: check_fs_mount_rw: /shared not mounted", "root"),
+                 OutEvent("n4", T + 100, None, "NHC: check_hw_eth: eth9 missing", "root")]
+    jobs = [JobRun("10", "n1", T, T + 600, "FAILED", 8.0),  # in slurmguard's lead: would be saved
+            JobRun("11", "n2", T + H, T + 2 * H, "NODE_FAIL", 8.0),
+            JobRun("12", "n2", T + 2 * H, T + 2.5 * H, "COMPLETED", 8.0),
+            JobRun("13", "n3", T, T + H, "FAILED", 8.0),  # refused: not counted as saved
+            JobRun("14", "n5", T + H, T + 3 * H, "COMPLETED", 4.0),
+            JobRun("15", "n4", T - 2 * H, T - H, "FAILED", 8.0)]  # before the window's faults
+    rep = build(would, incumbent, jobs, since=T - H, until=T + 4 * H, match_window=H)
+    assert [(r["node"], r["lead_s"]) for r in rep.both] == [("n1", 600.0)]
+    assert [r["job"] for r in rep.both[0]["jobs_in_lead"]] == ["10"]
+    assert [(r["node"], r["cause"], r["guard"]) for r in rep.only_slurmguard] == [
+        ("n2", "gpu-xid:79", "allowed"), ("n3", "gpu-ecc", "refused")]
+    n2 = rep.only_slurmguard[0]
+    assert (n2["gpu_hours"], n2["ended"]) == (12.0, {"COMPLETED": 1, "NODE_FAIL": 1})
+    assert [(r["node"], r["check"]) for r in rep.only_incumbent] == [("n4", NO_CHECK)]
+    assert [(r["node"], r["gpu_hours"]) for r in rep.false] == [("n5", 8.0)]
+    # saved: job 10 in the lead (8 GPUs x 540 s) + job 11 (8 x 1 h); not n3's (refused)
+    assert rep.summary == {"saved_gpu_hours": round(8 * 540 / H + 8.0, 4), "cost_gpu_hours": 8.0,
+                           "nodes_out": 3, "nodes_out_false": 1, "both": 1, "only_slurmguard": 2,
+                           "only_incumbent": 1, "would_have_been_false": 1, "median_lead_s": 600.0}
+
+
+@pytest.mark.parametrize("reason,check", [
+    ("NHC: check_fs_mount_rw:  /scratch not mounted", "fs-mount"),
+    ("NHC: check_hw_ib:  No IB port mlx5_1:1 is ACTIVE", "ib-link"),
+    ("NHC: check_hw_physmem:  Actual RAM size 500 GB less than minimum 512 GB", "host-memory"),
+    ("NHC: check_nvsmi_healthmon:  GPU fallen off the bus", "gpu-count"),
+    ("NHC: check_hw_eth:  Ethernet device eth9 not found", NO_CHECK),
+    ("bad fan, ticket 4711", NO_CHECK),
+])
+def test_the_check_that_reads_what_an_incumbent_saw(reason: str, check: str) -> None:
+    assert check_for(reason) == check
+
+
+def test_episodes_and_spans_from_the_ledger(tmp_path: Path) -> None:
+    store = Store.open(url=new_store(tmp_path))
+    try:
+        ev = store.nodes.record_event
+        ev("n1", "would_drain", "slurmguard", "slurmguard: fs-mount: x", source="fs-mount", at=T)
+        ev("n1", "would_end", "slurmguard", "healthcheck passes", at=T + 50)
+        ev("n1", "would_drain_refused", "slurmguard", "r", source="fs-mount", at=T + 90)
+        states = NodeStates(store)
+        line = ("NodeName=n2 Arch=x86_64 State=IDLE+DRAIN Partitions=gpu "
+                "Reason=NHC: check_hw_eth: eth9 [root@2027-01-15T08:00:00]")
+        drained = node_info_from_show(parse_show_node_oneliner(line)[0])
+        up = node_info_from_show(parse_show_node_oneliner(
+            "NodeName=n2 Arch=x86_64 State=IDLE Partitions=gpu")[0])
+        assert states.update([up], now=T) == 0  # first seen in service: no news
+        assert states.update([drained], now=T + 10) == 1
+        assert states.update([drained], now=T + 20) == 0  # unchanged
+        assert NodeStates(store).update([drained], now=T + 30) == 0  # a restarted serve
+        assert states.update([up], now=T + 40) == 1
+        eps = would_episodes(store.nodes.events(kinds=["would_drain", "would_drain_refused",
+                                                       "would_end"]))
+        assert [(w.node, w.start, w.end, w.refused) for w in eps] == [
+            ("n1", T, T + 50, False), ("n1", T + 90, None, True)]
+        (span,) = out_events(store.nodes.events(kinds=["state_change"]))
+        assert (span.node, span.end, span.by, span.reason) == (
+            "n2", T + 40, "root", "NHC: check_hw_eth: eth9")
+        # dated by Slurm's reason time (local time, as Slurm prints it), not by the view's
+        assert span.start == time.mktime(time.strptime("2027-01-15T08:00:00", "%Y-%m-%dT%H:%M:%S"))
+    finally:
+        store.close()
+
+
+def test_sacctmgr_node_events_parse() -> None:
+    text = ("n1|2026-12-06T10:00:00|2026-12-06T10:30:00|DRAIN|NHC: check_hw_ib: down|root(0)\n"
+            "n2|2026-12-06T11:00:00|Unknown|DOWN|Not responding|slurm(64030)\n"
+            "|2026-12-06T09:00:00|Unknown||Cluster Registered TRES|\n")
+    ev = parse_node_events(text)
+    assert [(e.node, e.end is None, e.state, e.reason, e.user) for e in ev] == [
+        ("n1", False, "DRAIN", "NHC: check_hw_ib: down", "root"),
+        ("n2", True, "DOWN", "Not responding", "slurm")]
+    assert ev[0].end - ev[0].start == 1800
