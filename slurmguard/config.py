@@ -198,6 +198,10 @@ _SERVE: Schema = {
                              "every node's key is derived from (serve only, mode 0600)"),
     "munge_socket": Str("", "munged socket serve decodes credentials with (empty: munge's "
                             "default, /run/munge/munge.socket.2)"),
+    "munge_check_peer": Bool(True, "serve.auth = munge: refuse a credential whose origin address "
+                             "is not the connection's peer address (false only behind a proxy "
+                             "or NAT that hides the nodes' addresses; then root on a node can "
+                             "write for another: docs/security.md)"),
     "token_file": AbsPath("/etc/slurmguard/token", "shared token (serve.auth = token); must not "
                           "be world-readable"),
     "batch_size": Int(200, "records written per transaction at most", minimum=1),

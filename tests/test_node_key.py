@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from support.helpers import run_sg
 from support.sgserve import Serve, new_port, new_store, write_config
 
 from slurmguard.node.record import make_record
-from slurmguard.nodekey import node_key_header, node_secret
+from slurmguard.nodekey import node_key_header, node_secret, node_sig
 from slurmguard.serve import identity
 
 SITE = b"site-key-0123456789abcdef0123456789"
@@ -38,10 +39,20 @@ def _h(node: str = "n1", body: bytes = BODY, at: float = NOW, key: bytes = SITE)
     return node_key_header(node_secret(key, node), node, body, at)
 
 
+def _legacy(node: str = "n1", body: bytes = BODY, at: float = NOW) -> str:
+    """The header of a node of an earlier release: no body digest, the same signature."""
+    t = int(at)
+    return f"SGNODE node={node},t={t},sig={node_sig(node_secret(SITE, node), node, t, body)}"
+
+
 TABLE = [
     ("own write", _h(), BODY, ["n1"], None),
     ("another node's record", _h(), BODY, ["n2"], "other-node"),
-    ("body swapped under the signature", _h(), BODY + b" ", ["n1"], "invalid"),
+    ("body swapped under the signature", _h(), BODY + b" ", ["n1"], "body-mismatch"),
+    ("body and declared digest swapped", re.sub("d=[0-9a-f]{64}", "d=" + identity.body_digest(
+        BODY + b" "), _h()), BODY + b" ", ["n1"], "invalid"),
+    ("an earlier release's header (no d=), own write", _legacy(), BODY, ["n1"], None),
+    ("an earlier release's header, body swapped", _legacy(), BODY + b" ", ["n1"], "invalid"),
     ("n1's signature relabelled as n2", _h().replace("node=n1", "node=n2"), BODY, ["n2"], "invalid"),
     ("a key from another site", _h(key=b"other-site-key-0123456789"), BODY, ["n1"], "invalid"),
     ("signed 10 minutes ago", _h(at=NOW - 600), BODY, ["n1"], "expired"),

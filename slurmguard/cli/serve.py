@@ -214,7 +214,8 @@ def _server(cfg: Config, store: Any, token: str, metrics: Any, fleet: Any,
     site_key = (load_token(str(scfg["site_key_file"]), key="serve.site_key_file").encode()
                 if scfg["auth"] == "node-key" else b"")
     auth = Authenticator(str(scfg["auth"]), slurm, store, metrics,
-                         munge_socket=str(scfg["munge_socket"]), site_key=site_key)
+                         munge_socket=str(scfg["munge_socket"]), site_key=site_key,
+                         check_peer=bool(scfg["munge_check_peer"]))
     routes["/suspect"] = drain_view.suspect
     job_token = (load_token(str(cfg["notice.job_token_file"]), job=True)
                  if cfg["notice.job_token_file"] else "")

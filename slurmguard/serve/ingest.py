@@ -218,14 +218,17 @@ class IngestServer:
         """Whether POSTs to ``path`` carry a signature (serve/auth.py) instead of the token."""
         return self.auth is not None and self.auth.signs(path)
 
-    def early(self, method: str, path: str, headers: Headers) -> tuple[int, dict[str, Any]] | None:
-        """Refuse from the request head alone (before any body is read), or None."""
+    def early(self, method: str, path: str, headers: Headers,
+              peer: str = "") -> tuple[int, dict[str, Any]] | None:
+        """Refuse from the request head alone (before any body is read), or None; a signed
+        POST is authenticated here (serve/auth.py), so only a sender proven by its head
+        gets its body read."""
         if method == "POST":
             if path != "/ingest" and path not in self.routes:
                 return 404, {"error": f"not found: POST {path[:80]}"}
             if self.signed(path):
                 assert self.auth is not None
-                return self.auth.early(path, headers.get("Authorization"))
+                return self.auth.early(path, headers, peer)
             if not self.authorized(headers.get("Authorization"), path):
                 return 401, {"error": "missing or wrong token"}
             return None
@@ -391,7 +394,8 @@ def _make_handler(server: IngestServer) -> type[BaseHandler]:
             if not ok:
                 return
             if server.auth is not None:
-                refusal = server.auth.check(path, header, raw, body, self.client_address[0])
+                refusal = server.auth.check(path, header, raw, body, self.client_address[0],
+                                            getattr(self.headers, "note", None))
                 if refusal is not None:
                     self._send(*refusal)
                     return
