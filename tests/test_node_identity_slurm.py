@@ -231,6 +231,7 @@ def test_a_node_writes_only_for_itself(slurm_cluster_factory: Any, tmp_path: Pat
         for m in mungeds.values():
             m.stop()
         shutil.rmtree(mdir, ignore_errors=True)
-    record("node-identity", store="SQLite", bad_inputs="; ".join(tried), lost=0, duplicated=0,
-           figures=f"{len(tried)} hostile writes refused, 0 rows or Slurm changes; "
+    record("node-identity", store="SQLite", mode="munge", bad_inputs="; ".join(tried), lost=0, duplicated=0,
+           figures=f"{len(tried)} hostile writes refused (the forged-origin attack among them), "
+                   f"0 rows or Slurm changes; every node's records, permits, suspects pass; "
                    f"a flood of {flood}: 1 ledger row")

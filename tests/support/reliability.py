@@ -66,11 +66,12 @@ SCENARIOS: dict[str, str] = {
     "hostile-names": "tests/faults/test_hostile_names.py",
     "planted-symlinks": "tests/faults/test_shared_files.py",
     "node-identity": "tests/test_node_identity_slurm.py::test_a_node_writes_only_for_itself",
+    "auth-before-body": "tests/test_auth_before_body.py::test_a_bogus_credential_never_gets_its_body_read",
     "admin-outside-groups": "tests/test_admin_groups.py::test_outside_admin_groups_drain_resume_and_repair_are_refused",
     "tls-certificate-refused": "tests/test_tls_slurm.py::test_records_arrive_over_tls_and_a_refused_certificate_never_drains",
 }
 
-COLUMNS = ("scenario", "store", "load held", "faults survived", "bad inputs tried", "lost",
+COLUMNS = ("scenario", "store", "auth mode", "load held", "faults survived", "bad inputs tried", "lost",
            "duplicated", "figures")
 
 
@@ -84,12 +85,14 @@ def setting(name: str, ci: float, long: float) -> float:
 
 def record(scenario: str, *, store: str = "-", load: str = "-", faults: str = "-",
            bad_inputs: str = "-", lost: int | None = None, duplicated: int | None = None,
-           figures: str = "") -> dict[str, Any]:
-    """Write this scenario's row for the table (and return it)."""
+           figures: str = "", mode: str = "-") -> dict[str, Any]:
+    """Write this scenario's row for the table (and return it). ``mode``: the serve.auth
+    the scenario ran serve in ("-": not recorded, or no serve in it)."""
     if scenario not in SCENARIOS:
         raise KeyError(f"unknown reliability scenario {scenario!r}: add it to SCENARIOS")
     row = {"scenario": scenario, "test": SCENARIOS[scenario], "form": FORM,
-           "date": time.strftime("%Y-%m-%d", time.gmtime()), "store": store, "load held": load,
+           "date": time.strftime("%Y-%m-%d", time.gmtime()), "store": store, "auth mode": mode,
+           "load held": load,
            "faults survived": faults, "bad inputs tried": bad_inputs,
            "lost": "-" if lost is None else int(lost),
            "duplicated": "-" if duplicated is None else int(duplicated), "figures": figures}
