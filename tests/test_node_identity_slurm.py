@@ -27,6 +27,7 @@ from support.wait import wait_for
 
 from slurmguard.adapters.serve_client import munge_signer, post_json
 from slurmguard.contract import CheckResult, Health
+from slurmguard.job import notice
 from slurmguard.node.record import make_record
 from slurmguard.serve.identity import body_digest
 from slurmguard.store.api import Store
@@ -212,6 +213,25 @@ def test_a_node_writes_only_for_itself(slurm_cluster_factory: Any, tmp_path: Pat
                 report = dict(suspect, job=job, nodes=[dict(suspect["nodes"][0], node=node)])
                 answer = post_json(f"{url}/suspect", signer, report, 20)
                 assert answer["recorded"] == [node], (node, answer)
+        # Node state is shown only to a credential (the wrapper's own client, notice.py): the
+        # job reads its nodes from a node of the job; root on n1 reads n1, not the job's.
+        nodes, since = ["n2", "n3"], time.time() - 600
+        signer = {n: munge_signer(mungeds[n].socket) for n in ADDRS}
+        assert notice.serve_asker(url, 20, auth=signer["n2"], job=job)(nodes, since) == []
+        assert notice.serve_asker(url, 20, auth=signer["n1"])(["n1"], since) == []
+        for what, ask, reason in (
+                ("no credential", notice.serve_asker(url, 20, job=job), "401"),
+                ("root on n1 reads the job's nodes", notice.serve_asker(
+                    url, 20, auth=signer["n1"], job=job), "403"),
+                ("root on n1 reads n2's", notice.serve_asker(url, 20, auth=signer["n1"]), "403")):
+            with pytest.raises(notice.AskError, match=f"serve answered {reason}"):
+                ask(nodes, since)
+            tried.append(f"/drains, {what}: {reason}")
+        body = _body(dict(suspect, job=job, nodes=[dict(suspect["nodes"][0], node="n2")]))
+        status, answer = cl.post("/suspect", body, cl.sign("n1", body))
+        assert status == 403 and "(not-job-node)" in answer["error"], answer
+        tried.append(f"root on n1 reports n2 slow in a job on n2,n3: {answer['error'][:60]}")
+        assert srv.metric("slurmguard_auth_refusals_total", reason="not-job-node") == 2
         c.run("scancel", job)
 
         # doctor on a node: its munged's origin must be one of this host's NodeAddr.

@@ -51,7 +51,7 @@ class Authenticator:
     """The ``serve.auth = "munge"`` check, and the allocation check of /suspect in any mode."""
 
     def __init__(self, mode: str, slurm: Any, store: Any, metrics: Any, *, munge_socket: str = "",
-                 site_key: bytes = b"",
+                 site_key: bytes | tuple[bytes, ...] = b"",
                  node_cache_s: float = 60.0, job_cache_s: float = 2.0, event_per_s: float = 60.0,
                  resolve: Callable[[str], Collection[str]] = resolve4,
                  check_peer: bool = True) -> None:
@@ -163,11 +163,64 @@ class Authenticator:
                 return self._refuse(path, refusal, cred, peer, addr=_ipv4(peer))
         origins = self._origin_map(cred.origin)
         if path in JOB_PATHS:
-            return self._refuse(path, self._job(cred, raw, body), cred, peer,
-                                origins.get(cred.origin, frozenset()))
+            sender = origins.get(cred.origin, frozenset())
+            return self._refuse(path, self._job(cred, raw, body, sender), cred, peer, sender)
         named = _named_nodes(path, body)
         refusal = identity.node_request(cred, raw, named, origins, self._node_uids(), time.time())
         return self._refuse(path, refusal, cred, peer, origins.get(cred.origin, frozenset()))
+
+    # -- reads of node state (GET /drains)
+    def read(self, path: str, header: str | None, target: str, nodes: list[str], job: str,
+             peer: str, *, job_token: bool = False) -> tuple[int, dict[str, Any]] | None:
+        """None when this GET may see the state of ``nodes``; else (401 or 403, one line).
+
+        ``job_token``: the caller checked the job token (token and node-key modes): the
+        allocation rule alone, as for /suspect. Otherwise the request carries a MUNGE
+        credential (or, node-key mode, a node's signature) over the request ``target``: a
+        node reads the nodes at its own address, a job (``job`` given) the nodes of its
+        allocation from one of them. Admins hold the serve token, checked by the caller."""
+        if job_token:
+            if not job:
+                return self._refuse(path, identity.Refusal(
+                    "unknown-job", "the job token reads only a job's own nodes: give job="),
+                    None, peer)
+            allocation, _ = self._job_allocation(job)
+            if allocation is None:
+                return self._refuse(path, identity.Refusal(
+                    "unknown-job", f"job {job} is not running"), None, peer)
+            outside = sorted(set(nodes) - allocation)
+            return self._refuse(path, identity.Refusal(
+                "outside-job", f"job {job} asked for {outside[0]}, not in its allocation")
+                if outside else None, None, peer)
+        if self.mode == "node-key" and header and header.startswith(identity.NODE_KEY_SCHEME):
+            node, refusal = identity.node_key_request(header, self.site_key, target.encode(),
+                                                      nodes, time.time(), self._used)
+            own = frozenset({node}) if refusal is None or refusal.reason != "invalid" else frozenset()
+            return self._refuse(path, refusal, None, f"{peer} as {node}" if node else peer, own)
+        if self.mode != "munge" or not header or not header.startswith(SCHEME):
+            self._count("missing", path)
+            return 401, {"error": "refused (missing): node state is shown only to its node, a job "
+                                  "of it or an admin: sign the request (docs/security.md)"}
+        try:
+            cred = munge.decode(header[len(SCHEME):].strip(), sock=self.munge_socket)
+        except munge.MungeError as exc:
+            known = exc.credential
+            return self._refuse(path, identity.Refusal(exc.word, exc.message), known, peer,
+                                addr=known.origin if known else "")
+        refusal = self._peer(cred, peer)
+        if refusal is not None:
+            return self._refuse(path, refusal, cred, peer, addr=_ipv4(peer))
+        origins = self._origin_map(cred.origin)
+        sender = origins.get(cred.origin, frozenset())
+        signed = target.encode()
+        if job:
+            allocation, uid = self._job_allocation(job)
+            refusal = identity.job_request(cred, signed, nodes, allocation, uid, self._node_uids(),
+                                           time.time(), job=job, sender_nodes=sender)
+        else:
+            refusal = identity.node_request(cred, signed, nodes, origins, self._node_uids(),
+                                            time.time())
+        return self._refuse(path, refusal, cred, peer, sender)
 
     def _node_key(self, path: str, header: str, raw: bytes, body: Any, peer: str,
                   note: Any) -> tuple[int, dict[str, Any]] | None:
@@ -192,7 +245,8 @@ class Authenticator:
             self._seen[sig] = now + 2 * identity.NODE_KEY_WINDOW
             return False
 
-    def _job(self, cred: munge.Credential | None, raw: bytes, body: Any) -> identity.Refusal | None:
+    def _job(self, cred: munge.Credential | None, raw: bytes, body: Any,
+             sender: frozenset[str] = frozenset()) -> identity.Refusal | None:
         from slurmguard.serve.drains import parse_suspect
 
         try:
@@ -208,7 +262,7 @@ class Authenticator:
             return identity.Refusal("outside-job", f"job {job} named {outside[0]}, not in its "
                                     "allocation") if outside else None
         return identity.job_request(cred, raw, named, nodes, uid, self._node_uids(), time.time(),
-                                    job=job)
+                                    job=job, sender_nodes=sender)
 
     def _refuse(self, path: str, refusal: identity.Refusal | None, cred: munge.Credential | None,
                 peer: str, own: frozenset[str] = frozenset(), *, addr: str = "",

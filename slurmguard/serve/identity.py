@@ -19,12 +19,15 @@ The rules:
   names is one whose NodeAddr (or NodeHostname) resolves to the credential's origin address:
   a host with several slurmd (multi-slurmd, one address) speaks for all of its own nodes and
   no others;
-* a job's slow-node report (/suspect) comes from the job's owner (or root/SlurmUser) and
-  names only nodes of the job's allocation.
+* a job's slow-node report (/suspect) comes from the job's owner (or root/SlurmUser) on a
+  node of that job, and names only nodes of the job's allocation;
+* a read of node state (GET /drains) is signed over the request target: a node's names only
+  the Slurm nodes at its origin address, a job's (``job=`` in the query) only nodes of its
+  allocation, under the same rule as its slow-node reports.
 
 Reasons are stable words (metric labels, ledger events): missing, invalid, expired, rewound,
 replayed, body-mismatch, wrong-uid, wrong-peer, unknown-origin, other-node, unknown-job,
-outside-job, too-large.
+outside-job, not-job-node, too-large.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from slurmguard.adapters.munge import Credential
@@ -44,7 +47,8 @@ __all__ = ["NODE_KEY_SCHEME", "NODE_KEY_WINDOW", "Refusal", "node_request", "job
 
 _NODE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")  # nodeset.validate_node_name's rule
 REASONS = ("missing", "invalid", "expired", "rewound", "replayed", "body-mismatch", "wrong-uid",
-           "wrong-peer", "unknown-origin", "other-node", "unknown-job", "outside-job", "too-large")
+           "wrong-peer", "unknown-origin", "other-node", "unknown-job", "outside-job", "not-job-node",
+           "too-large")
 
 
 @dataclass(frozen=True)
@@ -103,10 +107,12 @@ def node_request(cred: Credential, body: bytes, named: Iterable[str],
 
 def job_request(cred: Credential, body: bytes, named: Iterable[str], job_nodes: frozenset[str] | None,
                 job_uid: int | None, node_uids: Collection[int], now: float,
-                job: str = "") -> Refusal | None:
-    """None when a job's slow-node report naming ``named`` may stand; ``job_nodes`` and
-    ``job_uid`` are the job's allocation and owner from Slurm (None: Slurm knows no such
-    running job)."""
+                job: str = "", sender_nodes: frozenset[str] | None = None) -> Refusal | None:
+    """None when a job's slow-node report (or its read of ``/drains``) naming ``named`` may
+    stand; ``job_nodes`` and ``job_uid`` are the job's allocation and owner from Slurm (None:
+    Slurm knows no such running job), ``sender_nodes`` the Slurm nodes at the credential's
+    origin address (None: not checked). A job's request comes from a node of that job, whoever
+    signs it: root on another node speaks for no job."""
     refusal = _common(cred, body, now)
     if refusal is not None:
         return refusal
@@ -114,6 +120,9 @@ def job_request(cred: Credential, body: bytes, named: Iterable[str], job_nodes: 
         return Refusal("unknown-job", f"job {job or '?'} is not running")
     if cred.uid != job_uid and cred.uid not in node_uids:
         return Refusal("wrong-uid", f"uid {cred.uid} does not own job {job}")
+    if sender_nodes is not None and not sender_nodes & job_nodes:
+        return Refusal("not-job-node", f"{cred.origin} ({_names(sender_nodes) or 'no node'}) "
+                                       f"runs no part of job {job}")
     outside = sorted(set(named) - job_nodes)
     if outside:
         return Refusal("outside-job", f"job {job} named {outside[0]}, not in its allocation")
@@ -137,7 +146,8 @@ def origin_map(nodes: Iterable[tuple[str, str, str]],
 
 
 # -- node-key mode (sites on auth/slurm, without munged): slurmguard/nodekey.py signs.
-def node_key_head(header: str, site_key: bytes, now: float, seen: Callable[[str], bool],
+def node_key_head(header: str, site_key: bytes | Sequence[bytes], now: float,
+                  seen: Callable[[str], bool],
                   body_digest_: str = "") -> tuple[str, str, Refusal | None]:
     """From the header alone: (the signing node, the body digest its signature covers, None)
     when the signature may stand, else (node or "", digest, why). ``seen(sig)`` says whether
@@ -145,7 +155,10 @@ def node_key_head(header: str, site_key: bytes, now: float, seen: Callable[[str]
 
     A header of an earlier release declares no digest (``d=``): its signature can be checked
     only with the body, so the caller passes ``body_digest_`` once it has read it; without
-    it such a header comes back (node, "", None), unchecked."""
+    it such a header comes back (node, "", None), unchecked.
+
+    ``site_key`` may be several keys (a rotation: the current one, then the previous one):
+    a node key derived from any of them is taken."""
     fields = dict(part.partition("=")[::2] for part in header[len(NODE_KEY_SCHEME):].split(","))
     node, sig, digest = fields.get("node", ""), fields.get("sig", ""), fields.get("d", "")
     try:
@@ -158,7 +171,9 @@ def node_key_head(header: str, site_key: bytes, now: float, seen: Callable[[str]
         if not body_digest_:
             return node, "", None
         digest = body_digest_
-    if not hmac.compare_digest(sig, digest_sig(node_secret(site_key, node), node, t, digest)):
+    keys = (site_key,) if isinstance(site_key, bytes) else tuple(site_key)
+    if not any(hmac.compare_digest(sig, digest_sig(node_secret(k, node), node, t, digest))
+               for k in keys):
         return node, digest, Refusal("invalid", f"signature is not {node}'s over this body")
     if abs(now - t) > NODE_KEY_WINDOW:
         return node, digest, Refusal("expired", f"signed {now - t:.0f} s ago (window "
@@ -178,7 +193,7 @@ def node_key_body(node: str, digest: str, body: bytes, named: Iterable[str]) -> 
     return None
 
 
-def node_key_request(header: str, site_key: bytes, body: bytes, named: Iterable[str],
+def node_key_request(header: str, site_key: bytes | Sequence[bytes], body: bytes, named: Iterable[str],
                      now: float, seen: Callable[[str], bool]) -> tuple[str, Refusal | None]:
     """(the signing node, None) when a node-key request may stand, else (node or "", why):
     node_key_head then node_key_body, for a request whose body is at hand."""

@@ -311,7 +311,7 @@ def test_hostile_requests(hostile_serve: Any) -> None:
     for (_, code), n in ANSWERS[engine].items():
         codes[code] += n
     assert sum(codes.values()) == TRIED[engine] and max(codes) < 500, codes
-    record(f"hostile-requests-{engine}", store="SQLite" if engine == "sqlite" else "PostgreSQL",
+    record(f"hostile-requests-{engine}", mode="token", store="SQLite" if engine == "sqlite" else "PostgreSQL",
            load="-", faults="-",
            bad_inputs=(f"{TRIED[engine]} Hypothesis requests over /ingest, /permit, /healthz, "
                        f"/metrics, unknown paths and methods, raw bodies ({len(KINDS[engine])} kinds)"),
@@ -393,7 +393,7 @@ def test_huge_and_broken_bodies(hostile_serve: Any) -> None:
     assert re.match(rb"HTTP/1.[01] 4\d\d ", resp) or resp == b"", resp[:100]
     tried.append("TLS hello / binary garbage")
     assert serve.healthz()["status"] == "ok"
-    record("hostile-bodies", store="SQLite", bad_inputs="; ".join(tried),
+    record("hostile-bodies", mode="token", store="SQLite", bad_inputs="; ".join(tried),
            figures="each a one-line 4xx (413, 401, 400/411, 431, 413, 400); serve still up")
 
 

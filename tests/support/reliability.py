@@ -41,6 +41,7 @@ FORM = "long" if LONG else "ci"
 SCENARIOS: dict[str, str] = {
     "load-sqlite": "tests/soak/test_soak_ingest.py::test_load[sqlite]",
     "load-postgresql": "tests/soak/test_soak_ingest.py::test_load[postgresql]",
+    "load-sqlite-node-key": "tests/soak/test_soak_ingest.py::test_load_node_key",
     "idle-connections": "tests/soak/test_soak_ingest.py::test_idle_connections_do_not_delay_nodes",
     "slow-clients": "tests/faults/test_faults_serve.py::test_slow_and_stuck_clients_are_cut_off",
     "connection-cap": "tests/faults/test_faults_serve.py::test_connection_cap_evicts_idle_first",
