@@ -56,6 +56,7 @@ SCENARIOS: dict[str, str] = {
     "store-locked-ingest": "tests/faults/test_faults_serve.py::test_store_locked_during_ingest",
     "hostile-requests-sqlite": "tests/faults/test_hostile_serve.py::test_hostile_requests[sqlite]",
     "hostile-requests-postgresql": "tests/faults/test_hostile_serve.py::test_hostile_requests[postgresql]",
+    "hostile-requests-node-key": "tests/faults/test_hostile_serve.py::test_hostile_requests[node-key]",
     "hostile-bodies": "tests/faults/test_hostile_serve.py::test_huge_and_broken_bodies",
     "spool-full": "tests/faults/test_faults_node.py::test_spool_bound_drops_oldest_and_says_so",
     "spool-read-only": "tests/faults/test_faults_node.py::test_hook_with_read_only_spool",
