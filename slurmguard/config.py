@@ -168,7 +168,9 @@ _NOTICE: Schema = {  # drain notices to running jobs (docs/requeue.md)
                                 minimum=0.2),
     "timeout": Float(2.0, "seconds per drain poll", minimum=0.1),
     "job_token_file": Str("", "token jobs may read (group- or world-readable) that lets the "
-                              "wrapper report slow nodes to serve's /suspect only (empty: off)"),
+                              "wrapper report slow nodes to serve's /suspect and read its job's "
+                              "nodes on /drains, nothing else (serve.auth token or node-key; "
+                              "empty: off)"),
     "suspect_jobs": Int(3, "a node named slow by this many distinct jobs ...", minimum=1),
     "suspect_window": Float(7 * 86400.0, "... within this many seconds goes first to burn-in",
                             minimum=60.0),
@@ -197,8 +199,15 @@ _SERVE: Schema = {
                    "token_file (test clusters only; doctor warns). Nodes and jobs read this too"),
     "site_key_file": AbsPath("/etc/slurmguard/site.key", "serve.auth = node-key: the site key "
                              "every node's key is derived from (serve only, mode 0600)"),
+    "site_key_previous_file": Str("", "serve.auth = node-key, during a rotation: the site key "
+                                  "before site_key_file; node keys derived from either are "
+                                  "taken until this is emptied (docs/security.md, rotation)"),
     "munge_socket": Str("", "munged socket serve decodes credentials with (empty: munge's "
                             "default, /run/munge/munge.socket.2)"),
+    "munge_check_peer": Bool(True, "serve.auth = munge: refuse a credential whose origin address "
+                             "is not the connection's peer address (false only behind a proxy "
+                             "or NAT that hides the nodes' addresses; then root on a node can "
+                             "write for another: docs/security.md)"),
     "token_file": AbsPath("/etc/slurmguard/token", "shared token (serve.auth = token); must not "
                           "be world-readable"),
     "batch_size": Int(200, "records written per transaction at most", minimum=1),

@@ -20,7 +20,7 @@ from support.helpers import REPO
 from slurmguard.errors import InputError
 from slurmguard.job.notice import AskError, Drain, NoticeWatch, parse_serve_answer
 from slurmguard.policy.suspect import suspects
-from slurmguard.serve.drains import _parse_query, parse_suspect
+from slurmguard.serve.drains import parse_query, parse_suspect
 from slurmguard.store.api import EventRow
 
 NOW = 1_800_000_000.0
@@ -89,11 +89,11 @@ def test_suspect_report_any_body_is_checked(body: dict[str, Any]) -> None:
 
 
 def test_drains_query() -> None:
-    assert _parse_query({"nodes": ["n[1-3]"], "since": ["12.5"]}) == (["n1", "n2", "n3"], 12.5)
+    assert parse_query({"nodes": ["n[1-3]"], "since": ["12.5"]}) == (["n1", "n2", "n3"], 12.5)
     for q, msg in [({"nodes": ["n1;reboot"]}, "nodes"), ({"nodes": ["n1"], "since": ["inf"]}, "since"),
                    ({"nodes": ["n1", "n2"]}, "nodes: give one")]:
         with pytest.raises(InputError, match=msg):
-            _parse_query(q)
+            parse_query(q)
 
 
 def _ev(node: str, job: str, at: float) -> EventRow:

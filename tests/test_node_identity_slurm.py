@@ -23,9 +23,11 @@ from support import mungenode
 from support.helpers import require, run_sg, sg_env
 from support.reliability import record
 from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
+from support.wait import wait_for
 
-from slurmguard.adapters.serve_client import munge_signer
+from slurmguard.adapters.serve_client import munge_signer, post_json
 from slurmguard.contract import CheckResult, Health
+from slurmguard.job import notice
 from slurmguard.node.record import make_record
 from slurmguard.serve.identity import body_digest
 from slurmguard.store.api import Store
@@ -48,14 +50,18 @@ def _body(obj: Any) -> bytes:
 
 
 class Client:
+    """Posts as root on a node would: from that node's address (n1's unless told)."""
+
     def __init__(self, port: int, sockets: dict[str, str]) -> None:
         self.port, self.sockets = port, sockets
 
     def sign(self, node: str, body: bytes) -> str:
         return munge_signer(self.sockets[node])(body)
 
-    def post(self, path: str, body: bytes, auth: str) -> tuple[int, dict[str, Any]]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
+    def post(self, path: str, body: bytes, auth: str,
+             source: str = ADDRS["n1"]) -> tuple[int, dict[str, Any]]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20,
+                                          source_address=(source, 0))
         try:
             conn.request("POST", path, body=body, headers={"Authorization": auth,
                                                            "Content-Type": "application/json"})
@@ -79,7 +85,9 @@ def test_a_node_writes_only_for_itself(slurm_cluster_factory: Any, tmp_path: Pat
     # Outside pytest's 0700 tmp dir: a user on the node must reach its munged's socket.
     mdir = Path(tempfile.mkdtemp(prefix="sg-munge-"))
     mdir.chmod(0o755)
-    mungeds = {n: mungenode.NodeMunged(mdir, n, ADDRS[n]) for n in ("n1", "n2")}
+    mungeds = {n: mungenode.NodeMunged(mdir, n, ADDRS[n]) for n in ADDRS}
+    # Root on n1 runs a munged of its own with the site's key, stamping n2's address.
+    mungeds["rogue"] = mungenode.NodeMunged(mdir, "rogue", ADDRS["n2"])
     for m in mungeds.values():
         m.start()
     port = new_port()
@@ -92,8 +100,9 @@ def test_a_node_writes_only_for_itself(slurm_cluster_factory: Any, tmp_path: Pat
     try:
         cl = Client(port, {n: m.socket for n, m in mungeds.items()})
 
-        def refused(what: str, path: str, body: bytes, auth: str, code: int, reason: str) -> None:
-            status, answer = cl.post(path, body, auth)
+        def refused(what: str, path: str, body: bytes, auth: str, code: int, reason: str,
+                    source: str = ADDRS["n1"]) -> None:
+            status, answer = cl.post(path, body, auth, source)
             assert status == code and f"({reason})" in answer["error"], (what, status, answer)
             assert "\n" not in answer["error"]
             tried.append(f"{what}: {status} {answer['error'][:70]}")
@@ -110,6 +119,15 @@ def test_a_node_writes_only_for_itself(slurm_cluster_factory: Any, tmp_path: Pat
             body = _body({"records": [_rec("n2", healthy)]})
             refused(f"n1 posts n2's {'healthy' if healthy else 'failing'} record", "/ingest",
                     body, cl.sign("n1", body), 403, "other-node")
+        # The attack: a credential from the rogue munged says "n2" over n2's failing
+        # gpu-lost record, POSTed from n1's own address.
+        lost = CheckResult("gpu-lost", Health.UNHEALTHY, "GPU 3 fell off the bus")
+        body = _body({"records": [make_record("n2", "healthcheck", [lost], "drain",
+                                              "slurmguard: gpu-lost: GPU 3 fell off the bus")]})
+        refused("root on n1 forges n2's origin over n2's gpu-lost record", "/ingest", body,
+                cl.sign("rogue", body), 403, "wrong-peer")
+        refused("n1's credential sent from another host (127.0.0.1)", "/ingest", own,
+                cl.sign("n1", own), 403, "wrong-peer", source="127.0.0.1")
         # One of its own and one of n2's in one request: the whole request is refused.
         body = _body({"records": [_rec("n1", True), _rec("n2", False)]})
         refused("n1's record with n2's in one request", "/ingest", body, cl.sign("n1", body),
@@ -159,15 +177,61 @@ def test_a_node_writes_only_for_itself(slurm_cluster_factory: Any, tmp_path: Pat
         for _ in range(flood):
             body = _body({"records": [_rec("n2", False)]})
             assert cl.post("/ingest", body, cl.sign("n1", body))[0] == 403
-        sec = [e for e in store.nodes.events(node="n1", kinds=("security",))]
-        by_reason: dict[str, int] = {}
-        for e in sec:
-            by_reason[e.details["reason"]] = by_reason.get(e.details["reason"], 0) + 1
-        assert by_reason == {"other-node": 1, "replayed": 1, "body-mismatch": 1, "wrong-uid": 1,
-                             "outside-job": 1}, by_reason
+        want = {"other-node": 1, "replayed": 1, "body-mismatch": 1, "wrong-uid": 1,
+                "outside-job": 1, "wrong-peer": 1}
+
+        def by_reason() -> dict[str, int]:
+            out: dict[str, int] = {}
+            for e in store.nodes.events(node="n1", kinds=("security",)):
+                out[e.details["reason"]] = out.get(e.details["reason"], 0) + 1
+            return out
+        # Refusals from the head are written by serve's ledger thread, a moment later.
+        wait_for(lambda: by_reason() == want, 10, what=f"ledger rows {want}, have {by_reason()}")
         assert srv.metric("slurmguard_auth_refusals_total", reason="other-node") == flood + 4
         assert srv.metric("slurmguard_auth_refusals_total", reason="missing") == 1
+        assert srv.metric("slurmguard_auth_refusals_total", reason="wrong-peer") == 2
         assert store.nodes.events(node="n2", kinds=("security",)) == []
+        assert not c.node("n2").drained and store.nodes.events(node="n2") == []
+        c.run("scancel", job)
+
+        # Every node's honest writes, through the nodes' own client (which sends from its
+        # munged's origin address): records, permits, and a job's suspects.
+        job = c.sbatch("#!/bin/sh\nsleep 120\n", "-w", "n2,n3", "-N", "2")
+        c.wait_job(job, ("RUNNING",), timeout=60)
+        time.sleep(2.5)
+        url = f"http://127.0.0.1:{port}"
+        for node in ADDRS:
+            signer = munge_signer(mungeds[node].socket)
+            assert signer.source_address() == ADDRS[node]
+            answer = post_json(f"{url}/ingest", signer, {"records": [_rec(node, True)]}, 20)
+            assert len(answer["stored"]) == 1, (node, answer)
+            # Answered by the guard (n1 holds the one slot of the hour): a 403 would raise.
+            answer = post_json(f"{url}/permit", signer,
+                               {"node": node, "check": "gpu-xid", "reason": XID}, 20)
+            assert answer["allow"] is (node == "n1") and "refused" not in str(answer), answer
+            if node != "n1":
+                report = dict(suspect, job=job, nodes=[dict(suspect["nodes"][0], node=node)])
+                answer = post_json(f"{url}/suspect", signer, report, 20)
+                assert answer["recorded"] == [node], (node, answer)
+        # Node state is shown only to a credential (the wrapper's own client, notice.py): the
+        # job reads its nodes from a node of the job; root on n1 reads n1, not the job's.
+        nodes, since = ["n2", "n3"], time.time() - 600
+        signer = {n: munge_signer(mungeds[n].socket) for n in ADDRS}
+        assert notice.serve_asker(url, 20, auth=signer["n2"], job=job)(nodes, since) == []
+        assert notice.serve_asker(url, 20, auth=signer["n1"])(["n1"], since) == []
+        for what, ask, reason in (
+                ("no credential", notice.serve_asker(url, 20, job=job), "401"),
+                ("root on n1 reads the job's nodes", notice.serve_asker(
+                    url, 20, auth=signer["n1"], job=job), "403"),
+                ("root on n1 reads n2's", notice.serve_asker(url, 20, auth=signer["n1"]), "403")):
+            with pytest.raises(notice.AskError, match=f"serve answered {reason}"):
+                ask(nodes, since)
+            tried.append(f"/drains, {what}: {reason}")
+        body = _body(dict(suspect, job=job, nodes=[dict(suspect["nodes"][0], node="n2")]))
+        status, answer = cl.post("/suspect", body, cl.sign("n1", body))
+        assert status == 403 and "(not-job-node)" in answer["error"], answer
+        tried.append(f"root on n1 reports n2 slow in a job on n2,n3: {answer['error'][:60]}")
+        assert srv.metric("slurmguard_auth_refusals_total", reason="not-job-node") == 2
         c.run("scancel", job)
 
         # doctor on a node: its munged's origin must be one of this host's NodeAddr.
@@ -187,6 +251,7 @@ def test_a_node_writes_only_for_itself(slurm_cluster_factory: Any, tmp_path: Pat
         for m in mungeds.values():
             m.stop()
         shutil.rmtree(mdir, ignore_errors=True)
-    record("node-identity", store="SQLite", bad_inputs="; ".join(tried), lost=0, duplicated=0,
-           figures=f"{len(tried)} hostile writes refused, 0 rows or Slurm changes; "
+    record("node-identity", store="SQLite", mode="munge", bad_inputs="; ".join(tried), lost=0, duplicated=0,
+           figures=f"{len(tried)} hostile writes refused (the forged-origin attack among them), "
+                   f"0 rows or Slurm changes; every node's records, permits, suspects pass; "
                    f"a flood of {flood}: 1 ledger row")

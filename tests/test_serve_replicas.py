@@ -62,7 +62,7 @@ def test_a_permit_storm_over_three_replicas_allows_exactly_the_cap(
             store.close()
         permits = [e.node for e in events if e.kind == "permit"]
         refused = [e.node for e in events if e.kind == "drain_refused"]
-        record("replica-permit-storm", store="PostgreSQL, 3 serve replicas",
+        record("replica-permit-storm", mode="token", store="PostgreSQL, 3 serve replicas",
                load="100 nodes of one partition ask a permit at once, 48 threads round-robin",
                faults="a shared fault on a whole partition", lost=None,
                figures=(f"{allowed} allowed (cap {CAP}), {len(refused)} refused, "
@@ -121,7 +121,7 @@ def test_a_replica_killed_mid_storm_leaves_the_cap_exact(
         finally:
             store.close()
         granted = {NODES[i] for i, a in enumerate(answers) if a}
-        record("replica-killed-mid-storm", store="PostgreSQL, 3 serve replicas",
+        record("replica-killed-mid-storm", mode="token", store="PostgreSQL, 3 serve replicas",
                load="100 permits in flight from 48 threads, each node trying its replicas in turn",
                faults="kill -9 of one replica after 20 answers",
                figures=(f"{len(permits)} permits stored (cap {CAP}), {len(granted)} answered "
@@ -178,7 +178,7 @@ def test_ingest_over_three_replicas_with_the_leader_killed_loses_nothing(
               f"{dup} duplicated; {sum(ld.failures for ld in loads)} POSTs failed and were "
               "spooled and replayed")
         seconds = max(ld.seconds for ld in loads)
-        record("replica-leader-killed", store="PostgreSQL, 3 serve replicas",
+        record("replica-leader-killed", mode="token", store="PostgreSQL, 3 serve replicas",
                load=f"3 x {REPLICA_CLIENTS} clients x {seconds:.0f} s, batches of 5",
                faults="kill -9 of the leader replica mid-load", lost=lost, duplicated=dup,
                figures=(f"{len(made) / seconds:.0f} records/s offered; another replica led "
@@ -303,7 +303,7 @@ def test_a_failover_to_the_streaming_standby_loses_nothing(slurm_cluster_factory
     print(f"\nfailover: promote {promote:.2f} s, a node's POST stored {gap:.2f} s after the crash, "
           f"the leader's lock there {times['lock'] - times['crash']:.1f} s after it; {len(made)} records, {lost} lost, "
           f"{dup} duplicated; {failures} POSTs spooled and replayed")
-    record("postgresql-failover", store="PostgreSQL, primary + synchronous standby",
+    record("postgresql-failover", mode="token", store="PostgreSQL, primary + synchronous standby",
            load=(f"2 replicas x {FAILOVER_CLIENTS} clients x {FAILOVER_SECONDS:.0f} s, "
                  "batches of 5"),
            faults=("primary crashed (immediate stop) mid-load, standby promoted "

@@ -92,3 +92,4 @@ def test_serve_runs_unprivileged_with_tls_and_its_own_files(serve_user):
         p = store_dir / f
         if p.exists():
             assert p.stat().st_uid == uid
+

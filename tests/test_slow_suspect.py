@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from support.drain_notice import Job, Setup, sg
+from support.sgserve import TOKEN
 from support.wait import wait_for
 
 from slurmguard.store import Store
@@ -125,19 +126,32 @@ def test_suspect_refuses_forged_or_malformed_reports(slurm_cluster_factory: Any,
         assert code == 403 and ans["error"].startswith("refused (unknown-job)"), ans
         assert post("/suspect", good, job_tok) == (200, {"recorded": ["n2"], "duplicate": []})
         assert post("/suspect", good, job_tok) == (200, {"recorded": [], "duplicate": ["n2"]})
-        # GET /drains: bad input is one line; the answer needs no token.
-        for q, want in [("nodes=n[1-", "nodes:"), ("nodes=n1&since=soon", "since:")]:
+        # GET /drains shows node state only to a credential: none is refused; the job token
+        # reads its job's nodes only; the serve token (admins) reads any. Bad input is one line.
+        def get(q: str, tok: str | None) -> tuple[int, dict[str, Any]]:
+            req = urllib.request.Request(f"{s.serve.url}/drains?{q}", headers=(
+                {"Authorization": f"Bearer {tok}"} if tok else {}))
             try:
-                urllib.request.urlopen(f"{s.serve.url}/drains?{q}", timeout=10)
-                raise AssertionError(q)
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    return r.status, json.loads(r.read())
             except urllib.error.HTTPError as e:
-                assert e.code == 400 and json.loads(e.read())["error"].startswith(want)
+                return e.code, json.loads(e.read())
+
+        assert get("nodes=n[1-3]&since=0", None)[0] == 401
+        assert get("nodes=n[1-3]&since=0", "not-the-token-0123456789")[0] == 401
+        code, ans = get("nodes=n[1-3]&since=0", job_tok)
+        assert code == 403 and ans["error"].startswith("refused (unknown-job)"), ans
+        code, ans = get(f"nodes=n[1-3]&since=0&job={job}", job_tok)
+        assert code == 403 and ans["error"].startswith("refused (outside-job)"), ans
+        code, ans = get(f"nodes=n2&since=0&job={job}", job_tok)
+        assert code == 200 and ans["complete"] is True, ans
+        for q, want in [("nodes=n[1-", "nodes:"), ("nodes=n1&since=soon", "since:")]:
+            code, ans = get(q, TOKEN)
+            assert code == 400 and ans["error"].startswith(want), ans
         s.c.run("scontrol", "update", "nodename=n3", "state=drain", "reason=maintenance")
 
         def drains() -> dict[str, Any] | None:  # serve's view is at most a ttl old (serve.md)
-            with urllib.request.urlopen(f"{s.serve.url}/drains?nodes=n[1-3]&since=0",
-                                        timeout=10) as r:
-                ans = json.loads(r.read())
+            ans = get("nodes=n[1-3]&since=0", TOKEN)[1]
             return ans if ans["drains"] else None
 
         ans = wait_for(drains, 30, what="n3's drain in /drains")

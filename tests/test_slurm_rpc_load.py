@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from support.helpers import REPO, run_sg, sg_env
 from support.pgserver import pg_server  # noqa: F401  (fixture)
-from support.sgserve import Serve, new_port, new_store, write_config
+from support.sgserve import Serve, job_token_line, new_port, new_store, write_config
 from support.wait import wait_for
 
 pytestmark = pytest.mark.slurm
@@ -80,8 +80,9 @@ def reads_while_recording(c: Any, cfg: Path, every: float, sent: list[int]) -> i
         t.join()
 
 
-def serve_extra_config(port: int) -> str:
-    """The hooks' prolog check and the jobs' drain notices from serve at ``port``."""
+def serve_extra_config(port: int, d: Path) -> str:
+    """The hooks' prolog check and the jobs' drain notices from serve at ``port`` (the job
+    token under ``d`` their credential)."""
     return f"""
 prolog = ["fs-mount"]
 [checks.fs]
@@ -89,6 +90,7 @@ mounts = ["/"]
 [notice]
 serve_url = "http://127.0.0.1:{port}"
 interval = 0.5
+{job_token_line(d)}
 """
 
 
@@ -99,7 +101,7 @@ def test_serve_reads_slurm_once_per_ttl_whatever_the_jobs_and_records(
         slurm_cluster_factory: Any, tmp_path: Path) -> None:
     port = new_port()
     cfg = write_config(tmp_path, store_url=new_store(tmp_path), port=port,
-                       extra=serve_extra_config(port), serve_extra=f"slurm_view_ttl = {TTL}")
+                       extra=serve_extra_config(port, tmp_path), serve_extra=f"slurm_view_ttl = {TTL}")
     c = slurm_cluster_factory(nodes=4, gpu_partition="OverSubscribe=FORCE:8")
     c.env.update(PYTHONPATH=str(REPO), SLURMGUARD_CONFIG=str(cfg))
     serve = Serve(cfg, port, env={"SLURM_CONF": str(c.conf_path)}).start()
@@ -141,7 +143,7 @@ def test_two_replicas_read_slurm_at_one_rate_with_and_without_jobs(
     cfgs = []
     for d, port in zip(dirs, ports, strict=True):
         d.mkdir()
-        cfgs.append(write_config(d, store_url=url, port=port, extra=serve_extra_config(ports[1]),
+        cfgs.append(write_config(d, store_url=url, port=port, extra=serve_extra_config(ports[1], d),
                                  serve_extra=f"slurm_view_ttl = {TTL}"))
     c = slurm_cluster_factory(nodes=4, gpu_partition="OverSubscribe=FORCE:8")
     c.env.update(PYTHONPATH=str(REPO), SLURMGUARD_CONFIG=str(cfgs[0]))

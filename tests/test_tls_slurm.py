@@ -104,7 +104,7 @@ exec {" ".join(shlex.quote(a) for a in sg_argv("prolog"))}
     assert {n: cluster.node(n).drained for n in cfgs} == {"n1": False, "n2": False, "n3": False}
     spooled = {n: len(spool_files.pending(str(tmp_path / n / "spool"))) for n in ("n2", "n3")}
     reliability.record(
-        "tls-certificate-refused", store="sqlite",
+        "tls-certificate-refused", mode="token", store="sqlite",
         load=f"real Slurm, 3 nodes: {len(jobs)} prologs by slurmd, {len(cfgs)} health checks",
         bad_inputs="n2: a CA that did not issue serve's certificate; n3: a URL host "
                    "(127.0.0.1) not among its names",

@@ -24,8 +24,8 @@ def _auto_role(conf: dict[str, str]) -> str:
                    "hook-unrunnable marker aside (to hook-unrunnable.log.1) and clear the "
                    "node's 'slurmguard: hook-unrunnable' Comment in Slurm.")
 @click.option("--node", "node_name", metavar="NAME",
-              help="This host's Slurm node name, for --ack (default $SLURMD_NODENAME, else "
-                   "the short hostname).")
+              help="This host's Slurm node name, for --ack and the node-key check (default "
+                   "$SLURMD_NODENAME, else the short hostname).")
 @click.pass_context
 def doctor_cmd(ctx: click.Context, role: str | None, as_json: bool, ack: bool,
                node_name: str | None) -> int:
@@ -72,6 +72,8 @@ def doctor_cmd(ctx: click.Context, role: str | None, as_json: bool, ack: bool,
             click.echo(f"slurmguard: warning: node {name}: Comment not cleared ({exc.message})",
                        err=True)
     doc = Doctor(role or "node", cfg)
+    if node_name:
+        doc.node = node_name
     if role is None:
         doc.read_slurm()
         doc.role = _auto_role(doc.conf)

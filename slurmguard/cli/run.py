@@ -77,7 +77,8 @@ def _drain_watch(cfg, on: bool):  # type: ignore[no-untyped-def]
     if url:
         try:
             askers.append(("serve", notice.serve_asker(url, float(cfg["notice.timeout"]),
-                                                       str(cfg["serve.tls_ca"])),
+                                                       str(cfg["serve.tls_ca"]), _job_auth(cfg),
+                                                       os.environ.get("SLURM_JOB_ID", "")),
                            float(cfg["notice.interval"])))
         except InputError as exc:
             click.echo(f"slurmguard run: {exc.message}; asking Slurm only", err=True)
@@ -88,6 +89,21 @@ def _drain_watch(cfg, on: bool):  # type: ignore[no-untyped-def]
     backoff = (max(float(cfg["notice.slurm_interval_max"]), float(cfg["notice.slurm_interval"]))
                if len(askers) > 1 else None)
     return lambda started: notice.NoticeWatch(nodes, started - 60.0, askers, backoff_max=backoff)
+
+
+def _job_auth(cfg):  # type: ignore[no-untyped-def]
+    """What the wrapper signs its requests to serve with: a MUNGE credential of the job's
+    user (serve.auth = "munge"), else the job token (notice.job_token_file), else None (serve
+    then refuses its reads of /drains and the wrapper asks Slurm)."""
+    from slurmguard.adapters.serve_client import DeliveryError, munge_signer, read_token
+
+    if str(cfg["serve.auth"]) == "munge":
+        return munge_signer(str(cfg["hooks.munge_socket"]))
+    try:
+        return read_token(str(cfg["notice.job_token_file"])) if cfg["notice.job_token_file"] else None
+    except DeliveryError as exc:
+        click.echo(f"slurmguard run: {exc}; drain notices from Slurm only", err=True)
+        return None
 
 
 def _slow_reporter(cfg):  # type: ignore[no-untyped-def]

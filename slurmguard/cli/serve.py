@@ -69,6 +69,49 @@ def node_key_cmd(ctx: click.Context, node: str) -> None:
     click.echo(node_secret(key.encode(), node))
 
 
+@serve_cmd.command("node-keys")
+@click.option("--out", "out_dir", required=True, metavar="DIR",
+              help="Directory to write one NODE.key per node into (created mode 0700).")
+@click.option("--nodes", metavar="SET", help="Nodes, e.g. gpu[001-512] (default: every node "
+                                             "Slurm knows).")
+@click.pass_context
+def node_keys_cmd(ctx: click.Context, out_dir: str, nodes: str | None) -> None:
+    """Write the key of every node (serve.auth = "node-key") into DIR, one NODE.key file each
+    (mode 0600), for the site's configuration management to install as each node's
+    hooks.node_key_file. Derived from serve.site_key_file; run it again after a rotation
+    (docs/security.md, "Rotation").
+
+    \b
+    Example:
+      slurmguard serve node-keys --out /srv/cm/files/slurmguard-keys
+      slurmguard serve node-keys --out /tmp/keys --nodes 'gpu[001-064]'
+    """
+    import os
+
+    from slurmguard import config
+    from slurmguard.atomic import write_atomic
+    from slurmguard.nodekey import node_secret
+    from slurmguard.nodeset import expand, validate_node_name
+    from slurmguard.serve.token import load_token
+
+    cfg = config.load((ctx.find_root().obj or {}).get("config_path"))
+    key = load_token(str(cfg["serve.site_key_file"]), key="serve.site_key_file").encode()
+    if nodes:
+        names = expand(nodes, source="--nodes")
+    else:
+        from slurmguard.adapters.slurm.commands import SlurmCLI
+
+        names = [n.name for n in SlurmCLI(cfg.section("slurm")).nodes()]
+    for name in names:
+        validate_node_name(name)
+    os.makedirs(out_dir, mode=0o700, exist_ok=True)
+    os.chmod(out_dir, 0o700)
+    for name in names:
+        write_atomic(os.path.join(out_dir, f"{name}.key"), (node_secret(key, name) + "\n").encode(),
+                     mode=0o600)
+    click.echo(f"{len(names)} node keys written to {out_dir} (one NODE.key each, mode 0600)")
+
+
 @serve_cmd.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
@@ -217,10 +260,13 @@ def _server(cfg: Config, store: Any, token: str, metrics: Any, fleet: Any,
     routes: dict[str, Any] = {"/permit": fleet.permit} if fleet is not None else {}
     # Running jobs ask which of their nodes are drained, and report slow ones (docs/requeue.md).
     drain_view = DrainView(store, slurm, cache_s=0.0)  # slurm: serve's one cached read
-    site_key = (load_token(str(scfg["site_key_file"]), key="serve.site_key_file").encode()
-                if scfg["auth"] == "node-key" else b"")
+    site_key: tuple[bytes, ...] = ()
+    if scfg["auth"] == "node-key":  # the current site key, then the previous one (rotation)
+        site_key = tuple(load_token(str(scfg[k]), key=f"serve.{k}").encode()
+                         for k in ("site_key_file", "site_key_previous_file") if scfg[k])
     auth = Authenticator(str(scfg["auth"]), slurm, store, metrics,
-                         munge_socket=str(scfg["munge_socket"]), site_key=site_key)
+                         munge_socket=str(scfg["munge_socket"]), site_key=site_key,
+                         check_peer=bool(scfg["munge_check_peer"]))
     routes["/suspect"] = drain_view.suspect
     job_token = (load_token(str(cfg["notice.job_token_file"]), job=True)
                  if cfg["notice.job_token_file"] else "")

@@ -24,7 +24,8 @@ def _config(ctx: click.Context, prefix: str) -> tuple[str, bytes | None, object]
     path = os.path.abspath(given) if given else under(prefix, CONFIG_FILE)
     if os.path.exists(path):
         return path, None, config.load(path)
-    content = observing_first(render().encode() if prefix in ("", "/") else prefixed_config(prefix))
+    content = observing_first(render().encode() if prefix in ("", "/") else prefixed_config(
+        prefix, _prefix_serve_user()))
     # Validate the config we would create exactly as the hooks will load it.
     with tempfile.NamedTemporaryFile("wb", suffix=".toml", delete=False) as fh:
         fh.write(content)
@@ -33,6 +34,48 @@ def _config(ctx: click.Context, prefix: str) -> tuple[str, bytes | None, object]
     finally:
         os.unlink(fh.name)
     return path, content, cfg
+
+
+def _prefix_serve_user() -> str:
+    """serve's user below --prefix (no user is created there): SlurmUser when this host has
+    it (Slurm lets it drain with or without accounting), else root."""
+    from slurmguard.adapters.slurm.conf import slurm_user
+    from slurmguard.install.plan import slurm_settings
+    from slurmguard.install.serveuser import exists
+
+    conf, _ = slurm_settings()
+    user = slurm_user(conf) if conf else "root"
+    return user if exists(user) else "root"
+
+
+def _serve_user(role: str, path: str, content: bytes | None, cfg: object) -> tuple[bytes | None, object]:
+    """`setup controller` on a cluster without accounting: serve must run as a user Slurm
+    lets drain (install/serveuser.day_one_user). A config setup creates now gets that
+    user; an existing one naming another stops setup with the one command to run."""
+    from slurmguard import config
+    from slurmguard.errors import ConfigError
+    from slurmguard.install.plan import slurm_settings
+    from slurmguard.install.serveuser import day_one_user, fix_command, with_serve_user
+
+    if role != "controller":
+        return content, cfg
+    user = str(cfg["serve.user"])  # type: ignore[index]
+    conf, _ = slurm_settings()
+    chosen, why = day_one_user(user, conf)
+    if chosen == user:
+        return content, cfg
+    if content is None:
+        raise ConfigError(f"serve.user {user} could not drain or reboot a node: {why}; run: "
+                          f"{fix_command(path, chosen)}   (then setup controller again)")
+    text = with_serve_user(content, chosen).decode()
+    with tempfile.NamedTemporaryFile("wb", suffix=".toml", delete=False) as fh:
+        fh.write(text.encode())
+    try:
+        cfg = config.load(fh.name)
+    finally:
+        os.unlink(fh.name)
+    click.echo(f"serve.user = \"{chosen}\" in the new config: {why}")
+    return text.encode(), cfg
 
 
 def _mode(step: object) -> str:
@@ -68,6 +111,7 @@ def setup_cmd(ctx: click.Context, role: str, prefix: str, dry_run: bool) -> int:
 
     exe = planmod.slurmguard_executable()
     config_file, content, cfg = _config(ctx, prefix)
+    content, cfg = _serve_user(role, config_file, content, cfg)
     if role == "controller" and not dry_run and prefix in ("", "/"):
         from slurmguard.install.serveuser import create_step
 

@@ -52,6 +52,7 @@ class Doctor:
         self.conf: dict[str, str] = {}
         self.conf_source = ""
         self.hook_env: dict[str, str] | None = None  # what the entry scripts give slurmguard
+        self.node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
 
     # -- helpers -------------------------------------------------------------------------------
     def add(self, name: str, ok: bool | None, detail: str, fix: str = "") -> None:
@@ -398,9 +399,13 @@ class Doctor:
             return
         if str(self.cfg["serve.auth"]) == "node-key":
             key = "hooks.node_key_file" if self.role == "node" else "serve.site_key_file"
-            self._token("serve.auth", str(self.cfg[key]), "slurmguard serve node-key NODE on the "
-                        "controller; install the line as hooks.node_key_file (root, 0600)"
-                        if self.role == "node" else "create it: 32 random bytes, mode 0600")
+            self._token("serve.auth", str(self.cfg[key]), "slurmguard serve node-keys --out DIR "
+                        "on the controller; install DIR/NODE.key as hooks.node_key_file (root, "
+                        "0600)" if self.role == "node" else "create it: 32 random bytes, mode 0600")
+            if self.role == "node" and self.items[-1].status != FAIL:
+                from slurmguard.install import doctor_nodekey
+
+                doctor_nodekey.check(self, self.node)
             return
         from slurmguard.adapters import munge
 

@@ -182,8 +182,9 @@ def observing_first(content: bytes) -> bytes:
     return (text.rstrip("\n") + "\n\n[policy]\n" + OBSERVE_FIRST).encode()
 
 
-def prefixed_config(prefix: str) -> bytes:
-    """The config `setup --prefix DIR` writes when there is none: every path below DIR."""
+def prefixed_config(prefix: str, serve_user: str = "root") -> bytes:
+    """The config `setup --prefix DIR` writes when there is none: every path below DIR;
+    serve runs as ``serve_user`` (root, or SlurmUser: users that exist already)."""
     p = os.path.abspath(prefix)
     return (f"""# Written by `slurmguard setup --prefix {p}`: every path of the installation lives below
 # {p}. All other keys keep their defaults (see slurmguard.toml.example beside this file).
@@ -198,8 +199,9 @@ path = "{p}/var/lib/slurmguard/slurmguard.db"
 [serve]
 token_file = "{p}/etc/slurmguard/token"
 # --prefix never creates host users (serve.user's default, slurmguard, is created by a setup
-# of the whole host): an installation below a directory runs serve as root.
-user = "root"
+# of the whole host): an installation below a directory runs serve as SlurmUser (Slurm lets
+# it drain and reboot) when this host has it, else as root.
+user = "{serve_user}"
 
 [requeue]
 state_file = "{p}/var/lib/slurmguard/requeue-watch.json"

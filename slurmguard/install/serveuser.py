@@ -15,6 +15,7 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+from collections.abc import Mapping
 from typing import Any
 
 from slurmguard.install.steps import ROOT, ActionStep, Owner
@@ -107,6 +108,49 @@ def store_file_step(path: str, own: Owner) -> ActionStep:
     return ActionStep("store file owner", probe, run)
 
 
+def has_accounting(conf: Mapping[str, str]) -> bool:
+    """Whether slurm.conf records to an accounting storage (slurmdbd): only then can a user
+    be made a Slurm Admin (``sacctmgr ... adminlevel=Admin``)."""
+    kind = conf.get("accountingstoragetype", "").strip().lower()
+    return kind not in ("", "none", "accounting_storage/none")
+
+
+def day_one_user(user: str, conf: Mapping[str, str]) -> tuple[str, str]:
+    """(the user serve should run as, why it differs from ``user``; "" when it does not).
+
+    Slurm lets only SlurmUser, root and accounting Admins drain, undrain and reboot. On a
+    cluster without accounting no user can be made an Admin, so a ``serve.user`` that is
+    neither SlurmUser nor root could not act on its first day: SlurmUser is the choice there.
+    With accounting (or slurm.conf unreadable) ``user`` stands: `doctor controller` checks its
+    AdminLevel."""
+    from slurmguard.adapters.slurm.conf import slurm_user
+
+    if not conf or user in ("", "root") or has_accounting(conf):
+        return user, ""
+    slurm = slurm_user(conf)
+    if user == slurm:
+        return user, ""
+    kind = conf.get("accountingstoragetype", "") or "unset"
+    return slurm, (f"this cluster has no accounting (AccountingStorageType {kind}), so Slurm "
+                   f"lets only SlurmUser ({slurm}) and root drain and reboot, and "
+                   f"{user} cannot be made a Slurm Admin")
+
+
+def with_serve_user(content: bytes, user: str) -> bytes:
+    """The example config (install/config_example.render) with ``[serve] user`` set."""
+    text = content.decode()
+    head = text.index("\n[serve]\n")
+    at = text.index('\n#user = "', head)
+    return (text[:at] + f'\nuser = "{user}"' + text[text.index("\n", at + 1):]).encode()
+
+
+def fix_command(config_file: str, user: str) -> str:
+    """The one command that makes serve run as ``user`` (a conf.d drop-in beside the config,
+    which overrides it key by key)."""
+    confd = os.path.join(os.path.dirname(config_file), "conf.d", "serve-user.toml")
+    return (f"printf '[serve]\\nuser = \"{user}\"\\n' | install -D -m 0644 /dev/stdin {confd}")
+
+
 def doctor_item(doc: Any) -> None:
     """doctor controller: may serve.user drain? SlurmUser and root may; anyone else must be a
     Slurm Admin in accounting (asked with sacctmgr beside the configured sacct)."""
@@ -124,6 +168,11 @@ def doctor_item(doc: Any) -> None:
     if user == slurm:
         doc.add("serve user", True, f"{user} is SlurmUser: Slurm lets it drain and reboot")
         return
+    chosen, why = day_one_user(user, doc.conf or {})
+    if chosen != user:  # no accounting: no AdminLevel to give; only SlurmUser or root act
+        doc.add("serve user", False, f"{user}: {why}",
+                f"run: {fix_command(_config_file(doc.cfg), chosen)}")
+        return
     level = _admin_level(user, str(doc.cfg["slurm.sacct"]))
     detail = f"{user}: SlurmUser is {slurm or '(unknown)'}; AdminLevel {level}"
     fix = (f"serve cannot drain or reboot as {user} unless it is a Slurm Admin: sacctmgr -i "
@@ -133,6 +182,11 @@ def doctor_item(doc: Any) -> None:
         doc.add_warning("serve user", detail, fix)
     else:
         doc.add("serve user", level == "Administrator", detail, fix)
+
+
+def _config_file(cfg: Any) -> str:
+    sources = [s for s in getattr(cfg, "sources", []) if "conf.d" not in s]
+    return sources[0] if sources else "/etc/slurmguard/slurmguard.toml"
 
 
 def _admin_level(user: str, sacct: str) -> str:

@@ -114,10 +114,15 @@ def parse_serve_answer(doc: object, asked: set[str], now: float) -> list[Drain]:
     return out
 
 
-def serve_asker(url: str, timeout: float,
-                ca: str = "") -> Callable[[Sequence[str], float], list[Drain]]:
+def serve_asker(url: str, timeout: float, ca: str = "", auth: Any = None,
+                job: str = "") -> Callable[[Sequence[str], float], list[Drain]]:
     """Ask serve at ``url`` (its base, e.g. http://ctl:8742) for drains of nodes since a time;
-    an https URL is verified against ``ca`` (serve.tls_ca) like every client of serve."""
+    an https URL is verified against ``ca`` (serve.tls_ca) like every client of serve.
+
+    serve shows node state only to a caller with a credential (docs/security.md): ``auth`` is
+    the job token, or a signer of the request target (serve_client.munge_signer: the job's
+    user's MUNGE credential, sent from the node's address); ``job`` the job's id, which serve
+    checks the nodes and the signer against."""
     import http.client
     import urllib.parse
 
@@ -128,13 +133,22 @@ def serve_asker(url: str, timeout: float,
         raise InputError(f"notice.serve_url: not an http(s) URL: {url!r}")
 
     def ask(nodes: Sequence[str], since: float) -> list[Drain]:
-        query = urllib.parse.urlencode({"nodes": fold(nodes), "since": f"{since:.3f}"})
+        fields = {"nodes": fold(nodes), "since": f"{since:.3f}"}
+        if job:
+            fields["job"] = job
+        target = f"{u.path.rstrip('/')}/drains?{urllib.parse.urlencode(fields)}"
+        headers, source = {}, ""
         try:
-            conn = connection(url, timeout, ca)
+            if callable(auth):
+                headers["Authorization"] = auth(target.encode())
+                source = auth.source_address() if hasattr(auth, "source_address") else ""
+            elif auth:
+                headers["Authorization"] = f"Bearer {auth}"
+            conn = connection(url, timeout, ca, source)
         except DeliveryError as exc:
             raise AskError(str(exc)) from None
         try:
-            conn.request("GET", f"{u.path.rstrip('/')}/drains?{query}")
+            conn.request("GET", target, headers=headers)
             resp = conn.getresponse()
             body = resp.read(1 << 20)
         except (OSError, http.client.HTTPException) as exc:

@@ -7,8 +7,11 @@ call per ``cache_s``) answers every job, so slurmctld sees one poller however ma
 the store's drain events since ``T`` add who drained and exactly when. Slurm's DRAIN flag is
 the truth for "drained now" (an admin's or the reconciler's drain reaches the store only
 through Slurm); when serve's Slurm view fails the answer says ``complete: false`` with the
-store's drains, and the wrapper asks Slurm itself. No token is needed: the answer is what
-``sinfo -R`` shows any user.
+store's drains, and the wrapper asks Slurm itself. The answer is what ``sinfo -R`` shows, but
+with who drained and why from the ledger, so it is shown only to a caller with a credential
+(serve/auth.py ``read``): the wrapper names its job (``job=``) and signs the request target
+with its user's MUNGE credential from a node of the job (or sends the job token), a node its
+own nodes, an admin (the serve token) any.
 
 ``POST /suspect`` takes the wrapper's slow-node evidence (the job, per node its median step
 time, the ratio to the job's median, its ranks) with the *job token* (``notice.job_token_file``,
@@ -55,7 +58,7 @@ class DrainView:
     def drains(self, query: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
         """Answer ``GET /drains``: (HTTP status, JSON object)."""
         try:
-            nodes, since = _parse_query(query)
+            nodes, since = parse_query(query)
         except InputError as exc:
             return 400, {"error": exc.message}
         wanted = set(nodes)
@@ -107,7 +110,8 @@ class DrainView:
         return {"recorded": recorded, "duplicate": duplicate}
 
 
-def _parse_query(query: dict[str, list[str]]) -> tuple[list[str], float]:
+def parse_query(query: dict[str, list[str]]) -> tuple[list[str], float]:
+    """(the nodes asked about, since) of a /drains query; InputError naming the field."""
     raw = query.get("nodes", [""])
     if len(raw) != 1:
         raise InputError("nodes: give one node set")
@@ -133,6 +137,15 @@ def _number(value: Any, field: str, lo: float, hi: float) -> float:
             or not lo <= value <= hi:
         raise InputError(f"{field}: expected a number in [{lo:g}, {hi:g}], got {str(value)[:40]!r}")
     return float(value)
+
+
+def query_job(query: dict[str, list[str]]) -> str:
+    """The ``job=`` of a /drains query ("" when none); InputError when it is no job id."""
+    raw = query.get("job", [""])
+    job = raw[-1] if len(raw) == 1 else "?"
+    if job and not _JOB.fullmatch(job):
+        raise InputError(f"job: expected a Slurm job id, got {job[:40]!r}")
+    return job
 
 
 def parse_suspect(body: Any) -> tuple[str, float, list[dict[str, Any]]]:

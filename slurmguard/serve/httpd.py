@@ -22,8 +22,10 @@ timeout, so idle or slow clients (slowloris) pile up threads until real nodes wa
   sending a body it was refused (a 100 MB
   upload) reads the 413 instead of a connection reset.
 
-``early`` is the owner's callback: ``early(method, path, headers) -> (status, obj) | None``;
-``None`` means "read the body and hand the request to a worker".
+``early`` is the owner's callback: ``early(method, path, headers, peer) -> (status, obj) |
+None`` (``peer`` the client's address); ``None`` means "read the body and hand the request to
+a worker". It may leave what it learned from the head (an authenticated sender) on
+``headers.note`` for the handler.
 
 The request head is parsed once, by the dispatcher (:func:`parse_head`), and the handler
 gets those :class:`Headers` (subclass :class:`Handler`): the standard library's parser
@@ -71,10 +73,11 @@ class Headers:
     """A request's header fields: ``get(name, default)`` by any case of the name; of a field
     sent twice, the first (as email.message.Message.get, which handlers used before)."""
 
-    __slots__ = ("_fields",)
+    __slots__ = ("_fields", "note")
 
     def __init__(self, fields: dict[str, str]) -> None:
         self._fields = fields
+        self.note: Any = None  # what the owner's ``early`` learned from the head
 
     def get(self, name: str, default: Any = None) -> Any:
         return self._fields.get(name.lower(), default)
@@ -145,7 +148,7 @@ class Handler(BaseHTTPRequestHandler):
         return True
 
 
-EarlyFn = Callable[[str, str, Headers], "tuple[int, dict[str, Any]] | None"]
+EarlyFn = Callable[[str, str, Headers, str], "tuple[int, dict[str, Any]] | None"]
 
 
 def fd_limit(want: int) -> int:
@@ -426,7 +429,7 @@ class PooledHTTPServer:
                 self._answer_and_linger(conn, 431, {"error": f"request head over {MAX_HEAD} bytes"})
                 return
             head = bytes(conn.buf[:end])
-            verdict = self._look(head)
+            verdict = self._look(head, str(conn.addr[0]) if conn.addr else "")
             if verdict is None:
                 return
             kind, value = verdict
@@ -447,7 +450,7 @@ class PooledHTTPServer:
         if len(conn.buf) >= conn.need:
             self._dispatch(conn)
 
-    def _look(self, head: bytes) -> tuple[str, Any] | None:
+    def _look(self, head: bytes, peer: str = "") -> tuple[str, Any] | None:
         """("answer", (code, obj)) or ("body", (length, expects_100, headers)) for a request
         head (headers None: a malformed request line, which the handler answers)."""
         line, _, rest = head.partition(b"\n")
@@ -461,7 +464,7 @@ class PooledHTTPServer:
             return "answer", (400, {"error": "malformed request headers"})
         path = target.split("?", 1)[0]
         if self.early is not None:
-            refusal = self.early(method, path, headers)
+            refusal = self.early(method, path, headers, peer)
             if refusal is not None:
                 return "answer", refusal
         if headers.get("Transfer-Encoding"):

@@ -214,18 +214,56 @@ class IngestServer:
         return bool(self.job_token) and path in self.job_routes and hmac.compare_digest(
             given, self.job_token.encode())
 
+    def query(self, path: str, header: str | None, target: str,
+              peer: str) -> tuple[int, dict[str, Any]]:
+        """A GET of ``queries`` (/drains): the refusal, or the answer."""
+        refusal = self.may_read(path, header, target, peer)
+        if refusal is not None:
+            return refusal
+        return _answer_query(self, path, target.partition("?")[2])
+
+    def may_read(self, path: str, header: str | None, target: str,
+                 peer: str) -> tuple[int, dict[str, Any]] | None:
+        """None when this GET of node state (``queries``: /drains) may be answered: the serve
+        token (admins) sees all; the job token, or a signature (serve/auth.py ``read``), what
+        its node or job may see. Without an authenticator (a library use) reads stay open."""
+        import urllib.parse
+
+        from slurmguard.serve.drains import parse_query, query_job
+
+        if self.auth is None:
+            return None
+        given = (header[7:].strip().encode("utf-8", "replace")
+                 if header and header.startswith("Bearer ") else None)
+        if given is not None and self.token and hmac.compare_digest(given, self.token.encode()):
+            return None
+        try:
+            query = urllib.parse.parse_qs(target.partition("?")[2], max_num_fields=8)
+            nodes, _ = parse_query(query)
+            job = query_job(query)
+        except (ValueError, InputError) as exc:
+            return 400, {"error": getattr(exc, "message", None) or "query: too many fields"}
+        if given is not None:
+            if not (self.job_token and hmac.compare_digest(given, self.job_token.encode())):
+                return 401, {"error": "missing or wrong token"}
+            return self.auth.read(path, None, target, nodes, job, peer, job_token=True)
+        return self.auth.read(path, header, target, nodes, job, peer)
+
     def signed(self, path: str) -> bool:
         """Whether POSTs to ``path`` carry a signature (serve/auth.py) instead of the token."""
         return self.auth is not None and self.auth.signs(path)
 
-    def early(self, method: str, path: str, headers: Headers) -> tuple[int, dict[str, Any]] | None:
-        """Refuse from the request head alone (before any body is read), or None."""
+    def early(self, method: str, path: str, headers: Headers,
+              peer: str = "") -> tuple[int, dict[str, Any]] | None:
+        """Refuse from the request head alone (before any body is read), or None; a signed
+        POST is authenticated here (serve/auth.py), so only a sender proven by its head
+        gets its body read."""
         if method == "POST":
             if path != "/ingest" and path not in self.routes:
                 return 404, {"error": f"not found: POST {path[:80]}"}
             if self.signed(path):
                 assert self.auth is not None
-                return self.auth.early(path, headers.get("Authorization"))
+                return self.auth.early(path, headers, peer)
             if not self.authorized(headers.get("Authorization"), path):
                 return 401, {"error": "missing or wrong token"}
             return None
@@ -374,7 +412,8 @@ def _make_handler(server: IngestServer) -> type[BaseHandler]:
                     return
                 self._send(200, server.metrics.exposition(), CONTENT_TYPE)
             elif path in server.queries:
-                self._send(*_answer_query(server, path, self.path.partition("?")[2]))
+                self._send(*server.query(path, self.headers.get("Authorization"), self.path,
+                                         self.client_address[0]))
             else:
                 self._send(404, {"error": f"not found: GET {self.path[:80]}"})
 
@@ -391,7 +430,8 @@ def _make_handler(server: IngestServer) -> type[BaseHandler]:
             if not ok:
                 return
             if server.auth is not None:
-                refusal = server.auth.check(path, header, raw, body, self.client_address[0])
+                refusal = server.auth.check(path, header, raw, body, self.client_address[0],
+                                            getattr(self.headers, "note", None))
                 if refusal is not None:
                     self._send(*refusal)
                     return

@@ -123,7 +123,7 @@ def test_spool_bound_drops_oldest_and_says_so(tmp_path: Path) -> None:
     assert (lost, dup, stored, dropped_lost, runs_total) == (0, 0, 4, 2, 4), \
         (lost, dup, stored, dropped_lost, runs_total)
     assert not calls.exists() or calls.read_text() == ""
-    record("spool-full", store="SQLite", load="serve down, spool_max 3, 5 records",
+    record("spool-full", mode="token", store="SQLite", load="serve down, spool_max 3, 5 records",
            faults="spool at its bound",
            lost=lost, duplicated=dup,
            figures=(f"the {dropped_lost} oldest dropped as documented, each named on stderr and "
@@ -166,7 +166,7 @@ def test_hook_with_read_only_spool(tmp_path: Path, small_fs: Path) -> None:
         lines.append(_assert_survived(_hook(cfg, hook), calls, tmp_path / "hooks.log",
                                       "Read-only file system"))
     assert os.listdir(sdir) == []
-    record("spool-read-only", load="serve down; prolog + epilog",
+    record("spool-read-only", mode="token", load="serve down; prolog + epilog",
            faults="spool on a read-only tmpfs (root cannot write either)",
            figures=f"exit 0, nothing drained, log line: ...{lines[0].split(';', 1)[1][:90]}")
 
@@ -189,7 +189,7 @@ def test_hook_with_full_disk(tmp_path: Path, small_fs: Path) -> None:
         lines.append(_assert_survived(_hook(cfg, hook), calls, tmp_path / "hooks.log",
                                       "No space left on device"))
     assert [n for n in os.listdir(sdir) if not n.startswith(".lock")] == [], os.listdir(sdir)
-    record("spool-disk-full", load="serve down; prolog + epilog",
+    record("spool-disk-full", mode="token", load="serve down; prolog + epilog",
            faults="spool on a full tmpfs (256 KiB, filled)",
            figures=(f"exit 0, nothing drained, no partial file left, log line: "
                     f"...{lines[0].split(';', 1)[1][:90]}"))
@@ -218,7 +218,7 @@ def test_hook_with_hung_serve(tmp_path: Path) -> None:
     assert len(spool.pending(str(sdir))) == 1
     # report_timeout is 1 s; the rest is interpreter start-up and the checks (loaded machine)
     assert took < 1.0 + 8.0, took
-    record("serve-hung", load="serve accepts but never answers; prolog",
+    record("serve-hung", mode="token", load="serve accepts but never answers; prolog",
            faults="hung serve (connection accepted, no answer)",
            figures=(f"prolog exit 0 in {took:.1f} s (report_timeout 1 s + start-up), record "
                     "spooled, nothing drained"))

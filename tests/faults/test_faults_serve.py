@@ -148,7 +148,7 @@ def test_slow_and_stuck_clients_are_cut_off(tmp_path: Path) -> None:
         assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"].startswith("request not complete")
         assert took < 12, (name, took)
     assert health["request_timeouts"] >= 3 and health["idle_closed"] >= 1
-    record("slow-clients", store="SQLite",
+    record("slow-clients", mode="token", store="SQLite",
            load="1 silent, 1 header-only, 1 short-body, 1 byte-every-0.3s client; 2 workers",
            faults="slowloris > workers", bad_inputs="4 stuck connections",
            figures=(f"node POST answered in {fast * 1000:.0f} ms meanwhile; stuck ones got 408 "
@@ -219,7 +219,7 @@ def test_connection_cap_evicts_idle_first(tmp_path: Path) -> None:
     assert len(refused) >= 1 and len(refused) + health["evicted_idle"] - cap >= 10, answers
     assert all(a.startswith(b"HTTP/1.1 503") and b"too many connections" in a for a in refused)
     assert health["evicted_idle"] >= cap and health["refused_over_cap"] >= 1
-    record("connection-cap", store="SQLite",
+    record("connection-cap", mode="token", store="SQLite",
            load=f"{cap * 2} idle, then {cap} half-sent connections against max_connections {cap}",
            faults="connection cap reached",
            figures=(f"{health['evicted_idle']} idle connections closed to make room, a node's POST "
@@ -270,7 +270,7 @@ def test_kill_9_serve_mid_load(tmp_path: Path, engine: str, request: pytest.Fixt
     finally:
         serve.stop()
     lost, dup, stored = count_in_store(url, load.made)
-    record(f"kill-9-serve-{engine}", store="SQLite" if engine == "sqlite" else "PostgreSQL",
+    record(f"kill-9-serve-{engine}", mode="token", store="SQLite" if engine == "sqlite" else "PostgreSQL",
            load=f"{KILL_CLIENTS} clients x {load.seconds:.0f} s, batches of 5",
            faults=f"kill -9 of serve mid-load, down {kills[1] - kills[0]:.1f} s, restarted",
            lost=lost, duplicated=dup,
@@ -308,7 +308,7 @@ def test_store_locked_during_ingest(tmp_path: Path) -> None:
         serve.stop()
     log = serve.log.read_text()
     lost, dup, stored = count_in_store(url, first.made | locked.made)
-    record("store-locked-ingest", store="SQLite",
+    record("store-locked-ingest", mode="token", store="SQLite",
            load=f"10 clients x {LOCK_SECONDS:g} s while another writer holds the lock",
            faults=f"store write-locked {LOCK_SECONDS:g} s (busy_timeout 0.5 s)",
            lost=lost, duplicated=dup,
@@ -360,7 +360,7 @@ def test_healthz_says_nothing_without_the_token(tmp_path: Path, pg_server) -> No
     assert answers["anonymous"] == (503, {"status": "store unavailable"})
     code, body = answers["token"]
     assert code == 503 and name in body["error"], body
-    record("healthz-quiet", store="PostgreSQL", faults="the store's database dropped under serve",
+    record("healthz-quiet", mode="token", store="PostgreSQL", faults="the store's database dropped under serve",
            bad_inputs="/healthz with and without the token",
            figures=("without the token: 200 {status: ok}, then 503 {status: store unavailable}, "
                     "nothing else; with it: the counts, then the store's error line"))
@@ -414,7 +414,7 @@ def test_postgresql_crash_mid_load(tmp_path: Path) -> None:
     finally:
         pg.stop()
     log = serve.log.read_text()
-    record("postgresql-crash", store="PostgreSQL",
+    record("postgresql-crash", mode="token", store="PostgreSQL",
            load=f"{KILL_CLIENTS} clients x {load.seconds:.0f} s, batches of 5",
            faults=(f"PostgreSQL crashed (pg_ctl stop -m immediate) mid-load, down "
                    f"{down[1] - down[0]:.1f} s, restarted; serve kept running"),

@@ -35,12 +35,14 @@ pytestmark = pytest.mark.postgres
 EXAMPLES = int(setting("hostile_examples", 150, 3000))
 FLEET = ("n1", "n2", "n3", "n4")
 NAME_OK = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # the test's own idea of a node name
-TRIED: dict[str, int] = {"sqlite": 0, "postgresql": 0}
-KINDS: dict[str, set[str]] = {"sqlite": set(), "postgresql": set()}
+MODES = ("sqlite", "postgresql", "node-key")  # node-key: SQLite, serve.auth = "node-key"
+SITE = b"hostile-site-key-0123456789abcdef"
+TRIED: dict[str, int] = {m: 0 for m in MODES}
+KINDS: dict[str, set[str]] = {m: set() for m in MODES}
 # What happened, counted as it happened: answers by (route, code), and every record serve
 # acknowledged (stored, or a duplicate of one stored) with the record as sent.
-ANSWERS: dict[str, Counter[tuple[str, int]]] = {"sqlite": Counter(), "postgresql": Counter()}
-ACKED: dict[str, dict[str, dict[str, Any]]] = {"sqlite": {}, "postgresql": {}}
+ANSWERS: dict[str, Counter[tuple[str, int]]] = {m: Counter() for m in MODES}
+ACKED: dict[str, dict[str, dict[str, Any]]] = {m: {} for m in MODES}
 
 HOSTILE_TEXT = st.one_of(
     st.text(max_size=40),
@@ -176,10 +178,36 @@ def _send(port: int, method: str, path: str, headers: dict[str, str], body: byte
         conn.close()
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def _signed(headers: dict[str, str], body: bytes) -> dict[str, str]:
+    """node-key mode: where the request carries the good token, the node's own signature
+    instead, as the node the body names (its first record's node, the permit's node; n1 when
+    it names none that a node could have): the signature is good, what it covers is hostile."""
+    from slurmguard.nodekey import node_key_header, node_secret
+
+    if headers.get("Authorization") != f"Bearer {TOKEN}":
+        return headers
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    first = doc.get("records", doc) if isinstance(doc, dict) else doc
+    first = first[0] if isinstance(first, list) and first else first
+    node = first.get("node") if isinstance(first, dict) else None
+    node = node if isinstance(node, str) and NAME_OK.fullmatch(node) else "n1"
+    return {**headers, "Authorization": node_key_header(node_secret(SITE, node), node, body,
+                                                        time.time())}
+
+
+@pytest.fixture(scope="module", params=list(MODES))
 def hostile_serve(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     d = tmp_path_factory.mktemp(f"hostile-{request.param}")
-    if request.param == "sqlite":
+    extra = ""
+    if request.param == "node-key":
+        site = d / "site.key"
+        site.write_text(SITE.decode() + "\n")
+        site.chmod(0o600)
+        extra = f'\nsite_key_file = "{site}"'
+    if request.param in ("sqlite", "node-key"):
         url = new_store(d)
     else:
         from slurmguard.store.engine import make_engine
@@ -196,7 +224,8 @@ def hostile_serve(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     scontrol.chmod(0o755)
     port = new_port()
     cfg = write_config(d, store_url=url, port=port, extra=f'\n[slurm]\nscontrol = "{scontrol}"\n',
-                       serve_extra="request_timeout = 10")
+                       serve_extra="request_timeout = 10" + extra,
+                       auth="node-key" if request.param == "node-key" else "token")
     serve = Serve(cfg, port).start()
     yield request.param, serve, url
     serve.stop()
@@ -209,6 +238,8 @@ def hostile_serve(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
 def _check_one(req: tuple[str, str, dict[str, str], bytes, str], hostile_serve: Any) -> None:
     engine, serve, url = hostile_serve
     method, path, headers, body, kind = req
+    if engine == "node-key":
+        headers = _signed(headers, body)
     TRIED[engine] += 1
     KINDS[engine].add(kind)
     status, data = _send(serve.port, method, path, headers, body)
@@ -242,12 +273,19 @@ def _check_one(req: tuple[str, str, dict[str, str], bytes, str], hostile_serve: 
                 assert _stored_reason(url, rid) == reason[:1000], rec
 
 
-def _resend(port: int, recs: list[dict[str, Any]]) -> list[str]:
-    """POST ``recs`` again, as a node replaying its spool would; the ids serve stored anew."""
+def _resend(port: int, recs: list[dict[str, Any]], signed: bool = False) -> list[str]:
+    """POST ``recs`` again, as a node replaying its spool would (``signed``: each node its own
+    records, under its node key); the ids serve stored anew."""
     fresh = []
-    for i in range(0, len(recs), 500):
-        status, data = _send(port, "POST", "/ingest", {"Authorization": f"Bearer {TOKEN}"},
-                             _dumps({"records": recs[i:i + 500]}))
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in recs:
+        groups.setdefault(str(r.get("node")) if signed else "", []).append(r)
+    batches = [g[i:i + 500] for g in groups.values() for i in range(0, len(g), 500)]
+    for batch in batches:
+        body = _dumps({"records": batch})
+        head = {"Authorization": f"Bearer {TOKEN}"}
+        status, data = _send(port, "POST", "/ingest", _signed(head, body) if signed else head,
+                             body)
         assert status == 200, (status, data[:300])
         fresh += json.loads(data)["stored"]
     return fresh
@@ -278,7 +316,7 @@ def test_hostile_requests(hostile_serve: Any) -> None:
     assert serve.healthz()["status"] == "ok"
     # Every acknowledged record sent once more: a duplicate can show now, and must not.
     acked = ACKED[engine]
-    again = _resend(serve.port, list(acked.values()))
+    again = _resend(serve.port, list(acked.values()), signed=engine == "node-key")
     runs, results = _rows_per_record(url)
     lost = sum(1 for rid in acked if runs[rid] == 0)
     duplicated = sum(runs[rid] - 1 for rid in acked if runs[rid] > 1)
@@ -295,9 +333,11 @@ def test_hostile_requests(hostile_serve: Any) -> None:
         with eng.connect() as conn:
             names = [r[0] for r in conn.execute(text("SELECT name FROM nodes"))]
             reasons = [r[0] or "" for r in conn.execute(text("SELECT reason FROM runs"))]
+            # A refused write's ledger row (kind security, node-key mode) goes to the node whose
+            # key signed it: any name the site key derives a key for, Slurm's or not.
             events = conn.execute(text(
                 "SELECT nodes.name, events.source FROM events JOIN nodes ON nodes.id = events.node_id"
-            )).all()
+                " WHERE events.kind != 'security'")).all()
             started = [r[0] for r in conn.execute(text("SELECT started FROM runs"))]
     finally:
         eng.dispose()
@@ -311,7 +351,8 @@ def test_hostile_requests(hostile_serve: Any) -> None:
     for (_, code), n in ANSWERS[engine].items():
         codes[code] += n
     assert sum(codes.values()) == TRIED[engine] and max(codes) < 500, codes
-    record(f"hostile-requests-{engine}", store="SQLite" if engine == "sqlite" else "PostgreSQL",
+    record(f"hostile-requests-{engine}", mode="node-key" if engine == "node-key" else "token",
+           store="PostgreSQL" if engine == "postgresql" else "SQLite",
            load="-", faults="-",
            bad_inputs=(f"{TRIED[engine]} Hypothesis requests over /ingest, /permit, /healthz, "
                        f"/metrics, unknown paths and methods, raw bodies ({len(KINDS[engine])} kinds)"),
@@ -393,7 +434,7 @@ def test_huge_and_broken_bodies(hostile_serve: Any) -> None:
     assert re.match(rb"HTTP/1.[01] 4\d\d ", resp) or resp == b"", resp[:100]
     tried.append("TLS hello / binary garbage")
     assert serve.healthz()["status"] == "ok"
-    record("hostile-bodies", store="SQLite", bad_inputs="; ".join(tried),
+    record("hostile-bodies", mode="token", store="SQLite", bad_inputs="; ".join(tried),
            figures="each a one-line 4xx (413, 401, 400/411, 431, 413, 400); serve still up")
 
 

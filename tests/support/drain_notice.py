@@ -14,7 +14,7 @@ from typing import Any
 from slurmguard.nodeset import expand
 from support.helpers import REPO, sg_argv, sg_env
 from support.requeue_support import Watcher, log_lines
-from support.sgserve import Serve, new_store, write_config
+from support.sgserve import Serve, job_token_line, new_store, write_config
 from support.wait import wait_for
 
 TRAIN = REPO / "tests" / "train_job.py"
@@ -36,6 +36,8 @@ class Setup:
         self.c = factory(nodes=3, extra_conf=["RequeueExit=75"], accounting=accounting)
         port = free_port()
         url = new_store(tmp)
+        if "job_token_file" not in notice:  # the wrappers' credential for /drains
+            notice = f"{notice}\n{job_token_line(tmp)}"
         self.cfg = write_config(tmp, store_url=url, port=port, extra=(
             f'{hooks}\n[requeue]\nstate_file = "{tmp / "watch.json"}"\ninterval = 0.5\n'
             f'[goodput]\nrun_dirs = ["{tmp}/*/ckpt"]\n'

@@ -15,9 +15,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from slurmguard.adapters import serve_client, spool
 from slurmguard.contract import CheckResult, Health
@@ -67,8 +68,10 @@ def one_record(node: str) -> dict:
 
 def run_clients(url: str, token: str, *, clients: int, seconds: float, batch: int,
                 spool_root: Path, timeout: float = 10.0, prefix: str = "soak",
-                max_requests: int = 100_000, during: threading.Event | None = None) -> Load:
-    """``clients`` node threads post ``batch`` records per request for ``seconds``."""
+                max_requests: int = 100_000, during: threading.Event | None = None,
+                auth_for: Callable[[str], Any] | None = None) -> Load:
+    """``clients`` node threads post ``batch`` records per request for ``seconds``;
+    ``auth_for(node)``: that node's own signer (serve.auth = node-key), else ``token``."""
     load = Load()
     end = time.monotonic() + seconds
     start_gate = threading.Barrier(clients + 1)
@@ -76,6 +79,7 @@ def run_clients(url: str, token: str, *, clients: int, seconds: float, batch: in
     def client(i: int) -> None:
         node = f"{prefix}{i:04d}"
         sdir = str(spool_root / node)
+        auth = auth_for(node) if auth_for is not None else token
         start_gate.wait()
         for _ in range(max_requests):
             if time.monotonic() >= end:
@@ -85,7 +89,7 @@ def run_clients(url: str, token: str, *, clients: int, seconds: float, batch: in
                 load.made.update(r["id"] for r in recs)
             t0 = time.monotonic()
             try:
-                ans = serve_client.post_records(url, token, recs, timeout)
+                ans = serve_client.post_records(url, auth, recs, timeout)
             except serve_client.DeliveryError:
                 for r in recs:
                     spool.write(r, sdir, 1_000_000)
@@ -102,7 +106,7 @@ def run_clients(url: str, token: str, *, clients: int, seconds: float, batch: in
                 load.rejected.extend(ans.get("rejected", {}))
             if spool.pending(sdir):
                 try:
-                    delivery.replay_spool(url, token, sdir, deadline=time.monotonic() + timeout)
+                    delivery.replay_spool(url, auth, sdir, deadline=time.monotonic() + timeout)
                 except OSError:
                     pass
 
@@ -119,7 +123,8 @@ def run_clients(url: str, token: str, *, clients: int, seconds: float, batch: in
     return load
 
 
-def drain_spools(url: str, token: str, spool_root: Path, *, seconds: float = 60.0) -> int:
+def drain_spools(url: str, token: str, spool_root: Path, *, seconds: float = 60.0,
+                 auth_for: Callable[[str], Any] | None = None) -> int:
     """Replay every client's spool until all are empty (bounded); returns files left."""
     end = time.monotonic() + seconds
     left = 0
@@ -128,7 +133,8 @@ def drain_spools(url: str, token: str, spool_root: Path, *, seconds: float = 60.
         for d in sorted(p for p in spool_root.iterdir() if p.is_dir()) if spool_root.exists() else []:
             if spool.pending(str(d)):
                 try:
-                    delivery.replay_spool(url, token, str(d), deadline=time.monotonic() + 10)
+                    delivery.replay_spool(url, auth_for(d.name) if auth_for else token, str(d),
+                                          deadline=time.monotonic() + 10)
                 except OSError:
                     pass
                 left += len(spool.pending(str(d)))

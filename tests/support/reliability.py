@@ -41,6 +41,7 @@ FORM = "long" if LONG else "ci"
 SCENARIOS: dict[str, str] = {
     "load-sqlite": "tests/soak/test_soak_ingest.py::test_load[sqlite]",
     "load-postgresql": "tests/soak/test_soak_ingest.py::test_load[postgresql]",
+    "load-sqlite-node-key": "tests/soak/test_soak_ingest.py::test_load_node_key",
     "idle-connections": "tests/soak/test_soak_ingest.py::test_idle_connections_do_not_delay_nodes",
     "slow-clients": "tests/faults/test_faults_serve.py::test_slow_and_stuck_clients_are_cut_off",
     "connection-cap": "tests/faults/test_faults_serve.py::test_connection_cap_evicts_idle_first",
@@ -55,6 +56,7 @@ SCENARIOS: dict[str, str] = {
     "store-locked-ingest": "tests/faults/test_faults_serve.py::test_store_locked_during_ingest",
     "hostile-requests-sqlite": "tests/faults/test_hostile_serve.py::test_hostile_requests[sqlite]",
     "hostile-requests-postgresql": "tests/faults/test_hostile_serve.py::test_hostile_requests[postgresql]",
+    "hostile-requests-node-key": "tests/faults/test_hostile_serve.py::test_hostile_requests[node-key]",
     "hostile-bodies": "tests/faults/test_hostile_serve.py::test_huge_and_broken_bodies",
     "spool-full": "tests/faults/test_faults_node.py::test_spool_bound_drops_oldest_and_says_so",
     "spool-read-only": "tests/faults/test_faults_node.py::test_hook_with_read_only_spool",
@@ -66,11 +68,12 @@ SCENARIOS: dict[str, str] = {
     "hostile-names": "tests/faults/test_hostile_names.py",
     "planted-symlinks": "tests/faults/test_shared_files.py",
     "node-identity": "tests/test_node_identity_slurm.py::test_a_node_writes_only_for_itself",
+    "auth-before-body": "tests/test_auth_before_body.py::test_a_bogus_credential_never_gets_its_body_read",
     "admin-outside-groups": "tests/test_admin_groups.py::test_outside_admin_groups_drain_resume_and_repair_are_refused",
     "tls-certificate-refused": "tests/test_tls_slurm.py::test_records_arrive_over_tls_and_a_refused_certificate_never_drains",
 }
 
-COLUMNS = ("scenario", "store", "load held", "faults survived", "bad inputs tried", "lost",
+COLUMNS = ("scenario", "store", "auth mode", "load held", "faults survived", "bad inputs tried", "lost",
            "duplicated", "figures")
 
 
@@ -84,12 +87,14 @@ def setting(name: str, ci: float, long: float) -> float:
 
 def record(scenario: str, *, store: str = "-", load: str = "-", faults: str = "-",
            bad_inputs: str = "-", lost: int | None = None, duplicated: int | None = None,
-           figures: str = "") -> dict[str, Any]:
-    """Write this scenario's row for the table (and return it)."""
+           figures: str = "", mode: str = "-") -> dict[str, Any]:
+    """Write this scenario's row for the table (and return it). ``mode``: the serve.auth
+    the scenario ran serve in ("-": not recorded, or no serve in it)."""
     if scenario not in SCENARIOS:
         raise KeyError(f"unknown reliability scenario {scenario!r}: add it to SCENARIOS")
     row = {"scenario": scenario, "test": SCENARIOS[scenario], "form": FORM,
-           "date": time.strftime("%Y-%m-%d", time.gmtime()), "store": store, "load held": load,
+           "date": time.strftime("%Y-%m-%d", time.gmtime()), "store": store, "auth mode": mode,
+           "load held": load,
            "faults survived": faults, "bad inputs tried": bad_inputs,
            "lost": "-" if lost is None else int(lost),
            "duplicated": "-" if duplicated is None else int(duplicated), "figures": figures}

@@ -14,6 +14,18 @@ from support.pgserver import free_port
 from support.wait import WaitTimeout, wait_for
 
 TOKEN = "test-token-0123456789abcdef"
+JOB_TOKEN = "job-token-0123456789abcdef"
+
+
+def job_token_line(d: Path) -> str:
+    """``job_token_file = "..."`` for a ``[notice]`` section, the file written under ``d``
+    (mode 0644: jobs read it). In token mode the jobs' wrappers read /drains and post /suspect
+    with it; serve shows node state to no one without a credential (docs/security.md)."""
+    path = d / "job-token"
+    if not path.exists():
+        path.write_text(JOB_TOKEN + "\n")
+        path.chmod(0o644)
+    return f'job_token_file = "{path}"'
 
 
 def new_store(d: Path, name: str = "store.db") -> str:
