@@ -128,7 +128,11 @@ def test_no_checkpoint_in_time_requeues_anyway_and_says_so(slurm_cluster_factory
     assert end["how"] == "timeout" and end["resume_step"] == EVERY == second["resumed_from"]["step"]
     assert first["checkpoint_now"] == [] and first["verdict"] == "infra"
     assert "no checkpoint within 1s of the drain notice: ending the run at step" in job.output()
-    assert first["steps_to_redo"] == end["frontier_step"] - EVERY > 0
+    # The lost work is counted to the run's real end: the frontier the wrapper decided on,
+    # plus a step or two the program (ignoring the notice) reported before the kill landed
+    # (seen: 13 steps to redo against a decision at 12 past the checkpoint, under load).
+    assert first["steps_to_redo"] == first["frontier_step"] - EVERY > 0
+    assert end["frontier_step"] <= first["frontier_step"] <= end["frontier_step"] + 2
     # The program ignores the notice, so it keeps stepping (0.25 s a step) until the wrapper
     # has ended the run: rank 0's log can hold a step or two past the frontier the wrapper
     # ended on (CI saw 15 logged against 14), or lack the last one another rank reported.
