@@ -189,7 +189,8 @@ _STORE: Schema = {
     "retention": {
         "results": Float(7.0, "days the verdicts of checks that passed (or were unsupported or "
                          "errored) are kept; failing verdicts follow events"),
-        "runs": Float(30.0, "days healthy hook runs are kept (policy replay reads them)"),
+        "runs": Float(60.0, "days healthy hook runs are kept (policy replay reads them: its "
+                      "default 30 days and their 30-day lookback)"),
         "events": Float(400.0, "days the ledger, fleet alerts, failing runs with their failing "
                         "results and goodput's jobs are kept (fleet report, risk, incidents)"),
         "burnin": Float(90.0, "days raw burn-in measurements are kept (burnin report reads the "

@@ -49,23 +49,28 @@ KEPT_RESULTS = ("unhealthy", "degraded")  # results the fleet readers read (stor
 NODES_PER_STEP = 64  # node ids per statement: an index range each, far below parameter limits
 
 
+def _default(key: str) -> Any:
+    from slurmguard.config import SCHEMA
+
+    return SCHEMA["store"]["retention"][key].default  # declared once, in config.py
+
+
 @dataclass(frozen=True)
 class RetentionPolicy:
-    """Days kept per kind (0: for ever) and how expiry paces itself."""
+    """Days kept per kind (0: for ever) and how expiry paces itself (store.retention)."""
 
-    results: float = 7.0
-    runs: float = 30.0
-    events: float = 400.0
-    burnin: float = 90.0
-    batch: int = 2000
-    pause: float = 0.05
-    interval: float = 3600.0
+    results: float = _default("results")
+    runs: float = _default("runs")
+    events: float = _default("events")
+    burnin: float = _default("burnin")
+    batch: int = _default("batch")
+    pause: float = _default("pause")
+    interval: float = _default("interval")
 
     @classmethod
     def from_section(cls, section: Mapping[str, Any]) -> RetentionPolicy:
         """From the ``[store.retention]`` section (validated by config.py)."""
-        return cls(**{f.name: type(getattr(cls, f.name))(section[f.name])
-                      for f in fields(cls) if f.name in section})
+        return cls(**{f.name: section[f.name] for f in fields(cls) if f.name in section})
 
     def cutoffs(self, now: float) -> dict[str, float | None]:
         """Each kind's cut: rows older than it go (None: kept for ever)."""
