@@ -28,7 +28,9 @@ from support.storecopy import copy_history
 
 from slurmguard.cli._common import iso
 from slurmguard.contract import CheckResult, Health
+from slurmguard.goodput.account import Allocation, JobInputs, account
 from slurmguard.node.record import make_record
+from slurmguard.sources.burnin import BurninValue
 from slurmguard.store import Store
 from slurmguard.store.fleet import load_history, node_risks
 from slurmguard.store.retention import RetentionPolicy
@@ -188,6 +190,18 @@ def test_serve_leader_runs_expiry_and_the_config_is_checked(history, tmp_path):
 
     shutil.copy(history[1] / "fleet.db", tmp_path / "fleet.db")
     store = Store.open(url=f"sqlite:///{tmp_path}/fleet.db")
+    now = time.time()
+    for jid, end in (("old", now - (EVENTS + 1) * DAY), ("new", now - (EVENTS - 1) * DAY)):
+        store.goodput.record([account(JobInputs(jid, (Allocation(
+            end - 3600, end, ("gpu00001", "gpu00002"), 16, "COMPLETED"),))).to_dict()])
+    old_night, new_night = now - 100 * DAY, now - 80 * DAY  # burn-in keeps 90 days
+    series_before = {}
+    for at in (old_night, new_night):
+        rid = store.burnin.started("gpu00003", job_id=None, group_key="g", at=at)
+        store.burnin.record(rid, [BurninValue("host-cpu", "ok", "host_cpu_gflops", 100.0 + at % 7,
+                                              "GFLOPS")], at=at + 60)
+        store.burnin.finish(rid, "complete", at=at + 120)
+        series_before = store.burnin.series(nodes=["gpu00003"])
     before = store.counts()
     leader = Leader(store)  # SQLite: the one serve of the file leads
     ex = Expiry(store, RetentionPolicy(results=RESULTS, runs=RUNS, events=EVENTS,
@@ -202,6 +216,17 @@ def test_serve_leader_runs_expiry_and_the_config_is_checked(history, tmp_path):
         store.close()
     assert ex.passes == 1 and ex.last is not None and not ex.last["stopped"]
     assert ex.last["deleted"]["results"] > 0 and ex.last["deleted"]["results"] < before["results"]
+    # goodput's jobs go with the ledger (the job and its two node rows), the newer one stays
+    assert ex.last["deleted"]["goodput_jobs"] == 3
+    # burn-in: the measurement past 90 days went; the run (its verdict) and the series stay
+    assert ex.last["deleted"]["burnin_results"] == 1
+    store = Store.open(url=f"sqlite:///{tmp_path}/fleet.db")
+    try:
+        assert store.goodput.job("new") is not None and store.goodput.job("old") is None
+        assert repr(store.burnin.series(nodes=["gpu00003"])) == repr(series_before)  # nan != nan
+        assert store.counts()["burnin_runs"] == 2
+    finally:
+        store.close()
     bad = tmp_path / "bad.toml"
     bad.write_text("[store.retention]\nruns = \"a month\"\n")
     p = run_sg("-c", str(bad), "db", "expire", env=sg_env())

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -175,7 +176,7 @@ class Retention:
                 FleetAlert.closed.is_not(None), FleetAlert.closed < cut)):
             return False
         while True:
-            with self.engine.begin() as conn:
+            with self._tx() as conn:
                 t = time.monotonic()
                 rows = [r[0] for r in conn.execute(select(GoodputJob.id).where(
                     GoodputJob.ended < cut).limit(self._policy.batch))]
@@ -190,7 +191,7 @@ class Retention:
     def _runs(self, st: ExpiryStats, ids_stmt: Any) -> bool:
         """Runs and, first, their remaining results, ``batch`` runs a transaction."""
         while True:
-            with self.engine.begin() as conn:
+            with self._tx() as conn:
                 t = time.monotonic()
                 rows = [r[0] for r in conn.execute(ids_stmt.limit(self._policy.batch))]
                 if rows:
@@ -205,7 +206,7 @@ class Retention:
     def _drain(self, st: ExpiryStats, table: str, model: Any, ids_stmt: Any) -> bool:
         """Delete the rows ``ids_stmt`` selects, ``batch`` a transaction."""
         while True:
-            with self.engine.begin() as conn:
+            with self._tx() as conn:
                 t = time.monotonic()
                 rows = [r[0] for r in conn.execute(ids_stmt.limit(self._policy.batch))]
                 n = conn.execute(delete(model).where(model.id.in_(rows))).rowcount if rows else 0
@@ -213,6 +214,16 @@ class Retention:
                     st.add(table, n, time.monotonic() - t)
             if not self._next(rows):
                 return not rows or self._ok
+
+    @contextmanager
+    def _tx(self) -> Iterator[Any]:
+        """One expiry transaction. SQLite: BEGIN IMMEDIATE, the write lock from the start
+        (waiting up to busy_timeout for serve's writer): a read that later turned into a
+        write would fail, not wait, if serve committed in between (WAL's stale snapshot)."""
+        with self.engine.begin() as conn:
+            if self.engine.dialect.name == "sqlite":
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            yield conn
 
     def _next(self, rows: list[Any]) -> bool:
         """After a transaction: whether to run another of the same kind. After one that
