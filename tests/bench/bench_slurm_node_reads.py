@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -34,9 +35,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from support import slurmcluster  # noqa: E402
-from support.slurmcluster import BIN, Cluster, free_port_block  # noqa: E402
+from support.slurmcluster import BIN, Cluster, free_ports  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
+HELD: list[socket.socket] = []
 RPC = re.compile(r"^\s*(REQUEST_\w+|RESPONSE_\w+|MESSAGE_\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+"
                  r"ave_time:\d+\s+total_time:(\d+)")
 
@@ -48,12 +50,27 @@ def start(tmp: str, entries: int) -> Cluster:
     for sub in ("etc", "state", "spool", "log", "run"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     names = [f"n{i}" for i in range(1, entries + 1)]
-    base = free_port_block(entries + 1)
-    c = Cluster(root, names, base, {n: base + i for i, n in enumerate(names, 1)}, None)
+    # Every entry on one port that this process holds bound and never listens on: slurmctld's
+    # pings are refused at once, and reach no other test's slurmd (they listen on loopback).
+    hold = socket.socket()
+    hold.bind(("127.0.0.1", 0))
+    HELD.append(hold)
+    port = hold.getsockname()[1]
+    c = Cluster(root, names, free_ports(1)[0], dict.fromkeys(names, port), None)
     c.conf_path.write_text(c._conf(prolog=None, epilog=None, prolog_slurmctld=None,
                                    health_check_program=None, health_check_interval=0,
                                    slurmd_timeout=300, extra=["TreeWidth=64"]))
-    c._start_ctld()
+    c._ctld = c._spawn([slurmcluster.SBIN["slurmctld"], "-D", "-i", "-f", str(c.conf_path)],
+                       c.logdir / "slurmctld.stdout")
+    try:  # 10,000 entries on a loaded machine: a slower start than Cluster's 30 s allow
+        deadline = time.monotonic() + 300
+        while "UP" not in c.run("scontrol", "ping", check=False, timeout=60).stdout:
+            if c._ctld.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("slurmctld did not answer:\n" + c.log_tail("slurmctld.log"))
+            time.sleep(1)
+    except BaseException:
+        c.stop()
+        raise
     return c
 
 
