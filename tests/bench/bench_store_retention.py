@@ -185,7 +185,10 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1024)
     ap.add_argument("--days", type=int, default=30)
     ap.add_argument("--compress", type=int, default=48)
-    ap.add_argument("--no-pg", action="store_true")
+    ap.add_argument("--no-pg", action="store_true",
+                    help="SQLite only; with --json, keep the file's other engines")
+    ap.add_argument("--only-pg", action="store_true",
+                    help="PostgreSQL only; with --json, keep the file's other engines")
     ap.add_argument("--json", metavar="PATH", help="Write the figures here (docs/store.md's).")
     args = ap.parse_args()
     import os
@@ -196,17 +199,29 @@ def main() -> None:
                            "hc_interval": HC_INTERVAL, "jobs_per_hour": JOBS_PER_HOUR,
                            "fail_rate": FAIL_RATE, "date": time.strftime("%Y-%m-%d"),
                            "load": [round(x, 1) for x in os.getloadavg()], "engines": {}}
-    with tempfile.TemporaryDirectory() as d:
-        out["engines"]["sqlite"] = measure(f"sqlite:///{d}/s.db", args)
+    if (args.only_pg or args.no_pg) and args.json and Path(args.json).exists():
+        # one engine measured again: the file's other engine stays as it was measured
+        old = json.loads(Path(args.json).read_text())
+        redo = "postgresql" if args.only_pg else "sqlite"
+        out["engines"] = {k: v for k, v in old["engines"].items() if k != redo}
+        out["load_by_engine"] = old.get("load_by_engine", {})
+    out.setdefault("load_by_engine", {})
+    if not args.only_pg:
+        load0 = [round(x, 1) for x in os.getloadavg()]
+        with tempfile.TemporaryDirectory() as d:
+            out["engines"]["sqlite"] = measure(f"sqlite:///{d}/s.db", args)
+        out["load_by_engine"]["sqlite"] = [load0[0], round(os.getloadavg()[0], 1)]
     if not args.no_pg:
         from support.pgserver import PgServer, _pg_bin
 
         server = PgServer(_pg_bin() or "")
         server.start()
+        load0 = [round(x, 1) for x in os.getloadavg()]
         try:
             out["engines"]["postgresql"] = measure(server.url(server.create_db()), args)
         finally:
             server.stop()
+        out["load_by_engine"]["postgresql"] = [load0[0], round(os.getloadavg()[0], 1)]
     out["load_after"] = [round(x, 1) for x in os.getloadavg()]
     for name, e in out["engines"].items():
         s = steady(out, name)

@@ -73,8 +73,8 @@ def render(data: dict[str, Any]) -> str:
     p = _policy()
     lines = [BEGIN, "",
              f"Measured by `python tests/bench/bench_store_retention.py --json "
-             f"docs/store_retention.json` on {data['date']} (2 shared cores, load "
-             f"{data['load'][0]} at the start, {data['load_after'][0]} at the end): "
+             f"docs/store_retention.json` (`--no-pg`, `--only-pg`: one engine again) on "
+             f"{data['date']} (2 shared cores; the load per engine in the table): "
              f"{data['nodes']:,} nodes, a month of {data['days']} days compressed "
              f"{data['compress']}x (a healthcheck every {data['hc_interval'] * data['compress']:,} "
              f"s per node instead of {data['hc_interval']}; jobs at {data['jobs_per_hour']:,}/"
@@ -91,6 +91,9 @@ def render(data: dict[str, Any]) -> str:
     def row(label: str, f: Any) -> None:
         lines.append(f"| {label} | " + " | ".join(f(k) for k in es) + " |")
 
+    lb = data.get("load_by_engine", {})
+    row("machine load (1-minute) at the engine's start / end",
+        lambda k: " / ".join(str(x) for x in lb[k]) if k in lb else "(not recorded)")
     row("rows written (runs, results)", lambda k: f"{es[k]['rows_before']['runs']:,}, "
         f"{es[k]['rows_before']['results']:,}")
     row("store before expiry", lambda k: f"{sum(es[k]['bytes_before'].values()) / 2**20:,.1f} MB")
