@@ -197,7 +197,9 @@ _STORE: Schema = {
                         "series, which are kept)"),
         "batch": Int(2000, "rows deleted per transaction: the most serve's writer waits for",
                      minimum=1),
-        "pause": Float(0.05, "seconds between expiry transactions"),
+        "pause": Float(0.05, "seconds between expiry transactions, and at least as long as "
+                       "the last one took: expiry holds the store at most half the time (0: "
+                       "no pause)"),
         "interval": Float(3600.0, "seconds between expiry passes of serve's leader (0: serve "
                           "never expires; run `slurmguard db expire`)"),
     },

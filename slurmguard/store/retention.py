@@ -176,8 +176,8 @@ class Retention:
                 FleetAlert.closed.is_not(None), FleetAlert.closed < cut)):
             return False
         while True:
+            t = time.monotonic()
             with self._tx() as conn:
-                t = time.monotonic()
                 rows = [r[0] for r in conn.execute(select(GoodputJob.id).where(
                     GoodputJob.ended < cut).limit(self._policy.batch))]
                 if rows:
@@ -185,14 +185,14 @@ class Retention:
                         GoodputJobNode.job_row.in_(rows))).rowcount
                     n += conn.execute(delete(GoodputJob).where(GoodputJob.id.in_(rows))).rowcount
                     st.add("goodput_jobs", n, time.monotonic() - t)
-            if not self._next(rows):
+            if not self._next(rows, time.monotonic() - t, st):
                 return not rows or self._ok
 
     def _runs(self, st: ExpiryStats, ids_stmt: Any) -> bool:
         """Runs and, first, their remaining results, ``batch`` runs a transaction."""
         while True:
+            t = time.monotonic()
             with self._tx() as conn:
-                t = time.monotonic()
                 rows = [r[0] for r in conn.execute(ids_stmt.limit(self._policy.batch))]
                 if rows:
                     n = conn.execute(delete(Result).where(Result.run_id.in_(rows))).rowcount
@@ -200,19 +200,19 @@ class Retention:
                     n += conn.execute(delete(Run).where(Run.id.in_(rows))).rowcount
                     st.add("runs", len(rows), time.monotonic() - t)
                     st.largest = max(st.largest, n)
-            if not self._next(rows):
+            if not self._next(rows, time.monotonic() - t, st):
                 return not rows or self._ok
 
     def _drain(self, st: ExpiryStats, table: str, model: Any, ids_stmt: Any) -> bool:
         """Delete the rows ``ids_stmt`` selects, ``batch`` a transaction."""
         while True:
+            t = time.monotonic()
             with self._tx() as conn:
-                t = time.monotonic()
                 rows = [r[0] for r in conn.execute(ids_stmt.limit(self._policy.batch))]
                 n = conn.execute(delete(model).where(model.id.in_(rows))).rowcount if rows else 0
                 if rows:
                     st.add(table, n, time.monotonic() - t)
-            if not self._next(rows):
+            if not self._next(rows, time.monotonic() - t, st):
                 return not rows or self._ok
 
     @contextmanager
@@ -225,17 +225,21 @@ class Retention:
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
             yield conn
 
-    def _next(self, rows: list[Any]) -> bool:
-        """After a transaction: whether to run another of the same kind. After one that
-        deleted rows, pause (serve's writer takes its turn) and note in ``_ok`` whether
+    def _next(self, rows: list[Any], took: float, st: ExpiryStats) -> bool:
+        """After a transaction (``took`` s, commit included): whether to run another of the
+        same kind. After one that deleted rows, pause at least as long as it took (and
+        ``pause``; none when ``pause`` is 0): expiry holds the store at most half the time,
+        so serve's writer gets its turn and a loaded machine its CPU. ``_ok`` notes whether
         the pass may go on (``stop`` set or ``go_on()`` False end it)."""
         if not rows:
             return False
+        st.longest_s = max(st.longest_s, took)
+        wait = max(self._policy.pause, took) if self._policy.pause > 0 else 0.0
         if self._stop is not None:
-            self._ok = not self._stop.wait(self._policy.pause)
+            self._ok = not self._stop.wait(wait)
         else:
-            if self._policy.pause > 0:
-                time.sleep(self._policy.pause)
+            if wait > 0:
+                time.sleep(wait)
             self._ok = True
         if self._ok and self._go_on is not None:
             self._ok = bool(self._go_on())
