@@ -141,7 +141,7 @@ def render(data: dict[str, Any]) -> str:
               "indexes keep some bloat, not measured here. The ledger holds a drain and a "
               "return per failure; a site's permits, refusals and repair steps add rows of the "
               "same size. Ingest times are of a shared machine whose load is given above (it "
-              "rose during the run): compare the two rows of one column, not the columns. "
+              "varied during the run): compare the two rows of one column, not the columns. "
               "PostgreSQL's expiry deletes rows no insert touches, so serve's writer waits on "
               "no lock of it there; SQLite's writer waits for at most one expiry transaction "
               "(tests/test_store_retention.py checks that ingest goes on through an expiry "
