@@ -187,6 +187,25 @@ _STORE: Schema = {
     "path": AbsPath("/var/lib/slurmguard/slurmguard.db", "SQLite file (WAL mode) when url is empty"),
     "busy_timeout": Float(5.0, "seconds a SQLite writer waits for a lock", minimum=0.0),
     "connect_timeout": Float(5.0, "seconds to wait for a PostgreSQL connection", minimum=1.0),
+    # How long each kind of history is kept (slurmguard/store/retention.py, docs/store.md
+    # "Retention"); serve's leader expires the rest every `interval` s. 0 days: for ever.
+    "retention": {
+        "results": Float(7.0, "days the verdicts of checks that passed (or were unsupported or "
+                         "errored) are kept; failing verdicts follow events"),
+        "runs": Float(60.0, "days healthy hook runs are kept (policy replay reads them: its "
+                      "default 30 days and their 30-day lookback)"),
+        "events": Float(400.0, "days the ledger, fleet alerts, failing runs with their failing "
+                        "results and goodput's jobs are kept (fleet report, risk, incidents)"),
+        "burnin": Float(90.0, "days raw burn-in measurements are kept (burnin report reads the "
+                        "series, which are kept)"),
+        "batch": Int(2000, "rows deleted per transaction: the most serve's writer waits for",
+                     minimum=1),
+        "pause": Float(0.05, "seconds between expiry transactions, and at least as long as "
+                       "the last one took: expiry holds the store at most half the time (0: "
+                       "no pause)"),
+        "interval": Float(3600.0, "seconds between expiry passes of serve's leader (0: serve "
+                          "never expires; run `slurmguard db expire`)"),
+    },
 }
 
 _SERVE: Schema = {

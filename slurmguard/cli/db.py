@@ -76,6 +76,42 @@ def current_cmd(ctx: click.Context, url: str | None, as_json: bool) -> None:
         raise StoreError(problem)
 
 
+@db_cmd.command("expire")
+@click.option("--url", metavar="URL", help="Database URL (default: store.url, else SQLite at store.path).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def expire_cmd(ctx: click.Context, url: str | None, as_json: bool) -> None:
+    """Delete the history store.retention no longer keeps, in small transactions.
+
+    serve's leader does this every store.retention.interval seconds; run it by hand (or
+    from cron with that interval at 0) to expire now. Ingest goes on meanwhile.
+
+    \b
+    Example:
+      slurmguard db expire
+      slurmguard db expire --json
+    """
+    from slurmguard.store.api import Store
+    from slurmguard.store.retention import RetentionPolicy
+
+    cfg = _cfg(ctx)
+    section = dict(cfg.section("store"))  # type: ignore[attr-defined]
+    if url:
+        section["url"] = url
+    policy = RetentionPolicy.from_section(cfg.section("store.retention"))  # type: ignore[attr-defined]
+    store = Store.open(section=section)
+    try:
+        st = store.retention.expire(policy).as_dict()
+    finally:
+        store.close()
+    emit(Result({"store": store.where, **st},
+                [f"store: {store.where}",
+                 *(f"{table + ':':<15} {n} deleted" for table, n in st["deleted"].items()),
+                 f"{st['transactions']} transactions in {st['seconds']} s (largest "
+                 f"{st['largest_transaction']} rows, longest {st['longest_transaction_s']} s)"]),
+         as_json)
+
+
 @db_cmd.command("roles")
 @click.option("--database", required=True, metavar="NAME", help="The store's database.")
 @click.option("--owner", default="slurmguard_owner", show_default=True, metavar="ROLE",

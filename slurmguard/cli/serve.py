@@ -184,6 +184,7 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
     signal.signal(signal.SIGINT, on_signal)
     h, p = server.address  # bound already; the policy thread runs before the first request
     leader = _leader(cfg, store, fleet, metrics, f"{h}:{p}")
+    expiry = _expiry(cfg, store, leader) if fleet is not None else None
     server.start()
     gate_sock = _gate_socket(cfg, obj.get("config_path"))
     scheme = "https" if server.httpd.ssl_context is not None else "http"
@@ -193,6 +194,8 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
     stop.wait()
     if gate_sock is not None:
         gate_sock.close()
+    if expiry is not None:
+        expiry.stop()
     if fleet is not None:
         fleet.stop()
     leader.stop()
@@ -218,6 +221,19 @@ def _leader(cfg: Config, store: Any, fleet: Any, metrics: Any, where: str) -> An
         fleet.start(leader)
     leader.start()
     return leader
+
+
+def _expiry(cfg: Config, store: Any, leader: Any) -> Any:
+    """The leader's expiry of old history (store.retention; None when its interval is 0)."""
+    from slurmguard.serve.expiry import Expiry
+    from slurmguard.store.retention import RetentionPolicy
+
+    policy = RetentionPolicy.from_section(cfg.section("store.retention"))
+    if policy.interval <= 0:
+        return None
+    expiry = Expiry(store, policy, leader)
+    expiry.start()
+    return expiry
 
 
 def _metrics(cfg: Config, store: Any) -> Any:

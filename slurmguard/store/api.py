@@ -45,6 +45,7 @@ from slurmguard.store.models import (
 )
 from slurmguard.store.nodes import Nodes
 from slurmguard.store.replicas import Replicas
+from slurmguard.store.retention import Retention
 from slurmguard.store.rows import AlertRow, EventRow, NodeSummary, TimelineItem, parse_actor
 from slurmguard.store.switches import Switches
 
@@ -78,6 +79,7 @@ class Store:
         self.goodput = Goodput(engine)
         self.replicas = Replicas(engine)
         self.switches = Switches(engine)
+        self.retention = Retention(engine)
 
     @classmethod
     def open(cls, cfg: Config | None = None, *, url: str | None = None, check: bool = True,

@@ -68,10 +68,11 @@ class Truth:
 
 
 class _Writer:
-    def __init__(self) -> None:
+    def __init__(self, passing: tuple[str, ...] = ()) -> None:
         self.runs: list[tuple] = []
         self.results: list[tuple] = []
         self.events: list[tuple] = []
+        self.passing = passing  # checks every run also passed (a result row each)
 
     def run(self, nid: int, at: float, health: str, hook: str = "healthcheck", job: str | None = None,
             check: str = "", reason: str = "") -> None:
@@ -81,6 +82,8 @@ class _Writer:
                           format_reason(check, reason) if health == "unhealthy" else "", at, "gen"))
         if health != "healthy":
             self.results.append((rid, nid, at, check, health, reason, "{}", 0.1))
+        self.results += [(rid, nid, at, c, "healthy", "", "{}", 0.1)
+                         for c in self.passing if c != check]
 
     def event(self, nid: int, at: float, kind: str, actor: str, source: str = "",
               reason: str = "") -> None:
@@ -115,9 +118,11 @@ def generate(path: str, *, nodes: int = 1000, days: int = 60, seed: int = 1,
              base_rate: float = 0.0035, lemon_share: float = 0.005, lemon_rate: float = 0.2,
              degrading_share: float = 0.02, ramp_days: int = 10, cadence_h: float = 6.0,
              epilogs_per_day: float = 2.0, noise_warn: float = 0.004, noise_error: float = 0.002,
-             late_share: float = 0.05, shared_incidents: int = 1, start: float = START) -> Truth:
+             late_share: float = 0.05, shared_incidents: int = 1, start: float = START,
+             passing: tuple[str, ...] = ()) -> Truth:
     """Write the history from ``start`` into a new SQLite store at ``path``; return the
-    planted truth."""
+    planted truth. ``passing``: checks every run also passed, stored as result rows (as
+    real records carry them; none by default, since no fleet reader needs them)."""
     rng = random.Random(seed)
     Store.upgrade({"path": path})
     until = start + days * DAY
@@ -129,7 +134,7 @@ def generate(path: str, *, nodes: int = 1000, days: int = 60, seed: int = 1,
     pick = rng.sample(names, max(1, round(nodes * (lemon_share + degrading_share))))
     n_lemon = max(1, round(nodes * lemon_share))
     t.lemons, t.degrading = set(pick[:n_lemon]), set(pick[n_lemon:])
-    w = _Writer()
+    w = _Writer(passing)
     ids = {n: i + 1 for i, n in enumerate(names)}
     busy: dict[str, list[tuple[float, float]]] = {}
     rate_sum = 0.0

@@ -372,7 +372,8 @@ def projection(data: dict[str, Any]) -> str:
                      f"{ctl[-1][0]:,} nodes); a health check per node every {hc} s at 10,000 "
                      f"nodes is {per_day:,} records a day, "
                      f"{per_day * ing['bytes_per_record'] * 30 / 2**30:,.0f} GB a month "
-                     "(nothing expires records today).")
+                     "if nothing expired; `store.retention` bounds it (its steady size with "
+                     "the defaults, measured: docs/store.md, \"Retention\").")
     lines += ["- several controller hosts: serve replicas share the ingest and the nodes' "
               "permits; each replica reads Slurm's node table once per `slurm_view_ttl` "
               "(docs/serve.md), so the controller side's reads multiply with replicas, not "
