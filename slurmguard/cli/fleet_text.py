@@ -79,6 +79,8 @@ def replay_text(runs: Mapping[str, Mapping[str, Any]]) -> str:
     row("risk: alarms", lambda r: r["risk"]["flags"])
     row("risk: precision", lambda r: r["risk"]["precision"])
     row("risk: recall", lambda r: r["risk"]["recall"])
+    row("risk: caught a day ahead", lambda r: r["risk"]["recall_ahead"])
+    row("risk: median lead (days)", lambda r: r["risk"]["lead_days_median"])
     row("blast: drains (recorded)", lambda r: f"{r['blast']['drains']} ({r['blast']['recorded_drains']})")
     row("blast: refusals (recorded)",
         lambda r: f"{r['blast']['refusals']} ({r['blast']['recorded_refusals']})")
@@ -101,8 +103,8 @@ def replay_text(runs: Mapping[str, Mapping[str, Any]]) -> str:
     row("repair: admin returns it would do", lambda r: r["repair"]["returned_by_admin"])
     row("repair: returns that came back", lambda r: r["repair"]["came_back_rate"])
     head = (f"replay {iso(first['since'])} .. {iso(first['until'])}; failures in the window: "
-            f"{first['risk']['failures']}; a hit = failed again within "
-            f"{first['horizon_days']:g} days; lemon rule fed {first['count']}")
+            f"{first['risk']['failures']}; a flag is true when the node failed within "
+            f"{first['horizon_days']:g} days after it; lemon rule fed {first['count']}")
     out = [head, "", table(rows, ["", *names])]
     if len(runs) == 2:
         a, b = (runs[n]["lemon"]["nodes"] for n in names)
