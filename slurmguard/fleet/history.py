@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Run:
-    """One hook run. ``checks``: its unhealthy checks; ``warnings``: its degraded checks."""
+    """One hook run. ``checks``: its unhealthy checks; ``warnings``: its degraded checks;
+    ``counts``: (check, number) where a check's details carry a count the risk score reads
+    (gpu-ecc: lifetime uncorrectable ECC errors, summed over the GPUs; ib-counters: the
+    error counters' rises since the last run, summed)."""
 
     at: float
     health: str
@@ -19,6 +22,7 @@ class Run:
     job_id: str | None = None
     checks: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    counts: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from slurmguard.fleet import scoring
 from slurmguard.fleet.episodes import Episode
 from slurmguard.fleet.history import History
 from slurmguard.fleet.params import RiskParams
-from slurmguard.fleet.risk import DAY, NodeSignals, score
+from slurmguard.fleet.risk import DAY
 from slurmguard.policy.params import PolicyParams
 from slurmguard.policy.repair_params import DEFAULT_LADDERS, RepairParams
 from slurmguard.policy.shared import covering, from_alert
@@ -124,17 +124,10 @@ def lemons(h: History, eps: Sequence[Episode], p: PolicyParams, *,
 
 def risk_flags(h: History, eps: Sequence[Episode], rp: RiskParams) -> dict[str, list[tuple[float, float]]]:
     """node -> alarms [(first flagged day, last flagged day)], scored once a day."""
-    starts = _starts(eps)
-    days = [h.since + k * DAY for k in range(1, int((h.until - h.since) // DAY) + 1)]
-    out: dict[str, list[tuple[float, float]]] = {}
-    for node in sorted(set(h.runs) | set(starts) | set(h.burnin)):
-        sig = NodeSignals.build(h.runs.get(node, ()), starts.get(node, ()), h.burnin.get(node, ()))
-        if not (sig.failures or sig.any_warning or sig.burnin or sig.failed_jobs):
-            continue
-        spans = scoring.alarms(days, [score(sig.inputs(t, rp), rp).score >= rp.level for t in days])
-        if spans:
-            out[node] = spans
-    return out
+    from slurmguard.fleet.curve import daily_scores, flags_at
+
+    days, scores = daily_scores(h, eps, rp)
+    return flags_at(days, scores, rp.level)
 
 
 def blast_decisions(h: History, p: PolicyParams) -> tuple[list[tuple[float, str, str, str, bool]],
