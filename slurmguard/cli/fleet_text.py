@@ -138,3 +138,31 @@ def plot(rep: Mapping[str, Any], path: str) -> None:
     ax2.set_xlabel("failures per 1,000 node-days")
     ax2.set_title(f"{rep['failures']} failures, {rep['per_1000_node_days']} per 1,000 node-days")
     save_png(fig, path, dates=True)
+
+
+def curve_text(c: Mapping[str, Any]) -> str:
+    """`fleet risk --curve`: one row per level, the current level marked."""
+    from slurmguard.output import iso, table
+
+    rows = [[f"{r['level']:g}" + (" *" if r["level"] == c["current_level"] else ""),
+             r["nodes_flagged"], r["true"], r["false"], r["late"] + r["open"], _f(r["precision"]),
+             _f(r["recall"]), _f(r["recall_ahead"]), _f(r["lead_days_median"])]
+            for r in c["levels"]]
+    first = c["levels"][0] if c["levels"] else {"failures": 0}
+    head = (f"risk curve {iso(c['since'])} .. {iso(c['until'])}: {c['nodes']} nodes, "
+            f"{first['failures']} failures; a flag is true when the node failed within "
+            f"{c['horizon_days']:g} days after it (* = risk.level now)")
+    return "\n".join([head, "", table(rows, ["level", "nodes", "true", "false", "unjudged",
+                                             "precision", "recall", "a day ahead",
+                                             "lead (days)"])])
+
+
+def at_risk_text(risks: Mapping[str, Any], level: float) -> str:
+    """`fleet risk`: the nodes at or above the level now, riskiest first, and why."""
+    from slurmguard.output import table
+
+    rows = [[n, f"{r.score:g}", r.why()] for n, r in
+            sorted(risks.items(), key=lambda kv: (-kv[1].score, kv[0])) if r.score >= level]
+    if not rows:
+        return f"no node at risk (risk.level {level:g})"
+    return table(rows, ["node", "risk", "why"])

@@ -22,14 +22,16 @@ LEVELS = tuple(range(10, 101, 5))
 
 
 def daily_scores(h: History, eps: Sequence[Episode], rp: RiskParams) -> tuple[list[float], dict[str, list[float]]]:
-    """The days of the window and every node's score on each (nodes with nothing to score
-    are left out: their score is 0 every day)."""
+    """The days of the window (each day from ``since``, and its end) and every node's score
+    on each (nodes with nothing to score are left out: their score is 0 every day)."""
     starts: dict[str, list[float]] = {}
     for e in eps:
         if e.shared is None:
             starts.setdefault(e.node, []).append(e.start)
     back = returns_of(eps)
     days = [h.since + k * DAY for k in range(1, int((h.until - h.since) // DAY) + 1)]
+    if not days or days[-1] < h.until - 60.0:  # the window's end is judged too
+        days.append(h.until)
     out: dict[str, list[float]] = {}
     for node in sorted(set(h.runs) | set(starts) | set(h.burnin)):
         sig = NodeSignals.build(h.runs.get(node, ()), sorted(starts.get(node, ())),
