@@ -61,3 +61,23 @@ def test_fleet_risk_lists_the_nodes_at_risk_and_a_bad_window_names_the_flag(flee
     p = run_sg("-c", str(cfg), "fleet", "risk", "--curve", "--since", "2026-03-01",
                "--until", "2026-02-01", env=sg_env(), timeout=60)
     assert p.returncode == 6 and "--since:" in p.stderr, (p.returncode, p.stderr)
+
+
+def test_the_history_carries_gpu_ecc_lifetime_counts_from_the_details(fleet) -> None:
+    truth, cfg = fleet
+    if not hasattr(truth, "benign"):
+        pytest.skip("fleetgen.py writes no check details")
+    from slurmguard.store import Store
+    from slurmguard.store.fleet import load_history
+
+    store = Store.open(url=f"sqlite:///{cfg.parent}/fleet.db")
+    try:
+        h = load_history(store.engine, since=truth.since, until=truth.until, healthy=False)
+    finally:
+        store.close()
+    old = [n for n, kind in truth.benign.items() if kind == "old_ecc"]
+    assert old
+    for n in old:  # an old count: the same on every run, never zero, and not a warning unit
+        counts = {dict(r.counts)["gpu-ecc"] for r in h.runs[n]}
+        assert len(counts) == 1 and min(counts) >= 1, (n, counts)
+        assert all(r.counts == (("gpu-ecc", min(counts)),) for r in h.runs[n])

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 class Run:
     """One hook run. ``checks``: its unhealthy checks; ``warnings``: its degraded checks;
     ``counts``: (check, number) where a check's details carry a count the risk score reads
-    (gpu-ecc: lifetime uncorrectable ECC errors, summed over the GPUs; ib-counters: the
-    error counters' rises since the last run, summed)."""
+    (gpu-ecc: lifetime uncorrectable ECC errors, summed over the GPUs)."""
 
     at: float
     health: str

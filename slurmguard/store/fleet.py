@@ -118,18 +118,8 @@ def _ecc_lifetime(details: str) -> int | None:
     return sum(vals) if vals else None
 
 
-def _ib_rises(details: str) -> int | None:
-    """ib-counters: the error counters' rises since the last run, summed over the ports."""
-    rises = json.loads(details).get("rises")
-    if not isinstance(rises, dict):
-        return None
-    return sum(v for port in rises.values() if isinstance(port, dict)
-               for v in port.values() if isinstance(v, int))
-
-
 # check -> what reads its count from its details (Run.counts; slurmguard/fleet/risk.py)
-_COUNTED: dict[str, Callable[[str], int | None]] = {"gpu-ecc": _ecc_lifetime,
-                                                    "ib-counters": _ib_rises}
+_COUNTED: dict[str, Callable[[str], int | None]] = {"gpu-ecc": _ecc_lifetime}
 
 
 def _count(name: str, details: str | None) -> int | None:
