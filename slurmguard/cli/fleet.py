@@ -40,11 +40,12 @@ def _replay_partitions(cfg: Any) -> dict[str, tuple[str, ...]]:
 
 @click.group("fleet")
 def fleet_grp() -> None:
-    """Fleet reliability figures from the store (docs/fleet.md).
+    """Fleet reliability figures and node risk from the store (docs/fleet.md).
 
     \b
     Example:
       slurmguard fleet report --since 30d --by group
+      slurmguard fleet risk --curve --since 90d
     """
 
 
