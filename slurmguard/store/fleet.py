@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Engine, case, select
@@ -122,7 +123,9 @@ def _ecc_lifetime(details: str) -> int | None:
 _COUNTED: dict[str, Callable[[str], int | None]] = {"gpu-ecc": _ecc_lifetime}
 
 
+@lru_cache(maxsize=4096)
 def _count(name: str, details: str | None) -> int | None:
+    """The count of one result's details (cached: a node's runs repeat the same details)."""
     if not details:
         return None
     try:
