@@ -1,83 +1,72 @@
-"""The node risk score against planted truth on fleets the score was not tuned on
-(tests/support/fleetgen.py, 2,000 nodes x 60 days; docs/fleet.md, "Node risk").
+"""The node risk score on fleets it was not tuned on, counted with the one scorer
+(slurmguard/fleet/scoring.py; docs/fleet.md, "Node risk" and "Blind evaluation").
 
-The default weights were chosen on generator seeds 101-108 and 201-206
-(tests/bench/bench_prediction.py); the seeds here were held out. A flag at any day of the
-window counts; precision of no flags at all is a failure, not 1.0. The figures docs/fleet.md
-publishes for these seeds are the ones computed here, before (the weights this replaced) and
-now.
+Both generators, 2,000 nodes x 60 days, on the seeds no choice looked at (risk_eval.JUDGED):
+tests/support/fleetgen.py's 301-303 (the generator the weights were first chosen on) and
+tests/support/fleetgen_blind.py's 11-13 (written apart, its spec frozen in the docs). The
+figures before (the score of main before inputs with meaning) were measured by
+tests/bench/bench_prediction.py and kept in tests/data/risk/before.json; the figures now are
+measured here, and docs/fleet.md publishes both.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
-from support.fleetgen import DAY, generate
+from support.risk_eval import JUDGED, judge, line, make_case
 
-from slurmguard.fleet import episodes
 from slurmguard.fleet.params import RiskParams
-from slurmguard.fleet.replay import risk_flags
-from slurmguard.store import Store
-from slurmguard.store.fleet import load_history
 
-HELD_OUT = (301, 302, 303)
-DOC = Path(__file__).resolve().parents[1] / "docs" / "fleet.md"
-# The weights and window before (failures 25, rising 20 over 7 days): two chance failures in
-# a month were enough.
-BEFORE = RiskParams.from_section({"recent_days": 7.0,
-                                  "weights": {"failures": 25.0, "rising": 20.0}})
-
-
-def rates(flags: dict[str, list[tuple[float, float]]], truth) -> tuple[float, float, float]:
-    """(precision, recall, median days from a degrading node's first flag to its failure)."""
-    flagged = set(flags)
-    hit = len(flagged & truth.planted)
-    precision = hit / len(flagged) if flagged else 0.0  # saying nothing is no precision
-    fail_at = {f[0]: f[2] for f in truth.failures if f[0] in truth.degrading}
-    leads = sorted((fail_at[n] - flags[n][0][0]) / DAY for n in truth.degrading & flagged
-                   if n in fail_at)
-    lead = leads[len(leads) // 2] if leads else float("nan")
-    return precision, hit / len(truth.planted), lead
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "fleet.md"
+BEFORE = json.loads((ROOT / "tests" / "data" / "risk" / "before.json").read_text())
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory) -> dict[int, dict[str, tuple[float, float, float]]]:
-    out = {}
-    for seed in HELD_OUT:
-        path = tmp_path_factory.mktemp(f"fleet{seed}") / "fleet.db"
-        truth = generate(str(path), nodes=2000, days=60, seed=seed)
-        store = Store.open(url=f"sqlite:///{path}")
-        try:
-            h = load_history(store.engine, since=truth.since, until=truth.until,
-                             lookback=30 * DAY)
-        finally:
-            store.close()
-        eps = episodes.build(h)
-        out[seed] = {name: rates(risk_flags(h, eps, rp), truth)
-                     for name, rp in (("before", BEFORE), ("now", RiskParams()))}
+def measured(tmp_path_factory) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for gen, seeds in JUDGED.items():
+        out[gen] = []
+        for seed in seeds:
+            path = tmp_path_factory.mktemp(f"{gen}{seed}") / "fleet.db"
+            out[gen].append(judge(make_case(gen, seed, path), RiskParams()))
     return out
 
 
-def test_the_default_risk_level_finds_the_planted_nodes_on_held_out_fleets(measured) -> None:
-    assert sorted(measured) == sorted(HELD_OUT)
-    for seed, got in measured.items():
-        precision, recall, lead = got["now"]
-        assert precision >= 0.8 and recall >= 0.9, (seed, precision, recall)
-        assert lead >= 2.0, (seed, lead)  # degrading nodes are named days before they fail
-        # what the change bought: the old weights flagged chance repeat failures
-        assert got["before"][0] < precision, (seed, got)
-
-
-def _line(measured, name: str) -> str:
-    cols = [measured[s][name] for s in HELD_OUT]
-    return (f"{name}: precision {' / '.join(f'{c[0]:.2f}' for c in cols)}, recall "
-            f"{' / '.join(f'{c[1]:.2f}' for c in cols)}, median lead "
-            f"{' / '.join(f'{c[2]:.1f}' for c in cols)} days")
-
-
-def test_the_docs_publish_the_measured_figures(measured) -> None:
+def test_the_docs_publish_the_figures_before_and_now(measured) -> None:
     text = re.sub(r"\s+", " ", DOC.read_text())
-    for name in ("before", "now"):
-        assert _line(measured, name) in text, _line(measured, name)
+    assert sorted(measured) == sorted(JUDGED) == ["blind", "fleetgen"]
+    for gen in JUDGED:
+        assert BEFORE[gen]["seeds"] == list(JUDGED[gen])
+        for name, rows in (("before", BEFORE[gen]["rows"]), ("now", measured[gen])):
+            want = line(f"{gen} {name}", rows)
+            assert want in text, want
+
+
+def test_on_the_blind_fleets_half_the_predictable_failures_are_named_a_day_ahead(measured):
+    rows = measured["blind"]
+    for r in rows:  # every judged seed: at least half of the flags are true
+        assert r["precision"] is not None and r["precision"] >= 0.5, r
+    # over the judged seeds together: at least half of the predictable failures were
+    # flagged a day or more before they happened
+    ahead, total = sum(r["ahead"] for r in rows), sum(r["failures"] for r in rows)
+    assert ahead >= 0.5 * total, (ahead, total)
+    before = BEFORE["blind"]["rows"]
+    published = (f"on the blind seeds 11-13 together: {ahead} of the {total} predictable "
+                 f"failures flagged a day or more ahead, against "
+                 f"{sum(b['ahead'] for b in before)} before")
+    assert published in re.sub(r"\s+", " ", DOC.read_text()), published
+    assert all(r["precision"] > b["precision"] for r, b in zip(rows, before, strict=True))
+
+
+def test_on_fleetgen_precision_rose_and_in_time_recall_is_what_the_docs_say(measured):
+    rows, before = measured["fleetgen"], BEFORE["fleetgen"]["rows"]
+    for r, b in zip(rows, before, strict=True):
+        assert r["precision"] > b["precision"], (r, b)
+    ahead, was = sum(r["ahead"] for r in rows), sum(b["ahead"] for b in before)
+    published = (f"in-time recall on fleetgen's seeds 301-303 together: {ahead} failures "
+                 f"flagged a day ahead, against {was} before")
+    assert published in re.sub(r"\s+", " ", DOC.read_text()), published

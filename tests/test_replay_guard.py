@@ -76,6 +76,19 @@ rack1 = "n[1-4]"
     assert (blast["drains"], blast["refusals"]) == (4, 2), blast
     assert blast["changed"] == [] and blast["partitions"] is True, blast
 
+    # The risk curve on the same real store (docs/fleet.md, "Choosing the level"): of the
+    # four drains, those the guard's alerts name are one shared cause each, not the node's
+    # failure; the one left is a failure, still out. One failure (15 points) flags its node
+    # at level 15, not at 20, and a flag raised while its node is out foresaw nothing
+    # (late): no level has a true or false flag to count.
+    p = run_sg("fleet", "risk", "--curve", "--since", "1d", "--json",
+               env=sg_env(SLURMGUARD_CONFIG=str(path), SLURM_CONF=c.env["SLURM_CONF"]))
+    assert p.returncode == 0, p.stderr
+    rows = {r["level"]: r for r in json.loads(p.stdout)["levels"]}
+    assert rows[15]["failures"] == 1 and rows[15]["nodes_flagged"] == 1, rows[15]
+    assert rows[15]["late"] == 1 and rows[20]["nodes_flagged"] == 0, rows
+    assert all(r["true"] == r["false"] == 0 and r["precision"] is None for r in rows.values())
+
 
 PARTS = {**{f"n{i}": ("gpu",) for i in range(1, 5)}, "n5": ("gpu", "small"), "n6": ("gpu", "small")}
 CAUSES = ("fs-mount", "gpu-xid:79", "gpu-xid:48")

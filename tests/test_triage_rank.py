@@ -66,7 +66,7 @@ def test_a_node_at_risk_is_a_suspect_with_its_factors() -> None:
     below the level it adds nothing (docs/triage.md)."""
     from slurmguard.fleet.risk import RiskInputs, score
 
-    hot = score(RiskInputs(failures=3, warning_days={"links": 3}))  # 45 + 15 = 60
+    hot = score(RiskInputs(failures=3, warning_days={"links": 1.5}))  # 45 + 15 = 60
     cool = score(RiskInputs(failures=2))  # 30: below 40
     out = rank([summ("n1"), summ("n2", failures=1)], [], {}, {"n1": hot, "n2": cool, "n3": hot},
                40.0)

@@ -40,11 +40,12 @@ def _replay_partitions(cfg: Any) -> dict[str, tuple[str, ...]]:
 
 @click.group("fleet")
 def fleet_grp() -> None:
-    """Fleet reliability figures from the store (docs/fleet.md).
+    """Fleet reliability figures and node risk from the store (docs/fleet.md).
 
     \b
     Example:
       slurmguard fleet report --since 30d --by group
+      slurmguard fleet risk --curve --since 90d
     """
 
 
@@ -99,6 +100,64 @@ def report_cmd(ctx: click.Context, since: str, until: str | None, by: str, as_js
         plot(rep, plot_path)
         if not as_json:
             click.echo(f"plot: {plot_path}")
+    return 0
+
+
+@fleet_grp.command("risk")
+@click.option("--curve", is_flag=True,
+              help="Precision, recall and lead at each level on the site's own history.")
+@click.option("--since", default="30d", show_default=True, metavar="WHEN",
+              help="With --curve: start of the window judged (7d, 12w or an ISO time).")
+@click.option("--until", metavar="WHEN", help="With --curve: end of the window (default: now).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def risk_cmd(ctx: click.Context, curve: bool, since: str, until: str | None, as_json: bool) -> int:
+    """The nodes at risk now (score >= risk.level) and why; with --curve, how each level
+    would have done on the site's own history: every node scored once a day over the
+    window, each level's flags counted against the failures that followed with the one
+    scorer (true: the node failed within risk.horizon_days; docs/fleet.md, "Choosing the
+    level"). Reads the store, writes nothing.
+
+    \b
+    Example:
+      slurmguard fleet risk
+      slurmguard fleet risk --curve --since 90d
+      slurmguard fleet risk --curve --since 2026-01-01 --until 2026-04-01 --json
+    """
+    from slurmguard.cli.fleet_text import at_risk_text, curve_text
+    from slurmguard.errors import InputError
+    from slurmguard.fleet import episodes
+    from slurmguard.fleet.params import RiskParams
+    from slurmguard.store.fleet import load_history, node_risks
+
+    cfg = load_config(ctx)
+    rp = RiskParams.from_section(cfg.section("risk"))
+    if not curve:
+        store = _open(cfg)
+        try:
+            risks = node_risks(store.engine, rp)
+        finally:
+            store.close()
+        emit(Result({"level": rp.level, "nodes": {n: {"risk": r.score, "why": r.why()}
+                                                  for n, r in sorted(risks.items())
+                                                  if r.score >= rp.level}},
+                    [at_risk_text(risks, rp.level)]), as_json)
+        return 0
+    from slurmguard.fleet.curve import curve as risk_curve
+
+    t_until = time.time() if until is None else parse_since(until)
+    t_since = parse_since(since, now=t_until if until else None)
+    if t_since >= t_until:
+        raise InputError(f"--since: {iso(t_since)} is not before --until {iso(t_until)}")
+    store = _open(cfg)
+    try:
+        h = load_history(store.engine, since=t_since, until=t_until,
+                         lookback=max(rp.lookback_days * DAY, episodes.LOOKBACK), healthy=False)
+    finally:
+        store.close()
+    eps = episodes.build(h, blast_window=cfg.section("policy")["blast_window"])
+    c = risk_curve(h, eps, rp)
+    emit(Result({**c, "since": iso(t_since), "until": iso(t_until)}, [curve_text(c)]), as_json)
     return 0
 
 

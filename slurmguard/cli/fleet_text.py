@@ -79,6 +79,8 @@ def replay_text(runs: Mapping[str, Mapping[str, Any]]) -> str:
     row("risk: alarms", lambda r: r["risk"]["flags"])
     row("risk: precision", lambda r: r["risk"]["precision"])
     row("risk: recall", lambda r: r["risk"]["recall"])
+    row("risk: caught a day ahead", lambda r: r["risk"]["recall_ahead"])
+    row("risk: median lead (days)", lambda r: r["risk"]["lead_days_median"])
     row("blast: drains (recorded)", lambda r: f"{r['blast']['drains']} ({r['blast']['recorded_drains']})")
     row("blast: refusals (recorded)",
         lambda r: f"{r['blast']['refusals']} ({r['blast']['recorded_refusals']})")
@@ -101,8 +103,8 @@ def replay_text(runs: Mapping[str, Mapping[str, Any]]) -> str:
     row("repair: admin returns it would do", lambda r: r["repair"]["returned_by_admin"])
     row("repair: returns that came back", lambda r: r["repair"]["came_back_rate"])
     head = (f"replay {iso(first['since'])} .. {iso(first['until'])}; failures in the window: "
-            f"{first['risk']['failures']}; a hit = failed again within "
-            f"{first['horizon_days']:g} days; lemon rule fed {first['count']}")
+            f"{first['risk']['failures']}; a flag is true when the node failed within "
+            f"{first['horizon_days']:g} days after it; lemon rule fed {first['count']}")
     out = [head, "", table(rows, ["", *names])]
     if len(runs) == 2:
         a, b = (runs[n]["lemon"]["nodes"] for n in names)
@@ -136,3 +138,31 @@ def plot(rep: Mapping[str, Any], path: str) -> None:
     ax2.set_xlabel("failures per 1,000 node-days")
     ax2.set_title(f"{rep['failures']} failures, {rep['per_1000_node_days']} per 1,000 node-days")
     save_png(fig, path, dates=True)
+
+
+def curve_text(c: Mapping[str, Any]) -> str:
+    """`fleet risk --curve`: one row per level, the current level marked."""
+    from slurmguard.output import iso, table
+
+    rows = [[f"{r['level']:g}" + (" *" if r["level"] == c["current_level"] else ""),
+             r["nodes_flagged"], r["true"], r["false"], r["late"] + r["open"], _f(r["precision"]),
+             _f(r["recall"]), _f(r["recall_ahead"]), _f(r["lead_days_median"])]
+            for r in c["levels"]]
+    first = c["levels"][0] if c["levels"] else {"failures": 0}
+    head = (f"risk curve {iso(c['since'])} .. {iso(c['until'])}: {c['nodes']} nodes, "
+            f"{first['failures']} failures; a flag is true when the node failed within "
+            f"{c['horizon_days']:g} days after it (* = risk.level now)")
+    return "\n".join([head, "", table(rows, ["level", "nodes", "true", "false", "unjudged",
+                                             "precision", "recall", "a day ahead",
+                                             "lead (days)"])])
+
+
+def at_risk_text(risks: Mapping[str, Any], level: float) -> str:
+    """`fleet risk`: the nodes at or above the level now, riskiest first, and why."""
+    from slurmguard.output import table
+
+    rows = [[n, f"{r.score:g}", r.why()] for n, r in
+            sorted(risks.items(), key=lambda kv: (-kv[1].score, kv[0])) if r.score >= level]
+    if not rows:
+        return f"no node at risk (risk.level {level:g})"
+    return table(rows, ["node", "risk", "why"])

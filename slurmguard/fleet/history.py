@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Run:
-    """One hook run. ``checks``: its unhealthy checks; ``warnings``: its degraded checks."""
+    """One hook run. ``checks``: its unhealthy checks; ``warnings``: its degraded checks;
+    ``counts``: (check, number) where a check's details carry a count the risk score reads
+    (gpu-ecc: lifetime uncorrectable ECC errors, summed over the GPUs)."""
 
     at: float
     health: str
@@ -19,6 +21,7 @@ class Run:
     job_id: str | None = None
     checks: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    counts: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

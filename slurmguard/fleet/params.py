@@ -11,21 +11,26 @@ from slurmguard.fieldtypes import Bool, Float, Int, Schema, Table
 # weights are config keys ([risk.weights]); the caps keep one noisy signal from deciding alone.
 FACTORS: dict[str, tuple[float, float, str]] = {
     "failures": (15.0, 50.0, "failure episode in the lookback (shared causes left out)"),
-    "gpu_memory": (5.0, 25.0, "day with a correctable-ECC or row-remap warning (gpu-ecc, gpu-remap)"),
-    "links": (5.0, 25.0, "day with a link-error warning (ib-counters, ib-link, gpu-nvlink, gpu-pcie)"),
-    "thermal": (3.0, 15.0, "day with a thermal or power throttling warning (gpu-thermal)"),
-    "xid": (5.0, 20.0, "day with an Xid that did not drain (gpu-xid warning)"),
-    "rising": (25.0, 25.0, "warnings rising: >= 3 warning days in recent_days, over twice the "
-                           "earlier daily rate"),
+    "gpu_memory": (10.0, 25.0, "new lifetime uncorrectable ECC error (gpu-ecc's count grew) in "
+                               "recent_days, beyond the node's own earlier rate"),
+    "links": (10.0, 25.0, "day with a link-error warning (ib-counters, gpu-nvlink, gpu-pcie) in "
+                          "recent_days, beyond the node's own earlier rate"),
+    "thermal": (3.0, 15.0, "day with a thermal warning (gpu-thermal) in recent_days, beyond the "
+                           "node's own earlier rate"),
+    "xid": (5.0, 20.0, "day with an Xid that did not drain (gpu-xid warning) in recent_days, "
+                       "beyond the node's own earlier rate"),
+    "rising": (25.0, 25.0, "an area's warnings rising beyond chance: its recent units improbable "
+                           "(p < 0.01, binomial) at the node's own earlier rate"),
     "burnin": (10.0, 25.0, "burn-in verdict: flagged = 1 unit, failed = 2.5 units"),
-    "failed_jobs": (5.0, 20.0, "job whose epilog found the node unhealthy or degraded"),
+    "failed_jobs": (5.0, 20.0, "job whose epilog found the node unhealthy"),
 }
 
 SECTION: Schema = {
     "level": Float(40.0, "risk score (0-100) at or above which a node is called at risk",
                    minimum=0.0),
     "lookback_days": Float(30.0, "days of history the score reads", minimum=1.0),
-    "recent_days": Float(10.0, "the 'rising' factor compares these last days with the rest",
+    "recent_days": Float(10.0, "the warning factors count these last days against the node's "
+                               "own rate in the rest of the lookback",
                          minimum=1.0),
     "horizon_days": Float(7.0, "replay: a flagged node that fails within this many days is a hit",
                           minimum=0.1),

@@ -21,24 +21,26 @@ the flags against what happened next. Pure: reads a :class:`History`, writes not
   by repair would have risked). How long a repair takes is not in the history, so
   ``max_nodes``/``max_percent`` are not replayed.
 
-Against what happened next: a flag at t is a *hit* when the node's next failure starts in
-(t, t + horizon]; precision = hits / flags, recall = failures in the window that started
-within the horizon after a flag of their node / all failures (shared ones left out). A risk
-flag is counted once per alarm (consecutive flagged days of one node).
+Against what happened next, with the one scorer (:mod:`slurmguard.fleet.scoring`): an alarm
+(consecutive flagged days of one node) is true when the node's next failure starts within
+the horizon after it, false when none does, and counts for nothing when raised while the
+node was inside a failure or when its horizon runs past the history; recall = failures in
+the window (shared ones left out) that a true alarm came before; lead per true alarm.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from slurmguard.fleet import episodes as episodes_mod
+from slurmguard.fleet import scoring
 from slurmguard.fleet.episodes import Episode
 from slurmguard.fleet.history import History
 from slurmguard.fleet.params import RiskParams
-from slurmguard.fleet.risk import DAY, NodeSignals, score
+from slurmguard.fleet.risk import DAY
 from slurmguard.policy.params import PolicyParams
 from slurmguard.policy.repair_params import DEFAULT_LADDERS, RepairParams
 from slurmguard.policy.shared import covering, from_alert
@@ -58,28 +60,6 @@ def _starts(eps: Sequence[Episode]) -> dict[str, list[float]]:
 def _hit(starts: Sequence[float], t: float, horizon: float) -> bool:
     i = bisect_right(starts, t)
     return i < len(starts) and starts[i] <= t + horizon
-
-
-def score_flags(flags: Mapping[str, Sequence[tuple[float, float]]], starts: Mapping[str, list[float]],
-                since: float, until: float, horizon: float) -> dict[str, Any]:
-    """Precision and recall of alarms {node: [(first t, last t)]} against failure starts."""
-    alarms = hits = 0
-    for node, spans in flags.items():
-        for t0, t1 in spans:
-            alarms += 1
-            s = starts.get(node, [])
-            i = bisect_right(s, t0)
-            hits += i < len(s) and s[i] <= t1 + horizon
-    total = caught = 0
-    for node, s in starts.items():
-        spans = flags.get(node, ())
-        for st in s:
-            if since <= st <= until:
-                total += 1
-                caught += any(t0 < st <= t1 + horizon for t0, t1 in spans)
-    return {"flags": alarms, "hits": hits, "failures": total, "caught": caught,
-            "precision": round(hits / alarms, 3) if alarms else None,
-            "recall": round(caught / total, 3) if total else None}
 
 
 def _samples(h: History, node: str, eps: Sequence[Episode], count: str) -> list[Sample]:
@@ -144,25 +124,10 @@ def lemons(h: History, eps: Sequence[Episode], p: PolicyParams, *,
 
 def risk_flags(h: History, eps: Sequence[Episode], rp: RiskParams) -> dict[str, list[tuple[float, float]]]:
     """node -> alarms [(first flagged day, last flagged day)], scored once a day."""
-    starts = _starts(eps)
-    days = [h.since + k * DAY for k in range(1, int((h.until - h.since) // DAY) + 1)]
-    out: dict[str, list[tuple[float, float]]] = {}
-    for node in sorted(set(h.runs) | set(starts) | set(h.burnin)):
-        sig = NodeSignals.build(h.runs.get(node, ()), starts.get(node, ()), h.burnin.get(node, ()))
-        if not (sig.failures or sig.any_warning or sig.burnin or sig.failed_jobs):
-            continue
-        spans: list[tuple[float, float]] = []
-        prev = False
-        for t in days:
-            hot = score(sig.inputs(t, rp), rp).score >= rp.level
-            if hot and prev:
-                spans[-1] = (spans[-1][0], t)
-            elif hot:
-                spans.append((t, t))
-            prev = hot
-        if spans:
-            out[node] = spans
-    return out
+    from slurmguard.fleet.curve import daily_scores, flags_at
+
+    days, scores = daily_scores(h, eps, rp)
+    return flags_at(days, scores, rp.level)
 
 
 def blast_decisions(h: History, p: PolicyParams) -> tuple[list[tuple[float, str, str, str, bool]],
@@ -304,16 +269,17 @@ def replay(h: History, p: PolicyParams, rp: RiskParams, *, count: str = "runs",
            available: frozenset[str] = frozenset({"reboot", "ticket"})) -> dict[str, Any]:
     """Everything the config would have done over the history, and how good its flags were."""
     eps = list(eps) if eps is not None else episodes_mod.build(h, blast_window=p.blast_window)
-    starts = _starts(eps)
     horizon = rp.horizon_days * DAY
     lem = lemons(h, eps, p, count=count)
     by_node: dict[str, list[Episode]] = {}
     for e in eps:
         by_node.setdefault(e.node, []).append(e)
     lemon_spans = {n: [(t, h.until)] for n, (t, _) in lem.items()}
-    lemon_score = score_flags({n: [(t, t)] for n, (t, _) in lem.items()}, starts, h.since, h.until,
-                              horizon)
-    lemon_score["caught_while_lemon"] = score_flags(lemon_spans, starts, h.since, h.until, 0.0)["caught"]
+    fails = scoring.failures_of(eps, h.until)
+    lemon_score = scoring.score({n: [(t, t)] for n, (t, _) in lem.items()}, fails, h.since,
+                                h.until, horizon, while_out="next")
+    lemon_score["caught_while_lemon"] = scoring.score(lemon_spans, fails, h.since, h.until, 0.0,
+                                                      while_out="next")["caught"]
     recorded = sorted(n for n, evs in h.events.items()
                       if any(e.kind == "lemon" and h.since <= e.at <= h.until for e in evs))
     rflags = risk_flags(h, eps, rp)
@@ -325,7 +291,7 @@ def replay(h: History, p: PolicyParams, rp: RiskParams, *, count: str = "runs",
                                                    for n, (t, _) in lem.items()), 1),
                   **lemon_score, "nodes": {n: r for n, (_, r) in sorted(lem.items())}},
         "risk": {"level": rp.level, "nodes_flagged": len(rflags),
-                 **score_flags(rflags, starts, h.since, h.until, horizon),
+                 **scoring.score(rflags, fails, h.since, h.until, horizon),
                  "nodes": sorted(rflags)},
         "blast": blast(h, p),
         "probation": probation(h, p),

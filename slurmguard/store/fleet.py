@@ -8,11 +8,13 @@ never one query per node: a 10,000-node month is read in seconds (tests/bench/).
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, case, select
 
 from slurmguard.fleet.history import Alert, Ev, History, Run
 from slurmguard.fleet.params import RiskParams
@@ -68,14 +70,21 @@ def load_history(engine: Engine, *, since: float, until: float, lookback: float 
         rows = conn.execute(stmt).fetchall()
         # The checks of those runs by run id (an index), never a scan of every result.
         checks: dict[int, tuple[list[str], list[str]]] = {}
+        counts: dict[int, list[tuple[str, int]]] = {}
         ids_ = [r[0] for r in rows]
+        # The details only of the checks whose counts the risk score reads (a CASE: the
+        # other results' details are never sent).
+        details = case((Result.name.in_(sorted(_COUNTED)), Result.details), else_=None)
         for i in range(0, len(ids_), _CHUNK):
-            for run_id, name, health in conn.execute(
-                    select(Result.run_id, Result.name, Result.health).where(
+            for run_id, name, health, det in conn.execute(
+                    select(Result.run_id, Result.name, Result.health, details).where(
                         Result.run_id.in_(ids_[i:i + _CHUNK]), Result.health.in_(_NOT_HEALTHY))):
                 bad, warn = checks.setdefault(run_id, ([], []))
                 (bad if health == "unhealthy" else warn).append(name)
-        _runs(h, rows, names, checks)
+                n = _count(name, det)
+                if n is not None:
+                    counts.setdefault(run_id, []).append((name, n))
+        _runs(h, rows, names, checks, counts)
         _events(h, conn, names, lo, until, nodes is not None)
         if healthy:
             ids = {v: k for k, v in names.items()}
@@ -102,8 +111,32 @@ def load_history(engine: Engine, *, since: float, until: float, lookback: float 
     return h
 
 
+def _ecc_lifetime(details: str) -> int | None:
+    """gpu-ecc: lifetime uncorrectable ECC errors, summed over the GPUs that report them."""
+    gpus = json.loads(details).get("gpus") or []
+    vals = [g.get("aggregate_uncorrected") for g in gpus if isinstance(g, dict)]
+    vals = [v for v in vals if isinstance(v, int)]
+    return sum(vals) if vals else None
+
+
+# check -> what reads its count from its details (Run.counts; slurmguard/fleet/risk.py)
+_COUNTED: dict[str, Callable[[str], int | None]] = {"gpu-ecc": _ecc_lifetime}
+
+
+@lru_cache(maxsize=4096)
+def _count(name: str, details: str | None) -> int | None:
+    """The count of one result's details (cached: a node's runs repeat the same details)."""
+    if not details:
+        return None
+    try:
+        return _COUNTED[name](details)
+    except (ValueError, AttributeError, TypeError):  # details that are not what the check writes
+        return None
+
+
 def _runs(h: History, rows: Iterable[Any], names: dict[int, str],
-          checks: dict[int, tuple[list[str], list[str]]]) -> None:
+          checks: dict[int, tuple[list[str], list[str]]],
+          counts: dict[int, list[tuple[str, int]]] | None = None) -> None:
     for run_id, nid, at, health, hook, job_id in rows:
         node = names.get(nid)
         if node is None:
@@ -115,7 +148,8 @@ def _runs(h: History, rows: Iterable[Any], names: dict[int, str],
             continue
         bad, warn = checks.get(run_id, ((), ()))
         h.runs.setdefault(node, []).append(Run(at, health, hook, job_id, tuple(sorted(bad)),
-                                               tuple(sorted(warn))))
+                                               tuple(sorted(warn)),
+                                               tuple(sorted((counts or {}).get(run_id, ())))))
         if hook == "epilog" and job_id and health == "degraded":
             h.passes.setdefault(node, []).append(at)
 

@@ -1,11 +1,14 @@
 """Prediction quality on many seeds of the project's generators (run by hand, prints medians).
 
     .venv/bin/python tests/bench/bench_prediction.py --risk-seeds 101-110 --nodes 2000 --days 60
+    .venv/bin/python tests/bench/bench_prediction.py --generator blind --risk-seeds judged
     .venv/bin/python tests/bench/bench_prediction.py --risk-seeds 0 --burnin-seeds 1-8
 
-Node risk (slurmguard/fleet/risk.py) at its default level against the planted lemons and
-degrading nodes of tests/support/fleetgen.py: precision, recall and the lead time of each
-planted degrading node's first flag before its planted failure.
+Node risk (slurmguard/fleet/risk.py) at its default level (or ``--risk level=30``) on the
+fleets of tests/support/fleetgen.py or tests/support/fleetgen_blind.py, counted with the one
+scorer (slurmguard/fleet/scoring.py, through tests/support/risk_eval.py): precision, recall,
+recall a day ahead and the median lead, per seed; ``--json`` keeps the rows
+(tests/data/risk/before.json was written so, at the score before inputs with meaning).
 
 burn-in's ``degrading`` verdict (``--burnin-seeds``) judged night after night on the wearing
 fleets of tests/support/burnin_truth.py (``wearing``), Gaussian, Student-t 5 and 4 noise:
@@ -17,24 +20,22 @@ StatParams (e.g. trend_sigmas=4).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from support.burnin_truth import wearing  # noqa: E402
-from support.fleetgen import DAY, generate  # noqa: E402
+from support.risk_eval import JUDGED, judge, line, make_case  # noqa: E402
 from support.wear_outcome import judge_nightly  # noqa: E402
 
 from slurmguard.burnin.stats import StatParams  # noqa: E402
-from slurmguard.fleet import episodes  # noqa: E402
 from slurmguard.fleet.params import RiskParams  # noqa: E402
-from slurmguard.fleet.replay import risk_flags  # noqa: E402
-from slurmguard.store import Store  # noqa: E402
-from slurmguard.store.fleet import load_history  # noqa: E402
 
 
 def seeds(text: str) -> list[int]:
@@ -42,26 +43,12 @@ def seeds(text: str) -> list[int]:
     return list(range(int(lo), int(hi or lo) + 1))
 
 
-def risk_rates(seed: int, nodes: int, days: int, rp: RiskParams) -> dict[str, float]:
+def risk_rates(generator: str, seed: int, nodes: int, days: int,
+               rp: RiskParams) -> dict[str, Any]:
+    """The one scorer's figures for the default level on one generated fleet."""
     with tempfile.TemporaryDirectory() as d:
-        path = f"{d}/fleet.db"
-        truth = generate(path, nodes=nodes, days=days, seed=seed)
-        store = Store.open(url=f"sqlite:///{path}")
-        try:
-            h = load_history(store.engine, since=truth.since, until=truth.until,
-                             lookback=rp.lookback_days * DAY)
-        finally:
-            store.close()
-    flags = risk_flags(h, episodes.build(h), rp)
-    flagged, planted = set(flags), truth.planted
-    hit = len(flagged & planted)
-    fail_at = {f[0]: f[2] for f in truth.failures if f[0] in truth.degrading}
-    leads = [(fail_at[n] - flags[n][0][0]) / DAY for n in truth.degrading & flagged if n in fail_at]
-    return {"flagged": len(flagged), "planted": len(planted),
-            "precision": hit / len(flagged) if flagged else 0.0, "recall": hit / len(planted),
-            "lemon_recall": len(flagged & truth.lemons) / len(truth.lemons),
-            "degrading_recall": len(flagged & truth.degrading) / len(truth.degrading),
-            "lead_days_median": statistics.median(leads) if leads else float("nan")}
+        case = make_case(generator, seed, Path(d) / "fleet.db", nodes=nodes, days=days)
+    return judge(case, rp)
 
 
 def burnin(seed_list: list[int], nodes: int, trend: list[str]) -> None:
@@ -86,7 +73,11 @@ def burnin(seed_list: list[int], nodes: int, trend: list[str]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--risk-seeds", default="101-110")
+    ap.add_argument("--generator", choices=["fleetgen", "blind"], default="fleetgen")
+    ap.add_argument("--risk-seeds", default="101-110", help="e.g. 101-110, or 'judged'")
+    ap.add_argument("--risk", action="append", default=[], metavar="KEY=VALUE",
+                    help="another [risk] value (e.g. level=30)")
+    ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--days", type=int, default=60)
     ap.add_argument("--weight", action="append", default=[], metavar="FACTOR=POINTS",
@@ -97,19 +88,22 @@ def main() -> int:
     a = ap.parse_args()
     if a.burnin_seeds:
         burnin(seeds(a.burnin_seeds), a.burnin_nodes, a.trend)
-    rp = RiskParams.from_section({"weights": {k: float(v) for k, v in (w.split("=") for w in a.weight)}})
+    rp = RiskParams.from_section({"weights": {k: float(v) for k, v in (w.split("=") for w in a.weight)},
+                                  **{k: float(v) for k, v in (x.split("=") for x in a.risk)}})
     rows = []
-    for s in seeds(a.risk_seeds) if a.risk_seeds != "0" else ():
+    seed_list = (list(JUDGED[a.generator]) if a.risk_seeds == "judged" else
+                 seeds(a.risk_seeds) if a.risk_seeds != "0" else [])
+    for s in seed_list:
         t0 = time.monotonic()
-        r = risk_rates(s, a.nodes, a.days, rp)
+        r = risk_rates(a.generator, s, a.nodes, a.days, rp)
         rows.append(r)
-        print(f"risk seed {s}: flagged {r['flagged']} planted {r['planted']} precision "
-              f"{r['precision']:.2f} recall {r['recall']:.2f} (lemons {r['lemon_recall']:.2f}, "
-              f"degrading {r['degrading_recall']:.2f}), lead {r['lead_days_median']:.1f} d "
-              f"[{time.monotonic() - t0:.1f} s]", flush=True)
-    for k in ("precision", "recall", "lead_days_median") if rows else ():
-        vals = [r[k] for r in rows]
-        print(f"risk {k}: median {statistics.median(vals):.2f} min {min(vals):.2f} max {max(vals):.2f}")
+        print(f"risk {a.generator} seed {s}: {json.dumps(r)} [{time.monotonic() - t0:.1f} s]",
+              flush=True)
+    if rows:
+        print(line(a.generator, rows))
+    if a.json:
+        Path(a.json).write_text(json.dumps({"generator": a.generator, "seeds": seed_list,
+                                            "rows": rows}, indent=1) + "\n")
     return 0
 
 

@@ -1,0 +1,83 @@
+"""`slurmguard fleet risk --curve` on generated fleets of both generators: every level's
+precision, recall and lead, counted with the one scorer, the current level's row equal to
+what `policy replay` says of the same level (docs/fleet.md, "Choosing the level"). The real
+cluster's store is curved in tests/test_replay_guard.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support.helpers import run_sg, sg_env
+
+from slurmguard.fleet.curve import LEVELS
+from slurmguard.output import iso
+
+KEYS = ("true", "false", "late", "open", "precision", "recall", "recall_ahead", "failures")
+
+
+@pytest.fixture(scope="module", params=["blind", "fleetgen"])
+def fleet(request, tmp_path_factory):
+    d = tmp_path_factory.mktemp(request.param)
+    if request.param == "blind":
+        from support.fleetgen_blind import generate
+        truth = generate(str(d / "fleet.db"), nodes=500, days=60, seed=21)
+    else:
+        from support.fleetgen import generate
+        truth = generate(str(d / "fleet.db"), nodes=300, days=45, seed=21)
+    cfg = d / "sg.toml"
+    cfg.write_text(f'[store]\npath = "{d}/fleet.db"\n[slurm]\nscontrol = "{d}/no-scontrol"\n'
+                   f'sinfo = "{d}/no-sinfo"\n')
+    return truth, cfg
+
+
+def _sg(cfg, *args):
+    p = run_sg("-c", str(cfg), *args, env=sg_env(), timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p
+
+
+def test_the_curve_counts_every_level_with_the_one_scorer(fleet) -> None:
+    truth, cfg = fleet
+    window = ["--since", iso(truth.since), "--until", iso(truth.until)]
+    c = json.loads(_sg(cfg, "fleet", "risk", "--curve", *window, "--json").stdout)
+    rows = c["levels"]
+    assert [r["level"] for r in rows] == list(LEVELS) and c["current_level"] == 40.0
+    for lo, hi in zip(rows, rows[1:], strict=False):  # a higher level flags no more
+        assert hi["nodes_flagged"] <= lo["nodes_flagged"] and hi["caught"] <= lo["caught"]
+    assert rows[0]["nodes_flagged"] > rows[-1]["nodes_flagged"]
+    assert any(r["true"] > 0 for r in rows) and rows[0]["failures"] > 0
+    replay = json.loads(_sg(cfg, "policy", "replay", *window, "--json").stdout)["current"]["risk"]
+    (at_level,) = [r for r in rows if r["level"] == 40.0]
+    assert {k: at_level[k] for k in KEYS} == {k: replay[k] for k in KEYS}
+    text = _sg(cfg, "fleet", "risk", "--curve", *window).stdout
+    assert text.startswith("risk curve ") and "\n40 *" in text and "a day ahead" in text
+
+
+def test_fleet_risk_lists_the_nodes_at_risk_and_a_bad_window_names_the_flag(fleet) -> None:
+    truth, cfg = fleet
+    out = json.loads(_sg(cfg, "fleet", "risk", "--json").stdout)
+    assert out["level"] == 40.0 and all(v["risk"] >= 40.0 for v in out["nodes"].values())
+    p = run_sg("-c", str(cfg), "fleet", "risk", "--curve", "--since", "2026-03-01",
+               "--until", "2026-02-01", env=sg_env(), timeout=60)
+    assert p.returncode == 6 and "--since:" in p.stderr, (p.returncode, p.stderr)
+
+
+def test_the_history_carries_gpu_ecc_lifetime_counts_from_the_details(fleet) -> None:
+    truth, cfg = fleet
+    if not hasattr(truth, "benign"):
+        pytest.skip("fleetgen.py writes no check details")
+    from slurmguard.store import Store
+    from slurmguard.store.fleet import load_history
+
+    store = Store.open(url=f"sqlite:///{cfg.parent}/fleet.db")
+    try:
+        h = load_history(store.engine, since=truth.since, until=truth.until, healthy=False)
+    finally:
+        store.close()
+    old = [n for n, kind in truth.benign.items() if kind == "old_ecc"]
+    assert old
+    for n in old:  # an old count: the same on every run, never zero, and not a warning unit
+        counts = {dict(r.counts)["gpu-ecc"] for r in h.runs[n]}
+        assert len(counts) == 1 and min(counts) >= 1, (n, counts)
+        assert all(r.counts == (("gpu-ecc", min(counts)),) for r in h.runs[n])
