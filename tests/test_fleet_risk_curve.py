@@ -16,19 +16,35 @@ from slurmguard.output import iso
 KEYS = ("true", "false", "late", "open", "precision", "recall", "recall_ahead", "failures")
 
 
+_MADE: dict[str, tuple] = {}  # one fleet per generator for the module, whichever asks first
+
+
+def _fleet(gen: str, tmp_path_factory) -> tuple:
+    if gen not in _MADE:
+        d = tmp_path_factory.mktemp(gen)
+        if gen == "blind":
+            from support.fleetgen_blind import generate
+            truth = generate(str(d / "fleet.db"), nodes=500, days=60, seed=21)
+        else:
+            from support.fleetgen import generate
+            truth = generate(str(d / "fleet.db"), nodes=300, days=45, seed=21)
+        cfg = d / "sg.toml"
+        cfg.write_text(f'[store]\npath = "{d}/fleet.db"\n[slurm]\nscontrol = "{d}/no-scontrol"\n'
+                       f'sinfo = "{d}/no-sinfo"\n')
+        _MADE[gen] = (truth, cfg)
+    return _MADE[gen]
+
+
 @pytest.fixture(scope="module", params=["blind", "fleetgen"])
 def fleet(request, tmp_path_factory):
-    d = tmp_path_factory.mktemp(request.param)
-    if request.param == "blind":
-        from support.fleetgen_blind import generate
-        truth = generate(str(d / "fleet.db"), nodes=500, days=60, seed=21)
-    else:
-        from support.fleetgen import generate
-        truth = generate(str(d / "fleet.db"), nodes=300, days=45, seed=21)
-    cfg = d / "sg.toml"
-    cfg.write_text(f'[store]\npath = "{d}/fleet.db"\n[slurm]\nscontrol = "{d}/no-scontrol"\n'
-                   f'sinfo = "{d}/no-sinfo"\n')
-    return truth, cfg
+    return _fleet(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def blind_fleet(tmp_path_factory):
+    """The blind generator's fleet: the one whose runs carry check details (fleetgen.py's
+    carry none)."""
+    return _fleet("blind", tmp_path_factory)
 
 
 def _sg(cfg, *args):
@@ -63,10 +79,8 @@ def test_fleet_risk_lists_the_nodes_at_risk_and_a_bad_window_names_the_flag(flee
     assert p.returncode == 6 and "--since:" in p.stderr, (p.returncode, p.stderr)
 
 
-def test_the_history_carries_gpu_ecc_lifetime_counts_from_the_details(fleet) -> None:
-    truth, cfg = fleet
-    if not hasattr(truth, "benign"):
-        pytest.skip("fleetgen.py writes no check details")
+def test_the_history_carries_gpu_ecc_lifetime_counts_from_the_details(blind_fleet) -> None:
+    truth, cfg = blind_fleet
     from slurmguard.store import Store
     from slurmguard.store.fleet import load_history
 
