@@ -14,12 +14,12 @@ _ids = count(100)
 
 
 def row(kind: str, at: float, node: str = "n1", actor: str = "slurmguard", source: str = "",
-        **details: object) -> EventRow:
-    return EventRow(next(_ids), at, node, kind, actor, actor, source, "", dict(details))
+        reason: str = "", **details: object) -> EventRow:
+    return EventRow(next(_ids), at, node, kind, actor, actor, source, reason, dict(details))
 
 
 def test_an_episode_is_a_drain_and_the_repair_steps_that_name_it():
-    d1 = row("drain", NOW, source="gpu-xid")
+    d1 = row("drain", NOW, source="gpu-xid", reason="slurmguard: gpu-xid: Xid 79")
     d2 = row("drain", NOW + 500, source="gpu-lost")
     admin = row("drain", NOW + 900, actor="admin")  # a person's drain begins no episode
     rows = [d1, row("repair_start", NOW + 10, episode=d1.id, cause="gpu-xid:79"),
@@ -36,6 +36,7 @@ def test_an_episode_is_a_drain_and_the_repair_steps_that_name_it():
                                                   ("n1", d2.id)]
     first, waiting, ticketed = got
     assert (first.outcome, first.reboots, first.cause) == ("returned", 2, "gpu-xid:79")
+    assert (first.reason, waiting.reason) == ("slurmguard: gpu-xid: Xid 79", "")
     assert (first.drained_at, first.started_at, first.ended_at) == (NOW, NOW + 10, NOW + 121)
     assert [r for _, r in first.rungs] == ["reboot", "power-cycle"]
     assert (waiting.outcome, waiting.cause, waiting.reboots) == ("waiting", "ib-link", 0)

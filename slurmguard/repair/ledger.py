@@ -32,6 +32,7 @@ class RepairEpisode:
     episode: int  # ledger id of the drain that began it (0: the drain is not in the rows)
     drained_at: float | None  # that drain's time (None: outside the rows read)
     cause: str  # the guard's cause key, as repair recorded it (or the drain's source)
+    reason: str  # the drain's reason ("" when the drain is not in the rows)
     state: Episode  # the decision core's fold of the episode's events
     started_at: float | None  # repair_start: evidence collected, the first rung next
     ended_at: float | None  # repair_return or repair_ticket
@@ -55,8 +56,8 @@ class RepairEpisode:
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "episode": self.episode, "drained_at": self.drained_at,
-                "first_at": self.first_at,
-                "cause": self.cause, "outcome": self.outcome, "state": self.state.state,
+                "first_at": self.first_at, "cause": self.cause, "reason": self.reason,
+                "outcome": self.outcome, "state": self.state.state,
                 "started_at": self.started_at, "ended_at": self.ended_at,
                 "rungs": [{"at": at, "rung": r} for at, r in self.rungs],
                 "reboots": self.reboots}
@@ -89,7 +90,8 @@ def _episode(node: str, episode: int, drain: Any, mine: Sequence[Any]) -> Repair
     ends = [t for t in (first["repair_return"], first["repair_ticket"]) if t is not None]
     rungs = tuple((e.at, str(e.details.get("rung", ""))) for e in mine if e.kind == "repair_rung")
     times = [e.at for e in mine] + ([drain.at] if drain is not None else [])
-    return RepairEpisode(node, episode, drain.at if drain is not None else None, cause, state,
+    return RepairEpisode(node, episode, drain.at if drain is not None else None, cause,
+                         str(drain.reason or "") if drain is not None else "", state,
                          first["repair_start"], min(ends) if ends else None, rungs,
                          drain.at if drain is not None else min(times), max(times))
 
