@@ -1,28 +1,77 @@
 """docs/fleet-day.md is the rendering of docs/fleet-day.json, which only the fleet day writes
-(`tests/scale/run.py --scenario fleet_day`): no figure on the page is typed."""
+(`tests/scale/run.py --scenario fleet_day`): no key of the JSON is typed (each is one the run
+writes), and every number on the page comes from the JSON or from the page's fixed text."""
 
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
-from support.fleet_day_doc import MODES, render
+from support.fleet_day_arms import ARMS
+from support.fleet_day_doc import RUN_KEYS, render
 from support.helpers import REPO
 
 DOCS = REPO / "docs"
+NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def _data() -> dict[str, Any]:
+    return json.loads((DOCS / "fleet-day.json").read_text())
 
 
 def test_fleet_day_md_is_rendered_from_the_measured_json():
-    data = json.loads((DOCS / "fleet-day.json").read_text())
-    assert (DOCS / "fleet-day.md").read_text() == render(data), (
+    assert (DOCS / "fleet-day.md").read_text() == render(_data()), (
         "docs/fleet-day.md is stale: python tests/scale/run.py --render")
 
 
-def test_every_run_holds_both_modes_and_the_incident_truth():
-    data = json.loads((DOCS / "fleet-day.json").read_text())
-    assert data["runs"]
-    for n, f in data["runs"].items():
-        assert f["nodes"] == int(n)
-        for m in MODES:
-            assert 0 <= f[m]["ettr"] <= 1 and 0 <= f[m]["goodput"] <= 1, (n, m)
+def test_every_key_of_every_run_is_one_the_run_writes():
+    data = _data()
+    assert set(data) == {"runs"}
+    for key, f in data["runs"].items():
+        assert set(f) <= RUN_KEYS, (key, sorted(set(f) - RUN_KEYS))
+        assert key == f"{f['nodes']}-{f['seed']}"
+        for a in f["arms"]:
+            m = f[a]
+            assert 0 <= m["ettr"] <= 1 and 0 <= m["goodput"] <= 1, (key, a)
+            assert m["window_s"] == f["day_s"], (key, a)  # every arm over the same window
+        assert len({f[a]["t0"] for a in f["arms"]}) == 1, key  # from one start line
         inc = f["incidents"]
-        assert len(inc["matched"]) + len(inc["missing"]) == len(f["faults"]), (n, inc)
+        assert len(inc["matched"]) + len(inc["missing"]) == len(f["faults"]), (key, inc)
+
+
+def _perturbed(v: Any) -> Any:
+    """Every number of the JSON changed (zero stays zero, so what is shown stays shown)."""
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, int):
+        return v * 3
+    if isinstance(v, float):
+        return v * 1.37
+    if isinstance(v, list):
+        return [_perturbed(x) for x in v]
+    return {k: _perturbed(x) for k, x in v.items()}
+
+
+def test_every_number_on_the_page_comes_from_the_json_or_the_fixed_text():
+    """Render from the JSON and from the JSON with every number changed: a line of the page
+    whose numbers do not change is one of the page's fixed text (rendered with no run at all)
+    or shows only zeros; so no number on the page is typed into the renderer or the JSON."""
+    data = _data()
+    assert data["runs"], "no run on the page"
+    page = render(data).splitlines()
+    other = render({"runs": {k: _perturbed(f) for k, f in data["runs"].items()}}).splitlines()
+    fixed = set(render({"runs": {}}).splitlines())
+    assert len(page) == len(other)
+    typed = [a for a, b in zip(page, other, strict=True)
+             if a == b and a not in fixed
+             and any(set(x) - {"0", ".", ","} for x in NUMBER.findall(a.split("](")[0]))]
+    assert typed == [], typed
+
+
+def test_the_page_has_the_four_arms_and_the_goals():
+    text = (DOCS / "fleet-day.md").read_text()
+    for label in ("Slurm alone", "Slurm + LBNL NHC", "slurmguard", "oracle (reference)"):
+        assert label in text
+    assert "measured against goal" in text and "## Across seeds" in text
+    assert all(a in _data()["runs"][k] for k in _data()["runs"] for a in ARMS)

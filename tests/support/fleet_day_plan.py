@@ -229,7 +229,9 @@ def attach_steps(runs: list[Run], step_log: str) -> None:
 
 def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_s: float,
             n_nodes: int, drains: dict[str, list[tuple[float, float | None]]],
-            healthy_drained: list[str]) -> dict[str, Any]:
+            healthy_drained: list[str],
+            detect_drains: dict[str, list[tuple[float, float | None]]] | None = None,
+            ) -> dict[str, Any]:
     """Everything the day is judged by, from the runs (steps attached) and the faults.
 
     - allocated: each run's wall time (start to end, or to the day's end) x its GPUs;
@@ -238,8 +240,10 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
     - ETTR = useful / allocated; goodput = useful / (all GPUs x the day);
     - lost by cause: a run's allocated time less its useful, charged to the fault active on
       one of its nodes during it (the earliest), else to "overhead" (start-up, checkpoints);
-    - detect: fault to its node's drain (or to Slurm's DOWN in the baseline); return: drain
-      to undrain, where the fault went away and the node came back."""
+    - detect: fault to its node's drain (``detect_drains``: the drains that may count, default
+      all); return: drain to undrain, where the fault went away and the node came back."""
+    # The window: only runs that started inside it, each clipped to it.
+    runs = [r for r in runs if r.start < t_end]
     by_job: dict[str, list[Run]] = {}
     for r in runs:
         by_job.setdefault(r.job, []).append(r)
@@ -251,7 +255,7 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
         for r in reversed(jruns):  # a step is kept by the last run that did it
             end = min(r.end if r.end is not None else t_end, t_end)
             gpus = len(r.nodes) * GPUS_PER_NODE
-            a = max(0.0, end - r.start) * gpus
+            a = max(0.0, end - max(r.start, t0)) * gpus
             kept = [s for s, t in r.steps if s not in later and t <= t_end]
             redone_steps += sum(1 for s, _ in r.steps if s in later)
             later |= {s for s, _ in r.steps}
@@ -264,15 +268,19 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
                 failed += 1
     detect: dict[str, list[float]] = {}
     ret: dict[str, list[float]] = {}
+    missed = []
     for f in faults:
         if not f.node:
             continue
-        spans = [d for d in drains.get(f.node, []) if d[0] >= t0 + f.at - 0.5]
+        spans = [d for d in (drains if detect_drains is None else detect_drains).get(f.node, [])
+                 if t0 + f.at - 0.5 <= d[0] < t_end]
+        if not spans:
+            missed.append(f"{f.kind}@{f.node}")
         if spans:
             detect.setdefault(f.cause, []).append(round(spans[0][0] - t0 - f.at, 1))
             if spans[0][1] is not None and f.clear_at is not None:
                 ret.setdefault(f.cause, []).append(round(spans[0][1] - spans[0][0], 1))
-    out_s = sum(min(e if e is not None else t_end, t_end) - s
+    out_s = sum(min(e if e is not None else t_end, t_end) - max(s, t0)
                 for spans in drains.values() for s, e in spans if s < t_end)
     return {
         "ettr": round(useful / alloc, 4) if alloc else None,
@@ -280,14 +288,32 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
         "allocated_gpu_s": round(alloc), "useful_gpu_s": round(useful),
         "lost_gpu_s_by_cause": {k: round(v) for k, v in sorted(lost.items())},
         "runs": len(runs), "jobs": len(by_job), "runs_failed": failed,
+        "jobs_completed": sum(1 for r in runs if r.rc == 0 and r.end is not None
+                              and r.end <= t_end),
         "steps_redone": redone_steps,
         "detect_s_by_cause": {k: v for k, v in sorted(detect.items())},
-        "undetected": sorted(f"{f.kind}@{f.node}" for f in faults if f.node
-                             and f.cause not in detect),
+        "undetected": sorted(missed),
         "return_s_by_cause": {k: v for k, v in sorted(ret.items())},
         "node_s_out_of_service": round(out_s, 1),
         "healthy_drained": healthy_drained,
     }
+
+
+def after_day(runs: list[Run], faults: list[Fault], t0: float, t_end: float,
+              drains: dict[str, list[tuple[float, float | None]]], ran_on_s: float) -> dict[str, Any]:
+    """What happened after the day's end, counted in no figure: runs that ended then (their
+    completions), node faults first drained then (seconds after their injection), and how long
+    the arm's loop went on (slurmguard's repairs finishing)."""
+    late: dict[str, float] = {}
+    for f in faults:
+        if not f.node:
+            continue
+        spans = [d for d in drains.get(f.node, []) if d[0] >= t0 + f.at - 0.5]
+        if spans and spans[0][0] >= t_end:
+            late[f"{f.kind}@{f.node}"] = round(spans[0][0] - t0 - f.at, 1)
+    return {"ran_on_s": ran_on_s,
+            "completions": sum(1 for r in runs if r.rc == 0 and r.end is not None and r.end > t_end),
+            "detected": late}
 
 
 def _charged(r: Run, faults: list[Fault], t0: float, end: float) -> str:
