@@ -124,3 +124,15 @@ def test_the_arms_see_what_their_checks_read_and_nhc_sees_what_its_table_says():
     assert {k for k, s in v["nhc"].items() if s} == {k for k, (s, _) in SEES.items() if s}
     assert {k for k, s in v["oracle"].items() if s} == {"xid79", "gpu-lost", "ecc", "ib-link"}
     assert stalls([0.0, 1.0, 9.0, 9.5], 0.0, 1.0) == [[1.0, 8.0]]
+
+
+def test_overhead_is_split_into_start_checkpoints_other_steps_and_exit():
+    # Steps of 1 s, a checkpoint after step 2: start 3 s late, 0.5 s past nominal after the
+    # checkpoint, 0.25 s after step 1, 2 s from the last step to the end.
+    r = plan.Run("a", 0.0, 11.0, 0, ["n1"], [(1, 4.0), (2, 5.25), (3, 6.75), (4, 7.75), (5, 9.0)])
+    fig = plan.figures([r], [], 0.0, 20.0, 1.0, 8, {}, [], every=2)
+    g = plan.GPUS_PER_NODE
+    assert fig["overhead_gpu_s_by_part"] == {
+        "start to first step": 3 * g, "steps after a checkpoint, past nominal": round(0.75 * g),
+        "other steps, past nominal": 2, "last step to end": 2 * g}
+    assert fig["lost_gpu_s_by_cause"] == {"overhead": 6 * g}

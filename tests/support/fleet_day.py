@@ -438,7 +438,8 @@ class Day:
                    if not any(w in why for w in SHARED_REASONS)]
                for n, spans in self.drains.items()}
         fig = plan.figures(runs, real, self.t0, t_end, self.step_s, len(self.h.nodes),
-                           self.drains, sorted(self.healthy_drained), detect_drains=own)
+                           self.drains, sorted(self.healthy_drained), detect_drains=own,
+                           every=self.every)
         fig["t0"], fig["window_s"] = round(self.t0, 3), round(t_end - self.t0, 3)
         fig["healthy_drained_why"] = self.healthy_drained
         fig["drained_by"] = dict(sorted(self.drained_by.items()))

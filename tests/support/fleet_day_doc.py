@@ -202,6 +202,14 @@ def section(key: str, f: dict[str, Any]) -> list[str]:
         rows.append(f"| {c} | " + " | ".join(_gpu_h(f[a]["lost_gpu_s_by_cause"].get(c, 0))
                                              for a in arms) + " | "
                     + " | ".join(_fmt(f[a]["detect_s_by_cause"].get(c)) for a in arms) + " |")
+    parts = sorted({p for a in arms for p in f[a].get("overhead_gpu_s_by_part", {})})
+    if parts:  # recorded from the runs that record it on
+        rows += ["", "Overhead split by where it went, in runs no fault touched (GPU-hours; "
+                 "tests/support/fleet_day_plan.py `_overhead_parts`; the Prolog and the gate "
+                 "run before a batch script's start and are not in any arm's allocated time):",
+                 "", f"| part | {head} |", sep]
+        rows += [f"| {p} | " + " | ".join(_gpu_h(f[a].get("overhead_gpu_s_by_part", {}).get(p, 0))
+                                          for a in arms) + " |" for p in parts]
     rows += ["", "Each arm's load and its harness's limits in the day (load: this host's 1-minute "
              "load average, 2 cores, all arms at once; a pass: every node's check once):", "",
              f"| | {head} |", sep]

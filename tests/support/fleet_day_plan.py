@@ -231,7 +231,7 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
             n_nodes: int, drains: dict[str, list[tuple[float, float | None]]],
             healthy_drained: list[str],
             detect_drains: dict[str, list[tuple[float, float | None]]] | None = None,
-            ) -> dict[str, Any]:
+            every: int = 0) -> dict[str, Any]:
     """Everything the day is judged by, from the runs (steps attached) and the faults.
 
     - allocated: each run's wall time (start to end, or to the day's end) x its GPUs;
@@ -249,6 +249,7 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
         by_job.setdefault(r.job, []).append(r)
     alloc = useful = 0.0
     lost: dict[str, float] = {}
+    split: dict[str, float] = {}
     redone_steps = failed = 0
     for jruns in by_job.values():
         later: set[int] = set()
@@ -264,6 +265,9 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
             useful += min(u, a)
             cause = _charged(r, faults, t0, end)
             lost[cause] = lost.get(cause, 0.0) + max(0.0, a - u)
+            if cause == "overhead":
+                for part, s in _overhead_parts(r, max(r.start, t0), end, step_s, every).items():
+                    split[part] = split.get(part, 0.0) + s * gpus
             if r.rc not in (None, 0, 75) and r.end is not None and r.end <= t_end:
                 failed += 1
     detect: dict[str, list[float]] = {}
@@ -287,6 +291,7 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
         "goodput": round(useful / (n_nodes * GPUS_PER_NODE * (t_end - t0)), 4),
         "allocated_gpu_s": round(alloc), "useful_gpu_s": round(useful),
         "lost_gpu_s_by_cause": {k: round(v) for k, v in sorted(lost.items())},
+        "overhead_gpu_s_by_part": {k: round(v) for k, v in sorted(split.items())},
         "runs": len(runs), "jobs": len(by_job), "runs_failed": failed,
         "jobs_completed": sum(1 for r in runs if r.rc == 0 and r.end is not None
                               and r.end <= t_end),
@@ -297,6 +302,28 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
         "node_s_out_of_service": round(out_s, 1),
         "healthy_drained": healthy_drained,
     }
+
+
+def _overhead_parts(r: Run, start: float, end: float, step_s: float,
+                   every: int) -> dict[str, float]:
+    """Where a run's time beyond its steps' nominal went (seconds, inside [start, end]): its
+    start to its first step (the program's and, with slurmguard, the wrapper's start and the
+    resume), the time past nominal of the steps after a checkpoint (``every``: the program's
+    checkpoint interval; the write), of the other steps (each step's drain-notice poll, this
+    host's load), and its last step to its end (the final state, the exit)."""
+    ts = sorted(t for _, t in r.steps if start <= t <= end)
+    if not ts:
+        return {"start to first step": max(0.0, end - start)}
+    steps = sorted((t, s) for s, t in r.steps if start <= t <= end)
+    out = {"start to first step": max(0.0, ts[0] - step_s - start),
+           "last step to end": max(0.0, end - ts[-1]),
+           "steps after a checkpoint, past nominal": 0.0,
+           "other steps, past nominal": 0.0}
+    for (t_prev, s_prev), (t, _) in zip(steps, steps[1:], strict=False):
+        key = ("steps after a checkpoint, past nominal" if every and s_prev % every == 0
+               else "other steps, past nominal")
+        out[key] += max(0.0, t - t_prev - step_s)
+    return out
 
 
 def after_day(runs: list[Run], faults: list[Fault], t0: float, t_end: float,
