@@ -108,8 +108,7 @@ def test_slurm_alone_drains_nothing_and_the_oracle_only_where_a_job_failed(day):
 
 
 def test_no_healthy_node_is_drained_by_any_arm(day):
-    for arm in ARMS:
-        assert day[arm]["healthy_drained_why"] == {}, (arm, day[arm]["healthy_drained_why"])
+    assert {a: day[a]["healthy_drained_why"] for a in ARMS} == {a: {} for a in ARMS}
 
 
 def test_every_arm_is_measured_over_the_same_window(day):
@@ -150,6 +149,7 @@ def test_repair_returns_what_a_reboot_clears_and_tickets_what_it_does_not(day):
 
 
 def test_every_scheduled_fault_is_injected_and_lateness_is_recorded(day):
+    assert all(m in day for m in ARMS)
     for m in ARMS:
         flap2 = {f"nvlink@{f['node']}" for f in day["faults"]
                  if f["kind"] == "nvlink" and any(g["node"] == f["node"] and g["clear_at"]

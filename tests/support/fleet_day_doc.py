@@ -109,7 +109,7 @@ in the history of docs/fleet-day.json).
 RUN_KEYS = frozenset({
     "seed", "day_s", "tick_s", "step_s", "every_steps", "nodes", "acceleration",
     "faults_per_fleet_day", "faults", "job_mix", "job_s", "arms", "incidents", *ARMS,
-    "date", "cluster_start_s", "notice_interval_s", "label"})
+    "date", "cluster_start_s", "notice_interval_s", "label", "scenario_s"})
 
 
 def _visibility_table() -> str:
@@ -210,8 +210,9 @@ def section(key: str, f: dict[str, Any]) -> list[str]:
                  "", f"| part | {head} |", sep]
         rows += [f"| {p} | " + " | ".join(_gpu_h(f[a].get("overhead_gpu_s_by_part", {}).get(p, 0))
                                           for a in arms) + " |" for p in parts]
-    rows += ["", "Each arm's load and its harness's limits in the day (load: this host's 1-minute "
-             "load average, 2 cores, all arms at once; a pass: every node's check once):", "",
+    rows += ["", "Each arm's load and its harness's limits in the day (load: this host's "
+             "one-minute load average, all arms at once on one host; a pass: every node's "
+             "check once):", "",
              f"| | {head} |", sep]
     for label, get in (
             ("load average, mean / max", lambda m: f"{_fmt(m['load_1m']['mean'])} / "
