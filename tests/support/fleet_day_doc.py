@@ -60,8 +60,9 @@ tests/support/nhc_node.py (NHC with each node's view, docs/testing.md "LBNL NHC 
   late. With slurmguard a flapping node's second fault waits for the node's return, and a
   fault that goes away by itself does so once the checks saw it; the other arms keep time.
 - **Health checks**: slurmguard's installed HealthCheckProgram and NHC each run on every
-  node of their cluster each tick (slurmd's HealthCheckInterval, compressed), 16 nodes at a
-  time; each pass's seconds are recorded.
+  node of their cluster each tick (slurmd's HealthCheckInterval, compressed), the same
+  number of nodes at a time for both (run.py's `--parallel`, at most 16); each pass's
+  seconds are recorded.
 - **Repair** (slurmguard only): serve's repair in act mode with the wave_repair scenario's
   BMC and RebootProgram (tests/support/scale_repair.py), limits sized for a compressed day
   (tests/support/fleet_day_faults.py `day_limits`). A reboot does to a fault what the table
@@ -108,7 +109,7 @@ in the history of docs/fleet-day.json).
 # the page's test checks no other key, typed by hand, is there.
 RUN_KEYS = frozenset({
     "seed", "day_s", "tick_s", "step_s", "every_steps", "nodes", "acceleration",
-    "faults_per_fleet_day", "faults", "job_mix", "job_s", "arms", "incidents", *ARMS,
+    "faults_per_fleet_day", "faults", "job_mix", "job_s", "arms", "incidents", "parallel", *ARMS,
     "date", "cluster_start_s", "notice_interval_s", "label", "scenario_s"})
 
 
@@ -168,7 +169,9 @@ def section(key: str, f: dict[str, Any]) -> list[str]:
             f"docs/fleet.md's base rate; this day has {sum(1 for x in f['faults'] if x['node'])} "
             f"node faults and one shared hang on {f['nodes']} nodes, so a node here fails "
             f"{f['acceleration']:,} times faster than a real one. Checks every "
-            f"{f['tick_s']:g} s, steps of {f['step_s']:g} s, a checkpoint every "
+            f"{f['tick_s']:g} s"
+            + (f" ({f['parallel']} nodes at a time)" if "parallel" in f else "")
+            + f", steps of {f['step_s']:g} s, a checkpoint every "
             f"{f['every_steps']} steps"
             + (f", each job's drain poll of serve every {f['notice_interval_s']:g} s"
                if "notice_interval_s" in f else "")

@@ -49,6 +49,7 @@ def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float =
         "faults_per_fleet_day": round(plan.expected_faults_per_day(), 2),
         "faults": plan.fault_rows(faults), "job_mix": plan.job_mix(len(h.nodes)),
         "job_s": round(job_steps(day_s, step_s) * step_s), "arms": list(arms),
+        "parallel": parallel,
     }
     others = [a for a in arms if a != "slurmguard"]
     bare = replace(h.spec, slurmguard=False, repair=None)
