@@ -107,10 +107,11 @@ def _v(fmt: str, v: float | None) -> str:
     return "–" if v is None else fmt.format(v)
 
 
-def _why(f: dict[str, Any], a: str, b: str, node_only: bool = False) -> str:
-    """The cause whose lost GPU time differs most between arms ``a`` and ``b`` on a run
-    (``node_only``: among the node faults' causes)."""
-    la, lb = f[a]["lost_gpu_s_by_cause"], f[b]["lost_gpu_s_by_cause"]
+def _why(f: dict[str, Any], a: str, b: str, node_only: bool = False,
+         key: str = "lost_gpu_s_by_cause") -> str:
+    """The cause (``key``: or the overhead's part) whose lost GPU time differs most between
+    arms ``a`` and ``b`` on a run (``node_only``: among the node faults' causes)."""
+    la, lb = f[a].get(key, {}), f[b].get(key, {})
     diffs = {c: la.get(c, 0) - lb.get(c, 0) for c in set(la) | set(lb)
              if not node_only or c not in (SHARED, "overhead")}
     if not diffs:
@@ -153,8 +154,9 @@ def goals(n: int, fs: list[dict[str, Any]]) -> list[str]:
             cells.append(f"seed {f['seed']}: {_v('{:.4g}', mine)} / {_v('{:.4g}', goal)}")
             if not ok:
                 by = "–" if mine is None or goal is None else f"{mine - goal:+.4g}"
-                why = ("" if not b or label.startswith("overhead")
-                       else f" ({_why(f, a, b, node_only=label.startswith('lost'))})")
+                why = ("" if not b else f" ({_why(f, a, b, node_only=label.startswith('lost'))})"
+                       if not label.startswith("overhead")
+                       else f" ({_why(f, a, b, key='overhead_gpu_s_by_part')})")
                 missed.append(f"seed {f['seed']} by {by}{why}")
         met = (f"on every seed ({len(fs)} of {len(fs)})" if not missed
                else f"**not met** on {len(missed)} of {len(fs)}: " + "; ".join(missed))
