@@ -91,8 +91,11 @@ def wins(n: int, fs: list[dict[str, Any]]) -> list[str]:
                 theirs = fig(f[r])
                 if mine is None or theirs is None or not (
                         mine > theirs if better == "high" else mine < theirs):
+                    why = ("a tie" if mine == theirs else _why(
+                        f, "slurmguard", r, key="overhead_gpu_s_by_part" if "overhead" in label
+                        else "lost_gpu_s_by_cause"))
                     lost.append(f"seed {f['seed']} ({LABELS[r]} {_v(fmt, theirs)} against "
-                                f"{_v(fmt, mine)})")
+                                f"{_v(fmt, mine)}: {why})")
         if not lost:
             out.append(f"- **slurmguard wins on {label}** at {n:,} nodes on every seed "
                        f"({len(fs)} of {len(fs)}): better than "
