@@ -42,7 +42,7 @@ from typing import Any
 from slurmguard.errors import SlurmguardError
 from support import fleet_day_outcomes as outcomes
 from support import fleet_day_plan as plan
-from support.fleet_day_arms import StartLine, load_summary, stalls
+from support.fleet_day_arms import StartLine, load_summary, spread, stalls
 from support.fleet_day_faults import (
     RebootPhysics,
     clear,
@@ -448,7 +448,7 @@ class Day:
                                         if not any(r.job == n and r.start < t_end for r in runs))
         fig["hc_pass_s"] = self.hc_pass_s
         if self.nhc is not None:  # one node's NHC run (seconds): what a pass is made of
-            fig["nhc_run_s"] = _spread(self.nhc.pass_s)
+            fig["nhc_run_s"] = spread(self.nhc.pass_s)
         fig["load_1m"] = load_summary(self.load, self.t0, t_end)
         fig["load_avg_1m_at_end"] = round(os.getloadavg()[0], 1)
         # The harness's own limits, measured: its loop's stalls (waiting on Slurm), gaps in
@@ -489,13 +489,6 @@ class Day:
         return [outcomes.Injected(f.kind, f.node, t, self.off_at.get(f), f in cleared,
                                   f.node in flappy)
                 for f, t in self.on_at.items() if f.node]
-
-
-def _spread(xs: list[float]) -> dict[str, Any]:
-    if not xs:
-        return {"n": 0, "median": None, "max": None}
-    ys = sorted(xs)
-    return {"n": len(ys), "median": round(ys[len(ys) // 2], 3), "max": round(ys[-1], 3)}
 
 
 def job_steps(day_s: float, step_s: float) -> int:

@@ -88,3 +88,11 @@ def load_summary(samples: list[tuple[float, float]], t0: float, t_end: float) ->
     step = max(1, len(inside) // 24)
     return {"mean": round(sum(vals) / len(vals), 1), "max": round(max(vals), 1),
             "samples": [[round(t - t0, 1), v] for t, v in inside[::step]]}
+
+
+def spread(xs: list[float]) -> dict[str, Any]:
+    """How many, the median and the largest (one node's NHC run times, say)."""
+    if not xs:
+        return {"n": 0, "median": None, "max": None}
+    ys = sorted(xs)
+    return {"n": len(ys), "median": round(ys[len(ys) // 2], 3), "max": round(ys[-1], 3)}
