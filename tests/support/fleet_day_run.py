@@ -57,8 +57,7 @@ def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float =
     try:
         # The other arms' clusters started at once (each a few seconds to minutes).
         with ThreadPoolExecutor(max(1, len(others))) as pool:
-            started = {a: pool.submit(ScaleHarness.start,
-                                      h.root.parent / f"{h.root.name}-{a}", bare)
+            started = {a: pool.submit(_start, h.root.parent / f"{h.root.name}-{a}", bare)
                        for a in others}
             errors = []
             for a, fut in started.items():
@@ -92,6 +91,19 @@ def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float =
     out["incidents"]["not_injected"] = [f"{f.kind}@{f.node}" for f in faults
                                         if f not in days["slurmguard"].on_at]
     return out
+
+
+def _start(root: Any, spec: Any, tries: int = 3) -> ScaleHarness:
+    """A harness started, again if its start failed: clusters started at once pick their
+    ports at once, and one slurmctld lost the race for its port ("Address already in use",
+    a 128-node run's Slurm-alone arm); each try begins by killing what the last one left."""
+    for i in range(tries):
+        try:
+            return ScaleHarness.start(root, spec)
+        except RuntimeError:
+            if i == tries - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _cancel_all(h: ScaleHarness) -> None:
