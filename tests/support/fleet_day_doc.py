@@ -36,7 +36,11 @@ failed jobs can do; a reference row, not a competitor). Rendered from docs/fleet
     python tests/scale/run.py --nodes 128 --scenario fleet_day --seed 1 --day-s 300 --tick 15
 
 (one run per seed; the CI form is tests/scale/test_fleet_day_small.py, 16 nodes and a 60-s
-day, which asserts the arms' decisions). The code: tests/support/fleet_day_plan.py (the
+day, which asserts the arms' decisions). Wanted: at least 5 seeds at 128 nodes and 2 at 512,
+the four arms at once up to 256 nodes; the tables across seeds below list what was
+measured, and a size without a table was not (512 nodes' four clusters at once do not fit
+this shared 2-core host; its two halves, slurmguard with NHC and the other two, are not
+built yet). The code: tests/support/fleet_day_plan.py (the
 schedule and the arithmetic, pure), tests/support/fleet_day_arms.py (the arms),
 tests/support/fleet_day.py (one arm's day on the scale harness, docs/scale.md),
 tests/support/nhc_node.py (NHC with each node's view, docs/testing.md "LBNL NHC as a peer").
