@@ -91,7 +91,10 @@ def wins(n: int, fs: list[dict[str, Any]]) -> list[str]:
                 theirs = fig(f[r])
                 if mine is None or theirs is None or not (
                         mine > theirs if better == "high" else mine < theirs):
-                    why = ("a tie" if mine == theirs else _why(
+                    why = ("a tie" if mine == theirs
+                           else "slurmguard's: " + "; ".join(
+                               f"{n} at {w}" for n, w in f["slurmguard"]["healthy_drained_why"].items())
+                           if label == "healthy nodes drained" else _why(
                         f, "slurmguard", r, key="overhead_gpu_s_by_part" if "overhead" in label
                         else "lost_gpu_s_by_cause"))
                     lost.append(f"seed {f['seed']} ({LABELS[r]} {_v(fmt, theirs)} against "
