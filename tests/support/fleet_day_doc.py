@@ -82,7 +82,13 @@ tests/support/nhc_node.py (NHC with each node's view, docs/testing.md "LBNL NHC 
   (all GPUs x the day); lost GPU-seconds by cause: each run's allocated less its useful,
   charged to the fault on one of its nodes during it, else to overhead (start-up,
   checkpoints, requeue waits); **lost to node faults**: every cause but the shared
-  filesystem hang and overhead.
+  filesystem hang and overhead. A **healthy node drained**: one out of service while no
+  fault is on it, a node counting as faulty from its fault's injection until a pass of the
+  arm's checks that began after the fault cleared has finished and a hook's budget has
+  passed (every node, for the shared hang): a node drained in the hang and not checked again
+  by then counts.
+- **NHC as configured here** runs the four checks above, from NHC's own scripts; a site may
+  add its own (a DCGM diagnostic, say), which this page does not model.
 - **Goals, on every seed**: ETTR with slurmguard at least NHC's, and NHC's at least Slurm
   alone's; GPU time lost to node faults with slurmguard at most 0.5x NHC's; slurmguard's
   overhead at most NHC's + 10 %; at 512 nodes, ETTR at least 0.97 with slurmguard.
