@@ -68,7 +68,8 @@ def across_seeds(n: int, fs: list[dict[str, Any]]) -> list[str]:
                 cells.append("–")
                 continue
             mean = sum(vals) / len(vals)
-            cells.append(fmt.format(mean) + (f" ({fmt.format(min(vals))} to {fmt.format(max(vals))})"
+            mfmt = "{:.1f}" if fmt == "{:g}" and mean != int(mean) else fmt  # a mean of counts
+            cells.append(mfmt.format(mean) + (f" ({fmt.format(min(vals))} to {fmt.format(max(vals))})"
                                              if len(vals) > 1 else ""))
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
     return rows + [""] + wins(n, fs) + [""] + goals(n, fs)
