@@ -1,28 +1,102 @@
 """docs/fleet-day.md is the rendering of docs/fleet-day.json, which only the fleet day writes
-(`tests/scale/run.py --scenario fleet_day`): no figure on the page is typed."""
+(`tests/scale/run.py --scenario fleet_day`): no key of the JSON is typed (each is one the run
+writes), and every number on the page comes from the JSON or from the page's fixed text."""
 
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
-from support.fleet_day_doc import MODES, render
+from support.fleet_day_arms import ARMS
+from support.fleet_day_doc import RUN_KEYS, render
 from support.helpers import REPO
 
 DOCS = REPO / "docs"
+# A number on its own (not part of a name such as n7, mlx5_1 or ecc@n12).
+NUMBER = re.compile(r"(?<![\w@.-])\d+(?:[.,]\d+)*(?![\w@])")
+
+
+def _data() -> dict[str, Any]:
+    return json.loads((DOCS / "fleet-day.json").read_text())
 
 
 def test_fleet_day_md_is_rendered_from_the_measured_json():
-    data = json.loads((DOCS / "fleet-day.json").read_text())
-    assert (DOCS / "fleet-day.md").read_text() == render(data), (
+    assert (DOCS / "fleet-day.md").read_text() == render(_data()), (
         "docs/fleet-day.md is stale: python tests/scale/run.py --render")
 
 
-def test_every_run_holds_both_modes_and_the_incident_truth():
-    data = json.loads((DOCS / "fleet-day.json").read_text())
-    assert data["runs"]
-    for n, f in data["runs"].items():
-        assert f["nodes"] == int(n)
-        for m in MODES:
-            assert 0 <= f[m]["ettr"] <= 1 and 0 <= f[m]["goodput"] <= 1, (n, m)
+def test_every_key_of_every_run_is_one_the_run_writes():
+    data = _data()
+    assert set(data) == {"runs"}
+    for key, f in data["runs"].items():
+        assert set(f) <= RUN_KEYS, (key, sorted(set(f) - RUN_KEYS))
+        assert key == f"{f['nodes']}-{f['seed']}"
+        for a in f["arms"]:
+            m = f[a]
+            assert 0 <= m["ettr"] <= 1 and 0 <= m["goodput"] <= 1, (key, a)
+            assert m["window_s"] == f["day_s"], (key, a)  # every arm over the same window
+        assert len({f[a]["t0"] for a in f["arms"]}) == 1, key  # from one start line
         inc = f["incidents"]
-        assert len(inc["matched"]) + len(inc["missing"]) == len(f["faults"]), (n, inc)
+        assert len(inc["matched"]) + len(inc["missing"]) == len(f["faults"]), (key, inc)
+
+
+def _perturbed(v: Any, in_list: bool = False) -> Any:
+    """Every number of the JSON changed (zero stays zero, so what is shown stays shown), and
+    every list of plain values that a key holds doubled (so a count of one, or a mean of
+    counts, changes; a list inside a list is a tuple, such as [when, seconds], and stays)."""
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, int):
+        return v * 3
+    if isinstance(v, float):
+        return v * 1.37
+    if isinstance(v, list):
+        out = [_perturbed(x, in_list=True) for x in v]
+        plain = all(isinstance(x, str | int | float) for x in v)
+        return out * 2 if plain and not in_list else out
+    return {k: _perturbed(x) for k, x in v.items()}
+
+
+def _lengths(v: Any) -> set[str]:
+    """How many items each list of the JSON holds (a count the page shows comes from one)."""
+    if isinstance(v, list):
+        return {str(len(v))} | set().union(*(_lengths(x) for x in v)) if v else {"0"}
+    if isinstance(v, dict):
+        return set().union(*(_lengths(x) for x in v.values())) if v else set()
+    return set()
+
+
+def typed_lines(data: dict[str, Any], extra: str = "") -> list[str]:
+    """Lines of the page whose numbers stay put when every number of the JSON changes, but
+    for the page's fixed text (rendered with no run at all), zeros and counts of the JSON's
+    lists (``extra``: a line appended to both renderings, for the check's own test)."""
+    page = (render(data) + extra).splitlines()
+    other = (render({"runs": {k: _perturbed(f) for k, f in data["runs"].items()}})
+             + extra).splitlines()
+    fixed = set(render({"runs": {}}).splitlines())
+    counts = _lengths(data)
+    assert len(page) == len(other)
+    return [a for a, b in zip(page, other, strict=True)
+            if a == b and a not in fixed and not a.startswith("![")  # a plot, named by run
+            and any(set(x) - {"0", ".", ","} and x not in counts
+                    for x in NUMBER.findall(a.split("](")[0]))]
+
+
+def test_every_number_on_the_page_comes_from_the_json_or_the_fixed_text():
+    """Render from the JSON and from the JSON with every number changed: no line of the page
+    keeps a number of its own, so none is typed into the renderer or the JSON."""
+    data = _data()
+    assert data["runs"], "no run on the page"
+    assert typed_lines(data) == []
+    # The check sees a number typed into the page (a stall worked out by hand, say).
+    assert typed_lines(data, "The loop stalled 183.7 s here.\n") == [
+        "The loop stalled 183.7 s here."]
+
+
+def test_the_page_has_the_four_arms_and_the_goals():
+    text = (DOCS / "fleet-day.md").read_text()
+    for label in ("Slurm alone", "Slurm + LBNL NHC", "slurmguard", "oracle (reference)"):
+        assert label in text
+    assert "measured against goal" in text and "## Across seeds" in text
+    assert all(a in _data()["runs"][k] for k in _data()["runs"] for a in ARMS)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+from support import fleet_day_plan as plan
 from support.fleet_day_plan import KINDS, REBOOT_CLEARS, Fault, FaultQueue, reboot_clears, schedule
 
 
@@ -90,3 +91,48 @@ def test_the_reboot_table_covers_every_kind_and_the_physics():
     day = schedule(1, [f"n{i}" for i in range(1, 129)], 300.0, every_kind=True)
     kinds = {f.kind for f in day if f.node}
     assert any(reboot_clears(k) for k in kinds) and any(not reboot_clears(k) for k in kinds)
+
+
+def test_every_figure_is_over_the_window_and_what_came_after_is_apart():
+    """[t0, t0 + day_s] for every arm: a run past the day's end is clipped to it, one that
+    started after it is not counted, a completion or a drain after it is reported apart."""
+    t0, t_end = 1000.0, 1100.0
+    fault = plan.Fault(10.0, "ecc", "n1", None)
+    late_fault = plan.Fault(90.0, "ib-link", "n2", None)
+    runs = [plan.Run("a", 1000.0, 1050.0, 0, ["n3"], [(1, 1020.0), (2, 1040.0)]),
+            plan.Run("b", 1060.0, 1130.0, 0, ["n4"], [(1, 1090.0), (2, 1120.0)]),
+            plan.Run("c", 1105.0, 1110.0, 0, ["n5"], [(1, 1108.0)])]
+    drains = {"n1": [(1012.0, None)], "n2": [(1104.0, None)]}
+    fig = plan.figures(runs, [fault, late_fault], t0, t_end, 1.0, 8, drains, [])
+    assert fig["allocated_gpu_s"] == (50 + 40) * plan.GPUS_PER_NODE
+    assert fig["useful_gpu_s"] == 3 * plan.GPUS_PER_NODE  # steps done by the day's end
+    assert (fig["runs"], fig["jobs_completed"]) == (2, 1)
+    assert fig["detect_s_by_cause"] == {"gpu-ecc": [2.0]}
+    assert fig["undetected"] == ["ib-link@n2"]
+    assert fig["node_s_out_of_service"] == 88.0
+    after = plan.after_day(runs, [fault, late_fault], t0, t_end, drains, 30.0)
+    assert after == {"ran_on_s": 30.0, "completions": 2, "detected": {"ib-link@n2": 14.0}}
+
+
+def test_the_arms_see_what_their_checks_read_and_nhc_sees_what_its_table_says():
+    from support.fleet_day_arms import ARMS, FAULT_KINDS, stalls, visibility
+    from support.nhc_node import SEES
+
+    v = visibility()
+    assert set(v) == set(ARMS) and all(set(v[a]) == set(FAULT_KINDS) for a in ARMS)
+    assert all(v["slurmguard"].values()) and not any(v["slurm"].values())
+    assert {k for k, s in v["nhc"].items() if s} == {k for k, (s, _) in SEES.items() if s}
+    assert {k for k, s in v["oracle"].items() if s} == {"xid79", "gpu-lost", "ecc", "ib-link"}
+    assert stalls([0.0, 1.0, 9.0, 9.5], 0.0, 1.0) == [[1.0, 8.0]]
+
+
+def test_overhead_is_split_into_start_checkpoints_other_steps_and_exit():
+    # Steps of 1 s, a checkpoint after step 2: start 3 s late, 0.5 s past nominal after the
+    # checkpoint, 0.25 s after step 1, 2 s from the last step to the end.
+    r = plan.Run("a", 0.0, 11.0, 0, ["n1"], [(1, 4.0), (2, 5.25), (3, 6.75), (4, 7.75), (5, 9.0)])
+    fig = plan.figures([r], [], 0.0, 20.0, 1.0, 8, {}, [], every=2)
+    g = plan.GPUS_PER_NODE
+    assert fig["overhead_gpu_s_by_part"] == {
+        "start to first step": 3 * g, "steps after a checkpoint, past nominal": round(0.75 * g),
+        "other steps, past nominal": 2, "last step to end": 2 * g}
+    assert fig["lost_gpu_s_by_cause"] == {"overhead": 6 * g}

@@ -7,8 +7,8 @@ file (docs/scale.json by default) that docs/scale.md is rendered from.
     python tests/scale/run.py --nodes 512 --scenario fleet_day --seed 1 --day-s 300
     python tests/scale/run.py --nodes 1024 --scenario wave_repair --repair-reboots-per-hour 40
 
-The fleet day runs alone (its harness has more checks and no agent; it starts its baseline
-harness itself); so does wave_repair (its harness has repair in act mode and a RebootProgram,
+The fleet day runs alone (its harness has more checks and no agent; it starts the harnesses
+of its other arms itself: Slurm alone, Slurm with LBNL NHC, the oracle); so does wave_repair (its harness has repair in act mode and a RebootProgram,
 which would repair the other scenarios' drains). wave_repair exits 1 when a decision it
 checks failed (a node rebooted twice, a healthy node drained or repaired, a limit exceeded).
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(TESTS))
 
 from support import fleet_day_doc, footprint, scale_doc  # noqa: E402
 from support.fleet_day import fleet_spec  # noqa: E402
-from support.fleet_day_doc import MODES  # noqa: E402
+from support.fleet_day_arms import ARMS  # noqa: E402
 from support.scale_controller import SCENARIOS  # noqa: E402
 from support.scale_repair_conf import RepairLimits  # noqa: E402
 from support.scaleharness import ScaleHarness, ScaleSpec  # noqa: E402
@@ -129,10 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         day = figures["fleet_day"]
         day.update(date=figures["date"], cluster_start_s=round(figures["timings"]["start_s"], 1),
                    notice_interval_s=a.notice_interval)
-        data["runs"][str(a.nodes)] = day
+        data["runs"][f"{a.nodes}-{a.seed}"] = day  # one entry per size and seed
         out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         fleet_day_doc.write(out)
-        print(json.dumps({k: v for k, v in day.items() if k not in MODES}, indent=1))
+        print(json.dumps({k: v for k, v in day.items() if k not in ARMS}, indent=1))
         return 0
     _merge(Path(a.out), a.label, a.nodes, figures)
     print(json.dumps(figures, indent=1, sort_keys=True))

@@ -1,31 +1,35 @@
 """The fleet day on the scale harness (docs/scale.md "A fleet day"): training jobs
 (tests/train_job.py, checkpointing) keep the fleet ~80 % busy while a seeded schedule of faults
 (support/fleet_day_plan.py) hits it through the stand-in NVML, kernel log, IB sysfs and mount
-table; run twice on the same seed and schedule:
+table; four arms on the same seed and schedule at once, each on a cluster of its own
+(support/fleet_day_arms.py): ``slurm`` (Slurm alone), ``nhc`` (LBNL NHC each tick,
+support/nhc_node.py), ``slurmguard`` and ``oracle`` (an instant correct drain of the node a
+job failed on; a reference).
 
 - **slurmguard**: the installed Prolog, Epilog and PrologSlurmctld, every node's health check
   each ``tick`` seconds (the harness runs the installed HealthCheckProgram, as slurmd would on
   HealthCheckInterval, compressed), jobs under `slurmguard run` (drain notice through serve,
   requeue on exit 75), slurmguard's own UNDRAIN when a fault goes away;
-- **baseline**: Slurm alone: no slurmguard hook in slurm.conf, the program resumes from its own
-  newest checkpoint, a job that fails is resubmitted, and the node it failed on is drained at
-  once and stays out (the benefit of an instant, correct diagnosis, which a site rarely has);
-  a fault that only slows jobs is never seen.
+- the other arms: no slurmguard hook in slurm.conf, the program resumes from its own newest
+  checkpoint, a job that fails is resubmitted.
+
+Every figure of every arm is over the same window [t0, t0 + day_s]: t0 is one instant for all
+arms (fleet_day_arms.StartLine), the day's end is t0 + day_s whatever the harness loop's pace,
+runs are clipped to it and only what ended inside it counts; detect times are the fault
+clock's injection to the node-table sampler's first look at the drain. What happens after the
+day's end (slurmguard's repairs finishing) is reported apart (``after_day``, ``repair``).
 
 What a fault does to a job is train_job's --fault-dir (a crash as an NCCL error, a slowdown, a
 stall while the shared filesystem hangs): the stand-in for what the hardware does to CUDA.
 With slurmguard, serve's repair acts (the wave_repair scenario's BMC and RebootProgram,
 support/scale_repair.py, with :func:`~support.fleet_day_faults.day_limits`): a reboot clears
-what the plan's REBOOT_CLEARS says it clears, and the day goes on past its end until every
-repair has returned or ticketed its node. In the baseline nobody repairs: a fault that does not
-go away by itself keeps its node out until the day ends.
+what the plan's REBOOT_CLEARS says it clears. In the other arms nobody repairs: a fault that
+does not go away by itself keeps its node out (or, unseen, failing jobs) until the day ends.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -38,6 +42,7 @@ from typing import Any
 from slurmguard.errors import SlurmguardError
 from support import fleet_day_outcomes as outcomes
 from support import fleet_day_plan as plan
+from support.fleet_day_arms import StartLine, load_summary, spread, stalls
 from support.fleet_day_faults import (
     RebootPhysics,
     clear,
@@ -47,7 +52,8 @@ from support.fleet_day_faults import (
     ledger,
     risk_flags,
 )
-from support.helpers import REPO, sg_env
+from support.helpers import REPO
+from support.nhc_node import NHCNodes
 from support.repairrig import BMC
 from support.scale_repair_conf import bmc_dir
 from support.scaleharness import CHECKS, ScaleHarness, ScaleSpec
@@ -55,6 +61,9 @@ from support.scaleharness import CHECKS, ScaleHarness, ScaleSpec
 TRAIN = REPO / "tests" / "train_job.py"
 SLURM_TIMEOUT = 180.0  # seconds a submission or a node-table read may take under load
 FLEET_CHECKS = (*CHECKS, "gpu-nvlink", "gpu-thermal", "ib-link")
+HOOK_BUDGET_S = 30.0  # [hooks] budget in the harness's config (scaleharness.common_config)
+# A drain's reason that names the shared mount (slurmguard's check, NHC's).
+SHARED_REASONS = ("fs-mount", "check_fs_mount")
 
 
 def fleet_spec(spec: ScaleSpec, slurmguard: bool, notice_interval: float = 0.5,
@@ -77,11 +86,18 @@ def fleet_spec(spec: ScaleSpec, slurmguard: bool, notice_interval: float = 0.5,
 
 
 class Day:
-    """One mode's day on a started harness."""
+    """One arm's day on a started harness (``nhc``: that arm's NHC runner; ``start``: the
+    arms' common clock)."""
 
     def __init__(self, h: ScaleHarness, mode: str, faults: list[plan.Fault], day_s: float,
-                 tick: float, step_s: float, every: int, parallel: int) -> None:
+                 tick: float, step_s: float, every: int, parallel: int,
+                 nhc: NHCNodes | None = None, start: StartLine | None = None) -> None:
         self.h, self.mode, self.faults, self.day_s = h, mode, faults, day_s
+        self.nhc, self.start = nhc, start or StartLine(1)
+        self.loop_starts: list[float] = []  # when each pass of the day's loop began
+        self.sample_times: list[float] = []  # when each look at Slurm's node table began
+        self.load: list[tuple[float, float]] = []  # (when, 1-minute load average)
+        self.t_done = 0.0  # when the loop ended (past the day's end with slurmguard's repairs)
         self.tick, self.step_s, self.every, self.parallel = tick, step_s, every, parallel
         self.dir = h.root / "day"
         self.fault_dir = self.dir / "faults"
@@ -106,6 +122,8 @@ class Day:
         # nodes costs slurmctld and this host more than a pass every 0.5 s can pay.
         self.period = max(0.5, len(h.nodes) / 256)
         self.missed_samples: list[str] = []
+        self.reasons: dict[str, list[str]] = {}  # each drain span's reason, as first seen
+        self.drained_by: dict[str, int] = {}  # drains seen in the day, by their reason's first word
 
     # -- jobs ----------------------------------------------------------------------------------
     def submit(self, nodes: int, name: str | None = None) -> None:
@@ -157,7 +175,7 @@ class Day:
                     self.submit(j["nodes"])
             elif rc != 75:  # failed, not requeued: the user submits it again
                 starts = [ln.split() for ln in lines if ln.startswith("start ")]
-                if self.mode == "baseline":
+                if self.mode == "oracle":
                     from slurmguard.nodeset import expand
 
                     self.take_out(expand(starts[-1][4]), now)
@@ -165,13 +183,13 @@ class Day:
                     self.submit(j["nodes"], name)
 
     def take_out(self, nodes: list[str], now: float) -> None:
-        """Baseline: the nodes of a failed job that carry a fault go out and stay out."""
+        """The oracle: the nodes of a failed job that carry a fault go out and stay out."""
         bad = {f.node for f in self.active(now) if f.node} & set(nodes)
         for n in sorted(bad - self.downed):
             # DRAIN, not DOWN: the test cluster's ReturnToService=2 brings a DOWN node back
             # at its next registration (seen once: a node back after 20 s).
             self.h.cluster.run("scontrol", "update", f"nodename={n}", "state=drain",  # type: ignore[union-attr]
-                               "reason=baseline: a job failed on it", timeout=60)
+                               "reason=oracle: a job failed on it", timeout=60)
             self.downed.add(n)
 
     def active(self, now: float) -> list[plan.Fault]:
@@ -187,6 +205,8 @@ class Day:
         checker = threading.Thread(target=self.checks, args=(stop,), daemon=True)
         repair = self.mode == "slurmguard" and h.spec.repair is not None
         with ExitStack() as stack:
+            # An arm that fails before the start line frees the others waiting there.
+            stack.callback(self.start.abort)
             if repair:
                 from slurmguard.store import Store
 
@@ -194,8 +214,9 @@ class Day:
                 bmc = stack.enter_context(BMC(h.cluster, bmc_dir(h), self.physics))
                 self.store = Store.open(url=h.store_url)
                 stack.callback(self.store.close)
-            self.t0 = time.time()
-            if self.mode == "slurmguard":
+            # Every arm's day starts at one instant: the same window for all.
+            self.t0 = self.start.wait()
+            if self.mode in ("slurmguard", "nhc"):
                 checker.start()
             # The faults on a clock of their own: the loop below waits on Slurm (a node-table
             # read, an sbatch), which at 512 nodes on this host stalled it for minutes, and a
@@ -230,14 +251,14 @@ class Day:
         threads of their own); past the day's end (its figures end there) slurmguard's checks go on, at most
         grace_s, until every node fault was seen, and with repair until every repair of the
         day's faults ended (returned or ticketed; at most the limits' settle more)."""
-        t_end: float | None = None
+        t_end = self.t0 + self.day_s  # the day's end by the clock, not by this loop's pace
         while True:
             now = time.time()
-            if t_end is None and now >= self.t0 + self.day_s:
-                t_end = now
-            if t_end is not None and self.day_over(now, t_end, repair):
+            self.loop_starts.append(now)
+            if now >= t_end and self.day_over(now, t_end, repair):
+                self.t_done = now
                 return t_end
-            self.poll_jobs(time.time(), t_end is not None)
+            self.poll_jobs(now, now >= t_end)
             time.sleep(self.period)
 
     def looks(self, stop: threading.Event) -> None:
@@ -245,8 +266,10 @@ class Day:
         of its own: the loop waits on sbatch, and at 512 nodes it missed a node's whole
         drain, reboot and return (36 s and 65 s) while it waited."""
         while True:
+            self.sample_times.append(time.time())
+            self.load.append((self.sample_times[-1], os.getloadavg()[0]))
             try:
-                self.sample(time.time())
+                self.sample(self.sample_times[-1])
             except (SlurmguardError, subprocess.TimeoutExpired, OSError) as exc:
                 # One missed look at Slurm's node table (slurmctld slow under load): the next
                 # pass looks again; counted, so a day with many is seen for what it is.
@@ -273,7 +296,7 @@ class Day:
                 return
 
     def ready(self, what: str, f: plan.Fault) -> bool:
-        """Whether a fault event may happen now (slurmguard only; the baseline keeps time)."""
+        """Whether a fault event may happen now (slurmguard only; the other arms keep time)."""
         if self.mode != "slurmguard" or not f.node:
             return True
         if what == "on":
@@ -286,7 +309,7 @@ class Day:
         return self.seen(f)
 
     def day_over(self, now: float, t_end: float, repair: bool) -> bool:
-        if self.mode == "baseline":
+        if self.mode != "slurmguard":
             return True
         with self.lock:
             seen = all(self.seen(f) for f in self.on_at if f.node)
@@ -304,7 +327,7 @@ class Day:
         drains = self.store.nodes.events(since=self.t0, kinds=["drain"], limit=100000)
         with self.lock:
             on = [(f, t) for f, t in self.on_at.items() if f.node and f not in self.off_at]
-        if not all(any(e.node == f.node and e.at >= t - 0.5 for e in drains) for f, t in on):
+        if not all(any(e.node == f.node and e.at >= t - outcomes.STAMP_SLACK_S for e in drains) for f, t in on):
             return False
         return not self.repairs_pending()
 
@@ -319,7 +342,7 @@ class Day:
         with self.lock:
             faults = [(f, t) for f, t in self.on_at.items() if f.node and f not in self.off_at]
         for f, t in faults:
-            mine = [e for e in evs if e.node == f.node and e.at >= t - 0.5]
+            mine = [e for e in evs if e.node == f.node and e.at >= t - outcomes.STAMP_SLACK_S]
             if any(e.kind in outcomes.ENDS for e in mine):
                 continue
             if any(e.kind == "lemon" or "flapping" in e.reason for e in mine):
@@ -328,11 +351,15 @@ class Day:
         return out
 
     def checks(self, stop: threading.Event) -> None:
-        """Every node's installed health check (``parallel`` at a time), a pass each tick."""
+        """Every node's health check (``parallel`` at a time), a pass each tick: slurmguard's
+        installed HealthCheckProgram, or NHC in the node's view (the nhc arm)."""
+        def one(n: str) -> Any:
+            return self.nhc.run(n) if self.nhc is not None else self.h.run_entry("healthcheck", n)
+
         with ThreadPoolExecutor(self.parallel) as pool:
             while not stop.is_set():
                 t = time.time()
-                list(pool.map(lambda n: self.h.run_entry("healthcheck", n), self.h.nodes))
+                list(pool.map(one, self.h.nodes))
                 self.passes_done.append(t)
                 self.pass_spans.append((t, time.time()))
                 self.hc_pass_s.append(round(time.time() - t, 1))
@@ -360,18 +387,24 @@ class Day:
             spans = self.drains.setdefault(n, [])
             if not spans or spans[-1][1] is not None:
                 spans.append((now, None))
+                self.reasons.setdefault(n, []).append(table[n].reason)
+                if now < self.t0 + self.day_s:  # who drained it: the reason's first word
+                    who = (table[n].reason.split() or ["(none)"])[0]
+                    self.drained_by[who] = self.drained_by.get(who, 0) + 1
         for n, spans in self.drains.items():
             if n not in out and spans and spans[-1][1] is None:
                 spans[-1] = (spans[-1][0], now)
         # A node is faulty from its fault's injection until the first pass of checks that
-        # started after the fault was cleared has finished (a check started before may have
-        # read the fault and drain after the clear; under load a pass takes tens of seconds);
-        # every node while the shared fault is on.
+        # started after the fault was cleared has finished and a hook's budget has passed (a
+        # check started before may have read the fault and drain after the clear; under load
+        # a pass takes tens of seconds); every node while the shared fault is on.
         faulted = set()
         with self.lock:
             on = [(f, t_on, self.off_at.get(f)) for f, t_on in self.on_at.items()]
+        # A hook that read the fault before it cleared may act up to its budget later (seen
+        # with four arms at load 20: an fs-mount drain 20 s after the filer came back).
         for f, t_on, t_off in on:
-            if t_on <= now and (t_off is None or not any(
+            if t_on <= now and (t_off is None or now < t_off + HOOK_BUDGET_S or not any(
                     start > t_off and end <= now for start, end in self.pass_spans)):
                 faulted |= {f.node} if f.node else set(self.h.nodes)
         # The flapping node drained by the fleet policy for flapping is the policy's answer
@@ -399,14 +432,33 @@ class Day:
         real = [replace(f, at=round(self.on_at[f] - self.t0, 1),
                         clear_at=round(self.off_at[f] - self.t0, 1) if f in self.off_at else None)
                 for f in self.faults if f in self.on_at]
+        # A node's fault is detected by a drain for it, not by one for the shared hang that
+        # came after it (NHC drains every node while the mount is gone).
+        own = {n: [sp for sp, why in zip(spans, self.reasons.get(n, []), strict=False)
+                   if not any(w in why for w in SHARED_REASONS)]
+               for n, spans in self.drains.items()}
         fig = plan.figures(runs, real, self.t0, t_end, self.step_s, len(self.h.nodes),
-                           self.drains, sorted(self.healthy_drained))
+                           self.drains, sorted(self.healthy_drained), detect_drains=own,
+                           every=self.every)
+        fig["t0"], fig["window_s"] = round(self.t0, 3), round(t_end - self.t0, 3)
         fig["healthy_drained_why"] = self.healthy_drained
+        fig["drained_by"] = dict(sorted(self.drained_by.items()))
         fig["out_of_service_series"] = self.series[:: max(1, len(self.series) // 120)]
-        fig["jobs_completed"] = sum(1 for j in self.jobs.values() if j.get("done"))
-        fig["jobs_never_started"] = sum(1 for n in self.jobs if not any(r.job == n for r in runs))
+        fig["jobs_never_started"] = sum(1 for n in self.jobs
+                                        if not any(r.job == n and r.start < t_end for r in runs))
         fig["hc_pass_s"] = self.hc_pass_s
+        if self.nhc is not None:  # one node's NHC run (seconds): what a pass is made of
+            fig["nhc_run_s"] = spread(self.nhc.pass_s)
+        fig["load_1m"] = load_summary(self.load, self.t0, t_end)
         fig["load_avg_1m_at_end"] = round(os.getloadavg()[0], 1)
+        # The harness's own limits, measured: its loop's stalls (waiting on Slurm), gaps in
+        # its looks at the node table, looks that failed; late and lost injections below.
+        fig["loop_stalls"] = stalls([t for t in self.loop_starts if t <= t_end], self.t0,
+                                    self.period)
+        fig["sample_gaps"] = stalls([t for t in self.sample_times if t <= t_end], self.t0,
+                                    self.period)
+        fig["after_day"] = plan.after_day(runs, real, self.t0, t_end, own,
+                                          round(max(0.0, self.t_done - t_end), 1))
         fig["missed_samples"] = self.missed_samples
         fig["queue_at_end"] = self.queue_at_end
         fig["fault_times"] = [[f.kind, f.node, round(t - self.t0, 1),
@@ -442,59 +494,3 @@ class Day:
 def job_steps(day_s: float, step_s: float) -> int:
     """A job's steps: about 30 % of the day (each fault then hits a job part-way through)."""
     return max(20, int(day_s * 0.3 / step_s))
-
-
-def incidents(h: ScaleHarness) -> list[dict[str, Any]]:
-    """`slurmguard incident list --json` on the run's store (serve's config)."""
-    env = sg_env(SLURMGUARD_CONFIG=str(h.prefix / "etc/slurmguard/slurmguard.toml"),
-                 SLURM_CONF=str(h.conf_path))
-    r = subprocess.run([h.sg, "incident", "list", "--since", "1d", "--json"], env=env,
-                       capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        raise RuntimeError(f"incident list: rc={r.returncode}: {r.stderr[-2000:]}")
-    return json.loads(r.stdout)["incidents"]
-
-
-def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float = 5.0,
-              step_s: float = 0.5, every: int = 10, every_kind: bool | None = None,
-              node_faults: int | None = None, parallel: int = 16, **_: Any) -> dict[str, Any]:
-    """Both modes on one seed: slurmguard on ``h``, then the baseline on a second harness of
-    the same size started here (Slurm without slurmguard's hooks). ``h`` must have been
-    started with :func:`fleet_spec` (run.py and the small form do)."""
-    if every_kind is None:
-        every_kind = len(h.nodes) >= 64
-    faults = plan.schedule(seed, h.nodes, day_s, every_kind=every_kind, node_faults=node_faults)
-    out: dict[str, Any] = {
-        "seed": seed, "day_s": day_s, "tick_s": tick, "step_s": step_s, "every_steps": every,
-        "nodes": len(h.nodes), "acceleration": round(plan.acceleration(len(h.nodes), day_s)),
-        "faults_per_fleet_day": round(plan.expected_faults_per_day(), 2),
-        "faults": plan.fault_rows(faults), "job_mix": plan.job_mix(len(h.nodes)),
-        "job_s": round(job_steps(day_s, step_s) * step_s),
-    }
-    # Both days at once, on two clusters (the same load on both; half the wall time).
-    base = ScaleHarness.start(h.root.parent / (h.root.name + "-baseline"),
-                              replace(h.spec, slurmguard=False, repair=None))
-    try:
-        days = {"slurmguard": Day(h, "slurmguard", faults, day_s, tick, step_s, every, parallel),
-                "baseline": Day(base, "baseline", faults, day_s, tick, step_s, every, parallel)}
-        with ThreadPoolExecutor(2) as pool:
-            done = {m: pool.submit(d.run) for m, d in days.items()}
-            for m, fut in done.items():
-                out[m] = fut.result()
-        _cancel_all(base)
-    finally:
-        base.stop()
-        shutil.rmtree(base.root, ignore_errors=True)
-    _cancel_all(h)
-    # The flapping node's second fault waits for its return, which never comes when the
-    # fleet policy drains it for flapping first: that drain is then the flap's second
-    # incident (its episode's cause is the failing check, gpu-nvlink), matched to it.
-    out["incidents"] = outcomes.incident_truth(faults, incidents(h))
-    out["incidents"]["not_injected"] = [f"{f.kind}@{f.node}" for f in faults
-                                        if f not in days["slurmguard"].on_at]
-    return out
-
-
-def _cancel_all(h: ScaleHarness) -> None:
-    assert h.cluster is not None
-    h.cluster.run("scancel", "--full", "-u", "root", check=False, timeout=60)

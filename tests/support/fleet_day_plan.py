@@ -229,7 +229,9 @@ def attach_steps(runs: list[Run], step_log: str) -> None:
 
 def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_s: float,
             n_nodes: int, drains: dict[str, list[tuple[float, float | None]]],
-            healthy_drained: list[str]) -> dict[str, Any]:
+            healthy_drained: list[str],
+            detect_drains: dict[str, list[tuple[float, float | None]]] | None = None,
+            every: int = 0) -> dict[str, Any]:
     """Everything the day is judged by, from the runs (steps attached) and the faults.
 
     - allocated: each run's wall time (start to end, or to the day's end) x its GPUs;
@@ -238,20 +240,23 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
     - ETTR = useful / allocated; goodput = useful / (all GPUs x the day);
     - lost by cause: a run's allocated time less its useful, charged to the fault active on
       one of its nodes during it (the earliest), else to "overhead" (start-up, checkpoints);
-    - detect: fault to its node's drain (or to Slurm's DOWN in the baseline); return: drain
-      to undrain, where the fault went away and the node came back."""
+    - detect: fault to its node's drain (``detect_drains``: the drains that may count, default
+      all); return: drain to undrain, where the fault went away and the node came back."""
+    # The window: only runs that started inside it, each clipped to it.
+    runs = [r for r in runs if r.start < t_end]
     by_job: dict[str, list[Run]] = {}
     for r in runs:
         by_job.setdefault(r.job, []).append(r)
     alloc = useful = 0.0
     lost: dict[str, float] = {}
+    split: dict[str, float] = {}
     redone_steps = failed = 0
     for jruns in by_job.values():
         later: set[int] = set()
         for r in reversed(jruns):  # a step is kept by the last run that did it
             end = min(r.end if r.end is not None else t_end, t_end)
             gpus = len(r.nodes) * GPUS_PER_NODE
-            a = max(0.0, end - r.start) * gpus
+            a = max(0.0, end - max(r.start, t0)) * gpus
             kept = [s for s, t in r.steps if s not in later and t <= t_end]
             redone_steps += sum(1 for s, _ in r.steps if s in later)
             later |= {s for s, _ in r.steps}
@@ -260,34 +265,82 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
             useful += min(u, a)
             cause = _charged(r, faults, t0, end)
             lost[cause] = lost.get(cause, 0.0) + max(0.0, a - u)
+            if cause == "overhead":
+                for part, s in _overhead_parts(r, max(r.start, t0), end, step_s, every).items():
+                    split[part] = split.get(part, 0.0) + s * gpus
             if r.rc not in (None, 0, 75) and r.end is not None and r.end <= t_end:
                 failed += 1
     detect: dict[str, list[float]] = {}
     ret: dict[str, list[float]] = {}
+    missed = []
     for f in faults:
         if not f.node:
             continue
-        spans = [d for d in drains.get(f.node, []) if d[0] >= t0 + f.at - 0.5]
+        spans = [d for d in (drains if detect_drains is None else detect_drains).get(f.node, [])
+                 if t0 + f.at - 0.5 <= d[0] < t_end]
+        if not spans:
+            missed.append(f"{f.kind}@{f.node}")
         if spans:
             detect.setdefault(f.cause, []).append(round(spans[0][0] - t0 - f.at, 1))
             if spans[0][1] is not None and f.clear_at is not None:
                 ret.setdefault(f.cause, []).append(round(spans[0][1] - spans[0][0], 1))
-    out_s = sum(min(e if e is not None else t_end, t_end) - s
+    out_s = sum(min(e if e is not None else t_end, t_end) - max(s, t0)
                 for spans in drains.values() for s, e in spans if s < t_end)
     return {
         "ettr": round(useful / alloc, 4) if alloc else None,
         "goodput": round(useful / (n_nodes * GPUS_PER_NODE * (t_end - t0)), 4),
         "allocated_gpu_s": round(alloc), "useful_gpu_s": round(useful),
         "lost_gpu_s_by_cause": {k: round(v) for k, v in sorted(lost.items())},
+        "overhead_gpu_s_by_part": {k: round(v) for k, v in sorted(split.items())},
         "runs": len(runs), "jobs": len(by_job), "runs_failed": failed,
+        "jobs_completed": sum(1 for r in runs if r.rc == 0 and r.end is not None
+                              and r.end <= t_end),
         "steps_redone": redone_steps,
         "detect_s_by_cause": {k: v for k, v in sorted(detect.items())},
-        "undetected": sorted(f"{f.kind}@{f.node}" for f in faults if f.node
-                             and f.cause not in detect),
+        "undetected": sorted(missed),
         "return_s_by_cause": {k: v for k, v in sorted(ret.items())},
         "node_s_out_of_service": round(out_s, 1),
         "healthy_drained": healthy_drained,
     }
+
+
+def _overhead_parts(r: Run, start: float, end: float, step_s: float,
+                   every: int) -> dict[str, float]:
+    """Where a run's time beyond its steps' nominal went (seconds, inside [start, end]): its
+    start to its first step (the program's and, with slurmguard, the wrapper's start and the
+    resume), the time past nominal of the steps after a checkpoint (``every``: the program's
+    checkpoint interval; the write), of the other steps (each step's drain-notice poll, this
+    host's load), and its last step to its end (the final state, the exit)."""
+    ts = sorted(t for _, t in r.steps if start <= t <= end)
+    if not ts:
+        return {"start to first step": max(0.0, end - start)}
+    steps = sorted((t, s) for s, t in r.steps if start <= t <= end)
+    out = {"start to first step": max(0.0, ts[0] - step_s - start),
+           "last step to end": max(0.0, end - ts[-1]),
+           "steps after a checkpoint, past nominal": 0.0,
+           "other steps, past nominal": 0.0}
+    for (t_prev, s_prev), (t, _) in zip(steps, steps[1:], strict=False):
+        key = ("steps after a checkpoint, past nominal" if every and s_prev % every == 0
+               else "other steps, past nominal")
+        out[key] += max(0.0, t - t_prev - step_s)
+    return out
+
+
+def after_day(runs: list[Run], faults: list[Fault], t0: float, t_end: float,
+              drains: dict[str, list[tuple[float, float | None]]], ran_on_s: float) -> dict[str, Any]:
+    """What happened after the day's end, counted in no figure: runs that ended then (their
+    completions), node faults first drained then (seconds after their injection), and how long
+    the arm's loop went on (slurmguard's repairs finishing)."""
+    late: dict[str, float] = {}
+    for f in faults:
+        if not f.node:
+            continue
+        spans = [d for d in drains.get(f.node, []) if d[0] >= t0 + f.at - 0.5]
+        if spans and spans[0][0] >= t_end:
+            late[f"{f.kind}@{f.node}"] = round(spans[0][0] - t0 - f.at, 1)
+    return {"ran_on_s": ran_on_s,
+            "completions": sum(1 for r in runs if r.rc == 0 and r.end is not None and r.end > t_end),
+            "detected": late}
 
 
 def _charged(r: Run, faults: list[Fault], t0: float, end: float) -> str:

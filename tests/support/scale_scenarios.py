@@ -282,9 +282,9 @@ def wave(h: ScaleHarness, percent: float = 3.0, parallel: int = 64, **_: Any) ->
 
 
 def fleet_day(h: ScaleHarness, **opts: Any) -> Figures:
-    """A fleet day of jobs and faults, with slurmguard and with Slurm alone
-    (support/fleet_day.py); the harness must be started with fleet_day.fleet_spec."""
-    from support import fleet_day as fd
+    """A fleet day of jobs and faults, four arms at once: Slurm alone, Slurm with LBNL NHC,
+    slurmguard, the oracle (support/fleet_day_run.py); the harness must be started with fleet_day.fleet_spec."""
+    from support import fleet_day_run as fd
 
     return fd.fleet_day(h, **opts)
 

@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -183,7 +184,10 @@ class ScaleHarness:
         self._pidfile("postgres", pid, self.pg.data)
         from support.replicas import pg_store
 
-        self.store_url = pg_store(self.pg)
+        # Alembic's migration context is process-global: harnesses started from threads at
+        # once (the fleet day's arms) migrate their stores one at a time.
+        with _MIGRATE:
+            self.store_url = pg_store(self.pg)
 
     def stop(self) -> None:
         for p in self.agents.values():
@@ -452,6 +456,9 @@ healthcheck = {checks}
 
             self.cluster.run("scontrol", "update", f"nodename={fold(names)}", "state=undrain",
                              timeout=120)
+
+
+_MIGRATE = threading.Lock()
 
 
 def _write_atomic(path: Path, text: str) -> None:
