@@ -3,9 +3,27 @@ pure, on hand-made ledgers."""
 
 from __future__ import annotations
 
+from itertools import count
+
 from hypothesis import given
 from hypothesis import strategies as st
 from support.fleet_day_outcomes import Injected, lead_times, repair_figures
+
+from slurmguard.repair.ledger import episodes
+from slurmguard.store.rows import EventRow
+
+
+def ledger(*steps: tuple[float, str, str]) -> list:
+    """serve's ledger of (at, node, kind) as the product's reader makes its repair episodes:
+    each repair step names the node's last drain as its episode, as repair does."""
+    ids, rows, last = count(1), [], {}
+    for at, node, kind in sorted(steps):
+        i = next(ids)
+        if kind == "drain":
+            last[node] = i
+        details = {} if kind == "drain" else {"episode": last[node]}
+        rows.append(EventRow(i, at, node, kind, "slurmguard", "slurmguard", "", "", details))
+    return episodes(rows)
 
 
 def test_a_repaired_fault_is_returned_after_one_reboot_and_an_ib_link_is_ticketed():
@@ -13,7 +31,7 @@ def test_a_repaired_fault_is_returned_after_one_reboot_and_an_ib_link_is_tickete
     ib = Injected("ib-link", "n2", on=12.0, off=None)
     events = [(11.0, "n1", "drain"), (13.0, "n1", "repair_start"), (30.0, "n1", "repair_return"),
               (13.0, "n2", "drain"), (14.0, "n2", "repair_start"), (40.0, "n2", "repair_ticket")]
-    fig = repair_figures([xid, ib], events, [("n1", 15.0), ("n2", 20.0)])
+    fig = repair_figures([xid, ib], ledger(*events), [("n1", 15.0), ("n2", 20.0)])
     assert fig["returned"] == ["xid79@n1"] and fig["ticketed"] == ["ib-link@n2"]
     assert fig["drain_to_return_s_by_cause"] == {"gpu-xid:79": [19.0]}
     assert fig["rebooted_twice"] == [] and fig["returned_with_fault"] == []
@@ -23,7 +41,7 @@ def test_a_repaired_fault_is_returned_after_one_reboot_and_an_ib_link_is_tickete
 def test_a_return_while_the_fault_persists_and_a_second_reboot_are_named():
     thermal = Injected("thermal", "n3", on=5.0, off=None)
     events = [(6.0, "n3", "drain"), (50.0, "n3", "repair_return")]
-    fig = repair_figures([thermal], events, [("n3", 10.0), ("n3", 30.0)])
+    fig = repair_figures([thermal], ledger(*events), [("n3", 10.0), ("n3", 30.0)])
     assert fig["returned_with_fault"] == ["n3@50.0"]
     assert fig["rebooted_twice"] == ["thermal@n3"]
 
@@ -31,7 +49,7 @@ def test_a_return_while_the_fault_persists_and_a_second_reboot_are_named():
 def test_a_fault_gone_by_itself_is_back_by_itself_and_an_undrained_one_is_said():
     flap = Injected("nvlink", "n4", on=5.0, off=12.0, flap=True)
     lost = Injected("gpu-lost", "n5", on=5.0, off=None)
-    fig = repair_figures([flap, lost], [(6.0, "n4", "drain")], [])
+    fig = repair_figures([flap, lost], ledger((6.0, "n4", "drain")), [])
     assert [r["outcome"] for r in fig["by_fault"]] == ["back by itself", "not drained"]
 
 

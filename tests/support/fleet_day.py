@@ -43,15 +43,8 @@ from slurmguard.errors import SlurmguardError
 from support import fleet_day_outcomes as outcomes
 from support import fleet_day_plan as plan
 from support.fleet_day_arms import StartLine, load_summary, spread, stalls
-from support.fleet_day_faults import (
-    RebootPhysics,
-    clear,
-    day_limits,
-    effect,
-    inject,
-    ledger,
-    risk_flags,
-)
+from support.fleet_day_faults import RebootPhysics, clear, day_limits, effect, inject
+from support.fleet_day_reads import policy_predictions, repairs, risk_flags
 from support.helpers import REPO
 from support.nhc_node import NHCNodes
 from support.repairrig import BMC
@@ -239,9 +232,9 @@ class Day:
                 checker.join()
             if repair:
                 self.reboots = list(bmc.reboots)
-                self.events = [(e.at, e.node, e.kind) for e in ledger(self.store, self.t0)]
-                self.risk = risk_flags(self.store, self.t0, t_end, self.tick,
-                                       self.missed_samples)
+                self.repairs = repairs(self.store, self.t0)
+                self.risk = policy_predictions(self.store, self.t0) + risk_flags(
+                    self.store, self.t0, t_end, self.tick, self.missed_samples)
         q = h.cluster.run("squeue", "-h", "-o", "%i %T %r %N", check=False, timeout=60)  # type: ignore[union-attr]
         self.queue_at_end = q.stdout.split("\n")[:20]
         return self.collect(t_end)
@@ -324,28 +317,30 @@ class Day:
         # Seen in Slurm's node table is not enough with repair: a node coming back from its
         # repair flickers there (a 16-node day ended on that with the flapping node's late
         # second fault not drained yet); every fault still on needs a drain in the ledger.
-        drains = self.store.nodes.events(since=self.t0, kinds=["drain"], limit=100000)
+        eps = repairs(self.store, self.t0)
         with self.lock:
             on = [(f, t) for f, t in self.on_at.items() if f.node and f not in self.off_at]
-        if not all(any(e.node == f.node and e.at >= t - outcomes.STAMP_SLACK_S for e in drains) for f, t in on):
+        if not all(any(r.node == f.node and r.drained_at is not None
+                       and r.drained_at >= t - outcomes.STAMP_SLACK_S for r in eps)
+                   for f, t in on):
             return False
-        return not self.repairs_pending()
+        return not self.repairs_pending(eps)
 
-    def repairs_pending(self) -> list[str]:
-        """The faults still on whose node's repair has not ended (returned or ticketed), but
-        for a node the fleet policy drained as flapping or a lemon: repair leaves those to a
-        person (docs/repair.md), so they end nothing."""
-        evs = self.store.nodes.events(since=self.t0, kinds=["drain", "lemon", "repair_start",
-                                                            *outcomes.ENDS], limit=100000)
-        out = [f"repair@{e.node}" for e in evs if e.kind == "repair_start" and not any(
-            x.node == e.node and x.kind in outcomes.ENDS and x.at >= e.at for x in evs)]
+    def repairs_pending(self, eps: list[Any] | None = None) -> list[str]:
+        """The repairs under way, and the faults still on whose node's repair has not ended
+        (returned or ticketed), from the repair ledger's one reader; but for a node the fleet
+        policy drained as flapping or a lemon: repair leaves those to a person
+        (docs/repair.md), so they end nothing."""
+        eps = repairs(self.store, self.t0) if eps is None else eps
+        out = [f"repair@{r.node}" for r in eps if r.outcome == "open"]
         with self.lock:
             faults = [(f, t) for f, t in self.on_at.items() if f.node and f not in self.off_at]
         for f, t in faults:
-            mine = [e for e in evs if e.node == f.node and e.at >= t - outcomes.STAMP_SLACK_S]
-            if any(e.kind in outcomes.ENDS for e in mine):
+            mine = [r for r in eps if r.node == f.node and r.drained_at is not None
+                    and r.drained_at >= t - outcomes.STAMP_SLACK_S]
+            if any(r.outcome in ("returned", "ticketed") for r in mine):
                 continue
-            if any(e.kind == "lemon" or "flapping" in e.reason for e in mine):
+            if any("flapping" in r.reason or "lemon" in r.reason for r in mine):
                 continue
             out.append(f"{f.kind}@{f.node}")
         return out
@@ -472,14 +467,14 @@ class Day:
                                if f not in self.on_at]
         if self.physics is not None:
             injected = self.injected()
-            fig["repair"] = outcomes.repair_figures(injected, self.events, self.reboots)
+            fig["repair"] = outcomes.repair_figures(injected, self.repairs, self.reboots)
             fig["repair"]["limits"] = vars(self.h.spec.repair) | {
                 "policy_interval": self.h.spec.policy_interval}
             fig["repair"]["boots"] = [[n, round(t - self.t0, 1), left]
                                       for n, t, left in self.physics.boots]
-            preds = self.risk + [(("slow-node suspicion" if k == "suspect" else "probation"), n, at)
-                                 for at, n, k in self.events if k in ("suspect", "probation_start")]
-            fig["predictions"] = outcomes.lead_times(injected, self.events, preds)
+            drains = [(r.drained_at, r.node, "drain") for r in self.repairs
+                      if r.drained_at is not None]
+            fig["predictions"] = outcomes.lead_times(injected, drains, self.risk)
             fig["predictions"]["sources"] = ["risk", "slow-node suspicion", "probation"]
         return fig
 

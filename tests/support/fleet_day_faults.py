@@ -6,8 +6,8 @@ job (train_job's --fault-dir). :class:`RebootPhysics` is the BMC's hardware for 
 repair (support/scale_repair.py's, the wave_repair scenario's, with the plan's table
 ``REBOOT_CLEARS`` on top): a reboot clears the faults the table says it clears and leaves the
 rest, so repair sees at boot what a real node would show. :func:`day_limits` sizes serve's
-repair limits for a compressed day. :func:`ledger` and :func:`risk_flags` read what the day
-left in serve's store: its drains and repair steps, and the risk flags serve would have raised.
+repair limits for a compressed day. What the day left in serve's store is read back by
+support/fleet_day_reads.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fakehw.nvml import HW_THERMAL_SLOWDOWN, default_config, with_fault, write_config
 from fakehw.sysfs import write_ib_port
@@ -100,34 +100,3 @@ def day_limits(nodes: int) -> RepairLimits:
     rebooted once), and 120 s for a reboot to prove itself (nodes here boot in seconds)."""
     del nodes  # the same limits at every size; the partition's share is what scales
     return RepairLimits(max_nodes=4, max_percent=25.0, reboots_per_hour=16, settle=120.0)
-
-
-def ledger(store: Any, since: float) -> list[Any]:
-    """The day's drains and repair steps from serve's store (EventRows, oldest first)."""
-    kinds = ["drain", "repair_start", "repair_rung", "repair_outcome", "repair_return",
-             "repair_ticket", "suspect", "probation_start"]
-    return sorted(store.nodes.events(since=since, kinds=kinds, limit=100000), key=lambda e: e.at)
-
-
-def risk_flags(store: Any, t0: float, t_end: float, tick: float,
-               missed: list[str]) -> list[tuple[str, str, float]]:
-    """The node risk score's flag (score >= risk.level) as serve would have computed it at
-    each tick of the day, from the store as it was then: ("risk", node, first time). A tick
-    the store could not answer is appended to ``missed`` (the day's figures stand without it)."""
-    from slurmguard.errors import SlurmguardError
-    from slurmguard.fleet.params import RiskParams
-    from slurmguard.store.fleet import node_risks
-
-    p, first = RiskParams(), {}
-    steps = max(1, min(60, int((t_end - t0) / max(tick, 1.0))))
-    for i in range(1, steps + 1):
-        at = t0 + (t_end - t0) * i / steps
-        try:
-            scores = node_risks(store.engine, p, now=at)
-        except SlurmguardError as exc:
-            missed.append(f"risk at {at - t0:.0f}s: {exc}")
-            continue
-        for n, r in scores.items():
-            if r.score >= p.level:
-                first.setdefault(n, at)
-    return [("risk", n, at) for n, at in first.items()]

@@ -1,10 +1,11 @@
 """What the fleet day's faults became (pure): incidents, repairs, and what slurmguard
 predicted, each fault's.
 
-Inputs are plain tuples the day recorded (support/fleet_day.py): every node fault as
-``Injected`` (when it came and went, and whether a reboot took it away), serve's ledger as
-``(at, node, kind)``, the BMC's reboots as ``(node, at)``, and the predictions as
-``(source, node, at)``. Times are seconds since the epoch; the figures are seconds.
+Inputs are what the day recorded (support/fleet_day.py): every node fault as ``Injected``
+(when it came and went, and whether a reboot took it away), the repair episodes of serve's
+ledger as the product's one reader makes them (slurmguard/repair/ledger.py; their drains as
+``(at, node, "drain")`` for the lead times), the BMC's reboots as ``(node, at)``, and the
+predictions as ``(source, node, at)``. Times are seconds since the epoch; the figures are seconds.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 
 from support.fleet_day_plan import KINDS, Fault, reboot_clears
 
-ENDS = ("repair_return", "repair_ticket")
 # A hook stamps its drain in serve's ledger when its check started: under this host's load
 # one node's check takes seconds, and a fault injected while it ran is drained with a stamp
 # before the injection (seen: ECC injected at 8.3 s, its drain stamped 7.2 s, with four arms
@@ -41,37 +41,47 @@ def _drain(f: Injected, events: list[tuple[float, str, str]]) -> float | None:
                  if n == f.node and k == "drain" and at >= f.on - STAMP_SLACK_S), None)
 
 
-def repair_figures(faults: list[Injected], events: list[tuple[float, str, str]],
+def _episode(f: Injected, repairs: list[Any]) -> Any:
+    """The repair episode (slurmguard/repair/ledger.py) of the drain that followed ``f``."""
+    return next((r for r in sorted(repairs, key=lambda r: r.first_at)
+                 if r.node == f.node and r.drained_at is not None
+                 and r.drained_at >= f.on - STAMP_SLACK_S), None)
+
+
+def repair_figures(faults: list[Injected], repairs: list[Any],
                    reboots: list[tuple[str, float]]) -> dict[str, Any]:
-    """Each node fault's repair: returned (repair_return), ticketed (repair_ticket), back by
-    itself (drained, then returned with no repair: the fault went away and the health check
-    UNDRAINed), or open; its reboots between its drain and that end; drain to return by cause.
-    ``returned_with_fault``: a repair_return while a fault was still on its node (never
-    allowed); ``rebooted_twice``: a fault whose node was rebooted more than once for it."""
-    events = sorted(events)
+    """Each node fault's repair, read from the repair episodes the product's one reader of the
+    ledger makes (slurmguard/repair/ledger.py): returned, ticketed, back by itself (drained,
+    then returned with no repair: the fault went away and the health check UNDRAINed), or
+    open; the BMC's reboots between its drain and that end (what the world saw); drain to
+    return by cause. ``returned_with_fault``: a return while a fault was still on its node
+    (never allowed); ``rebooted_twice``: a fault whose node was rebooted more than once for
+    it."""
     rows, to_return = [], {}
     for f in sorted(faults, key=lambda f: f.on):
-        d = _drain(f, events)
-        end = next(((at, k) for at, n, k in events if n == f.node and k in ENDS
-                    and d is not None and at >= d), None)
-        stop = end[0] if end else float("inf")
+        r = _episode(f, repairs)
+        d = r.drained_at if r is not None else None
+        end = r.ended_at if r is not None and r.outcome in ("returned", "ticketed") else None
+        stop = end if end is not None else float("inf")
         boots = sum(1 for n, at in reboots if n == f.node and d is not None and d <= at <= stop)
-        if d is None:
+        if r is None:
             outcome = "not drained"
-        elif end:
-            outcome = "returned" if end[1] == "repair_return" else "ticketed"
+        elif end is not None:
+            outcome = r.outcome
         elif f.off is not None and not f.by_reboot:
             outcome = "back by itself"
         else:
             outcome = "open"
-        if outcome == "returned":
-            to_return.setdefault(KINDS[f.kind][1], []).append(round(end[0] - d, 1))
+        if outcome == "returned" and end is not None and d is not None:
+            to_return.setdefault(KINDS[f.kind][1], []).append(round(end - d, 1))
         rows.append({"fault": f.name, "cause": KINDS[f.kind][1], "reboot_clears": reboot_clears(f.kind),
                      "flap": f.flap, "outcome": outcome, "reboots": boots,
-                     "drain_to_end_s": round(end[0] - d, 1) if end and d is not None else None})
+                     "drain_to_end_s": round(end - d, 1) if end is not None and d is not None
+                     else None})
     returned_with_fault = sorted(
-        f"{n}@{at:.1f}" for at, n, k in events if k == "repair_return"
-        and any(f.node == n and f.on <= at and (f.off is None or f.off > at) for f in faults))
+        f"{r.node}@{r.ended_at:.1f}" for r in repairs if r.outcome == "returned"
+        and any(f.node == r.node and f.on <= r.ended_at and (f.off is None or f.off > r.ended_at)
+                for f in faults))
     return {
         "in_loop": True,
         "by_fault": rows,
