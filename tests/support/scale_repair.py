@@ -105,8 +105,9 @@ def wave_repair(h: ScaleHarness, percent: float = 3.0, parallel: int = 64,
         done: dict[str, str] = {}
         deadline = time.monotonic() + budget
         while time.monotonic() < deadline:
-            done = {e.node: e.kind for e in store.nodes.events(
-                since=t0, kinds=["repair_return", "repair_ticket"], limit=10 * len(faulted) + 100)}
+            done = {r.node: r.outcome for r in ledger.episodes(store.nodes.events(
+                since=t0, kinds=list(ledger.KINDS), limit=50 * len(faulted) + 1000))
+                if r.outcome in ("returned", "ticketed")}
             if set(faulted) <= set(done):
                 break
             time.sleep(min(5.0, max(1.0, h.spec.policy_interval)))
@@ -127,7 +128,7 @@ def wave_repair(h: ScaleHarness, percent: float = 3.0, parallel: int = 64,
                        "policy_interval": h.spec.policy_interval})
     fig["failures"] = failures(fig)
     store.close()
-    for n in set(faulted) - {n for n, k in done.items() if k == "repair_return"}:
+    for n in set(faulted) - {n for n, k in done.items() if k == "returned"}:
         h.node_dir(n).joinpath("kmsg").write_text("")  # a ticketed node, back for what follows
     h.undrain_all()
     return fig
