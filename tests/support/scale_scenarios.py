@@ -202,6 +202,11 @@ def shared_fault(h: ScaleHarness, parallel: int = 64,
                        drained_other=sorted(n for n, r in drained.items()
                                             if "fs-mount" not in r)[:5],
                        spared_lines=sum("not drained" in x for x in logs),
+                       # Spared for this host's sake, not by a decision: the hook ran out of
+                       # its budget (it fails open) or Slurm refused its drain under load.
+                       spared_by_load=sum(1 for n, x in zip(h.nodes, logs, strict=True)
+                                          if n not in drained and ("budget of" in x
+                                                                   or "drain failed" in x)),
                        # Spared nodes that did not say why. Each must, in one of the hook's
                        # own lines: refused ("not drained: ..."), its drain failed, the node
                        # was already down, or the hook ran out of its budget (the watchdog's
