@@ -30,6 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurmguard.contract import REASON_PREFIX
+
 NO_CHECK = "no check of slurmguard's reads this"
 # What an incumbent's reason names -> the slurmguard check that reads the same thing. NHC's
 # check names first (its reasons start "NHC: check_...:"), then plain words admins use.
@@ -205,7 +207,7 @@ def out_events(events: Iterable[Any]) -> list[OutEvent]:
     evs = sorted(events, key=lambda e: (e.at, e.id))
     out = []
     for i, e in enumerate(evs):
-        if e.details.get("to") != "out" or e.details.get("ours") or e.reason.startswith("slurmguard:"):
+        if e.details.get("to") != "out" or e.details.get("ours") or e.reason.startswith(REASON_PREFIX):
             continue
         end = next((x.at for x in evs[i + 1:] if x.node == e.node and x.details.get("to") == "in"),
                    None)
