@@ -87,10 +87,21 @@ def test_pause_and_a_running_job_hold_every_rung(rig, tmp_path):
         assert kind in p.stdout, p.stdout
 
 
-def test_observe_mode_records_what_it_would_do_once_and_does_nothing(rig, tmp_path):
+# Observe mode, set either way: repair.mode = "observe", or repair.mode = "act" with the node's
+# group observing under policy.mode (docs/policy.md, "Observe mode": a group observing under
+# policy.mode acts nowhere, whatever repair.mode says).
+OBSERVING = {
+    "repair.mode": lambda text: text.replace('mode = "act"', 'mode = "observe"'),
+    "policy.mode": lambda text: text + '\n[[group]]\nnodes = "n[1-2]"\npolicy.mode = "observe"\n',
+}
+
+
+@pytest.mark.parametrize("observing", sorted(OBSERVING))
+def test_observe_mode_records_what_it_would_do_once_and_does_nothing(rig, tmp_path, observing):
     s = prepare(rig, tmp_path)
     cluster, cfg, cfg_path, serve, store = s.cluster, s.cfg, s.cfg_path, s.serve, s.store
-    cfg_path.write_text(cfg_path.read_text().replace('mode = "act"', 'mode = "observe"'))
+    assert 'mode = "act"' in cfg_path.read_text()  # repair.mode, before the change
+    cfg_path.write_text(OBSERVING[observing](cfg_path.read_text()))
     with BMC(cluster, rig.bmc_dir, s.hw) as bmc:
         serve.start()
         try:
@@ -107,31 +118,6 @@ def test_observe_mode_records_what_it_would_do_once_and_does_nothing(rig, tmp_pa
     info = cluster.node("n1")
     assert info.drained and info.ours  # still drained, ours, untouched
     assert "sg_repair_n1" not in cluster.run("scontrol", "show", "reservation").stdout
-
-
-def test_a_node_observing_under_policy_mode_is_not_repaired_whatever_repair_mode_says(
-        rig, tmp_path):
-    """Precedence (docs/policy.md, "Observe mode"): repair.mode = "act", and the node's group
-    observes under policy.mode: repair records what it would do, once, and does nothing."""
-    s = prepare(rig, tmp_path)
-    cluster, cfg, cfg_path, serve, store = s.cluster, s.cfg, s.cfg_path, s.serve, s.store
-    assert 'mode = "act"' in cfg_path.read_text()  # repair.mode
-    cfg_path.write_text(cfg_path.read_text() + '\n[[group]]\nnodes = "n[1-2]"\n'
-                        'policy.mode = "observe"\n')
-    with BMC(cluster, rig.bmc_dir, s.hw) as bmc:
-        serve.start()
-        try:
-            fake_drain(cluster, cfg, "n1")
-            wait_for(lambda: store.nodes.events(node="n1", kinds=["repair_observe"]), 30,
-                     interval=0.5, what="repair_observe of n1")
-            time.sleep(3)  # more passes: still one record, nothing done
-        finally:
-            serve.stop()
-    assert bmc.reboots == []
-    assert len(store.nodes.events(node="n1", kinds=["repair_observe"])) == 1
-    assert not store.nodes.events(node="n1", kinds=["repair_start", "repair_rung"])
-    info = cluster.node("n1")
-    assert info.drained and info.ours
 
 
 def test_serve_restarted_mid_reboot_resumes_from_the_ledger(rig, tmp_path):

@@ -113,6 +113,22 @@ class Authenticator:
     def _peer(self, cred: munge.Credential, peer: str) -> identity.Refusal | None:
         return identity.peer_request(cred, peer) if self.check_peer and peer else None
 
+    def _munge(self, path: str, header: str, peer: str
+               ) -> tuple[munge.Credential | None, tuple[int, dict[str, Any]] | None]:
+        """The request's MUNGE credential, decoded and its origin held against the
+        connection's peer: (credential, None), or (the credential if it decoded, the
+        refusal's answer)."""
+        try:
+            cred = munge.decode(header[len(SCHEME):].strip(), sock=self.munge_socket)
+        except munge.MungeError as exc:
+            known = exc.credential
+            return known, self._refuse(path, identity.Refusal(exc.word, exc.message), known,
+                                       peer, addr=known.origin if known else "")
+        refusal = self._peer(cred, peer)
+        if refusal is not None:
+            return cred, self._refuse(path, refusal, cred, peer, addr=_ipv4(peer))
+        return cred, None
+
     def _node_key_head(self, path: str, header: str, headers: Any,
                        peer: str) -> tuple[int, dict[str, Any]] | None:
         node, digest, refusal = identity.node_key_head(header, self.site_key, time.time(),
@@ -152,15 +168,9 @@ class Authenticator:
             if not header or not header.startswith(SCHEME):
                 return self._refuse(path, identity.Refusal("missing", "no MUNGE credential"),
                                     None, peer)
-            try:
-                cred = munge.decode(header[len(SCHEME):].strip(), sock=self.munge_socket)
-            except munge.MungeError as exc:
-                known = exc.credential
-                return self._refuse(path, identity.Refusal(exc.word, exc.message), known, peer,
-                                    addr=known.origin if known else "")
-            refusal = self._peer(cred, peer)
-            if refusal is not None:
-                return self._refuse(path, refusal, cred, peer, addr=_ipv4(peer))
+            cred, refused = self._munge(path, header, peer)
+            if refused is not None or cred is None:
+                return refused
         origins = self._origin_map(cred.origin)
         if path in JOB_PATHS:
             sender = origins.get(cred.origin, frozenset())
@@ -201,15 +211,9 @@ class Authenticator:
             self._count("missing", path)
             return 401, {"error": "refused (missing): node state is shown only to its node, a job "
                                   "of it or an admin: sign the request (docs/security.md)"}
-        try:
-            cred = munge.decode(header[len(SCHEME):].strip(), sock=self.munge_socket)
-        except munge.MungeError as exc:
-            known = exc.credential
-            return self._refuse(path, identity.Refusal(exc.word, exc.message), known, peer,
-                                addr=known.origin if known else "")
-        refusal = self._peer(cred, peer)
-        if refusal is not None:
-            return self._refuse(path, refusal, cred, peer, addr=_ipv4(peer))
+        cred, refused = self._munge(path, header, peer)
+        if refused is not None or cred is None:
+            return refused
         origins = self._origin_map(cred.origin)
         sender = origins.get(cred.origin, frozenset())
         signed = target.encode()
