@@ -30,6 +30,7 @@ import signal
 import socket
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -108,26 +109,43 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+# Blocks handed out by free_port_block in this process and not yet surely bound by their
+# daemons: base -> (until, count). The fleet day starts three clusters at once, in threads:
+# each probed the same first block, found it free (nothing had bound it yet), and two
+# clusters ran on one port block (a cluster's NHC drains landed in another's node table).
+_HANDED: dict[int, tuple[float, int]] = {}
+_HANDED_LOCK = threading.Lock()
+_HANDED_FOR_S = 300.0  # long enough for a thousand slurmd to bind their ports
+
+
 def free_port_block(count: int, low: int = 20000, high: int = 32000) -> int:
-    """The first port of ``count`` consecutive loopback ports, all free now, in [low, high).
+    """The first port of ``count`` consecutive loopback ports, all free now, in [low, high),
+    and not handed to another caller in this process in the last few minutes.
 
     Below the kernel's ephemeral range (32768 up by default): a thousand slurmd on kernel-picked
     ports would collide with the clients' own outgoing ports, and ports picked there one by one
     may be taken again between the pick and slurmd's bind. Blocks start on multiples of 1,100
     so two harnesses on one host probe distinct blocks first."""
-    for base in range(low, high - count, 1100):
-        socks = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
+    with _HANDED_LOCK:
+        now = time.monotonic()
+        for b in [b for b, (until, _) in _HANDED.items() if until < now]:
+            del _HANDED[b]
+        for base in range(low, high - count, 1100):
+            if any(base < b + n and b < base + count for b, (_, n) in _HANDED.items()):
+                continue
+            socks = []
+            try:
+                for port in range(base, base + count):
+                    s = socket.socket()
+                    socks.append(s)
+                    s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            finally:
+                for s in socks:
+                    s.close()
+            _HANDED[base] = (now + _HANDED_FOR_S, count)
             return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
     raise ClusterError(f"no {count} consecutive free ports in [{low}, {high})")
 
 
