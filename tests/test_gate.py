@@ -39,6 +39,10 @@ def row(**kw) -> NodeRow:
     (row(last_health="unhealthy", last_reason="gpu-ecc: DBE"),
      "slurmguard: gate: unhealthy result 10s ago: gpu-ecc: DBE"),
     (row(last_health="unhealthy", last_seen=NOW - 901), None),  # stale
+    # taken before the node's last return (repair's verified one, or a person's): history
+    (row(last_health="unhealthy", last_reason="gpu-ecc: DBE", returned_at=NOW - 5), None),
+    (row(last_health="unhealthy", last_reason="gpu-ecc: DBE", returned_at=NOW - 60),
+     "slurmguard: gate: unhealthy result 10s ago: gpu-ecc: DBE"),
     (row(last_health="error"), None),  # checker errors never block a node
     (row(last_health="degraded"), None),
 ])

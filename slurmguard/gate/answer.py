@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 _CHUNK = 500
 _COLUMN_NAMES = ("name", "last_seen", "last_health", "last_reason", "lemon", "lemon_reason",
-                 "burnin_required", "risk_score", "risk_at")
+                 "burnin_required", "risk_score", "risk_at", "probation_since")
 _COLUMNS = ", ".join(_COLUMN_NAMES)
 GATE_QUERY = f"SELECT {_COLUMNS} FROM nodes WHERE name IN ({{marks}})"
 
@@ -60,11 +60,12 @@ class NodeRow:
     burnin_required: bool
     risk_score: float | None = None  # as serve's policy pass last stored it (risk.gate_max_nodes)
     risk_at: float | None = None
+    returned_at: float | None = None  # the node's last return (repair's or a person's), if any
 
     @classmethod
     def of(cls, r: Sequence[Any]) -> NodeRow:
         """A row of _COLUMN_NAMES, in that order."""
-        return cls(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]), r[7], r[8])
+        return cls(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]), r[7], r[8], r[9])
 
 
 def refusal(row: NodeRow | None, now: float, fresh: float) -> str | None:
@@ -75,8 +76,13 @@ def refusal(row: NodeRow | None, now: float, fresh: float) -> str | None:
         return row.lemon_reason or f"{REASON_PREFIX} lemon: flagged by fleet policy"
     if row.burnin_required:
         return f"{REASON_PREFIX} burn-in: awaiting burn-in"
+    # A result taken before the node's last return is history: the return (repair's verified
+    # one, or a person's) judged the node after it. Seen: a health check that ran while a
+    # repaired node was still DOWN from its reboot reached serve just after repair returned
+    # it, and the gate drained the node again on it.
     if (row.last_health == "unhealthy" and row.last_seen is not None
-            and now - row.last_seen <= fresh):
+            and now - row.last_seen <= fresh
+            and (row.returned_at is None or row.last_seen > row.returned_at)):
         reason = (row.last_reason or "").strip()
         if is_ours(reason):
             return reason

@@ -332,7 +332,10 @@ class RepairPass:
         self.slurm.resume_ours(a.node)
         self._release(a.node)
         self._event(a.node, "repair_return", a.why, now, **ep)
-        self.store.nodes.return_node(a.node, ACTOR, f"repair: {a.why}", probation=True, at=now)
+        # Probation (and the gate's "returned at") from when Slurm took the node back, not from
+        # the pass's start: a health check that ran before the RESUME is older than the return.
+        self.store.nodes.return_node(a.node, ACTOR, f"repair: {a.why}", probation=True,
+                                     at=max(now, time.time()))
 
     def _ticket(self, a: Action, n: NodeIn, now: float, ep: dict[str, Any]) -> None:
         evidence = self._evidence_of(a.node, a.episode) or self.collect_evidence(n.name, a.episode)
