@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 from fakehw.nvml import build_fake_nvml, default_config
 from fakehw.nvml import write_config as write_nvml
+from support.gatehook import gate_cluster
 from support.helpers import REPO, run_sg, sg_argv, sg_env
 from support.sgserve import Serve, new_port, new_store, write_config
 from support.slurmcluster import write_hook_script
@@ -61,15 +61,8 @@ log_file = "{tmp_path}/gate.log"
     base = {"PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}", "SLURMGUARD_CONFIG": str(cfg),
             "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     prolog = write_hook_script(tmp_path / "prolog", sg_argv("prolog"), base)
-    # slurmctld runs the gate; it learns SLURM_CONF once the cluster has one
-    gate = tmp_path / "gate"
-    gate.write_text("#!/bin/sh\n" + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in base.items())
-                    + f". {tmp_path}/gate.env\nexec {' '.join(shlex.quote(a) for a in sg_argv('gate'))}\n")
-    gate.chmod(0o755)
-    (tmp_path / "gate.env").write_text("")
-    c = slurm_cluster_factory(nodes=4, prolog=prolog, prolog_slurmctld=str(gate), timeout=120)
+    c = gate_cluster(slurm_cluster_factory, tmp_path, cfg, 4, prolog=prolog, timeout=120)
     conf = c.env["SLURM_CONF"]
-    (tmp_path / "gate.env").write_text(f"export SLURM_CONF={shlex.quote(conf)}\n")
     serve = Serve(cfg, port, env={"SLURM_CONF": conf}).start()
     store = Store.open(url=url)
     try:

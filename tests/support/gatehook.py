@@ -14,8 +14,10 @@ from support import slurmcluster
 from support.helpers import sg_argv, sg_env
 
 
-def gate_cluster(factory: Callable[..., Any], tmp_path: Path, cfg: Path, nodes: int) -> Any:
-    """A ``nodes``-node cluster whose PrologSlurmctld runs `slurmguard gate` with ``cfg``.
+def gate_cluster(factory: Callable[..., Any], tmp_path: Path, cfg: Path, nodes: int,
+                 **cluster: Any) -> Any:
+    """A ``nodes``-node cluster whose PrologSlurmctld runs `slurmguard gate` with ``cfg``
+    (``cluster``: more of the factory's arguments, a ``prolog`` say).
 
     The gate's scontrol needs this cluster's SLURM_CONF, known only once it runs: the hook
     reads it from a file written after the start."""
@@ -26,10 +28,9 @@ export SLURMGUARD_CONFIG={shlex.quote(str(cfg))} PYTHONPATH={shlex.quote(env["PY
 exec {" ".join(shlex.quote(a) for a in sg_argv("gate"))}
 """)
     (tmp_path / "gate.env").write_text("")
-    cluster = factory(nodes=nodes, prolog_slurmctld=hook)
-    (tmp_path / "gate.env").write_text(
-        f"export SLURM_CONF={shlex.quote(cluster.env['SLURM_CONF'])}\n")
-    return cluster
+    c = factory(nodes=nodes, prolog_slurmctld=hook, **cluster)
+    (tmp_path / "gate.env").write_text(f"export SLURM_CONF={shlex.quote(c.env['SLURM_CONF'])}\n")
+    return c
 
 
 def watcher_expedited(env: Mapping[str, str], events: list[dict[str, Any]]) -> Callable[[], bool]:
