@@ -102,7 +102,9 @@ def test_setup_controller_without_accounting_makes_serve_slurmuser_and_it_drains
     confd = cfg_file.parent / "conf.d"
     confd.mkdir()
     (confd / "test.toml").write_text(f'[serve]\nhost = "127.0.0.1"\nport = {port}\n'
-                                     'policy_interval = 1.0\nbatch_interval = 0.05\n')
+                                     'policy_interval = 1.0\nbatch_interval = 0.05\n'
+                                     # setup's new config observes first; this site acts.
+                                     '[policy]\nmode = "act"\n')
     log = d / "serve.log"
     with open(log, "w") as logf:
         proc = subprocess.Popen(

@@ -49,15 +49,17 @@ def _prefix_serve_user() -> str:
 
 
 def _serve_user(role: str, path: str, content: bytes | None, cfg: object) -> tuple[bytes | None, object]:
-    """`setup controller` on a cluster without accounting: serve must run as a user Slurm
-    lets drain (install/serveuser.day_one_user). A config setup creates now gets that
-    user; an existing one naming another stops setup with the one command to run."""
+    """On a cluster without accounting serve must run as a user Slurm lets drain
+    (install/serveuser.day_one_user). A config setup creates now, by either role, gets that
+    user (one config serves both roles, and sites often run `setup node` first on the
+    controller host); an existing one naming another stops `setup controller` with the one
+    command to run."""
     from slurmguard import config
     from slurmguard.errors import ConfigError
     from slurmguard.install.plan import slurm_settings
     from slurmguard.install.serveuser import day_one_user, fix_command, with_serve_user
 
-    if role != "controller":
+    if role != "controller" and content is None:
         return content, cfg
     user = str(cfg["serve.user"])  # type: ignore[index]
     conf, _ = slurm_settings()

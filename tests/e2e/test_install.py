@@ -56,7 +56,10 @@ PartitionName=main Nodes={HOST} Default=YES State=UP
 # documented way (a conf.d file; setup then writes SLURMGUARD_TEXTFILE_DIR for the hooks).
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 SITE_TOML = ('[checks.fs]\nmounts = ["/", "/scratch"]\ndirs = ["/tmp", "/scratch"]\n'
-             f'[metrics]\ntextfile_dir = "{TEXTFILE_DIR}"\n')
+             f'[metrics]\ntextfile_dir = "{TEXTFILE_DIR}"\n'
+             # setup's new config observes first (docs/install.md); this site has watched
+             # and acts, as the rollout's last step says.
+             '[policy]\nmode = "act"\n')
 # A syslog daemon's socket: what `logger` sends lands in /var/log/syslog-test.
 SYSLOG = r"""
 import os, socket
