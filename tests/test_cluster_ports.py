@@ -25,3 +25,28 @@ def test_blocks_asked_for_at_once_do_not_overlap():
     assert len(got) == 4
     spans = sorted((b, b + 17) for b in got)
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False)), spans
+
+
+def test_blocks_asked_for_by_processes_at_once_do_not_overlap(tmp_path):
+    """Two pytest sessions on one host (CI's parts, engineers' worktrees) ask at once: the
+    handed blocks live in one file under a lock, so no two processes get one block."""
+    import os
+    import subprocess
+    import sys
+
+    from support.helpers import REPO
+
+    env = dict(os.environ, PYTHONPATH=str(REPO / "tests"),
+               SLURMGUARD_TEST_PORTS=str(tmp_path / "ports.json"))
+    code = ("import sys, time; from support.slurmcluster import free_port_block as f; "
+            "time.sleep(max(0.0, float(sys.argv[1]) - time.time())); "
+            "print(f(17, low=24000, high=32000))")
+    import time
+    at = str(time.time() + 1.5)
+    procs = [subprocess.Popen([sys.executable, "-c", code, at], env=env, stdout=subprocess.PIPE,
+                              text=True) for _ in range(4)]
+    got = [int(p.communicate(timeout=60)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    spans = sorted((b, b + 17) for b in got)
+    assert len(set(got)) == 4, spans
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False)), spans

@@ -40,3 +40,20 @@ def test_a_run_prints_and_writes_its_module_times(tmp_path: Path):
     assert list(got["modules"]) == ["test_fast.py", "test_slow.py"]
     assert got["modules"]["test_slow.py"] >= 0.6  # the module fixture counts where it is paid
     assert got["wall_s"] >= got["modules"]["test_slow.py"]
+
+
+def test_the_ci_table_merges_the_parts_of_a_run(tmp_path: Path):
+    """`.ci/run` runs the suite in parts (the dockerized part beside the rest, tests/scale
+    alone) and prints one table over all of them: a module's seconds summed across parts."""
+    for name, part in {"main": {"wall_s": 10.0, "modules": {"tests/a.py": 4.0, "tests/b.py": 5.0}},
+                       "e2e": {"wall_s": 7.0, "modules": {"tests/e2e/c.py": 6.5}},
+                       "scale": {"wall_s": 3.0, "modules": {"tests/a.py": 2.0}}}.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(part))
+    r = subprocess.run([sys.executable, str(REPO / "tests" / "support" / "module_times.py"),
+                        *sorted(str(p) for p in tmp_path.glob("*.json"))],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [ln.split()[-1] for ln in lines[:3]] == ["tests/e2e/c.py", "tests/a.py", "tests/b.py"]
+    assert lines[1].split()[0] == "6.0"  # 4.0 + 2.0
+    assert lines[-1].startswith("    17.5 s  in tests of 3 modules; 20.0 s of the 3 parts' walls")
