@@ -70,3 +70,27 @@ def test_an_outage_ratio_without_the_hooks_reads_takes_out_a_pass_in_one_window_
     assert total > 2  # the health checks' pass, in the down window only
     assert _ratio_without_hooks(o) == round((20 + 180) / (20 + 120), 2)  # 1.43
     assert _ratio_without_hooks({"serve_up": {"seconds": 1}, "serve_down": down}) is None
+
+
+def test_the_page_leads_with_each_cost_from_the_newest_run_that_measured_it():
+    """"What a site gets": per size, each cell is the newest run (by its date) that measured
+    that cost, named in the cell; a cost no run at that size measured is "–"."""
+    from support.scale_doc import current
+
+    def run(date: str, ctld: float) -> dict:
+        ph = {"jobs_per_hour": 1200, "slurmguard_rpm": 10.0, "ctld_cpu_pct": ctld,
+              "node_cpu_s_per_hour_agent": 1.0, "node_cpu_s_per_hour_fallback": 2.0,
+              "seconds": 60.0, "serves": []}
+        return {"date": date, "nodes": 128, "steady": {"phases": [ph]}}
+
+    data = {"runs": {"old": {"128": run("2026-12-01 00:00 UTC", 9.0)},
+                     "new": {"128": run("2026-12-05 00:00 UTC", 0.5)},
+                     "gate-only": {"128": {"date": "2026-12-06 00:00 UTC", "nodes": 128,
+                                           "gate": {"large_p99_ms": 80.0,
+                                                    "large_job_nodes": 128}}}}}
+    rows = {ln.split(" | ")[0].lstrip("| "): ln for ln in current(data) if ln.startswith("| ")}
+    assert rows["slurmctld: its CPU, every cause, steady at the higher job rate"].endswith(
+        "| 0.5 % [new] |")
+    assert rows["the gate: a job over every node, p99 (serve's socket)"].endswith(
+        "| 80.0 ms (128 nodes) [gate-only] |")
+    assert rows["a serve outage: slurmctld's RPC rate, down / up"].endswith("| – |")

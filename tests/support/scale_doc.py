@@ -282,11 +282,83 @@ def goals(data: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
+def _hi(f: dict[str, Any]) -> dict[str, Any] | None:
+    """A run's steady phase at its highest job rate, or None."""
+    phases = _g(f, "steady", "phases", default=[])
+    return max(phases, key=lambda ph: ph["jobs_per_hour"]) if phases else None
+
+
+def _lo(f: dict[str, Any]) -> dict[str, Any] | None:
+    phases = _g(f, "steady", "phases", default=[])
+    return min(phases, key=lambda ph: ph["jobs_per_hour"]) if phases else None
+
+
+def _serve_cell(ph: dict[str, Any]) -> str:
+    return ", ".join(f"{100 * s['cpu_s'] / ph['seconds']:.1f} % / {s['rss_mb']} MB" for s in ph["serves"])
+
+
+# What a site gets, one row per cost: (what, the run's figure as text or None where the run
+# did not measure it). Each cell of the table is the newest run at that N that measured it.
+CURRENT: list[tuple[str, Any]] = [
+    ("slurmctld: slurmguard's RPCs a minute, steady at the higher job rate (node side / "
+     "controller side where split)",
+     lambda f: (lambda ph: None if ph is None else (
+         f"{ph['slurmguard_rpm']} ({ph['node_side_rpm']} / {ph['controller_rpm']}) at "
+         f"{ph['jobs_per_hour']:,} jobs/h" if "controller_rpm" in ph else
+         f"{ph['slurmguard_rpm']} at {ph['jobs_per_hour']:,} jobs/h"))(_hi(f))),
+    ("slurmctld: its CPU, every cause, steady at the higher job rate",
+     lambda f: (lambda ph: None if ph is None else f"{ph['ctld_cpu_pct']} %")(_hi(f))),
+    ("each node: CPU-s an hour with the agent / without it (steady, the lower job rate)",
+     lambda f: (lambda ph: None if ph is None else
+                f"{ph['node_cpu_s_per_hour_agent']} / {ph['node_cpu_s_per_hour_fallback']}")(_lo(f))),
+    ("the controller: each serve replica's CPU (share of a core) / RSS, steady",
+     lambda f: (lambda ph: None if ph is None or not ph.get("serves") else _serve_cell(ph))(_hi(f))),
+    ("a shared fault, serve up: nodes drained (the cap)",
+     lambda f: None if "serve_up" not in f.get("shared_fault", {}) else
+     f"{f['shared_fault']['serve_up']['drained']} ({f['shared_fault']['cap']})"),
+    ("a shared fault, every serve down: nodes drained (the stated bound)",
+     lambda f: None if "serve_down" not in f.get("shared_fault", {}) else
+     f"{f['shared_fault']['serve_down']['drained']} "
+     f"({f['shared_fault'].get('bound_serve_down', f['shared_fault']['bound_serve_down_today'])})"),
+    ("the gate: a job over every node, p99 (serve's socket)",
+     lambda f: None if "gate" not in f else
+     f"{f['gate']['large_p99_ms']} ms ({f['gate']['large_job_nodes']} nodes)"),
+    ("a serve outage: slurmctld's RPC rate, down / up",
+     lambda f: None if "outage" not in f else f"{f['outage']['ratio_total']}x"),
+    ("the store: bytes a record / MB a day, before retention",
+     lambda f: None if "ingest" not in f else
+     f"{f['ingest']['bytes_per_record']:,} B / {f['ingest']['growth_mb_per_day']} MB"),
+]
+
+
+def current(data: dict[str, Any]) -> list[str]:
+    """The table the page leads with: what slurmguard costs slurmctld, each node, the
+    controller and the store at each size measured, each figure from the newest run at that
+    size that measured it (named in the cell); every run in full is under "History"."""
+    sizes = sorted({int(n) for runs in data["runs"].values() for n in runs if int(n) >= 128})
+    by_date = sorted(((f.get("date", ""), label, int(n), f) for label, runs in data["runs"].items()
+                      for n, f in runs.items()), key=lambda x: x[0])
+    out = ["## What a site gets\n",
+           "Each figure is the newest run at that size that measured it (the run's label in "
+           "brackets; every run in full is under \"History\" below). 10,000 nodes are not "
+           "measured yet: \"Projected to 10,000 nodes\" below scales these.\n",
+           "| cost | " + " | ".join(f"{n:,} nodes" for n in sizes) + " |",
+           "|---|" + "---|" * len(sizes)]
+    for what, get in CURRENT:
+        cells = []
+        for n in sizes:
+            got = [(label, v) for _, label, m, f in by_date if m == n
+                   and (v := get(f)) is not None]
+            cells.append(f"{got[-1][1]} [{got[-1][0]}]" if got else "–")
+        out.append(f"| {what} | " + " | ".join(cells) + " |")
+    return [*out, ""]
+
+
 def render(data: dict[str, Any], plot_lines: list[str]) -> str:
     unmeasured = "" if scale_doc_repair.measured(data) else (
         "repair in act mode on the wave (wave_repair: no run in docs/scale.json yet); ")
     head = HEAD.replace("{UNMEASURED}", unmeasured).replace("{PACE}", scale_doc_repair.pace(1024))
-    out = [head, *goals(data)]
+    out = [head, *current(data), "# History: every run\n", *goals(data)]
     for label in _labels(data):
         out.append(f"## Measured, {LABELS.get(label, label)}\n")
         for n, f in _runs(data, label):
