@@ -75,7 +75,8 @@ def test_signals_count_days_in_the_lookback_only():
             Run(now - 2 * DAY, "degraded", warnings=("ib-counters",)),
             Run(now - 2 * DAY + 60, "degraded", warnings=("gpu-nvlink",)),  # same day: one day
             Run(now - 1 * DAY, "degraded", warnings=("host-edac",)),  # no area: not counted
-            Run(now - 1 * DAY, "degraded", warnings=("gpu-remap",)),  # never warns: not listed
+            Run(now - 1 * DAY, "degraded", warnings=("gpu-remap",),  # a row newly remapped
+                counts=(("gpu-remap", 1),)),
             Run(now - 1 * DAY, "unhealthy", "epilog", "77", checks=("gpu-xid",)),
             Run(now - 1 * DAY, "degraded", "epilog", "78", warnings=("gpu-thermal",)),
             Run(now + DAY, "degraded", warnings=("ib-counters",))]  # after now: not yet known
@@ -83,10 +84,11 @@ def test_signals_count_days_in_the_lookback_only():
     inp = sig.inputs(now, P)
     assert inp.failures == 1
     # links: 1 recent day against 1 day in the 20 before (0.5 expected in 10): 0.5 beyond
-    assert dict(inp.warning_days) == {"links": 0.5, "thermal": 1.0} and inp.rising == ()
+    assert dict(inp.warning_days) == {"links": 0.5, "thermal": 1.0, "gpu_memory": 1.0}
+    assert inp.rising == ()
     # a degraded epilog is not a failed job; an unhealthy one is
     assert (inp.burnin_failed, inp.burnin_flagged, inp.failed_jobs) == (1, 0, 1)
-    assert score(inp, P).score == 15 + 5 + 3 + 25 + 5
+    assert score(inp, P).score == 15 + 5 + 3 + 25 + 5 + 10
 
 
 def _ecc(at: float, count: int, hook: str = "healthcheck") -> Run:
@@ -101,6 +103,24 @@ def test_a_lifetime_count_is_judged_by_its_growth_not_its_level():
     inp = NodeSignals.build(grew, []).inputs(now, P)
     assert inp.warning_days == {"gpu_memory": 2.0} and inp.rising == ("gpu_memory",)
     assert score(inp, P).score == 20 + 25
+
+
+def test_rows_newly_remapped_count_as_memory_units_once_per_run():
+    """gpu-remap's count is already a growth (rows remapped since its last reading): each
+    row a unit from the first warning on; a run where gpu-ecc's count grew too counts the
+    larger of the two (one memory error grows both counts)."""
+    now = 60 * DAY
+
+    def remap(at: float, rows: int, ecc: int | None = None) -> Run:
+        if ecc is None:
+            return Run(at, "degraded", warnings=("gpu-remap",), counts=(("gpu-remap", rows),))
+        return Run(at, "degraded", warnings=("gpu-ecc", "gpu-remap"),
+                   counts=(("gpu-ecc", ecc), ("gpu-remap", rows)))
+
+    inp = NodeSignals.build([remap(55 * DAY, 2)], []).inputs(now, P)
+    assert inp.warning_days == {"gpu_memory": 2.0} and inp.rising == ("gpu_memory",)
+    both = [_ecc(20 * DAY, 1), remap(55 * DAY, 1, ecc=2), remap(56 * DAY, 3, ecc=3)]
+    assert NodeSignals.build(both, []).inputs(now, P).warning_days == {"gpu_memory": 4.0}
 
 
 def test_a_return_from_a_failure_resets_the_warnings_of_what_it_fixed():

@@ -4,7 +4,9 @@ risk.py, docs/fleet.md "Node risk").
 
 Each kind of benign warner is built as the default hooks would record it over 60 days (a
 healthcheck every 6 h; 3 jobs a day, each with a prolog and an epilog; docs/fleet.md, "Blind
-evaluation") for 40 nodes with their own rates, and scored every day of the last 30.
+evaluation") for 40 nodes with their own rates, and scored every day of the last 30; a GPU
+with old remapped rows is read by the real gpu-remap check run after run (10 nodes: what it
+records does not depend on the rates).
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from slurmguard.checks.base import CheckContext
+from slurmguard.checks.gpu import gpu_remap
 from slurmguard.fleet.history import Run
 from slurmguard.fleet.params import RiskParams
 from slurmguard.fleet.risk import DAY, NodeSignals, beyond_chance, score
+from slurmguard.sources.nvml import GpuInfo, NvmlSnapshot
 
 P = RiskParams()
 HOOK_CHECKS = {"healthcheck": {"gpu-ecc", "gpu-thermal", "ib-counters"},
@@ -33,7 +38,27 @@ def _slots(rng: random.Random) -> list[tuple[float, str]]:
     return sorted(out)
 
 
+def _old_remaps(rng: random.Random) -> list[Run]:
+    """A GPU with old remapped rows that never grow, read by the real gpu-remap check in every
+    hook (it runs in all three by default), its state carried from run to run: what it
+    records (nothing but healthy runs, which the score never reads)."""
+    gpu = GpuInfo(index=3, pci_bus_id="0000:5D:00.0", uuid="GPU-3", remap_pending=False,
+                  remap_failure=False, remap_correctable=rng.randint(1, 40),
+                  remap_uncorrectable=rng.randint(0, 7))
+    snap, state, runs = NvmlSnapshot("550.90.07", 1, (gpu,)), {}, []
+    for at, hook in _slots(rng):
+        ctx = CheckContext({}, {"nvml": snap}, previous=state, hook=hook)
+        r = gpu_remap.run(ctx)
+        state = ctx.new_state
+        if r.health.value != "healthy":
+            runs.append(Run(at, r.health.value, hook, warnings=(r.name,),
+                            counts=((r.name, r.details["new_rows"]),)))
+    return runs
+
+
 def _warner(kind: str, rng: random.Random) -> list[Run]:
+    if kind == "old_remap":
+        return _old_remaps(rng)
     count, per_day, share = rng.randint(1, 3), rng.uniform(1, 3), rng.uniform(0.3, 0.8)
     runs = []
     for at, hook in _slots(rng):
@@ -54,11 +79,11 @@ def _worst(kind: str, seed: int) -> float:
     return max(score(sig.inputs(d * DAY, P), P).score for d in range(30, 61))
 
 
-@pytest.mark.parametrize("kind", ["old_ecc", "ib_symbols", "hot_gpu"])
+@pytest.mark.parametrize("kind", ["old_ecc", "ib_symbols", "hot_gpu", "old_remap"])
 def test_a_steady_benign_warner_is_never_at_risk_by_that_alone(kind) -> None:
-    worst = max(_worst(kind, s) for s in range(40))
+    worst = max(_worst(kind, s) for s in range(10 if kind == "old_remap" else 40))
     assert worst < P.level, (kind, worst)
-    if kind == "old_ecc":
+    if kind in ("old_ecc", "old_remap"):
         assert worst == 0.0  # an old count that never grows is history: no points at all
 
 

@@ -42,9 +42,20 @@ def fleet(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def blind_fleet(tmp_path_factory):
-    """The blind generator's fleet: the one whose runs carry check details (fleetgen.py's
-    carry none)."""
+    """The blind generator's fleet: the one whose gpu-ecc runs carry their details
+    (fleetgen.py's carry none; its gpu-remap warnings do)."""
     return _fleet("blind", tmp_path_factory)
+
+
+def _history(truth, cfg):
+    from slurmguard.store import Store
+    from slurmguard.store.fleet import load_history
+
+    store = Store.open(url=f"sqlite:///{cfg.parent}/fleet.db")
+    try:
+        return load_history(store.engine, since=truth.since, until=truth.until, healthy=False)
+    finally:
+        store.close()
 
 
 def _sg(cfg, *args):
@@ -81,17 +92,19 @@ def test_fleet_risk_lists_the_nodes_at_risk_and_a_bad_window_names_the_flag(flee
 
 def test_the_history_carries_gpu_ecc_lifetime_counts_from_the_details(blind_fleet) -> None:
     truth, cfg = blind_fleet
-    from slurmguard.store import Store
-    from slurmguard.store.fleet import load_history
-
-    store = Store.open(url=f"sqlite:///{cfg.parent}/fleet.db")
-    try:
-        h = load_history(store.engine, since=truth.since, until=truth.until, healthy=False)
-    finally:
-        store.close()
+    h = _history(truth, cfg)
     old = [n for n, kind in truth.benign.items() if kind == "old_ecc"]
     assert old
     for n in old:  # an old count: the same on every run, never zero, and not a warning unit
         counts = {dict(r.counts)["gpu-ecc"] for r in h.runs[n]}
         assert len(counts) == 1 and min(counts) >= 1, (n, counts)
         assert all(r.counts == (("gpu-ecc", min(counts)),) for r in h.runs[n])
+
+
+def test_the_history_carries_gpu_remaps_newly_remapped_rows(tmp_path_factory) -> None:
+    """fleetgen.py's row-remap warnings are gpu-remap's own results (one row newly remapped):
+    the loader reads the growth from their details."""
+    truth, cfg = _fleet("fleetgen", tmp_path_factory)
+    remaps = [r for runs in _history(truth, cfg).runs.values() for r in runs
+              if "gpu-remap" in r.warnings]
+    assert remaps and all(r.counts == (("gpu-remap", 1),) for r in remaps)

@@ -63,10 +63,13 @@ def test_on_the_blind_fleets_half_the_predictable_failures_are_named_a_day_ahead
 
 
 def test_on_fleetgen_precision_rose_and_in_time_recall_is_what_the_docs_say(measured):
+    """The goal (in-time recall no lower than the score before gave) is not asserted: it is
+    not met on these seeds; the docs say by how much, and this holds them to it."""
     rows, before = measured["fleetgen"], BEFORE["fleetgen"]["rows"]
     for r, b in zip(rows, before, strict=True):
         assert r["precision"] > b["precision"], (r, b)
     ahead, was = sum(r["ahead"] for r in rows), sum(b["ahead"] for b in before)
+    verdict = f"{was - ahead} short of the goal" if ahead < was else "the goal holds"
     published = (f"in-time recall on fleetgen's seeds 301-303 together: {ahead} failures "
-                 f"flagged a day ahead, against {was} before")
+                 f"flagged a day ahead, against {was} before: {verdict}")
     assert published in re.sub(r"\s+", " ", DOC.read_text()), published

@@ -397,6 +397,33 @@ def test_gpu_lost_inventory_survives_until_forgotten(tmp_path: Path, libdir: Pat
     assert check() == (0, "")
 
 
+def test_gpu_remap_warns_of_newly_remapped_rows_through_the_stand_in(tmp_path: Path,
+                                                                      libdir: Path) -> None:
+    """The real path: NVML's remapped-row counts (libnvidia-ml stand-in), the check's state
+    in hooks.state_dir between runs: an old count is the baseline, a growth is degraded with
+    the counts, and the next run, the count steady, is healthy again."""
+    nv = write_config(tmp_path / "n.json", with_fault(default_config(), 5, remapped_rows={
+        "correctable": 3, "uncorrectable": 1}))
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f'[slurm]\nscontrol = "{tmp_path}/no-scontrol"\n'
+                   f'[hooks]\nstate_dir = "{tmp_path}/state"\n[checks.gpu]\ndriver_gpus_dir = ""\n')
+    env = nvml_env(libdir, nv, sg_env(SLURMGUARD_CONFIG=str(cfg), SLURMD_NODENAME="n1"))
+
+    def check() -> tuple[str, str, int]:
+        p = subprocess.run(sg_argv("check", "--only", "gpu-remap", "--json"), env=env,
+                           capture_output=True, text=True, timeout=60)
+        r = json.loads(p.stdout)["results"][0]
+        return r["health"], r["reason"], r["details"]["new_rows"]
+
+    assert check() == ("healthy", "", 0)
+    write_config(nv, with_fault(default_config(), 5, remapped_rows={"correctable": 5,
+                                                                     "uncorrectable": 1}))
+    assert check() == ("degraded", "GPU 5 (0000:AB:00.0) had 2 rows remapped since the last run "
+                                   "(now 5 for correctable, 1 for uncorrectable errors): memory "
+                                   "wearing", 2)
+    assert check() == ("healthy", "", 0)
+
+
 # ---- table tests on hand-built snapshots ------------------------------------------------------
 
 
@@ -479,6 +506,40 @@ TABLE: list[tuple[str, NvmlSnapshot, dict[str, Any], tuple[str, str]]] = [
 @pytest.mark.parametrize(("name", "snap", "params", "expected"), TABLE)
 def test_table(name: str, snap: NvmlSnapshot, params: dict[str, Any], expected: tuple[str, str]) -> None:
     assert one(name, snap, **params) == expected
+
+
+def test_gpu_remap_warns_when_rows_were_newly_remapped_and_only_then() -> None:
+    """Remapped-row counts are lifetime: gpu-remap warns (degraded, with the counts) when they
+    grew since its last reading with nothing pending or failed; the first reading of a GPU
+    is its baseline, a count that has not grown is history, a pending remap stays unhealthy
+    (and its rows are not warned again after the reset), a count that went down is a new
+    board's baseline."""
+    state: dict[str, Any] = {}
+
+    def reading(corr: int, unc: int = 0, pending: bool = False) -> tuple[str, str, int]:
+        gpu = replace(EIGHT[3], remap_correctable=corr, remap_uncorrectable=unc,
+                      remap_pending=pending)
+        ctx = CheckContext(params=DEFAULTS, sources={"nvml": snap_of(EIGHT[0], gpu)},
+                           previous=state)
+        r = BY_NAME["gpu-remap"].run(ctx)
+        state.update(ctx.new_state)
+        json.dumps(ctx.new_state)
+        return r.health.value, r.reason, r.details["new_rows"]
+
+    assert reading(4) == ("healthy", "", 0)  # an old count, first seen: the baseline
+    assert reading(4) == ("healthy", "", 0)  # not grown: history
+    assert reading(6) == ("degraded", "GPU 3 (0000:5D:00.0) had 2 rows remapped since the last "
+                                      "run (now 6 for correctable, 0 for uncorrectable errors): "
+                                      "memory wearing", 2)
+    assert reading(6) == ("healthy", "", 0)
+    assert reading(6, 1, pending=True)[:2] == (
+        "unhealthy", "GPU 3 (0000:5D:00.0) has a row remap pending: reset the GPU")
+    assert reading(6, 2) == ("healthy", "", 0)  # the reset applied the remap already told of
+    assert reading(6, 2) == ("healthy", "", 0)
+    assert reading(0) == ("healthy", "", 0)  # another board: a new baseline
+    assert reading(1)[0] == "degraded"
+    assert one("gpu-remap", snap_of(replace(EIGHT[3], remap_correctable=2)),
+               previous={"rows": {"GPU-3": [1, 0, 0]}}, remap_rows_grew="ignore") == ("healthy", "")
 
 
 def test_unhealthy_beats_error_beats_degraded() -> None:

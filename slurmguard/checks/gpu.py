@@ -83,6 +83,9 @@ PARAMS: dict[str, Field] = {
                             "(GPUs lower the generation when idle: off by default)"),
     "persistence_off": Choice("degraded", ("degraded", "unhealthy", "ignore"),
                               "when persistence mode is off"),
+    "remap_rows_grew": Choice("degraded", ("degraded", "unhealthy", "ignore"),
+                              "when a GPU's remapped-row counts grew since gpu-remap's last "
+                              "reading, no remap pending or failed"),
 }
 
 _ORDER = {Health.HEALTHY: 0, Health.UNSUPPORTED: 1, Health.DEGRADED: 2, Health.ERROR: 3,
@@ -248,13 +251,33 @@ def gpu_ecc(ctx: CheckContext) -> CheckResult:
 # GPU), and page retirement pending (pre-Ampere: the page is retired at the next driver
 # load). Reads nvmlDeviceGetRemappedRows and nvmlDeviceGetRetiredPagesPendingStatus. Any of
 # the three is unhealthy: each means "reset or replace before the next job".
-@_gpu_check("gpu-remap", "no row remap pending or failed, no page retirement pending")
+# It also catches memory that is wearing out while each repair still works: remapped-row
+# counts (for correctable and for uncorrectable errors) that grew since this check's last
+# reading with nothing pending or failed, i.e. rows remapped and already in effect (a reset
+# came between two readings). The counts are lifetime (infoROM, up to 512 per GPU), and each
+# new row is a step toward NVIDIA's replacement criterion (the failure flag: a ninth
+# uncorrectable remap in one bank, a row remapped twice, or 512 in all), so a growth is
+# checks.gpu.remap_rows_grew (degraded: worth a look, the node keeps its jobs). Judged by
+# change only: a count that has not grown is history and says nothing; the first reading of
+# a GPU (by UUID, so a replaced board starts anew) is its baseline, and a count that went
+# down (another board, a cleared infoROM) is a new baseline.
+@_gpu_check("gpu-remap", "no row remap pending or failed, no page retirement pending, no rows "
+                         "newly remapped")
 def gpu_remap(ctx: CheckContext) -> CheckResult:
     f = _Findings("gpu-remap")
+    before = ctx.previous.get("rows") if isinstance(ctx.previous, Mapping) else None
+    seen: dict[str, list[int]] = dict(before) if isinstance(before, Mapping) else {}
+    grew_to = ctx.params.get("remap_rows_grew", "degraded")
+    new_rows = 0
     for g in _live(_snap(ctx)):
-        f.gpu(g, remap_pending=g.remap_pending, remap_failure=g.remap_failure,
-              remap_correctable=g.remap_correctable, remap_uncorrectable=g.remap_uncorrectable,
-              retired_pages_pending=g.retired_pages_pending)
+        entry = {"remap_pending": g.remap_pending, "remap_failure": g.remap_failure,
+                 "remap_correctable": g.remap_correctable,
+                 "remap_uncorrectable": g.remap_uncorrectable,
+                 "retired_pages_pending": g.retired_pages_pending}
+        grown = _rows_grown(g, seen)
+        if grown is not None:
+            entry["remap_new"] = grown
+        f.gpu(g, **entry)
         f.failed(g, "remapped_rows", "retired_pages")
         if g.remap_pending is None and g.retired_pages_pending is None:
             continue
@@ -265,7 +288,33 @@ def gpu_remap(ctx: CheckContext) -> CheckResult:
             f.add(Health.UNHEALTHY, g, "has a row remap pending: reset the GPU")
         if g.retired_pages_pending:
             f.add(Health.UNHEALTHY, g, "has a page retirement pending: reset the GPU")
-    return f.result("no GPU reports row remapping or page retirement")
+        if grown and not g.remap_pending and not g.remap_failure:
+            new_rows += grown
+            rows = "row" if grown == 1 else "rows"
+            f.add(grew_to, g, f"had {grown} {rows} remapped since the last run (now "
+                              f"{g.remap_correctable} for correctable, {g.remap_uncorrectable} "
+                              f"for uncorrectable errors): memory wearing")
+    ctx.new_state["rows"] = seen
+    return f.result("no GPU reports row remapping or page retirement", new_rows=new_rows)
+
+
+def _rows_grown(g: GpuInfo, seen: dict[str, list[int]]) -> int | None:
+    """Rows remapped on g since the last reading in ``seen`` (updated with this one: the
+    counts and whether a remap was pending); None on the first reading (the baseline), when
+    NVML gave no counts, or when the last reading had a remap pending (that remap was
+    reported unhealthy then; the reset since applied it, whichever reading counted it)."""
+    c, u = g.remap_correctable, g.remap_uncorrectable
+    key = g.uuid or g.pci_bus_id
+    if not key or not isinstance(c, int) or not isinstance(u, int):
+        return None
+    old = seen.get(key)
+    seen[key] = [c, u, 1 if g.remap_pending else 0]
+    if (not isinstance(old, list) or len(old) != 3
+            or not all(isinstance(x, int) for x in old) or old[2]):
+        return None
+    if c < old[0] or u < old[1]:  # fewer than before: not the board we read (a new baseline)
+        return None
+    return (c - old[0]) + (u - old[1])
 
 
 # gpu-thermal -- catches cooling and power-delivery faults: a GPU at or above its slowdown

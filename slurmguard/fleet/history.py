@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 class Run:
     """One hook run. ``checks``: its unhealthy checks; ``warnings``: its degraded checks;
     ``counts``: (check, number) where a check's details carry a count the risk score reads
-    (gpu-ecc: lifetime uncorrectable ECC errors, summed over the GPUs)."""
+    (gpu-ecc: lifetime uncorrectable ECC errors, summed over the GPUs; gpu-remap: rows
+    remapped since the check's previous reading)."""
 
     at: float
     health: str

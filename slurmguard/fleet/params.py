@@ -11,8 +11,9 @@ from slurmguard.fieldtypes import Bool, Float, Int, Schema, Table
 # weights are config keys ([risk.weights]); the caps keep one noisy signal from deciding alone.
 FACTORS: dict[str, tuple[float, float, str]] = {
     "failures": (15.0, 50.0, "failure episode in the lookback (shared causes left out)"),
-    "gpu_memory": (10.0, 25.0, "new lifetime uncorrectable ECC error (gpu-ecc's count grew) in "
-                               "recent_days, beyond the node's own earlier rate"),
+    "gpu_memory": (10.0, 25.0, "new lifetime uncorrectable ECC error (gpu-ecc's count grew) or "
+                               "newly remapped row (gpu-remap) in recent_days, beyond the "
+                               "node's own earlier rate"),
     "links": (10.0, 25.0, "day with a link-error warning (ib-counters, gpu-nvlink, gpu-pcie) in "
                           "recent_days, beyond the node's own earlier rate"),
     "thermal": (3.0, 15.0, "day with a thermal warning (gpu-thermal) in recent_days, beyond the "

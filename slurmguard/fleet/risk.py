@@ -23,11 +23,11 @@ from slurmguard.fleet.params import FACTORS, RiskParams
 
 DAY = 86400.0
 # Which checks' degraded results feed which factor. Only checks that can warn (report
-# degraded) are listed: gpu-remap and ib-link only ever report unhealthy (a drain, then a
-# failure episode), and host-edac's corrected-error warning is the host's memory, not a GPU's;
-# they feed the score through ``failures`` alone.
+# degraded) are listed: ib-link only ever reports unhealthy (a drain, then a failure
+# episode), and host-edac's corrected-error warning is the host's memory, not a GPU's; they
+# feed the score through ``failures`` alone. gpu-remap warns when rows were newly remapped.
 AREAS: Mapping[str, tuple[str, ...]] = {
-    "gpu_memory": ("gpu-ecc",),
+    "gpu_memory": ("gpu-ecc", "gpu-remap"),
     "links": ("ib-counters", "gpu-nvlink", "gpu-pcie"),
     "thermal": ("gpu-thermal",),
     "xid": ("gpu-xid",),
@@ -39,6 +39,7 @@ CAUSE_AREA: Mapping[str, str] = {**_AREA_OF, "gpu-remap": "gpu_memory", "ib-link
 RISING_MIN = 2  # units in recent_days, at the least, for "rising"
 RISING_ALPHA = 0.01  # chance of so many recent units at the node's own earlier rate
 LIFETIME = ("gpu-ecc",)  # checks whose count is a lifetime counter: judged by its growth
+GROWTH = ("gpu-remap",)  # checks whose count is already a growth (since the check's last run)
 
 
 @dataclass(frozen=True)
@@ -150,11 +151,14 @@ class NodeSignals:
         """``returns``: (when, cause) of each return from a failure: it resets the cause's
         area (a burn-in ``pass`` resets every area). A lifetime counter's warning is evidence
         only when the count grew since the node's previous reading (the first reading is the
-        baseline): an old count that has not grown is history."""
+        baseline): an old count that has not grown is history. gpu-remap's count is its rows
+        remapped since its own last reading. One run's units in an area are the largest of
+        its checks' (one memory error grows both the ECC and the remapped-row counts)."""
         evidence: dict[str, list[tuple[float, float]]] = {}
         last: dict[str, int] = {}
         jobs: list[float] = []
         for r in runs:
+            units: dict[str, float] = {}  # area -> this run's units: the largest of its checks'
             for c in r.warnings:
                 area = _AREA_OF.get(c)
                 if area is None:
@@ -165,9 +169,16 @@ class NodeSignals:
                     last[c] = max(n, before or 0)
                     if before is None or n <= before:
                         continue
-                    evidence.setdefault(area, []).append((r.at, float(n - before)))
+                    amount = float(n - before)
+                elif c in GROWTH and n is not None:
+                    if n <= 0:
+                        continue
+                    amount = float(n)
                 else:
-                    evidence.setdefault(area, []).append((r.at, 1.0))
+                    amount = 1.0
+                units[area] = max(units.get(area, 0.0), amount)
+            for area, amount in units.items():
+                evidence.setdefault(area, []).append((r.at, amount))
             for c in LIFETIME:  # a reading without a warning (count 0, or a passing run)
                 if c not in r.warnings and c in dict(r.counts):
                     last[c] = max(dict(r.counts)[c], last.get(c, 0))

@@ -119,8 +119,15 @@ def _ecc_lifetime(details: str) -> int | None:
     return sum(vals) if vals else None
 
 
+def _remap_new(details: str) -> int | None:
+    """gpu-remap: rows remapped since the check's previous reading, over the GPUs."""
+    n = json.loads(details).get("new_rows")
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
 # check -> what reads its count from its details (Run.counts; slurmguard/fleet/risk.py)
-_COUNTED: dict[str, Callable[[str], int | None]] = {"gpu-ecc": _ecc_lifetime}
+_COUNTED: dict[str, Callable[[str], int | None]] = {"gpu-ecc": _ecc_lifetime,
+                                                    "gpu-remap": _remap_new}
 
 
 @lru_cache(maxsize=4096)

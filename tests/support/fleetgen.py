@@ -21,6 +21,7 @@ needs them), which keeps 10,000 nodes x 30 days to a few seconds.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import sqlite3
@@ -44,6 +45,9 @@ CAUSES: dict[str, tuple[float, float, bool]] = {
 WARN_CHECKS = {"gpu_memory": ("gpu-ecc", "gpu-remap"), "links": ("ib-counters",)}
 FAIL_OF_AREA = {"gpu_memory": "gpu-ecc", "links": "ib-link"}
 NOISE_CHECKS = ("gpu-ecc", "gpu-remap", "ib-counters", "gpu-thermal", "gpu-xid")
+# An 8-GPU node's bus ids (as the NVML stand-in's default config has them).
+_BUS = ("0000:18:00.0", "0000:2A:00.0", "0000:3A:00.0", "0000:5D:00.0", "0000:9A:00.0",
+        "0000:AB:00.0", "0000:BA:00.0", "0000:DB:00.0")
 
 
 @dataclass
@@ -73,17 +77,35 @@ class _Writer:
         self.results: list[tuple] = []
         self.events: list[tuple] = []
         self.passing = passing  # checks every run also passed (a result row each)
+        self.remaps: dict[int, int] = {}  # node id -> rows gpu-remap saw remapped so far
 
     def run(self, nid: int, at: float, health: str, hook: str = "healthcheck", job: str | None = None,
             check: str = "", reason: str = "") -> None:
         rid = len(self.runs) + 1
         action = "drain" if health == "unhealthy" else "none"
+        details = "{}"
+        if check == "gpu-remap" and health == "degraded":
+            reason, details = self.remapped(nid)
         self.runs.append((rid, f"g{rid}", nid, hook, job, at, 0.5, health, action,
                           format_reason(check, reason) if health == "unhealthy" else "", at, "gen"))
         if health != "healthy":
-            self.results.append((rid, nid, at, check, health, reason, "{}", 0.1))
+            self.results.append((rid, nid, at, check, health, reason, details, 0.1))
         self.results += [(rid, nid, at, c, "healthy", "", "{}", 0.1)
                          for c in self.passing if c != check]
+
+    def remapped(self, nid: int) -> tuple[str, str]:
+        """gpu-remap's degraded result as the check writes it (slurmguard/checks/gpu.py): one
+        row newly remapped, for correctable errors, on the node's GPU ``nid % 8`` since the
+        check's last run, nothing pending; the GPU's lifetime count goes up by one each time."""
+        g = nid % 8
+        rows = self.remaps[nid] = self.remaps.get(nid, 0) + 1
+        reason = (f"GPU {g} ({_BUS[g]}) had 1 row remapped since the last run (now {rows} for "
+                  "correctable, 0 for uncorrectable errors): memory wearing")
+        gpus = [{"index": i, "pci_bus_id": b, "remap_pending": False, "remap_failure": False,
+                 "remap_correctable": rows if i == g else 0, "remap_uncorrectable": 0,
+                 "retired_pages_pending": None, "remap_new": 1 if i == g else 0}
+                for i, b in enumerate(_BUS)]
+        return reason, json.dumps({"new_rows": 1, "gpus": gpus, "problems": [reason]})
 
     def event(self, nid: int, at: float, kind: str, actor: str, source: str = "",
               reason: str = "") -> None:
