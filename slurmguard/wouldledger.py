@@ -18,7 +18,9 @@ Standard library only; ``store`` is the store or a transaction of it (``store.no
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 ACTOR = "slurmguard"
@@ -29,6 +31,7 @@ WOULD_END = "would_end"
 WOULD_KINDS = (WOULD_DRAIN, WOULD_REFUSED, WOULD_ACT, WOULD_END)
 _DRAINS = (WOULD_DRAIN, WOULD_REFUSED)
 _LOOK_BACK = 500  # would-events of one node read to find its open episode
+log = logging.getLogger("slurmguard.observe")
 
 
 def open_episode(store: Any, node: str, kind: str, source: str) -> Any:
@@ -75,3 +78,26 @@ def withheld_to_ledger(store: Any, w: Any, *, at: float, via: str) -> int:
         details["job"] = w.job
     return sum(record_would(store, n, WOULD_ACT, w.verb, w.reason or " ".join(w.argv[1:])[:500],
                             at=at, details=details) for n in w.nodes)
+
+
+def ledger_writer(store: Any, via: str) -> Callable[[Any], None]:
+    """An adapter's ``on_withheld`` that writes each withheld call to ``store``'s ledger
+    (:func:`withheld_to_ledger`, ``via`` the path: burnin, reconcile, requeue, ...). A store
+    fault is logged, never raised: observe mode must not fail the path it watches."""
+    from slurmguard.errors import SlurmguardError
+
+    def write(w: Any) -> None:
+        try:
+            withheld_to_ledger(store, w, at=time.time(), via=via)
+        except SlurmguardError as exc:
+            log.warning("observe: would-event of %s %s not written: %s", w.verb,
+                        ",".join(w.nodes), exc.message)
+
+    return write
+
+
+def watch_withheld(slurm: Any, store: Any, via: str) -> None:
+    """Point ``slurm``'s (the Slurm adapter's) withheld calls at ``store``'s ledger, when
+    something observes (the adapter has a choke point) and there is a store."""
+    if store is not None and getattr(slurm, "observe", None) is not None:
+        slurm.on_withheld = ledger_writer(store, via)

@@ -242,7 +242,8 @@ class Fleet:
                 self.metrics.undrains.labels(cause=(reason.split() or ["unknown"])[0]).inc()
                 self.store.nodes.record_event(r["node"], "clear", ACTOR, reason, source=r["hook"],
                                               at=r["started"], details={"hook": r["hook"]})
-            if r["decision"]["action"] == "pass" and self._observes(r["node"]):
+            if r["decision"]["action"] == "pass" and self._observes(r["node"]) \
+                    and not self._kept_out(r["node"]):
                 # passed again: the node's would-episodes end
                 end_episodes(self.store, r["node"], f"{r['hook']} passes", at=r["started"])
         with self.lock:
@@ -255,6 +256,14 @@ class Fleet:
     def _observes(self, node: str) -> bool:
         observes = getattr(self.slurm, "observes", None)
         return bool(observes is not None and observes(node))
+
+    def _kept_out(self, node: str) -> bool:
+        """A lemon, or a node awaiting burn-in: acting, its drain would stand whatever its
+        checks say now (no check's pass clears a lemon's drain), so a passing run does not
+        end its would-episodes in observe mode; clearing the flag (burn-in, an admin) does,
+        at the next pass."""
+        rows = self.store.nodes.columns([node], ("lemon", "burnin_required"))
+        return bool(rows) and any(bool(v) for v in rows[0])
 
     def _withheld(self, w: Any) -> None:
         """A Slurm call observe mode withheld (the adapter's choke point): its would-event."""
