@@ -149,3 +149,22 @@ def observing_groups(cfg: Any) -> list[str]:
     if base:
         return observing + ["the other nodes (not " + ", ".join(acting) + ")"]
     return observing
+
+
+def mode_set_by(cfg: Any, node: str) -> str:
+    """Where ``node``'s ``policy.mode`` comes from, in words: the last ``[[group]]`` holding
+    it that sets the key (``[[group]] n[1-2]``), else ``[policy]`` (or its default)."""
+    from slurmguard.nodeset import contains
+
+    for pattern, overrides in reversed(cfg.groups()):
+        if "mode" in overrides.get("policy", {}) and contains(pattern, node):
+            return f"[[group]] {pattern}"
+    return "[policy]"
+
+
+def repair_overridden(cfg: Any) -> list[str]:
+    """The observing node patterns (:func:`observing_groups`) where ``repair.mode = "act"``
+    is set, base or group, and does not apply (policy.mode wins): empty when none."""
+    acts = str(cfg["repair.mode"]) == ACT or any(
+        str(o.get("repair", {}).get("mode", "")) == ACT for _, o in cfg.groups())
+    return observing_groups(cfg) if acts else []
