@@ -13,6 +13,14 @@ Kinds (slurmguard/store/models.py EVENT_KINDS):
 An episode of (node, kind family, source) is open from its first would-event until the
 node's next ``would_end``: a second sighting in a later pass writes nothing.
 
+Some would-acts follow a state, not a failing check, and a passing run does not end them
+(acting, the change would stand whatever the checks say): the probation and risk marks
+(``features``, ``weight``), the reconciler's Kubernetes marks (``k8s-cordon``,
+``k8s-taint``, ``k8s-unmark``, one family) and undrains. Their episode is open while the
+latest would-act of the family is the same change (same source and Slurm call), for a day at
+most: once per change of what would be done, and a reminder a day while it stands. A
+``would_end`` is written only when an episode it ends is open.
+
 Standard library only; ``store`` is the store or a transaction of it (``store.nodes``).
 """
 
@@ -31,12 +39,36 @@ WOULD_END = "would_end"
 WOULD_KINDS = (WOULD_DRAIN, WOULD_REFUSED, WOULD_ACT, WOULD_END)
 _DRAINS = (WOULD_DRAIN, WOULD_REFUSED)
 _LOOK_BACK = 500  # would-events of one node read to find its open episode
+# would_act sources that follow a state (see the module doc): source -> its family
+_FAMILIES = ({"features"}, {"weight"}, {"k8s-cordon", "k8s-taint", "k8s-unmark"}, {"undrain"})
+STATEFUL = {s: frozenset(f) for f in _FAMILIES for s in f}
+_STATEFUL_DAY = 86400.0
 log = logging.getLogger("slurmguard.observe")
 
 
-def open_episode(store: Any, node: str, kind: str, source: str) -> Any:
+# ... and the gate's risk refusal, whose episode is its job (slurmguard/gate/risk.py)
+_PASS_ENDS_NOT = frozenset(STATEFUL) | {"risk_refused"}
+
+
+def _stateful(e: Any) -> bool:
+    """A would-act a passing run does not end (no ``would_end`` for it alone)."""
+    return e.kind == WOULD_ACT and e.source in _PASS_ENDS_NOT
+
+
+def open_episode(store: Any, node: str, kind: str, source: str, *, argv: Any = None,
+                 at: float | None = None) -> Any:
     """The first event of ``node``'s open episode for ``kind`` (a drain kind: either drain
-    kind) and ``source``, or None when there is none."""
+    kind) and ``source``, or None when there is none. A stateful would-act's (``argv``: its
+    Slurm call; ``at``: now) is the family's latest, when the same change and under a day
+    old."""
+    if kind == WOULD_ACT and source in STATEFUL:
+        family = STATEFUL[source]
+        for e in store.nodes.events(node=node, kinds=[WOULD_ACT], limit=_LOOK_BACK):
+            if e.source in family:
+                fresh = at is None or at - e.at < _STATEFUL_DAY
+                same = e.source == source and e.details.get("argv") == argv
+                return e if same and fresh else None
+        return None
     family = _DRAINS if kind in _DRAINS else (kind,)
     for e in store.nodes.events(node=node, kinds=list(WOULD_KINDS), limit=_LOOK_BACK):
         if e.kind == WOULD_END:
@@ -49,7 +81,8 @@ def open_episode(store: Any, node: str, kind: str, source: str) -> Any:
 def record_would(store: Any, node: str, kind: str, source: str, reason: str, *,
                  at: float, details: Mapping[str, Any] | None = None) -> bool:
     """Write the would-event unless its episode is open; True if written."""
-    if open_episode(store, node, kind, source) is not None:
+    argv = (details or {}).get("argv")
+    if open_episode(store, node, kind, source, argv=argv, at=at) is not None:
         return False
     store.nodes.record_event(node, kind, ACTOR, reason, source=source, at=at,
                              details=dict(details or {}))
@@ -59,8 +92,9 @@ def record_would(store: Any, node: str, kind: str, source: str, reason: str, *,
 def end_episodes(store: Any, node: str, reason: str, *, at: float) -> bool:
     """The node passed again: close its open would-episodes (one ``would_end``); True if
     any was open."""
-    evs = store.nodes.events(node=node, kinds=list(WOULD_KINDS), limit=1)
-    if not evs or evs[0].kind == WOULD_END:
+    evs = store.nodes.events(node=node, kinds=list(WOULD_KINDS), limit=50)
+    latest = next((e for e in evs if not _stateful(e)), None)  # a pass does not end those
+    if latest is None or latest.kind == WOULD_END:
         return False
     store.nodes.record_event(node, WOULD_END, ACTOR, reason, source="", at=at)
     return True

@@ -41,7 +41,7 @@ from support.helpers import REPO, require, run_sg, sg_argv, sg_env
 from support.sgserve import Serve, job_token_line, new_port, new_store, write_config
 from support.slurmcluster import write_hook_script
 from support.slurmshim import SlurmShim
-from support.wait import wait_for
+from support.wait import counter_advanced, wait_for
 
 from slurmguard.store import Store
 
@@ -85,6 +85,18 @@ class Rig:
     def site(self, *args: str) -> None:
         """A change made by someone else (NHC, an admin): the real scontrol, not the shim."""
         self.c.run("scontrol", *args)
+
+    def undrain(self, *nodes: str) -> None:
+        """Back in service for the next scenario (the site's UNDRAIN), and answering: right
+        after it Slurm marks a node NOT_RESPONDING until its next ping."""
+        for n in nodes:
+            self.site("update", f"nodename={n}", "state=undrain")
+        for n in nodes:
+            self.c.wait_node(n, lambda i: not i.drained and not i.not_responding, timeout=30)
+
+    def passes(self, n: int) -> None:
+        """Wait for ``n`` more of serve's policy passes (each a repair pass too)."""
+        counter_advanced(self.serve.policy_passes, by=n, what="serve's policy passes")
 
     def nothing_changed(self) -> None:
         assert self.shim.changes() == []
@@ -190,7 +202,7 @@ def test_health_checks_prologs_and_the_gate_drain_nothing(rig: Rig) -> None:
         c.wait_job(j, timeout=120)
     gate_log = (rig.tmp / "gate.log").read_text()
     assert "observe mode, would refuse" in gate_log, gate_log
-    time.sleep(3)  # policy passes (every 1 s) over the jobs' prolog records
+    rig.passes(2)  # policy passes over the jobs' prolog records
     assert len(would()) == 4, would()  # once per episode, whatever the passes and paths
     vias = {e.details.get("via") for e in store.nodes.events(kinds=["would_drain",
                                                                     "would_drain_refused"])}
@@ -208,7 +220,7 @@ def test_health_checks_prologs_and_the_gate_drain_nothing(rig: Rig) -> None:
     marks = wait_for(lambda: store.nodes.events(node="n4", kinds=["would_act"]), 30,
                      interval=0.5, what="the probation mark withheld")
     assert [(e.source, e.details["verb"]) for e in marks] == [("features", "features")]
-    time.sleep(2)  # more passes: still one
+    rig.passes(2)  # more passes: still one
     assert len(store.nodes.events(node="n4", kinds=["would_act"])) == 1
     rig.nothing_changed()
     calls = rig.shim.calls()
@@ -265,8 +277,7 @@ def test_drain_notices_and_the_requeue_watcher_act_on_no_drain(rig: Rig) -> None
     done = c.wait_job(wrapped, ["COMPLETED"], timeout=90)
     requeued = c.job(plain)
     c.run("scancel", plain)
-    for n in ("n2", "n3"):
-        rig.site("update", f"nodename={n}", "state=undrain")
+    rig.undrain("n2", "n3")
     rig.nothing_changed()
     # The wrapped run: told, recorded, not ended; the requeued job untouched.
     (run,) = [json.loads(x) for x in (ck / ".slurmguard" / "runs.jsonl").read_text().splitlines()]
@@ -311,7 +322,7 @@ def test_a_lemon_is_neither_drained_nor_burned_in(rig: Rig) -> None:
         assert r.returncode == 0, r.stdout + r.stderr
         (sub,) = json.loads(r.stdout)["submitted"]
         assert sub["observed"] and sub["job_id"] is None and sub["awaiting_burnin"], sub
-    time.sleep(2)  # policy passes over the new records
+    rig.passes(2)  # policy passes over the new records
     got = [(e.kind, e.source, e.details.get("via")) for e in rig.would("n1", since=t0)]
     assert got == [(w.kind, w.source, "policy"), ("would_act", "sbatch", "burnin")], got
     assert f"job {job}: observe mode, would refuse 1 of 1 nodes: n1: slurmguard: lemon" in \
@@ -333,9 +344,12 @@ def test_the_risk_gate_refuses_no_job(rig: Rig) -> None:
     for j in jobs:
         done = c.wait_job(j, timeout=60)
         assert done["NodeList"] == "n[2-4]" and done["Restarts"] == "0", done
-    got = sorted((e.node, e.source, e.details["job"]) for e in rig.would(since=t0)
-                 if e.kind == "would_act")
-    assert got == sorted(("n2", "risk_refused", j) for j in jobs), got
+    rig.passes(2)  # over the prologs' passing records: n4's probation mark still stands
+    got = sorted((e.node, e.kind, e.source, e.details.get("job")) for e in rig.would(since=t0))
+    # (n2's prolog ends the drain notice's episode of the last scenario; a risk refusal's
+    # episode is its job, and a pass ends no probation mark's)
+    assert got == sorted([("n2", "would_end", "", None)] + [
+        ("n2", "would_act", "risk_refused", j) for j in jobs]), got
     assert not store.nodes.events(kinds=["risk_refused"])
     assert f"job {jobs[1]}: observe mode, would refuse 1 of 3 nodes for node risk: n2" in \
         (rig.tmp / "gate.log").read_text()
@@ -357,14 +371,14 @@ def test_repair_observes_whatever_repair_mode_says(rig: Rig) -> None:
                             config.load(str(rig.cfg), env={})) == "sent"
     obs = wait_for(lambda: store.nodes.events(node="n3", kinds=["repair_observe"], since=t0), 30,
                    interval=0.5, what="repair_observe of n3")
-    time.sleep(3)  # more passes: still one record, nothing done
+    rig.passes(2)  # more passes (each with repair's): still one record, nothing done
     assert len(store.nodes.events(node="n3", kinds=["repair_observe"], since=t0)) == len(obs) == 1
     assert not store.nodes.events(node="n3", kinds=["repair_start", "repair_rung"])
     rig.nothing_changed()
     info = c.node("n3")
     assert info.drained and info.ours  # still drained, ours, untouched
     assert "sg_repair_n3" not in c.run("scontrol", "show", "reservation").stdout
-    rig.site("update", "nodename=n3", "state=undrain")
+    rig.undrain("n3")
 
 
 def test_the_reconciler_writes_nothing_to_kubernetes_or_slurm(rig: Rig) -> None:
@@ -402,5 +416,4 @@ def test_the_reconciler_writes_nothing_to_kubernetes_or_slurm(rig: Rig) -> None:
     assert {n: kube.node(n) for n in c.nodes} == before
     rig.nothing_changed()
     assert c.node("n1").drained and c.node("n3").drained and not c.node("n2").drained
-    for n in ("n1", "n3"):
-        rig.site("update", f"nodename={n}", "state=undrain")
+    rig.undrain("n1", "n3")

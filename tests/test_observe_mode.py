@@ -178,6 +178,27 @@ def test_guarded_drain_in_observe_mode_never_asks_slurm_to_drain(tmp_path: Path,
                                                                        "state=UNDRAIN"])
 
 
+def test_a_would_act_that_follows_a_state_is_not_ended_by_a_passing_run(store: Store) -> None:
+    """A probation mark (or a Kubernetes mark, an undrain) stands whatever the checks say:
+    once per change of what would be done, a reminder a day; a pass ends only what a check
+    opened (no would_end for it alone)."""
+    def mark(argv: tuple[str, ...], at: float) -> int:
+        w = Withheld("features", ("n4",), "", ("scontrol", *argv))
+        return withheld_to_ledger(store, w, at=at, via="serve")
+
+    on = ("update", "nodename=n4", "AvailableFeatures=sg_probation")
+    off = ("update", "nodename=n4", "AvailableFeatures=")
+    assert mark(on, NOW) == 1
+    assert not end_episodes(store, "n4", "prolog passes", at=NOW + 1)  # nothing a pass ends
+    assert mark(on, NOW + 2) == 0  # the next pass: the same change, still standing
+    assert mark(off, NOW + 3) == 1  # probation over: the mark would come off
+    assert mark(off, NOW + 4) == 0
+    assert mark(off, NOW + 86400 + 4) == 1  # a day on, still withheld: said again
+    assert _would(store, "n4", "fs-mount", NOW + 86500)[0]  # a check's episode ...
+    assert end_episodes(store, "n4", "prolog passes", at=NOW + 86501)  # ... a pass ends
+    assert [e.kind for e in store.nodes.events(node="n4")][:2] == ["would_end", "would_drain"]
+
+
 def test_nodes_node_show_and_doctor_say_which_nodes_observe(tmp_path: Path) -> None:
     from support.helpers import run_sg, sg_env
 
