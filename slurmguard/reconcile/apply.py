@@ -217,7 +217,7 @@ class Reconciler:
                 raise AssertionError(a.kind)
         except SlurmguardError as exc:
             out = Outcome(a, False, error=str(exc))
-        self.metrics.action(a.kind, "ok" if out.ok else "failed")
+        self.metrics.action(a.kind, ("withheld" if out.withheld else "ok") if out.ok else "failed")
         state = ("done" if out.changed else "withheld (observe mode)" if out.withheld
                  else "no change") if out.ok else f"FAILED: {out.error}"
         self.log(f"reconcile: {a.node}: {a.kind}: {state} ({a.why})")
