@@ -26,6 +26,8 @@ from typing import Any
 
 MODES = ("observe", "act")
 OBSERVE, ACT = MODES
+# A hook record's ``applied`` for an undrain observe mode withheld: serve ledgers it.
+WOULD_UNDRAIN_APPLIED = "would undrain (observe)"
 # What acting changes, by scontrol's first word; sbatch (burn-in jobs) is one too.
 _SCONTROL_CHANGES = frozenset({"update", "reboot", "requeue", "release", "hold", "uhold",
                                "create", "delete", "resume", "suspend", "cancel_reboot"})

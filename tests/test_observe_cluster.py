@@ -50,6 +50,7 @@ pytestmark = pytest.mark.slurm
 TRAIN = REPO / "tests" / "train_job.py"
 LONG_AGO = "2020-01-01T00:00:00Z"
 NHC = "NHC: check_fs_mount: /scratch not mounted"
+FS_DRAIN = "slurmguard: fs-mount: /shared not mounted"  # a drain of ours from acting days
 
 
 @dataclass
@@ -359,7 +360,8 @@ def test_the_risk_gate_refuses_no_job(rig: Rig) -> None:
 
 def test_repair_observes_whatever_repair_mode_says(rig: Rig) -> None:
     """n3 drained by slurmguard before its group observed (the drain is real, the ledger's),
-    repair.mode = "act": serve's repair pass writes repair_observe once and takes no rung."""
+    repair.mode = "act": serve's repair pass writes repair_observe once and takes no rung; the
+    node's health check, whose check passes, does not undrain it."""
     from support.repairrig import XID79, record
 
     from slurmguard import config
@@ -378,6 +380,19 @@ def test_repair_observes_whatever_repair_mode_says(rig: Rig) -> None:
     info = c.node("n3")
     assert info.drained and info.ours  # still drained, ours, untouched
     assert "sg_repair_n3" not in c.run("scontrol", "show", "reservation").stdout
+    # The node's own health check clears a drain of ours whose check passes again (acting):
+    # withheld, and serve writes the would_act from its record, once.
+    rig.site("update", "nodename=n3", "state=drain", f"reason={FS_DRAIN}")
+    for _ in range(2):
+        p = rig.sg("healthcheck", SLURMD_NODENAME="n3")
+        assert p.returncode == 0 and "would undrain (observe)" in p.stderr, p.stderr
+    undrains = wait_for(lambda: store.nodes.events(node="n3", kinds=["would_act"], since=t0), 30,
+                        interval=0.5, what="the health check's would-undrain")
+    rig.passes(1)
+    assert [(e.source, e.details["via"]) for e in store.nodes.events(
+        node="n3", kinds=["would_act"], since=t0)] == [("undrain", "healthcheck")], undrains
+    assert c.node("n3").drained
+    rig.nothing_changed()
     rig.undrain("n3")
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from slurmguard.contract import REASON_PREFIX
 from slurmguard.drainguard import WOULD_APPLIED, StorePermit, Verdict, guarded_drain
 from slurmguard.errors import InputError, SlurmguardError
+from slurmguard.observe import WOULD_UNDRAIN_APPLIED
 from slurmguard.policy.blast import DrainRequest, cause_key
 from slurmguard.policy.blast import scopes as blast_scopes
 from slurmguard.policy.engine import SlurmState, plan
@@ -29,7 +30,7 @@ from slurmguard.policy.types import Action
 from slurmguard.repair.loop import run_pass as repair_pass
 from slurmguard.store.api import Store
 from slurmguard.store.records import validate_node
-from slurmguard.wouldledger import end_episodes, withheld_to_ledger
+from slurmguard.wouldledger import WOULD_ACT, end_episodes, record_would, withheld_to_ledger
 
 if TYPE_CHECKING:
     from slurmguard.config import Config
@@ -237,6 +238,11 @@ class Fleet:
                 cause = cause_key(reason_source(reason) or r["hook"], reason)
                 self.store_permit(r["hook"]).would(r["node"], cause, reason, now=r["started"],
                                                    via=r["hook"])
+            elif applied.startswith(WOULD_UNDRAIN_APPLIED):  # observe mode: the would-event
+                record_would(self.store, r["node"], WOULD_ACT, "undrain", reason,
+                             at=r["started"], details={
+                                 "verb": "undrain", "via": r["hook"],
+                                 "argv": ["update", f"nodename={r['node']}", "state=UNDRAIN"]})
             elif applied == "undrained":
                 # reason: "<check> passes again" (decide.py): the check whose drain was cleared
                 self.metrics.undrains.labels(cause=(reason.split() or ["unknown"])[0]).inc()
