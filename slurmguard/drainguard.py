@@ -109,8 +109,16 @@ def _would_drain(permit: Permit, node: str, cause: str, reason: str, *, via: str
     if ledger is None:
         return Drained(node, "would", "observe mode")
     would = getattr(permit, "would", None)
-    if would is None:  # an Unguarded caller (an admin's own drain is never withheld)
-        return Drained(node, "would", "observe mode")
+    if would is None:
+        # An Unguarded drain (burn-in restoring the drain it lifted, repair keeping a ticketed
+        # node out; an admin's own drain is never withheld): no guard to ask, as when acting.
+        from slurmguard.wouldledger import WOULD_DRAIN, record_would
+
+        why = f"not asked: {getattr(permit, 'why', 'unguarded')}"
+        record_would(ledger, node, WOULD_DRAIN, cause, reason,
+                     at=time.time() if now is None else now,
+                     details={"via": via, "guard": why})
+        return Drained(node, "would", f"guard: {why}")
     _written, allowed, why = would(node, cause, reason, now=now, via=via)
     return Drained(node, "would", "guard: allowed" if allowed else f"guard: refused: {why}")
 

@@ -26,6 +26,8 @@ from typing import Any
 
 MODES = ("observe", "act")
 OBSERVE, ACT = MODES
+# A hook record's ``applied`` for an undrain observe mode withheld: serve ledgers it.
+WOULD_UNDRAIN_APPLIED = "would undrain (observe)"
 # What acting changes, by scontrol's first word; sbatch (burn-in jobs) is one too.
 _SCONTROL_CHANGES = frozenset({"update", "reboot", "requeue", "release", "hold", "uhold",
                                "create", "delete", "resume", "suspend", "cancel_reboot"})
@@ -149,3 +151,22 @@ def observing_groups(cfg: Any) -> list[str]:
     if base:
         return observing + ["the other nodes (not " + ", ".join(acting) + ")"]
     return observing
+
+
+def mode_set_by(cfg: Any, node: str) -> str:
+    """Where ``node``'s ``policy.mode`` comes from, in words: the last ``[[group]]`` holding
+    it that sets the key (``[[group]] n[1-2]``), else ``[policy]`` (or its default)."""
+    from slurmguard.nodeset import contains
+
+    for pattern, overrides in reversed(cfg.groups()):
+        if "mode" in overrides.get("policy", {}) and contains(pattern, node):
+            return f"[[group]] {pattern}"
+    return "[policy]"
+
+
+def repair_overridden(cfg: Any) -> list[str]:
+    """The observing node patterns (:func:`observing_groups`) where ``repair.mode = "act"``
+    is set, base or group, and does not apply (policy.mode wins): empty when none."""
+    acts = str(cfg["repair.mode"]) == ACT or any(
+        str(o.get("repair", {}).get("mode", "")) == ACT for _, o in cfg.groups())
+    return observing_groups(cfg) if acts else []

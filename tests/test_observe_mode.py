@@ -178,12 +178,34 @@ def test_guarded_drain_in_observe_mode_never_asks_slurm_to_drain(tmp_path: Path,
                                                                        "state=UNDRAIN"])
 
 
+def test_a_would_act_that_follows_a_state_is_not_ended_by_a_passing_run(store: Store) -> None:
+    """A probation mark (or a Kubernetes mark, an undrain) stands whatever the checks say:
+    once per change of what would be done, a reminder a day; a pass ends only what a check
+    opened (no would_end for it alone)."""
+    def mark(argv: tuple[str, ...], at: float) -> int:
+        w = Withheld("features", ("n4",), "", ("scontrol", *argv))
+        return withheld_to_ledger(store, w, at=at, via="serve")
+
+    on = ("update", "nodename=n4", "AvailableFeatures=sg_probation")
+    off = ("update", "nodename=n4", "AvailableFeatures=")
+    assert mark(on, NOW) == 1
+    assert not end_episodes(store, "n4", "prolog passes", at=NOW + 1)  # nothing a pass ends
+    assert mark(on, NOW + 2) == 0  # the next pass: the same change, still standing
+    assert mark(off, NOW + 3) == 1  # probation over: the mark would come off
+    assert mark(off, NOW + 4) == 0
+    assert mark(off, NOW + 86400 + 4) == 1  # a day on, still withheld: said again
+    assert _would(store, "n4", "fs-mount", NOW + 86500)[0]  # a check's episode ...
+    assert end_episodes(store, "n4", "prolog passes", at=NOW + 86501)  # ... a pass ends
+    assert [e.kind for e in store.nodes.events(node="n4")][:2] == ["would_end", "would_drain"]
+
+
 def test_nodes_node_show_and_doctor_say_which_nodes_observe(tmp_path: Path) -> None:
     from support.helpers import run_sg, sg_env
 
     url = new_store(tmp_path)
     cfg = tmp_path / "sg.toml"
     cfg.write_text(f'[store]\nurl = "{url}"\n[slurm]\nscontrol = "/bin/false"\n'
+                   '[repair]\nmode = "act"\n'
                    '[[group]]\nnodes = "n[1-2]"\npolicy.mode = "observe"\n')
     store = Store.open(url=url)
     for n in ("n1", "n3"):
@@ -196,8 +218,76 @@ def test_nodes_node_show_and_doctor_say_which_nodes_observe(tmp_path: Path) -> N
     text = run_sg("nodes", env=env).stdout
     assert "observe mode (policy.mode), nothing changed in Slurm: n[1-2]" in text
     show = run_sg("node", "show", "n1", env=env).stdout
-    assert "mode:        observe" in show
-    assert json.loads(run_sg("node", "show", "n3", "--json", env=env).stdout)["node"]["mode"] == "act"
+    assert "mode:        observe  (policy.mode of [[group]] n[1-2]; checks run" in show, show
+    n3 = json.loads(run_sg("node", "show", "n3", "--json", env=env).stdout)["node"]
+    assert (n3["mode"], n3["mode_set_by"]) == ("act", "[policy]")
     doctor = json.loads(run_sg("doctor", "controller", "--json", env=env).stdout)
     (item,) = [i for i in doctor["items"] if i["name"] == "policy.mode"]
     assert item["status"] == "pass" and item["detail"].startswith("observe: n[1-2]")
+    # precedence, said: repair.mode = act does not apply where policy.mode observes
+    assert item["detail"].endswith("(repair.mode = act does not apply there: repair observes)")
+
+
+def test_precedence_policy_mode_observe_beats_repair_mode_act(tmp_path: Path) -> None:
+    """The rule as repair reads it per node (slurmguard/repair/loop.py), and as doctor says
+    it; on a real cluster: tests/test_repair_cluster.py and test_observe_cluster.py."""
+    from slurmguard.observe import mode_set_by, repair_overridden
+
+    cfg = _cfg(tmp_path, '[repair]\nmode = "act"\n[[group]]\nnodes = "n[1-2]"\n'
+                         'policy.mode = "observe"\n[[group]]\nnodes = "n2"\nrepair.mode = "act"\n')
+    for node, want in (("n1", "observe"), ("n2", "observe"), ("n3", "act")):
+        n = cfg.for_node(node)
+        got = "observe" if n["policy.mode"] == "observe" else n["repair.mode"]
+        assert got == want, node
+    assert repair_overridden(cfg) == ["n[1-2]"]
+    assert [mode_set_by(cfg, n) for n in ("n1", "n3")] == ["[[group]] n[1-2]", "[policy]"]
+    assert repair_overridden(_cfg(tmp_path, '[policy]\nmode = "observe"\n')) == []  # repair observes
+
+
+def test_an_unguarded_drain_in_observe_mode_writes_its_would_drain_once(store: Store) -> None:
+    """Burn-in restoring the drain it lifted, repair keeping a ticketed node out: no guard to
+    ask (as when acting), and the would_drain written all the same, once per episode."""
+    from slurmguard.drainguard import Unguarded
+
+    class Observing:  # the adapter's one question; nothing else may be asked of it
+        def observes(self, node: str) -> bool:
+            return True
+
+    permit = Unguarded("burn-in restores its own drain")
+    for at in (NOW, NOW + 60):
+        done = guarded_drain(Observing(), permit, "n2", "burnin", "slurmguard: awaiting burn-in",
+                             via="burnin", ledger=store, now=at)
+        assert (done.result, done.detail) == ("would", "guard: not asked: burn-in restores its "
+                                                       "own drain")
+    (e,) = store.nodes.events()
+    assert (e.kind, e.source, e.details["via"]) == ("would_drain", "burnin", "burnin")
+
+
+def test_a_drain_notice_of_an_observing_node_acts_on_nothing(tmp_path: Path) -> None:
+    """slurmguard.job.respond: told and recorded; no notice file, no signal, no end. A later
+    notice of an acting node asks for the checkpoint as always."""
+    import os
+    import signal
+    import subprocess
+
+    from slurmguard.job.notice import Drain, Notice
+    from slurmguard.job.respond import NoticeResponse
+
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    said: list[str] = []
+    try:
+        r = NoticeResponse(notice_path=str(tmp_path / "notice"), checkpoint_dir=None,
+                           signum=signal.SIGUSR2, timeout=0.0, can_requeue=True,
+                           child_pid=child.pid, say=said.append, observes=lambda n: n == "n1")
+        r.told([Notice(Drain("n1", "NHC: gone", NOW, "root", "serve"), NOW)], NOW)
+        assert r.tick(NOW + 100, [[NOW + 50, 10, 1.0]], (NOW + 100, 12)) is None
+        assert not (tmp_path / "notice").exists() and child.poll() is None
+        assert r.record()["observed_notices"] == ["n1"] and r.record()["notice_asked_at"] is None
+        assert "n1 observes (policy.mode): would ask the job for a checkpoint now" in said[-1]
+        r.told([Notice(Drain("n2", "NHC: gone", NOW, "root", "serve"), NOW + 1)], NOW + 1)
+        assert json.loads((tmp_path / "notice").read_text())["nodes"] == ["n1", "n2"]
+        assert child.wait(timeout=5) == -signal.SIGUSR2  # asked (and sleep dies of it)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()

@@ -76,6 +76,8 @@ class KubeNodes:
         # does its Slurm node observe? Its writes are then withheld and listed here.
         self.observe = observe
         self.withheld: list[tuple[str, str]] = []  # (what, Node name)
+        # (verb, Node object, reason) of each withheld write: the reconciler's ledger
+        self.on_withheld: Callable[[str, Mapping[str, Any], str], None] | None = None
 
     # -- the client ---------------------------------------------------------------------------
 
@@ -189,7 +191,8 @@ class KubeNodes:
         if cordon:
             body["spec"]["unschedulable"] = True
             annotations[CORDONED_BY] = CORDONED_BY_US
-        if self._withhold(f"mark node {name}", node):
+        verb = "k8s-cordon" if cordon else "k8s-taint"
+        if self._withhold(f"mark node {name}", node, verb, reason):
             return dict(node)
         new = self._call(f"mark node {name}", self.api.patch_node, name, body)
         if condition:
@@ -210,18 +213,23 @@ class KubeNodes:
         }
         if ours and spec.get("unschedulable"):
             body["spec"]["unschedulable"] = None
-        if self._withhold(f"unmark node {name}", node):
+        if self._withhold(f"unmark node {name}", node, "k8s-unmark",
+                          "Slurm reports the node healthy: our marks would come off"):
             return dict(node)
         new = self._call(f"unmark node {name}", self.api.patch_node, name, body)
         if condition:
             self._condition(name, "True", "SlurmHealthy", "Slurm reports the node healthy", now)
         return new
 
-    def _withhold(self, what: str, node: Mapping[str, Any]) -> bool:
-        """The choke point: True (and listed) when the Node's Slurm node observes."""
+    def _withhold(self, what: str, node: Mapping[str, Any], verb: str, reason: str) -> bool:
+        """The choke point: True (listed, and handed to ``on_withheld``) when the Node's
+        Slurm node observes. The condition is written only after a patch, so it is withheld
+        with it."""
         if self.observe is None or not self.observe(node):
             return False
         self.withheld.append((what, str((node.get("metadata") or {}).get("name", ""))))
+        if self.on_withheld is not None:
+            self.on_withheld(verb, node, reason)
         return True
 
     def _condition(self, name: str, status: str, reason: str, message: str, now: float) -> None:

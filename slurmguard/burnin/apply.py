@@ -40,7 +40,8 @@ ACTOR = "slurmguard"
 @dataclass(frozen=True)
 class Outcome:
     node: str
-    action: str  # drained, refused, re-run, returned, restored, recorded, none, error
+    action: str  # drained, refused, re-run, returned, restored, recorded, none, error,
+    # would drain / would restore (observe mode)
     detail: str = ""
 
     def to_dict(self) -> dict[str, str]:
@@ -203,6 +204,8 @@ def apply(cfg: Config, store: Any, report: Report, runs: Mapping[str, Any], slur
             out.append(Outcome(r.node, "refused", done.detail))
         elif done.result == "failed":
             out.append(Outcome(r.node, "error", f"drain failed: {done.detail}"))
+        elif done.result == "would":  # observe mode: the would_drain is in the ledger
+            out.append(Outcome(r.node, "would drain", done.detail))
         else:
             out.append(Outcome(r.node, "none", "not drained (state changed)"))
     for n, v in sorted(todo.items()):
@@ -297,6 +300,8 @@ def _restore(store: Any, slurm: Any, node: str, info: Any, v: NodeVerdict, now: 
         return Outcome(node, "restored", reason)
     if done.result == "failed":
         return Outcome(node, "error", f"drain failed: {done.detail}")
+    if done.result == "would":  # observe mode: the would_drain is in the ledger
+        return Outcome(node, "would restore", done.detail)
     return Outcome(node, "none", "partial; not drained (state changed)")
 
 

@@ -44,11 +44,12 @@ class Submitted:
     awaiting: bool
     reservation: str
     note: str
+    observed: bool = False  # observe mode withheld the submission (a would_act in the ledger)
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "job_id": self.job_id, "run_id": self.run_id,
                 "awaiting_burnin": self.awaiting, "reservation": self.reservation,
-                "note": self.note}
+                "note": self.note, "observed": self.observed}
 
 
 def program(cfg: Config, config_path: str | None) -> list[str]:
@@ -219,7 +220,12 @@ def submit(cfg: Config, store: Any, slurm: Any, nodes: Iterable[str] | None, *,
         try:
             job = sb.sbatch(slurm, text, sbatch_args(cfg, n, res))
         except SlurmguardError as exc:
-            out.append(Submitted(n, None, None, n in awaiting, res, f"sbatch failed: {exc.message}"))
+            if exc.message == sb.NOT_SUBMITTED:  # observe mode: the would_act is in the ledger
+                out.append(Submitted(n, None, None, n in awaiting, res,
+                                     f"observe mode: not submitted ({c.notes[n]})", True))
+            else:
+                out.append(Submitted(n, None, None, n in awaiting, res,
+                                     f"sbatch failed: {exc.message}"))
             continue
         rid = store.burnin.submitted(n, job_id=job, level=level, night=night,
                                      group_key=feature_group(cfg, infos.get(n)), reservation=res,

@@ -13,7 +13,7 @@ import click
 
 from slurmguard.cli._common import ago, iso, load_config, open_store, parse_since, slurm_of, warn
 from slurmguard.errors import EXIT_OK, EXIT_REFUSED, SlurmguardError
-from slurmguard.observe import observer, observing_groups
+from slurmguard.observe import mode_set_by, observer, observing_groups
 from slurmguard.output import Block, Result, Table, emit
 
 if TYPE_CHECKING:
@@ -278,6 +278,7 @@ def node_show_cmd(ctx: click.Context, node: str, since: str | None, limit: int, 
     data.pop("_last_seen")
     data["repair"] = _repair_of(store, node)
     data["mode"] = "observe" if observer(cfg)(node) else "act"
+    data["mode_set_by"] = mode_set_by(cfg, node)
     timeline = [{"at": iso(i.at), "kind": i.kind, "health": i.health, "actor": i.actor,
                  "source": i.source, "reason": i.reason, "checks": list(i.checks)} for i in items]
     marker = _hook_unrunnable(cfg)
@@ -345,8 +346,8 @@ def _show_text(node: str, data: dict[str, Any], timeline: list[dict[str, Any]],
             f"last check:  {data['last_check'] or '-'} {data['last_health'] or ''}".rstrip(),
             f"failing:     {', '.join(data['failing_checks']) or '-'}",
             f"fail/7d:     {data['failures_7d']}   flags: {', '.join(data['flags']) or '-'}",
-            f"mode:        {data['mode']}" + ("  (policy.mode: checks run, nothing changes in "
-                                              "Slurm)" if data["mode"] == "observe" else "")]
+            f"mode:        {data['mode']}  (policy.mode of {data['mode_set_by']}" +
+            ("; checks run, nothing changes in Slurm)" if data["mode"] == "observe" else ")")]
     if data["lemon_reason"]:
         out.append(f"lemon:       {data['lemon_reason']}")
     if data["repair"]:

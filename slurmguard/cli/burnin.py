@@ -8,6 +8,7 @@ import click
 
 from slurmguard.cli._common import load_config, open_store, parse_since, slurm_of, warn
 from slurmguard.output import Result, Table, emit
+from slurmguard.wouldledger import watch_withheld
 
 if TYPE_CHECKING:
     from slurmguard.config import Config
@@ -70,6 +71,7 @@ def submit_cmd(ctx: click.Context, nodeset: str | None, idle: bool, reservation:
     cfg = load_config(ctx)
     store = open_store(cfg)
     slurm = slurm_of(cfg)
+    watch_withheld(slurm, store, "burnin")  # observe mode: what was withheld, to the ledger
     root = ctx.find_root().obj or {}
     done = sm.submit(cfg, store, slurm, nodes, level=level, reservation=reservation,
                      config_path=root.get("config_path"),
@@ -83,7 +85,7 @@ def submit_cmd(ctx: click.Context, nodeset: str | None, idle: bool, reservation:
                        ["node", "job", "reservation", "note"])]), as_json)
     if left and not as_json:
         warn(f"{len(left)} burn-in run(s) still running after burnin.wait_timeout")
-    return EXIT_REFUSED if any(d.job_id is None for d in done) else EXIT_OK
+    return EXIT_REFUSED if any(d.job_id is None and not d.observed for d in done) else EXIT_OK
 
 
 @burnin_grp.command("worker")
@@ -160,6 +162,8 @@ def report_cmd(ctx: click.Context, since: str, node: str | None, metric: str | N
     store = _report_store(cfg, read_only=not do_apply and not (plot and node))
     start = parse_since(since)
     slurm = _slurm_if_up(cfg, needed=do_apply)
+    if do_apply:
+        watch_withheld(slurm, store, "burnin")  # observe mode: what was withheld, to the ledger
     report, runs = ap.build(cfg, store, start, slurm=slurm, mark_vanished=do_apply)
     outcomes = ap.apply(cfg, store, report, runs, slurm) if do_apply else []
     verdicts = [v for v in bar(report.nodes.values(), total=len(report.nodes), desc="nodes")

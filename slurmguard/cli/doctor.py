@@ -66,7 +66,8 @@ def doctor_cmd(ctx: click.Context, role: str | None, as_json: bool, ack: bool,
         try:
             from slurmguard.adapters.slurm.commands import SlurmCLI
 
-            if SlurmCLI.from_config(cfg).clear_comment(name, COMMENT_PREFIX):
+            # An admin's acknowledgement: a person's change, not withheld in observe mode.
+            if SlurmCLI.from_config(cfg, person=True).clear_comment(name, COMMENT_PREFIX):
                 click.echo(f"cleared the hook-unrunnable Comment of node {name}", err=as_json)
         except SlurmguardError as exc:
             click.echo(f"slurmguard: warning: node {name}: Comment not cleared ({exc.message})",

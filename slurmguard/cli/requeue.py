@@ -83,9 +83,9 @@ def _would_events(cfg: Config) -> Callable[[Any], None] | None:
     store = _open_store(cfg, "would-events of observe mode are not written")
     if store is None:
         return None
-    from slurmguard.wouldledger import withheld_to_ledger
+    from slurmguard.wouldledger import ledger_writer
 
-    return lambda w: withheld_to_ledger(store, w, at=time.time(), via="requeue")
+    return ledger_writer(store, "requeue")
 
 
 @requeue_grp.command("watch")

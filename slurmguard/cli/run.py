@@ -91,6 +91,15 @@ def _drain_watch(cfg, on: bool):  # type: ignore[no-untyped-def]
     return lambda started: notice.NoticeWatch(nodes, started - 60.0, askers, backoff_max=backoff)
 
 
+def _observes(cfg):  # type: ignore[no-untyped-def]
+    """node -> does it observe (policy.mode)? None when nothing observes (or no config)."""
+    if cfg is None:
+        return None
+    from slurmguard.observe import observer, observing_groups
+
+    return observer(cfg) if observing_groups(cfg) else None
+
+
 def _job_auth(cfg):  # type: ignore[no-untyped-def]
     """What the wrapper signs its requests to serve with: a MUNGE credential of the job's
     user (serve.auth = "munge"), else the job token (notice.job_token_file), else None (serve
@@ -221,6 +230,7 @@ def run_cmd(ctx: click.Context, checkpoint_dir: str | None, resume: str, max_req
         node_probe=_node_probe((ctx.obj or {}).get("config_path")),
         drain_watch=_drain_watch(cfg, drain_notice), notice_signal=_signal(notice_signal),
         notice_timeout=notice_timeout, report_slow=_slow_reporter(cfg),
+        observes=_observes(cfg),
     )
     code = wrapper.run(opts)
     sys.stdout.flush()

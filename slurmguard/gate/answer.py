@@ -197,13 +197,19 @@ def _risk_gate(cfg: Config, job: str, nodes: Sequence[str], rows: Mapping[str, N
         return GateOutcome(EXIT_OK, {}, [], "")
     from slurmguard.gate.risk import settle
 
-    why = settle(cfg, job, nodes, refused, now, dry_run=dry_run)
+    watched = _observed(cfg, refused)  # observe mode: kept, with a would-event each
+    why = settle(cfg, job, nodes, refused, now, dry_run=dry_run, observed=watched)
     at = ",".join(sorted(refused))
     if why is not None:
         return GateOutcome(EXIT_OK, {}, [], f"job {job}: at-risk {at} kept: {why}")
-    what = "; ".join(f"{n}: {r}" for n, r in sorted(refused.items()))
-    return GateOutcome(EXIT_UNHEALTHY, dict(refused), [],
-                       f"job {job}: refused {len(refused)} of {len(set(nodes))} nodes for node "
+    what = "; ".join(f"{n}: {r}" for n, r in sorted(refused.items()) if n not in watched)
+    if len(watched) == len(refused):
+        return GateOutcome(EXIT_OK, {}, [], f"job {job}: observe mode, would refuse "
+                                            f"{len(watched)} of {len(set(nodes))} nodes for node "
+                                            f"risk: {','.join(sorted(watched))}")
+    acting = {n: r for n, r in refused.items() if n not in watched}
+    return GateOutcome(EXIT_UNHEALTHY, acting, [],
+                       f"job {job}: refused {len(acting)} of {len(set(nodes))} nodes for node "
                        f"risk, none drained: {what}")
 
 

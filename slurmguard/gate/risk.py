@@ -10,7 +10,7 @@ event naming the job; the requeue watcher reads them and excludes those nodes fr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from slurmguard.fleet.uses import at_risk, risk_room
@@ -22,9 +22,14 @@ DAY = 86400.0
 
 
 def settle(cfg: Config, job: str, nodes: Sequence[str], refused: Mapping[str, str], now: float,
-           *, dry_run: bool = False) -> str | None:
+           *, dry_run: bool = False, observed: Collection[str] = ()) -> str | None:
     """None: refuse the job these nodes (ledgered, unless ``dry_run``); else why it keeps
-    them (the per-job bound, no room elsewhere, or a slurmguard fault)."""
+    them (the per-job bound, no room elsewhere, or a slurmguard fault). ``observed``: those
+    of ``refused`` that observe (policy.mode): the job keeps them, and each gets a
+    ``would_act`` (source ``risk_refused``) instead of ``risk_refused``. Its episode is the
+    job: acting refuses each large job anew while the node stays at risk (a passing health
+    check does not end that), so one would-event per node and job, however often the job
+    is gated."""
     from slurmguard.adapters.slurm.commands import SlurmCLI
     from slurmguard.errors import SlurmguardError
     from slurmguard.store.api import Store
@@ -42,14 +47,30 @@ def settle(cfg: Config, job: str, nodes: Sequence[str], refused: Mapping[str, st
         why = risk_room(len(set(nodes)), pools, prior=prior)
         if why is None and not dry_run:
             for n, reason in sorted(refused.items()):
+                details = {"job": job, "round": prior + 1, "job_nodes": len(set(nodes))}
+                if n in observed:  # observe mode: the job runs there; the would-event, once
+                    _would_refuse(store, n, job, reason, now, details)
+                    continue
                 store.nodes.record_event(n, "risk_refused", "slurmguard", reason, source="risk",
-                                         at=now, details={"job": job, "round": prior + 1,
-                                                          "job_nodes": len(set(nodes))})
+                                         at=now, details=details)
         return why
     except SlurmguardError as exc:
         return f"not refused (a slurmguard fault never refuses): {exc}"
     finally:
         store.close()
+
+
+def _would_refuse(store: Any, node: str, job: str, reason: str, now: float,
+                  details: Mapping[str, Any]) -> None:
+    """Observe mode: the gate's risk refusal of ``job`` on ``node`` as a ``would_act``, unless
+    this job's is already written (a job gated again after a requeue)."""
+    from slurmguard.wouldledger import ACTOR, WOULD_ACT
+
+    seen = store.nodes.events(node=node, kinds=[WOULD_ACT], since=now - DAY, limit=1000)
+    if any(e.source == "risk_refused" and e.details.get("job") == job for e in seen):
+        return
+    store.nodes.record_event(node, WOULD_ACT, ACTOR, reason, source="risk_refused", at=now,
+                             details={**details, "verb": "risk_refused", "via": "gate"})
 
 
 def room(store: Any, infos: Iterable[Any], nodes: Sequence[str], *, level: float,

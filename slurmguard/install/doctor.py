@@ -500,12 +500,15 @@ class Doctor:
 
 def _modes(cfg: Config) -> str:
     """Which nodes observe (policy.mode), in words, for doctor's item."""
-    from slurmguard.observe import observing_groups
+    from slurmguard.observe import observing_groups, repair_overridden
 
     watching = observing_groups(cfg)
     if not watching:
         return "act (every node)"
-    return "observe: " + "; ".join(watching) + " (nothing changes in Slurm or Kubernetes there)"
+    over = " (repair.mode = act does not apply there: repair observes)" \
+        if repair_overridden(cfg) else ""
+    return ("observe: " + "; ".join(watching) + " (nothing changes in Slurm or Kubernetes "
+            "there)" + over)
 
 
 def _sourced_slurmguard(defaults: str) -> str:

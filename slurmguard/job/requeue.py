@@ -343,6 +343,7 @@ class Watcher:
         ev: dict[str, Any] = {"event": f"requeue-{a.kind}", "job_id": a.job_id, "time": now,
                               "failed_nodes": list(a.failed_nodes), "reason": a.reason}
         if a.kind == "expedite":
+            held_before = len(getattr(self.slurm, "withheld", ()))
             try:
                 self.slurm.update_job(a.job_id, ExcNodeList=a.exclude)
                 if a.release:
@@ -359,6 +360,14 @@ class Watcher:
             except SlurmguardError as exc:  # the job may have ended meanwhile
                 ev["event"], ev["error"] = "requeue-failed", exc.message
             ev.update(exclude=a.exclude, released=a.release, path=a.path)
+            if len(getattr(self.slurm, "withheld", ())) > held_before:
+                # Observe mode (policy.mode): the adapter withheld the calls (their
+                # would-events are in the ledger); nothing was excluded or sped up, and the
+                # job's next run is Slurm's own, not a recovery of ours.
+                ev["event"] = "requeue-would-expedite"
+                m = self.memory.get(a.job_id)
+                if m is not None:
+                    m.requeued_at = None
         if self.metrics is not None:
             self.metrics.requeues.labels(action=ev["event"].removeprefix("requeue-")).inc()
         self.record(ev)

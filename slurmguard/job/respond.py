@@ -35,7 +35,8 @@ class NoticeResponse:
 
     def __init__(self, *, notice_path: str, checkpoint_dir: str | None, signum: int | None,
                  timeout: float, can_requeue: bool, child_pid: int,
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None],
+                 observes: Callable[[str], bool] | None = None) -> None:
         self.path, self.checkpoint_dir, self.signum = notice_path, checkpoint_dir, signum
         self.timeout, self.can_requeue, self.child_pid, self.say = (timeout, can_requeue,
                                                                      child_pid, say)
@@ -45,6 +46,11 @@ class NoticeResponse:
         self.asked_at: float | None = None
         self._seen_ckpts = 0
         self._warned = False
+        # Observe mode (policy.mode, docs/policy.md): node -> does it observe? A notice of an
+        # observing node's drain is told and recorded, and changes nothing: no notice file,
+        # no signal, the run is not ended (serve writes the would-event when it answers).
+        self.observes = observes
+        self.would: list[str] = []  # the observing nodes whose notices acted on nothing
 
     def told(self, notices: list[Notice], now: float) -> None:
         """Record new notices; on the first one, tell the training processes."""
@@ -54,8 +60,14 @@ class NoticeResponse:
             lat = f", {d['latency_s']:.1f}s after the drain" if "latency_s" in d else ""
             self.say(f"drain notice: {n.drain.node} drained ({n.drain.reason or 'no reason'}) "
                      f"seen via {n.drain.via}{lat}")
+            if self.observes is not None and self.observes(n.drain.node):
+                self.would.append(n.drain.node)
+                self.say(f"drain notice: {n.drain.node} observes (policy.mode): would ask the "
+                         "job for a checkpoint now and end the run for a requeue; the run goes on")
         if not notices or self.asked_at is not None:
             return
+        if all(d["node"] in self.would for d in self.notices):
+            return  # observe mode: nothing to act on yet
         self.asked_at = now
         self._write({"t": now, "nodes": [d["node"] for d in self.notices],
                      "reason": self.notices[0]["reason"]})
@@ -134,4 +146,5 @@ class NoticeResponse:
 
     def record(self) -> dict[str, Any]:
         return {"notices": self.notices, "checkpoint_now": self.saves,
-                "notice_asked_at": self.asked_at, "ended_by_notice": self.ending}
+                "notice_asked_at": self.asked_at, "ended_by_notice": self.ending,
+                "observed_notices": self.would}

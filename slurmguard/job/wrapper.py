@@ -70,6 +70,7 @@ class RunOptions:
     notice_signal: int | None = None  # sent to the command on a drain notice (None: none)
     notice_timeout: float = 600.0  # s to wait for the checkpoint-now before ending anyway
     report_slow: Callable[[dict[str, Any]], None] | None = None  # slow nodes -> serve (suspect)
+    observes: Callable[[str], bool] | None = None  # node -> observes (policy.mode): notices act not
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -191,7 +192,8 @@ def run(opts: RunOptions) -> int:
         watch.watch_drains(opts.drain_watch(prep.started), NoticeResponse(
             notice_path=prep.env["SLURMGUARD_NOTICE"], checkpoint_dir=opts.checkpoint_dir,
             signum=opts.notice_signal, timeout=opts.notice_timeout,
-            can_requeue=prep.restart < opts.max_requeues, child_pid=child.pid, say=_say))
+            can_requeue=prep.restart < opts.max_requeues, child_pid=child.pid, say=_say,
+            observes=opts.observes))
     rc = watch.run()
     if pump is not None:
         pump.join(timeout=2)

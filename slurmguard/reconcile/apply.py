@@ -75,10 +75,12 @@ class Outcome:
     ok: bool
     changed: bool = False
     error: str = ""
+    withheld: bool = False  # observe mode: not made (its would-event is in the ledger)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.action.to_dict(), "ok": self.ok, "changed": self.changed,
-                **({"error": self.error} if self.error else {})}
+                **({"error": self.error} if self.error else {}),
+                **({"withheld": True} if self.withheld else {})}
 
 
 @dataclass
@@ -115,10 +117,30 @@ class Reconciler:
         self.clock, self.log = clock, log
         self.metrics = metrics or Metrics()
         self._members: Any = None
+        if store is not None:  # observe mode: what either adapter withheld, to the ledger
+            from slurmguard.wouldledger import watch_withheld
+
+            watch_withheld(slurm, store, "reconcile")
+            if getattr(kube, "observe", None) is not None:
+                kube.on_withheld = self._kube_withheld
         if self.nodeset:
             from slurmguard.nodeset import expand
 
             self._members = set(expand(self.nodeset, source="reconcile.nodes"))
+
+    def _kube_withheld(self, verb: str, raw: Mapping[str, Any], reason: str) -> None:
+        """A Kubernetes write observe mode withheld: a ``would_act`` of the Node's Slurm
+        node (``source`` the verb: k8s-cordon, k8s-taint, k8s-unmark), once per episode."""
+        from slurmguard.wouldledger import WOULD_ACT, record_would
+
+        k = kube_view(dict(raw))
+        node = self.mapping.slurm_name(k) or k.name
+        try:
+            record_would(self.store, node, WOULD_ACT, verb, reason or verb, at=self.clock(),
+                         details={"verb": verb, "via": "reconcile", "k8s_node": k.name,
+                                  "condition": self.rules.set_condition})
+        except SlurmguardError as exc:
+            self.log(f"reconcile: observe: would-event of {verb} {node} not written: {exc}")
 
     # -- views --------------------------------------------------------------------------------
 
@@ -188,13 +210,16 @@ class Reconciler:
             elif a.kind == SLURM_DRAIN:
                 out = self.slurm_drain(a, now)
             elif a.kind == SLURM_UNDRAIN:
-                out = Outcome(a, True, bool(self.slurm.undrain(a.node)))
+                before = len(getattr(self.slurm, "withheld", ()))
+                out = Outcome(a, True, bool(self.slurm.undrain(a.node)),
+                              withheld=len(getattr(self.slurm, "withheld", ())) > before)
             else:  # pragma: no cover - plan.changes holds only the kinds above
                 raise AssertionError(a.kind)
         except SlurmguardError as exc:
             out = Outcome(a, False, error=str(exc))
-        self.metrics.action(a.kind, "ok" if out.ok else "failed")
-        state = ("done" if out.changed else "no change") if out.ok else f"FAILED: {out.error}"
+        self.metrics.action(a.kind, ("withheld" if out.withheld else "ok") if out.ok else "failed")
+        state = ("done" if out.changed else "withheld (observe mode)" if out.withheld
+                 else "no change") if out.ok else f"FAILED: {out.error}"
         self.log(f"reconcile: {a.node}: {a.kind}: {state} ({a.why})")
         return out
 
@@ -218,19 +243,22 @@ class Reconciler:
             return Outcome(a, False, error=done.detail)
         if done.result == "refused":
             self.log(f"reconcile: {a.node}: drain refused by the blast-radius guard: {done.detail}")
-        return Outcome(a, True, done.result == "drained")
+        return Outcome(a, True, done.result == "drained", withheld=done.result == "would")
 
     def _apply_k8s(self, a: Action, s: SlurmView, k: KubeView, now: float) -> Outcome:
         from slurmguard.adapters.k8s import KubeConflict
 
         cond = self.rules.set_condition
         for _ in range(CONFLICT_TRIES):
+            before = len(getattr(self.kube, "withheld", ()))
             try:
                 if a.kind == K8S_UNMARK:
                     self.kube.unmark(k.raw, condition=cond, now=now)
                 else:
                     self.kube.mark(k.raw, taint=a.taint, reason=a.reason, cordon=a.cordon,
                                    condition=cond, now=now)
+                if len(getattr(self.kube, "withheld", ())) > before:  # observe mode
+                    return Outcome(a, True, False, withheld=True)
                 return Outcome(a, True, True)
             except KubeConflict:
                 # Someone changed the Node since we read it: read it again and re-plan.

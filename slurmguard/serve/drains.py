@@ -89,7 +89,35 @@ class DrainView:
                                         "actor": info.reason_user[:80],
                                         "reason": _one_line(info.reason)}
             out.append(d)
+        if out:
+            self._would_notices(query, out)
         return 200, {"drains": out, "complete": True}
+
+    def _would_notices(self, query: dict[str, list[str]], drains: list[dict[str, Any]]) -> None:
+        """Observe mode (policy.mode): a drain told to a job's wrapper on an observing node
+        acts on nothing there (slurmguard.job.respond); what it would have done (a checkpoint
+        now, the run ended for a requeue) is a ``would_act`` of the node, source ``notice``,
+        once per episode."""
+        observes = getattr(self.slurm, "observes", None)
+        if observes is None:
+            return
+        try:
+            job = query_job(query)
+        except InputError:
+            job = ""
+        from slurmguard.wouldledger import WOULD_ACT, record_would
+
+        for d in drains:
+            if not observes(d["node"]):
+                continue
+            why = (f"drain notice to job {job or '?'}: would ask for a checkpoint now and end "
+                   f"the run for a requeue ({d['actor'] or 'someone'} drained it: {d['reason']})")
+            try:
+                record_would(self.store, d["node"], WOULD_ACT, "notice", why[:500],
+                             at=time.time(), details={"verb": "notice", "via": "notice",
+                                                      "job": job, "drained_by": d["actor"]})
+            except SlurmguardError:
+                pass  # the answer matters more than its would-event
 
     def suspect(self, body: Any) -> dict[str, Any]:
         """Record the wrapper's slow nodes as ``suspect`` events (one per node and job)."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from slurmguard.contract import REASON_PREFIX
 from slurmguard.drainguard import WOULD_APPLIED, StorePermit, Verdict, guarded_drain
 from slurmguard.errors import InputError, SlurmguardError
+from slurmguard.observe import WOULD_UNDRAIN_APPLIED
 from slurmguard.policy.blast import DrainRequest, cause_key
 from slurmguard.policy.blast import scopes as blast_scopes
 from slurmguard.policy.engine import SlurmState, plan
@@ -29,7 +30,7 @@ from slurmguard.policy.types import Action
 from slurmguard.repair.loop import run_pass as repair_pass
 from slurmguard.store.api import Store
 from slurmguard.store.records import validate_node
-from slurmguard.wouldledger import end_episodes, withheld_to_ledger
+from slurmguard.wouldledger import WOULD_ACT, end_episodes, record_would, withheld_to_ledger
 
 if TYPE_CHECKING:
     from slurmguard.config import Config
@@ -237,12 +238,18 @@ class Fleet:
                 cause = cause_key(reason_source(reason) or r["hook"], reason)
                 self.store_permit(r["hook"]).would(r["node"], cause, reason, now=r["started"],
                                                    via=r["hook"])
+            elif applied.startswith(WOULD_UNDRAIN_APPLIED):  # observe mode: the would-event
+                record_would(self.store, r["node"], WOULD_ACT, "undrain", reason,
+                             at=r["started"], details={
+                                 "verb": "undrain", "via": r["hook"],
+                                 "argv": ["update", f"nodename={r['node']}", "state=UNDRAIN"]})
             elif applied == "undrained":
                 # reason: "<check> passes again" (decide.py): the check whose drain was cleared
                 self.metrics.undrains.labels(cause=(reason.split() or ["unknown"])[0]).inc()
                 self.store.nodes.record_event(r["node"], "clear", ACTOR, reason, source=r["hook"],
                                               at=r["started"], details={"hook": r["hook"]})
-            if r["decision"]["action"] == "pass" and self._observes(r["node"]):
+            if r["decision"]["action"] == "pass" and self._observes(r["node"]) \
+                    and not self._kept_out(r["node"]):
                 # passed again: the node's would-episodes end
                 end_episodes(self.store, r["node"], f"{r['hook']} passes", at=r["started"])
         with self.lock:
@@ -255,6 +262,14 @@ class Fleet:
     def _observes(self, node: str) -> bool:
         observes = getattr(self.slurm, "observes", None)
         return bool(observes is not None and observes(node))
+
+    def _kept_out(self, node: str) -> bool:
+        """A lemon, or a node awaiting burn-in: acting, its drain would stand whatever its
+        checks say now (no check's pass clears a lemon's drain), so a passing run does not
+        end its would-episodes in observe mode; clearing the flag (burn-in, an admin) does,
+        at the next pass."""
+        rows = self.store.nodes.columns([node], ("lemon", "burnin_required"))
+        return bool(rows) and any(bool(v) for v in rows[0])
 
     def _withheld(self, w: Any) -> None:
         """A Slurm call observe mode withheld (the adapter's choke point): its would-event."""

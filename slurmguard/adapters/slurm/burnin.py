@@ -27,11 +27,16 @@ def validate_reservation(name: object) -> str:
     return name
 
 
+# The refusal of a submission that observe mode withheld (slurmguard/observe.py): no job.
+NOT_SUBMITTED = "sbatch: not submitted: the nodes observe (policy.mode)"
+
+
 def sbatch(cli: SlurmCLI, script: str, args: Sequence[str]) -> str:
-    """Submit ``script`` (text, read by sbatch from stdin) with ``args``; returns the job id."""
+    """Submit ``script`` (text, read by sbatch from stdin) with ``args``; returns the job id.
+    RefusedError(:data:`NOT_SUBMITTED`) when observe mode withheld it."""
     res = cli._run("sbatch", "--parsable", *args, input=script)
-    if res.stderr.startswith("withheld"):  # observe mode (slurmguard/observe.py): no job
-        raise RefusedError("sbatch: not submitted: the nodes observe (policy.mode)")
+    if res.stderr.startswith("withheld"):
+        raise RefusedError(NOT_SUBMITTED)
     job = res.stdout.strip().split(";")[0]
     if not job.isdigit():
         raise ParseError(f"sbatch: expected a job id, got {res.stdout.strip()[:80]!r}")
