@@ -50,3 +50,14 @@ def test_blocks_asked_for_by_processes_at_once_do_not_overlap(tmp_path):
     spans = sorted((b, b + 17) for b in got)
     assert len(set(got)) == 4, spans
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False)), spans
+
+
+def test_single_ports_are_handed_once_below_the_ephemeral_range(tmp_path, monkeypatch):
+    """serve's, PostgreSQL's and sshd's ports (support/ports.py free_port): never a port the
+    kernel could hand to an outgoing connection, never one handed already."""
+    from support import ports
+
+    monkeypatch.setattr(ports, "_HANDED_FILE", tmp_path / "ports.json")
+    got = [ports.free_port() for _ in range(50)]
+    assert len(set(got)) == 50
+    assert all(15000 <= p < 20000 for p in got), got

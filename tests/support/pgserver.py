@@ -15,7 +15,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -33,9 +32,10 @@ def _pg_bin() -> str | None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port handed out once per host (support/ports.py)."""
+    from support.ports import free_port as handed
+
+    return handed()
 
 
 class PgServer:

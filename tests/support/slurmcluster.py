@@ -23,7 +23,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
@@ -31,12 +30,12 @@ import signal
 import socket
 import stat
 import subprocess
-import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from support.ports import free_port_block  # noqa: F401  (re-exported: callers import it here)
 from support.wait import WaitTimeout, wait_for
 
 SBIN = {"slurmctld": "/usr/sbin/slurmctld", "slurmd": "/usr/sbin/slurmd", "munged": "/usr/sbin/munged"}
@@ -108,60 +107,6 @@ def free_ports(count: int) -> list[int]:
         for s in socks:
             s.close()
     return ports
-
-
-# Blocks handed out by free_port_block and not yet surely bound by their daemons, kept in a
-# file that every test process on the host reads and writes under a lock: base -> (until,
-# count), until in wall-clock seconds. Within one process: the fleet day starts three
-# clusters at once, in threads; each probed the same first block, found it free (nothing had
-# bound it yet), and two clusters ran on one port block (a cluster's NHC drains landed in
-# another's node table). Across processes the same race: two pytest sessions on one host (CI's
-# parts, engineers' worktrees) each probed a block free and started a cluster on it; the
-# second cluster's slurmd never registered (a node NOT_RESPONDING for 60 s).
-_HANDED_FILE = Path(os.environ.get("SLURMGUARD_TEST_PORTS", "/tmp/slurmguard-test-ports.json"))
-_HANDED_LOCK = threading.Lock()
-_HANDED_FOR_S = 300.0  # long enough for a thousand slurmd to bind their ports
-
-
-def free_port_block(count: int, low: int = 20000, high: int = 32000) -> int:
-    """The first port of ``count`` consecutive loopback ports, all free now, in [low, high),
-    and not handed to another caller on this host (any process) in the last few minutes.
-
-    Below the kernel's ephemeral range (32768 up by default): a thousand slurmd on kernel-picked
-    ports would collide with the clients' own outgoing ports, and ports picked there one by one
-    may be taken again between the pick and slurmd's bind. Blocks start on multiples of 1,100
-    so two harnesses on one host probe distinct blocks first."""
-    import fcntl
-
-    with _HANDED_LOCK, open(f"{_HANDED_FILE}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            handed = {int(b): (float(u), int(n)) for b, (u, n) in
-                      json.loads(_HANDED_FILE.read_text()).items()}
-        except (OSError, ValueError, TypeError):
-            handed = {}
-        now = time.time()
-        handed = {b: (u, n) for b, (u, n) in handed.items() if u >= now}
-        for base in range(low, high - count, 1100):
-            if any(base < b + n and b < base + count for b, (_, n) in handed.items()):
-                continue
-            socks = []
-            try:
-                for port in range(base, base + count):
-                    s = socket.socket()
-                    socks.append(s)
-                    s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            finally:
-                for s in socks:
-                    s.close()
-            handed[base] = (now + _HANDED_FOR_S, count)
-            tmp = _HANDED_FILE.with_name(f"{_HANDED_FILE.name}.{os.getpid()}")
-            tmp.write_text(json.dumps({str(b): list(v) for b, v in handed.items()}))
-            os.replace(tmp, _HANDED_FILE)
-            return base
-    raise ClusterError(f"no {count} consecutive free ports in [{low}, {high})")
 
 
 def kill_pidfiles(run_dir: str | os.PathLike[str], marker: str) -> list[int]:

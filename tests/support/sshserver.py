@@ -71,9 +71,10 @@ class SSHServer:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port handed out once per host (support/ports.py)."""
+    from support.ports import free_port as handed
+
+    return handed(host)
 
 
 def keygen(path: Path, comment: str = "slurmguard-test") -> Path:
