@@ -184,6 +184,13 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
     signal.signal(signal.SIGINT, on_signal)
     h, p = server.address  # bound already; the policy thread runs before the first request
     leader = _leader(cfg, store, fleet, metrics, f"{h}:{p}")
+    if store.engine.dialect.name == "postgresql":
+        from slurmguard.serve.slurmview import SharedView
+
+        # One reader of the node table for every replica: the leader reads and publishes,
+        # the others follow the store, and read Slurm themselves past max_age (slurmview.py).
+        slurm.share(SharedView(store, lambda: leader.is_leader, label=leader.label,
+                               max_age=float(scfg["slurm_view_max_age"])))
     expiry = _expiry(cfg, store, leader) if fleet is not None else None
     server.start()
     gate_sock = _gate_socket(cfg, obj.get("config_path"))

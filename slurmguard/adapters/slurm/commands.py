@@ -57,6 +57,7 @@ __all__ = [
     "AcctRecord", "parse_sacct_json", "parse_sacct_parsable",
     "REASON_PREFIX", "REASON_MAX", "JobInfo", "NodeInfo", "SlurmCLI", "format_reason",
     "job_info_from_json", "job_info_from_show", "node_info_from_json", "node_info_from_show",
+    "nodes_from_text",
     "parse_scontrol_nodes_json", "parse_show_job_oneliner", "parse_show_node_oneliner",
     "parse_sinfo_json", "parse_squeue_json", "parse_version", "validate_job_id",
     "validate_node_name", "validate_nodeset",
@@ -116,6 +117,14 @@ def validate_job_id(job_id: object) -> str:
 def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def nodes_from_text(text: str) -> list[NodeInfo]:
+    """NodeInfo per record of ``scontrol show node -o`` output (``No nodes in the system``:
+    none)."""
+    if text.strip().startswith("No nodes in the system"):
+        return []
+    return [node_info_from_show(f) for f in parse_show_node_oneliner(text)]
 
 
 class SlurmCLI:
@@ -238,6 +247,12 @@ class SlurmCLI:
             validate_nodeset(nodeset)
         return self._show_nodes(nodeset)
 
+    def nodes_text(self) -> str:
+        """The whole node table as ``scontrol show node -o`` prints it: what serve's leader
+        publishes for the other replicas (serve/slurmview.py), who parse it with
+        :func:`nodes_from_text` into the same NodeInfo as :meth:`nodes`."""
+        return self._run("scontrol", "show", "node", "-o").stdout
+
     def _show_nodes(self, nodeset: str | None) -> list[NodeInfo]:
         args = ["show", "node", "-o"] + ([nodeset] if nodeset else [])
         try:
@@ -246,9 +261,7 @@ class SlurmCLI:
             if exc.rc == 1 and "not found" in exc.stderr:
                 raise InputError(f"node: not known to Slurm: {nodeset!r}") from None
             raise
-        if res.stdout.strip().startswith("No nodes in the system"):
-            return []
-        return [node_info_from_show(f) for f in parse_show_node_oneliner(res.stdout)]
+        return nodes_from_text(res.stdout)
 
     def drain(self, name: str, reason: str) -> bool:
         """Drain ``name`` with ``reason`` (must start ``slurmguard:``); True if we drained it.
