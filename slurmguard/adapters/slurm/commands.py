@@ -25,6 +25,7 @@ from slurmguard.adapters.slurm.formatted import (
     SINFO_NODE_FORMAT,
     SQUEUE_FORMAT,
     parse_sinfo_node,
+    parse_sinfo_nodes,
     parse_squeue_brief,
 )
 from slurmguard.adapters.slurm.parse import (
@@ -41,6 +42,7 @@ from slurmguard.adapters.slurm.parse import (
     parse_scontrol_nodes_json,
     parse_show_job_oneliner,
     parse_show_node_oneliner,
+    parse_show_partition_oneliner,
     parse_sinfo_json,
     parse_squeue_json,
     parse_version,
@@ -246,6 +248,22 @@ class SlurmCLI:
         if nodeset is not None:
             validate_nodeset(nodeset)
         return self._show_nodes(nodeset)
+
+    def drained_nodes(self) -> list[NodeInfo]:
+        """The nodes with DRAIN set (drained, draining, DOWN+DRAIN), each with its reason, the
+        reason's user and time, and its partitions: ``sinfo -h -N -a -t drain -O``
+        :data:`SINFO_NODE_FORMAT`. slurmctld packs the whole node table for it all the same
+        (REQUEST_NODE_INFO: sinfo filters by state on the client, on 22.05 and since), but
+        only the drained nodes travel on through the parser: what the hooks' fallback cap
+        needs (node/fallback.py, docs/slurm.md)."""
+        res = self._run("sinfo", "-h", "-N", "-a", "-t", "drain", "-O", SINFO_NODE_FORMAT)
+        return parse_sinfo_nodes(res.stdout)
+
+    def partitions(self) -> dict[str, str]:
+        """Partition name -> its node set (``gpu[001-128]``), in Slurm's order:
+        ``scontrol show partition -o``, which slurmctld answers from its partition table
+        alone (REQUEST_PARTITION_INFO), whatever the number of nodes."""
+        return parse_show_partition_oneliner(self._run("scontrol", "show", "partition", "-o").stdout)
 
     def nodes_text(self) -> str:
         """The whole node table as ``scontrol show node -o`` prints it: what serve's leader
