@@ -168,6 +168,8 @@ def test_two_replicas_read_slurm_at_one_rate_with_and_without_jobs(
         polled = wait_for(lambda: serves[1].metric("slurmguard_http_requests_total",
                                                    path="/drains") or -1.0,
                           120, what="the follower's /metrics", ignore=(OSError,))
+        views = [{src: s.metric("slurmguard_serve_node_views_total", source=src)
+                  for src in ("slurm", "store")} for s in serves]
     finally:
         c.run("scancel", *jobs, check=False)
         for s in serves:
@@ -176,6 +178,11 @@ def test_two_replicas_read_slurm_at_one_rate_with_and_without_jobs(
     print(f"\ntwo replicas, node reads in {WINDOW:.0f} s: {reads} (one per ttl for both: "
           f"{rate:.0f}); {sent[0]} prologs; follower's /drains answered: {polled:.0f}")
     assert sent[0] >= 4 and polled >= 100  # the records and the follower's askers did come
+    print(f"views taken, leader: {views[0]}; follower: {views[1]}")
+    # The leader reads Slurm; the follower takes the leader's view from the store (its one
+    # read of its own: at its start, before it knew whether it leads).
+    assert views[0]["store"] == 0 and views[0]["slurm"] >= sum(reads.values()) - 4, views
+    assert views[1]["store"] >= 1 and views[1]["slurm"] <= 2, views
     # The ceiling: one reader per ttl for both replicas, plus the follower's read after a
     # drain the policy pass made (none here: healthy records).
     assert all(1 <= r <= rate + 4 for r in reads.values()), reads

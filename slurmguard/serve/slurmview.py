@@ -113,6 +113,7 @@ class CachedNodes:
         self.following = False  # the last look found a fresh published view
         # Each fresh view, to serve's node-state history (serve/nodestates.py); never raises.
         self.on_view: Callable[[list[Any]], Any] | None = None
+        self.counter: Any = None  # serve's slurmguard_serve_node_views_total{source}
 
     def share(self, shared: SharedView) -> CachedNodes:
         """Read Slurm only while ``shared.leading()``; otherwise follow the published view."""
@@ -178,14 +179,20 @@ class CachedNodes:
                 return
             self._digest = got[0]
             self.adopted += 1
+            self._count("store")
             self._seen()
         if not self.following:
             log.info("slurm view: following the view %s publishes", head.publisher)
         self.following = True
         self._at = time.monotonic()
 
+    def _count(self, source: str) -> None:
+        if self.counter is not None:
+            self.counter.labels(source=source).inc()
+
     def _read(self) -> None:  # under self._lock
         self.reads += 1
+        self._count("slurm")
         self._began = time.monotonic()
         wall = time.time()
         publish = self.shared is not None and self.shared.leading()
