@@ -140,6 +140,13 @@ blast_max_percent = 20.0
     assert not allowed and "blast-radius" in why
     assert late_rpcs == {"REQUEST_PARTITION_INFO": 2}, late_rpcs
     assert decision_rpcs == {"REQUEST_PARTITION_INFO": 2, "REQUEST_NODE_INFO": 1}, decision_rpcs
+    # the scale harness's attribution of these calls (footprint.RPCS_PER_CALL) rests on this
+    from support import footprint
+
+    per = footprint.RPCS_PER_CALL
+    assert footprint.call_kind("scontrol show partition -o") == "scontrol show partition"
+    assert footprint.call_kind("sinfo -h -N -a -t drain -O NodeList:|") == "sinfo drained nodes"
+    assert sum(decision_rpcs.values()) == per["scontrol show partition"] + per["sinfo drained nodes"]
 
 
 def rpcs(c) -> dict[str, int]:  # noqa: ANN001
