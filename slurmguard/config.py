@@ -239,6 +239,11 @@ _SERVE: Schema = {
     "slurm_view_ttl": Float(2.0, "seconds one read of Slurm's node table serves /drains, the "
                             "policy pass and the scopes (serve reads it at most once per this)",
                             minimum=0.0),
+    "slurm_view_max_age": Float(10.0, "PostgreSQL replicas: the leader reads the node table and "
+                                "publishes it in the store; another replica uses that view while "
+                                "its read is at most this many seconds old, and reads Slurm "
+                                "itself past it (no leader, or a leader that cannot read Slurm)",
+                                minimum=0.0),
     "leader_retry": Float(2.0, "PostgreSQL replicas: seconds between a replica's tries to become "
                           "the leader (the periodic work's one runner), and the leader's checks",
                           minimum=0.2),

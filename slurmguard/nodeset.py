@@ -205,6 +205,26 @@ def parse_simple(pattern: str) -> Simple | None:
     return items
 
 
+def names(pattern: str, *, source: str = "NODESET") -> list[str]:
+    """The names of ``pattern`` in its own order, each once; the common forms
+    (:func:`parse_simple`) without ClusterShell (the hook path: the fallback cap expands a
+    partition's node set), anything else through :func:`expand`."""
+    items = parse_simple(pattern)
+    if items is None or not all(_simple_names_ok(i) for i in items):
+        return expand(pattern, source=source)
+    check_size(pattern, source=source)
+    out: dict[str, None] = {}
+    for head, ranges, tail in items:
+        if ranges is None:
+            out[head] = None
+            continue
+        for lo, hi in ranges:
+            pad = len(lo) if lo[0] == "0" and len(lo) > 1 else 0
+            for v in range(int(lo), int(hi) + 1):
+                out[f"{head}{str(v).zfill(pad)}{tail}"] = None
+    return list(out)
+
+
 def _simple_names_ok(item: tuple[str, list[tuple[str, str]] | None, str]) -> bool:
     head, ranges, tail = item
     if ranges is None:

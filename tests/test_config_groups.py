@@ -7,7 +7,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from slurmguard.nodeset import check, contains, parse_simple
+from slurmguard.nodeset import check, contains, names, parse_simple
 
 prefix = st.sampled_from(["n", "gpu", "node-", "a1b", "dgx.h100-", "c"])
 suffix = st.sampled_from(["", "", "-ib", "a"])
@@ -49,6 +49,14 @@ def test_membership_matches_clustershell(pattern: str, nodes: list[str]) -> None
     ns = NodeSet(pattern)
     for node in nodes + list(ns)[:3]:
         assert contains(pattern, node) == (node in ns), (node, pattern)
+
+
+@settings(max_examples=300, deadline=None)
+@given(a_pattern())
+def test_names_without_clustershell_are_clustershells(pattern: str) -> None:
+    """The fallback cap expands a partition's node set on the hook path (nodeset.names):
+    the same members as ClusterShell, each once."""
+    assert sorted(names(pattern)) == sorted(NodeSet(pattern))
 
 
 @settings(max_examples=300, deadline=None)

@@ -8,7 +8,9 @@
   before); 64 nodes, 4 slots, share 2 (bound cap + 1, where the old arithmetic allowed
   cap + 15 and drained 16 of 64 in its first window). The rest are spared, each with a "not
   drained" line. A lost GPU (gpu-count) on a spared node is still allowed at once, past the
-  cap; a window past the hook's deadline is not waited for.
+  cap; a window past the hook's deadline is not waited for and reads no node (the partition
+  table only, REQUEST_PARTITION_INFO), and a decision in its window reads the drained nodes
+  once (sinfo -t drain: one REQUEST_NODE_INFO, as sdiag counts).
 - The decision windows themselves (Hypothesis): whatever the partition size, slots, share and
   the time the nodes start, each rank decides in one of its own windows, at most
   fallback_share ranks decide in any one window, and no rank waits 2 cycles.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -115,13 +118,39 @@ blast_max_percent = 20.0
     assert not allowed and "Slurm's view" in why
     allowed, why = permit.ask(spared, "gpu-count", "slurmguard: gpu-count: 7 of 8 GPUs")
     assert allowed and "node-intrinsic" in why
-    # A window the hook's budget cannot reach is not waited for: not drained this run.
+    # A window the hook's budget cannot reach is not waited for: not drained this run, and
+    # no node read for it (only the partition table, for the rank).
     now = time.time()
     late = SlurmPermit(c.cli(), config.load(str(cfg), env={}), clock=lambda: now,
                        sleep=lambda s: pytest.fail(f"waited {s} s past the deadline"),
                        deadline=time.monotonic() - 1)
-    # the cap is reached already: refused on the first view, without a wait
-    allowed, why = late.ask(spared, "fs-mount", "slurmguard: fs-mount: /shared missing")
+    c.run("sdiag", "--reset")
+    for cause in ("fs-mount", "fs-other"):
+        allowed, why = late.ask(spared, cause, f"slurmguard: {cause}: /shared missing")
+        assert not allowed and "past the hook's budget" in why
+    late_rpcs = rpcs(c)
+    # In its window, one read of the drained nodes (sinfo: the node table packed, filtered
+    # on the client) beside the partition table: the RPCs of a decision, by type.
+    now_window = SlurmPermit(c.cli(), config.load(str(cfg), env={}), sleep=lambda s: None)
+    c.run("sdiag", "--reset")
+    allowed, why = now_window.ask(spared, "fs-mount", "slurmguard: fs-mount: /shared missing")
+    decision_rpcs = rpcs(c)
+    print(f"RPCs of two decisions past the budget: {late_rpcs}; of one in its window: "
+          f"{decision_rpcs}")
     assert not allowed and "blast-radius" in why
-    allowed, why = late.ask(spared, "fs-other", "slurmguard: fs-other: another cause")
-    assert not allowed and "past the hook's budget" in why
+    assert late_rpcs == {"REQUEST_PARTITION_INFO": 2}, late_rpcs
+    assert decision_rpcs == {"REQUEST_PARTITION_INFO": 2, "REQUEST_NODE_INFO": 1}, decision_rpcs
+    # the scale harness's attribution of these calls (footprint.RPCS_PER_CALL) rests on this
+    from support import footprint
+
+    per = footprint.RPCS_PER_CALL
+    assert footprint.call_kind("scontrol show partition -o") == "scontrol show partition"
+    assert footprint.call_kind("sinfo -h -N -a -t drain -O NodeList:|") == "sinfo drained nodes"
+    assert sum(decision_rpcs.values()) == per["scontrol show partition"] + per["sinfo drained nodes"]
+
+
+def rpcs(c) -> dict[str, int]:  # noqa: ANN001
+    """slurmctld's RPCs by type since the last ``sdiag --reset`` (sdiag's own left out)."""
+    part = c.run("sdiag").stdout.split("by message type")[1].split("by user")[0]
+    return {m[1]: int(m[2]) for m in re.finditer(r"(\w+)\s*\(\s*\d+\)\s*count:(\d+)", part)
+            if m[1] != "REQUEST_STATS_INFO"}

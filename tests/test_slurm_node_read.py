@@ -1,7 +1,12 @@
 """One node's state from ``sinfo -h -N -n NAME -O`` (formatted.py): the parser on hostile
 text, and on a real cluster the same answer as ``scontrol show node`` for an idle, a drained
 and a DOWN node at one RPC that slurmctld answers with that node alone
-(REQUEST_NODE_INFO_SINGLE, where ``scontrol show node NAME`` packs the whole table)."""
+(REQUEST_NODE_INFO_SINGLE, where ``scontrol show node NAME`` packs the whole table).
+
+The hooks' fallback reads (node/fallback.py): the drained nodes alone (``sinfo -t drain``,
+the same parser over many nodes) and the partition table (``scontrol show partition -o``);
+on the real cluster the drained nodes are those ``scontrol show node`` says are drained,
+field for field, a DOWN+DRAIN node included."""
 
 from __future__ import annotations
 
@@ -12,7 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_slurm_rpc_load import rpcs
 
-from slurmguard.adapters.slurm.formatted import SINFO_NODE_FIELDS, parse_sinfo_node
+from slurmguard.adapters.slurm.formatted import (
+    SINFO_NODE_FIELDS,
+    parse_sinfo_node,
+    parse_sinfo_nodes,
+)
+from slurmguard.adapters.slurm.parse import parse_show_partition_oneliner
 from slurmguard.errors import ParseError
 
 names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,20}", fullmatch=True)
@@ -95,6 +105,45 @@ def test_never_crashes(text: str, name: str) -> None:
         assert node is None or node.name == name
 
 
+def test_many_nodes_each_once_with_its_partitions_and_reason() -> None:
+    text = "\n".join([
+        line("n1", "idle+drain", "slurmguard: fs-mount: /shared", "root", "2026-12-05T07:43:16"),
+        line("n1", "idle+drain", "slurmguard: fs-mount: /shared", "root", "2026-12-05T07:43:16",
+             part="debug"),
+        line("n2", "down+drain", "admin: first line", "root", "2026-12-05T07:44:00"),
+        "second line | with a bar",
+        line("n10", "mixed+drain", "slurmguard: gpu-xid: Xid 79", "root", "2026-12-05T07:45:00"),
+    ]) + "\n"
+    got = {i.name: i for i in parse_sinfo_nodes(text)}
+    assert sorted(got) == ["n1", "n10", "n2"]
+    assert got["n1"].partitions == ("gpu", "debug") and got["n1"].ours
+    assert got["n2"].reason == "admin: first line second line | with a bar" and got["n2"].down
+    assert got["n10"].drained and got["n10"].reason_time == "2026-12-05T07:45:00"
+    assert parse_sinfo_nodes("") == []
+    with pytest.raises(ParseError, match="expected a line starting with a node name"):
+        parse_sinfo_nodes("garbage first\n")
+
+
+@given(st.text(max_size=300))
+def test_many_nodes_never_crash(text: str) -> None:
+    try:
+        nodes = parse_sinfo_nodes(text)
+    except ParseError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert len({n.name for n in nodes}) == len(nodes)  # each node once
+
+
+def test_partition_table() -> None:
+    text = ("PartitionName=gpu AllowGroups=ALL Default=YES Nodes=gpu[001-128],n7 TotalNodes=129 "
+            "TRES=cpu=8,mem=4000M,node=4\n"
+            "PartitionName=empty AllowGroups=ALL Nodes=(null) TotalNodes=0\n")
+    assert parse_show_partition_oneliner(text) == {"gpu": "gpu[001-128],n7", "empty": ""}
+    assert parse_show_partition_oneliner("No partitions in the system\n") == {}
+    with pytest.raises(ParseError, match="PartitionName="):
+        parse_show_partition_oneliner("Nodes=n1\n")
+
+
 def test_field_list_ends_in_the_free_text() -> None:
     assert SINFO_NODE_FIELDS[-1] == "Reason"  # what makes a '|' in a reason harmless
 
@@ -121,6 +170,14 @@ def test_one_node_read_agrees_with_scontrol_and_costs_one_node(slurm_cluster_fac
     assert seen["n2"].drained and seen["n2"].ours
     assert seen["n2"].reason == "slurmguard: gpu-xid: Xid 79 | on: GPU 3 [x@y]"
     assert seen["n3"].down and seen["n3"].reason == "cable pulled" and not seen["n3"].ours
+    # The fallback's reads: the drained nodes alone, as the whole table has them (n3 DOWN
+    # and drained too now), and the partition table.
+    subprocess.run([BIN["scontrol"], "update", "nodename=n3", "state=drain",
+                    "reason=slurmguard: ib-link: down"], env=c.env, check=True, timeout=30)
+    drained = {i.name: i for i in cli.nodes() if i.drained}
+    assert sorted(drained) == ["n2", "n3"] and drained["n3"].down
+    assert {i.name: i for i in cli.drained_nodes()} == drained
+    assert cli.partitions() == {"gpu": "n[1-3]"}
     c.run("sdiag", "--reset")
     for _ in range(3):
         cli.node("n2")

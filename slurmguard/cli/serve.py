@@ -160,7 +160,9 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
 
     # One read of the node table every ttl while in use, shared by /drains, the policy pass
     # and the scopes: serve's cost to slurmctld does not follow the job rate (slurmview.py).
-    slurm = CachedNodes(SlurmCLI.from_config(cfg), float(scfg["slurm_view_ttl"])).start()
+    slurm = CachedNodes(SlurmCLI.from_config(cfg), float(scfg["slurm_view_ttl"]))
+    slurm.counter = metrics.node_views
+    slurm.start()
     fleet = None
     if scfg["policy"] and not no_policy:
         from slurmguard.serve.fleet import Fleet
@@ -184,6 +186,13 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
     signal.signal(signal.SIGINT, on_signal)
     h, p = server.address  # bound already; the policy thread runs before the first request
     leader = _leader(cfg, store, fleet, metrics, f"{h}:{p}")
+    if store.engine.dialect.name == "postgresql":
+        from slurmguard.serve.slurmview import SharedView
+
+        # One reader of the node table for every replica: the leader reads and publishes,
+        # the others follow the store, and read Slurm themselves past max_age (slurmview.py).
+        slurm.share(SharedView(store, lambda: leader.is_leader, label=leader.label,
+                               max_age=float(scfg["slurm_view_max_age"])))
     expiry = _expiry(cfg, store, leader) if fleet is not None else None
     server.start()
     gate_sock = _gate_socket(cfg, obj.get("config_path"))

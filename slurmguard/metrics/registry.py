@@ -207,6 +207,11 @@ class ServeMetrics(_Base):
             "slurmguard_http_connection_events_total",
             "What serve's HTTP front did to connections (docs/serve.md): accepted, evicted_idle, "
             "refused_over_cap, idle_closed, request_timeouts, early_answers.", ["event"], registry=r)
+        self.node_views = Counter(
+            "slurmguard_serve_node_views_total",
+            "Views of Slurm's node table this replica took, by source: slurm (read it itself: "
+            "the leader, or a follower past serve.slurm_view_max_age), store (the leader's "
+            "published view, when it changed).", ["source"], registry=r)
         self.slurm_nodes = Gauge(
             "slurmguard_slurm_nodes",
             "Nodes per Slurm state as the last policy pass saw them (up, drained_slurmguard, "

@@ -18,12 +18,20 @@ Slurm's own node list says which nodes slurmguard drained, for what, and when (t
   ceil(P / ``fallback_share``)) for a partition of P nodes. In each cycle every residue
   0..S-1 gets exactly one window, at a position shifted by a hash of the cycle's number (the
   same on every node); a node decides only in its rank's (modulo S) window of each cycle, its
-  rank taken in its first partition's sorted node list. It then reads Slurm and asks the
-  guard with the drains of that cause in ``policy.blast_window`` as the ledger.
+  rank taken in its first partition's sorted node list. It then reads Slurm's drained nodes
+  and asks the guard with the drains of that cause in ``policy.blast_window`` as the ledger.
+
+**What it reads.** Only what the cap needs: the partitions (``scontrol show partition``:
+the node's partitions, their members for its rank and their sizes for their caps; slurmctld
+answers it from its partition table, REQUEST_PARTITION_INFO, whatever the number of nodes),
+and, in the node's own window only, the drained nodes with their reasons, reason times and
+partitions (``sinfo -t drain``: slurmctld still packs its whole node table for it, since no
+Slurm release filters nodes by state on the server, but a few lines come back instead of
+every node's record). A node whose window is past its budget reads no node at all.
 
 **The bound.** The nodes deciding in one window are those of one residue: at most
 ceil(P / S) <= ``fallback_share`` = k of them. A node's read and drain take well under a slot
-(one ``scontrol show node`` and one ``scontrol update``), so each window sees every drain of
+(one ``sinfo -t drain`` and one ``scontrol update``), so each window sees every drain of
 the windows before it, and only the <= k nodes of one window decide on the same view. Once a
 view holds the cap, every later decider refuses; the window that crossed it added at most k
 drains on a view of at most cap - 1. So a shared fault drains at most **cap + k - 1** nodes
@@ -33,8 +41,7 @@ non-intrinsic fault waits for its window, up to 2S - 1 windows. A window past wh
 hook's budget leaves is not waited for: the node is not drained this run ("its window is in
 N s"), and a later run decides; the hash makes each run's chance about the reachable wait
 over S x slot, whatever the HealthCheckInterval (a fixed order could keep a node's window out
-of reach of every run). A first view that already holds the cap refuses at once. If Slurm
-cannot be read the node fails open, as before.
+of reach of every run). If Slurm cannot be read the node fails open, as before.
 """
 
 from __future__ import annotations
@@ -103,33 +110,45 @@ class SlurmPermit:
         if cause in INTRINSIC:
             return True, "serve unreachable; node-intrinsic fault: drained without the cap"
         try:
-            infos = {i.name: i for i in self.slurm.nodes()}
-            mine = infos.get(node)
-            part = mine.partitions[0] if mine is not None and mine.partitions else ""
-            members = sorted(n for n, i in infos.items() if not part or part in i.partitions)
-            allowed, why = self._decide(node, cause, reason, infos)
-            if not allowed:  # the cap is already reached: later views only hold more drains
-                return allowed, why
-            slots = cycle_slots(len(members), self.slots, self.share)
-            rank = members.index(node) if node in members else 0
+            # The rank and the partitions' sizes from slurmctld's partition table (no node is
+            # packed for it); the drains only in the node's own window, where it decides.
+            members = self._partitions(node)
+            first = sorted(next(iter(members.values()), [node]))
+            slots = cycle_slots(len(first), self.slots, self.share)
+            rank = first.index(node) if node in first else 0
             wait = slot_wait(rank, slots, self.slot, self.clock())
             if self.deadline is not None and wait > self.deadline - time.monotonic():
                 return False, (f"serve unreachable, by Slurm's view: its window is in {wait:.0f} s,"
                                f" past the hook's budget ({slots} windows a cycle); a later run "
                                "decides")
             self.sleep(wait)
-            infos = {i.name: i for i in self.slurm.nodes()}
+            drained = self.slurm.drained_nodes()
         except SlurmguardError as exc:
             return True, f"serve and Slurm unreachable, failing open: {exc.message}"
-        return self._decide(node, cause, reason, infos)
+        return self._decide(node, cause, reason, drained, members)
 
-    def _decide(self, node: str, cause: str, reason: str, infos: dict[str, Any]) -> tuple[bool, str]:
+    def _partitions(self, node: str) -> dict[str, list[str]]:
+        """The partitions holding ``node`` (Slurm's order) and their members."""
+        from slurmguard.nodeset import contains, names
+
+        table = self.slurm.partitions()
+        return {p: names(nodes, source=f"partition {p}: Nodes")
+                for p, nodes in table.items() if nodes and contains(nodes, node)}
+
+    def _decide(self, node: str, cause: str, reason: str, drained: list[Any],
+                members: dict[str, list[str]]) -> tuple[bool, str]:
         since = self.clock() - self.params.blast_window
-        # Slurm's view as the ledger: our drains, each with its cause and reason time (a drain
-        # without a readable time is counted: it is taken as now).
-        recent = ledger((view_entry(n, i.reason, _since_epoch(i.reason_time) or self.clock())
-                         for n, i in infos.items() if i.drained and i.ours and n != node), since)
-        sc = scopes(infos.values(), self.params.groups, fleet=[node])
+        # Slurm's drained nodes as the ledger: ours, each with its cause and reason time (a
+        # drain without a readable time is counted: it is taken as now).
+        recent = ledger((view_entry(i.name, i.reason, _since_epoch(i.reason_time) or self.clock())
+                         for i in drained if i.drained and i.ours and i.name != node), since)
+        # The scopes this node is in: its partitions (whole, for their caps) and the fleet,
+        # which holds every drained node (its cap is blast_max_nodes, whatever its size).
+        held: dict[str, list[str]] = {}
+        for part, names in members.items():
+            for n in names:
+                held.setdefault(n, []).append(part)
+        sc = scopes(held, self.params.groups, fleet=[node, *(i.name for i in drained)])
         allowed, actions = guard([DrainRequest(node, cause, reason)], recent, sc, self.params)
         if allowed:
             mine = sum(cause in c for c in recent.values())

@@ -25,6 +25,16 @@ from its start (fewer only when a read outlasts the ttl), whatever the jobs, rec
 nodes. The price is that rate paid on an idle
 cluster too (docs/serve.md, "What serve costs slurmctld").
 
+One reader for all replicas: with :meth:`CachedNodes.share`, the replica that leads (the
+holder of serve's leader lock, serve/leader.py) is the only one that reads Slurm; it publishes
+each read in the store (``store.slurm_views``: the text of ``scontrol show node -o``,
+compressed, with the time its read began), and every other replica looks at the published
+head every ttl / 2 and takes the text only when its digest moved. slurmctld then sees 60 / ttl
+node reads a minute whatever the number of replicas. A follower whose published view is older
+than ``serve.slurm_view_max_age`` (no leader: killed and not yet replaced, or a leader that
+cannot read Slurm; or the store does not answer) reads Slurm itself every ttl until a fresh
+view appears again: the cost is bounded per replica in that case as before, never zero views.
+
 Every other call (one node, drain, jobs, ...) goes to the adapter unchanged.
 """
 
@@ -34,13 +44,54 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmguard.errors import SlurmguardError
+
+if TYPE_CHECKING:
+    from slurmguard.store.api import Store
 
 log = logging.getLogger("slurmguard.serve")
 
 _CHANGES = ("drain", "undrain", "resume_ours", "reboot", "drain_ours_down")
+VIEW = "nodes"  # the published view's name in store.slurm_views
+
+
+class SharedView:
+    """The node table shared through the store: ``leading()`` says whether this replica is
+    the one that reads Slurm and publishes (serve's Leader.is_leader); the others follow the
+    published view while it is at most ``max_age`` s old (by its read time, on the
+    controllers' synchronized clocks)."""
+
+    def __init__(self, store: Store, leading: Callable[[], bool], *, label: str,
+                 max_age: float, clock: Callable[[], float] = time.time) -> None:
+        self.store, self.leading, self.label = store, leading, label
+        self.max_age, self.clock = max_age, clock
+        self._failed = False  # a store fault is logged once per run of faults
+
+    def publish(self, text: str, read_at: float, digest: str) -> None:
+        try:
+            self.store.slurm_views.publish(VIEW, text, read_at=read_at, publisher=self.label,
+                                           digest=digest)
+            self._failed = False
+        except SlurmguardError as exc:  # the followers fall back to Slurm past max_age
+            if not self._failed:
+                log.warning("slurm view not published: %s", exc)
+            self._failed = True
+
+    def fresh_head(self) -> Any:
+        """The published head when its read is at most max_age old, else None."""
+        try:
+            head = self.store.slurm_views.head(VIEW)
+        except SlurmguardError as exc:
+            if not self._failed:
+                log.warning("published slurm view not read: %s", exc)
+            self._failed = True
+            return None
+        self._failed = False
+        if head is None or self.clock() - head.read_at > self.max_age:
+            return None
+        return head
 
 
 class CachedNodes:
@@ -55,9 +106,22 @@ class CachedNodes:
         self._error: SlurmguardError | None = None
         self._stop = threading.Event()
         self._refresher: threading.Thread | None = None
-        self.reads = 0  # reads of the whole table (metrics, tests)
+        self.reads = 0  # reads of the whole table from Slurm (metrics, tests)
+        self.adopted = 0  # published views taken from the store (a follower's)
+        self.shared: SharedView | None = None
+        self._digest = ""  # of the view held, when it came from (or went to) the store
+        self.following = False  # the last look found a fresh published view
         # Each fresh view, to serve's node-state history (serve/nodestates.py); never raises.
         self.on_view: Callable[[list[Any]], Any] | None = None
+        self.counter: Any = None  # serve's slurmguard_serve_node_views_total{source}
+
+    def share(self, shared: SharedView) -> CachedNodes:
+        """Read Slurm only while ``shared.leading()``; otherwise follow the published view."""
+        self.shared = shared
+        return self
+
+    def _follows(self) -> bool:
+        return self.shared is not None and not self.shared.leading()
 
     def start(self) -> CachedNodes:
         """Refresh the view every ttl in a thread of its own, asked for or not."""
@@ -73,23 +137,85 @@ class CachedNodes:
     def _refresh(self) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
+            follows = self._follows()
             with self._lock:
+                if follows:
+                    self._follow(began)
                 # A caller's read within the last half ttl (after serve's own change) stands
                 # for this one: the count stays 60 / ttl a minute plus serve's own changes.
-                if began - self._began >= self.ttl / 2:
+                elif began - self._began >= self.ttl / 2:
                     self._read()
             # Timed from this read's start, not its end, so a slow read (a large table, a
-            # busy slurmctld) does not stretch the period; never closer than half a ttl.
-            self._stop.wait(max(began + self.ttl - time.monotonic(), self.ttl / 2))
+            # busy slurmctld) does not stretch the period; never closer than half a ttl. A
+            # follower looks twice a ttl: its view is then at most 1.5 ttl old.
+            period = self.ttl / 2 if follows else self.ttl
+            self._stop.wait(max(began + period - time.monotonic(), self.ttl / 2))
+
+    def _follow(self, began: float) -> None:  # under self._lock
+        """Take the published view when it is fresh; read Slurm (at most once a ttl) when not."""
+        assert self.shared is not None
+        head = self.shared.fresh_head()
+        if head is None:
+            if self.following:
+                log.warning("slurm view: no published view newer than %.0f s; reading Slurm "
+                            "on this replica until one appears", self.shared.max_age)
+            self.following = False
+            if began - self._began >= self.ttl * 0.9:
+                self._read()
+            return
+        if head.digest != self._digest:
+            try:
+                got = self.shared.store.slurm_views.text(VIEW)
+            except SlurmguardError:
+                got = None
+            if got is None:  # gone between the two looks: the next look decides
+                return
+            from slurmguard.adapters.slurm.commands import nodes_from_text
+
+            try:
+                self._view, self._error = nodes_from_text(got[1]), None
+            except SlurmguardError as exc:  # a text serve itself parsed: not expected
+                log.error("published slurm view not parsed: %s", exc)
+                return
+            self._digest = got[0]
+            self.adopted += 1
+            self._count("store")
+            self._seen()
+        if not self.following:
+            log.info("slurm view: following the view %s publishes", head.publisher)
+        self.following = True
+        self._at = time.monotonic()
+
+    def _count(self, source: str) -> None:
+        if self.counter is not None:
+            self.counter.labels(source=source).inc()
 
     def _read(self) -> None:  # under self._lock
         self.reads += 1
+        self._count("slurm")
         self._began = time.monotonic()
+        wall = time.time()
+        publish = self.shared is not None and self.shared.leading()
+        text_of = getattr(self.slurm, "nodes_text", None) if publish else None
         try:
-            self._view, self._error = list(self.slurm.nodes()), None
+            if text_of is not None:
+                from slurmguard.adapters.slurm.commands import nodes_from_text
+                from slurmguard.store.slurmviews import digest_of
+
+                text = text_of()
+                self._view, self._error = nodes_from_text(text), None
+                self._digest = digest_of(text)
+                assert self.shared is not None
+                self.shared.publish(text, wall, self._digest)
+            else:
+                self._view, self._error = list(self.slurm.nodes()), None
+                self._digest = ""
         except SlurmguardError as exc:  # a failing controller is not asked faster
             self._view, self._error = [], exc
         self._at = time.monotonic()
+        self._seen()
+
+    def _seen(self) -> None:
         if self._error is None and self.on_view is not None:
             try:
                 self.on_view(self._view)

@@ -47,6 +47,7 @@ from slurmguard.store.nodes import Nodes
 from slurmguard.store.replicas import Replicas
 from slurmguard.store.retention import Retention
 from slurmguard.store.rows import AlertRow, EventRow, NodeSummary, TimelineItem, parse_actor
+from slurmguard.store.slurmviews import SlurmViews
 from slurmguard.store.switches import Switches
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ class Store:
         self.replicas = Replicas(engine)
         self.switches = Switches(engine)
         self.retention = Retention(engine)
+        self.slurm_views = SlurmViews(engine)
 
     @classmethod
     def open(cls, cfg: Config | None = None, *, url: str | None = None, check: bool = True,

@@ -363,3 +363,18 @@ class FleetSwitch(Base):
     actor: Mapped[str] = mapped_column(String(255))  # "admin:carol"
     reason: Mapped[str] = mapped_column(String(1000))
     at: Mapped[float] = mapped_column(Float)
+
+
+class SlurmViewRow(Base):
+    """A view of Slurm's that one serve replica reads and publishes for the others
+    (serve/slurmview.py): the node table as ``scontrol show node -o`` printed it, compressed,
+    with the time of the read. One row per view (``nodes``); the body is rewritten only when
+    it changed, the read time on every read."""
+
+    __tablename__ = "slurm_views"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)  # "nodes"
+    read_at: Mapped[float] = mapped_column(Float)  # epoch s the publisher's last read began
+    changed_at: Mapped[float] = mapped_column(Float)  # when the body last changed
+    digest: Mapped[str] = mapped_column(String(64))  # sha256 of the uncompressed text
+    body: Mapped[bytes] = mapped_column(LargeBinary)  # zlib of the text
+    publisher: Mapped[str] = mapped_column(String(200))  # the replica's label

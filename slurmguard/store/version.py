@@ -7,7 +7,7 @@ this to refuse a store of a newer schema without importing Alembic.
 from __future__ import annotations
 
 KNOWN_REVISIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008",
-                                     "0009")
+                                     "0009", "0010")
 HEAD = KNOWN_REVISIONS[-1]
 
 

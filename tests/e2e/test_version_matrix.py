@@ -10,7 +10,9 @@ project supports, to stay inside CI's budget:
   the `--requeue` job completes on another node, the healthcheck undrains the node once the
   GPU is good again, and an admin's drain on a node that passes its checks stays;
 - the adapter (``SlurmCLI``, the checkout's code inside the controller container) reads the
-  version, the nodes as text and as JSON, the jobs, and drains / undrains by the rules.
+  version, the nodes as text and as JSON, the jobs, the drained nodes alone and the
+  partition table (the hooks' fallback reads: slurmctld answers the partition table without
+  packing a node, sdiag says, on every version), and drains / undrains by the rules.
 """
 
 from __future__ import annotations
@@ -91,6 +93,18 @@ out["job"] = cli.job(sys.argv[1]).state
 out["drain_n1"] = cli.drain("n1", format_reason("matrix", "adapter test"))
 out["drain_n2"] = cli.drain("n2", format_reason("matrix", "adapter test"))
 out["n1"] = cli.node("n1").to_dict()
+out["drained"] = {n.name: n.to_dict() for n in cli.drained_nodes()}
+out["drained_text"] = {n.name: n.to_dict() for n in cli.nodes() if n.drained}
+out["partitions"] = cli.partitions()
+import re, subprocess
+def rpcs():  # slurmctld's RPCs by type since the reset, as sdiag counts them
+    part = subprocess.run(["sdiag"], capture_output=True, text=True).stdout
+    part = part.split("by message type")[1].split("by user")[0]
+    return {m[1]: int(m[2]) for m in re.finditer(r"(\w+)\s*\(\s*\d+\)\s*count:(\d+)", part)}
+for name, read in (("partition_rpcs", cli.partitions), ("drained_rpcs", cli.drained_nodes)):
+    subprocess.run(["sdiag", "--reset"], check=True)
+    read()
+    out[name] = rpcs()
 out["undrain_n1"] = cli.undrain("n1")
 out["undrain_n2"] = cli.undrain("n2")
 out["n1_after"] = cli.node("n1").to_dict()
@@ -118,5 +132,16 @@ def test_adapter_on_the_real_slurm(versioned_cluster: DockerCluster) -> None:
     # Ownership rules: our drain on a free node, none over an admin's; undrain only ours.
     assert (out["drain_n1"], out["drain_n2"]) == (True, False)
     assert out["n1"]["reason"] == "slurmguard: matrix: adapter test"
+    # The hooks' fallback reads (node/fallback.py): the drained nodes through sinfo -t drain
+    # read as the whole table does, and the partition table names every node.
+    assert sorted(out["drained"]) == ["n1", "n2"] and out["drained"] == out["drained_text"], out
+    assert sorted(out["partitions"]) == sorted({p for n in out["text"].values()
+                                                 for p in n["partitions"]}), out["partitions"]
+    # what slurmctld packs for them (sdiag): the partition table alone; the node table once
+    assert out["partition_rpcs"].get("REQUEST_PARTITION_INFO") == 1, out["partition_rpcs"]
+    assert "REQUEST_NODE_INFO" not in out["partition_rpcs"], out["partition_rpcs"]
+    assert out["drained_rpcs"].get("REQUEST_NODE_INFO") == 1, out["drained_rpcs"]
+    print(f"\nmatrix: {out['version']}: RPCs of partitions(): {out['partition_rpcs']}; of "
+          f"drained_nodes(): {out['drained_rpcs']}", file=sys.stderr)
     assert (out["undrain_n1"], out["undrain_n2"]) == (True, False)
     assert "DRAIN" not in out["n1_after"]["flags"] and not out["n1_after"]["reason"]

@@ -15,9 +15,11 @@ agent on 16 nodes; every scenario once (one module-scoped run, ~3 minutes), then
   outage, holds the outage 5 minutes and checks a drain's notice through Slurm);
 - the RPCs per minute of the controller side do not grow with the job rate: sdiag's client
   RPCs less the node side's (every Slurm tool the harness's configs name logs its caller:
-  hooks, agent and the jobs' wrappers are the node side), at 300 and 1,800 jobs/h; and the
-  wrappers, which ask serve, never ask Slurm. It failed while serve read its shared view on
-  demand (its reads followed the records and /drains polls up to 60 / ttl a minute).
+  hooks, agent and the jobs' wrappers are the node side), at 300 and 1,800 jobs/h, apart
+  from serve's job-table reads for its identity checks, which follow the jobs up to their
+  ceiling (asserted under it); and the wrappers, which ask serve, never ask Slurm. It failed
+  while serve read its shared view on demand (its reads followed the records and /drains
+  polls up to 60 / ttl a minute).
 """
 
 from __future__ import annotations
@@ -95,9 +97,22 @@ def test_a_healthy_health_check_costs_slurmctld_a_few_rpcs(figures):
     assert w["slurmguard_rpcs"] / NODES <= 6.0, w["rpc_per_min"]
 
 
+def _job_table_rpm(ph) -> float:  # noqa: ANN001
+    """serve's reads of the job table a minute (``squeue --json``, one REQUEST_JOB_INFO each:
+    the identity check of a job's /drains and /suspect, cached job_cache_s per replica)."""
+    return ph["slurm_calls"].get("controller/serve", {}).get("squeue --json", 0) * 60 / ph["seconds"]
+
+
 def test_controller_rpcs_per_minute_do_not_grow_with_the_job_rate(figures):
     low, high = figures["steady"]["phases"]
-    assert high["controller_rpm"] <= 1.25 * low["controller_rpm"] + 5, (low, high)
+    # The node table is read once per ttl for both replicas whatever the jobs. The job table
+    # is read when a job asks and the cache is older than job_cache_s (2 s): it follows the
+    # jobs up to its ceiling, 30 a minute per replica asked (it hid inside the 25 % margin
+    # while each replica read the node table too: 2 and 12 reads in 24 s at 300 and 1,800
+    # jobs/h). Asserted apart: the rest flat, the job table under its ceiling.
+    rest = [ph["controller_rpm"] - _job_table_rpm(ph) for ph in (low, high)]
+    assert rest[1] <= 1.25 * rest[0] + 5, (low, high)
+    assert all(_job_table_rpm(ph) <= 2 * 60 / 2.0 for ph in (low, high)), (low, high)
     for ph in (low, high):  # serve answers the wrappers' drain watch: none asks Slurm
         assert "node/run" not in ph["slurm_calls"], ph["slurm_calls"]
         assert ph["slurm_calls"].get("controller/serve"), ph["slurm_calls"]  # the recorders saw

@@ -162,6 +162,8 @@ RPCS_PER_CALL = {
     "scontrol show node NAME": 2,   # REQUEST_NODE_INFO (the whole table) + PARTITION_INFO
     "scontrol show node": 2,
     "sinfo node NAME": 2,           # REQUEST_NODE_INFO_SINGLE + REQUEST_PARTITION_INFO
+    "sinfo drained nodes": 2,       # REQUEST_NODE_INFO (the table, filtered by sinfo) + PARTITION
+    "scontrol show partition": 1,   # REQUEST_PARTITION_INFO (the hooks' fallback, no node)
     "scontrol update": 1,           # REQUEST_UPDATE_NODE
 }
 
@@ -180,14 +182,18 @@ def caller_side(cmdline: str) -> tuple[str, str]:
 
 def call_kind(call: str) -> str:
     """The kind of a recorded call: ``scontrol show node NAME`` (one node), ``scontrol show
-    node`` (the table), ``sinfo node NAME``, ``scontrol update``, else the tool and its
-    first word."""
+    node`` (the table), ``sinfo node NAME``, ``sinfo drained nodes`` and ``scontrol show
+    partition`` (the hooks' fallback), ``scontrol update``, else the tool and its first word."""
     words = call.split()
     tool, args = words[0], [w for w in words[1:] if not w.startswith("-")]
     if tool == "scontrol" and args[:2] == ["show", "node"]:
         return "scontrol show node NAME" if len(args) > 2 else "scontrol show node"
     if tool == "sinfo" and "-n" in words:
         return "sinfo node NAME"
+    if tool == "sinfo" and "-t" in words:
+        return "sinfo drained nodes"
+    if tool == "scontrol" and args[:2] == ["show", "partition"]:
+        return "scontrol show partition"
     if tool == "scontrol" and args[:1] == ["update"]:
         return "scontrol update"
     return " ".join([tool] + args[:1] + [w for w in words[1:] if w == "--json"])

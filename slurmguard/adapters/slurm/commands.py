@@ -25,6 +25,7 @@ from slurmguard.adapters.slurm.formatted import (
     SINFO_NODE_FORMAT,
     SQUEUE_FORMAT,
     parse_sinfo_node,
+    parse_sinfo_nodes,
     parse_squeue_brief,
 )
 from slurmguard.adapters.slurm.parse import (
@@ -41,6 +42,7 @@ from slurmguard.adapters.slurm.parse import (
     parse_scontrol_nodes_json,
     parse_show_job_oneliner,
     parse_show_node_oneliner,
+    parse_show_partition_oneliner,
     parse_sinfo_json,
     parse_squeue_json,
     parse_version,
@@ -57,6 +59,7 @@ __all__ = [
     "AcctRecord", "parse_sacct_json", "parse_sacct_parsable",
     "REASON_PREFIX", "REASON_MAX", "JobInfo", "NodeInfo", "SlurmCLI", "format_reason",
     "job_info_from_json", "job_info_from_show", "node_info_from_json", "node_info_from_show",
+    "nodes_from_text",
     "parse_scontrol_nodes_json", "parse_show_job_oneliner", "parse_show_node_oneliner",
     "parse_sinfo_json", "parse_squeue_json", "parse_version", "validate_job_id",
     "validate_node_name", "validate_nodeset",
@@ -116,6 +119,14 @@ def validate_job_id(job_id: object) -> str:
 def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def nodes_from_text(text: str) -> list[NodeInfo]:
+    """NodeInfo per record of ``scontrol show node -o`` output (``No nodes in the system``:
+    none)."""
+    if text.strip().startswith("No nodes in the system"):
+        return []
+    return [node_info_from_show(f) for f in parse_show_node_oneliner(text)]
 
 
 class SlurmCLI:
@@ -238,6 +249,28 @@ class SlurmCLI:
             validate_nodeset(nodeset)
         return self._show_nodes(nodeset)
 
+    def drained_nodes(self) -> list[NodeInfo]:
+        """The nodes with DRAIN set (drained, draining, DOWN+DRAIN), each with its reason, the
+        reason's user and time, and its partitions: ``sinfo -h -N -a -t drain -O``
+        :data:`SINFO_NODE_FORMAT`. slurmctld packs the whole node table for it all the same
+        (REQUEST_NODE_INFO: sinfo filters by state on the client, on 22.05 and since), but
+        only the drained nodes travel on through the parser: what the hooks' fallback cap
+        needs (node/fallback.py, docs/slurm.md)."""
+        res = self._run("sinfo", "-h", "-N", "-a", "-t", "drain", "-O", SINFO_NODE_FORMAT)
+        return parse_sinfo_nodes(res.stdout)
+
+    def partitions(self) -> dict[str, str]:
+        """Partition name -> its node set (``gpu[001-128]``), in Slurm's order:
+        ``scontrol show partition -o``, which slurmctld answers from its partition table
+        alone (REQUEST_PARTITION_INFO), whatever the number of nodes."""
+        return parse_show_partition_oneliner(self._run("scontrol", "show", "partition", "-o").stdout)
+
+    def nodes_text(self) -> str:
+        """The whole node table as ``scontrol show node -o`` prints it: what serve's leader
+        publishes for the other replicas (serve/slurmview.py), who parse it with
+        :func:`nodes_from_text` into the same NodeInfo as :meth:`nodes`."""
+        return self._run("scontrol", "show", "node", "-o").stdout
+
     def _show_nodes(self, nodeset: str | None) -> list[NodeInfo]:
         args = ["show", "node", "-o"] + ([nodeset] if nodeset else [])
         try:
@@ -246,9 +279,7 @@ class SlurmCLI:
             if exc.rc == 1 and "not found" in exc.stderr:
                 raise InputError(f"node: not known to Slurm: {nodeset!r}") from None
             raise
-        if res.stdout.strip().startswith("No nodes in the system"):
-            return []
-        return [node_info_from_show(f) for f in parse_show_node_oneliner(res.stdout)]
+        return nodes_from_text(res.stdout)
 
     def drain(self, name: str, reason: str) -> bool:
         """Drain ``name`` with ``reason`` (must start ``slurmguard:``); True if we drained it.

@@ -71,6 +71,37 @@ def parse_sinfo_node(text: str, name: str) -> NodeInfo | None:
                     first.reason_time, tuple(partitions), first.features, first.gres, raw)
 
 
+# A line that starts a node's record in multi-node output: its name, then its state.
+_RECORD_HEAD_RE = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.\-]{0,127})\|[A-Za-z_+*~#%$@!^\-]+\|")
+
+
+def parse_sinfo_nodes(text: str) -> list[NodeInfo]:
+    """``sinfo -h -N -O`` :data:`SINFO_NODE_FORMAT` over many nodes (``-t drain``: the
+    drained ones) -> one NodeInfo per node, its lines (one per partition) merged as
+    :func:`parse_sinfo_node` merges them; a line that does not start a record continues the
+    reason of the one before (a newline inside it)."""
+    if not isinstance(text, str):
+        raise ParseError(f"sinfo nodes: expected text, got {type(text).__name__}")
+    lines: dict[str, list[str]] = {}
+    last: list[str] | None = None
+    for line in text.splitlines():
+        m = _RECORD_HEAD_RE.match(line)
+        if m and line.count("|") >= len(SINFO_NODE_FIELDS) - 1:
+            last = lines.setdefault(m.group(1), [])
+            last.append(line)
+        elif last is not None:
+            last[-1] += "\n" + line
+        elif line.strip():
+            raise ParseError(f"sinfo nodes: expected a line starting with a node name and "
+                             f"'|', got {_clip(line)}")
+    out = []
+    for name, recs in lines.items():
+        info = parse_sinfo_node("\n".join(recs), name)
+        if info is not None:
+            out.append(info)
+    return out
+
+
 def _sinfo_record(rec: str, what: str) -> NodeInfo:
     cols = rec.split("|", len(SINFO_NODE_FIELDS) - 1)
     if len(cols) != len(SINFO_NODE_FIELDS):

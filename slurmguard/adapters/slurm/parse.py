@@ -210,6 +210,23 @@ def parse_show_node_oneliner(text: str) -> list[dict[str, str]]:
     return out
 
 
+def parse_show_partition_oneliner(text: str) -> dict[str, str]:
+    """``scontrol show partition -o`` -> partition name -> its ``Nodes=`` set (``""`` for a
+    partition without nodes), in Slurm's order."""
+    what = "scontrol show partition"
+    out: dict[str, str] = {}
+    if text.strip() == "No partitions in the system":
+        return out
+    for rec in _records(text, "PartitionName", what):
+        fields: dict[str, str] = {}
+        _fields(rec, what, fields)
+        name = fields.get("PartitionName", "")
+        if not name:
+            raise ParseError(f"{what}: record without a PartitionName: {_clip(rec)}")
+        out[name] = _null(fields.get("Nodes", ""))
+    return out
+
+
 def parse_show_job_oneliner(text: str) -> list[dict[str, str]]:
     """``scontrol show job -o`` -> one dict per job (``JobName`` may hold spaces and ``=``)."""
     what = "scontrol show job"
