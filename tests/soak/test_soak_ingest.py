@@ -31,6 +31,14 @@ IDLE = int(setting("soak_idle", 500, 500))
 IDLE_BOUND = 2.0  # s: p99 of a node's POST with IDLE idle connections open (docs/reliability.md)
 
 
+def _load_average() -> str:
+    """The machine's load when a scenario ended: its figures are this machine's under that
+    load (2 shared cores), not serve's ceiling."""
+    import os
+
+    return f"load average {os.getloadavg()[0]:.1f}"
+
+
 def test_load(tmp_path: Path, store_url: str) -> None:  # noqa: F811
     """In the mode a site runs (serve.auth = munge): every POST carries a MUNGE credential
     over its body from this machine's munged, serve decodes it from the head and checks the
@@ -55,7 +63,8 @@ def test_load(tmp_path: Path, store_url: str) -> None:  # noqa: F811
            load=f"{CLIENTS} clients x {load.seconds:.0f} s, batches of {BATCH}, each POST signed",
            faults=f"{load.failures} timed-out POSTs spooled and replayed" if load.failures else "-",
            lost=lost, duplicated=dup,
-           figures=f"{load.summary()}; {health['batches']} commits; {refused:.0f} refused")
+           figures=(f"{load.summary()}; {health['batches']} commits; {refused:.0f} refused; "
+                    f"{_load_average()}"))
     assert not load.rejected and refused == 0
     assert left == 0, f"{left} records still spooled after the drain"
     assert (lost, dup) == (0, 0), (lost, dup)
@@ -95,7 +104,8 @@ def test_load_node_key(tmp_path: Path) -> None:
            load=f"{CLIENTS} clients x {load.seconds:.0f} s, batches of {BATCH}, each its own key",
            faults=f"{load.failures} timed-out POSTs spooled and replayed" if load.failures else "-",
            lost=lost, duplicated=dup,
-           figures=f"{load.summary()}; {health['batches']} commits; {refused:.0f} refused")
+           figures=(f"{load.summary()}; {health['batches']} commits; {refused:.0f} refused; "
+                    f"{_load_average()}"))
     assert not load.rejected and refused == 0
     assert left == 0, f"{left} records still spooled after the drain"
     assert (lost, dup) == (0, 0), (lost, dup)
@@ -143,7 +153,7 @@ def test_idle_connections_do_not_delay_nodes(tmp_path: Path) -> None:
            faults="slowloris connections > workers (16)", lost=lost, duplicated=dup,
            figures=(f"p99 {p99 * 1000:.0f} ms with them vs {base.percentile(99) * 1000:.0f} ms "
                     f"without (bound {IDLE_BOUND:g} s); p50 {busy.percentile(50) * 1000:.0f} ms; "
-                    f"{open_now} connections open"))
+                    f"{open_now} connections open; {_load_average()}"))
     assert open_now >= IDLE + partial and still >= IDLE + partial
     assert busy.failures == 0 and busy.requests > 20
     assert p99 < IDLE_BOUND, busy.summary()
