@@ -21,7 +21,15 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.helpers import REPO, run_sg, sg_env, standin_slurm
-from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
+from support.sgserve import (
+    JOB_TOKEN,
+    TOKEN,
+    Serve,
+    job_token_line,
+    new_port,
+    new_store,
+    write_config,
+)
 
 from slurmguard import config
 from slurmguard.adapters import spool as spool_files
@@ -64,7 +72,8 @@ def served(tmp_path_factory):
     """One serve for the module: records delivered while it was down (spooled), then up."""
     d = tmp_path_factory.mktemp("metrics-serve")
     port = new_port()
-    cfg_path = write_config(d, store_url=new_store(d), port=port, report_timeout=5.0)
+    cfg_path = write_config(d, store_url=new_store(d), port=port, report_timeout=5.0,
+                            extra=f"[notice]\n{job_token_line(d)}\n")  # jobs read /drains with it
     cfg = config.load(str(cfg_path), env={})
     assert delivery.deliver(rec("n1", "gpu-xid"), cfg) == "spooled"  # serve not up yet
     serve = Serve(cfg_path, port, "--no-policy").start()
@@ -99,6 +108,23 @@ def test_metrics_scrape_counts_ingest_replays_and_fleet_state(served):
     assert not [k for k in smp if k[0].endswith("_created")]
     code, _, text = scrape(serve.url)
     assert value(samples(text), "slurmguard_http_requests_total", path="/metrics", code="200") >= 1
+
+
+def test_metrics_per_node_series_need_the_serve_token(served):
+    """Node state on /metrics (slurmguard_node_risk{node}) goes only to the serve token, the
+    credential a Prometheus scrape job carries (docs/metrics.md); without it, or with a wrong
+    one, the counts and fleet figures, and no series naming a node (docs/security.md)."""
+    _, serve = served
+    for token in (None, "wrong-token-0123456789", JOB_TOKEN):
+        code, _, text = scrape(serve.url, token)
+        assert code == 200, (token, code)
+        smp = samples(text)
+        assert not [k for k in smp if "node" in dict(k[1])], token
+        assert "slurmguard_node_risk" not in text, token
+        assert value(smp, "slurmguard_nodes", health="healthy") == 2  # fleet counts stay
+    code, _, text = scrape(serve.url, TOKEN)
+    risk = {dict(k[1])["node"] for k in samples(text) if k[0] == "slurmguard_node_risk"}
+    assert code == 200 and risk == {"n1", "n2", "n3"}, risk
 
 
 def test_metrics_token_when_required(tmp_path):
@@ -193,7 +219,7 @@ def test_doc_lists_exactly_the_metrics_of_real_scrapes(served, tmp_path):
     from slurmguard.reconcile.metrics import Metrics as ReconcileFile
 
     d, serve = served
-    texts = [scrape(serve.url)[2]]
+    texts = [scrape(serve.url, TOKEN)[2]]  # the whole scrape: per-node series need the token
     # a real prolog that drains (every node-side family present)
     cfg = tmp_path / "hook.toml"
     tdir = tmp_path / "textfile"

@@ -51,6 +51,16 @@ def test_node_request_table(what: str, c: Credential, body: bytes, named: list[s
         assert got.reason in identity.REASONS and "\n" not in got.line()
 
 
+@given(name=st.text(max_size=400))
+def test_a_refusal_is_one_line_whatever_the_request_named(name: str) -> None:
+    """Seen in the hostile-request suite (node-key): a permit naming "...\\n..." was refused
+    with the name, newline and all, in the answer's one line."""
+    got = identity.node_request(cred(), BODY, ["x" + name], ORIGINS, {0}, NOW)  # never n1
+    assert got is not None and got.reason == "other-node"
+    line = got.line()
+    assert line.isprintable() and len(line) < 400, line
+
+
 JOB_TABLE = [
     ("owner names nodes of its job", cred(uid=1000), ["n1"], frozenset({"n1", "n2"}), 1000, None),
     ("owner names a node outside its job", cred(uid=1000), ["n3"], frozenset({"n1", "n2"}), 1000,

@@ -8,6 +8,10 @@ by slurmd and health checks run against the cluster, each node with its own view
 - n3 names serve by an address the certificate does not carry (https://127.0.0.1): refused
   the same way.
 Nothing from n2 or n3 reaches the store; nothing changes in Slurm (docs/serve.md "TLS").
+
+serve runs in the mode a site runs, `munge`: the hooks sign with this machine's munged, whose
+origin (127.0.0.1) is every test node's NodeAddr (localhost), and serve reads the cluster's
+node table.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 import pytest
 from support import reliability
 from support.helpers import sg_argv, sg_env
-from support.sgserve import Serve, new_port, new_store, write_config
+from support.sgserve import Serve, munge_auth, new_port, new_store, write_config
 from support.testca import TestCA
 
 from slurmguard.adapters import spool as spool_files
@@ -52,9 +56,10 @@ def test_records_arrive_over_tls_and_a_refused_certificate_never_drains(
     crt, key = ca.issue("serve", ["localhost"])
     port = new_port()
     store_url = new_store(tmp_path)
-    base = write_config(tmp_path, store_url=store_url, port=port,
+    base = write_config(tmp_path, store_url=store_url, port=port, auth="munge",
                         serve_extra=f'tls_cert = "{crt}"\ntls_key = "{key}"\n'
                                     f'tls_ca = "{ca.ca_file}"')
+    munge_auth()  # the hooks sign with this machine's munged
     cfgs = {"n1": _node_config(base, tmp_path / "n1", url="https://localhost:", ca=ca.ca_file),
             "n2": _node_config(base, tmp_path / "n2", url="https://localhost:",
                                ca=other.ca_file),
@@ -70,7 +75,8 @@ esac
 exec {" ".join(shlex.quote(a) for a in sg_argv("prolog"))}
 """)
     cluster = slurm_cluster_factory(nodes=3, prolog=hook)
-    serve = Serve(base, port, "--no-policy", tls_ca=ca.ca_file).start()
+    serve = Serve(base, port, "--no-policy", tls_ca=ca.ca_file,
+                  env={"SLURM_CONF": str(cluster.conf_path)}).start()
     try:
         jobs = {n: cluster.sbatch("true", "-w", n) for n in cfgs}
         states = {n: cluster.wait_job(j, timeout=120)["JobState"] for n, j in jobs.items()}
@@ -104,7 +110,7 @@ exec {" ".join(shlex.quote(a) for a in sg_argv("prolog"))}
     assert {n: cluster.node(n).drained for n in cfgs} == {"n1": False, "n2": False, "n3": False}
     spooled = {n: len(spool_files.pending(str(tmp_path / n / "spool"))) for n in ("n2", "n3")}
     reliability.record(
-        "tls-certificate-refused", mode="token", store="sqlite",
+        "tls-certificate-refused", mode="munge", store="sqlite",
         load=f"real Slurm, 3 nodes: {len(jobs)} prologs by slurmd, {len(cfgs)} health checks",
         bad_inputs="n2: a CA that did not issue serve's certificate; n3: a URL host "
                    "(127.0.0.1) not among its names",

@@ -261,8 +261,9 @@ def _metrics(cfg: Config, store: Any) -> Any:
 
 
 def _token(cfg: Config) -> str:
-    """The shared token: required with serve.auth = token; with munge only for the GET
-    figures (/healthz, metrics.require_token), so a missing file is no error then."""
+    """The shared token: required with serve.auth = token; otherwise the admins' credential
+    for reads (/healthz's figures, /drains of any node, /metrics' per-node series,
+    metrics.require_token), so a missing file is no error then."""
     import os
 
     from slurmguard.serve.token import load_token

@@ -74,6 +74,9 @@ _LAG_BUCKETS = (0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 6 * 3600.0
 RECOVERY_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 
 
+NODE_LABEL = "node"  # a series with this label is one node's state (docs/security.md)
+
+
 class _ScrapeGauges(Collector):
     """Gauges whose values come from a function at scrape time, cached."""
 
@@ -83,13 +86,19 @@ class _ScrapeGauges(Collector):
         self.gauges: list[tuple[str, str, tuple[str, ...], Callable[[], Mapping[tuple[str, ...], float]]]] = []
         self._cache: dict[str, tuple[float, Mapping[tuple[str, ...], float]]] = {}
         self._lock = threading.Lock()
+        # Set on the thread of an anonymous scrape: gauges with a node label are not even
+        # computed for it.
+        self.anonymous = threading.local()
 
     def describe(self) -> Iterable[Any]:
         return []  # values come from the store: never read them at registration
 
     def collect(self) -> Iterable[Any]:
         now = time.monotonic()
+        skip = getattr(self.anonymous, "on", False)
         for name, doc, labels, fn in self.gauges:
+            if skip and NODE_LABEL in labels:
+                continue
             with self._lock:
                 at, values = self._cache.get(name, (float("-inf"), {}))
                 if now - at >= self.cache_seconds:
@@ -126,9 +135,13 @@ class _Base:
             raise ValueError(f"metric {name} registered twice")
         self._scrape.gauges.append((name, doc, tuple(labels), fn))
 
-    def exposition(self) -> bytes:
-        """The text exposition format, as served on /metrics."""
-        return generate_latest(self.registry)
+    def exposition(self, *, per_node: bool = True) -> bytes:
+        """The text exposition format, as served on /metrics. ``per_node=False`` (a scrape
+        without the serve token) leaves out every family with a ``node`` label: node state
+        (a node's risk score) is shown only to a credential (docs/security.md)."""
+        if per_node:
+            return generate_latest(self.registry)
+        return generate_latest(_Anonymous(self))
 
     def write(self, path: str) -> None:
         """Write the text exposition atomically to ``path`` (node_exporter textfile)."""
@@ -140,6 +153,23 @@ class _Base:
                 os.chmod(path, 0o644)
             except OSError:
                 pass
+
+
+class _Anonymous:
+    """A registry's families without the per-node ones, for :meth:`_Base.exposition`."""
+
+    def __init__(self, base: _Base) -> None:
+        self.base = base
+
+    def collect(self) -> Iterable[Any]:
+        flag = self.base._scrape.anonymous
+        flag.on = True
+        try:
+            for fam in self.base.registry.collect():
+                if not any(NODE_LABEL in s.labels for s in fam.samples):
+                    yield fam
+        finally:
+            flag.on = False
 
 
 class ServeMetrics(_Base):

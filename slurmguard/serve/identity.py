@@ -59,7 +59,10 @@ class Refusal:
     detail: str
 
     def line(self) -> str:
-        return f"refused ({self.reason}): {self.detail}"
+        # One line whatever a request named: a hostile node name or job id in the detail
+        # (a newline, a lone surrogate) is shown escaped, and long ones cut.
+        detail = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in self.detail[:300])
+        return f"refused ({self.reason}): {detail}"
 
 
 def body_digest(body: bytes) -> str:

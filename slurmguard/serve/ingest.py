@@ -13,7 +13,8 @@
                    "store unavailable"} otherwise, nothing more; with the token also the
                    counts, the writer's queue, the connection figures and the store's error.
     GET  /metrics  Prometheus text format (slurmguard.metrics.registry.ServeMetrics); no token
-                   unless metrics.require_token (docs/metrics.md).
+                   unless metrics.require_token (docs/metrics.md); the per-node series
+                   (slurmguard_node_risk{node}) only with the serve token.
 
 Connections are served by :mod:`slurmguard.serve.httpd` (one dispatcher thread, a bounded
 pool of ``serve.workers`` threads, idle and request timeouts, a connection cap); one writer
@@ -249,6 +250,15 @@ class IngestServer:
             return self.auth.read(path, None, target, nodes, job, peer, job_token=True)
         return self.auth.read(path, header, target, nodes, job, peer)
 
+    def scrape(self, header: str | None) -> tuple[int, dict[str, Any] | bytes, str]:
+        """GET /metrics: (code, answer, content type). Node state (the per-node series: a
+        node's risk score) only to the serve token, as on /drains (docs/security.md); the
+        counts and fleet figures to any scraper unless metrics.require_token."""
+        admin = self.authorized(header)
+        if self.metrics_token and not admin:
+            return 401, {"error": "missing or wrong token"}, "application/json"
+        return 200, self.metrics.exposition(per_node=admin or self.auth is None), CONTENT_TYPE
+
     def signed(self, path: str) -> bool:
         """Whether POSTs to ``path`` carry a signature (serve/auth.py) instead of the token."""
         return self.auth is not None and self.auth.signs(path)
@@ -407,10 +417,7 @@ def _make_handler(server: IngestServer) -> type[BaseHandler]:
             if path == "/healthz":
                 self._send(*server.healthz(server.authorized(self.headers.get("Authorization"))))
             elif path == "/metrics":
-                if server.metrics_token and not server.authorized(self.headers.get("Authorization")):
-                    self._send(401, {"error": "missing or wrong token"})
-                    return
-                self._send(200, server.metrics.exposition(), CONTENT_TYPE)
+                self._send(*server.scrape(self.headers.get("Authorization")))
             elif path in server.queries:
                 self._send(*server.query(path, self.headers.get("Authorization"), self.path,
                                          self.client_address[0]))

@@ -6,6 +6,11 @@ dropped, counted and logged, and every other record still reaches the store exac
 
 Slurm is absent on purpose: `scontrol` is a script that only appends its arguments to a
 file, so "drains nothing" is checked by that file staying empty.
+
+The hooks run in the mode a site runs, `munge`: each POST signed by this machine's munged,
+the spool's replay signed anew (serve's stand-in node table puts n7 at 127.0.0.1,
+docs/testing.md). Where the record never reaches serve (read-only spool, full disk, a hung
+serve) the mode changes nothing: those rows say so.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ import pytest
 from support.helpers import REPO, require, run_sg, sg_env
 from support.loadgen import count_records
 from support.reliability import record
-from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
+from support.sgserve import Serve, munge_auth, new_port, new_store, write_config
 
 from slurmguard import config
 from slurmguard.adapters import spool
 from slurmguard.node import delivery
 from slurmguard.node.record import make_record
+
+UNREACHED = "munge (any mode alike: the record never reaches serve)"
 
 
 def _cfg(d: Path, spool_dir: Path, port: int, spool_max: int = 100) -> tuple[Path, Path]:
@@ -33,20 +40,17 @@ def _cfg(d: Path, spool_dir: Path, port: int, spool_max: int = 100) -> tuple[Pat
     scontrol = d / "scontrol"
     scontrol.write_text(f"#!/bin/sh\necho \"$@\" >> '{calls}'\nexit 1\n")
     scontrol.chmod(0o755)
-    token = d / "token"
-    token.write_text(TOKEN + "\n")
-    token.chmod(0o600)
+    munge_auth()  # the hooks sign with this machine's munged
     cfg = d / "sg.toml"
     cfg.write_text(f"""
 [slurm]
 scontrol = "{scontrol}"
 [serve]
-auth = "token"
+auth = "munge"
 [hooks]
 state_dir = "{d}/state"
 log_file = "{d}/hooks.log"
 report_url = "http://127.0.0.1:{port}/ingest"
-token_file = "{token}"
 spool_dir = "{spool_dir}"
 spool_max = {spool_max}
 report_timeout = 1.0
@@ -107,7 +111,7 @@ def test_spool_bound_drops_oldest_and_says_so(tmp_path: Path) -> None:
     made = {rid: len(rec["results"]) for rid, rec in {**spooled, last["id"]: last}.items()}
     # serve comes back: the next record replays the spool; only the dropped two are missing.
     (tmp_path / "serve").mkdir()
-    wcfg = write_config(tmp_path / "serve", store_url=url, port=port)
+    wcfg = write_config(tmp_path / "serve", store_url=url, port=port, auth="munge", nodes=["n7"])
     serve = Serve(wcfg, port, "--no-policy").start()
     try:
         assert delivery.deliver(last, config.load(str(cfg), env={})) == "sent"
@@ -123,7 +127,7 @@ def test_spool_bound_drops_oldest_and_says_so(tmp_path: Path) -> None:
     assert (lost, dup, stored, dropped_lost, runs_total) == (0, 0, 4, 2, 4), \
         (lost, dup, stored, dropped_lost, runs_total)
     assert not calls.exists() or calls.read_text() == ""
-    record("spool-full", mode="token", store="SQLite", load="serve down, spool_max 3, 5 records",
+    record("spool-full", mode="munge", store="SQLite", load="serve down, spool_max 3, 5 records",
            faults="spool at its bound",
            lost=lost, duplicated=dup,
            figures=(f"the {dropped_lost} oldest dropped as documented, each named on stderr and "
@@ -166,7 +170,7 @@ def test_hook_with_read_only_spool(tmp_path: Path, small_fs: Path) -> None:
         lines.append(_assert_survived(_hook(cfg, hook), calls, tmp_path / "hooks.log",
                                       "Read-only file system"))
     assert os.listdir(sdir) == []
-    record("spool-read-only", mode="token", load="serve down; prolog + epilog",
+    record("spool-read-only", mode=UNREACHED, load="serve down; prolog + epilog",
            faults="spool on a read-only tmpfs (root cannot write either)",
            figures=f"exit 0, nothing drained, log line: ...{lines[0].split(';', 1)[1][:90]}")
 
@@ -189,7 +193,7 @@ def test_hook_with_full_disk(tmp_path: Path, small_fs: Path) -> None:
         lines.append(_assert_survived(_hook(cfg, hook), calls, tmp_path / "hooks.log",
                                       "No space left on device"))
     assert [n for n in os.listdir(sdir) if not n.startswith(".lock")] == [], os.listdir(sdir)
-    record("spool-disk-full", mode="token", load="serve down; prolog + epilog",
+    record("spool-disk-full", mode=UNREACHED, load="serve down; prolog + epilog",
            faults="spool on a full tmpfs (256 KiB, filled)",
            figures=(f"exit 0, nothing drained, no partial file left, log line: "
                     f"...{lines[0].split(';', 1)[1][:90]}"))
@@ -218,7 +222,7 @@ def test_hook_with_hung_serve(tmp_path: Path) -> None:
     assert len(spool.pending(str(sdir))) == 1
     # report_timeout is 1 s; the rest is interpreter start-up and the checks (loaded machine)
     assert took < 1.0 + 8.0, took
-    record("serve-hung", mode="token", load="serve accepts but never answers; prolog",
+    record("serve-hung", mode=UNREACHED, load="serve accepts but never answers; prolog",
            faults="hung serve (connection accepted, no answer)",
            figures=(f"prolog exit 0 in {took:.1f} s (report_timeout 1 s + start-up), record "
                     "spooled, nothing drained"))

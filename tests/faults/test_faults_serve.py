@@ -2,6 +2,12 @@
 clients, the connection cap, kill -9 in the middle of a load, a store locked by another
 writer. Nodes are the real node-side client code (tests/support/loadgen.py); afterwards every record
 is counted in the store: 0 lost, 0 duplicated.
+
+serve runs in the mode a site runs, `munge`: every node POST carries a MUNGE credential from
+this machine's munged (the nodes at 127.0.0.1 in a stand-in node table, docs/testing.md), so
+a spooled batch replayed after a kill, a crash or a lock is signed anew and checked again.
+The store's database dropped under serve (`healthz-quiet`) is the same in every mode: its
+row says so.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import pytest
 from support.loadgen import count_in_store, drain_spools, run_clients
 from support.pgserver import pg_server  # noqa: F401  (fixture)
 from support.reliability import record, setting
-from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
+from support.sgserve import TOKEN, Serve, munge_auth, new_port, new_store, write_config
 from support.wait import wait_for
 
 from slurmguard.adapters import serve_client
@@ -91,17 +97,28 @@ def _held_by_serve(serve: Serve) -> int:
 
 
 def _post_one(serve: Serve, node: str = "n1") -> dict:
+    """One node's record, signed as the node would (a serve of ``_config``)."""
     rec = make_record(node, "prolog", [], "pass", "")
-    ans = serve_client.post_records(f"{serve.url}/ingest", TOKEN, [rec], 10)
+    ans = serve_client.post_records(f"{serve.url}/ingest", munge_auth(), [rec], 10)
     assert ans["stored"] == [rec["id"]]
     return rec
+
+
+def _config(tmp_path: Path, url: str, port: int, nodes: list[str], serve_extra: str = "") -> Path:
+    """A serve config in munge mode whose stand-in Slurm has ``nodes`` (at 127.0.0.1)."""
+    return write_config(tmp_path, store_url=url, port=port, serve_extra=serve_extra,
+                        auth="munge", nodes=nodes)
+
+
+def _clients(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}{i:04d}" for i in range(n)]  # loadgen's node names
 
 
 def test_slow_and_stuck_clients_are_cut_off(tmp_path: Path) -> None:
     url = new_store(tmp_path)
     port = new_port()
-    cfg = write_config(tmp_path, store_url=url, port=port, serve_extra=(
-        "idle_timeout = 1.5\nrequest_timeout = 2.0\nworkers = 2"))
+    cfg = _config(tmp_path, url, port, ["n1", "n2"],
+                  "idle_timeout = 1.5\nrequest_timeout = 2.0\nworkers = 2")
     serve = Serve(cfg, port, "--no-policy").start()
     try:
         opened = time.monotonic()
@@ -109,8 +126,10 @@ def test_slow_and_stuck_clients_are_cut_off(tmp_path: Path) -> None:
         head_only = socket.create_connection(("127.0.0.1", port))
         head_only.sendall(b"POST /ingest HTTP/1.1\r\nHost: x\r\n")
         short_body = socket.create_connection(("127.0.0.1", port))
-        short_body.sendall(b"POST /ingest HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-                           + TOKEN.encode() + b"\r\nContent-Length: 1000\r\n\r\n{\"records\"")
+        # a node's valid credential, taken from the head; then the body never comes
+        short_body.sendall(b"POST /ingest HTTP/1.1\r\nHost: x\r\nAuthorization: "
+                           + munge_auth()(b"{}").encode()
+                           + b"\r\nContent-Length: 1000\r\n\r\n{\"records\"")
         trickle = socket.create_connection(("127.0.0.1", port))
         stop = threading.Event()
 
@@ -148,7 +167,7 @@ def test_slow_and_stuck_clients_are_cut_off(tmp_path: Path) -> None:
         assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"].startswith("request not complete")
         assert took < 12, (name, took)
     assert health["request_timeouts"] >= 3 and health["idle_closed"] >= 1
-    record("slow-clients", mode="token", store="SQLite",
+    record("slow-clients", mode="munge", store="SQLite",
            load="1 silent, 1 header-only, 1 short-body, 1 byte-every-0.3s client; 2 workers",
            faults="slowloris > workers", bad_inputs="4 stuck connections",
            figures=(f"node POST answered in {fast * 1000:.0f} ms meanwhile; stuck ones got 408 "
@@ -161,8 +180,8 @@ def test_connection_cap_evicts_idle_first(tmp_path: Path) -> None:
     url = new_store(tmp_path)
     port = new_port()
     cap = 20
-    cfg = write_config(tmp_path, store_url=url, port=port, serve_extra=(
-        f"max_connections = {cap}\nidle_timeout = 60\nrequest_timeout = 60"))
+    cfg = _config(tmp_path, url, port, ["n1", "n2"],
+                  f"max_connections = {cap}\nidle_timeout = 60\nrequest_timeout = 60")
     serve = Serve(cfg, port, "--no-policy").start()
     held: list[socket.socket] = []
     try:
@@ -219,7 +238,7 @@ def test_connection_cap_evicts_idle_first(tmp_path: Path) -> None:
     assert len(refused) >= 1 and len(refused) + health["evicted_idle"] - cap >= 10, answers
     assert all(a.startswith(b"HTTP/1.1 503") and b"too many connections" in a for a in refused)
     assert health["evicted_idle"] >= cap and health["refused_over_cap"] >= 1
-    record("connection-cap", mode="token", store="SQLite",
+    record("connection-cap", mode="munge", store="SQLite",
            load=f"{cap * 2} idle, then {cap} half-sent connections against max_connections {cap}",
            faults="connection cap reached",
            figures=(f"{health['evicted_idle']} idle connections closed to make room, a node's POST "
@@ -242,7 +261,8 @@ def test_kill_9_serve_mid_load(tmp_path: Path, engine: str, request: pytest.Fixt
         upgrade(eng)
         eng.dispose()
     port = new_port()
-    cfg = write_config(tmp_path, store_url=url, port=port)
+    cfg = _config(tmp_path, url, port, _clients("soak", KILL_CLIENTS))
+    sign = munge_auth()
     serve = Serve(cfg, port, "--no-policy").start()
     started = threading.Event()
     kills = []
@@ -262,19 +282,21 @@ def test_kill_9_serve_mid_load(tmp_path: Path, engine: str, request: pytest.Fixt
     t = threading.Thread(target=killer, daemon=True)
     t.start()
     try:
-        load = run_clients(f"{serve.url}/ingest", TOKEN, clients=KILL_CLIENTS,
+        load = run_clients(f"{serve.url}/ingest", "", clients=KILL_CLIENTS,
                            seconds=KILL_SECONDS, batch=5, spool_root=tmp_path / "spools",
-                           timeout=5, during=started)
+                           timeout=5, during=started, auth_for=lambda _: sign)
         t.join(60)
-        left = drain_spools(f"{serve.url}/ingest", TOKEN, tmp_path / "spools")
+        left = drain_spools(f"{serve.url}/ingest", "", tmp_path / "spools",
+                            auth_for=lambda _: sign)
     finally:
         serve.stop()
     lost, dup, stored = count_in_store(url, load.made)
-    record(f"kill-9-serve-{engine}", mode="token", store="SQLite" if engine == "sqlite" else "PostgreSQL",
+    record(f"kill-9-serve-{engine}", mode="munge", store="SQLite" if engine == "sqlite" else "PostgreSQL",
            load=f"{KILL_CLIENTS} clients x {load.seconds:.0f} s, batches of 5",
            faults=f"kill -9 of serve mid-load, down {kills[1] - kills[0]:.1f} s, restarted",
            lost=lost, duplicated=dup,
-           figures=(f"{load.failures} POSTs failed, {load.spooled} records spooled and replayed; "
+           figures=(f"{load.failures} POSTs failed, {load.spooled} records spooled and replayed "
+                    "(signed anew); "
                     f"{stored} of {len(load.made)} records stored once"))
     assert len(kills) == 2, "serve was not killed and restarted"
     assert load.failures > 0 and load.spooled > 0, "the kill did not hit the load"
@@ -286,29 +308,30 @@ def test_store_locked_during_ingest(tmp_path: Path) -> None:
     url = new_store(tmp_path)
     db = url[len("sqlite:///"):]
     port = new_port()
-    cfg = write_config(tmp_path, store_url=url, port=port,
-                       extra="\n[store]\n" if False else "", serve_extra="")
+    cfg = _config(tmp_path, url, port, _clients("pre", 10) + _clients("lock", 10))
+    sign = munge_auth()
     text = cfg.read_text().replace("[store]\n", "[store]\nbusy_timeout = 0.5\n", 1)
     cfg.write_text(text)
     serve = Serve(cfg, port, "--no-policy").start()
     spools = tmp_path / "spools"
     try:
-        first = run_clients(f"{serve.url}/ingest", TOKEN, clients=10, seconds=1, batch=5,
-                            spool_root=spools, prefix="pre")
+        first = run_clients(f"{serve.url}/ingest", "", clients=10, seconds=1, batch=5,
+                            spool_root=spools, prefix="pre", auth_for=lambda _: sign)
         locker = sqlite3.connect(db, timeout=5, isolation_level=None)
         locker.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
         locker.execute("INSERT INTO alembic_version (version_num) SELECT 'x' WHERE 0")
-        locked = run_clients(f"{serve.url}/ingest", TOKEN, clients=10, seconds=LOCK_SECONDS,
-                             batch=5, spool_root=spools, prefix="lock", timeout=5)
+        locked = run_clients(f"{serve.url}/ingest", "", clients=10, seconds=LOCK_SECONDS,
+                             batch=5, spool_root=spools, prefix="lock", timeout=5,
+                             auth_for=lambda _: sign)
         health_locked = serve.healthz(token=None)
         locker.execute("ROLLBACK")
         locker.close()
-        left = drain_spools(f"{serve.url}/ingest", TOKEN, spools)
+        left = drain_spools(f"{serve.url}/ingest", "", spools, auth_for=lambda _: sign)
     finally:
         serve.stop()
     log = serve.log.read_text()
     lost, dup, stored = count_in_store(url, first.made | locked.made)
-    record("store-locked-ingest", mode="token", store="SQLite",
+    record("store-locked-ingest", mode="munge", store="SQLite",
            load=f"10 clients x {LOCK_SECONDS:g} s while another writer holds the lock",
            faults=f"store write-locked {LOCK_SECONDS:g} s (busy_timeout 0.5 s)",
            lost=lost, duplicated=dup,
@@ -333,7 +356,7 @@ def test_healthz_says_nothing_without_the_token(tmp_path: Path, pg_server) -> No
     upgrade(engine)
     engine.dispose()
     port = new_port()
-    serve = Serve(write_config(tmp_path, store_url=url, port=port), port, "--no-policy").start()
+    serve = Serve(_config(tmp_path, url, port, ["n1"]), port, "--no-policy").start()
     try:
         _post_one(serve)
         assert serve.healthz(token=None) == {"status": "ok"}
@@ -360,7 +383,8 @@ def test_healthz_says_nothing_without_the_token(tmp_path: Path, pg_server) -> No
     assert answers["anonymous"] == (503, {"status": "store unavailable"})
     code, body = answers["token"]
     assert code == 503 and name in body["error"], body
-    record("healthz-quiet", mode="token", store="PostgreSQL", faults="the store's database dropped under serve",
+    record("healthz-quiet", mode="munge (any mode alike: /healthz reads only the serve token)",
+           store="PostgreSQL", faults="the store's database dropped under serve",
            bad_inputs="/healthz with and without the token",
            figures=("without the token: 200 {status: ok}, then 503 {status: store unavailable}, "
                     "nothing else; with it: the counts, then the store's error line"))
@@ -387,7 +411,9 @@ def test_postgresql_crash_mid_load(tmp_path: Path) -> None:
         upgrade(eng)
         eng.dispose()
         port = new_port()
-        serve = Serve(write_config(tmp_path, store_url=url, port=port), port, "--no-policy").start()
+        serve = Serve(_config(tmp_path, url, port, _clients("soak", KILL_CLIENTS)), port,
+                      "--no-policy").start()
+        sign = munge_auth()
         started = threading.Event()
         down = []
 
@@ -403,18 +429,19 @@ def test_postgresql_crash_mid_load(tmp_path: Path) -> None:
         t = threading.Thread(target=crasher, daemon=True)
         t.start()
         try:
-            load = run_clients(f"{serve.url}/ingest", TOKEN, clients=KILL_CLIENTS,
+            load = run_clients(f"{serve.url}/ingest", "", clients=KILL_CLIENTS,
                                seconds=KILL_SECONDS, batch=5, spool_root=tmp_path / "spools",
-                               timeout=5, during=started)
+                               timeout=5, during=started, auth_for=lambda _: sign)
             t.join(60)
-            left = drain_spools(f"{serve.url}/ingest", TOKEN, tmp_path / "spools")
+            left = drain_spools(f"{serve.url}/ingest", "", tmp_path / "spools",
+                                auth_for=lambda _: sign)
         finally:
             serve.stop()
         lost, dup, stored = count_in_store(url, load.made)
     finally:
         pg.stop()
     log = serve.log.read_text()
-    record("postgresql-crash", mode="token", store="PostgreSQL",
+    record("postgresql-crash", mode="munge", store="PostgreSQL",
            load=f"{KILL_CLIENTS} clients x {load.seconds:.0f} s, batches of 5",
            faults=(f"PostgreSQL crashed (pg_ctl stop -m immediate) mid-load, down "
                    f"{down[1] - down[0]:.1f} s, restarted; serve kept running"),

@@ -4,10 +4,17 @@ metacharacters, huge and negative timestamps, unknown nodes, unknown routes and 
 broken and huge bodies. Each request gets a 4xx with a one-line JSON reason (or a 200 for a
 request that was in fact valid), nothing wrong is stored, and serve keeps serving.
 
-Slurm is the one stand-in: serve's policy asks `scontrol show node -o` for the fleet, answered
-by a script printing the real `scontrol` output captured from Slurm 22.05.8
-(tests/data/slurm/show-node-idle-22.05.8.txt: nodes n1..n4), so /permit has a fleet to check
-node names against. Nothing of slurmguard is replaced.
+serve runs in the modes a site runs: `munge` (the default) on SQLite and on PostgreSQL, and
+`node-key` on SQLite. A request that carries the good credential is signed as a node signs
+(a MUNGE credential from this machine's munged over the body; the node key of the node the
+body names): the signature is good, what it covers is hostile. Others carry none, a token,
+garbage in the signature's place, or a good signature over another body.
+
+Slurm is the one stand-in: serve's policy and its identity check ask `scontrol show node -o`
+for the fleet, answered by a script printing the real `scontrol` output captured from Slurm
+22.05.8 (tests/data/slurm/show-node-idle-22.05.8.txt: nodes n1..n4, every NodeAddr
+localhost, where this machine's munged stamps its credentials), so /permit has a fleet to
+check node names against and a credential an origin. Nothing of slurmguard is replaced.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from hypothesis import strategies as st
 from support.helpers import REPO
 from support.pgserver import pg_server  # noqa: F401  (fixture)
 from support.reliability import record, setting
-from support.sgserve import TOKEN, Serve, new_port, new_store, write_config
+from support.sgserve import TOKEN, Serve, munge_auth, new_port, new_store, write_config
 
 from slurmguard.node.record import make_record
 
@@ -36,6 +43,8 @@ EXAMPLES = int(setting("hostile_examples", 150, 3000))
 FLEET = ("n1", "n2", "n3", "n4")
 NAME_OK = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # the test's own idea of a node name
 MODES = ("sqlite", "postgresql", "node-key")  # node-key: SQLite, serve.auth = "node-key"
+AUTH = {"sqlite": "munge", "postgresql": "munge", "node-key": "node-key"}  # serve.auth of each
+GOOD, OTHER_BODY, GARBAGE = TOKEN, "sig-over-another-body", "sig-garbage"  # see _signed
 SITE = b"hostile-site-key-0123456789abcdef"
 TRIED: dict[str, int] = {m: 0 for m in MODES}
 KINDS: dict[str, set[str]] = {m: set() for m in MODES}
@@ -106,7 +115,8 @@ def requests(draw: st.DrawFn) -> tuple[str, str, dict[str, str], bytes, str]:
     """(method, path, headers, body, kind)."""
     kind = draw(st.sampled_from(["ingest", "ingest", "ingest", "permit", "permit", "healthz",
                                  "metrics", "other-path", "other-method", "raw-body"]))
-    token = draw(st.sampled_from([TOKEN, TOKEN, TOKEN, None, "wrong-token-000000", TOKEN + "\x00"]))
+    token = draw(st.sampled_from([GOOD, GOOD, GOOD, GOOD, None, "wrong-token-000000",
+                                  TOKEN + "\x00", OTHER_BODY, GARBAGE]))
     headers = {"Content-Type": "application/json"}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
@@ -178,23 +188,34 @@ def _send(port: int, method: str, path: str, headers: dict[str, str], body: byte
         conn.close()
 
 
-def _signed(headers: dict[str, str], body: bytes) -> dict[str, str]:
-    """node-key mode: where the request carries the good token, the node's own signature
-    instead, as the node the body names (its first record's node, the permit's node; n1 when
-    it names none that a node could have): the signature is good, what it covers is hostile."""
-    from slurmguard.nodekey import node_key_header, node_secret
+def _signed(mode: str, headers: dict[str, str], body: bytes) -> dict[str, str]:
+    """The request's Authorization as a node of serve.auth ``mode`` would send it: where it
+    carries the good token (GOOD), a good signature over the body (munge: this machine's
+    munged, whose origin is every fleet node's NodeAddr; node-key: the key of the node the
+    body names, its first record's node or the permit's node, n1 when it names none that a
+    node could have); OTHER_BODY, a good signature over another body; GARBAGE, the scheme
+    with garbage. The signature is good; what it covers is hostile."""
+    from slurmguard.nodekey import NODE_KEY_SCHEME, node_key_header, node_secret
 
-    if headers.get("Authorization") != f"Bearer {TOKEN}":
+    given = headers.get("Authorization", "")
+    if given not in (f"Bearer {w}" for w in (GOOD, OTHER_BODY, GARBAGE)):
         return headers
+    if given == f"Bearer {GARBAGE}":
+        garbage = ("MUNGE MUNGE:AwQDAAB" + "A" * 40 + ":" if mode == "munge"
+                   else f"{NODE_KEY_SCHEME}node=n1,t=1,sig=" + "0" * 64)
+        return {**headers, "Authorization": garbage}
+    signed = body if given == f"Bearer {GOOD}" else b'{"records": []}'
+    if mode == "munge":
+        return {**headers, "Authorization": munge_auth()(signed)}
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # "[" * 5000: too deep for the test's parser too
         doc = None
     first = doc.get("records", doc) if isinstance(doc, dict) else doc
     first = first[0] if isinstance(first, list) and first else first
     node = first.get("node") if isinstance(first, dict) else None
     node = node if isinstance(node, str) and NAME_OK.fullmatch(node) else "n1"
-    return {**headers, "Authorization": node_key_header(node_secret(SITE, node), node, body,
+    return {**headers, "Authorization": node_key_header(node_secret(SITE, node), node, signed,
                                                         time.time())}
 
 
@@ -220,12 +241,16 @@ def hostile_serve(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         engine.dispose()
     scontrol = d / "scontrol"
     fixture = REPO / "tests" / "data" / "slurm" / "show-node-idle-22.05.8.txt"
-    scontrol.write_text(f"#!/bin/sh\n[ \"$1 $2\" = 'show node' ] && exec cat '{fixture}'\nexit 0\n")
+    config = REPO / "tests" / "data" / "slurm" / "show-config-22.05.8.txt"  # SlurmUser root
+    scontrol.write_text(f"#!/bin/sh\n[ \"$1 $2\" = 'show node' ] && exec cat '{fixture}'\n"
+                        f"[ \"$1 $2\" = 'show config' ] && exec cat '{config}'\nexit 0\n")
     scontrol.chmod(0o755)
     port = new_port()
     cfg = write_config(d, store_url=url, port=port, extra=f'\n[slurm]\nscontrol = "{scontrol}"\n',
                        serve_extra="request_timeout = 10" + extra,
-                       auth="node-key" if request.param == "node-key" else "token")
+                       auth=AUTH[request.param])
+    if AUTH[request.param] == "munge":
+        munge_auth()  # skips (fails under CI) without a munged
     serve = Serve(cfg, port).start()
     yield request.param, serve, url
     serve.stop()
@@ -238,8 +263,8 @@ def hostile_serve(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
 def _check_one(req: tuple[str, str, dict[str, str], bytes, str], hostile_serve: Any) -> None:
     engine, serve, url = hostile_serve
     method, path, headers, body, kind = req
-    if engine == "node-key":
-        headers = _signed(headers, body)
+    if method == "POST":  # a GET keeps the token: the admins' credential in every mode
+        headers = _signed(AUTH[engine], headers, body)
     TRIED[engine] += 1
     KINDS[engine].add(kind)
     status, data = _send(serve.port, method, path, headers, body)
@@ -273,19 +298,18 @@ def _check_one(req: tuple[str, str, dict[str, str], bytes, str], hostile_serve: 
                 assert _stored_reason(url, rid) == reason[:1000], rec
 
 
-def _resend(port: int, recs: list[dict[str, Any]], signed: bool = False) -> list[str]:
-    """POST ``recs`` again, as a node replaying its spool would (``signed``: each node its own
-    records, under its node key); the ids serve stored anew."""
+def _resend(port: int, recs: list[dict[str, Any]], mode: str) -> list[str]:
+    """POST ``recs`` again, as a node replaying its spool would (each node its own records,
+    signed as serve.auth ``mode`` says); the ids serve stored anew."""
     fresh = []
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in recs:
-        groups.setdefault(str(r.get("node")) if signed else "", []).append(r)
+        groups.setdefault(str(r.get("node")), []).append(r)
     batches = [g[i:i + 500] for g in groups.values() for i in range(0, len(g), 500)]
     for batch in batches:
         body = _dumps({"records": batch})
-        head = {"Authorization": f"Bearer {TOKEN}"}
-        status, data = _send(port, "POST", "/ingest", _signed(head, body) if signed else head,
-                             body)
+        status, data = _send(port, "POST", "/ingest",
+                             _signed(mode, {"Authorization": f"Bearer {GOOD}"}, body), body)
         assert status == 200, (status, data[:300])
         fresh += json.loads(data)["stored"]
     return fresh
@@ -309,6 +333,26 @@ def _rows_per_record(url: str) -> tuple[Counter[str], dict[str, int]]:
     return runs, results
 
 
+def _refusals(serve: Serve) -> dict[str, int]:
+    """slurmguard_auth_refusals_total by reason (over every path), from one scrape."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from slurmguard.serve.identity import REASONS
+
+    req = urllib.request.Request(serve.url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        text = r.read().decode()
+    out = dict.fromkeys(REASONS, 0)
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name == "slurmguard_auth_refusals_total":
+                reason = smp.labels["reason"]
+                out[reason] = out.get(reason, 0) + int(smp.value)
+    return out
+
+
 def test_hostile_requests(hostile_serve: Any) -> None:
     engine, serve, url = hostile_serve
     _check_one(hostile_serve=hostile_serve)
@@ -316,12 +360,12 @@ def test_hostile_requests(hostile_serve: Any) -> None:
     assert serve.healthz()["status"] == "ok"
     # Every acknowledged record sent once more: a duplicate can show now, and must not.
     acked = ACKED[engine]
-    again = _resend(serve.port, list(acked.values()), signed=engine == "node-key")
+    again = _resend(serve.port, list(acked.values()), AUTH[engine])
     runs, results = _rows_per_record(url)
     lost = sum(1 for rid in acked if runs[rid] == 0)
     duplicated = sum(runs[rid] - 1 for rid in acked if runs[rid] > 1)
-    duplicated += sum(1 for rid, rec in acked.items()
-                      if runs[rid] and results.get(rid) != len(rec["results"]))
+    duplicated += sum(1 for rid, rec in acked.items()  # "results": null is a record of none
+                      if runs[rid] and results.get(rid) != len(rec["results"] or []))
     unasked = sorted(set(runs) - set(acked))  # stored, never acknowledged to a client
     assert (lost, duplicated, again, unasked) == (0, 0, [], []), (lost, duplicated, again, unasked)
     from sqlalchemy import text
@@ -333,8 +377,9 @@ def test_hostile_requests(hostile_serve: Any) -> None:
         with eng.connect() as conn:
             names = [r[0] for r in conn.execute(text("SELECT name FROM nodes"))]
             reasons = [r[0] or "" for r in conn.execute(text("SELECT reason FROM runs"))]
-            # A refused write's ledger row (kind security, node-key mode) goes to the node whose
-            # key signed it: any name the site key derives a key for, Slurm's or not.
+            # A refused write's ledger row (kind security) goes to the node whose key signed it
+            # (node-key: any name the site key derives a key for, Slurm's or not), or to the
+            # nodes at the credential's origin (munge).
             events = conn.execute(text(
                 "SELECT nodes.name, events.source FROM events JOIN nodes ON nodes.id = events.node_id"
                 " WHERE events.kind != 'security'")).all()
@@ -350,29 +395,36 @@ def test_hostile_requests(hostile_serve: Any) -> None:
     codes = Counter()
     for (_, code), n in ANSWERS[engine].items():
         codes[code] += n
+    refused = _refusals(serve)
     assert sum(codes.values()) == TRIED[engine] and max(codes) < 500, codes
-    record(f"hostile-requests-{engine}", mode="node-key" if engine == "node-key" else "token",
+    record(f"hostile-requests-{engine}", mode=AUTH[engine],
            store="PostgreSQL" if engine == "postgresql" else "SQLite",
            load="-", faults="-",
            bad_inputs=(f"{TRIED[engine]} Hypothesis requests over /ingest, /permit, /healthz, "
-                       f"/metrics, unknown paths and methods, raw bodies ({len(KINDS[engine])} kinds)"),
+                       f"/metrics, unknown paths and methods, raw bodies ({len(KINDS[engine])} "
+                       "kinds); no, wrong, garbled or another body's credential"),
            lost=lost, duplicated=duplicated,
            figures=("every answer < 500 (asserted, /permit included), errors one JSON line; "
                     "answers " + ", ".join(f"{c} x {n}" for c, n in sorted(codes.items()))
-                    + f"; {len(acked)} valid records stored, each sent again at the end and "
+                    + " (refused: " + ", ".join(f"{r} x {n}" for r, n in refused.items() if n)
+                    + f"); {len(acked)} valid records stored, each sent again at the end and "
                     f"answered duplicate, store rows per record id = 1; {len(names)} node names, "
                     "all plain; serve still up"))
 
 
-@pytest.mark.parametrize("hostile_serve", ["sqlite"], indirect=True)  # one HTTP front
+@pytest.mark.parametrize("hostile_serve", ["sqlite"], indirect=True)  # one HTTP front, munge
 def test_huge_and_broken_bodies(hostile_serve: Any) -> None:
+    """From a node whose credential is good (each request its own: munged refuses one
+    decoded before), so that what is refused is the body or the head."""
     engine, serve, url = hostile_serve
+    assert AUTH[engine] == "munge"
     port = serve.port
+    sign = munge_auth()
     tried = []
     # 100 MB announced and sent: refused from the headers, answered before the body is read.
     big = 100 * 1024 * 1024
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    s.sendall(b"POST /ingest HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+    s.sendall(b"POST /ingest HTTP/1.1\r\nHost: x\r\nAuthorization: " + sign(b"").encode()
               + f"\r\nContent-Length: {big}\r\n\r\n".encode())
     chunk = b"x" * (1 << 20)
     t0 = time.monotonic()
@@ -402,17 +454,18 @@ def test_huge_and_broken_bodies(hostile_serve: Any) -> None:
     got = bytes(got)
     assert got.startswith(b"HTTP/1.1 413 "), got[:200]
     tried.append(f"100 MB body ({time.monotonic() - t0:.1f} s)")
-    # Without the token: 401 before a byte of the body is buffered.
+    # Without a credential: 401 before a byte of the body is buffered.
     status, data = _send(port, "POST", "/ingest", {}, b"{" * 1000)
     assert status == 401
-    tried.append("POST without token")
+    tried.append("POST without a credential")
     for name, head in [
         ("negative Content-Length", "Content-Length: -1"),
         ("non-numeric Content-Length", "Content-Length: 1e9"),
         ("chunked body", "Transfer-Encoding: chunked"),
     ]:
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
-        s.sendall(f"POST /ingest HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n{head}\r\n\r\n".encode())
+        s.sendall(f"POST /ingest HTTP/1.1\r\nHost: x\r\nAuthorization: {sign(b'')}\r\n{head}"
+                  "\r\n\r\n".encode())
         resp = s.recv(4096)
         s.close()
         assert re.match(rb"HTTP/1.1 4\d\d ", resp), (name, resp)
@@ -424,7 +477,7 @@ def test_huge_and_broken_bodies(hostile_serve: Any) -> None:
     assert resp.startswith(b"HTTP/1.1 431 "), resp[:100]
     tried.append("70 KB header")
     body = json.dumps({"records": [{"id": f"id{i:08d}"} for i in range(10001)]}).encode()
-    status, data = _send(port, "POST", "/ingest", {"Authorization": f"Bearer {TOKEN}"}, body)
+    status, data = _send(port, "POST", "/ingest", {"Authorization": sign(body)}, body)
     assert status == 413 and b"10000" in data
     tried.append("10,001 records in one request")
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -434,20 +487,23 @@ def test_huge_and_broken_bodies(hostile_serve: Any) -> None:
     assert re.match(rb"HTTP/1.[01] 4\d\d ", resp) or resp == b"", resp[:100]
     tried.append("TLS hello / binary garbage")
     assert serve.healthz()["status"] == "ok"
-    record("hostile-bodies", mode="token", store="SQLite", bad_inputs="; ".join(tried),
+    record("hostile-bodies", mode=AUTH[engine], store="SQLite", bad_inputs="; ".join(tried),
            figures="each a one-line 4xx (413, 401, 400/411, 431, 413, 400); serve still up")
 
 
 def _exchange(port: int, raw: bytes, *, then: bytes = b"", wait: float = 0.0) -> bytes:
-    """Send ``raw`` on one connection (and ``then`` after ``wait`` s); everything answered
-    until serve closes the connection or pauses for a second."""
+    """Send ``raw`` on one connection (and ``then`` once serve has answered something, or
+    after ``wait`` s: a client's wait for "100 Continue"); everything answered until serve
+    closes the connection or pauses for a second."""
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     try:
         s.sendall(raw)
         got = bytearray()
         if then:
-            time.sleep(wait)
-            s.settimeout(0.3)
+            # Not a fixed sleep: on a loaded machine serve's look at the head (a MUNGE
+            # decode, in munge mode) may take longer, and a body sent before it looked
+            # rightly gets no "100 Continue".
+            s.settimeout(wait)
             try:
                 got += s.recv(65536)  # what came before the rest was sent (100 Continue)
             except OSError:
@@ -467,11 +523,14 @@ def _exchange(port: int, raw: bytes, *, then: bytes = b"", wait: float = 0.0) ->
         s.close()
 
 
-@pytest.mark.parametrize("hostile_serve", ["sqlite"], indirect=True)  # one HTTP front
+@pytest.mark.parametrize("hostile_serve", ["sqlite"], indirect=True)  # one HTTP front, munge
 def test_request_heads(hostile_serve: Any) -> None:
     """The dispatcher parses a request's head once and the handler answers from it: folded,
-    repeated and lower-case fields, malformed ones, Connection and Expect, on a real serve."""
-    _, serve, _ = hostile_serve
+    repeated and lower-case fields, malformed ones, Connection and Expect, on a real serve
+    (munge mode: a node's credential in the Authorization field, a fresh one per request)."""
+    engine, serve, _ = hostile_serve
+    assert AUTH[engine] == "munge"
+    sign = munge_auth()
     port = serve.port
     rec = make_record("n3", "prolog", [], "pass", "")
     body = json.dumps(rec).encode()
@@ -481,14 +540,15 @@ def test_request_heads(hostile_serve: Any) -> None:
                 f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
     # A folded Authorization field is one value; lower-case names count.
-    got = _exchange(port, post(f"authorization: Bearer\r\n  {TOKEN}\r\nConnection: close\r\n"))
+    scheme, cred = sign(body).split(" ", 1)
+    got = _exchange(port, post(f"authorization: {scheme}\r\n  {cred}\r\nConnection: close\r\n"))
     assert got.startswith(b"HTTP/1.1 200 ") and rec["id"].encode() in got, got[:300]
-    # Of two Authorization fields the first counts (a second cannot smuggle a token in).
-    got = _exchange(port, post(f"Authorization: Bearer wrong\r\nAuthorization: Bearer {TOKEN}\r\n"))
+    # Of two Authorization fields the first counts (a second cannot smuggle a credential in).
+    got = _exchange(port, post(f"Authorization: Bearer wrong\r\nAuthorization: {sign(body)}\r\n"))
     assert got.startswith(b"HTTP/1.1 401 "), got[:200]
     for bad in ("Content-Length : 5\r\n", "no colon\r\n", "Bad Name: x\r\n",
                 "".join(f"X-{i}: v\r\n" for i in range(101))):
-        got = _exchange(port, post(f"Authorization: Bearer {TOKEN}\r\n{bad}"))
+        got = _exchange(port, post(f"Authorization: {sign(body)}\r\n{bad}"))
         assert got.startswith(b"HTTP/1.1 400 ") and b"malformed request headers" in got, (bad, got[:200])
     # HTTP/1.0 with keep-alive: two answers on one connection; without it, one and closed.
     get = b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
@@ -502,9 +562,9 @@ def test_request_heads(hostile_serve: Any) -> None:
     # Expect: 100-continue: the interim answer comes before the body is sent.
     rec2 = make_record("n4", "prolog", [], "pass", "")
     body2 = json.dumps(rec2).encode()
-    head = (f"POST /ingest HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+    head = (f"POST /ingest HTTP/1.1\r\nHost: x\r\nAuthorization: {sign(body2)}\r\n"
             f"Expect: 100-continue\r\nConnection: close\r\nContent-Length: {len(body2)}\r\n\r\n")
-    got = _exchange(port, head.encode(), then=body2, wait=0.5)
+    got = _exchange(port, head.encode(), then=body2, wait=10.0)
     assert got.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), got[:200]
     assert b"HTTP/1.1 200 " in got and rec2["id"].encode() in got, got[:400]
     assert got.count(b"100 Continue") == 1, got[:400]  # once, from the dispatcher

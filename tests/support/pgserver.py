@@ -71,8 +71,17 @@ class PgServer:
         opts = (f"-p {self.port} -k {self.tmp} -c listen_addresses=127.0.0.1 -c fsync=off "
                 f"-c synchronous_commit={sync} -c full_page_writes=off -c max_connections=100 "
                 "-c shared_buffers=32MB" + "".join(f" -c {o}" for o in self.options))
-        self._as_pg([f"{self.bindir}/pg_ctl", "-D", self.data, "-o", opts, "-l",
-                     os.path.join(self.tmp, "log"), "-w", "-t", "60", "start"], timeout=90)
+        log = os.path.join(self.tmp, "log")
+        try:
+            self._as_pg([f"{self.bindir}/pg_ctl", "-D", self.data, "-o", opts, "-l", log, "-w",
+                         "-t", "60", "start"], timeout=90)
+        except subprocess.CalledProcessError as exc:  # say why: pg_ctl's line and the log's end
+            try:
+                with open(log, errors="replace") as fh:
+                    tail = "".join(fh.readlines()[-15:])
+            except OSError:
+                tail = "(no log)"
+            raise RuntimeError(f"pg_ctl start failed: {exc.stdout}{exc.stderr}\n{tail}") from None
 
     def standby(self) -> PgServer:
         """A streaming standby of this (running) server, started on a port of its own:

@@ -7,9 +7,11 @@ import os
 import signal
 import subprocess
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-from support.helpers import sg_argv, sg_env
+from support.helpers import REPO, require, sg_argv, sg_env
 from support.pgserver import free_port
 from support.wait import WaitTimeout, wait_for
 
@@ -40,14 +42,59 @@ def new_store(d: Path, name: str = "store.db") -> str:
     return url
 
 
+def munge_auth() -> Any:
+    """This machine's munged as the signer of every test node (serve.auth = munge): the
+    nodes of :func:`write_config`'s ``nodes`` are all at 127.0.0.1, the origin it stamps.
+    Skips (fails under CI=true) where no munged answers."""
+    from slurmguard.adapters import munge
+    from slurmguard.adapters.serve_client import munge_signer
+
+    try:
+        munge.decode(munge.encode(b""))
+    except munge.MungeError as exc:
+        require(False, f"a munged answering here (serve.auth = munge): {exc.message}")
+    return munge_signer()
+
+
+def _munge_nodes(d: Path, nodes: Iterable[str]) -> str:
+    """The ``[slurm]`` section of a serve in munge mode without a Slurm of its own: a stand-in
+    ``scontrol`` printing, for ``show node -o``, the line real Slurm 22.05.8 printed for n1
+    (tests/data/slurm/show-node-idle-22.05.8.txt) once for each of ``nodes`` under its name,
+    ``NodeAddr=localhost`` as captured: every node at 127.0.0.1, like one host running many
+    slurmd (``slurmd -N``); for ``show config`` the captured 22.05.8 config (SlurmUser root).
+    Anything else it appends to ``scontrol-calls`` and exits 1 (serve asks nothing more with
+    --no-policy)."""
+    data = REPO / "tests" / "data" / "slurm"
+    line = (data / "show-node-idle-22.05.8.txt").read_text().splitlines()[0]
+    assert line.startswith("NodeName=n1 ") and " NodeAddr=localhost " in line
+    table = d / "scontrol-nodes.txt"
+    table.write_text("".join(line.replace("NodeName=n1 ", f"NodeName={n} ", 1) + "\n"
+                             for n in nodes))
+    scontrol = d / "scontrol"
+    scontrol.write_text(f"""#!/bin/sh
+case "$1 $2" in
+  "show node") exec cat '{table}' ;;
+  "show config") exec cat '{data / "show-config-22.05.8.txt"}' ;;
+esac
+echo "$@" >> '{d / "scontrol-calls"}'
+exit 1
+""")
+    scontrol.chmod(0o755)
+    return f'\n[slurm]\nscontrol = "{scontrol}"\n'
+
+
 def write_config(d: Path, *, store_url: str, port: int, extra: str = "",
                  spool_max: int = 10000, report_timeout: float = 5.0,
-                 serve_extra: str = "", auth: str = "token") -> Path:
+                 serve_extra: str = "", auth: str = "token", nodes: Iterable[str] = ()) -> Path:
     """A config with the store, serve and node-side report settings of a test setup.
 
-    ``auth`` is serve.auth: "token" for the suite's many serve tests (one shared token,
-    one munged on this machine and every node on 127.0.0.1); the node-identity tests
-    (test_node_identity*.py) pass "munge" with a munged per test node."""
+    ``auth`` is serve.auth: "token" for the suite's many serve tests (one shared token);
+    "munge", the default a site runs, with ``nodes``: serve's Slurm is a stand-in node table
+    (:func:`_munge_nodes`) putting them all at 127.0.0.1, where this machine's munged signs
+    (:func:`munge_auth`); the node-identity tests (test_node_identity*.py) run a real Slurm
+    and a munged per test node instead."""
+    if nodes:
+        extra += _munge_nodes(d, nodes)
     token = d / "token"
     if not token.exists():
         token.write_text(TOKEN + "\n")
