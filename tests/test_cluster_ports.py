@@ -61,3 +61,16 @@ def test_single_ports_are_handed_once_below_the_ephemeral_range(tmp_path, monkey
     got = [ports.free_port() for _ in range(50)]
     assert len(set(got)) == 50
     assert all(15000 <= p < 20000 for p in got), got
+
+
+def test_small_blocks_are_not_starved_by_the_hold(tmp_path, monkeypatch):
+    """Forty small clusters inside one hold (a run beside another: CI's parts, a loop of the
+    fleet day's four clusters) all get a block of their own; a step of 1,100 for every size
+    left ten places and the eleventh failed."""
+    from support import ports
+
+    monkeypatch.setattr(ports, "_HANDED_FILE", tmp_path / "ports.json")
+    got = [ports.free_port_block(17) for _ in range(40)]
+    assert len(set(got)) == 40
+    spans = sorted((b, b + 17) for b in got)
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False))

@@ -39,16 +39,22 @@ _HANDED_LOCK = threading.Lock()
 _HANDED_FOR_S = 300.0  # long enough for a thousand slurmd to bind their ports
 
 
-def free_port_block(count: int, low: int = 20000, high: int = 32000, step: int = 1100,
+def free_port_block(count: int, low: int = 20000, high: int = 32000, step: int = 0,
                     host: str = "127.0.0.1") -> int:
     """The first port of ``count`` consecutive loopback ports, all free now, in [low, high),
     and not handed to another caller on this host (any process) in the last few minutes.
 
     Below the kernel's ephemeral range (32768 up by default): a thousand slurmd on kernel-picked
     ports would collide with the clients' own outgoing ports, and ports picked there one by one
-    may be taken again between the pick and slurmd's bind. Blocks start on multiples of 1,100
-    so two harnesses on one host probe distinct blocks first."""
+    may be taken again between the pick and slurmd's bind."""
     import fcntl
+
+    # Blocks start on multiples of ``step``: the block's size rounded up to 100 by default
+    # (120 places for a small cluster's 17 ports, 10 for a thousand slurmd). A step of 1,100
+    # for every size left ten places, and a run beside another (CI's parts, a loop of the
+    # fleet day's four clusters) had all ten handed within the hold: "no 17 consecutive free
+    # ports".
+    step = step or max(100, -(-count // 100) * 100)
 
     with _HANDED_LOCK, open(f"{_HANDED_FILE}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
