@@ -30,10 +30,16 @@ from support.noskip import (  # noqa: E402, F401
     pytest_terminal_summary,
 )
 
+_SESSION_START: list[float] = []  # wall clock: reliability rows written since are this run's
+
 
 def pytest_configure(config):
     """Every run of the suite ends with its slowest modules (tests/support/module_times.py)."""
+    import time
+
     from support import module_times
+
+    _SESSION_START.append(time.time())
 
     if not config.pluginmanager.is_registered(module_times):
         config.pluginmanager.register(module_times, "slurmguard_module_times")
@@ -90,7 +96,8 @@ def pytest_sessionfinish(session, exitstatus):
     if os.environ.get("SLURMGUARD_RELIABILITY_DOC") == "1" and exitstatus == 0:
         from support import reliability
 
-        reliability.update_doc()
+        # Only this session's rows: an earlier run's (other code, the CI form) stay out.
+        reliability.update_doc(since=_SESSION_START[0] if _SESSION_START else 0.0)
 
 
 @pytest.fixture(scope="module")

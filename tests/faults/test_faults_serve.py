@@ -247,8 +247,30 @@ def test_connection_cap_evicts_idle_first(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
-def test_kill_9_serve_mid_load(tmp_path: Path, engine: str, request: pytest.FixtureRequest) -> None:
+def _node_key_signers(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """(serve_extra naming a site key, auth_for(node)): the per-node mode, each client signing
+    with its own node key as a node does (serve.auth = "node-key")."""
+    from slurmguard.nodekey import node_key_header, node_secret
+
+    site = tmp_path / "site.key"
+    site.write_text("faults-site-key-0123456789abcdef012\n")
+    site.chmod(0o600)
+    key = site.read_text().strip().encode()
+
+    def auth_for(node: str):  # type: ignore[no-untyped-def]
+        secret = node_secret(key, node)
+        return lambda body: node_key_header(secret, node, body, time.time())
+
+    return f'site_key_file = "{site}"', auth_for
+
+
+@pytest.mark.parametrize("engine,mode", [("sqlite", "munge"), ("postgresql", "munge"),
+                                         ("sqlite", "node-key")])
+def test_kill_9_serve_mid_load(tmp_path: Path, engine: str, mode: str,
+                               request: pytest.FixtureRequest) -> None:
+    """serve killed mid-load and restarted: nothing lost, nothing stored twice, in munge mode
+    (the default) and in the per-node mode, where each spooled record is replayed under a
+    fresh signature of its node's key."""
     if engine == "sqlite":
         url = new_store(tmp_path)
     else:
@@ -261,8 +283,15 @@ def test_kill_9_serve_mid_load(tmp_path: Path, engine: str, request: pytest.Fixt
         upgrade(eng)
         eng.dispose()
     port = new_port()
-    cfg = _config(tmp_path, url, port, _clients("soak", KILL_CLIENTS))
-    sign = munge_auth()
+    if mode == "munge":
+        cfg = _config(tmp_path, url, port, _clients("soak", KILL_CLIENTS))
+        sign = munge_auth()
+
+        def auth_for(_node: str):  # type: ignore[no-untyped-def]
+            return sign
+    else:
+        extra, auth_for = _node_key_signers(tmp_path)
+        cfg = write_config(tmp_path, store_url=url, port=port, auth="node-key", serve_extra=extra)
     serve = Serve(cfg, port, "--no-policy").start()
     started = threading.Event()
     kills = []
@@ -284,14 +313,14 @@ def test_kill_9_serve_mid_load(tmp_path: Path, engine: str, request: pytest.Fixt
     try:
         load = run_clients(f"{serve.url}/ingest", "", clients=KILL_CLIENTS,
                            seconds=KILL_SECONDS, batch=5, spool_root=tmp_path / "spools",
-                           timeout=5, during=started, auth_for=lambda _: sign)
+                           timeout=5, during=started, auth_for=auth_for)
         t.join(60)
-        left = drain_spools(f"{serve.url}/ingest", "", tmp_path / "spools",
-                            auth_for=lambda _: sign)
+        left = drain_spools(f"{serve.url}/ingest", "", tmp_path / "spools", auth_for=auth_for)
     finally:
         serve.stop()
     lost, dup, stored = count_in_store(url, load.made)
-    record(f"kill-9-serve-{engine}", mode="munge", store="SQLite" if engine == "sqlite" else "PostgreSQL",
+    row = f"kill-9-serve-{engine}" + ("" if mode == "munge" else f"-{mode}")
+    record(row, mode=mode, store="SQLite" if engine == "sqlite" else "PostgreSQL",
            load=f"{KILL_CLIENTS} clients x {load.seconds:.0f} s, batches of 5",
            faults=f"kill -9 of serve mid-load, down {kills[1] - kills[0]:.1f} s, restarted",
            lost=lost, duplicated=dup,

@@ -45,8 +45,9 @@ SCENARIOS: dict[str, str] = {
     "idle-connections": "tests/soak/test_soak_ingest.py::test_idle_connections_do_not_delay_nodes",
     "slow-clients": "tests/faults/test_faults_serve.py::test_slow_and_stuck_clients_are_cut_off",
     "connection-cap": "tests/faults/test_faults_serve.py::test_connection_cap_evicts_idle_first",
-    "kill-9-serve-sqlite": "tests/faults/test_faults_serve.py::test_kill_9_serve_mid_load[sqlite]",
-    "kill-9-serve-postgresql": "tests/faults/test_faults_serve.py::test_kill_9_serve_mid_load[postgresql]",
+    "kill-9-serve-sqlite": "tests/faults/test_faults_serve.py::test_kill_9_serve_mid_load[sqlite-munge]",
+    "kill-9-serve-postgresql": "tests/faults/test_faults_serve.py::test_kill_9_serve_mid_load[postgresql-munge]",
+    "kill-9-serve-sqlite-node-key": "tests/faults/test_faults_serve.py::test_kill_9_serve_mid_load[sqlite-node-key]",
     "postgresql-crash": "tests/faults/test_faults_serve.py::test_postgresql_crash_mid_load",
     "replica-permit-storm": "tests/test_serve_replicas.py::test_a_permit_storm_over_three_replicas_allows_exactly_the_cap",
     "replica-killed-mid-storm": "tests/test_serve_replicas.py::test_a_replica_killed_mid_storm_leaves_the_cap_exact",
@@ -113,11 +114,15 @@ def load_rows(path: Path = DATA) -> dict[str, dict[str, Any]]:
     return {r["scenario"]: r for r in rows}
 
 
-def run_rows() -> dict[str, dict[str, Any]]:
-    """The rows this machine's last runs wrote (tests/_build/reliability/)."""
+def run_rows(since: float = 0.0) -> dict[str, dict[str, Any]]:
+    """The rows this machine's runs wrote (tests/_build/reliability/), only those written at
+    or after ``since`` (a session's start: rows an earlier run left there, maybe on other
+    code or in the other form, are not this session's)."""
     rows = {}
     for p in sorted(OUT.glob("*.json")):
         try:
+            if p.stat().st_mtime < since:
+                continue
             r = json.loads(p.read_text())
         except ValueError:
             continue
@@ -152,10 +157,11 @@ def doc_block(text: str) -> str | None:
     return text[start:end + len(END)]
 
 
-def update_doc(rows: dict[str, dict[str, Any]] | None = None) -> None:
-    """Merge this machine's run rows into docs/reliability.json and re-render the doc."""
+def update_doc(rows: dict[str, dict[str, Any]] | None = None, since: float = 0.0) -> None:
+    """Merge run rows (``rows``, else those written since ``since``) into
+    docs/reliability.json and re-render the doc."""
     merged = load_rows()
-    merged.update(run_rows() if rows is None else rows)
+    merged.update(run_rows(since) if rows is None else rows)
     ordered = [merged[n] for n in SCENARIOS if n in merged]
     DATA.write_text(json.dumps(ordered, indent=1, sort_keys=True) + "\n")
     text = DOC.read_text()
