@@ -263,7 +263,19 @@ class DockerCluster:
         (trusted through `docker exec`, never scanned over the network)."""
         lines = []
         for name in names:
-            key = self.sh(name, "cat /etc/ssh/ssh_host_ed25519_key.pub").split()
+            # The entrypoint writes the key at the container's start (ssh-keygen writes the
+            # private key, then the public one): read it once it is whole, and say what was
+            # seen if it never is. Seen once under load 30: a read that split to fewer than
+            # two words.
+            seen: list[str] = []
+
+            def whole(name: str = name, seen: list[str] = seen) -> list[str] | None:
+                rc, out = self.exec(name, ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"], check=False)
+                seen[:] = [f"exit {rc}: {out!r}"]
+                return out.split() if rc == 0 and len(out.split()) >= 2 else None
+
+            key = wait_for(f"{name}'s ssh host key", whole, timeout=30,
+                           context=lambda name=name, seen=seen: f"last read {seen}\n{self.logs(name)}")
             lines.append(f"{self.address(name)} {key[0]} {key[1]}")
         path.write_text("\n".join(lines) + "\n")
         return path
