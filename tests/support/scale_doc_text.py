@@ -48,7 +48,10 @@ LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
                        "drain made; the outage's up window as long as its down window), 512 "
                        "jobs watching the outage",
           "fleet-outage": "the serve outage at fleet size with the up window as long as the "
-                          "down window (main at 728c9bc), 512 jobs watching it"}
+                          "down window (main at 728c9bc), 512 jobs watching it",
+          "current": "128 nodes on main at 0fc5732: one node-table reader for every replica, "
+                     "the serve-down fallback's narrow reads, the package's bytecode compiled "
+                     "(steady, the shared fault, the Xid wave)"}
 
 
 HEAD = """# slurmguard at fleet size: one slurmctld, up to 1,024 nodes on one host
