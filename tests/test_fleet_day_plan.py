@@ -4,6 +4,8 @@ must wait holds up no other, a late fault keeps its planned length."""
 
 from __future__ import annotations
 
+import time
+
 from hypothesis import given
 from hypothesis import strategies as st
 from support import fleet_day_plan as plan
@@ -132,7 +134,39 @@ def test_overhead_is_split_into_start_checkpoints_other_steps_and_exit():
     r = plan.Run("a", 0.0, 11.0, 0, ["n1"], [(1, 4.0), (2, 5.25), (3, 6.75), (4, 7.75), (5, 9.0)])
     fig = plan.figures([r], [], 0.0, 20.0, 1.0, 8, {}, [], every=2)
     g = plan.GPUS_PER_NODE
-    assert fig["overhead_gpu_s_by_part"] == {
-        "start to first step": 3 * g, "steps after a checkpoint, past nominal": round(0.75 * g),
-        "other steps, past nominal": 2, "last step to end": 2 * g}
+    parts = {k: v for k, v in fig["overhead_gpu_s_by_part"].items() if v}
+    assert parts == {plan.RESUME: 3 * g, plan.CKPT: round(0.75 * g), plan.OTHER: 2,
+                     plan.EXIT: 2 * g}
     assert fig["lost_gpu_s_by_cause"] == {"overhead": 6 * g}
+
+
+def test_a_runs_gpus_are_charged_from_slurms_allocation_and_split_by_who_spent_them():
+    """Allocated at 10, the Prolog 0.5 s of the 1.5 s before the script (at 11.5), the program's
+    first instant at 12, its first 1-s step ended at 14: every part in its row, and the run's
+    GPUs charged from the allocation."""
+    from support import fleet_day_timeline as timeline
+
+    log = ("[2026-12-06T19:31:17.732] _slurm_rpc_submit_batch_job: JobId=7 InitPrio=1\n"
+           "[2026-12-06T19:31:20.000] sched: Allocate JobId=7 NodeList=n[1-2] #CPUs=2\n"
+           "[2026-12-06T19:31:40.250] sched/backfill: _start_job: Started JobId=7 in gpu on n3\n"
+           "garbage JobId=7\n")
+    allocs = timeline.allocations(log)
+    base = time.mktime(time.strptime("2026-12-06T19:31:20", "%Y-%m-%dT%H:%M:%S"))
+    assert allocs == {"7": [base, base + 20.25]}
+    r1 = plan.Run("a", base + 1.5, base + 5.0, 75, ["n1", "n2"], [(1, base + 4.0)], job_id="7")
+    r2 = plan.Run("a", base + 21.0, base + 24.0, 0, ["n3"], [(2, base + 23.0)], job_id="7")
+    lost = plan.Run("b", base + 30.0, base + 31.0, 0, ["n4"], [], job_id="8")
+    programs = timeline.began(f"{base + 2.0} 7 0\n{base + 21.5} 7 1\nbad\n")
+    pro = {("7", "n1"): [(base + 0.1, 0.5)], ("7", "n2"): [(base + 0.2, 0.25)],
+           ("7", "n3"): [(base - 100, 9.0)]}  # an earlier job's record: not this run's
+    assert timeline.attach([r1, r2, lost], allocs, programs, pro) == 1
+    assert (r1.alloc, r1.began, r1.prolog_s) == (base, base + 2.0, 0.5)
+    assert (r2.alloc, r2.began, r2.prolog_s) == (base + 20.25, base + 21.5, 0.0)
+    assert lost.alloc is None and lost.first == lost.start
+    fig = plan.figures([r1], [], base, base + 100, 1.0, 8, {}, [])
+    g = 2 * plan.GPUS_PER_NODE
+    assert fig["allocated_gpu_s"] == 5 * g
+    parts = fig["overhead_gpu_s_by_part"]
+    assert (parts[plan.PROLOG], parts[plan.LAUNCH], parts[plan.WRAPPER], parts[plan.RESUME]) == (
+        0.5 * g, 1.0 * g, 0.5 * g, 1.0 * g)
+    assert parts[plan.EXIT] == 1.0 * g and sum(parts.values()) == 4 * g

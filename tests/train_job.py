@@ -23,6 +23,7 @@ SIGUSR1: write a checkpoint now and exit 75 (asks the wrapper for a requeue).
   "crash" (print an NCCL system error, exit 1, as a collective over a lost GPU or link does)
   or "slow F" (the step takes F times as long: a throttled GPU, a link down to fewer lanes);
   while DIR/ALL exists (a shared filesystem hung) the step waits.
+--began FILE: append "<first instant> <job id> <restart>" (rank 0), the program's start.
 --resume-latest: without `slurmguard run`'s SLURMGUARD_RESUME_FROM, resume from the newest
   complete checkpoint in --ckpt-dir itself (what a training script does on its own).
 """
@@ -36,7 +37,9 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
+
+BEGAN = time.time()  # the program's first instant, before its own imports (--began)
+from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's slurmguard
 from slurmguard import progress  # noqa: E402
@@ -120,12 +123,16 @@ def main() -> int:
     ap.add_argument("--slow-sleep", type=float, default=0.0)
     ap.add_argument("--fault-dir", default="")
     ap.add_argument("--resume-latest", action="store_true")
+    ap.add_argument("--began", default="")
     ap.add_argument("--no-barrier", action="store_true")  # ranks step on their own (a slow
     # node then shows in its own step times, as in pipeline stages or independent workers)
     a = ap.parse_args()
     rank = int(os.environ.get("SLURM_PROCID", "0"))
     restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
     faulty = restart == a.fault_restart
+    if a.began and rank == 0:
+        with open(a.began, "a") as fh:
+            fh.write(f"{BEGAN:.6f} {os.environ.get('SLURM_JOB_ID', 'local')} {restart}\n")
     root = Path(a.ckpt_dir)
     state, step = "init", 0
     if progress.resume_from():

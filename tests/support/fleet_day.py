@@ -42,6 +42,7 @@ from typing import Any
 from slurmguard.errors import SlurmguardError
 from support import fleet_day_outcomes as outcomes
 from support import fleet_day_plan as plan
+from support import fleet_day_timeline as timeline
 from support.fleet_day_arms import StartLine, load_summary, spread, stalls
 from support.fleet_day_faults import RebootPhysics, clear, day_limits, effect, inject
 from support.fleet_day_reads import policy_predictions, repairs, risk_flags
@@ -130,7 +131,7 @@ class Day:
         (d / "ckpt").mkdir(parents=True, exist_ok=True)
         train = (f"{sys.executable} {TRAIN} --steps {j['steps']} --every {self.every} "
                  f"--sleep {self.step_s} --ckpt-dir {d}/ckpt --log {d}/steps.log "
-                 f"--final {d}/final.json --fault-dir {self.fault_dir}")
+                 f"--final {d}/final.json --fault-dir {self.fault_dir} --began {d}/began.log")
         if self.mode == "slurmguard":
             cmd = (f"{self.h.sg} run --checkpoint-dir {d}/ckpt --max-requeues 50 -- "
                    f"{train} --notice-poll")
@@ -424,6 +425,19 @@ class Day:
             jr = plan.parse_runs(name, (d / "runs.log").read_text() if (d / "runs.log").exists() else "")
             plan.attach_steps(jr, (d / "steps.log").read_text() if (d / "steps.log").exists() else "")
             runs += jr
+        # Slurm's allocation, the Prolog, the program's start: before each script's start.
+        store = None
+        if self.mode == "slurmguard":
+            from slurmguard.store import Store
+
+            store = Store.open(url=self.h.store_url)
+        try:
+            no_alloc = timeline.read(runs, self.h.cluster.root / "log" / "slurmctld.log",  # type: ignore[union-attr]
+                                     [self.dir / n / "began.log" for n in self.jobs],
+                                     store, since=self.t0 - 60)
+        finally:
+            if store is not None:
+                store.close()
         real = [replace(f, at=round(self.on_at[f] - self.t0, 1),
                         clear_at=round(self.off_at[f] - self.t0, 1) if f in self.off_at else None)
                 for f in self.faults if f in self.on_at]
@@ -436,6 +450,7 @@ class Day:
                            self.drains, sorted(self.healthy_drained), detect_drains=own,
                            every=self.every)
         fig["t0"], fig["window_s"] = round(self.t0, 3), round(t_end - self.t0, 3)
+        fig["runs_without_allocation_line"] = no_alloc
         fig["healthy_drained_why"] = self.healthy_drained
         fig["drained_by"] = dict(sorted(self.drained_by.items()))
         fig["out_of_service_series"] = self.series[:: max(1, len(self.series) // 120)]

@@ -78,7 +78,9 @@ tests/support/nhc_node.py (NHC with each node's view, docs/testing.md "LBNL NHC 
   node-table sampler's first look at the drain. What happens after the day's end (slurmguard's
   repairs finishing, a late drain) is reported apart and counted in no figure.
 - **Figures**: ETTR = useful GPU time / allocated GPU time (useful: every step kept, at its
-  nominal time; allocated: each run's batch script from start to end); goodput = useful /
+  nominal time; allocated: each run from Slurm's allocation of its nodes, to the
+  millisecond in slurmctld's log, to its batch script's end, so the gate and the Prolog are
+  paid for); goodput = useful /
   (all GPUs x the day); lost GPU-seconds by cause: each run's allocated less its useful,
   charged to the fault on one of its nodes during it, else to overhead (start-up,
   checkpoints, requeue waits); **lost to node faults**: every cause but the shared
@@ -217,9 +219,10 @@ def section(key: str, f: dict[str, Any]) -> list[str]:
                     + " | ".join(_fmt(f[a]["detect_s_by_cause"].get(c)) for a in arms) + " |")
     parts = sorted({p for a in arms for p in f[a].get("overhead_gpu_s_by_part", {})})
     if parts:  # recorded from the runs that record it on
-        rows += ["", "Overhead split by where it went, in runs no fault touched (GPU-hours; "
-                 "tests/support/fleet_day_plan.py `_overhead_parts`; the Prolog and the gate "
-                 "run before a batch script's start and are not in any arm's allocated time):",
+        rows += ["", "Overhead split by who spent it, in runs no fault touched (GPU-hours; "
+                 "tests/support/fleet_day_plan.py `_overhead_parts`, from slurmctld's "
+                 "allocation, the Prolog's own timer and the program's first instant: "
+                 "tests/support/fleet_day_timeline.py):",
                  "", f"| part | {head} |", sep]
         rows += [f"| {p} | " + " | ".join(_gpu_h(f[a].get("overhead_gpu_s_by_part", {}).get(p, 0))
                                           for a in arms) + " |" for p in parts]

@@ -191,13 +191,23 @@ def job_mix(nodes: int) -> list[int]:
 
 @dataclass
 class Run:
-    """One allocation of a job, as its batch script recorded it."""
+    """One allocation of a job: its batch script's lines, its steps, and the instants before
+    the script (support/fleet_day_timeline.py attaches them)."""
     job: str
-    start: float
+    start: float  # the batch script's first line
     end: float | None
     rc: int | None
     nodes: list[str]
     steps: list[tuple[int, float]] = field(default_factory=list)  # (step, when it ended)
+    job_id: str = ""
+    alloc: float | None = None  # slurmctld allocated the nodes (its log); None: not known
+    began: float | None = None  # the training program's first instant (its own clock)
+    prolog_s: float = 0.0  # slurmguard's Prolog on the allocation's slowest node (its timer)
+
+    @property
+    def first(self) -> float:
+        """When the run's GPUs were taken: Slurm's allocation, else the script's start."""
+        return self.alloc if self.alloc is not None and self.alloc <= self.start else self.start
 
 
 def parse_runs(name: str, text: str) -> list[Run]:
@@ -208,7 +218,7 @@ def parse_runs(name: str, text: str) -> list[Run]:
     for ln in text.splitlines():
         w = ln.split()
         if len(w) == 5 and w[0] == "start":
-            runs.append(Run(name, float(w[1]), None, None, expand(w[4])))
+            runs.append(Run(name, float(w[1]), None, None, expand(w[4]), job_id=w[2]))
         elif len(w) == 5 and w[0] == "end" and runs and runs[-1].end is None:
             runs[-1].end, runs[-1].rc = float(w[1]), int(w[4])
     return runs
@@ -242,8 +252,9 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
       one of its nodes during it (the earliest), else to "overhead" (start-up, checkpoints);
     - detect: fault to its node's drain (``detect_drains``: the drains that may count, default
       all); return: drain to undrain, where the fault went away and the node came back."""
-    # The window: only runs that started inside it, each clipped to it.
-    runs = [r for r in runs if r.start < t_end]
+    # The window: only runs allocated inside it, each clipped to it; a run's GPUs are taken
+    # from Slurm's allocation (the gate and the Prolog run before its script starts).
+    runs = [r for r in runs if r.first < t_end]
     by_job: dict[str, list[Run]] = {}
     for r in runs:
         by_job.setdefault(r.job, []).append(r)
@@ -256,7 +267,7 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
         for r in reversed(jruns):  # a step is kept by the last run that did it
             end = min(r.end if r.end is not None else t_end, t_end)
             gpus = len(r.nodes) * GPUS_PER_NODE
-            a = max(0.0, end - max(r.start, t0)) * gpus
+            a = max(0.0, end - max(r.first, t0)) * gpus
             kept = [s for s, t in r.steps if s not in later and t <= t_end]
             redone_steps += sum(1 for s, _ in r.steps if s in later)
             later |= {s for s, _ in r.steps}
@@ -266,7 +277,7 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
             cause = _charged(r, faults, t0, end)
             lost[cause] = lost.get(cause, 0.0) + max(0.0, a - u)
             if cause == "overhead":
-                for part, s in _overhead_parts(r, max(r.start, t0), end, step_s, every).items():
+                for part, s in _overhead_parts(r, max(r.first, t0), end, step_s, every).items():
                     split[part] = split.get(part, 0.0) + s * gpus
             if r.rc not in (None, 0, 75) and r.end is not None and r.end <= t_end:
                 failed += 1
@@ -304,24 +315,44 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
     }
 
 
+PROLOG = "allocation to script: the Prolog"
+LAUNCH = "allocation to script: Slurm's launch and the gate"
+WRAPPER = "script to program: slurmguard run's start"
+RESUME = "program to first step: the resume"
+CKPT = "steps after a checkpoint, past nominal"
+OTHER = "other steps, past nominal: polls, load"
+EXIT = "last step to end"
+
+
 def _overhead_parts(r: Run, start: float, end: float, step_s: float,
                    every: int) -> dict[str, float]:
-    """Where a run's time beyond its steps' nominal went (seconds, inside [start, end]): its
-    start to its first step (the program's and, with slurmguard, the wrapper's start and the
-    resume), the time past nominal of the steps after a checkpoint (``every``: the program's
-    checkpoint interval; the write), of the other steps (each step's drain-notice poll, this
-    host's load), and its last step to its end (the final state, the exit)."""
+    """Where a run's time beyond its steps' nominal went (seconds, inside [start, end]), in
+    the order it is spent: Slurm's allocation to the batch script (slurmctld's launch and,
+    with slurmguard, the gate; its Prolog by the Prolog's own timer), the script to the
+    program's first instant (``slurmguard run``'s start; bash's exec for the other arms), the
+    program to its first step (the resume), the time past nominal of the steps after a
+    checkpoint (``every``: the program's checkpoint interval; the write) and of the other steps
+    (each step's drain-notice poll, this host's load), and its last step to its end (the final
+    state, the exit). A part whose instants are unknown falls into the next one."""
     ts = sorted(t for _, t in r.steps if start <= t <= end)
+    out = dict.fromkeys((PROLOG, LAUNCH, WRAPPER, RESUME, CKPT, OTHER, EXIT), 0.0)
+    at = start
+    first = ts[0] - step_s if ts else end
+    if r.alloc is not None and at < r.start <= first:
+        pre = r.start - at
+        out[PROLOG] = min(r.prolog_s, pre)
+        out[LAUNCH] = pre - out[PROLOG]
+        at = r.start
+    if r.began is not None and at <= r.began <= first:
+        out[WRAPPER] = r.began - at
+        at = r.began
+    out[RESUME] = max(0.0, first - at)
     if not ts:
-        return {"start to first step": max(0.0, end - start)}
+        return out
     steps = sorted((t, s) for s, t in r.steps if start <= t <= end)
-    out = {"start to first step": max(0.0, ts[0] - step_s - start),
-           "last step to end": max(0.0, end - ts[-1]),
-           "steps after a checkpoint, past nominal": 0.0,
-           "other steps, past nominal": 0.0}
+    out[EXIT] = max(0.0, end - ts[-1])
     for (t_prev, s_prev), (t, _) in zip(steps, steps[1:], strict=False):
-        key = ("steps after a checkpoint, past nominal" if every and s_prev % every == 0
-               else "other steps, past nominal")
+        key = CKPT if every and s_prev % every == 0 else OTHER
         out[key] += max(0.0, t - t_prev - step_s)
     return out
 
@@ -346,7 +377,7 @@ def after_day(runs: list[Run], faults: list[Fault], t0: float, t_end: float,
 def _charged(r: Run, faults: list[Fault], t0: float, end: float) -> str:
     for f in faults:
         start, stop = t0 + f.at, t0 + (f.clear_at if f.clear_at is not None else 1e18)
-        if start <= end and stop >= r.start and (not f.node or f.node in r.nodes):
+        if start <= end and stop >= r.first and (not f.node or f.node in r.nodes):
             return f.cause
     return "overhead"
 
