@@ -4,6 +4,8 @@
 check` is what sites run by hand and from their own health tooling. Their few options are
 parsed here without importing click (about 20 ms of the hook's budget); anything else,
 `--help`, `-v` and `check --forget` included, goes to the full click CLI in slurmguard.cli.
+`slurmguard run` (the job wrapper, before every job's first step) is parsed the same way by
+slurmguard.job.launch.
 """
 
 from __future__ import annotations
@@ -44,6 +46,26 @@ def _parse_fast(argv: list[str]) -> dict | None:
     return opts if opts["hook"] else None
 
 
+def _as_cli_does(run_opts: dict) -> int:
+    """`slurmguard run`'s exit code, its errors said as the click CLI says them."""
+    from slurmguard.errors import EXIT_CHECKER, SlurmguardError
+    from slurmguard.job.launch import launch
+
+    try:
+        return launch(**run_opts)
+    except SlurmguardError as exc:
+        sys.stdout.flush()
+        print(f"slurmguard: error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug in slurmguard: one line, a distinct code
+        sys.stdout.flush()
+        print(f"slurmguard: internal error: {type(exc).__name__}: {exc} (run with -v for "
+              "the traceback)", file=sys.stderr)
+        return EXIT_CHECKER
+
+
 def main() -> None:
     if "gate" in sys.argv[1:4]:  # PrologSlurmctld: once per job, so skip click as well
         from slurmguard.gate.answer import fast_argv
@@ -53,6 +75,12 @@ def main() -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
+    if "run" in sys.argv[1:4]:  # the job wrapper: every job start on every node (launch.py)
+        from slurmguard.job.launch import parse_fast
+
+        run_opts = parse_fast(sys.argv[1:], os.environ)
+        if run_opts is not None:
+            sys.exit(_as_cli_does(run_opts))
     opts = _parse_fast(sys.argv[1:])
     if opts is None:
         from slurmguard.cli import main as cli_main

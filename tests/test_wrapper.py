@@ -203,3 +203,25 @@ def test_progress_reports_are_throttled(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [(x["ev"], x["step"]) for x in lines] == [("step", 1), ("ckpt", 1000)]
     assert lines[0]["node"] == "n7" and lines[0]["rank"] == 3
+
+
+def test_the_command_starts_before_the_config_and_a_late_fault_never_stops_it(tmp_path, capsys):
+    """What the run needs only once its command runs (`late`: the config's drain watch and
+    reporters) is built after the command started (`late` waits for the command's first
+    instant: asked before the command's start, it would wait in vain and fail otherwise);
+    if building it fails, that is said once and the command runs to its end."""
+    from slurmguard.job import wrapper
+
+    marker = tmp_path / "started"
+
+    def late() -> dict:
+        wait_for(marker.exists, 30, interval=0.01, what="the command's start")
+        raise RuntimeError("serve's client is broken")
+
+    cmd = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close(); import time; time.sleep(0.3)"]
+    code = wrapper.run(wrapper.RunOptions(command=cmd, late=late,
+                                          env=dict(os.environ, SLURM_JOB_ID="1")))
+    assert code == 0
+    err = capsys.readouterr().err
+    assert err.count("drain notices and slow-node reports off: RuntimeError: serve's client "
+                     "is broken") == 1, err

@@ -1,151 +1,12 @@
-"""`slurmguard run`: the checkpoint-aware job wrapper (thin over slurmguard.job.wrapper)."""
+"""`slurmguard run`: the checkpoint-aware job wrapper (thin over slurmguard.job.launch, which
+also parses these options without click for the common command lines: slurmguard/entry.py)."""
 
 from __future__ import annotations
-
-import sys
 
 import click
 
 from slurmguard.errors import InputError
 from slurmguard.output import Result, emit
-
-
-def _node_probe(config_path: str | None):  # type: ignore[no-untyped-def]
-    """A callable returning our drain reason on this node, or None when unknown/not drained."""
-    import os
-
-    node = os.environ.get("SLURMD_NODENAME")
-    if not node:
-        return None
-
-    def probe() -> str | None:
-        try:
-            from slurmguard.adapters.slurm.commands import SlurmCLI  # lands with the cluster issue
-        except ImportError:
-            return None
-        from slurmguard import config
-
-        info = SlurmCLI.from_config(config.load(config_path)).node(node)
-        return info.reason if info.drained and info.ours else None
-
-    return probe
-
-
-def _serve_url(cfg) -> str:  # type: ignore[no-untyped-def]
-    url = str(cfg["notice.serve_url"] or "")
-    first = str(cfg["hooks.report_url"] or next(iter(cfg["hooks.report_urls"]), ""))
-    if not url and first:
-        import urllib.parse
-
-        u = urllib.parse.urlsplit(first)
-        url = f"{u.scheme}://{u.netloc}"
-    return url
-
-
-def _load_config(config_path: str | None):  # type: ignore[no-untyped-def]
-    """The config, or None (said once): a broken config turns notices off, never the job."""
-    from slurmguard import config
-    from slurmguard.errors import SlurmguardError
-
-    try:
-        return config.load(config_path)
-    except SlurmguardError as exc:
-        click.echo(f"slurmguard run: drain notices and slow-node reports off: {exc.message}",
-                   err=True)
-        return None
-
-
-def _drain_watch(cfg, on: bool):  # type: ignore[no-untyped-def]
-    """A factory of the run's drain watch (slurmguard.job.notice), or None when off."""
-    import os
-
-    from slurmguard.nodeset import expand
-
-    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
-    if not on or cfg is None or not nodelist:
-        return None
-    try:
-        nodes = expand(nodelist, source="SLURM_JOB_NODELIST")
-    except InputError as exc:
-        click.echo(f"slurmguard run: drain notices off: {exc.message}", err=True)
-        return None
-    from slurmguard.adapters.slurm.commands import SlurmCLI
-    from slurmguard.job import notice
-
-    askers = []
-    url = _serve_url(cfg)
-    if url:
-        try:
-            askers.append(("serve", notice.serve_asker(url, float(cfg["notice.timeout"]),
-                                                       str(cfg["serve.tls_ca"]), _job_auth(cfg),
-                                                       os.environ.get("SLURM_JOB_ID", "")),
-                           float(cfg["notice.interval"])))
-        except InputError as exc:
-            click.echo(f"slurmguard run: {exc.message}; asking Slurm only", err=True)
-    askers.append(("slurm", notice.slurm_asker(SlurmCLI.from_config(cfg)),
-                   float(cfg["notice.slurm_interval"] if url else cfg["notice.interval"])))
-    # A drain set a little before the wrapper started (the batch step's own start) counts.
-    # serve configured but down: Slurm's reads spread out and slow down (notice.py)
-    backoff = (max(float(cfg["notice.slurm_interval_max"]), float(cfg["notice.slurm_interval"]))
-               if len(askers) > 1 else None)
-    return lambda started: notice.NoticeWatch(nodes, started - 60.0, askers, backoff_max=backoff)
-
-
-def _observes(cfg):  # type: ignore[no-untyped-def]
-    """node -> does it observe (policy.mode)? None when nothing observes (or no config)."""
-    if cfg is None:
-        return None
-    from slurmguard.observe import observer, observing_groups
-
-    return observer(cfg) if observing_groups(cfg) else None
-
-
-def _job_auth(cfg):  # type: ignore[no-untyped-def]
-    """What the wrapper signs its requests to serve with: a MUNGE credential of the job's
-    user (serve.auth = "munge"), else the job token (notice.job_token_file), else None (serve
-    then refuses its reads of /drains and the wrapper asks Slurm)."""
-    from slurmguard.adapters.serve_client import DeliveryError, munge_signer, read_token
-
-    if str(cfg["serve.auth"]) == "munge":
-        return munge_signer(str(cfg["hooks.munge_socket"]))
-    try:
-        return read_token(str(cfg["notice.job_token_file"])) if cfg["notice.job_token_file"] else None
-    except DeliveryError as exc:
-        click.echo(f"slurmguard run: {exc}; drain notices from Slurm only", err=True)
-        return None
-
-
-def _slow_reporter(cfg):  # type: ignore[no-untyped-def]
-    """POST slow nodes to serve's /suspect, signed with a MUNGE credential of the job's user
-    (serve.auth = "munge") or the job token, or None when not configured."""
-    munge = cfg is not None and str(cfg["serve.auth"]) == "munge"  # node-key: the job token
-    if cfg is None or not (munge or cfg["notice.job_token_file"]) or not _serve_url(cfg):
-        return None
-    url = _serve_url(cfg) + "/suspect"
-    token_file, timeout = str(cfg["notice.job_token_file"]), float(cfg["notice.timeout"])
-    ca = str(cfg["serve.tls_ca"])
-
-    def report(evidence: dict) -> None:  # type: ignore[type-arg]
-        from slurmguard.adapters.serve_client import (
-            DeliveryError,
-            munge_signer,
-            post_json,
-            read_token,
-        )
-
-        try:
-            auth = munge_signer(str(cfg["hooks.munge_socket"])) if munge else read_token(token_file)
-            post_json(url, auth, evidence, timeout, ca=ca)
-        except DeliveryError as exc:
-            raise RuntimeError(str(exc)) from None
-
-    return report
-
-
-def _signal(name: str) -> int | None:
-    import signal
-
-    return None if name == "none" else int(getattr(signal, f"SIG{name}"))
 
 
 @click.command("run", context_settings={"allow_interspersed_args": False})
@@ -206,32 +67,22 @@ def run_cmd(ctx: click.Context, checkpoint_dir: str | None, resume: str, max_req
     \b
       slurmguard run --checkpoint-dir /shared/ckpt/run1 --show-checkpoint
     """
-    from slurmguard.job import checkpoint, wrapper
+    from slurmguard.job import checkpoint, launch
 
-    if checkpoint_dir is not None:
+    if show_checkpoint:
+        if not checkpoint_dir:
+            raise InputError("--show-checkpoint needs --checkpoint-dir")
         if not checkpoint_dir.startswith("/"):
             raise InputError(f"--checkpoint-dir: expected an absolute path, got {checkpoint_dir!r}")
         import os
 
         if not os.path.isdir(checkpoint_dir):
             raise InputError(f"--checkpoint-dir: {checkpoint_dir} does not exist or is not a directory")
-    if show_checkpoint:
-        if not checkpoint_dir:
-            raise InputError("--show-checkpoint needs --checkpoint-dir")
         emit(Result(checkpoint.scan(checkpoint_dir).to_dict()), as_json=True)
         return 0
-    if command and command[0] == "--":
-        command = command[1:]
-    cfg = _load_config((ctx.obj or {}).get("config_path"))
-    opts = wrapper.RunOptions(
-        command=list(command), checkpoint_dir=checkpoint_dir, resume=resume,
-        max_requeues=max_requeues, stall_timeout=stall_timeout, stall_action=stall_action,
-        grace=grace, progress_file=progress_file, scan_stderr=not no_stderr_scan,
-        node_probe=_node_probe((ctx.obj or {}).get("config_path")),
-        drain_watch=_drain_watch(cfg, drain_notice), notice_signal=_signal(notice_signal),
-        notice_timeout=notice_timeout, report_slow=_slow_reporter(cfg),
-        observes=_observes(cfg),
-    )
-    code = wrapper.run(opts)
-    sys.stdout.flush()
-    return code
+    return launch.launch(
+        config_path=(ctx.obj or {}).get("config_path"), checkpoint_dir=checkpoint_dir,
+        resume=resume, max_requeues=max_requeues, stall_timeout=stall_timeout,
+        stall_action=stall_action, grace=grace, progress_file=progress_file,
+        no_stderr_scan=no_stderr_scan, drain_notice=drain_notice, notice_signal=notice_signal,
+        notice_timeout=notice_timeout, command=command)
