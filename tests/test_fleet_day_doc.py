@@ -100,3 +100,24 @@ def test_the_page_has_the_four_arms_and_the_goals():
         assert label in text
     assert "measured against goal" in text and "## Across seeds" in text
     assert all(a in _data()["runs"][k] for k in _data()["runs"] for a in ARMS)
+
+
+def test_a_day_run_in_halves_joins_one_entry_and_a_different_day_replaces_it():
+    from support.fleet_day_doc import join_halves
+
+    base = {"seed": 1, "day_s": 300.0, "tick_s": 15.0, "step_s": 0.5, "every_steps": 10,
+            "nodes": 512, "faults": [{"kind": "ecc"}], "job_mix": [8, 1]}
+    first = {**base, "arms": ["nhc", "slurmguard"], "nhc": {"ettr": 0.9},
+             "slurmguard": {"ettr": 0.95}, "incidents": {"n": 1}, "date": "d1", "scenario_s": 9}
+    second = {**base, "arms": ["slurm", "oracle"], "slurm": {"ettr": 0.8},
+              "oracle": {"ettr": 0.85}, "date": "d2", "scenario_s": 8}
+    one = join_halves(None, first)
+    both = join_halves(one, second)
+    assert both["arms"] == [a for a in ARMS if a in ("nhc", "slurmguard", "slurm", "oracle")]
+    assert [h["arms"] for h in both["halves"]] == [["nhc", "slurmguard"], ["slurm", "oracle"]]
+    assert both["slurmguard"] == {"ettr": 0.95} and both["slurm"] == {"ettr": 0.8}
+    assert both["incidents"] == {"n": 1} and both["date"] == "d1"
+    other = join_halves(one, {**second, "faults": [{"kind": "xid79"}]})  # another schedule
+    assert other["arms"] == ["slurm", "oracle"] and len(other["halves"]) == 1
+    again = join_halves(both, first)  # the same arms again: the new run replaces the entry
+    assert again["arms"] == ["nhc", "slurmguard"] and len(again["halves"]) == 1

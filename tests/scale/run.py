@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault-mode", action="append", choices=["serve_up", "serve_down"],
                     default=[], help="shared_fault: only these phases (default both)")
     ap.add_argument("--seed", type=int, default=1, help="fleet_day: the fault schedule's seed")
+    ap.add_argument("--arms", default=",".join(ARMS),
+                    help="fleet_day: the arms run at once, comma-separated (a half of a big "
+                         "day: the other half, run later on the same seed, joins its entry)")
     ap.add_argument("--day-s", type=float, default=300.0, help="fleet_day: the day in seconds")
     ap.add_argument("--tick", type=float, default=15.0,
                     help="fleet_day: seconds between every node's health check")
@@ -113,10 +116,13 @@ def main(argv: list[str] | None = None) -> int:
         opts.update(percent=a.percent, repair_timeout=a.repair_timeout)
     if "fleet_day" in scenarios:
         # The day's repair passes compressed like the day (docs/fleet-day.md), fewer at size.
-        spec = fleet_spec(spec, slurmguard=True, notice_interval=a.notice_interval,
+        arms = tuple(x for x in ARMS if x in a.arms.split(","))
+        if not arms or set(a.arms.split(",")) - set(ARMS):
+            ap.error(f"--arms: expected some of {','.join(ARMS)}, got {a.arms!r}")
+        spec = fleet_spec(spec, slurmguard="slurmguard" in arms, notice_interval=a.notice_interval,
                           policy_interval=a.policy_interval or (2.0 if a.nodes <= 64 else 10.0))
         opts.update(seed=a.seed, day_s=a.day_s, tick=a.tick, step_s=a.step_s,
-                    parallel=min(a.parallel, 16))
+                    parallel=min(a.parallel, 16), arms=arms)
     if scenarios != ["fleet_day"]:
         # Each scenario's figures are stored as it ends: a later one that fails (a 512-node run
         # lost four scenarios' figures to the fifth's error) loses only its own.
@@ -129,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         day = figures["fleet_day"]
         day.update(date=figures["date"], cluster_start_s=round(figures["timings"]["start_s"], 1),
                    notice_interval_s=a.notice_interval)
-        data["runs"][f"{a.nodes}-{a.seed}"] = day  # one entry per size and seed
+        key = f"{a.nodes}-{a.seed}"  # one entry per size and seed
+        data["runs"][key] = fleet_day_doc.join_halves(data["runs"].get(key), day)
         out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         fleet_day_doc.write(out)
         print(json.dumps({k: v for k, v in day.items() if k not in ARMS}, indent=1))

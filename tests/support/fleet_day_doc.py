@@ -122,7 +122,24 @@ in the history of docs/fleet-day.json).
 RUN_KEYS = frozenset({
     "seed", "day_s", "tick_s", "step_s", "every_steps", "nodes", "acceleration",
     "faults_per_fleet_day", "faults", "job_mix", "job_s", "arms", "incidents", "parallel", *ARMS,
-    "date", "cluster_start_s", "notice_interval_s", "label", "scenario_s"})
+    "date", "cluster_start_s", "notice_interval_s", "label", "scenario_s", "halves"})
+SAME_DAY = ("seed", "day_s", "tick_s", "step_s", "every_steps", "nodes", "faults", "job_mix")
+
+
+def join_halves(old: dict[str, Any] | None, day: dict[str, Any]) -> dict[str, Any]:
+    """``day`` (run.py's entry of one run) joined to ``old``, the entry of the same size and
+    seed, when ``old`` holds the other arms of the same day (same schedule and settings, no
+    arm in common): a big day run in halves (docs/fleet-day.md). Else ``day`` replaces it."""
+    half = {"arms": day["arms"], "date": day.get("date"), "scenario_s": day.get("scenario_s")}
+    if (old is None or set(old["arms"]) & set(day["arms"])
+            or any(old.get(k) != day.get(k) for k in SAME_DAY)):
+        return {**day, "halves": [half]}
+    joined = {**old, **{a: day[a] for a in day["arms"]}}
+    joined["arms"] = [a for a in ARMS if a in old["arms"] or a in day["arms"]]
+    joined["halves"] = [*old.get("halves", []), half]
+    if "incidents" in day:
+        joined["incidents"] = day["incidents"]
+    return joined
 
 
 def _visibility_table() -> str:
@@ -187,7 +204,11 @@ def section(key: str, f: dict[str, Any]) -> list[str]:
             f"{f['every_steps']} steps"
             + (f", each job's drain poll of serve every {f['notice_interval_s']:g} s"
                if "notice_interval_s" in f else "")
-            + f"; jobs: {_mix(f['job_mix'])}.",
+            + f"; jobs: {_mix(f['job_mix'])}."
+            + ("" if len(f.get("halves", [])) < 2 else " Run in halves on the same schedule, "
+               "each half's arms at once: " + "; ".join(
+                   f"{' and '.join(LABELS[a] for a in h['arms'])} at {h['date']}"
+                   for h in f["halves"]) + "."),
             "", "| fault | at (s) | node | cause | gone by itself at (s) |", "|---|---|---|---|---|"]
     for x in f["faults"]:
         rows.append(f"| {x['kind']} | {x['at']:g} | {x['node'] or 'every node'} | {x['cause']} | "

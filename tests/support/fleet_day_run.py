@@ -37,9 +37,10 @@ def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float =
               step_s: float = 0.5, every: int = 10, every_kind: bool | None = None,
               node_faults: int | None = None, parallel: int = 16,
               arms: tuple[str, ...] = ARMS, **_: Any) -> dict[str, Any]:
-    """The four arms on one seed, at once: slurmguard on ``h``, each other arm on a harness of
-    the same size started here (Slurm without slurmguard's hooks). ``h`` must have been
-    started with :func:`fleet_spec` (run.py and the small form do)."""
+    """The four arms (or ``arms``) on one seed, at once: slurmguard on ``h``, each other arm on
+    a harness of the same size started here (Slurm without slurmguard's hooks). ``h`` must
+    have been started with :func:`fleet_spec` (run.py and the small form do), with
+    slurmguard=False for a set of arms without it (its first arm then runs on ``h``)."""
     if every_kind is None:
         every_kind = len(h.nodes) >= 64
     faults = plan.schedule(seed, h.nodes, day_s, every_kind=every_kind, node_faults=node_faults)
@@ -51,9 +52,11 @@ def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float =
         "job_s": round(job_steps(day_s, step_s) * step_s), "arms": list(arms),
         "parallel": parallel,
     }
-    others = [a for a in arms if a != "slurmguard"]
+    # ``h`` plays slurmguard, or (a half without it: run.py --arms) the first arm named.
+    home = "slurmguard" if "slurmguard" in arms else arms[0]
+    others = [a for a in arms if a != home]
     bare = replace(h.spec, slurmguard=False, repair=None)
-    harness: dict[str, ScaleHarness] = {"slurmguard": h}
+    harness: dict[str, ScaleHarness] = {home: h}
     try:
         # The other arms' clusters started at once (each a few seconds to minutes).
         with ThreadPoolExecutor(max(1, len(others))) as pool:
@@ -84,6 +87,8 @@ def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float =
                 harness[a].stop()
                 shutil.rmtree(harness[a].root, ignore_errors=True)
     _cancel_all(h)
+    if "slurmguard" not in arms:
+        return out
     # The flapping node's second fault waits for its return, which never comes when the
     # fleet policy drains it for flapping first: that drain is then the flap's second
     # incident (its episode's cause is the failing check, gpu-nvlink), matched to it.
