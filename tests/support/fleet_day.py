@@ -51,6 +51,7 @@ from support.nhc_node import NHCNodes
 from support.repairrig import BMC
 from support.scale_repair_conf import bmc_dir
 from support.scaleharness import CHECKS, ScaleHarness, ScaleSpec
+from support.slurmcluster import ClusterError
 
 TRAIN = REPO / "tests" / "train_job.py"
 SLURM_TIMEOUT = 180.0  # seconds a submission or a node-table read may take under load
@@ -118,6 +119,9 @@ class Day:
         self.missed_samples: list[str] = []
         self.reasons: dict[str, list[str]] = {}  # each drain span's reason, as first seen
         self.drained_by: dict[str, int] = {}  # drains seen in the day, by their reason's first word
+        self.submit_failures: list[list[Any]] = []  # [at s, the error's first line]
+        self.resubmit: list[tuple[int, str]] = []  # (nodes, job name) to submit again
+        self.t0 = 0.0
 
     # -- jobs ----------------------------------------------------------------------------------
     def submit(self, nodes: int, name: str | None = None) -> None:
@@ -148,9 +152,16 @@ class Day:
             f">> {d}/runs.log\nexit $rc\n")
         # slurmctld answers slowly at 512 nodes on this loaded host (a 30-s sbatch timeout
         # ended a 512-node day): a submission may wait as long as a user would.
-        j["ids"].append(self.h.cluster.sbatch(script, f"-N{nodes}", "--requeue",
-                                              "--exclusive", f"--output={d}/out-%j.txt",
-                                              timeout=SLURM_TIMEOUT))
+        try:
+            j["ids"].append(self.h.cluster.sbatch(script, f"-N{nodes}", "--requeue",
+                                                  "--exclusive", f"--output={d}/out-%j.txt",
+                                                  timeout=SLURM_TIMEOUT))
+        except (ClusterError, OSError, subprocess.SubprocessError) as exc:
+            # One failed sbatch (seed 7 at 128 nodes: killed by SIGPIPE) ended a whole run:
+            # the job is submitted again at the loop's next pass, and the page lists it.
+            at = round(time.time() - self.t0, 1) if self.t0 else 0.0
+            self.submit_failures.append([at, (str(exc).splitlines() or ["?"])[0][:160]])
+            self.resubmit.append((nodes, name))
 
     def poll_jobs(self, now: float, day_over: bool) -> None:
         for name, j in list(self.jobs.items()):
@@ -252,6 +263,8 @@ class Day:
             if now >= t_end and self.day_over(now, t_end, repair):
                 self.t_done = now
                 return t_end
+            while self.resubmit and now < t_end:  # failed submissions, once a pass
+                self.submit(*self.resubmit.pop(0))
             self.poll_jobs(now, now >= t_end)
             time.sleep(self.period)
 
@@ -470,6 +483,7 @@ class Day:
         fig["after_day"] = plan.after_day(runs, real, self.t0, t_end, own,
                                           round(max(0.0, self.t_done - t_end), 1))
         fig["missed_samples"] = self.missed_samples
+        fig["submit_failures"] = self.submit_failures
         fig["queue_at_end"] = self.queue_at_end
         fig["fault_times"] = [[f.kind, f.node, round(t - self.t0, 1),
                                round(self.off_at[f] - self.t0, 1) if f in self.off_at else None]

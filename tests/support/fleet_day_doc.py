@@ -264,6 +264,8 @@ def section(key: str, f: dict[str, Any]) -> list[str]:
             ("gaps in the node-table samples (at s: seconds)", lambda m: _fmt(
                 [f"{a:g}: {b:g}" for a, b in m["sample_gaps"]])),
             ("node-table samples missed", lambda m: str(len(m["missed_samples"]))),
+            ("failed submissions, each submitted again (at s: error)", lambda m: _fmt(
+                [f"{a:g}: {e}" for a, e in m.get("submit_failures", [])])),
             ("faults injected late (s)", lambda m: _fmt(
                 [f"{k} +{v:g}" for k, v in m["injected_late_s"].items()])),
             ("faults never injected", lambda m: _fmt(m["not_injected"])),
