@@ -6,8 +6,12 @@ is counted in the store: 0 lost, 0 duplicated.
 serve runs in the mode a site runs, `munge`: every node POST carries a MUNGE credential from
 this machine's munged (the nodes at 127.0.0.1 in a stand-in node table, docs/testing.md), so
 a spooled batch replayed after a kill, a crash or a lock is signed anew and checked again.
-The store's database dropped under serve (`healthz-quiet`) is the same in every mode: its
-row says so.
+The slow clients, kill -9, the locked store and PostgreSQL's crash run once more in
+`node-key`, where serve itself remembers each signature it took (a node's spool replay must
+get through with a fresh one: after a 503 serve's memory of the spent one survives; after a
+kill -9 it does not). Two rows are the same in every mode and say so: the connection cap
+(it acts when a connection is accepted, before any head, and so any credential, is read)
+and the store's database dropped under serve (`healthz-quiet`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import socket
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.loadgen import count_in_store, drain_spools, run_clients
@@ -96,10 +102,17 @@ def _held_by_serve(serve: Serve) -> int:
     return held
 
 
-def _post_one(serve: Serve, node: str = "n1") -> dict:
-    """One node's record, signed as the node would (a serve of ``_config``)."""
+AuthFor = Callable[[str], Any]  # node -> how it signs (loadgen's auth_for)
+
+
+def _munge_for(_node: str) -> Any:
+    return munge_auth()
+
+
+def _post_one(serve: Serve, node: str = "n1", auth_for: AuthFor = _munge_for) -> dict:
+    """One node's record, signed as the node would (a serve of ``_config``/``_signing``)."""
     rec = make_record(node, "prolog", [], "pass", "")
-    ans = serve_client.post_records(f"{serve.url}/ingest", munge_auth(), [rec], 10)
+    ans = serve_client.post_records(f"{serve.url}/ingest", auth_for(node), [rec], 10)
     assert ans["stored"] == [rec["id"]]
     return rec
 
@@ -110,15 +123,54 @@ def _config(tmp_path: Path, url: str, port: int, nodes: list[str], serve_extra: 
                         auth="munge", nodes=nodes)
 
 
+def _node_key_signers(tmp_path: Path) -> tuple[str, AuthFor]:
+    """(serve_extra naming a site key, auth_for(node)): the per-node mode, each client signing
+    with its own node key as a node does (serve.auth = "node-key")."""
+    from slurmguard.nodekey import node_key_header, node_secret
+
+    site = tmp_path / "site.key"
+    site.write_text("faults-site-key-0123456789abcdef012\n")
+    site.chmod(0o600)
+    key = site.read_text().strip().encode()
+
+    def auth_for(node: str) -> Any:
+        secret = node_secret(key, node)
+        return lambda body: node_key_header(secret, node, body, time.time())
+
+    return f'site_key_file = "{site}"', auth_for
+
+
+def _signing(tmp_path: Path, url: str, port: int, nodes: list[str], mode: str,
+             serve_extra: str = "") -> tuple[Path, AuthFor]:
+    """(serve's config in ``mode``, auth_for(node)): munge, ``nodes`` at 127.0.0.1 in a
+    stand-in node table and each signing with this machine's munged; node-key, each node
+    with its own key (no node table: the key is the identity)."""
+    if mode == "munge":
+        sign = munge_auth()
+        return _config(tmp_path, url, port, nodes, serve_extra), lambda _node: sign
+    extra, auth_for = _node_key_signers(tmp_path)
+    return write_config(tmp_path, store_url=url, port=port, auth="node-key",
+                        serve_extra=f"{serve_extra}\n{extra}"), auth_for
+
+
+def _row(scenario: str, mode: str) -> str:
+    """A scenario's row: the munge run's under its own name, another mode's suffixed."""
+    return scenario if mode == "munge" else f"{scenario}-{mode}"
+
+
 def _clients(prefix: str, n: int) -> list[str]:
     return [f"{prefix}{i:04d}" for i in range(n)]  # loadgen's node names
 
 
-def test_slow_and_stuck_clients_are_cut_off(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["munge", "node-key"])
+def test_slow_and_stuck_clients_are_cut_off(tmp_path: Path, mode: str) -> None:
+    """Stuck connections are cut off while a node gets through. The short-body client sends
+    a node's good credential in its head (taken there: in node-key, a signature serve then
+    remembers as used) and never its body."""
     url = new_store(tmp_path)
     port = new_port()
-    cfg = _config(tmp_path, url, port, ["n1", "n2"],
-                  "idle_timeout = 1.5\nrequest_timeout = 2.0\nworkers = 2")
+    cfg, auth_for = _signing(tmp_path, url, port, ["n1", "n2"], mode,
+                             "idle_timeout = 1.5\nrequest_timeout = 2.0\nworkers = 2")
     serve = Serve(cfg, port, "--no-policy").start()
     try:
         opened = time.monotonic()
@@ -128,7 +180,7 @@ def test_slow_and_stuck_clients_are_cut_off(tmp_path: Path) -> None:
         short_body = socket.create_connection(("127.0.0.1", port))
         # a node's valid credential, taken from the head; then the body never comes
         short_body.sendall(b"POST /ingest HTTP/1.1\r\nHost: x\r\nAuthorization: "
-                           + munge_auth()(b"{}").encode()
+                           + auth_for("n1")(b"{}").encode()
                            + b"\r\nContent-Length: 1000\r\n\r\n{\"records\"")
         trickle = socket.create_connection(("127.0.0.1", port))
         stop = threading.Event()
@@ -146,7 +198,7 @@ def test_slow_and_stuck_clients_are_cut_off(tmp_path: Path) -> None:
         t.start()
         # More stuck clients than workers (2), and a node still gets through at once.
         t0 = time.monotonic()
-        _post_one(serve)
+        _post_one(serve, auth_for=auth_for)
         fast = time.monotonic() - t0
         answers = {}
         for name, s in (("silent", silent), ("head_only", head_only),
@@ -157,7 +209,8 @@ def test_slow_and_stuck_clients_are_cut_off(tmp_path: Path) -> None:
         stop.set()
         t.join(5)
         health = serve.healthz()
-        _post_one(serve, "n2")
+        _post_one(serve, "n2", auth_for)
+        refused = serve.metric("slurmguard_auth_refusals_total")
     finally:
         serve.stop()
     assert answers["silent"][0] == b"" and answers["silent"][1] < 10
@@ -167,13 +220,15 @@ def test_slow_and_stuck_clients_are_cut_off(tmp_path: Path) -> None:
         assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"].startswith("request not complete")
         assert took < 12, (name, took)
     assert health["request_timeouts"] >= 3 and health["idle_closed"] >= 1
-    record("slow-clients", mode="munge", store="SQLite",
+    assert refused == 0  # the short body's credential was taken: it was cut off for its time
+    record(_row("slow-clients", mode), mode=mode, store="SQLite",
            load="1 silent, 1 header-only, 1 short-body, 1 byte-every-0.3s client; 2 workers",
            faults="slowloris > workers", bad_inputs="4 stuck connections",
            figures=(f"node POST answered in {fast * 1000:.0f} ms meanwhile; stuck ones got 408 "
                     f"within {max(answers[n][1] for n in ('head_only', 'short_body')):.1f} s of "
                     "connecting (request_timeout 2 s), the silent one was closed "
-                    "(idle_timeout 1.5 s)"))
+                    f"(idle_timeout 1.5 s); the short body's credential taken from its head, "
+                    f"{refused:.0f} refused"))
 
 
 def test_connection_cap_evicts_idle_first(tmp_path: Path) -> None:
@@ -238,7 +293,9 @@ def test_connection_cap_evicts_idle_first(tmp_path: Path) -> None:
     assert len(refused) >= 1 and len(refused) + health["evicted_idle"] - cap >= 10, answers
     assert all(a.startswith(b"HTTP/1.1 503") and b"too many connections" in a for a in refused)
     assert health["evicted_idle"] >= cap and health["refused_over_cap"] >= 1
-    record("connection-cap", mode="munge", store="SQLite",
+    record("connection-cap", mode=("munge (node-key alike: the cap acts when a connection is "
+                                   "accepted, before a head, or a credential, is read)"),
+           store="SQLite",
            load=f"{cap * 2} idle, then {cap} half-sent connections against max_connections {cap}",
            faults="connection cap reached",
            figures=(f"{health['evicted_idle']} idle connections closed to make room, a node's POST "
@@ -247,23 +304,6 @@ def test_connection_cap_evicts_idle_first(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
-def _node_key_signers(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """(serve_extra naming a site key, auth_for(node)): the per-node mode, each client signing
-    with its own node key as a node does (serve.auth = "node-key")."""
-    from slurmguard.nodekey import node_key_header, node_secret
-
-    site = tmp_path / "site.key"
-    site.write_text("faults-site-key-0123456789abcdef012\n")
-    site.chmod(0o600)
-    key = site.read_text().strip().encode()
-
-    def auth_for(node: str):  # type: ignore[no-untyped-def]
-        secret = node_secret(key, node)
-        return lambda body: node_key_header(secret, node, body, time.time())
-
-    return f'site_key_file = "{site}"', auth_for
-
-
 @pytest.mark.parametrize("engine,mode", [("sqlite", "munge"), ("postgresql", "munge"),
                                          ("sqlite", "node-key")])
 def test_kill_9_serve_mid_load(tmp_path: Path, engine: str, mode: str,
@@ -283,15 +323,7 @@ def test_kill_9_serve_mid_load(tmp_path: Path, engine: str, mode: str,
         upgrade(eng)
         eng.dispose()
     port = new_port()
-    if mode == "munge":
-        cfg = _config(tmp_path, url, port, _clients("soak", KILL_CLIENTS))
-        sign = munge_auth()
-
-        def auth_for(_node: str):  # type: ignore[no-untyped-def]
-            return sign
-    else:
-        extra, auth_for = _node_key_signers(tmp_path)
-        cfg = write_config(tmp_path, store_url=url, port=port, auth="node-key", serve_extra=extra)
+    cfg, auth_for = _signing(tmp_path, url, port, _clients("soak", KILL_CLIENTS), mode)
     serve = Serve(cfg, port, "--no-policy").start()
     started = threading.Event()
     kills = []
@@ -319,8 +351,7 @@ def test_kill_9_serve_mid_load(tmp_path: Path, engine: str, mode: str,
     finally:
         serve.stop()
     lost, dup, stored = count_in_store(url, load.made)
-    row = f"kill-9-serve-{engine}" + ("" if mode == "munge" else f"-{mode}")
-    record(row, mode=mode, store="SQLite" if engine == "sqlite" else "PostgreSQL",
+    record(_row(f"kill-9-serve-{engine}", mode), mode=mode, store="SQLite" if engine == "sqlite" else "PostgreSQL",
            load=f"{KILL_CLIENTS} clients x {load.seconds:.0f} s, batches of 5",
            faults=f"kill -9 of serve mid-load, down {kills[1] - kills[0]:.1f} s, restarted",
            lost=lost, duplicated=dup,
@@ -333,41 +364,45 @@ def test_kill_9_serve_mid_load(tmp_path: Path, engine: str, mode: str,
     assert (lost, dup) == (0, 0), (lost, dup)
 
 
-def test_store_locked_during_ingest(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["munge", "node-key"])
+def test_store_locked_during_ingest(tmp_path: Path, mode: str) -> None:
+    """A store write-locked by another writer: serve answers 503 after busy_timeout, nodes
+    spool and replay once it is released. In node-key serve still remembers each signature a
+    503 spent: the replays get through because each is signed anew."""
     url = new_store(tmp_path)
     db = url[len("sqlite:///"):]
     port = new_port()
-    cfg = _config(tmp_path, url, port, _clients("pre", 10) + _clients("lock", 10))
-    sign = munge_auth()
+    cfg, auth_for = _signing(tmp_path, url, port, _clients("pre", 10) + _clients("lock", 10), mode)
     text = cfg.read_text().replace("[store]\n", "[store]\nbusy_timeout = 0.5\n", 1)
     cfg.write_text(text)
     serve = Serve(cfg, port, "--no-policy").start()
     spools = tmp_path / "spools"
     try:
         first = run_clients(f"{serve.url}/ingest", "", clients=10, seconds=1, batch=5,
-                            spool_root=spools, prefix="pre", auth_for=lambda _: sign)
+                            spool_root=spools, prefix="pre", auth_for=auth_for)
         locker = sqlite3.connect(db, timeout=5, isolation_level=None)
         locker.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
         locker.execute("INSERT INTO alembic_version (version_num) SELECT 'x' WHERE 0")
         locked = run_clients(f"{serve.url}/ingest", "", clients=10, seconds=LOCK_SECONDS,
                              batch=5, spool_root=spools, prefix="lock", timeout=5,
-                             auth_for=lambda _: sign)
+                             auth_for=auth_for)
         health_locked = serve.healthz(token=None)
         locker.execute("ROLLBACK")
         locker.close()
-        left = drain_spools(f"{serve.url}/ingest", "", spools, auth_for=lambda _: sign)
+        left = drain_spools(f"{serve.url}/ingest", "", spools, auth_for=auth_for)
+        refused = serve.metric("slurmguard_auth_refusals_total")
     finally:
         serve.stop()
     log = serve.log.read_text()
     lost, dup, stored = count_in_store(url, first.made | locked.made)
-    record("store-locked-ingest", mode="munge", store="SQLite",
+    record(_row("store-locked-ingest", mode), mode=mode, store="SQLite",
            load=f"10 clients x {LOCK_SECONDS:g} s while another writer holds the lock",
            faults=f"store write-locked {LOCK_SECONDS:g} s (busy_timeout 0.5 s)",
            lost=lost, duplicated=dup,
            figures=(f"{locked.failures} POSTs answered 503, {locked.spooled} records spooled, "
-                    f"all replayed after the lock was released; liveness said "
-                    f"{health_locked['status']!r} meanwhile"))
-    assert locked.failures > 0 and locked.spooled > 0
+                    f"all replayed (signed anew) after the lock was released; liveness said "
+                    f"{health_locked['status']!r} meanwhile; {refused:.0f} refused"))
+    assert locked.failures > 0 and locked.spooled > 0 and refused == 0
     assert "store write failed" in log and "database is locked" in log
     assert left == 0 and (lost, dup) == (0, 0)
 
@@ -420,10 +455,11 @@ def test_healthz_says_nothing_without_the_token(tmp_path: Path, pg_server) -> No
 
 
 @pytest.mark.postgres
-def test_postgresql_crash_mid_load(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["munge", "node-key"])
+def test_postgresql_crash_mid_load(tmp_path: Path, mode: str) -> None:
     """The database (not serve) crashes mid-load and comes back: serve answers 503 meanwhile,
-    nodes spool and replay, every record is stored exactly once. Its own PostgreSQL, with
-    synchronous_commit=on (production's default), since this one is killed."""
+    nodes spool and replay (signed anew), every record is stored exactly once. Its own
+    PostgreSQL, with synchronous_commit=on (production's default), since this one is killed."""
     from support import pgserver
     from support.helpers import require
 
@@ -440,9 +476,8 @@ def test_postgresql_crash_mid_load(tmp_path: Path) -> None:
         upgrade(eng)
         eng.dispose()
         port = new_port()
-        serve = Serve(_config(tmp_path, url, port, _clients("soak", KILL_CLIENTS)), port,
-                      "--no-policy").start()
-        sign = munge_auth()
+        cfg, auth_for = _signing(tmp_path, url, port, _clients("soak", KILL_CLIENTS), mode)
+        serve = Serve(cfg, port, "--no-policy").start()
         started = threading.Event()
         down = []
 
@@ -460,24 +495,26 @@ def test_postgresql_crash_mid_load(tmp_path: Path) -> None:
         try:
             load = run_clients(f"{serve.url}/ingest", "", clients=KILL_CLIENTS,
                                seconds=KILL_SECONDS, batch=5, spool_root=tmp_path / "spools",
-                               timeout=5, during=started, auth_for=lambda _: sign)
+                               timeout=5, during=started, auth_for=auth_for)
             t.join(60)
             left = drain_spools(f"{serve.url}/ingest", "", tmp_path / "spools",
-                                auth_for=lambda _: sign)
+                                auth_for=auth_for)
+            refused = serve.metric("slurmguard_auth_refusals_total")
         finally:
             serve.stop()
         lost, dup, stored = count_in_store(url, load.made)
     finally:
         pg.stop()
     log = serve.log.read_text()
-    record("postgresql-crash", mode="munge", store="PostgreSQL",
+    record(_row("postgresql-crash", mode), mode=mode, store="PostgreSQL",
            load=f"{KILL_CLIENTS} clients x {load.seconds:.0f} s, batches of 5",
            faults=(f"PostgreSQL crashed (pg_ctl stop -m immediate) mid-load, down "
                    f"{down[1] - down[0]:.1f} s, restarted; serve kept running"),
            lost=lost, duplicated=dup,
            figures=(f"{load.failures} POSTs failed (503), {load.spooled} records spooled and "
-                    f"replayed; {stored} of {len(load.made)} records stored once"))
-    assert len(down) == 2
+                    f"replayed (signed anew); {stored} of {len(load.made)} records stored once; "
+                    f"{refused:.0f} refused"))
+    assert len(down) == 2 and refused == 0
     assert load.failures > 0 and "store write failed" in log
     assert left == 0
     assert (lost, dup) == (0, 0), (lost, dup)
