@@ -38,9 +38,12 @@ failed jobs can do; a reference row, not a competitor). Rendered from docs/fleet
 (one run per seed; the CI form is tests/scale/test_fleet_day_small.py, 16 nodes and a 60-s
 day, which asserts the arms' decisions). Wanted: at least 5 seeds at 128 nodes and 2 at 512,
 the four arms at once up to 256 nodes; the tables across seeds below list what was
-measured, and a size without a table was not (512 nodes' four clusters at once do not fit
-this shared 2-core host; its two halves, slurmguard with NHC and the other two, are not
-built yet). The code: tests/support/fleet_day_plan.py (the
+measured, and a size without a table was not. At 512 nodes four clusters at once do not fit
+this 2-core host, so a day runs in two halves on the same seed and schedule, slurmguard with
+NHC at once and then Slurm alone with the oracle (`--arms slurmguard,nhc`, then `--arms
+slurm,oracle`); the second half joins the first's entry, and each run says which arms ran
+together. Compare arms of one half directly; across halves, compare the load rows first.
+The code: tests/support/fleet_day_plan.py (the
 schedule and the arithmetic, pure), tests/support/fleet_day_arms.py (the arms),
 tests/support/fleet_day.py (one arm's day on the scale harness, docs/scale.md),
 tests/support/nhc_node.py (NHC with each node's view, docs/testing.md "LBNL NHC as a peer").
@@ -67,6 +70,14 @@ tests/support/nhc_node.py (NHC with each node's view, docs/testing.md "LBNL NHC 
   node of their cluster each tick (slurmd's HealthCheckInterval, compressed), the same
   number of nodes at a time for both (run.py's `--parallel`, at most 16); each pass's
   seconds are recorded.
+- **Overhead, by who spent it**: a run's GPUs are charged from Slurm's allocation of its
+  nodes (slurmctld's log, to the millisecond), so the gate (PrologSlurmctld) and the Prolog
+  are paid for; then the batch script's start, the program's first instant (its own line)
+  and its steps split the rest (tests/support/fleet_day_timeline.py). Every part is CPU work
+  or waiting on it, on a host whose load is in each run's table: at load L on 2 cores, a
+  millisecond of CPU takes about L/2 ms of wall time, and every arm pays its own parts at
+  the same load. On a node with idle cores these parts are their idle costs
+  (tests/bench/bench_wrapper_start.py for the wrapper, bench_prolog.py and bench_gate.py).
 - **Repair** (slurmguard only): serve's repair in act mode with the wave_repair scenario's
   BMC and RebootProgram (tests/support/scale_repair.py), limits sized for a compressed day
   (tests/support/fleet_day_faults.py `day_limits`). A reboot does to a fault what the table
