@@ -73,7 +73,10 @@ tests/support/nhc_node.py (NHC with each node's view, docs/testing.md "LBNL NHC 
 - **Overhead, by who spent it**: a run's GPUs are charged from Slurm's allocation of its
   nodes (slurmctld's log, to the millisecond), so the gate (PrologSlurmctld) and the Prolog
   are paid for; then the batch script's start, the program's first instant (its own line)
-  and its steps split the rest (tests/support/fleet_day_timeline.py). Every part is CPU work
+  and its steps split the rest (tests/support/fleet_day_timeline.py). The Prolog's part is
+  its own timer (its checks and decision, as stored); its Python start and its report to
+  serve fall in "Slurm's launch and the gate", which for the other arms is Slurm's launch
+  alone. Every part is CPU work
   or waiting on it, on a host whose load is in each run's table: at load L on 2 cores, a
   millisecond of CPU takes about L/2 ms of wall time, and every arm pays its own parts at
   the same load. On a node with idle cores these parts are their idle costs
