@@ -173,3 +173,44 @@ def test_prolog_slurmctld_gate_refuses_a_lemon_and_slurm_requeues(slurm_cluster_
     assert 'slurmguard_drains_total{cause="lemon",source="gate"} 2\n' in prom
     assert 'slurmguard_gate_refusals_total{cause="lemon"} ' in prom
     assert 'slurmguard_gate_jobs_total{result="refused"} ' in prom
+
+
+def test_a_result_failed_in_a_shared_fault_refuses_nothing_and_drains_nothing(tmp_path: Path) -> None:
+    """A filer hang left every node's result of that moment unhealthy (fs-mount); the guard
+    called it shared (a fleet alert). A node whose next result is late must not be refused,
+    or drained, for it: the fleet day at 128 nodes drained five healthy nodes so, minutes
+    after the hang. A node's own fault (gpu-xid), or fs-mount outside the alert's window,
+    is still refused."""
+    from slurmguard.store.engine import make_engine
+    from slurmguard.store.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path}/sg.db"
+    e = make_engine({"url": url})
+    upgrade(e)
+    e.dispose()
+    s = Store.open(url=url)
+    now = time.time()
+    ok = [CheckResult("gpu-count", Health.HEALTHY)]
+    mount = ok + [CheckResult("fs-mount", Health.UNHEALTHY, "/shared is not mounted")]
+    xid = ok + [CheckResult("gpu-xid", Health.UNHEALTHY, "Xid 79")]
+    s.nodes.record_many([
+        make_record("n1", "healthcheck", mount, "drain", "slurmguard: fs-mount: /shared is not "
+                    "mounted", started=now - 200),  # in the hang, then no result
+        make_record("n2", "healthcheck", xid, "drain", "slurmguard: gpu-xid: Xid 79",
+                    started=now - 200),  # its own fault, at the same time
+        make_record("n3", "healthcheck", mount, "drain", "slurmguard: fs-mount: /shared is not "
+                    "mounted", started=now - 700)])  # before the alert's window
+    s.nodes.open_alert("fs-mount", "fleet", ["n1", "n4", "n5"], "suspect shared cause",
+                       now=now - 190, window=60.0)
+    s.close()
+    p = tmp_path / "sg.toml"
+    p.write_text(f'[store]\nurl = "{url}"\n[gate]\ndrain = true\n[policy]\nblast_window = 60.0\n')
+    cfg = config.load(str(p), env={})
+    out = gate.run_gate(cfg, {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1"})
+    assert out.code == EXIT_OK and out.refused == {} and out.drained == []
+    assert "n1: fs-mount" in out.message and "shared fault" in out.message
+    out = gate.run_gate(cfg, {"SLURM_JOB_ID": "8", "SLURM_JOB_NODELIST": "n[1-3]"},
+                        dry_run=True)
+    assert out.code == EXIT_UNHEALTHY
+    assert out.refused == {"n2": "slurmguard: gpu-xid: Xid 79",
+                           "n3": "slurmguard: fs-mount: /shared is not mounted"}

@@ -7,7 +7,9 @@ must not run jobs:
 * it is a lemon (fleet policy) -> the lemon's reason;
 * it awaits a burn-in -> ``slurmguard: burn-in: awaiting burn-in``;
 * its newest result is unhealthy and fresher than ``gate.fresh`` seconds (default 900) ->
-  that result's reason.
+  that result's reason; unless the check it failed was, when it was taken, under a shared
+  fault's fleet alert (slurmguard.policy.shared): a filer's hang is not the node's, and the
+  node is judged by its next result.
 
 When none is refused for those, ``risk.gate_max_nodes`` (off by default) refuses a job of
 more than that many nodes the nodes whose stored risk score is at or above ``risk.level``,
@@ -154,6 +156,14 @@ def run_gate(cfg: Config, env: Mapping[str, str], *, dry_run: bool = False,
         why = refusal(rows.get(n), now, float(gcfg["fresh"]))
         if why:
             refused[n] = why
+    shared = _excused(cfg, rows, [n for n in refused if not rows[n].lemon
+                                  and not rows[n].burnin_required], now, float(gcfg["fresh"]))
+    for n in shared:
+        del refused[n]
+    if shared and not refused:
+        what = "; ".join(f"{n}: {c}" for n, c in sorted(shared.items()))
+        return GateOutcome(EXIT_OK, {}, [], f"job {job}: allowed {len(shared)} node(s) whose "
+                                            f"last result failed only in a shared fault: {what}")
     watched = _observed(cfg, refused)
     if watched:  # observe mode: the job runs there; the would-drains go to the ledger
         refused = {n: r for n, r in refused.items() if n not in watched}
@@ -169,6 +179,60 @@ def run_gate(cfg: Config, env: Mapping[str, str], *, dry_run: bool = False,
     what = "; ".join(f"{n}: {r}" for n, r in sorted(refused.items()))
     return GateOutcome(EXIT_UNHEALTHY, refused, drained,
                        f"job {job}: refused {len(refused)} of {len(nodes)} nodes: {what}")
+
+
+def _excused(cfg: Config, rows: Mapping[str, NodeRow], nodes: Sequence[str], now: float,
+             fresh: float) -> dict[str, str]:
+    """The ``nodes`` (refused for an unhealthy result) whose result failed for a cause that a
+    shared fault covered when it was taken: node -> that cause. A filer that hung for 12 s
+    left every node's result of that moment unhealthy; where a node's next result was late
+    (a slow health-check pass), the gate refused, and drained within the cap, nodes that had
+    been healthy for minutes (the fleet day, 128 nodes at load 57: five healthy nodes drained
+    and jobs requeued onto refused nodes for 20 s). Such a result is excused as the fleet
+    policy excuses it (slurmguard.policy.shared): the node is judged by its next result.
+    Read only when a node is refused for its result; an unreadable store excuses nothing."""
+    if not nodes:
+        return {}
+    from slurmguard.contract import reason_source
+    from slurmguard.errors import SlurmguardError
+    from slurmguard.policy.blast import cause_key
+    from slurmguard.policy.params import PolicyParams
+    from slurmguard.policy.shared import FLEET, covering
+    from slurmguard.store.api import Store
+
+    params = PolicyParams.from_section(cfg.section("policy"))
+    try:
+        store = Store.open(section=cfg.section("store"))
+        try:
+            faults = store.nodes.shared_faults(since=now - fresh, blast_window=params.blast_window)
+        finally:
+            store.close()
+    except SlurmguardError as exc:
+        log_line(cfg, f"shared faults unreadable, none excused: {exc}")
+        return {}
+    if not faults:
+        return {}
+    scoped: Mapping[str, frozenset[str]] = {}
+    if any(f.scope != FLEET for f in faults):  # a partition's or group's alert: Slurm's view
+        from slurmguard.adapters.slurm.commands import SlurmCLI
+        from slurmguard.policy.blast import scopes
+
+        try:
+            scoped = scopes(SlurmCLI.from_config(cfg).nodes(), params.groups)
+        except SlurmguardError as exc:
+            log_line(cfg, f"Slurm's partitions unreadable, only fleet-wide shared faults "
+                          f"excuse: {exc}")
+    out = {}
+    for n in nodes:
+        row = rows[n]
+        reason = row.last_reason or ""
+        check = reason_source(reason) or (reason.partition(":")[0].strip() if ":" in reason else "")
+        cause = cause_key(check, reason) if check else ""
+        seen = row.last_seen
+        if cause and seen is not None and any(
+                c == cause and start <= seen <= end for c, start, end in covering(n, faults, scoped)):
+            out[n] = cause
+    return out
 
 
 def _observed(cfg: Config, refused: Mapping[str, str]) -> dict[str, str]:
