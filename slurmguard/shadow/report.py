@@ -22,10 +22,10 @@ failed), so its GPU-hours are in neither sum. An unmatched episode with such a j
 ``only_slurmguard`` (its ``ended`` says RUNNING) until a later report sees the job end.
 
 The summary: ``saved_gpu_hours`` (jobs that ended other than COMPLETED on a node slurmguard
-would have drained first: the whole episode for only-slurmguard, the lead for both), ``cost_gpu_hours``
-(jobs that completed on would-have-been-false nodes: capacity acting would have taken away),
-``nodes_out`` (distinct nodes acting would have drained; a refused would-drain is not one)
-and ``nodes_out_false``.
+would have drained first: the whole episode for only-slurmguard, the lead for both),
+``cost_gpu_hours`` (jobs that completed on would-have-been-false nodes: capacity acting would
+have taken away), ``nodes_out`` (distinct nodes acting would have drained; a refused
+would-drain is not one) and ``nodes_out_false``.
 """
 
 from __future__ import annotations
