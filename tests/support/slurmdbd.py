@@ -1,11 +1,14 @@
 """Slurm accounting for tests: Debian's slurmdbd on a private MariaDB, both in a temp dir.
 
 ``SlurmDBD.start(tmpdir)`` initialises a MariaDB data directory (``mariadb-install-db``),
-starts ``mariadbd`` on a free loopback port with its socket in the temp dir, creates the
+starts ``mariadbd`` on a loopback port with its socket in the temp dir, creates the
 accounting user, writes ``slurmdbd.conf`` (mode 0600) and starts ``slurmdbd -D`` on another
-free port. A test cluster started with ``Cluster.start(..., accounting=dbd)`` then records its
-jobs there, so ``sacct`` answers for real. Every daemon is our child in its own session and is
-stopped by pid (process group): nothing is left running, nothing fixed in /tmp is used.
+port. Both ports come from tests/support/ports.py, below the kernel's ephemeral range and
+handed once per host: a port the kernel picked was taken by another process's connection
+before mariadbd bound it ("Got error: 98: Address already in use", beside another worktree's
+suite). A test cluster started with ``Cluster.start(..., accounting=dbd)`` then records its
+jobs there, so ``sacct`` answers for real. Every daemon is our child in its own session and
+is stopped by pid (process group): nothing is left running, nothing fixed in /tmp is used.
 
 Measured here (2 shared cores): about 5 s from nothing to slurmdbd answering.
 """
@@ -18,7 +21,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from support.slurmcluster import ClusterError, free_ports
+from support.ports import free_port
+from support.slurmcluster import ClusterError
 from support.wait import wait_for
 
 MARIADBD = "/usr/sbin/mariadbd"
@@ -47,7 +51,7 @@ class SlurmDBD:
         root = Path(tmpdir).resolve() / "slurmdbd"
         for sub in ("data", "run", "etc", "log"):
             (root / sub).mkdir(parents=True, exist_ok=True)
-        db_port, port = free_ports(2)
+        db_port, port = free_port(), free_port()  # below the ephemeral range, handed once
         d = cls(root, db_port, port)
         try:
             d._start_mariadb(timeout)
