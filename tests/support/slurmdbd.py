@@ -7,8 +7,11 @@ port. Both ports come from tests/support/ports.py, below the kernel's ephemeral 
 handed once per host: a port the kernel picked was taken by another process's connection
 before mariadbd bound it ("Got error: 98: Address already in use", beside another worktree's
 suite). A test cluster started with ``Cluster.start(..., accounting=dbd)`` then records its
-jobs there, so ``sacct`` answers for real. Every daemon is our child in its own session and
-is stopped by pid (process group): nothing is left running, nothing fixed in /tmp is used.
+jobs there, so ``sacct`` answers for real. One slurmdbd serves many clusters (the session-scoped
+fixture, tests/conftest.py): each registers under a ClusterName this slurmdbd has not
+handed out before (:meth:`SlurmDBD.cluster_name`), and sacct and ``sacctmgr show event``
+answer for the local cluster only. Every daemon is our child in its own session and is
+stopped by pid (process group): nothing is left running, nothing fixed in /tmp is used.
 
 Measured here (2 shared cores): about 5 s from nothing to slurmdbd answering.
 """
@@ -44,6 +47,7 @@ class SlurmDBD:
         self.socket = root / "run" / "mysqld.sock"
         self._procs: list[subprocess.Popen[bytes]] = []
         self.startup_seconds = 0.0
+        self._names: set[str] = set()  # ClusterNames handed out: each cluster's own
 
     @classmethod
     def start(cls, tmpdir: str | os.PathLike[str], timeout: float = 60.0) -> SlurmDBD:
@@ -116,6 +120,17 @@ class SlurmDBD:
 
         wait_for(started, timeout, interval=0.2, what="slurmdbd to start",
                  error=lambda msg: ClusterError(f"{msg}\n" + self.log_tail("slurmdbd.log")))
+
+    def cluster_name(self, wanted: str) -> str:
+        """A ClusterName no cluster of this slurmdbd has had: ``wanted`` (sg<ctld port>), or
+        it with a suffix when a cluster before this one had that port. Two clusters under one
+        name would share one job table: the later one's sacct would show the earlier one's
+        jobs, whose ids also start at 1."""
+        name, k = wanted, 1
+        while name in self._names:
+            name, k = f"{wanted}r{k}", k + 1
+        self._names.add(name)
+        return name
 
     def slurm_conf_lines(self) -> list[str]:
         """slurm.conf lines that make a cluster record its jobs here."""
