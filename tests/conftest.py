@@ -100,10 +100,14 @@ def pytest_sessionfinish(session, exitstatus):
         reliability.update_doc(since=_SESSION_START[0] if _SESSION_START else 0.0)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def slurmdbd(tmp_path_factory):
-    """A running slurmdbd on a private MariaDB (tests/support/slurmdbd.py), one per test module:
-    ``slurm_cluster_factory(..., accounting=slurmdbd)`` records that cluster's jobs there."""
+    """A running slurmdbd on a private MariaDB (tests/support/slurmdbd.py), one for the session:
+    ``slurm_cluster_factory(..., accounting=slurmdbd)`` records that cluster's jobs there.
+
+    Shared by every module that asks (docs/testing.md, "CI's time"): each cluster registers
+    under its own ClusterName (``SlurmDBD.cluster_name``), and sacct and ``sacctmgr show event``
+    answer for the local cluster only, so no module sees another's jobs or node events."""
     from support import helpers
     from support import slurmdbd as dbd
 

@@ -1,6 +1,7 @@
 """Test clusters started at once get port blocks of their own (tests/support/slurmcluster.py
 `free_port_block`): the fleet day starts three clusters in threads, and each probed the same
-first block, found it free (no daemon had bound it yet) and took it."""
+first block, found it free (no daemon had bound it yet) and took it. Clusters on one slurmdbd
+register under names of their own, though a ctld port comes round again."""
 
 from __future__ import annotations
 
@@ -74,3 +75,14 @@ def test_small_blocks_are_not_starved_by_the_hold(tmp_path, monkeypatch):
     assert len(set(got)) == 40
     spans = sorted((b, b + 17) for b in got)
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False))
+
+
+def test_clusters_on_one_slurmdbd_each_get_a_cluster_name_of_their_own(tmp_path):
+    """The session's one slurmdbd (tests/conftest.py): a later cluster whose slurmctld got a
+    port an earlier one had must not register under the earlier one's name (one job table:
+    its sacct would show the other's jobs, whose ids also start at 1)."""
+    from support.slurmdbd import SlurmDBD
+
+    dbd = SlurmDBD(tmp_path, 0, 0)  # not started: names are handed out by the object alone
+    assert [dbd.cluster_name(n) for n in ("sg20100", "sg20200", "sg20100", "sg20100")] == [
+        "sg20100", "sg20200", "sg20100r1", "sg20100r2"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ from support.nhc_node import REASON_PREFIX, NHCNodes, require_nhc
 from support.sgserve import Serve, new_port, new_store
 from support.sgserve import write_config as write_sg_config
 from support.slurmshim import SlurmShim
-from support.wait import wait_for
+from support.wait import WaitTimeout, wait_for
 
 from slurmguard.shadow.report import NO_CHECK
 from slurmguard.store import Store
@@ -159,9 +160,21 @@ blast_max_percent = 50.0
         done = c.sbatch("#!/bin/sh\ntrue\n", "-w", "n5", "--output=/dev/null")
         c.wait_job(failed, states=("FAILED",), timeout=120)
         c.wait_job(done, timeout=120)
-        wait_for(lambda: c.run("sacct", "-n", "-X", "-j", f"{failed},{done}", "-o", "State",
-                               check=False).stdout.split().count("FAILED") == 1, 60,
-                 interval=1, what="the jobs in accounting")
+        # slurmdbd lags slurmctld: a job COMPLETED in scontrol can still read PENDING or
+        # RUNNING with no End in sacct (3 of 10 jobs read at once after it, here). Wait for what the
+        # report reads (the same sacct window, the same parser): both jobs, final, with an End.
+        final = {failed: "FAILED", done: "COMPLETED"}
+        seen: list[tuple[str, str, float | None, str]] = []
+
+        def in_accounting() -> bool:
+            seen[:] = [(r.job_id, r.state, r.end, r.nodes) for r in
+                       c.cli().accounting(since=time.time() - 3600) if r.job_id in final]
+            return {j: st for j, st, end, on in seen if end is not None and on} == final
+
+        try:
+            wait_for(in_accounting, 60, interval=1, what="both jobs final in accounting")
+        except WaitTimeout:
+            raise WaitTimeout(f"sacct, wanted {final} with an End: {seen}") from None
         wait_for(lambda: len(store.nodes.events(kinds=["state_change"])) >= 2, 30,
                  interval=0.5, what="serve's node-state history of NHC's drains")
 

@@ -60,6 +60,27 @@ def test_four_lists_and_the_summary() -> None:
                            "only_incumbent": 1, "would_have_been_false": 1, "median_lead_s": 600.0}
 
 
+def test_a_job_still_running_is_neither_false_nor_lost() -> None:
+    """sacct gives a job that has not ended (or that slurmdbd has not yet heard end) no End:
+    its episode is not false (the job may yet fail there), nor are its hours saved."""
+    would = [WouldEpisode("n5", "fs-mount", T, T + 60, False),  # transient, as in the cluster test
+             WouldEpisode("n2", "gpu-xid:79", T, None, False)]
+    done = [JobRun("20", "n2", T + 60, T + 120, "FAILED", 8.0)]
+
+    def lists(jobs: list[JobRun]) -> tuple[list[str], list[str], float]:
+        rep = build(would, [], done + jobs, since=T - H, until=T + H)
+        return ([r["node"] for r in rep.false], [r["node"] for r in rep.only_slurmguard],
+                rep.summary["saved_gpu_hours"])
+
+    saved = round(8.0 * 60 / H, 4)  # job 20 only
+    assert lists([JobRun("21", "n5", T + 120, T + 180, "COMPLETED", 8.0)]) == (["n5"], ["n2"], saved)
+    assert lists([JobRun("21", "n5", T + 120, None, "RUNNING", 8.0)]) == ([], ["n2", "n5"], saved)
+    assert lists([JobRun("21", "n5", T + 120, T + 180, "COMPLETED", 8.0),
+                  JobRun("22", "n5", T + 200, None, "RUNNING", 8.0)]) == ([], ["n2", "n5"], saved)
+    assert lists([JobRun("22", "n2", T + 200, None, "RUNNING", 8.0)]) == ([], ["n2", "n5"], saved)
+    assert lists([]) == ([], ["n2", "n5"], saved)  # the job not in accounting yet: no proof
+
+
 @pytest.mark.parametrize("reason,check", [
     ("NHC: check_fs_mount_rw:  /scratch not mounted", "fs-mount"),
     ("NHC: check_hw_ib:  No IB port mlx5_1:1 is ACTIVE", "ib-link"),

@@ -291,16 +291,17 @@ def _act(cfg: Config, hook: str, node: str, decision: Decision, acting: bool,
         made = done.result in ("drained", "already")
         return one_line(done.applied), EXIT_UNHEALTHY if made else EXIT_OK
     if decision.action is Action.UNDRAIN and slurm.cli is not None:
-        withheld = len(getattr(slurm.cli, "withheld", ()))
+        from slurmguard.adapters.slurm.commands import Change
+
         try:
-            undrained = slurm.cli.undrain(node)
+            change = slurm.cli.undrain_change(node)
         except SlurmguardError as exc:
             return f"undrain failed: {exc.message}", EXIT_OK
-        if len(getattr(slurm.cli, "withheld", ())) > withheld:  # observe mode: serve ledgers it
+        if change is Change.WITHHELD:  # observe mode: serve ledgers it
             from slurmguard.observe import WOULD_UNDRAIN_APPLIED
 
             return WOULD_UNDRAIN_APPLIED, EXIT_OK
-        return ("undrained" if undrained else "not undrained (state changed)"), EXIT_OK
+        return ("undrained" if change is Change.MADE else "not undrained (state changed)"), EXIT_OK
     if decision.action is Action.CHECKER_ERROR and not acting:
         return "none", EXIT_CHECKER
     return "none", EXIT_OK

@@ -16,11 +16,16 @@ Per node and cause, four lists:
   the window's end) completed: acting would have been a false drain; its GPU-hours are
   those jobs'.
 
-The summary: ``saved_gpu_hours`` (jobs that did not complete on a node slurmguard would have
-drained first: the whole episode for only-slurmguard, the lead for both), ``cost_gpu_hours``
-(jobs that completed on would-have-been-false nodes: capacity acting would have taken away),
-``nodes_out`` (distinct nodes acting would have drained; a refused would-drain is not one)
-and ``nodes_out_false``.
+A job still running at the window's end (no end in accounting) is neither: it does not make
+its episode false (it may yet fail there) and is not a job lost to the fault (it has not
+failed), so its GPU-hours are in neither sum. An unmatched episode with such a job stays in
+``only_slurmguard`` (its ``ended`` says RUNNING) until a later report sees the job end.
+
+The summary: ``saved_gpu_hours`` (jobs that ended other than COMPLETED on a node slurmguard
+would have drained first: the whole episode for only-slurmguard, the lead for both),
+``cost_gpu_hours`` (jobs that completed on would-have-been-false nodes: capacity acting would
+have taken away), ``nodes_out`` (distinct nodes acting would have drained; a refused
+would-drain is not one) and ``nodes_out_false``.
 """
 
 from __future__ import annotations
@@ -119,7 +124,7 @@ def _jobs_in(jobs: Iterable[JobRun], node: str, t0: float, t1: float) -> list[di
         if j.node != node or j.start >= t1 or end <= t0:
             continue
         hours = (min(end, t1) - max(j.start, t0)) / 3600.0
-        out.append({"job": j.job, "state": j.state, "node_hours": round(hours, 4),
+        out.append({"job": j.job, "state": j.state, "end": j.end, "node_hours": round(hours, 4),
                     "gpu_hours": round(hours * j.gpus, 4)})
     return out
 
@@ -132,7 +137,8 @@ def _ended(runs: Sequence[dict[str, Any]]) -> dict[str, int]:
 
 
 def _lost(runs: Sequence[dict[str, Any]]) -> float:
-    return sum(r["gpu_hours"] for r in runs if r["state"] != "COMPLETED")
+    """GPU-hours of the jobs that ended other than COMPLETED (a running job has not)."""
+    return sum(r["gpu_hours"] for r in runs if r["end"] is not None and r["state"] != "COMPLETED")
 
 
 def build(would: Sequence[WouldEpisode], incumbent: Sequence[OutEvent], jobs: Sequence[JobRun],
@@ -156,7 +162,7 @@ def build(would: Sequence[WouldEpisode], incumbent: Sequence[OutEvent], jobs: Se
                              "jobs_in_lead": runs})
             continue
         after = _jobs_in(jobs, w.node, w.start, until)  # what the node did next
-        if after and all(r["state"] == "COMPLETED" for r in after):
+        if after and all(r["end"] is not None and r["state"] == "COMPLETED" for r in after):
             row = {**base, "jobs": after, "ended": _ended(after),
                    "gpu_hours": round(sum(r["gpu_hours"] for r in after), 4),
                    "node_hours": round(sum(r["node_hours"] for r in after), 4)}

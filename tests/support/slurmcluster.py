@@ -186,6 +186,7 @@ class Cluster:
                                                        "sbatch")}, "timeout": 20.0}
         self.startup_seconds = 0.0
         self.node_addrs: dict[str, str] = {}
+        self.cluster_name = f"sg{ctld_port}"
 
     # -- life cycle ----------------------------------------------------------------------------
     @classmethod
@@ -221,6 +222,8 @@ class Cluster:
         c = cls(root, names, ports[0], dict(zip(names, ports[1:], strict=True)), node_env)
         c.node_addrs = dict(node_addrs or {})
         acct = list(accounting.slurm_conf_lines()) if accounting is not None else []
+        if accounting is not None:  # one slurmdbd, many clusters: a name of its own
+            c.cluster_name = accounting.cluster_name(c.cluster_name)
         c.conf_path.write_text(c._conf(prolog=prolog, epilog=epilog,
                                        prolog_slurmctld=prolog_slurmctld,
                                        health_check_program=health_check_program,
@@ -244,7 +247,7 @@ class Cluster:
               extra: list[str], gpu_partition: str = "") -> str:
         r = self.root
         lines = [
-            f"ClusterName=sg{self.ctld_port}",
+            f"ClusterName={self.cluster_name}",
             "SlurmctldHost=localhost",
             "SlurmUser=root",
             "SlurmdUser=root",

@@ -1,10 +1,16 @@
 """Slurm accounting for tests: Debian's slurmdbd on a private MariaDB, both in a temp dir.
 
 ``SlurmDBD.start(tmpdir)`` initialises a MariaDB data directory (``mariadb-install-db``),
-starts ``mariadbd`` on a free loopback port with its socket in the temp dir, creates the
+starts ``mariadbd`` on a loopback port with its socket in the temp dir, creates the
 accounting user, writes ``slurmdbd.conf`` (mode 0600) and starts ``slurmdbd -D`` on another
-free port. A test cluster started with ``Cluster.start(..., accounting=dbd)`` then records its
-jobs there, so ``sacct`` answers for real. Every daemon is our child in its own session and is
+port. Both ports come from tests/support/ports.py, below the kernel's ephemeral range and
+handed once per host: a port the kernel picked was taken by another process's connection
+before mariadbd bound it ("Got error: 98: Address already in use", beside another worktree's
+suite). A test cluster started with ``Cluster.start(..., accounting=dbd)`` then records its
+jobs there, so ``sacct`` answers for real. One slurmdbd serves many clusters (the session-scoped
+fixture, tests/conftest.py): each registers under a ClusterName this slurmdbd has not
+handed out before (:meth:`SlurmDBD.cluster_name`), and sacct and ``sacctmgr show event``
+answer for the local cluster only. Every daemon is our child in its own session and is
 stopped by pid (process group): nothing is left running, nothing fixed in /tmp is used.
 
 Measured here (2 shared cores): about 5 s from nothing to slurmdbd answering.
@@ -18,7 +24,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from support.slurmcluster import ClusterError, free_ports
+from support.ports import free_port
+from support.slurmcluster import ClusterError
 from support.wait import wait_for
 
 MARIADBD = "/usr/sbin/mariadbd"
@@ -40,6 +47,7 @@ class SlurmDBD:
         self.socket = root / "run" / "mysqld.sock"
         self._procs: list[subprocess.Popen[bytes]] = []
         self.startup_seconds = 0.0
+        self._names: set[str] = set()  # ClusterNames handed out: each cluster's own
 
     @classmethod
     def start(cls, tmpdir: str | os.PathLike[str], timeout: float = 60.0) -> SlurmDBD:
@@ -47,7 +55,7 @@ class SlurmDBD:
         root = Path(tmpdir).resolve() / "slurmdbd"
         for sub in ("data", "run", "etc", "log"):
             (root / sub).mkdir(parents=True, exist_ok=True)
-        db_port, port = free_ports(2)
+        db_port, port = free_port(), free_port()  # below the ephemeral range, handed once
         d = cls(root, db_port, port)
         try:
             d._start_mariadb(timeout)
@@ -112,6 +120,17 @@ class SlurmDBD:
 
         wait_for(started, timeout, interval=0.2, what="slurmdbd to start",
                  error=lambda msg: ClusterError(f"{msg}\n" + self.log_tail("slurmdbd.log")))
+
+    def cluster_name(self, wanted: str) -> str:
+        """A ClusterName no cluster of this slurmdbd has had: ``wanted`` (sg<ctld port>), or
+        it with a suffix when a cluster before this one had that port. Two clusters under one
+        name would share one job table: the later one's sacct would show the earlier one's
+        jobs, whose ids also start at 1."""
+        name, k = wanted, 1
+        while name in self._names:
+            name, k = f"{wanted}r{k}", k + 1
+        self._names.add(name)
+        return name
 
     def slurm_conf_lines(self) -> list[str]:
         """slurm.conf lines that make a cluster record its jobs here."""

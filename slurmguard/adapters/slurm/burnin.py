@@ -34,8 +34,8 @@ NOT_SUBMITTED = "sbatch: not submitted: the nodes observe (policy.mode)"
 def sbatch(cli: SlurmCLI, script: str, args: Sequence[str]) -> str:
     """Submit ``script`` (text, read by sbatch from stdin) with ``args``; returns the job id.
     RefusedError(:data:`NOT_SUBMITTED`) when observe mode withheld it."""
-    res = cli._run("sbatch", "--parsable", *args, input=script)
-    if res.stderr.startswith("withheld"):
+    res, withheld = cli._call("sbatch", "--parsable", *args, input=script)
+    if withheld:
         raise RefusedError(NOT_SUBMITTED)
     job = res.stdout.strip().split(";")[0]
     if not job.isdigit():

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from slurmguard.adapters.slurm.formatted import (
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AcctRecord", "parse_sacct_json", "parse_sacct_parsable",
-    "REASON_PREFIX", "REASON_MAX", "JobInfo", "NodeInfo", "SlurmCLI", "format_reason",
+    "REASON_PREFIX", "REASON_MAX", "Change", "JobInfo", "NodeInfo", "SlurmCLI", "format_reason",
     "job_info_from_json", "job_info_from_show", "node_info_from_json", "node_info_from_show",
     "nodes_from_text",
     "parse_scontrol_nodes_json", "parse_show_job_oneliner", "parse_show_node_oneliner",
@@ -66,9 +67,18 @@ __all__ = [
 ]
 
 
-# stderr of a call observe mode withheld: a method that says whether it changed Slurm
-# answers False for it (nothing changed), so no caller records a change that was not made.
+# stderr of a call observe mode withheld (the result :meth:`SlurmCLI._run` hands back for a
+# call it did not run). Callers do not read it: :meth:`SlurmCLI._call` says so in its flag.
 WITHHELD = "withheld: observe mode"
+
+
+class Change(Enum):
+    """What a state-changing method of the adapter came to. A method that answers a bool
+    answers True for MADE only, so no caller records a change that was not made."""
+
+    MADE = "made"  # Slurm was asked, and took it
+    WITHHELD = "withheld"  # observe mode: not asked (the choke point recorded the call)
+    NONE = "none"  # nothing to ask: already so, or the node is someone else's
 class NodeEvent(NamedTuple):
     node: str
     start: float
@@ -175,10 +185,25 @@ class SlurmCLI:
 
     def _run(self, tool: str, *args: str, check: bool = True,
              input: str | None = None) -> CommandResult:
+        """Every call to a Slurm tool (:meth:`_call`); for reads and for callers that do not
+        ask whether observe mode withheld the call."""
+        return self._call(tool, *args, check=check, input=input)[0]
+
+    def _call(self, tool: str, *args: str, check: bool = True,
+              input: str | None = None) -> tuple[CommandResult, bool]:
+        """The choke point: run ``tool args`` unless observe mode withholds it. Returns the
+        result and whether the call was withheld (then nothing ran, and the result is rc 0
+        with stderr :data:`WITHHELD`)."""
         argv = [self.tools[tool], *args]
         if self.observe is not None and self._withhold(tool, args):
-            return CommandResult(tuple(argv), 0, "", WITHHELD, 0.0)
-        return run_command(argv, timeout=self.timeout, check=check, env=self.env, input=input)
+            return CommandResult(tuple(argv), 0, "", WITHHELD, 0.0), True
+        return run_command(argv, timeout=self.timeout, check=check, env=self.env,
+                           input=input), False
+
+    def _change(self, tool: str, *args: str) -> Change:
+        """A state-changing call through the choke point: MADE or WITHHELD (CommandError when
+        Slurm refuses it)."""
+        return Change.WITHHELD if self._call(tool, *args)[1] else Change.MADE
 
     def _withhold(self, tool: str, args: tuple[str, ...]) -> bool:
         """The choke point: True (and the call recorded) when ``tool args`` changes Slurm's
@@ -295,8 +320,8 @@ class SlurmCLI:
         info = self.node(name)
         if info.down or info.drained or "FAIL" in info.flags:
             return False
-        return self._run("scontrol", "update", f"nodename={name}", "state=drain",
-                         f"reason={flat}").stderr != WITHHELD
+        return self._change("scontrol", "update", f"nodename={name}", "state=drain",
+                            f"reason={flat}") is Change.MADE
 
     def undrain(self, name: str) -> bool:
         """Clear our own drain of ``name`` with ``state=UNDRAIN``; True if cleared.
@@ -304,11 +329,16 @@ class SlurmCLI:
         Leaves alone (returns False) a node that is not drained, one drained by anyone
         else, and a DOWN one (Slurm's ReturnToService decides when that comes back).
         """
+        return self.undrain_change(name) is Change.MADE
+
+    def undrain_change(self, name: str) -> Change:
+        """:meth:`undrain`, saying what it came to: MADE, WITHHELD (observe mode), or NONE
+        (a node it leaves alone)."""
         validate_node_name(name)
         info = self.node(name)
         if not info.drained or not info.ours or info.state == "down":
-            return False
-        return self._run("scontrol", "update", f"nodename={name}", "state=UNDRAIN").stderr != WITHHELD
+            return Change.NONE
+        return self._change("scontrol", "update", f"nodename={name}", "state=UNDRAIN")
 
     def reboot(self, name: str, reason: str) -> None:
         """Reboot ``name`` through Slurm: ``scontrol reboot ASAP nextstate=DOWN reason=...``.
@@ -333,7 +363,8 @@ class SlurmCLI:
         if not rebooted and not (info.ours and info.drained and not info.down):
             return False
         state = "RESUME" if rebooted else "UNDRAIN"
-        return self._run("scontrol", "update", f"nodename={name}", f"state={state}").stderr != WITHHELD
+        return self._change("scontrol", "update", f"nodename={name}",
+                            f"state={state}") is Change.MADE
 
     def drain_ours_down(self, name: str, reason: str) -> bool:
         """Drain ``name`` while it is DOWN from our own repair (a reboot's nextstate=DOWN,
@@ -347,8 +378,8 @@ class SlurmCLI:
         raw = str(info.raw.get("Reason") or "")  # a DOWN node's reason reads cut (parse.py)
         if not info.down or info.drained or not raw.startswith(f"{REASON_PREFIX} repair:"):
             return False
-        return self._run("scontrol", "update", f"nodename={name}", "state=drain",
-                         f"reason={one_line(reason, REASON_MAX)}").stderr != WITHHELD
+        return self._change("scontrol", "update", f"nodename={name}", "state=drain",
+                            f"reason={one_line(reason, REASON_MAX)}") is Change.MADE
 
     def version(self) -> tuple[int, int, int]:
         """Slurm's version as ``scontrol -V`` prints it, e.g. (24, 11, 5); asked once."""
@@ -475,7 +506,7 @@ class SlurmCLI:
         validate_node_name(name)
         if not str(self.node_record(name).raw.get("Comment") or "").startswith(prefix):
             return False
-        return self._run("scontrol", "update", f"nodename={name}", "comment=").stderr != WITHHELD
+        return self._change("scontrol", "update", f"nodename={name}", "comment=") is Change.MADE
 
     def show_config(self) -> dict[str, str]:
         """The running slurmctld's config (``scontrol show config``), lower-case keys."""

@@ -8,7 +8,7 @@ reconfigure, so serve re-applies them on each policy pass while probation lasts.
 
 from __future__ import annotations
 
-from slurmguard.adapters.slurm.commands import WITHHELD, NodeInfo, SlurmCLI, validate_node_name
+from slurmguard.adapters.slurm.commands import Change, NodeInfo, SlurmCLI, validate_node_name
 
 
 def _features(info: NodeInfo) -> list[str]:
@@ -30,8 +30,8 @@ def set_feature(cli: SlurmCLI, info: NodeInfo, feature: str, on: bool) -> bool:
         return False
     new = feats + [feature] if on else [f for f in feats if f != feature]
     value = ",".join(new)
-    return cli._run("scontrol", "update", f"nodename={info.name}", f"AvailableFeatures={value}",
-                    f"ActiveFeatures={value}").stderr != WITHHELD
+    return cli._change("scontrol", "update", f"nodename={info.name}",
+                       f"AvailableFeatures={value}", f"ActiveFeatures={value}") is Change.MADE
 
 
 def weight(info: NodeInfo) -> int | None:
@@ -46,5 +46,5 @@ def set_weight(cli: SlurmCLI, info: NodeInfo, value: int) -> bool:
     validate_node_name(info.name)
     if weight(info) == value:
         return False
-    return cli._run("scontrol", "update", f"nodename={info.name}",
-                    f"Weight={int(value)}").stderr != WITHHELD
+    return cli._change("scontrol", "update", f"nodename={info.name}",
+                       f"Weight={int(value)}") is Change.MADE
