@@ -5,8 +5,10 @@ jobs that ran on each node, over one window.
 Per node and cause, four lists:
 
 * ``both``: a would-episode and an incumbent event on the same node that overlap, or start
-  within ``match_window`` of each other; ``lead_s`` = incumbent start - slurmguard's (positive:
-  slurmguard saw it first).
+  within ``match_window`` of each other, unless the incumbent's reason names a check of
+  another area of the node than the episode's cause (:func:`same_fault`: NHC's drain for a
+  missing mount is not the ECC fault slurmguard saw on that node before it); ``lead_s`` =
+  incumbent start - slurmguard's (positive: slurmguard saw it first).
 * ``only_slurmguard``: a would-episode nobody else acted on, after which the node ran a job
   that did not complete (or no job at all): the GPU-hours of the jobs that ran on the node
   during the episode, and how they ended.
@@ -105,6 +107,26 @@ def check_for(reason: str) -> str:
     return NO_CHECK
 
 
+def _area(check: str) -> str:
+    return check.split("-", 1)[0]
+
+
+_AREAS = frozenset(_area(c) for _, c in _CHECK_WORDS)  # gpu, fs, host, ib
+
+
+def same_fault(cause: str, reason: str) -> bool:
+    """Whether an incumbent's drain for ``reason`` can be the fault slurmguard's ``cause``
+    names: yes, unless the reason names a check of another area of the node (gpu, ib, fs,
+    host). A reason that names no check (an admin's words) and a cause of no area (the
+    policy's ``flapping``) can be any fault. Seen on a fleet day (tests/scale/
+    test_fleet_day_shadow_small.py): a node's ECC fault, which NHC cannot see, was joined
+    with NHC's drain of the same node for the shared filesystem's hang ten seconds later."""
+    check = check_for(reason)
+    if check == NO_CHECK or _area(cause) not in _AREAS:
+        return True
+    return _area(check) == _area(cause)
+
+
 def _overlap(a0: float, a1: float | None, b0: float, b1: float | None, until: float,
              slack: float) -> bool:
     a1 = until if a1 is None else a1
@@ -143,7 +165,8 @@ def build(would: Sequence[WouldEpisode], incumbent: Sequence[OutEvent], jobs: Se
     saved = cost = 0.0
     for w in sorted(would, key=lambda w: (w.start, w.node, w.cause)):
         hit = next((i for i, e in enumerate(incumbent) if i not in matched and e.node == w.node
-                    and _overlap(w.start, w.end, e.start, e.end, until, match_window)), None)
+                    and _overlap(w.start, w.end, e.start, e.end, until, match_window)
+                    and same_fault(w.cause, e.reason)), None)
         base = {"node": w.node, "cause": w.cause, "at": w.start, "end": w.end,
                 "guard": "refused" if w.refused else "allowed", "reason": w.reason}
         if hit is not None:
@@ -203,13 +226,18 @@ def would_episodes(events: Iterable[Any]) -> list[WouldEpisode]:
 
 def out_events(events: Iterable[Any]) -> list[OutEvent]:
     """Incumbent out-of-service spans from serve's node-state history (state_change events
-    of actor slurm): out -> the next in. slurmguard's own drains are left out."""
+    of actor slurm): out -> the next in. slurmguard's own drains are left out. A new reason
+    while the node is out is a sighting of its own (NHC's note for a second failing check),
+    but not one the span already had: NHC marks a node again with its first check's note
+    once the second passes, and that is no new fault."""
     evs = sorted(events, key=lambda e: (e.at, e.id))
-    out = []
+    out: list[OutEvent] = []
     for i, e in enumerate(evs):
         if e.details.get("to") != "out" or e.details.get("ours") or e.reason.startswith(REASON_PREFIX):
             continue
         end = next((x.at for x in evs[i + 1:] if x.node == e.node and x.details.get("to") == "in"),
                    None)
+        if any(o.node == e.node and o.end == end and o.reason == e.reason for o in out):
+            continue  # the same span (the same return ends it), a reason it already gave
         out.append(OutEvent(e.node, e.at, end, e.reason, str(e.details.get("by") or "")))
     return out
