@@ -96,6 +96,25 @@ def test_a_drain_for_another_area_of_the_node_is_another_fault() -> None:
     assert rep.only_incumbent == []
 
 
+def test_a_second_fault_inside_an_open_episode_is_both_when_the_check_saw_it() -> None:
+    # n7: slurmguard's ECC episode open from 8 s; NHC drains n7 for the mount at 20 s, and
+    # slurmguard's fs-mount check failed there at 21 s (no would-event: the node's episode
+    # was open). n8: NHC's mount drain, no failing fs-mount result of slurmguard's: missed.
+    # n9: the check failed, but no would-episode was open then: no sighting inside one.
+    would = [WouldEpisode("n7", "gpu-ecc", T + 8, None, False)]
+    incumbent = [OutEvent("n7", T + 20, T + 32, MOUNT), OutEvent("n8", T + 20, T + 32, MOUNT),
+                 OutEvent("n9", T + 20, T + 32, MOUNT)]
+    seen = [("n7", "fs-mount", T + 21), ("n7", "fs-mount", T + 24), ("n9", "fs-mount", T + 21),
+            ("n8", "ib-link", T + 21)]
+    rep = build(would, incumbent, [], since=T, until=T + 60, match_window=10.0, sightings=seen)
+    assert [(r["node"], r["cause"], r["within"], r["lead_s"]) for r in rep.both] == [
+        ("n7", "fs-mount", "gpu-ecc", -1.0)]
+    assert [(r["node"], r["cause"]) for r in rep.only_slurmguard] == [("n7", "gpu-ecc")]
+    assert [(r["node"], r["check"]) for r in rep.only_incumbent] == [("n8", "fs-mount"),
+                                                                      ("n9", "fs-mount")]
+    assert (rep.summary["both"], rep.summary["only_incumbent"]) == (1, 2)
+
+
 @pytest.mark.parametrize("cause,reason,same", [
     ("gpu-ecc", MOUNT, False), ("gpu-xid:79", IB, False), ("fs-mount", IB, False),
     ("gpu-ecc", "NHC: check_nvsmi_healthmon:  GPU fallen off the bus", True),  # both the GPU

@@ -13,7 +13,10 @@ Per node and cause, four lists:
   that did not complete (or no job at all): the GPU-hours of the jobs that ran on the node
   during the episode, and how they ended.
 * ``only_incumbent``: an incumbent event slurmguard has no would-episode for; ``check`` names
-  the slurmguard check that reads what the reason names, or says that none does.
+  the slurmguard check that reads what the reason names, or says that none does. But when
+  that check failed on the node meanwhile, inside another of the node's would-episodes (a
+  second fault on a node slurmguard would have had out already), the event is ``both``, its
+  row's ``within`` naming the open episode's cause (:func:`sighted`).
 * ``false``: a would-episode nobody else acted on, after which every job on the node (to
   the window's end) completed: acting would have been a false drain; its GPU-hours are
   those jobs'.
@@ -158,8 +161,11 @@ def _lost(runs: Sequence[dict[str, Any]]) -> float:
 
 
 def build(would: Sequence[WouldEpisode], incumbent: Sequence[OutEvent], jobs: Sequence[JobRun],
-          *, since: float, until: float, match_window: float = 3600.0) -> Report:
-    """The four lists and the summary (module docstring)."""
+          *, since: float, until: float, match_window: float = 3600.0,
+          sightings: Sequence[tuple[str, str, float]] = ()) -> Report:
+    """The four lists and the summary (module docstring). ``sightings``: (node, check, when)
+    of slurmguard's failing check results, for the incumbent's events no would-episode
+    matched (:func:`sighted`)."""
     rep = Report(since, until)
     matched: set[int] = set()
     saved = cost = 0.0
@@ -193,9 +199,14 @@ def build(would: Sequence[WouldEpisode], incumbent: Sequence[OutEvent], jobs: Se
         saved += 0.0 if w.refused else _lost(runs)
         rep.only_slurmguard.append(row)
     for i, e in enumerate(incumbent):
-        if i not in matched:
-            rep.only_incumbent.append({"node": e.node, "at": e.start, "end": e.end,
-                                       "reason": e.reason, "by": e.by, "check": check_for(e.reason)})
+        if i in matched:
+            continue
+        row = sighted(e, would, sightings, until, match_window)
+        if row is not None:
+            rep.both.append(row)
+            continue
+        rep.only_incumbent.append({"node": e.node, "at": e.start, "end": e.end,
+                                   "reason": e.reason, "by": e.by, "check": check_for(e.reason)})
     rep.only_incumbent.sort(key=lambda r: (r["at"], r["node"]))
     drained = {w.node for w in would if not w.refused}
     leads = [r["lead_s"] for r in rep.both]
@@ -208,6 +219,29 @@ def build(would: Sequence[WouldEpisode], incumbent: Sequence[OutEvent], jobs: Se
         "median_lead_s": sorted(leads)[len(leads) // 2] if leads else None,
     }
     return rep
+
+
+def sighted(e: OutEvent, would: Sequence[WouldEpisode], sightings: Sequence[tuple[str, str, float]],
+            until: float, match_window: float) -> dict[str, Any] | None:
+    """A ``both`` row for an incumbent event no would-episode matched, when slurmguard's check
+    that reads its reason failed on the node meanwhile while another of the node's
+    would-episodes was open: acting, slurmguard had the node out already, and a second fault
+    writes no would-event of its own (one episode per node and cause; the record's drain
+    names one cause). The fleet day's shadow arm: NHC drained a node for the filer's hang
+    whose ECC fault slurmguard would have drained ten seconds before. None otherwise."""
+    check = check_for(e.reason)
+    end = until if e.end is None else e.end
+    seen = sorted(t for n, c, t in sightings if n == e.node and c == check
+                  and e.start - match_window <= t <= end)
+    for t in seen:
+        w = next((w for w in would if w.node == e.node
+                  and w.start <= t and (w.end is None or t <= w.end)), None)
+        if w is not None:
+            return {"node": e.node, "cause": check, "at": t, "end": None,
+                    "guard": "refused" if w.refused else "allowed", "reason": "",
+                    "within": w.cause, "incumbent_at": e.start, "lead_s": round(e.start - t, 1),
+                    "incumbent_reason": e.reason, "by": e.by, "jobs_in_lead": []}
+    return None
 
 
 def would_episodes(events: Iterable[Any]) -> list[WouldEpisode]:
