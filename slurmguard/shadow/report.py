@@ -121,9 +121,10 @@ def same_fault(cause: str, reason: str) -> bool:
     """Whether an incumbent's drain for ``reason`` can be the fault slurmguard's ``cause``
     names: yes, unless the reason names a check of another area of the node (gpu, ib, fs,
     host). A reason that names no check (an admin's words) and a cause of no area (the
-    policy's ``flapping``) can be any fault. Seen on a fleet day (tests/scale/
-    test_fleet_day_shadow_small.py): a node's ECC fault, which NHC cannot see, was joined
-    with NHC's drain of the same node for the shared filesystem's hang ten seconds later."""
+    policy's ``flapping``) can be any fault. The fleet day's shadow arm (tests/scale/
+    test_fleet_day_shadow_small.py) has the case: n7's ECC would-episode, open from 10 s
+    (NHC cannot see ECC), and NHC's drain of n7 for the filer's hang at 20 s; joined by node
+    and time alone they were one fault, caught by both."""
     check = check_for(reason)
     if check == NO_CHECK or _area(cause) not in _AREAS:
         return True
