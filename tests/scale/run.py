@@ -5,6 +5,8 @@ file (docs/scale.json by default) that docs/scale.md is rendered from.
     python tests/scale/run.py --nodes 1024 --scenario steady --scenario shared_fault
     python tests/scale/run.py --render     # docs/scale.md and its plots from docs/scale.json
     python tests/scale/run.py --nodes 512 --scenario fleet_day --seed 1 --day-s 300
+    python tests/scale/run.py --nodes 16 --scenario fleet_day --seed 27 --day-s 60 --tick 3 \
+        --arms shadow --out /tmp/shadow-day.json
     python tests/scale/run.py --nodes 1024 --scenario wave_repair --repair-reboots-per-hour 40
 
 The fleet day runs alone (its harness has more checks and no agent; it starts the harnesses
@@ -32,6 +34,7 @@ sys.path.insert(0, str(TESTS))
 from support import fleet_day_doc, footprint, scale_doc  # noqa: E402
 from support.fleet_day import fleet_spec  # noqa: E402
 from support.fleet_day_arms import ARMS  # noqa: E402
+from support.fleet_day_observe import SHADOW, shadow_spec  # noqa: E402
 from support.scale_controller import SCENARIOS  # noqa: E402
 from support.scale_repair_conf import RepairLimits  # noqa: E402
 from support.scaleharness import ScaleHarness, ScaleSpec  # noqa: E402
@@ -65,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="fleet_day: seconds between every node's health check")
     ap.add_argument("--step-s", type=float, default=0.5,
                     help="fleet_day: a training step's nominal seconds")
+    ap.add_argument("--arms", default=",".join(ARMS),
+                    help="fleet_day: the arms, comma-separated, of " + ", ".join((*ARMS, SHADOW))
+                         + f" (default the four; {SHADOW}: LBNL NHC acting and slurmguard "
+                         "observing on one cluster, docs/install.md 'Rollout'). A day of other "
+                         "arms than the four is not the page's: it goes to --out only")
     ap.add_argument("--notice-interval", type=float, default=0.5,
                     help="fleet_day: seconds between each job's drain polls of serve")
     ap.add_argument("--percent", type=float, default=3.0,
@@ -115,14 +123,24 @@ def main(argv: list[str] | None = None) -> int:
         # The day's repair passes compressed like the day (docs/fleet-day.md), fewer at size.
         spec = fleet_spec(spec, slurmguard=True, notice_interval=a.notice_interval,
                           policy_interval=a.policy_interval or (2.0 if a.nodes <= 64 else 10.0))
+        arms = tuple(x.strip() for x in a.arms.split(",") if x.strip())
+        if not arms or set(arms) - {*ARMS, SHADOW}:
+            ap.error(f"--arms: each of {', '.join((*ARMS, SHADOW))}, got {a.arms!r}")
+        if SHADOW in arms and "slurmguard" not in arms:  # the harness started here runs it
+            spec = shadow_spec(spec)
         opts.update(seed=a.seed, day_s=a.day_s, tick=a.tick, step_s=a.step_s,
-                    parallel=min(a.parallel, 16))
+                    parallel=min(a.parallel, 16), arms=arms)
     if scenarios != ["fleet_day"]:
         # Each scenario's figures are stored as it ends: a later one that fails (a 512-node run
         # lost four scenarios' figures to the fifth's error) loses only its own.
         opts["save"] = lambda figures: _merge(Path(a.out), a.label, a.nodes, figures)
     figures = run(root, spec, scenarios, **opts)
     figures["label"] = a.label
+    if scenarios == ["fleet_day"] and opts["arms"] != ARMS:  # not the page's day
+        if a.out != str(DOC_JSON):
+            Path(a.out).write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+        print(json.dumps(figures["fleet_day"], indent=1, sort_keys=True))
+        return 0
     if scenarios == ["fleet_day"]:  # its own page: docs/fleet-day.json -> docs/fleet-day.md
         out = FLEET_JSON if a.out == str(DOC_JSON) else Path(a.out)
         data = json.loads(out.read_text()) if out.exists() else {"runs": {}}
