@@ -58,9 +58,10 @@ def _stateful(e: Any) -> bool:
 def open_episode(store: Any, node: str, kind: str, source: str, *, argv: Any = None,
                  at: float | None = None) -> Any:
     """The first event of ``node``'s open episode for ``kind`` (a drain kind: either drain
-    kind) and ``source``, or None when there is none. A stateful would-act's (``argv``: its
-    Slurm call; ``at``: now) is the family's latest, when the same change and under a day
-    old."""
+    kind) and ``source``, or None when there is none; ``at``: when the sighting's run began
+    (a ``would_end`` after it does not close the episode for it). A stateful would-act's
+    (``argv``: its Slurm call) is the family's latest, when the same change and under a day
+    old at ``at``."""
     if kind == WOULD_ACT and source in STATEFUL:
         family = STATEFUL[source]
         for e in store.nodes.events(node=node, kinds=[WOULD_ACT], limit=_LOOK_BACK):
@@ -72,6 +73,10 @@ def open_episode(store: Any, node: str, kind: str, source: str, *, argv: Any = N
     family = _DRAINS if kind in _DRAINS else (kind,)
     for e in store.nodes.events(node=node, kinds=list(WOULD_KINDS), limit=_LOOK_BACK):
         if e.kind == WOULD_END:
+            if at is not None and e.at > at:
+                # A pass from after this sighting's run, stored first (records arrive out of
+                # order under load): it ends the episode this sighting belongs to, later.
+                continue
             return None
         if e.kind in family and e.source == source:
             return e

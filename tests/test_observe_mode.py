@@ -170,6 +170,12 @@ def test_a_pass_ends_only_what_its_run_could_see(store: Store) -> None:
     assert not _would(store, "n5", "gpu-ecc", NOW + 20)[0]  # still the one episode
     assert end_episodes(store, "n5", "healthcheck passes", at=NOW + 30, passed=set(checks),
                         checks=checks)
+    # Records out of order: the hang's pass at +40 stored before a failing run from +35.
+    assert _would(store, "n7", "fs-mount", NOW + 30)[0]
+    assert end_episodes(store, "n7", "epilog passes", at=NOW + 40, passed=set(checks),
+                        checks=checks)
+    assert not _would(store, "n7", "fs-mount", NOW + 35)[0]  # the same episode, not a new one
+    assert _would(store, "n7", "fs-mount", NOW + 45)[0]  # after the pass: a new one
     assert _would(store, "n6", "flapping", NOW)[0]  # a cause no check names: any pass ends it
     assert end_episodes(store, "n6", "epilog passes", at=NOW + 1, passed=epilog, checks=checks)
 
