@@ -8,9 +8,11 @@ the hang, not the rest.
 
 After the day, `slurmguard shadow report --since 1d --json` on the cluster's store:
 
-- its lists equal the day's truth (each fault and who saw it, from the checkers' runs):
-  ``only_slurmguard`` the faults NHC missed, ``both`` those both saw (the IB link, the hang
-  on each node), ``only_incumbent`` none; causes are slurmguard's check names, the plan's;
+- its lists equal the day's truth (each fault and who saw it, from the checkers' own
+  verdicts: NHC's runs, slurmguard's stored check results): ``only_slurmguard`` the faults NHC
+  missed (its four blind ones), ``both`` those both saw (the IB link, the hang on each node
+  where both read it), ``only_incumbent`` those only NHC saw (none on a quiet host); causes
+  are slurmguard's check names, the plan's;
 - no row on a node without a fault, and, the harness having no Slurm accounting, no
   would-have-been-false row;
 - slurmguard changed nothing: its Slurm tools (a shim) were asked for no change, every drain
@@ -49,10 +51,12 @@ def day(tmp_path_factory):
         h.stop()
     out["wall_s"] = round(time.monotonic() - t0, 1)
     s = out[SHADOW]["shadow"]
+    kept = tmp_path_factory.getbasetemp() / "shadow-day.json"  # with the ledger, to read later
+    kept.write_text(json.dumps(out, indent=1, sort_keys=True))
     print(f"\nfleet day shadow arm: "
           f"{json.dumps({k: v for k, v in s.items() if k not in ('truth', 'ledger')})}\n"
           f"truth: {json.dumps(s['truth'])}\nNHC undetected: {out[SHADOW]['undetected']}\n"
-          f"{out['wall_s']} s, load average {os.getloadavg()[0]:.1f}")
+          f"{out['wall_s']} s, load average {os.getloadavg()[0]:.1f}; all of it: {kept}")
     return out
 
 
@@ -61,11 +65,17 @@ def test_the_report_lists_equal_the_days_truth(day):
     assert s["diff"] == {}, s
     exp = s["expected"]
     # The seed's day holds each list's case: the equalities cannot pass on empty lists.
-    assert sorted({c for _, c in exp["only_slurmguard"]}) == ["gpu-ecc", "gpu-nvlink",
-                                                              "gpu-thermal"], exp
-    assert ("n2", "ib-link") in exp["both"] and any(c == "fs-mount" for _, c in exp["both"]), exp
-    assert exp["only_incumbent"] == [] and s["report"]["summary"]["only_incumbent"] == 0, s
-    assert len(s["unsure"]) <= 2, s  # a run across a fault's edge decides nothing
+    blind = sorted((t["node"], t["cause"]) for t in s["truth"]
+                   if t["kind"] != "shared-fs" and not SEES[t["kind"]][0])
+    assert [c for _, c in blind] == ["gpu-thermal", "gpu-nvlink", "gpu-nvlink", "gpu-ecc"], blind
+    assert [p for p in exp["only_slurmguard"] if p[1] != "fs-mount"] == blind, exp
+    assert ("n2", "ib-link") in exp["both"] and ("n2", "ib-link") not in exp["only_incumbent"]
+    # The hang, node by node: on a quiet host both see it on every node; on one loaded by
+    # others a checker's every run on a node may read it outside the 12-s hang (its verdict
+    # passed), and the report must then put that node where the truth does (above).
+    hang = [p for name in ("both", "only_slurmguard", "only_incumbent") for p in exp[name]
+            if p[1] == "fs-mount"]
+    assert any(p[1] == "fs-mount" for p in exp["both"]) and len(hang) <= NODES, exp
 
 
 def test_nhc_misses_exactly_what_its_table_says(day):

@@ -6,11 +6,12 @@ would-events, and nothing of slurmguard's changes Slurm. After the day, `slurmgu
 report --json` on the cluster's store is compared with the day's truth:
 
 - the truth: each injected fault (each node's share of the shared hang a fault of its own)
-  and who saw it, from the runs themselves: NHC saw it when one of its runs on the node, inside
-  the fault's time, failed on the check that reads it (NHC_CHECK); slurmguard's checks saw it
-  when one of its health checks on the node ran inside the fault's time (its table,
-  fleet_day_arms.can_see, says it sees every kind). A run across the fault's start or end
-  decides nothing: a fault seen only by such runs is ``unsure`` and may be in either list;
+  and who saw it, from the checkers' own verdicts, not from the ledger or the report: NHC saw
+  it when one of its runs on the node while the fault was on failed on the check that reads
+  it (NHC_CHECK; none for a kind it cannot see); slurmguard's checks saw it when a run of any
+  hook of slurmguard's on the node (health check, prolog, epilog: the store's results) had
+  the check the fault's cause names unhealthy while it was on (a run across the fault's
+  start or end counts by its verdict: it says whether the run read the fault);
 - the report: ``only_slurmguard`` must be the faults NHC missed and slurmguard saw, ``both``
   those both saw, ``only_incumbent`` those only NHC saw, as (node, cause) pairs with the
   plan's causes (fleet_day_plan.KINDS) which are slurmguard's check names; a row of a cause no
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from support import fleet_day_plan as plan
-from support.fleet_day import Day
+from support.fleet_day import HOOK_BUDGET_S, Day
 from support.fleet_day_arms import StartLine
 from support.helpers import sg_env
 from support.nhc_node import REASON_PREFIX, NHCNodes
@@ -149,9 +150,10 @@ class ShadowDay(Day):
 
     # -- after the day -------------------------------------------------------------------------
     def truth(self) -> dict[str, list[dict[str, Any]]]:
-        """Each fault on each node and who saw it (True, False, or None: unsure)."""
+        """Each fault on each node and who saw it (module docstring)."""
         with self.looks_lock:
             looks = list(self.looks_done)
+        failed = failing_results(self.h, self.t0 - HOOK_BUDGET_S)
         rows = []
         with self.lock:
             on = [(f, t, self.off_at.get(f)) for f, t in self.on_at.items()]
@@ -161,8 +163,11 @@ class ShadowDay(Day):
                 rows.append({"node": n, "cause": f.cause, "kind": f.kind,
                              "at": round(t_on - self.t0, 1),
                              "clear_at": None if t_off is None else round(t_off - self.t0, 1),
-                             "nhc": _saw(mine, "nhc", t_on, t_off, NHC_CHECK.get(f.kind)),
-                             "slurmguard": _saw(mine, "slurmguard", t_on, t_off, None)})
+                             "nhc": nhc_saw(mine, t_on, t_off, NHC_CHECK.get(f.kind)),
+                             "slurmguard": any(
+                                 node == n and check == f.cause.split(":", 1)[0]
+                                 and _overlaps(start, end, t_on, t_off)
+                                 for node, check, start, end in failed)})
         return {"faults": rows}
 
     def after(self, match_window: str) -> dict[str, Any]:
@@ -208,26 +213,16 @@ class ShadowDay(Day):
             store.close()
 
 
-def _saw(looks: list[Look], who: str, t_on: float, t_off: float | None,
-         check: str | None) -> bool | None:
-    """Whether ``who``'s runs saw a fault on [t_on, t_off]: True, a run inside it did; False,
-    none did, and none ran across its start or end; None, only such runs (unsure). NHC's run
-    saw it when it failed on ``check`` (no check for the kind: NHC never sees it);
-    slurmguard's when it ran (its table sees every kind; in observe mode its verdict is a
-    would-event, not its exit code, and the would-events are what the report reads)."""
-    looks = [x for x in looks if x.who == who]
-    inside = [x for x in looks if x.start >= t_on and (t_off is None or x.end <= t_off)]
-    across = [x for x in looks if x.start < t_on <= x.end
-              or (t_off is not None and x.start < t_off <= x.end)]
-    if who == "nhc":
-        if check is None:
-            return False
-        if any(x.rc != 0 and x.failed.startswith(check) for x in inside):
-            return True
-        return None if any(x.rc != 0 for x in across) else False
-    if inside:
-        return True
-    return None if across else False
+def _overlaps(start: float, end: float, t_on: float, t_off: float | None) -> bool:
+    return end >= t_on and (t_off is None or start <= t_off)
+
+
+def nhc_saw(looks: list[Look], t_on: float, t_off: float | None, check: str | None) -> bool:
+    """Whether an NHC run on the node while the fault was on [t_on, t_off] failed on
+    ``check`` (None: NHC has no check for the kind, and never sees it)."""
+    return check is not None and any(
+        x.who == "nhc" and x.rc != 0 and x.failed.startswith(check)
+        and _overlaps(x.start, x.end, t_on, t_off) for x in looks)
 
 
 def _pairs(rows: list[dict[str, Any]]) -> list[list[Any]]:
@@ -244,12 +239,9 @@ def compare(rep: dict[str, Any], truth: list[dict[str, Any]]) -> dict[str, Any]:
     causes = {t["cause"] for t in truth}
     expect: dict[str, list[tuple[str, str]]] = {"both": [], "only_slurmguard": [],
                                                "only_incumbent": []}
-    unsure = []
     for t in truth:
         key = (t["node"], t["cause"])
-        if t["nhc"] is None or t["slurmguard"] is None:
-            unsure.append(key)
-        elif t["slurmguard"] and t["nhc"]:
+        if t["slurmguard"] and t["nhc"]:
             expect["both"].append(key)
         elif t["slurmguard"]:
             expect["only_slurmguard"].append(key)
@@ -273,14 +265,9 @@ def compare(rep: dict[str, Any], truth: list[dict[str, Any]]) -> dict[str, Any]:
     diff = {}
     for name, want in expect.items():
         have = sorted(got[name])
-        # An unsure fault may be in the list or not: it is taken out of both sides.
-        left = list(have)
-        for u in unsure:
-            if u in left:
-                left.remove(u)
-        if left != sorted(want):
+        if have != sorted(want):
             diff[name] = {"report": have, "truth": sorted(want)}
-    return {"expected": {k: sorted(v) for k, v in expect.items()}, "unsure": sorted(unsure),
+    return {"expected": {k: sorted(v) for k, v in expect.items()},
             "mapped": mapped, "extra": extra, "diff": diff,
             "false": sorted(got["would_have_been_false"])}
 
@@ -310,6 +297,25 @@ def out_reasons(h: ScaleHarness) -> dict[str, int]:
                 who = REASON_PREFIX if e.reason.startswith(REASON_PREFIX) else e.reason
                 got[who] = got.get(who, 0) + 1
         return got
+    finally:
+        store.close()
+
+
+def failing_results(h: ScaleHarness, since: float) -> list[tuple[str, str, float, float]]:
+    """(node, check, run start, run end) of every unhealthy result of slurmguard's hooks
+    stored since ``since``: its checks' own verdicts, before serve's ledger."""
+    from sqlalchemy import text
+
+    from slurmguard.store import Store
+
+    store = Store.open(url=h.store_url)
+    try:
+        with store.engine.connect() as c:
+            rows = c.execute(text(
+                "SELECT n.name, x.name, r.started, r.duration FROM results x "
+                "JOIN runs r ON r.id = x.run_id JOIN nodes n ON n.id = r.node_id "
+                "WHERE x.health = 'unhealthy' AND r.started >= :t"), {"t": since}).fetchall()
+        return [(node, check, float(t), float(t) + float(d or 0.0)) for node, check, t, d in rows]
     finally:
         store.close()
 
