@@ -15,8 +15,9 @@ report --json` on the cluster's store is compared with the day's truth:
 - the report: ``only_slurmguard`` must be the faults NHC missed and slurmguard saw, ``both``
   those both saw, ``only_incumbent`` those only NHC saw, as (node, cause) pairs with the
   plan's causes (fleet_day_plan.KINDS) which are slurmguard's check names; a row of a cause no
-  fault has (the fleet policy's ``flapping``) is mapped to its node's fault; no row of a node
-  without a fault at the time outside ``would_have_been_false``;
+  fault has (the fleet policy's ``flapping``, a check name NHC's reason maps to otherwise) is
+  set apart with its node's fault (``mapped``; none on seed 27); no row of a node without a
+  fault of that cause (``extra``);
 - slurmguard changed nothing: its Slurm tools are a shim (support/slurmshim.py) that refuses
   and logs every change (NHC's helpers call the real tools, as on a site where each has its
   own), and every out-of-service reason serve's node-state history recorded is NHC's; every
