@@ -245,7 +245,7 @@ class StorePermit:
         with nullcontext() if self._lock is None else self._lock:
             serialized = getattr(self.store, "serialized", None)
             with (serialized(f"permit:{cause}") if serialized else nullcontext(self.store)) as tx:
-                first = open_episode(tx, node, WOULD_DRAIN, cause)
+                first = open_episode(tx, node, WOULD_DRAIN, cause, at=at)
                 if first is not None:
                     return False, first.kind == WOULD_DRAIN, str(first.details.get("guard", ""))
                 recent = ledger_recent(tx, at - self.params.blast_window)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 ACTOR = "slurmguard"
@@ -58,9 +58,10 @@ def _stateful(e: Any) -> bool:
 def open_episode(store: Any, node: str, kind: str, source: str, *, argv: Any = None,
                  at: float | None = None) -> Any:
     """The first event of ``node``'s open episode for ``kind`` (a drain kind: either drain
-    kind) and ``source``, or None when there is none. A stateful would-act's (``argv``: its
-    Slurm call; ``at``: now) is the family's latest, when the same change and under a day
-    old."""
+    kind) and ``source``, or None when there is none; ``at``: when the sighting's run began
+    (a ``would_end`` after it does not close the episode for it). A stateful would-act's
+    (``argv``: its Slurm call) is the family's latest, when the same change and under a day
+    old at ``at``."""
     if kind == WOULD_ACT and source in STATEFUL:
         family = STATEFUL[source]
         for e in store.nodes.events(node=node, kinds=[WOULD_ACT], limit=_LOOK_BACK):
@@ -72,6 +73,10 @@ def open_episode(store: Any, node: str, kind: str, source: str, *, argv: Any = N
     family = _DRAINS if kind in _DRAINS else (kind,)
     for e in store.nodes.events(node=node, kinds=list(WOULD_KINDS), limit=_LOOK_BACK):
         if e.kind == WOULD_END:
+            if at is not None and e.at > at:
+                # A pass from after this sighting's run, stored first (records arrive out of
+                # order under load): it ends the episode this sighting belongs to, later.
+                continue
             return None
         if e.kind in family and e.source == source:
             return e
@@ -89,13 +94,28 @@ def record_would(store: Any, node: str, kind: str, source: str, reason: str, *,
     return True
 
 
-def end_episodes(store: Any, node: str, reason: str, *, at: float) -> bool:
+def end_episodes(store: Any, node: str, reason: str, *, at: float,
+                 passed: Collection[str] | None = None, checks: Collection[str] = ()) -> bool:
     """The node passed again: close its open would-episodes (one ``would_end``); True if
-    any was open."""
+    any was open. ``passed``: the checks the passing run ran and did not fail (None: any);
+    ``checks``: every check's name. A run that did not run an open episode's check, or ran it
+    with an error, says nothing of that fault and ends nothing: acting, its pass would not
+    clear that check's drain (the epilog, which runs no gpu-ecc, clears no ECC drain; seen
+    on a fleet day, tests/scale/test_fleet_day_shadow_small.py: an epilog's pass split a
+    node's one ECC fault into two episodes). Nor does a run that began before an open
+    episode's first sighting (it may have read the node before the fault)."""
     evs = store.nodes.events(node=node, kinds=list(WOULD_KINDS), limit=50)
     latest = next((e for e in evs if not _stateful(e)), None)  # a pass does not end those
     if latest is None or latest.kind == WOULD_END:
         return False
+    for e in evs:  # newest first: the open episodes, back to the node's last would_end
+        if e.kind == WOULD_END:
+            break
+        if _stateful(e):
+            continue
+        check = e.source.split(":", 1)[0]  # "gpu-xid:79": the gpu-xid check's
+        if e.at > at or (passed is not None and check in checks and check not in passed):
+            return False
     store.nodes.record_event(node, WOULD_END, ACTOR, reason, source="", at=at)
     return True
 

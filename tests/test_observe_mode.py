@@ -155,6 +155,31 @@ def test_would_drains_are_written_once_per_episode_and_counted_by_the_guard(stor
                                                                "would_drain"]
 
 
+def test_a_pass_ends_only_what_its_run_could_see(store: Store) -> None:
+    """A passing run ends a node's episodes only when it ran each open episode's check
+    without an error, and began after the episode's first sighting (the fleet day's shadow
+    arm: an epilog, which runs no gpu-ecc, split one ECC fault into two episodes)."""
+    checks = ("gpu-ecc", "gpu-xid", "fs-mount")
+    assert _would(store, "n5", "gpu-ecc", NOW)[0]
+    assert _would(store, "n5", "gpu-xid:79", NOW + 1)[0]
+    epilog = {"gpu-xid", "fs-mount"}  # no gpu-ecc
+    assert not end_episodes(store, "n5", "epilog passes", at=NOW + 10, passed=epilog,
+                            checks=checks)
+    assert not end_episodes(store, "n5", "healthcheck passes", at=NOW + 0.5,
+                            passed=set(checks), checks=checks)  # began before the Xid's sighting
+    assert not _would(store, "n5", "gpu-ecc", NOW + 20)[0]  # still the one episode
+    assert end_episodes(store, "n5", "healthcheck passes", at=NOW + 30, passed=set(checks),
+                        checks=checks)
+    # Records out of order: the hang's pass at +40 stored before a failing run from +35.
+    assert _would(store, "n7", "fs-mount", NOW + 30)[0]
+    assert end_episodes(store, "n7", "epilog passes", at=NOW + 40, passed=set(checks),
+                        checks=checks)
+    assert not _would(store, "n7", "fs-mount", NOW + 35)[0]  # the same episode, not a new one
+    assert _would(store, "n7", "fs-mount", NOW + 45)[0]  # after the pass: a new one
+    assert _would(store, "n6", "flapping", NOW)[0]  # a cause no check names: any pass ends it
+    assert end_episodes(store, "n6", "epilog passes", at=NOW + 1, passed=epilog, checks=checks)
+
+
 def test_guarded_drain_in_observe_mode_never_asks_slurm_to_drain(tmp_path: Path,
                                                                  store: Store) -> None:
     tools, log = _recorders(tmp_path)

@@ -22,6 +22,7 @@ from slurmguard.shadow.report import (
     build,
     check_for,
     out_events,
+    same_fault,
     would_episodes,
 )
 from slurmguard.store import Store
@@ -93,6 +94,59 @@ def test_the_check_that_reads_what_an_incumbent_saw(reason: str, check: str) -> 
     assert check_for(reason) == check
 
 
+MOUNT = "NHC: check_fs_mount_rw: /shared not mounted"
+IB = "NHC: check_hw_ib: No IB port mlx5_0:1 is ACTIVE"
+
+
+def test_a_drain_for_another_area_of_the_node_is_another_fault() -> None:
+    # The fleet day's shadow arm (tests/scale/test_fleet_day_shadow_small.py): n7's ECC fault,
+    # which NHC cannot see, from 8 s on; the filer hangs at 20 s and NHC drains every node for
+    # the mount, n7 too; n2's IB link, which NHC drains for at 11 s and again for the mount.
+    would = [WouldEpisode("n7", "gpu-ecc", T + 8, None, False),
+             WouldEpisode("n7", "fs-mount", T + 21, T + 33, False),
+             WouldEpisode("n2", "ib-link", T + 11, None, False),
+             WouldEpisode("n2", "fs-mount", T + 21, None, False),
+             WouldEpisode("n3", "flapping", T + 25, None, False)]
+    incumbent = [OutEvent("n2", T + 12, None, IB), OutEvent("n7", T + 20, T + 33, MOUNT),
+                 OutEvent("n2", T + 20, None, MOUNT), OutEvent("n3", T + 26, None, "bad node")]
+    rep = build(would, incumbent, [], since=T, until=T + 60, match_window=H)
+    assert sorted((r["node"], r["cause"], r["incumbent_reason"]) for r in rep.both) == [
+        ("n2", "fs-mount", MOUNT), ("n2", "ib-link", IB), ("n3", "flapping", "bad node"),
+        ("n7", "fs-mount", MOUNT)]
+    assert [(r["node"], r["cause"]) for r in rep.only_slurmguard] == [("n7", "gpu-ecc")]
+    assert rep.only_incumbent == []
+
+
+def test_a_second_fault_inside_an_open_episode_is_both_when_the_check_saw_it() -> None:
+    # n7: slurmguard's ECC episode open from 8 s; NHC drains n7 for the mount at 20 s, and
+    # slurmguard's fs-mount check failed there at 21 s (no would-event: the node's episode
+    # was open). n8: NHC's mount drain, no failing fs-mount result of slurmguard's: missed.
+    # n9: the check failed, but no would-episode was open then: no sighting inside one.
+    would = [WouldEpisode("n7", "gpu-ecc", T + 8, None, False)]
+    incumbent = [OutEvent("n7", T + 20, T + 32, MOUNT), OutEvent("n8", T + 20, T + 32, MOUNT),
+                 OutEvent("n9", T + 20, T + 32, MOUNT)]
+    seen = [("n7", "fs-mount", T + 21), ("n7", "fs-mount", T + 24), ("n9", "fs-mount", T + 21),
+            ("n8", "ib-link", T + 21)]
+    rep = build(would, incumbent, [], since=T, until=T + 60, match_window=10.0, sightings=seen)
+    assert [(r["node"], r["cause"], r["within"], r["lead_s"]) for r in rep.both] == [
+        ("n7", "fs-mount", "gpu-ecc", -1.0)]
+    assert [(r["node"], r["cause"]) for r in rep.only_slurmguard] == [("n7", "gpu-ecc")]
+    assert [(r["node"], r["check"]) for r in rep.only_incumbent] == [("n8", "fs-mount"),
+                                                                      ("n9", "fs-mount")]
+    assert (rep.summary["both"], rep.summary["only_incumbent"]) == (1, 2)
+
+
+@pytest.mark.parametrize("cause,reason,same", [
+    ("gpu-ecc", MOUNT, False), ("gpu-xid:79", IB, False), ("fs-mount", IB, False),
+    ("gpu-ecc", "NHC: check_nvsmi_healthmon:  GPU fallen off the bus", True),  # both the GPU
+    ("ib-link", IB, True), ("fs-mount", MOUNT, True),
+    ("gpu-ecc", "bad fan, ticket 4711", True),  # names no check: may be any fault
+    ("flapping", MOUNT, True),  # a cause of no area (the fleet policy's)
+])
+def test_same_fault(cause: str, reason: str, same: bool) -> None:
+    assert same_fault(cause, reason) is same
+
+
 def test_episodes_and_spans_from_the_ledger(tmp_path: Path) -> None:
     store = Store.open(url=new_store(tmp_path))
     try:
@@ -120,6 +174,15 @@ def test_episodes_and_spans_from_the_ledger(tmp_path: Path) -> None:
             "n2", T + 40, "root", "NHC: check_hw_eth: eth9")
         # dated by Slurm's reason time (local time, as Slurm prints it), not by the view's
         assert span.start == time.mktime(time.strptime("2027-01-15T08:00:00", "%Y-%m-%dT%H:%M:%S"))
+        # NHC's note for a second failing check while the node is out, then its first check's
+        # note again when the second passes: two sightings in one span, not three.
+        for at, reason in ((T + 100, IB), (T + 110, MOUNT), (T + 120, IB)):
+            again = node_info_from_show(parse_show_node_oneliner(
+                f"NodeName=n2 Arch=x86_64 State=IDLE+DRAIN Partitions=gpu Reason={reason}")[0])
+            assert states.update([again], now=at) == 1
+        spans = out_events(store.nodes.events(kinds=["state_change"]))
+        assert [(s.reason, s.start, s.end) for s in spans[1:]] == [(IB, T + 100, None),
+                                                                    (MOUNT, T + 110, None)]
     finally:
         store.close()
 

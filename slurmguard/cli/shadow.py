@@ -69,6 +69,21 @@ def _jobs(slurm: Any, since: float, until: float) -> tuple[list[Any], str]:
     return runs, "sacct"
 
 
+def _sightings(store: Any, rows: list[dict[str, Any]], window: float) -> list[tuple[str, str, float]]:
+    """(node, check, when) of slurmguard's failing results of the check each only-incumbent
+    row names, on its node, from ``window`` before it (the store's node history)."""
+    from slurmguard.shadow.report import NO_CHECK
+
+    out = []
+    for r in rows:
+        if r["check"] == NO_CHECK:
+            continue
+        for item in store.nodes.history(r["node"], since=r["at"] - window, limit=10_000):
+            if item.kind == "result" and r["check"] in item.checks:
+                out.append((r["node"], r["check"], item.at))
+    return out
+
+
 @shadow_grp.command("report")
 @click.option("--since", default="7d", show_default=True, metavar="WHEN",
               help="Start of the window: 7d, 12h or an ISO time.")
@@ -88,9 +103,10 @@ def report_cmd(ctx: click.Context, since: str, until: str | None, match_window: 
                incumbent: str, as_json: bool, plot_path: str | None) -> None:
     """Join the would-events of observe mode with what happened to each node in Slurm.
 
-    Per node and cause: caught by both (slurmguard's lead or lag), only by slurmguard (the
-    GPU-hours of the jobs that ran there meanwhile and how they ended), only by the
-    incumbent (NHC, admins, Slurm: with the check that would have seen it), and
+    Per node and cause: caught by both (slurmguard's lead or lag; a second fault on a node
+    slurmguard would have had out already, seen by its check, says `within`), only by
+    slurmguard (the GPU-hours of the jobs that ran there meanwhile and how they ended), only
+    by the incumbent (NHC, admins, Slurm: with the check that would have seen it), and
     would-have-been-false (every job there completed, nobody drained it). The summary
     first: what acting would have saved and cost, in GPU-hours and nodes out.
 
@@ -115,6 +131,9 @@ def report_cmd(ctx: click.Context, since: str, until: str | None, match_window: 
     spans, where = _incumbent(cfg, store, slurm, t0, t1, incumbent)
     jobs, jobs_from = _jobs(slurm, t0, t1)
     rep = build(would, spans, jobs, since=t0, until=t1, match_window=window)
+    seen = _sightings(store, rep.only_incumbent, window)
+    if seen:  # a second fault on a node already in a would-episode: slurmguard's check saw it
+        rep = build(would, spans, jobs, since=t0, until=t1, match_window=window, sightings=seen)
     data = {**rep.to_dict(), "incumbent_from": where, "jobs_from": jobs_from}
     if plot_path:
         from slurmguard.shadow.plot import draw

@@ -250,8 +250,13 @@ class Fleet:
                                               at=r["started"], details={"hook": r["hook"]})
             if r["decision"]["action"] == "pass" and self._observes(r["node"]) \
                     and not self._kept_out(r["node"]):
-                # passed again: the node's would-episodes end
-                end_episodes(self.store, r["node"], f"{r['hook']} passes", at=r["started"])
+                # passed again: the node's would-episodes end, those of the checks it ran
+                from slurmguard.checks import BY_NAME
+
+                passed = {x["name"] for x in r.get("results", [])
+                          if x["health"] not in ("unhealthy", "error")}
+                end_episodes(self.store, r["node"], f"{r['hook']} passes", at=r["started"],
+                             passed=passed, checks=BY_NAME)
         with self.lock:
             self._pending.update(r["node"] for r in records)
         if self._thread is None:  # not started (tests, one-shot use): evaluate inline

@@ -5,13 +5,18 @@ jobs that ran on each node, over one window.
 Per node and cause, four lists:
 
 * ``both``: a would-episode and an incumbent event on the same node that overlap, or start
-  within ``match_window`` of each other; ``lead_s`` = incumbent start - slurmguard's (positive:
-  slurmguard saw it first).
+  within ``match_window`` of each other, unless the incumbent's reason names a check of
+  another area of the node than the episode's cause (:func:`same_fault`: NHC's drain for a
+  missing mount is not the ECC fault slurmguard saw on that node before it); ``lead_s`` =
+  incumbent start - slurmguard's (positive: slurmguard saw it first).
 * ``only_slurmguard``: a would-episode nobody else acted on, after which the node ran a job
   that did not complete (or no job at all): the GPU-hours of the jobs that ran on the node
   during the episode, and how they ended.
 * ``only_incumbent``: an incumbent event slurmguard has no would-episode for; ``check`` names
-  the slurmguard check that reads what the reason names, or says that none does.
+  the slurmguard check that reads what the reason names, or says that none does. But when
+  that check failed on the node meanwhile, inside another of the node's would-episodes (a
+  second fault on a node slurmguard would have had out already), the event is ``both``, its
+  row's ``within`` naming the open episode's cause (:func:`sighted`).
 * ``false``: a would-episode nobody else acted on, after which every job on the node (to
   the window's end) completed: acting would have been a false drain; its GPU-hours are
   those jobs'.
@@ -110,6 +115,27 @@ def check_for(reason: str) -> str:
     return NO_CHECK
 
 
+def _area(check: str) -> str:
+    return check.split("-", 1)[0]
+
+
+_AREAS = frozenset(_area(c) for _, c in _CHECK_WORDS)  # gpu, fs, host, ib
+
+
+def same_fault(cause: str, reason: str) -> bool:
+    """Whether an incumbent's drain for ``reason`` can be the fault slurmguard's ``cause``
+    names: yes, unless the reason names a check of another area of the node (gpu, ib, fs,
+    host). A reason that names no check (an admin's words) and a cause of no area (the
+    policy's ``flapping``) can be any fault. The fleet day's shadow arm (tests/scale/
+    test_fleet_day_shadow_small.py) has the case: n7's ECC would-episode, open from 10 s
+    (NHC cannot see ECC), and NHC's drain of n7 for the filer's hang at 20 s; joined by node
+    and time alone they were one fault, caught by both."""
+    check = check_for(reason)
+    if check == NO_CHECK or _area(cause) not in _AREAS:
+        return True
+    return _area(check) == _area(cause)
+
+
 def _overlap(a0: float, a1: float | None, b0: float, b1: float | None, until: float,
              slack: float) -> bool:
     a1 = until if a1 is None else a1
@@ -142,14 +168,18 @@ def _lost(runs: Sequence[dict[str, Any]]) -> float:
 
 
 def build(would: Sequence[WouldEpisode], incumbent: Sequence[OutEvent], jobs: Sequence[JobRun],
-          *, since: float, until: float, match_window: float = 3600.0) -> Report:
-    """The four lists and the summary (module docstring)."""
+          *, since: float, until: float, match_window: float = 3600.0,
+          sightings: Sequence[tuple[str, str, float]] = ()) -> Report:
+    """The four lists and the summary (module docstring). ``sightings``: (node, check, when)
+    of slurmguard's failing check results, for the incumbent's events no would-episode
+    matched (:func:`sighted`)."""
     rep = Report(since, until)
     matched: set[int] = set()
     saved = cost = 0.0
     for w in sorted(would, key=lambda w: (w.start, w.node, w.cause)):
         hit = next((i for i, e in enumerate(incumbent) if i not in matched and e.node == w.node
-                    and _overlap(w.start, w.end, e.start, e.end, until, match_window)), None)
+                    and _overlap(w.start, w.end, e.start, e.end, until, match_window)
+                    and same_fault(w.cause, e.reason)), None)
         base = {"node": w.node, "cause": w.cause, "at": w.start, "end": w.end,
                 "guard": "refused" if w.refused else "allowed", "reason": w.reason}
         if hit is not None:
@@ -176,9 +206,14 @@ def build(would: Sequence[WouldEpisode], incumbent: Sequence[OutEvent], jobs: Se
         saved += 0.0 if w.refused else _lost(runs)
         rep.only_slurmguard.append(row)
     for i, e in enumerate(incumbent):
-        if i not in matched:
-            rep.only_incumbent.append({"node": e.node, "at": e.start, "end": e.end,
-                                       "reason": e.reason, "by": e.by, "check": check_for(e.reason)})
+        if i in matched:
+            continue
+        row = sighted(e, would, sightings, until, match_window)
+        if row is not None:
+            rep.both.append(row)
+            continue
+        rep.only_incumbent.append({"node": e.node, "at": e.start, "end": e.end,
+                                   "reason": e.reason, "by": e.by, "check": check_for(e.reason)})
     rep.only_incumbent.sort(key=lambda r: (r["at"], r["node"]))
     drained = {w.node for w in would if not w.refused}
     leads = [r["lead_s"] for r in rep.both]
@@ -191,6 +226,29 @@ def build(would: Sequence[WouldEpisode], incumbent: Sequence[OutEvent], jobs: Se
         "median_lead_s": sorted(leads)[len(leads) // 2] if leads else None,
     }
     return rep
+
+
+def sighted(e: OutEvent, would: Sequence[WouldEpisode], sightings: Sequence[tuple[str, str, float]],
+            until: float, match_window: float) -> dict[str, Any] | None:
+    """A ``both`` row for an incumbent event no would-episode matched, when slurmguard's check
+    that reads its reason failed on the node meanwhile while another of the node's
+    would-episodes was open: acting, slurmguard had the node out already, and a second fault
+    writes no would-event of its own (one episode per node and cause; the record's drain
+    names one cause). The fleet day's shadow arm: NHC drained a node for the filer's hang
+    whose ECC fault slurmguard would have drained ten seconds before. None otherwise."""
+    check = check_for(e.reason)
+    end = until if e.end is None else e.end
+    seen = sorted(t for n, c, t in sightings if n == e.node and c == check
+                  and e.start - match_window <= t <= end)
+    for t in seen:
+        w = next((w for w in would if w.node == e.node
+                  and w.start <= t and (w.end is None or t <= w.end)), None)
+        if w is not None:
+            return {"node": e.node, "cause": check, "at": t, "end": None,
+                    "guard": "refused" if w.refused else "allowed", "reason": "",
+                    "within": w.cause, "incumbent_at": e.start, "lead_s": round(e.start - t, 1),
+                    "incumbent_reason": e.reason, "by": e.by, "jobs_in_lead": []}
+    return None
 
 
 def would_episodes(events: Iterable[Any]) -> list[WouldEpisode]:
@@ -209,13 +267,18 @@ def would_episodes(events: Iterable[Any]) -> list[WouldEpisode]:
 
 def out_events(events: Iterable[Any]) -> list[OutEvent]:
     """Incumbent out-of-service spans from serve's node-state history (state_change events
-    of actor slurm): out -> the next in. slurmguard's own drains are left out."""
+    of actor slurm): out -> the next in. slurmguard's own drains are left out. A new reason
+    while the node is out is a sighting of its own (NHC's note for a second failing check),
+    but not one the span already had: NHC marks a node again with its first check's note
+    once the second passes, and that is no new fault."""
     evs = sorted(events, key=lambda e: (e.at, e.id))
-    out = []
+    out: list[OutEvent] = []
     for i, e in enumerate(evs):
         if e.details.get("to") != "out" or e.details.get("ours") or e.reason.startswith(REASON_PREFIX):
             continue
         end = next((x.at for x in evs[i + 1:] if x.node == e.node and x.details.get("to") == "in"),
                    None)
+        if any(o.node == e.node and o.end == end and o.reason == e.reason for o in out):
+            continue  # the same span (the same return ends it), a reason it already gave
         out.append(OutEvent(e.node, e.at, end, e.reason, str(e.details.get("by") or "")))
     return out

@@ -5,6 +5,8 @@ file (docs/scale.json by default) that docs/scale.md is rendered from.
     python tests/scale/run.py --nodes 1024 --scenario steady --scenario shared_fault
     python tests/scale/run.py --render     # docs/scale.md and its plots from docs/scale.json
     python tests/scale/run.py --nodes 512 --scenario fleet_day --seed 1 --day-s 300
+    python tests/scale/run.py --nodes 16 --scenario fleet_day --seed 27 --day-s 60 --tick 3 \
+        --arms shadow --out /tmp/shadow-day.json
     python tests/scale/run.py --nodes 1024 --scenario wave_repair --repair-reboots-per-hour 40
 
 The fleet day runs alone (its harness has more checks and no agent; it starts the harnesses
@@ -32,6 +34,7 @@ sys.path.insert(0, str(TESTS))
 from support import fleet_day_doc, footprint, scale_doc  # noqa: E402
 from support.fleet_day import fleet_spec  # noqa: E402
 from support.fleet_day_arms import ARMS  # noqa: E402
+from support.fleet_day_observe import SHADOW, shadow_spec  # noqa: E402
 from support.scale_controller import SCENARIOS  # noqa: E402
 from support.scale_repair_conf import RepairLimits  # noqa: E402
 from support.scaleharness import ScaleHarness, ScaleSpec  # noqa: E402
@@ -60,14 +63,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault-mode", action="append", choices=["serve_up", "serve_down"],
                     default=[], help="shared_fault: only these phases (default both)")
     ap.add_argument("--seed", type=int, default=1, help="fleet_day: the fault schedule's seed")
-    ap.add_argument("--arms", default=",".join(ARMS),
-                    help="fleet_day: the arms run at once, comma-separated (a half of a big "
-                         "day: the other half, run later on the same seed, joins its entry)")
     ap.add_argument("--day-s", type=float, default=300.0, help="fleet_day: the day in seconds")
     ap.add_argument("--tick", type=float, default=15.0,
                     help="fleet_day: seconds between every node's health check")
     ap.add_argument("--step-s", type=float, default=0.5,
                     help="fleet_day: a training step's nominal seconds")
+    ap.add_argument("--arms", default=",".join(ARMS),
+                    help="fleet_day: the arms run at once, comma-separated, of "
+                         + ", ".join((*ARMS, SHADOW)) + " (default the four; some of the four: "
+                         "a half of a big day, which the other half, run later on the same "
+                         f"seed, joins on the page; {SHADOW}: LBNL NHC acting and slurmguard "
+                         "observing on one cluster, docs/install.md 'Rollout', a day that is "
+                         "not the page's: it goes to --out only)")
     ap.add_argument("--notice-interval", type=float, default=0.5,
                     help="fleet_day: seconds between each job's drain polls of serve")
     ap.add_argument("--percent", type=float, default=3.0,
@@ -116,11 +123,14 @@ def main(argv: list[str] | None = None) -> int:
         opts.update(percent=a.percent, repair_timeout=a.repair_timeout)
     if "fleet_day" in scenarios:
         # The day's repair passes compressed like the day (docs/fleet-day.md), fewer at size.
-        arms = tuple(x for x in ARMS if x in a.arms.split(","))
-        if not arms or set(a.arms.split(",")) - set(ARMS):
-            ap.error(f"--arms: expected some of {','.join(ARMS)}, got {a.arms!r}")
+        named = {x.strip() for x in a.arms.split(",") if x.strip()}
+        if not named or named - {*ARMS, SHADOW}:
+            ap.error(f"--arms: each of {', '.join((*ARMS, SHADOW))}, got {a.arms!r}")
+        arms = tuple(x for x in (*ARMS, SHADOW) if x in named)
         spec = fleet_spec(spec, slurmguard="slurmguard" in arms, notice_interval=a.notice_interval,
                           policy_interval=a.policy_interval or (2.0 if a.nodes <= 64 else 10.0))
+        if SHADOW in arms and "slurmguard" not in arms:  # the harness started here runs it
+            spec = shadow_spec(spec)
         opts.update(seed=a.seed, day_s=a.day_s, tick=a.tick, step_s=a.step_s,
                     parallel=min(a.parallel, 16), arms=arms)
     if scenarios != ["fleet_day"]:
@@ -129,6 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         opts["save"] = lambda figures: _merge(Path(a.out), a.label, a.nodes, figures)
     figures = run(root, spec, scenarios, **opts)
     figures["label"] = a.label
+    if scenarios == ["fleet_day"] and SHADOW in opts["arms"]:  # not the page's day
+        if a.out != str(DOC_JSON):
+            Path(a.out).write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+        print(json.dumps(figures["fleet_day"], indent=1, sort_keys=True))
+        return 0
     if scenarios == ["fleet_day"]:  # its own page: docs/fleet-day.json -> docs/fleet-day.md
         out = FLEET_JSON if a.out == str(DOC_JSON) else Path(a.out)
         data = json.loads(out.read_text()) if out.exists() else {"runs": {}}

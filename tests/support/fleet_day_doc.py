@@ -123,6 +123,9 @@ tests/support/nhc_node.py (NHC with each node's view, docs/testing.md "LBNL NHC 
 - **Incident truth**: `slurmguard incident list --json` on the slurmguard cluster's store:
   every injected fault must be exactly one incident of its cause, the shared hang one shared
   incident, and no incident may lack a fault.
+- **A fifth arm, `shadow`** (`--arms ...,shadow`; not on this page): NHC acting and slurmguard
+  observing on one cluster, its `shadow report` held against the day's truth: docs/install.md,
+  "The rollout on a test fleet".
 
 The two-arm runs this page showed before (slurmguard against today's oracle, then called the
 baseline, at 16 and 512 nodes) measured each arm over a window of its own and carried a

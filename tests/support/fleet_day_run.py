@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from support import fleet_day_observe as observe
 from support import fleet_day_outcomes as outcomes
 from support import fleet_day_plan as plan
 from support.fleet_day import Day, job_steps
@@ -40,7 +41,11 @@ def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float =
     """The four arms (or ``arms``) on one seed, at once: slurmguard on ``h``, each other arm on
     a harness of the same size started here (Slurm without slurmguard's hooks). ``h`` must
     have been started with :func:`fleet_spec` (run.py and the small form do), with
-    slurmguard=False for a set of arms without it (its first arm then runs on ``h``)."""
+    slurmguard=False for a set of arms without it (its first arm then runs on ``h``: a half
+    of a big day). ``arms`` may add the fifth, ``shadow`` (support/fleet_day_observe.py: NHC
+    acting, slurmguard observing); an ``h`` started observing
+    (:func:`~support.fleet_day_observe.shadow_spec`) runs it, when ``arms`` has no slurmguard
+    arm."""
     if every_kind is None:
         every_kind = len(h.nodes) >= 64
     faults = plan.schedule(seed, h.nodes, day_s, every_kind=every_kind, node_faults=node_faults)
@@ -52,15 +57,18 @@ def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float =
         "job_s": round(job_steps(day_s, step_s) * step_s), "arms": list(arms),
         "parallel": parallel,
     }
-    # ``h`` plays slurmguard, or (a half without it: run.py --arms) the first arm named.
-    home = "slurmguard" if "slurmguard" in arms else arms[0]
-    others = [a for a in arms if a != home]
-    bare = replace(h.spec, slurmguard=False, repair=None)
-    harness: dict[str, ScaleHarness] = {home: h}
+    # ``h`` plays slurmguard; else the shadow arm, if it observes; else (a half of a big day
+    # without slurmguard: run.py --arms) the first arm named.
+    own = ("slurmguard" if "slurmguard" in arms else
+           observe.SHADOW if observe.observing(h) and observe.SHADOW in arms else arms[0])
+    others = [a for a in arms if a != own]
+    bare = replace(h.spec, slurmguard=False, repair=None, policy_mode="act")
+    harness: dict[str, ScaleHarness] = {own: h}
     try:
         # The other arms' clusters started at once (each a few seconds to minutes).
         with ThreadPoolExecutor(max(1, len(others))) as pool:
-            started = {a: pool.submit(_start, h.root.parent / f"{h.root.name}-{a}", bare)
+            started = {a: pool.submit(_start, h.root.parent / f"{h.root.name}-{a}",
+                                      observe.shadow_spec(bare) if a == observe.SHADOW else bare)
                        for a in others}
             errors = []
             for a, fut in started.items():
@@ -73,12 +81,18 @@ def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float =
         line = StartLine(len(arms))
         days = {a: Day(harness[a], a, faults, day_s, tick, step_s, every, parallel,
                        nhc=NHCNodes(harness[a], harness[a].root / "nhc") if a == "nhc" else None,
-                       start=line)
+                       start=line) if a != observe.SHADOW else
+                observe.ShadowDay(harness[a], faults, day_s, tick, step_s, every, parallel,
+                                  start=line)
                 for a in arms}
         with ThreadPoolExecutor(len(arms)) as pool:
             done = {a: pool.submit(d.run) for a, d in days.items()}
             for a, fut in done.items():
                 out[a] = fut.result()
+        if observe.SHADOW in days:  # the shadow report against the day's truth
+            shadow = days[observe.SHADOW]
+            assert isinstance(shadow, observe.ShadowDay)
+            out[observe.SHADOW]["shadow"] = shadow.after(f"{2 * tick:g}s")
         for a in others:
             _cancel_all(harness[a])
     finally:
@@ -87,7 +101,7 @@ def fleet_day(h: ScaleHarness, seed: int = 1, day_s: float = 90.0, tick: float =
                 harness[a].stop()
                 shutil.rmtree(harness[a].root, ignore_errors=True)
     _cancel_all(h)
-    if "slurmguard" not in arms:
+    if own != "slurmguard":
         return out
     # The flapping node's second fault waits for its return, which never comes when the
     # fleet policy drains it for flapping first: that drain is then the flap's second

@@ -77,6 +77,9 @@ class ScaleSpec:
     # Set: repair in act mode with these limits on every serve replica, a RebootProgram in
     # slurm.conf (support/scale_repair.py; the scenario runs the BMC that answers it).
     repair: scale_repair_conf.RepairLimits | None = None
+    # policy.mode of every config: "observe" runs every hook and check and changes nothing in
+    # Slurm (docs/policy.md "Observe mode"; the fleet day's shadow arm).
+    policy_mode: str = "act"
 
 
 # The [agent] default the harness keeps (refresh 0: no answer uses a slow-source value older).
@@ -237,6 +240,7 @@ policy_interval = {s.policy_interval}
 socket = "{self.root}/run/%n.sock"
 [policy]
 blast_max_percent = {s.cap_percent}
+{f'mode = "{s.policy_mode}"' if s.policy_mode != "act" else ""}
 [slurm]
 scontrol = "{self.root}/bin/scontrol"
 sinfo = "{self.root}/bin/sinfo"
