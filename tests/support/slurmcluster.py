@@ -209,7 +209,7 @@ class Cluster:
         node-identity tests need; by default every node is at localhost.
         ``port_base``: slurmctld on that port, node i on port_base + i (a fleet-sized cluster:
         a block below the kernel's ephemeral range, see :func:`free_port_block`); by default
-        each port is one the kernel picks.
+        such a block handed out here.
         """
         t0 = time.monotonic()
         ensure_munge()
@@ -217,8 +217,11 @@ class Cluster:
         for sub in ("etc", "state", "spool", "log", "run"):
             (root / sub).mkdir(parents=True, exist_ok=True)
         names = [f"n{i}" for i in range(1, nodes + 1)]
-        ports = (free_ports(nodes + 1) if port_base is None else
-                 list(range(port_base, port_base + nodes + 1)))
+        # Handed out host-wide, below the kernel's ephemeral range (support/ports.py): ports
+        # the kernel picked collided with other sessions' outgoing connections (bind failed
+        # with EADDRINUSE beside 28,500 sockets in TIME_WAIT).
+        base = free_port_block(nodes + 1) if port_base is None else port_base
+        ports = list(range(base, base + nodes + 1))
         c = cls(root, names, ports[0], dict(zip(names, ports[1:], strict=True)), node_env)
         c.node_addrs = dict(node_addrs or {})
         acct = list(accounting.slurm_conf_lines()) if accounting is not None else []
