@@ -365,6 +365,11 @@ class Day:
         def one(n: str) -> Any:
             return self.nhc.run(n) if self.nhc is not None else self.h.run_entry("healthcheck", n)
 
+        self.passes(stop, one)
+
+    def passes(self, stop: threading.Event, one: Any) -> None:
+        """``one(node)`` on every node (``parallel`` at a time), a pass each tick until
+        ``stop``; each pass's start, span and seconds recorded."""
         with ThreadPoolExecutor(self.parallel) as pool:
             while not stop.is_set():
                 t = time.time()

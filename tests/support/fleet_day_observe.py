@@ -36,7 +36,6 @@ import re
 import subprocess
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -132,14 +131,7 @@ class ShadowDay(Day):
                                     Look("slurmguard", n, t1, t2, s.returncode,
                                          (s.stderr or s.stdout)[-300:] if s.returncode else "")]
 
-        with ThreadPoolExecutor(self.parallel) as pool:
-            while not stop.is_set():
-                t = time.time()
-                list(pool.map(one, self.h.nodes))
-                self.passes_done.append(t)
-                self.pass_spans.append((t, time.time()))
-                self.hc_pass_s.append(round(time.time() - t, 1))
-                stop.wait(max(0.0, self.tick - (time.time() - t)))
+        self.passes(stop, one)
 
     def day_over(self, now: float, t_end: float, repair: bool) -> bool:
         """At the day's end once a pass of both checkers began after the last fault event
