@@ -121,3 +121,60 @@ def test_a_day_run_in_halves_joins_one_entry_and_a_different_day_replaces_it():
     assert other["arms"] == ["slurm", "oracle"] and len(other["halves"]) == 1
     again = join_halves(both, first)  # the same arms again: the new run replaces the entry
     assert again["arms"] == ["nhc", "slurmguard"] and len(again["halves"]) == 1
+
+
+def _shadow_day(base: dict[str, Any], diff: dict[str, Any]) -> dict[str, Any]:
+    """A `--arms shadow` day's figures as fleet_day_run returns them, by hand."""
+    hours = {"both": [["n2", "ib-link", 0.0, {}]],
+             "only_slurmguard": [["n7", "gpu-ecc", 0.5, {"FAILED": 1}]],
+             "only_incumbent": [["n3", "fs-mount", None, {}]],
+             "would_have_been_false": [["n9", "fs-mount", 0.25, {"COMPLETED": 2}]]}
+    report = {"summary": {"saved_gpu_hours": 0.5, "cost_gpu_hours": 0.25},
+              "jobs_from": "sacct", "incumbent_from": "serve's node-state history"}
+    return {**base, "arms": ["shadow"], "shadow": {"shadow": {
+        "report": report, "gpu_hours": hours, "diff": diff, "extra": [], "mapped": [],
+        "false_on_fault": [["n9", "fs-mount"]], "match_window": "30s"}}}
+
+
+def test_a_shadow_day_joins_the_run_of_its_schedule_and_its_table_sits_beside_the_arms():
+    from support import fleet_day_shadow_doc as shadow
+    from support.fleet_day_doc import join_halves
+
+    base = {"seed": 1, "day_s": 90.0, "tick_s": 15.0, "step_s": 0.5, "every_steps": 10,
+            "nodes": 16, "faults": [{"kind": "ecc"}], "job_mix": [8, 1]}
+    # GPU-seconds lost by cause: the shared hang and overhead are not node faults.
+    run = {**base, "arms": ["nhc", "slurmguard"],
+           "nhc": {"lost_gpu_s_by_cause": {"gpu-ecc": 5400.0, "fs-mount": 900.0}},
+           "slurmguard": {"lost_gpu_s_by_cause": {"gpu-ecc": 1800.0, "overhead": 360.0}}}
+    # (run, shadow day's diff, stored?, the table's last rows: difference, equal)
+    cases = [
+        (run, {}, True, ["| four arms: lost to node faults, Slurm + LBNL NHC minus slurmguard "
+                         "| 1.0000 |", "| the report's lists equal the day's truth | yes |"]),
+        (run, {"only_slurmguard": {"report": [], "truth": [["n7", "gpu-ecc"]]}}, True,
+         ["| four arms: lost to node faults, Slurm + LBNL NHC minus slurmguard | 1.0000 |",
+          "| the report's lists equal the day's truth | no: only_slurmguard |"]),
+        ({k: v for k, v in run.items() if k != "nhc"} | {"arms": ["slurmguard"]}, {}, True,
+         ["| four arms: lost to node faults, Slurm + LBNL NHC minus slurmguard | – |",
+          "| the report's lists equal the day's truth | yes |"]),
+        ({**run, "faults": [{"kind": "xid79"}]}, {}, False, []),  # another schedule
+        (None, {}, False, []),  # no run of that size and seed
+    ]
+    for entry, diff, stored, tail in cases:
+        joined = shadow.join(entry, _shadow_day(base, diff), "2026-12-06 21:00 UTC")
+        assert (joined is not None) == stored, (entry, diff)
+        if joined is None:
+            continue
+        assert set(joined["shadow"]) == shadow.KEYS
+        assert joined["shadow"]["truth_equal"] == (diff == {})
+        lines = shadow.rows(joined)
+        assert "| shadow report: only slurmguard, the jobs on those nodes meanwhile (rows: 1) " \
+               "| 0.5000 |" in lines, lines
+        assert "| shadow report: would have been false, cost (rows: 1; on a real fault whose " \
+               "jobs there all completed: 1) | 0.2500 |" in lines, lines
+        assert lines[-4:-2] == tail, lines
+        assert "n7 gpu-ecc 0.5 (FAILED 1)" in lines[-1] and "n3 fs-mount;" in lines[-1]
+        # The run's four-arm rerun on the same schedule keeps the shadow day; another drops it.
+        again = {**entry, "arms": ["nhc"], "nhc": {"lost_gpu_s_by_cause": {}}}
+        assert join_halves(joined, again)["shadow"] == joined["shadow"]
+        assert "shadow" not in join_halves(joined, {**again, "day_s": 60.0})
+    assert shadow.rows(run) == []  # no shadow day: no table

@@ -49,3 +49,22 @@ def test_the_lists_against_the_truth() -> None:
     got = compare(rep, truth)
     assert got["diff"]["only_incumbent"] == {"report": [("n3", "fs-mount"), ("n7", "fs-mount")],
                                              "truth": [("n3", "fs-mount")]}
+
+
+def test_a_false_row_on_a_fault_slurmguard_alone_saw_counts_with_only_slurmguard() -> None:
+    """With Slurm accounting the report puts a fault after which every job completed (the
+    hang gone before the next job, thermal) in would-have-been-false: the truth has no such
+    split, so it counts with only-slurmguard; a false row on a node without it stays false."""
+    truth = [{"node": "n7", "cause": "gpu-ecc", "nhc": False, "slurmguard": True},
+             {"node": "n15", "cause": "gpu-thermal", "nhc": False, "slurmguard": True}]
+    rep = {"both": [], "only_slurmguard": [_row("n7", "gpu-ecc")], "only_incumbent": [],
+           "would_have_been_false": [_row("n15", "gpu-thermal")]}
+    got = compare(rep, truth)
+    assert got["diff"] == {} and got["extra"] == [] and got["false"] == []
+    assert got["false_on_fault"] == [("n15", "gpu-thermal")]
+    rep["would_have_been_false"].append(_row("n9", "gpu-thermal"))  # a healthy node
+    got = compare(rep, truth)
+    assert got["diff"] == {} and got["false"] == [("n9", "gpu-thermal")]
+    rep["would_have_been_false"] = []  # the thermal fault in no list
+    assert compare(rep, truth)["diff"]["only_slurmguard"] == {
+        "report": [("n7", "gpu-ecc")], "truth": [("n15", "gpu-thermal"), ("n7", "gpu-ecc")]}

@@ -7,6 +7,8 @@ file (docs/scale.json by default) that docs/scale.md is rendered from.
     python tests/scale/run.py --nodes 512 --scenario fleet_day --seed 1 --day-s 300
     python tests/scale/run.py --nodes 16 --scenario fleet_day --seed 27 --day-s 60 --tick 3 \
         --arms shadow --out /tmp/shadow-day.json
+    python tests/scale/run.py --nodes 128 --scenario fleet_day --seed 1 --day-s 300 \
+        --arms shadow      # the day of docs/fleet-day.json's 128-1, stored with it
     python tests/scale/run.py --nodes 1024 --scenario wave_repair --repair-reboots-per-hour 40
 
 The fleet day runs alone (its harness has more checks and no agent; it starts the harnesses
@@ -31,7 +33,7 @@ from typing import Any
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 
-from support import fleet_day_doc, footprint, scale_doc  # noqa: E402
+from support import fleet_day_doc, fleet_day_shadow_doc, footprint, scale_doc  # noqa: E402
 from support.fleet_day import fleet_spec  # noqa: E402
 from support.fleet_day_arms import ARMS  # noqa: E402
 from support.fleet_day_observe import SHADOW, shadow_spec  # noqa: E402
@@ -73,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
                          + ", ".join((*ARMS, SHADOW)) + " (default the four; some of the four: "
                          "a half of a big day, which the other half, run later on the same "
                          f"seed, joins on the page; {SHADOW}: LBNL NHC acting and slurmguard "
-                         "observing on one cluster, docs/install.md 'Rollout', a day that is "
-                         "not the page's: it goes to --out only)")
+                         "observing on one cluster with Slurm accounting, docs/install.md "
+                         "'Rollout'; run alone on the size, seed and schedule of a run in "
+                         "--out (docs/fleet-day.json by default) it is stored with that run "
+                         "and shown in its section, else it goes to --out only)")
     ap.add_argument("--notice-interval", type=float, default=0.5,
                     help="fleet_day: seconds between each job's drain polls of serve")
     ap.add_argument("--percent", type=float, default=3.0,
@@ -139,8 +143,23 @@ def main(argv: list[str] | None = None) -> int:
         opts["save"] = lambda figures: _merge(Path(a.out), a.label, a.nodes, figures)
     figures = run(root, spec, scenarios, **opts)
     figures["label"] = a.label
-    if scenarios == ["fleet_day"] and SHADOW in opts["arms"]:  # not the page's day
-        if a.out != str(DOC_JSON):
+    if scenarios == ["fleet_day"] and SHADOW in opts["arms"]:
+        out = FLEET_JSON if a.out == str(DOC_JSON) else Path(a.out)
+        data = json.loads(out.read_text()) if out.exists() else {"runs": {}}
+        key = f"{a.nodes}-{a.seed}"  # the page's entry of this size and seed
+        joined = (fleet_day_shadow_doc.join(data["runs"].get(key), figures["fleet_day"],
+                                            figures["date"])
+                  if opts["arms"] == (SHADOW,) else None)
+        if joined is not None:  # the page's day, run alone with NHC acting: stored with it
+            data["runs"][key] = joined
+            out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+            fleet_day_doc.write(out)
+            print(json.dumps(joined["shadow"], indent=1, sort_keys=True))
+            return 0
+        page = out.exists() and "runs" in data  # a page's JSON is never overwritten by a day
+        print(f"fleet_day: no run {key} of the same schedule in {out}: the shadow day is not "
+              "stored with a run" + (", nor written there" if page else ""), file=sys.stderr)
+        if a.out != str(DOC_JSON) and not page:  # not the page's day: to --out only
             Path(a.out).write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
         print(json.dumps(figures["fleet_day"], indent=1, sort_keys=True))
         return 0

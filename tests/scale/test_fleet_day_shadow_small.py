@@ -13,8 +13,11 @@ After the day, `slurmguard shadow report --since 1d --json` on the cluster's sto
   missed (its four blind ones), ``both`` those both saw (the IB link, the hang on each node
   where both read it), ``only_incumbent`` those only NHC saw (none on a quiet host); causes
   are slurmguard's check names, the plan's;
-- no row on a node without a fault, and, the harness having no Slurm accounting, no
-  would-have-been-false row;
+- no row on a node without a fault: a would-have-been-false row is a fault slurmguard alone
+  saw after which every job on the node completed (the hang gone before the next job, a
+  thermal fault that only slows), with only-slurmguard against the truth;
+- the arm's own Slurm accounting (a slurmdbd the harness starts): the rows carry the jobs'
+  GPU-hours and how they ended;
 - slurmguard changed nothing: its Slurm tools (a shim) were asked for no change, every drain
   Slurm showed is NHC's; every health check exited 0, no prolog or epilog failed.
 """
@@ -30,7 +33,7 @@ from support.fleet_day import fleet_spec
 from support.fleet_day_observe import SHADOW, shadow_spec
 from support.fleet_day_run import fleet_day
 from support.nhc_node import SEES, require_nhc
-from support.scaleharness import ScaleHarness, ScaleSpec, require_harness
+from support.scaleharness import ScaleHarness, ScaleSpec, require_accounting, require_harness
 
 pytestmark = [pytest.mark.slurm, pytest.mark.postgres]
 
@@ -41,6 +44,7 @@ NODES, SEED, DAY_S = 16, 27, 60.0  # the small form's day
 def day(tmp_path_factory):
     require_harness()
     require_nhc()
+    require_accounting()
     t0 = time.monotonic()
     h = ScaleHarness.start(tmp_path_factory.mktemp("shadowday") / "h",
                            shadow_spec(fleet_spec(ScaleSpec(nodes=NODES), slurmguard=True)))
@@ -90,8 +94,29 @@ def test_nhc_misses_exactly_what_its_table_says(day):
 def test_no_row_on_a_node_without_a_fault(day):
     s = day[SHADOW]["shadow"]
     assert s["extra"] == [], s  # every row of both and only-slurmguard is a fault's
-    # No Slurm accounting in the harness: no job is counted, nothing is would-have-been-false.
-    assert s["false"] == [] and s["report"]["jobs_from"].startswith("none"), s["report"]
+    # Every would-have-been-false row is a fault slurmguard alone saw after which every job
+    # on the node completed (compare's false_on_fault), none a node without that fault.
+    assert s["false"] == [], s["false"]
+
+
+def test_the_report_counts_the_jobs_from_slurm_accounting(day):
+    """The arm's own slurmdbd: the rows carry the GPU-hours of the jobs that ran on each
+    node meanwhile and how they ended; rows with jobs have GPU-hours, one without has none."""
+    s = day[SHADOW]["shadow"]
+    assert s["report"]["jobs_from"] == "sacct", s["report"]
+    hours = s["gpu_hours"]
+    rows = hours["only_slurmguard"] + hours["would_have_been_false"]
+    assert rows and any(ended for *_, ended in rows), hours  # the day's jobs ran on them
+    # (a job that overlapped a row by a moment rounds to 0.0 GPU-hours: the sum is > 0)
+    assert all(h == 0 for _, _, h, ended in rows if not ended), hours
+    assert sum(h for _, _, h, ended in rows if ended) > 0, hours
+    for node, cause, _, ended in hours["would_have_been_false"]:
+        assert set(ended) == {"COMPLETED"}, (node, cause, ended)
+    # The cost: the false rows' GPU-hours, less those of rows the blast cap refused.
+    summary = s["report"]["summary"]
+    assert 0 <= summary["cost_gpu_hours"] <= sum(
+        r[2] for r in hours["would_have_been_false"]) + 1e-3, (summary, hours)
+    assert all(r[2] is None for r in hours["only_incumbent"]), hours
     assert s["report"]["incumbent_from"] == "serve's node-state history"
     assert day[SHADOW]["healthy_drained_why"] == {}  # NHC drained no healthy node either
 

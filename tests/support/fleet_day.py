@@ -50,7 +50,7 @@ from support.helpers import REPO
 from support.nhc_node import NHCNodes
 from support.repairrig import BMC
 from support.scale_repair_conf import bmc_dir
-from support.scaleharness import CHECKS, ScaleHarness, ScaleSpec
+from support.scaleharness import CHECKS, GPUS_PER_NODE, ScaleHarness, ScaleSpec
 from support.slurmcluster import ClusterError
 
 TRAIN = REPO / "tests" / "train_job.py"
@@ -94,6 +94,9 @@ class Day:
         self.load: list[tuple[float, float]] = []  # (when, 1-minute load average)
         self.t_done = 0.0  # when the loop ended (past the day's end with slurmguard's repairs)
         self.tick, self.step_s, self.every, self.parallel = tick, step_s, every, parallel
+        # With accounting (the shadow arm) each job asks for its nodes' GPUs, as a site's do:
+        # sacct then records them (AllocTRES gres/gpu) for `shadow report`'s GPU-hours.
+        self.gres = [f"--gres=gpu:{GPUS_PER_NODE}"] if h.spec.accounting else []
         self.dir = h.root / "day"
         self.fault_dir = self.dir / "faults"
         self.fault_dir.mkdir(parents=True)
@@ -154,7 +157,8 @@ class Day:
         # ended a 512-node day): a submission may wait as long as a user would.
         try:
             j["ids"].append(self.h.cluster.sbatch(script, f"-N{nodes}", "--requeue",
-                                                  "--exclusive", f"--output={d}/out-%j.txt",
+                                                  "--exclusive", *self.gres,
+                                                  f"--output={d}/out-%j.txt",
                                                   timeout=SLURM_TIMEOUT))
         except (ClusterError, OSError, subprocess.SubprocessError) as exc:
             # One failed sbatch (seed 7 at 128 nodes: killed by SIGPIPE) ended a whole run:

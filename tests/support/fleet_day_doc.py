@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from support import fleet_day_shadow_doc as shadow_doc
 from support.fleet_day_arms import ARMS, FAULT_KINDS, LABELS, can_see
 from support.fleet_day_summary import FIGURES, across_seeds, by_size
 
@@ -123,9 +124,11 @@ tests/support/nhc_node.py (NHC with each node's view, docs/testing.md "LBNL NHC 
 - **Incident truth**: `slurmguard incident list --json` on the slurmguard cluster's store:
   every injected fault must be exactly one incident of its cause, the shared hang one shared
   incident, and no incident may lack a fault.
-- **A fifth arm, `shadow`** (`--arms ...,shadow`; not on this page): NHC acting and slurmguard
-  observing on one cluster, its `shadow report` held against the day's truth: docs/install.md,
-  "The rollout on a test fleet".
+- **A fifth arm, `shadow`** (`--arms ...,shadow`): NHC acting and slurmguard observing on one
+  cluster with Slurm accounting, its `shadow report` held against the day's truth:
+  docs/install.md, "The rollout on a test fleet". A shadow day run alone (`--arms shadow`) on
+  a run's size, seed and schedule is stored with that run, and its section shows the report's
+  GPU-hours beside the four arms' difference.
 
 The two-arm runs this page showed before (slurmguard against today's oracle, then called the
 baseline, at 16 and 512 nodes) measured each arm over a window of its own and carried a
@@ -139,7 +142,8 @@ in the history of docs/fleet-day.json).
 RUN_KEYS = frozenset({
     "seed", "day_s", "tick_s", "step_s", "every_steps", "nodes", "acceleration",
     "faults_per_fleet_day", "faults", "job_mix", "job_s", "arms", "incidents", "parallel", *ARMS,
-    "date", "cluster_start_s", "notice_interval_s", "label", "scenario_s", "halves"})
+    "date", "cluster_start_s", "notice_interval_s", "label", "scenario_s", "halves",
+    "shadow"})  # a `--arms shadow` day of the same schedule (support/fleet_day_shadow_doc.py)
 SAME_DAY = ("seed", "day_s", "tick_s", "step_s", "every_steps", "nodes", "faults", "job_mix")
 
 
@@ -148,9 +152,10 @@ def join_halves(old: dict[str, Any] | None, day: dict[str, Any]) -> dict[str, An
     seed, when ``old`` holds the other arms of the same day (same schedule and settings, no
     arm in common): a big day run in halves (docs/fleet-day.md). Else ``day`` replaces it."""
     half = {"arms": day["arms"], "date": day.get("date"), "scenario_s": day.get("scenario_s")}
-    if (old is None or set(old["arms"]) & set(day["arms"])
-            or any(old.get(k) != day.get(k) for k in SAME_DAY)):
+    if old is None or any(old.get(k) != day.get(k) for k in SAME_DAY):
         return {**day, "halves": [half]}
+    if set(old["arms"]) & set(day["arms"]):  # the same day again: a shadow day stays joined
+        return {**day, "halves": [half], **({"shadow": old["shadow"]} if "shadow" in old else {})}
     joined = {**old, **{a: day[a] for a in day["arms"]}}
     joined["arms"] = [a for a in ARMS if a in old["arms"] or a in day["arms"]]
     joined["halves"] = [*old.get("halves", []), half]
@@ -298,6 +303,7 @@ def section(key: str, f: dict[str, Any]) -> list[str]:
                  f"{len(f['faults'])} injected faults matched one incident each; missing: "
                  f"{_fmt(inc['missing'])}; incidents without a fault: "
                  f"{_fmt([i['id'] for i in inc['unexplained']])}."]
+    rows += shadow_doc.rows(f)
     rows += ["", "Fault times as injected, by arm (seconds into the day):", ""]
     rows += [f"- {LABELS[a]}: " + _fmt([f"{k}@{n or chr(42)} {t:g}-{_fmt(e)}"
                                        for k, n, t, e in f[a]["fault_times"]]) for a in arms]

@@ -23,9 +23,12 @@ report --json` on the cluster's store is compared with the day's truth:
   own), and every out-of-service reason serve's node-state history recorded is NHC's; every
   health check exited 0, and no prolog or epilog failed in slurmd's or slurmctld's log.
 
-The harness has no Slurm accounting (slurmdbd): the report reads the incumbent's drains from
-serve's node-state history and counts no job, so its ``would_have_been_false`` is empty here
-(a site with accounting gets GPU-hours and the false list; tests/test_shadow_cluster.py).
+The arm's harness has Slurm accounting of its own (``ScaleSpec.accounting``: a slurmdbd on a
+private MariaDB, 8 GPUs a node as a GRES, each job asking for its nodes' GPUs), so the
+report's rows carry the GPU-hours of the jobs that ran on each node and how they ended, and
+its summary what acting would have saved and cost. The incumbent's drains are read from
+serve's node-state history (``--incumbent history``), what :meth:`ShadowDay.settle_history`
+waits for: Slurm accounting's node events lag slurmctld, by slurmdbd's own schedule.
 """
 
 from __future__ import annotations
@@ -61,8 +64,9 @@ _HOOK_FAILED = re.compile(r"(prolog|epilog)[ _]?(slurmctld)?[^\n]*(failed|exit s
 
 
 def shadow_spec(spec: ScaleSpec) -> ScaleSpec:
-    """The shadow arm's cluster: slurmguard's hooks in slurm.conf, observing; no repair."""
-    return replace(spec, slurmguard=True, repair=None, policy_mode="observe")
+    """The shadow arm's cluster: slurmguard's hooks in slurm.conf, observing; no repair; Slurm
+    accounting (the report's jobs and GPU-hours)."""
+    return replace(spec, slurmguard=True, repair=None, policy_mode="observe", accounting=True)
 
 
 def observing(h: ScaleHarness) -> bool:
@@ -167,6 +171,8 @@ class ShadowDay(Day):
         """`shadow report` on this arm's store, the truth, their comparison, and what shows
         that slurmguard changed nothing."""
         self.settle_history()
+        if self.h.spec.accounting:
+            self.settle_accounting()
         rep = shadow_report(self.h, match_window)
         truth = self.truth()["faults"]
         with self.looks_lock:
@@ -174,6 +180,9 @@ class ShadowDay(Day):
         out = {"report": {k: rep[k] for k in ("summary", "incumbent_from", "jobs_from")},
                "lists": {k: _pairs(rep[k]) for k in ("both", "only_slurmguard", "only_incumbent",
                                                      "would_have_been_false")},
+               "gpu_hours": {k: _hours(rep[k]) for k in ("both", "only_slurmguard",
+                                                          "only_incumbent",
+                                                          "would_have_been_false")},
                "truth": truth, "match_window": match_window,
                "healthchecks": {"runs": len(sg), "nonzero": [[x.node, x.rc, x.failed]
                                                              for x in sg if x.rc != 0]},
@@ -206,6 +215,21 @@ class ShadowDay(Day):
             store.close()
 
 
+    def settle_accounting(self, timeout: float = 60.0) -> None:
+        """Wait until Slurm accounting holds an end for every run of the day's jobs that
+        Slurm's queue no longer runs: slurmdbd lags slurmctld (a job ended in the queue read
+        as RUNNING, without an end, in sacct; tests/test_shadow_cluster.py), and the report
+        counts a job without an end as still running."""
+        assert self.h.cluster is not None
+        cli = self.h.cluster.cli()
+
+        def ended() -> bool:
+            running = {j.job_id for j in cli.jobs() if j.state in ("RUNNING", "COMPLETING")}
+            return all(r.end is not None or r.job_id in running
+                       for r in cli.accounting(since=self.t0 - 60) if r.start is not None)
+        wait_for(ended, timeout, interval=1.0, what="Slurm accounting to end the day's jobs")
+
+
 def _overlaps(start: float, end: float, t_on: float, t_off: float | None) -> bool:
     return end >= t_on and (t_off is None or start <= t_off)
 
@@ -223,12 +247,35 @@ def _pairs(rows: list[dict[str, Any]]) -> list[list[Any]]:
                   for r in rows)
 
 
+def _hours(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    """[node, cause, GPU-hours, {end state: jobs}] of each row: the jobs on the node meanwhile
+    (only slurmguard, would have been false), in slurmguard's lead (both); None and no jobs
+    for the incumbent's alone (the report counts none)."""
+    out = []
+    for r in rows:
+        h, ended = r.get("gpu_hours"), r.get("ended", {})
+        if h is None and "jobs_in_lead" in r:
+            h = round(sum(j["gpu_hours"] for j in r["jobs_in_lead"]), 4)
+            ended = {}
+            for j in r["jobs_in_lead"]:
+                ended[j["state"]] = ended.get(j["state"], 0) + 1
+        out.append([r["node"], r.get("cause") or r.get("check") or "", h, ended])
+    return sorted(out, key=lambda x: (x[0], x[1]))
+
+
 def compare(rep: dict[str, Any], truth: list[dict[str, Any]]) -> dict[str, Any]:
     """The report's lists against the truth, as (node, cause) lists (with repeats: a node that
     failed twice is two episodes). A row whose cause no fault has (the fleet policy's
     ``flapping``, a drain of NHC's whose reason slurmguard's checks name otherwise) is set apart
     in ``mapped`` with its node's fault, when the node has one, and left out of the lists;
-    ``extra``: rows of both and only-slurmguard on a node without a fault of that cause."""
+    ``extra``: rows of both and only-slurmguard on a node without a fault of that cause.
+
+    The report splits what slurmguard alone saw by how the node's jobs ended (Slurm
+    accounting): a fault after which every job there completed (the filer's hang gone
+    before the next job, a thermal fault that only slows) is ``would_have_been_false``, not
+    ``only_slurmguard``: the truth (who saw which fault) has no such split, so those rows,
+    ``false_on_fault``, count with only-slurmguard against it; ``false`` is the rest, rows on
+    a node without a fault of that cause: drains that would have been false indeed."""
     causes = {t["cause"] for t in truth}
     expect: dict[str, list[tuple[str, str]]] = {"both": [], "only_slurmguard": [],
                                                "only_incumbent": []}
@@ -255,22 +302,25 @@ def compare(rep: dict[str, Any], truth: list[dict[str, Any]]) -> dict[str, Any]:
             got[name].append((r["node"], cause))
     known = {(t["node"], t["cause"]) for t in truth}
     extra = sorted({p for name in ("both", "only_slurmguard") for p in got[name]} - known)
+    on_fault = [p for p in got["would_have_been_false"] if p in known]
+    alone = {**got, "only_slurmguard": got["only_slurmguard"] + on_fault}
     diff = {}
     for name, want in expect.items():
-        have = sorted(got[name])
+        have = sorted(alone[name])
         if have != sorted(want):
             diff[name] = {"report": have, "truth": sorted(want)}
     return {"expected": {k: sorted(v) for k, v in expect.items()},
-            "mapped": mapped, "extra": extra, "diff": diff,
-            "false": sorted(got["would_have_been_false"])}
+            "mapped": mapped, "extra": extra, "diff": diff, "false_on_fault": sorted(on_fault),
+            "false": sorted(p for p in got["would_have_been_false"] if p not in known)}
 
 
 def shadow_report(h: ScaleHarness, match_window: str) -> dict[str, Any]:
-    """`slurmguard shadow report --since 1d --json` on the harness's store (serve's config)."""
+    """`slurmguard shadow report --since 1d --json --incumbent history` on the harness's store
+    (serve's config; sacct for the jobs)."""
     env = sg_env(SLURMGUARD_CONFIG=str(h.prefix / "etc/slurmguard/slurmguard.toml"),
                  SLURM_CONF=str(h.conf_path))
     r = subprocess.run([h.sg, "shadow", "report", "--since", "1d", "--json",
-                        "--match-window", match_window], env=env, capture_output=True, text=True,
+                        "--match-window", match_window, "--incumbent", "history"], env=env, capture_output=True, text=True,
                        timeout=300)
     if r.returncode != 0:
         raise RuntimeError(f"shadow report: rc={r.returncode}: {r.stderr[-2000:]}")

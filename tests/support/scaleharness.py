@@ -30,6 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fakehw.kmsg import write_gpu_tree
 from fakehw.nvml import build_fake_nvml, default_config
@@ -41,6 +42,9 @@ from support.pgserver import PgServer, _pg_bin
 from support.sgserve import TOKEN, Serve, new_port
 from support.slurmcluster import Cluster, free_port_block, kill_pidfiles, missing_components
 
+if TYPE_CHECKING:
+    from support.slurmdbd import SlurmDBD
+
 CHECKS = ("gpu-count", "gpu-lost", "gpu-ecc", "gpu-xid", "fs-mount", "host-cpus")
 
 
@@ -51,6 +55,15 @@ def require_harness() -> None:
     require(not missing, f"real Slurm cluster needs {', '.join(missing)}")
     require(os.geteuid() == 0, "the Slurm test cluster runs slurmctld/slurmd as root")
     require(_pg_bin() is not None, "PostgreSQL binaries (/usr/lib/postgresql/*/bin)")
+
+
+def require_accounting() -> None:
+    """What ``ScaleSpec.accounting`` needs besides: slurmdbd and MariaDB (support/slurmdbd.py)."""
+    from support.slurmdbd import missing_components as dbd_missing
+
+    missing = dbd_missing()
+    require(not missing, f"Slurm accounting needs {', '.join(missing)} "
+                         "(Debian: slurmdbd mariadb-server)")
 
 
 @dataclass
@@ -80,6 +93,13 @@ class ScaleSpec:
     # policy.mode of every config: "observe" runs every hook and check and changes nothing in
     # Slurm (docs/policy.md "Observe mode"; the fleet day's shadow arm).
     policy_mode: str = "act"
+    # Slurm accounting: the harness starts a slurmdbd of its own (support/slurmdbd.py, on a
+    # private MariaDB) and gives every node GPUS_PER_NODE GPUs as a GRES, so sacct answers
+    # with each job's GPUs and end (what `shadow report` counts GPU-hours from).
+    accounting: bool = False
+
+
+GPUS_PER_NODE = 8  # the stand-in NVML's GPUs (checks.gpu.expected_count), and the GRES's
 
 
 # The [agent] default the harness keeps (refresh 0: no answer uses a slow-source value older).
@@ -104,6 +124,7 @@ class ScaleHarness:
         self.serves: list[Serve] = []
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
         self.cluster: Cluster | None = None
+        self.dbd: SlurmDBD | None = None
         self.timings: dict[str, float] = {}
         self.sg = str(Path(sys.executable).parent / "slurmguard")
         self.calls_log = root / "slurm-calls.log"
@@ -156,6 +177,8 @@ class ScaleHarness:
         # verdict "requeue me" (docs/requeue.md).
         sg = self.spec.slurmguard
         reboot = scale_repair_conf.install(self) if self.spec.repair else []
+        if self.spec.accounting:
+            self._start_accounting()
         self.cluster = Cluster.start(
             self.root / "slurm", nodes=self.spec.nodes, prolog=conf["Prolog"] if sg else None,
             epilog=conf["Epilog"] if sg else None,
@@ -166,7 +189,8 @@ class ScaleHarness:
                            f"PrologEpilogTimeout={conf['PrologEpilogTimeout']}"] if sg else []),
                         "TreeWidth=64", "AuthInfo=cred_expire=10", "MaxJobCount=20000",
                         "RequeueExit=75", *reboot, *self.spec.slurm_extra],
-            port_base=free_port_block(self.spec.nodes + 1), timeout=self.spec.start_timeout)
+            port_base=free_port_block(self.spec.nodes + 1), timeout=self.spec.start_timeout,
+            accounting=self.dbd, gpus_per_node=GPUS_PER_NODE if self.spec.accounting else 0)
         assert self.cluster.conf_path == self.conf_path, self.cluster.conf_path
         self._pidfile("slurmctld", self.cluster._ctld.pid, str(self.conf_path))  # type: ignore[union-attr]
         self.timings["cluster_start_s"] = time.monotonic() - t1
@@ -199,6 +223,18 @@ class ScaleHarness:
         with _MIGRATE:
             self.store_url = pg_store(self.pg)
 
+    def _start_accounting(self) -> None:
+        from support.slurmdbd import SlurmDBD
+
+        t = time.monotonic()
+        self.dbd = SlurmDBD.start(self.root)
+        # Its two daemons by pid, each with a marker its command line holds (slurmdbd's is
+        # only its name: `slurmdbd -D`, its config found beside SLURM_CONF).
+        mariadbd, slurmdbd = self.dbd._procs
+        self._pidfile("mariadbd", mariadbd.pid, str(self.dbd.root))
+        self._pidfile("slurmdbd", slurmdbd.pid, "slurmdbd")
+        self.timings["accounting_start_s"] = time.monotonic() - t
+
     def stop(self) -> None:
         for p in self.agents.values():
             _stop(p)
@@ -207,6 +243,8 @@ class ScaleHarness:
             s.stop()
         if self.cluster is not None:
             self.cluster.stop()
+        if self.dbd is not None:
+            self.dbd.stop()
         if self.pg is not None:
             self.pg.stop()
         kill_pidfiles(self.pids, str(self.root))

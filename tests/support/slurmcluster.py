@@ -187,6 +187,7 @@ class Cluster:
         self.startup_seconds = 0.0
         self.node_addrs: dict[str, str] = {}
         self.cluster_name = f"sg{ctld_port}"
+        self.gpus_per_node = 0
 
     # -- life cycle ----------------------------------------------------------------------------
     @classmethod
@@ -197,7 +198,7 @@ class Cluster:
               node_env: Mapping[str, str] | None = None, wait: bool = True,
               timeout: float = 60.0, accounting: Any = None,
               node_addrs: Mapping[str, str] | None = None,
-              port_base: int | None = None) -> Cluster:
+              port_base: int | None = None, gpus_per_node: int = 0) -> Cluster:
         """Write slurm.conf under ``tmpdir``, start slurmctld and ``nodes`` slurmd, wait idle.
 
         Hooks are absolute paths of executables (see :func:`write_hook_script`).
@@ -224,7 +225,16 @@ class Cluster:
         ports = list(range(base, base + nodes + 1))
         c = cls(root, names, ports[0], dict(zip(names, ports[1:], strict=True)), node_env)
         c.node_addrs = dict(node_addrs or {})
+        c.gpus_per_node = gpus_per_node
+        if gpus_per_node:  # slurmd counts a GPU per file (a count alone reads as 0 here)
+            (root / "dev").mkdir(exist_ok=True)
+            for i in range(gpus_per_node):
+                (root / "dev" / f"nvidia{i}").touch()
+            (root / "etc" / "gres.conf").write_text(
+                f"Name=gpu File={root}/dev/nvidia[0-{gpus_per_node - 1}]\n")
         acct = list(accounting.slurm_conf_lines()) if accounting is not None else []
+        if accounting is not None and gpus_per_node:  # slurmctld refuses it without slurmdbd
+            acct.append("AccountingStorageTRES=gres/gpu")
         if accounting is not None:  # one slurmdbd, many clusters: a name of its own
             c.cluster_name = accounting.cluster_name(c.cluster_name)
         c.conf_path.write_text(c._conf(prolog=prolog, epilog=epilog,
@@ -295,10 +305,14 @@ class Cluster:
             lines.append(f"HealthCheckProgram={health_check_program}")
             lines.append(f"HealthCheckInterval={health_check_interval}")
             lines.append("HealthCheckNodeState=ANY")
+        gres = f"Gres=gpu:{self.gpus_per_node} " if self.gpus_per_node else ""
+        if gres:
+            lines.append("GresTypes=gpu")
         for n in self.nodes:
             addr = f"NodeAddr={self.node_addrs[n]} " if n in self.node_addrs else ""
             lines.append(f"NodeName={n} NodeHostname=localhost {addr}Port={self.node_ports[n]} "
-                         f"CPUs={CPUS_PER_NODE} RealMemory=1000 Feature=sgtest State=UNKNOWN")
+                         f"CPUs={CPUS_PER_NODE} RealMemory=1000 {gres}Feature=sgtest "
+                         "State=UNKNOWN")
         # gpu_partition: more options of the default partition (e.g. "PriorityTier=10").
         lines.append(f"PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP {gpu_partition}".rstrip())
         lines.extend(extra)
