@@ -121,6 +121,10 @@ class Day:
         self.period = max(0.5, len(h.nodes) / 256)
         self.missed_samples: list[str] = []
         self.reasons: dict[str, list[str]] = {}  # each drain span's reason, as first seen
+        # (node, span index) -> when the span first showed a reason other than the shared
+        # hang's: a node drained in the hang whose own fault then renamed the drain (NHC marks
+        # an offline node again with its new failure's note) was detected for it then.
+        self.own_from: dict[tuple[str, int], float] = {}
         self.drained_by: dict[str, int] = {}  # drains seen in the day, by their reason's first word
         self.submit_failures: list[list[Any]] = []  # [at s, the error's first line]
         self.resubmit: list[tuple[int, str]] = []  # (nodes, job name) to submit again
@@ -406,6 +410,8 @@ class Day:
             if not spans or spans[-1][1] is not None:
                 spans.append((now, None))
                 self.reasons.setdefault(n, []).append(table[n].reason)
+            if not any(w in table[n].reason for w in SHARED_REASONS):
+                self.own_from.setdefault((n, len(spans) - 1), now)
                 if now < self.t0 + self.day_s:  # who drained it: the reason's first word
                     who = (table[n].reason.split() or ["(none)"])[0]
                     self.drained_by[who] = self.drained_by.get(who, 0) + 1
@@ -465,8 +471,8 @@ class Day:
                 for f in self.faults if f in self.on_at]
         # A node's fault is detected by a drain for it, not by one for the shared hang that
         # came after it (NHC drains every node while the mount is gone).
-        own = {n: [sp for sp, why in zip(spans, self.reasons.get(n, []), strict=False)
-                   if not any(w in why for w in SHARED_REASONS)]
+        own = {n: [(self.own_from[(n, i)], sp[1]) for i, sp in enumerate(spans)
+                   if (n, i) in self.own_from]
                for n, spans in self.drains.items()}
         fig = plan.figures(runs, real, self.t0, t_end, self.step_s, len(self.h.nodes),
                            self.drains, sorted(self.healthy_drained), detect_drains=own,
