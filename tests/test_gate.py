@@ -175,12 +175,13 @@ def test_prolog_slurmctld_gate_refuses_a_lemon_and_slurm_requeues(slurm_cluster_
     assert 'slurmguard_gate_jobs_total{result="refused"} ' in prom
 
 
-def test_a_result_failed_in_a_shared_fault_refuses_nothing_and_drains_nothing(tmp_path: Path) -> None:
+def test_a_result_failed_in_a_shared_fault_refuses_the_job_but_drains_nothing(tmp_path: Path) -> None:
     """A filer hang left every node's result of that moment unhealthy (fs-mount); the guard
-    called it shared (a fleet alert). A node whose next result is late must not be refused,
-    or drained, for it: the fleet day at 128 nodes drained five healthy nodes so, minutes
-    after the hang. A node's own fault (gpu-xid), or fs-mount outside the alert's window,
-    is still refused."""
+    called it shared (a fleet alert). The job is refused there (the mount may still be gone:
+    tests/test_guard_cluster.py), but the node is not drained for it: the fleet day at 128
+    nodes drained five healthy nodes so, minutes after the hang. With no Slurm here, a drain
+    attempt would fail loudly. A node's own fault (gpu-xid), or fs-mount outside the alert's
+    window, is refused as before."""
     from slurmguard.store.engine import make_engine
     from slurmguard.store.migrate import upgrade
 
@@ -207,10 +208,12 @@ def test_a_result_failed_in_a_shared_fault_refuses_nothing_and_drains_nothing(tm
     p.write_text(f'[store]\nurl = "{url}"\n[gate]\ndrain = true\n[policy]\nblast_window = 60.0\n')
     cfg = config.load(str(p), env={})
     out = gate.run_gate(cfg, {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1"})
-    assert out.code == EXIT_OK and out.refused == {} and out.drained == []
-    assert "n1: fs-mount" in out.message and "shared fault" in out.message
+    assert out.code == EXIT_UNHEALTHY and list(out.refused) == ["n1"] and out.drained == []
+    assert "not drained, its result failed in a shared fault: n1 (fs-mount)" in out.message
     out = gate.run_gate(cfg, {"SLURM_JOB_ID": "8", "SLURM_JOB_NODELIST": "n[1-3]"},
                         dry_run=True)
     assert out.code == EXIT_UNHEALTHY
-    assert out.refused == {"n2": "slurmguard: gpu-xid: Xid 79",
+    assert out.refused == {"n1": "slurmguard: fs-mount: /shared is not mounted",
+                           "n2": "slurmguard: gpu-xid: Xid 79",
                            "n3": "slurmguard: fs-mount: /shared is not mounted"}
+    assert "not drained, its result failed in a shared fault: n1 (fs-mount)" in out.message

@@ -7,9 +7,9 @@ must not run jobs:
 * it is a lemon (fleet policy) -> the lemon's reason;
 * it awaits a burn-in -> ``slurmguard: burn-in: awaiting burn-in``;
 * its newest result is unhealthy and fresher than ``gate.fresh`` seconds (default 900) ->
-  that result's reason; unless the check it failed was, when it was taken, under a shared
-  fault's fleet alert (slurmguard.policy.shared): a filer's hang is not the node's, and the
-  node is judged by its next result.
+  that result's reason; when the check it failed was, at the time, under a shared fault's
+  fleet alert (slurmguard.policy.shared), the node is refused the job but never drained for
+  it: a filer's hang is not the node's.
 
 When none is refused for those, ``risk.gate_max_nodes`` (off by default) refuses a job of
 more than that many nodes the nodes whose stored risk score is at or above ``risk.level``,
@@ -156,29 +156,28 @@ def run_gate(cfg: Config, env: Mapping[str, str], *, dry_run: bool = False,
         why = refusal(rows.get(n), now, float(gcfg["fresh"]))
         if why:
             refused[n] = why
+    # Refused, never drained, for a result that failed in a shared fault: the job must not
+    # start on a node whose mount may still be gone, but the fault is not the node's.
     shared = _excused(cfg, rows, [n for n in refused if not rows[n].lemon
                                   and not rows[n].burnin_required], now, float(gcfg["fresh"]))
-    for n in shared:
-        del refused[n]
-    if shared and not refused:
-        what = "; ".join(f"{n}: {c}" for n, c in sorted(shared.items()))
-        return GateOutcome(EXIT_OK, {}, [], f"job {job}: allowed {len(shared)} node(s) whose "
-                                            f"last result failed only in a shared fault: {what}")
     watched = _observed(cfg, refused)
     if watched:  # observe mode: the job runs there; the would-drains go to the ledger
         refused = {n: r for n, r in refused.items() if n not in watched}
         if not dry_run and gcfg["drain"]:
-            _drain(cfg, watched, job)
+            _drain(cfg, {n: r for n, r in watched.items() if n not in shared}, job)
         if not refused:
             what = "; ".join(f"{n}: {r}" for n, r in sorted(watched.items()))
             return GateOutcome(EXIT_OK, {}, [], f"job {job}: observe mode, would refuse "
                                                 f"{len(watched)} of {len(nodes)} nodes: {what}")
     if not refused:
         return _risk_gate(cfg, job, nodes, rows, now, dry_run)
-    drained = [] if dry_run or not gcfg["drain"] else _drain(cfg, refused, job)
+    drained = [] if dry_run or not gcfg["drain"] else _drain(
+        cfg, {n: r for n, r in refused.items() if n not in shared}, job)
     what = "; ".join(f"{n}: {r}" for n, r in sorted(refused.items()))
+    kept = ("; not drained, its result failed in a shared fault: "
+            + ", ".join(f"{n} ({c})" for n, c in sorted(shared.items()))) if shared else ""
     return GateOutcome(EXIT_UNHEALTHY, refused, drained,
-                       f"job {job}: refused {len(refused)} of {len(nodes)} nodes: {what}")
+                       f"job {job}: refused {len(refused)} of {len(nodes)} nodes: {what}{kept}")
 
 
 def _excused(cfg: Config, rows: Mapping[str, NodeRow], nodes: Sequence[str], now: float,
@@ -281,6 +280,8 @@ def _drain(cfg: Config, refused: Mapping[str, str], job: str) -> list[str]:
     """Drain the refused nodes through the one guard (slurmguard.drainguard): the job is
     refused on every node named, but a node is drained only within the blast-radius caps, so
     jobs flowing onto nodes the hooks' guard spared cannot drain the partition."""
+    if not refused:
+        return []
     from slurmguard.adapters.slurm.commands import SlurmCLI
     from slurmguard.contract import reason_source
     from slurmguard.drainguard import StorePermit, guarded_drain
