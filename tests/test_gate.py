@@ -182,13 +182,9 @@ def test_a_result_failed_in_a_shared_fault_refuses_the_job_but_drains_nothing(tm
     nodes drained five healthy nodes so, minutes after the hang. With no Slurm here, a drain
     attempt would fail loudly. A node's own fault (gpu-xid), or fs-mount outside the alert's
     window, is refused as before."""
-    from slurmguard.store.engine import make_engine
-    from slurmguard.store.migrate import upgrade
+    from support.sgserve import new_store
 
-    url = f"sqlite:///{tmp_path}/sg.db"
-    e = make_engine({"url": url})
-    upgrade(e)
-    e.dispose()
+    url = new_store(tmp_path)
     s = Store.open(url=url)
     now = time.time()
     ok = [CheckResult("gpu-count", Health.HEALTHY)]
