@@ -33,7 +33,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from slurmguard.errors import SlurmguardError
-from slurmguard.policy.blast import GIVES_BACK, TAKES, DrainRequest, guard, ledger
+from slurmguard.policy.blast import (
+    GIVES_BACK,
+    HELD,
+    TAKES,
+    DrainRequest,
+    guard,
+    ledger,
+    second_look,
+)
 from slurmguard.policy.params import PolicyParams
 from slurmguard.policy.types import Action
 
@@ -165,8 +173,30 @@ def ledger_recent(store: Any, since: float) -> dict[str, set[str]]:
 class Verdict:
     allowed: bool
     actions: list[Action]  # refuse and alert actions when refused
-    alert: str = ""  # the alert's text
+    alert: str = ""  # the alert's text (or why the drain is held)
     alert_created: bool = False
+    held: bool = False  # held for a second look (policy.blast.second_look): not refused
+
+
+def held_for(store: Any, req: DrainRequest, params: PolicyParams, *, via: str, now: float) -> str:
+    """The second look (:func:`slurmguard.policy.blast.second_look`) for ``req``, over the
+    store's ledger of the last ``second_look_window`` seconds: why it waits, or "". A drain
+    held for the first time in the window writes one ``drain_held`` event (what the guard did:
+    it answered "not yet"); later holds of the same node and cause write nothing."""
+    p = params
+    if p.second_look_after <= 0:
+        return ""
+    since = now - p.second_look_window
+    events = store.nodes.events(since=since, kinds=[*LEDGER_KINDS, HELD], limit=_LEDGER_LIMIT)
+    mine = [e.at for e in events if e.kind == HELD and e.node == req.node and e.source == req.cause]
+    recent = ledger(((e.at, e.node, e.kind, e.source) for e in sorted(events, key=lambda e: (e.at, e.id))
+                     if e.actor_kind == ACTOR and e.kind != HELD), since)
+    others = [n for n, causes in recent.items() if req.cause in causes]
+    why = second_look(req.node, req.cause, via, others, min(mine) if mine else None, now, p)
+    if why and not mine:
+        store.nodes.record_event(req.node, HELD, ACTOR, why, source=req.cause, at=now,
+                                 details={"via": via})
+    return why
 
 
 def decide(store: Any, req: DrainRequest, scopes: Mapping[str, frozenset[str]],
@@ -175,6 +205,9 @@ def decide(store: Any, req: DrainRequest, scopes: Mapping[str, frozenset[str]],
     answer (``permit``, or ``drain_refused`` and the fleet alert). A pure decision between a
     read and a write of the store, so it can move into one serializing transaction."""
     now = time.time() if now is None else now
+    why = held_for(store, req, params, via=via, now=now)
+    if why:
+        return Verdict(False, [], alert=why, held=True)
     recent = ledger_recent(store, now - params.blast_window)
     failing = {req.cause: [n for n, causes in recent.items() if req.cause in causes]}
     allowed, actions = guard([req], recent, scopes, params, failing=failing)
@@ -248,6 +281,9 @@ class StorePermit:
                 first = open_episode(tx, node, WOULD_DRAIN, cause, at=at)
                 if first is not None:
                     return False, first.kind == WOULD_DRAIN, str(first.details.get("guard", ""))
+                held = held_for(tx, req, self.params, via=via or self.via, now=at)
+                if held:  # as when acting: not yet (the next look writes the would-event)
+                    return False, False, held
                 recent = ledger_recent(tx, at - self.params.blast_window)
                 failing = {cause: [n for n, causes in recent.items() if cause in causes]}
                 granted, actions = guard([req], recent, scopes, self.params, failing=failing)

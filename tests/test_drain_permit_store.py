@@ -52,3 +52,75 @@ def test_a_failed_drain_gives_the_slot_back_and_old_drains_expire(store: Store) 
     store.nodes.record_event("n3", "drain", "admin:bob", "r", source="admin", at=NOW - 5)
     assert ledger_recent(store, NOW - 3600) == {}
     assert _ask(store, "n4", "fs-mount").allowed
+
+
+# -- the second look (slurmguard.policy.blast.second_look; docs/policy.md "Second look") ------
+LOOK = PolicyParams(blast_max_percent=50.0, second_look_after=2, second_look_window=120.0,
+                    second_look_delay=20.0)
+
+
+def _look(store: Store, node: str, cause: str, at: float, via: str = "permit"):
+    return decide(store, DrainRequest(node, cause, f"slurmguard: {cause}: x"), SCOPES, LOOK,
+                  via=via, now=at)
+
+
+def test_a_brief_shared_fault_drains_only_the_first_nodes(store: Store) -> None:
+    """A filer's hang seen by 4 nodes within seconds: 2 drain, the other 2 are held (one
+    ``drain_held`` each), and their next checks pass: nothing more drains."""
+    assert _look(store, "n1", "fs-mount", NOW).allowed
+    assert _look(store, "n2", "fs-mount", NOW + 1).allowed
+    v = _look(store, "n3", "fs-mount", NOW + 2)
+    assert not v.allowed and v.held and not v.actions and "held for a second look" in v.alert
+    assert _look(store, "n4", "fs-mount", NOW + 3).held
+    assert _look(store, "n4", "fs-mount", NOW + 4, via="gate").held  # no second event
+    kinds = sorted((e.node, e.kind) for e in store.nodes.events())
+    assert kinds == [("n1", "permit"), ("n2", "permit"), ("n3", "drain_held"),
+                     ("n4", "drain_held")]
+    assert not store.nodes.alerts()  # a hold is not a refusal: no fleet alert
+
+
+def test_a_lasting_shared_fault_drains_the_cap_at_the_second_look(store: Store) -> None:
+    """The fault stays: each held node's next check, 20 s or more after its hold, is its
+    second look, decided by the caps as before (cap 2: refused, one alert)."""
+    _look(store, "n1", "fs-mount", NOW), _look(store, "n2", "fs-mount", NOW + 1)
+    assert _look(store, "n3", "fs-mount", NOW + 2).held
+    assert _look(store, "n3", "fs-mount", NOW + 12).held  # too soon: the same look
+    assert _look(store, "n3", "fs-mount", NOW + 30, via="gate").held  # a stored result
+    v = _look(store, "n3", "fs-mount", NOW + 30)
+    assert not v.held and not v.allowed and v.alert_created
+    assert "fs-mount failing on 3 nodes" in v.alert
+
+
+def test_faults_apart_in_time_or_cause_are_never_held(store: Store) -> None:
+    def _look(store: Store, node: str, cause: str, at: float, via: str = "permit"):
+        return decide(store, DrainRequest(node, cause, f"slurmguard: {cause}: x"), SCOPES,
+                      LOOK._replace(blast_max_percent=100.0), via=via, now=at)  # cap 4
+
+    assert _look(store, "n1", "gpu-xid:79", NOW).allowed
+    assert _look(store, "n2", "gpu-xid:79", NOW + 5).allowed
+    assert _look(store, "n3", "gpu-xid:79", NOW + 200).allowed  # the others' window is past
+    assert _look(store, "n4", "gpu-lost", NOW + 201).allowed  # another cause
+    assert _look(store, "n4", "fs-mount", NOW + 202, via="policy").allowed  # serve's own pass
+    off = LOOK._replace(second_look_after=0, blast_max_percent=100.0)
+    store.nodes.record_event("n1", "permit", "slurmguard", "r", source="ib-link", at=NOW + 300)
+    store.nodes.record_event("n2", "permit", "slurmguard", "r", source="ib-link", at=NOW + 300)
+    assert decide(store, DrainRequest("n3", "ib-link", "slurmguard: ib-link: x"), SCOPES, off,
+                  via="permit", now=NOW + 301).allowed  # 0: off
+
+
+@pytest.mark.parametrize("others,held_at,via,now,want", [
+    (["n1", "n2"], None, "permit", 10.0, True),
+    (["n1", "n4"], None, "gate", 10.0, True),
+    (["n1", "n4"], None, "policy", 10.0, False),     # serve's own drains: over history
+    (["n1"], None, "permit", 10.0, False),            # one other: not corroborated
+    (["n1", "n4"], None, "permit", 10.0, True),
+    (["n3", "n1", "n2"], None, "permit", 10.0, True),  # itself among them: not counted
+    (["n3", "n1"], None, "permit", 10.0, False),
+    (["n1", "n2"], 0.0, "permit", 19.9, True),       # too soon after its hold
+    (["n1", "n2"], 0.0, "permit", 20.0, False),      # its second look
+    (["n1", "n2"], 0.0, "gate", 50.0, True),         # the gate re-reads a result: no look
+])
+def test_second_look_table(others, held_at, via, now, want) -> None:
+    from slurmguard.policy.blast import second_look
+
+    assert bool(second_look("n3", "fs-mount", via, others, held_at, now, LOOK)) is want

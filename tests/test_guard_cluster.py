@@ -55,6 +55,7 @@ healthcheck = ["fs-mount"]
 mounts = ["/", "{tmp_path}/shared"]
 [policy]
 blast_max_percent = 50.0
+second_look_delay = 1.0
 [gate]
 log_file = "{tmp_path}/gate.log"
 """, serve_extra="policy_interval = 1.0")
@@ -89,6 +90,13 @@ log_file = "{tmp_path}/gate.log"
         assert "not drained" in text  # the gate asked the guard and was refused
         ev = store.nodes.events(kinds=["drain"])
         assert sorted(e.node for e in ev) == sorted(drained)  # the ledger: drains = the cap
+        # The spared two were held for a second look (docs/policy.md), not refused; their
+        # next health checks, the mount still missing, are it: refused at the cap, one alert.
+        assert sorted(e.node for e in store.nodes.events(kinds=["drain_held"])) == spared
+        with ThreadPoolExecutor(2) as pool:
+            logs = list(pool.map(healthcheck, spared))
+        assert sum("not drained: " in x and "held" not in x for x in logs) == 2, logs
+        assert sorted(n for n in c.nodes if c.node(n).drained) == sorted(drained)
         alerts = store.nodes.alerts()
         assert [(a.cause, a.scope) for a in alerts] == [("fs-mount", "partition:gpu")], alerts
         assert "failing on 4 nodes" in alerts[0].message and "shared cause" in alerts[0].message

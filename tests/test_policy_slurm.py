@@ -118,8 +118,10 @@ def test_twenty_nodes_failing_fs_mount_drain_at_most_the_cap(slurm_cluster_facto
     # A permit that does not answer in report_timeout fails open (by design): on a loaded
     # 2-core CI machine 20 simultaneous permits can take seconds, so give them time here.
     # policy_interval 1 s: the full passes after the permits are what the end of the test counts.
+    # second_look_delay 1 s: the nodes' second look (docs/policy.md) one round later.
     cfg_path = write_config(tmp_path, store_url=url, port=port, report_timeout=60.0,
-                            serve_extra="policy_interval = 1.0")
+                            serve_extra="policy_interval = 1.0",
+                            extra="[policy]\nsecond_look_delay = 1.0\n")
     cfg = config.load(str(cfg_path), env={})
     serve = Serve(cfg_path, port, env={"SLURM_CONF": cluster.env["SLURM_CONF"]}).start()
     reason = "slurmguard: fs-mount: /shared is not mounted"
@@ -136,6 +138,15 @@ def test_twenty_nodes_failing_fs_mount_drain_at_most_the_cap(slurm_cluster_facto
         drained = [(n.name, n.reason) for n in cli.nodes() if n.drained]
         assert len(drained) == 2 == applied.count("drained"), (drained, applied)
         store = Store.open(url=url)
+        # The 18 others were held for a second look (2 drained for the cause just before),
+        # not refused: no alert yet. Their next check, still failing, is the second look.
+        assert len(store.nodes.events(kinds=["drain_held"])) == 18
+        assert not store.nodes.alerts() and not store.nodes.events(kinds=["drain_refused"])
+        time.sleep(1.0)
+        spared = sorted(set(cluster.nodes) - {n for n, _ in drained})
+        with ThreadPoolExecutor(18) as pool:
+            again = list(pool.map(node_hook, spared))
+        assert again.count("drained") == 0, again
         alerts = store.nodes.alerts()
         assert len(alerts) == 1, alerts
         (a,) = alerts

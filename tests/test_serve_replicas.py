@@ -40,6 +40,9 @@ from slurmguard.store import Store
 pytestmark = [pytest.mark.slurm, pytest.mark.postgres]
 NODES = [f"m{i:03d}" for i in range(1, 101)]
 CAP = 10  # blast_max_percent 10 of a 100-node partition
+# The storms ask each node's permit once: the caps' exactness across replicas, not the second
+# look (held asks; tests/test_drain_permit_store.py, test_policy_slurm.py), which is off here.
+NO_SECOND_LOOK = "[policy]\nsecond_look_after = 0\n"
 REPLICA_CLIENTS = int(setting("replica_clients", 20, 67))  # per replica: 3 x 67 ~ 200
 REPLICA_SECONDS = setting("replica_seconds", 8, 60)
 FAILOVER_CLIENTS = int(setting("failover_clients", 10, 100))  # per replica
@@ -58,7 +61,7 @@ def test_a_permit_storm_over_three_replicas_allows_exactly_the_cap(
         slurm_cluster_factory, pg_server: PgServer, tmp_path: Path) -> None:  # noqa: F811
     url = pg_store(pg_server)
     conf = big_partition(slurm_cluster_factory)
-    replicas = start_replicas(tmp_path, url, conf, auth="munge")
+    replicas = start_replicas(tmp_path, url, conf, auth="munge", extra=NO_SECOND_LOOK)
     sign = munge_auth()
     try:
         def ask(i: int) -> bool:
@@ -117,7 +120,7 @@ def test_a_replica_killed_mid_storm_leaves_the_cap_exact(
 
     url = pg_store(pg_server)
     conf = big_partition(slurm_cluster_factory)
-    replicas = start_replicas(tmp_path, url, conf, auth="munge")
+    replicas = start_replicas(tmp_path, url, conf, auth="munge", extra=NO_SECOND_LOOK)
     sign = munge_auth()
     done = threading.Semaphore(0)
     try:

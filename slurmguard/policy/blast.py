@@ -212,3 +212,35 @@ def _refusals(refused: Mapping[tuple[str, str], list[DrainRequest]], allowed: li
 def _narrowest(full: list[str], scopes: Mapping[str, frozenset[str]]) -> str:
     # Name the smallest full scope (a rack says more than the whole fleet).
     return min(full, key=lambda s: (len(scopes.get(s, ())) if s != "fleet" else 1 << 30, s))
+
+
+# The second look (docs/policy.md "Second look"): a node's own drain for a cause that other
+# nodes were just drained for waits for the node's next check. Event kind of a held drain
+# (not a ledger entry: it takes no slot), and who asks for a node's own drain: its hooks
+# (serve's /permit) and the gate. Only a hook's ask is a new look; the gate re-reads a result.
+HELD = "drain_held"
+LOOKERS = ("permit", "gate")
+
+
+def second_look(node: str, cause: str, via: str, others: Iterable[str], held_at: float | None,
+                now: float, p: PolicyParams) -> str:
+    """Why ``node``'s drain for ``cause`` waits, or "" to ask the guard now. Pure.
+
+    ``others``: the nodes drained (or permitted) for ``cause`` in the last
+    ``second_look_window`` seconds; ``held_at``: when this node's drain for ``cause`` was first
+    held in that window (None: not held). At ``second_look_after`` other nodes or more, the
+    node's first ask is held; its hooks' next ask at least ``second_look_delay`` seconds later
+    is its second look, and the guard decides it as any drain (the caps, the alert). A fault
+    shared by many nodes that clears before their next check (a filer's brief hang, a fabric
+    flap) so drains only the first few; a fault on one node, or on nodes far apart in time,
+    is never held."""
+    if p.second_look_after <= 0 or via not in LOOKERS:
+        return ""
+    n = len(set(others) - {node})
+    if n < p.second_look_after:
+        return ""
+    if via == "permit" and held_at is not None and now - held_at >= p.second_look_delay:
+        return ""
+    return (f"held for a second look: {n} other nodes drained for {cause} in the last "
+            f"{human_window(p.second_look_window)}; this node drains if its next check, "
+            f"{human_window(p.second_look_delay)} or more from its first, fails too")

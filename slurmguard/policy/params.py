@@ -27,6 +27,15 @@ SECTION: Schema = {
     "blast_window": Float(3600.0, "seconds over which drains are counted for the caps", minimum=1.0),
     "blast_max_nodes": Int(50, "never drain more than this many nodes of the fleet for one cause in blast_window", minimum=1),
     "blast_max_percent": Float(10.0, "... nor more than this percent of a partition or group (at least 1 node)", minimum=0.0),
+    "second_look_after": Int(2, "a node's own drain (its hooks', or the gate's) for a cause "
+                             "that at least this many other nodes were drained for in the last "
+                             "second_look_window seconds waits for the node's next check to fail "
+                             "too (a brief shared fault then drains nothing); 0: off "
+                             "(docs/policy.md, \"Second look\")", minimum=0),
+    "second_look_window": Float(120.0, "seconds back the other nodes' drains are counted for a "
+                                "second look", minimum=1.0),
+    "second_look_delay": Float(20.0, "seconds after its held drain a node's next failing check "
+                               "drains it (through the caps as before)", minimum=0.0),
     "groups": Table("named topology groups (rack, switch): name = \"NodeSet\""),
     "probation_jobs": Int(3, "passing jobs a returned node needs to leave probation", minimum=0),
     "probation_mark": Choice("feature", ["feature", "weight", "none"], "how Slurm marks probation"),
@@ -50,6 +59,9 @@ class PolicyParams(NamedTuple):
     blast_window: float = _default("blast_window")
     blast_max_nodes: int = _default("blast_max_nodes")
     blast_max_percent: float = _default("blast_max_percent")
+    second_look_after: int = _default("second_look_after")
+    second_look_window: float = _default("second_look_window")
+    second_look_delay: float = _default("second_look_delay")
     groups: Mapping[str, str] = MappingProxyType({})  # name -> NodeSet pattern
     probation_jobs: int = _default("probation_jobs")
 

@@ -349,7 +349,7 @@ class Fleet:
     def _count_verdict(self, req: DrainRequest, v: Verdict, via: str) -> None:
         if via == "permit":
             self.metrics.permits.labels(cause=req.cause,
-                                        result="allowed" if v.allowed else "refused").inc()
+                                        result="allowed" if v.allowed else "held" if v.held else "refused").inc()
         for a in v.actions:
             if a.kind == "refuse":
                 self.metrics.drains_refused.labels(cause=a.source or "unknown", via=via).inc()

@@ -46,6 +46,7 @@ EVENT_KINDS = (
     "probation_start",
     "probation_end",
     "drain_refused",  # the blast-radius guard refused a drain
+    "drain_held",  # ... held it for the node's second look (others just drained for its cause)
     "permit",  # the blast-radius guard allowed a drain (holds its slot; slurmguard/drainguard.py)
     "drain_failed",  # a drain slurmguard asked Slurm for did not take (the error in reason)
     "security",  # serve refused a write for who sent it (docs/security.md); rate-limited

@@ -46,15 +46,17 @@ def big_partition(factory, clients: Iterable[tuple[str, int]] = ()) -> str:  # n
 
 
 def start_replicas(tmp_path: Path, url: str, conf: str, n: int = 3,
-                   serve_extra: str = "", auth: str = "token") -> list[Serve]:
+                   serve_extra: str = "", auth: str = "token", extra: str = "") -> list[Serve]:
     """``n`` serve replicas on the store ``url``, each in its own directory and port, in
-    serve.auth ``auth`` (their Slurm, and so their node table, is ``conf``'s)."""
+    serve.auth ``auth`` (their Slurm, and so their node table, is ``conf``'s); ``extra``:
+    more config sections."""
     out = []
     for i in range(n):
         d = tmp_path / f"r{i}"
         d.mkdir()
         port = new_port()
-        cfg = write_config(d, store_url=url, port=port, serve_extra=serve_extra, auth=auth)
+        cfg = write_config(d, store_url=url, port=port, serve_extra=serve_extra, auth=auth,
+                           extra=extra)
         out.append(Serve(cfg, port, env={"SLURM_CONF": conf}).start())
     return out
 
