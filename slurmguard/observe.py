@@ -19,10 +19,11 @@ Standard library only (the hooks import it on every drain).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from slurmguard.lazyre import LazyPattern
 
 MODES = ("observe", "act")
 OBSERVE, ACT = MODES
@@ -33,7 +34,7 @@ _SCONTROL_CHANGES = frozenset({"update", "reboot", "requeue", "release", "hold",
                                "create", "delete", "resume", "suspend", "cancel_reboot"})
 _NODE_KEYS = ("nodename=", "nodes=", "excnodelist=", "reqnodelist=", "--nodelist=", "-w")
 _JOB_KEYS = ("jobid=",)
-_WORD = re.compile(r"[A-Za-z0-9_.\[\],-]+")
+_WORD = LazyPattern(r"[A-Za-z0-9_.\[\],-]+")
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from typing import Any
 
 from slurmguard.contract import REASON_PREFIX
 from slurmguard.errors import ParseError
+from slurmguard.lazyre import LazyPattern
 
 # Base states as Slurm names them (NODE_STATE_*); anything else is a flag.
 BASE_STATES = frozenset({"idle", "allocated", "mixed", "down", "unknown", "future", "error"})
@@ -55,12 +56,12 @@ _NULLS = frozenset({"", "(null)", "none", "n/a", "unknown"})
 FINISHED_JOB_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
                                  "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
 
-_KEY_RE = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_:/.]*)=")
-_REASON_KEY_RE = re.compile(r"(?:(?<=\s)|^)Reason=")
-_REASON_SUFFIX_RE = re.compile(r"\s*\[([^\[\]@\s]*)@([0-9T:\-]+|Unknown|None)\]")
-_STATE_TOKEN_RE = re.compile(r"[A-Za-z_]+")
+_KEY_RE = LazyPattern(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_:/.]*)=")
+_REASON_KEY_RE = LazyPattern(r"(?:(?<=\s)|^)Reason=")
+_REASON_SUFFIX_RE = LazyPattern(r"\s*\[([^\[\]@\s]*)@([0-9T:\-]+|Unknown|None)\]")
+_STATE_TOKEN_RE = LazyPattern(r"[A-Za-z_]+")
 # A node name inside JSON (the same rule as the adapter's validate_node_name).
-_NODE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
+_NODE_NAME_RE = LazyPattern(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 
 
 @dataclass(frozen=True)
