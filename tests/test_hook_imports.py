@@ -187,3 +187,45 @@ def test_an_https_report_url_adds_only_the_tls_adapter(tmp_path):
     assert "ssl" in plain  # http.client's own import
     assert sorted(tls - plain) == ["slurmguard.adapters.tls"]
     assert [m for m in tls if m.split(".")[0] in (*TRIMMED[3:], "cryptography")] == []
+
+
+def test_healthcheck_reads_slurm_and_reports_without_dataclasses_or_uuid(tmp_path):
+    """The health check (every node, every HealthCheckInterval) reads its node from Slurm
+    (adapters/slurm: NodeInfo, observe's choke point) and reports to serve (here nothing
+    listens: the record spools). Its record types are slurmguard.frozen classes, its patterns
+    compile on first use and the spool names a hook record by its own id: no dataclasses
+    (inspect, ast, dis, tokenize behind it), no uuid (platform behind it)."""
+    from support.helpers import standin_slurm
+    from support.sgserve import new_port
+
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f"""
+[hooks]
+state_dir = "{tmp_path}/s"
+spool_dir = "{tmp_path}/spool"
+token_file = "{tmp_path}/token"
+report_url = "http://127.0.0.1:{new_port()}/ingest"
+report_timeout = 0.5
+healthcheck = ["host-cpus"]
+[serve]
+auth = "token"
+[slurm]
+{standin_slurm(tmp_path, "n1")}
+""")
+    (tmp_path / "token").write_text("t\n")
+    (tmp_path / "token").chmod(0o600)
+    code = ("import io, json, sys\n"
+            "from slurmguard.node.hooks import run_hook\n"
+            "out = io.StringIO()\n"
+            "rc = run_hook('healthcheck', out=out, as_json=True)\n"
+            "print(json.dumps({'rc': rc, 'out': json.loads(out.getvalue()),"
+            " 'modules': sorted(sys.modules)}))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=sg_env(SLURMD_NODENAME="n1", SLURMGUARD_CONFIG=str(cfg)))
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.splitlines()[-1])
+    assert got["rc"] == 0 and got["out"]["delivery"] == "spooled", got["out"]
+    assert {"slurmguard.adapters.slurm.commands", "slurmguard.observe",
+            "slurmguard.adapters.spool"} <= set(got["modules"])  # Slurm read, record spooled
+    assert len(list((tmp_path / "spool").glob("*.json"))) == 1
+    assert [m for m in got["modules"] if m in (*DATACLASS_WEIGHT, "uuid", "platform")] == []
