@@ -175,8 +175,9 @@ tls_ca = "{ca}"
 
 
 def test_an_https_report_url_adds_only_the_tls_adapter(tmp_path):
-    """What TLS adds to a prolog that reports: slurmguard.adapters.tls (stdlib ssl, which
-    http.client imports for plain HTTP too), nothing heavy (no cryptography, no SQLAlchemy)."""
+    """What TLS adds to a prolog that reports: slurmguard.adapters.tls and stdlib ssl, nothing
+    heavy (no cryptography, no SQLAlchemy). Plain HTTP imports neither ssl nor http.client
+    and the email package behind it (adapters/httppost.py: ~15 ms of every report)."""
     from support.sgserve import new_port
     from support.testca import TestCA
 
@@ -184,8 +185,13 @@ def test_an_https_report_url_adds_only_the_tls_adapter(tmp_path):
     port = new_port()  # nothing listens: both records spool; the imports are what count
     plain = _report_imports(tmp_path, f"http://127.0.0.1:{port}/ingest", "")
     tls = _report_imports(tmp_path, f"https://localhost:{port}/ingest", str(ca.ca_file))
-    assert "ssl" in plain  # http.client's own import
-    assert sorted(tls - plain) == ["slurmguard.adapters.tls"]
+    assert [m for m in plain if m.split(".")[0] in ("ssl", "_ssl", "http", "email")] == []
+    assert "slurmguard.adapters.httppost" in plain  # the record was sent (and spooled)
+    added = tls - plain  # the TLS adapter, and ssl with the standard library it imports
+    assert sorted(m for m in added if m.startswith("slurmguard")) == ["slurmguard.adapters.tls"]
+    assert "ssl" in added and [m for m in added if not m.startswith("slurmguard")
+                               and m.split(".")[0] not in sys.stdlib_module_names] == []
+    assert [m for m in tls if m.split(".")[0] in ("http", "email")] == []
     assert [m for m in tls if m.split(".")[0] in (*TRIMMED[3:], "cryptography")] == []
 
 
