@@ -22,16 +22,16 @@ a set is actually expanded or folded.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from slurmguard.errors import InputError
+from slurmguard.lazyre import LazyPattern
 
-_NODE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+_NODE_RE = LazyPattern(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 # A node set as Slurm writes it: n[1-4,7],gpu001 -- no spaces, no shell characters.
-_NODESET_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,\-\[\]]{0,4095}")
+_NODESET_RE = LazyPattern(r"[A-Za-z0-9_][A-Za-z0-9_.,\-\[\]]{0,4095}")
 MAX_NODES = 100_000
-_BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
+_BRACKET_RE = LazyPattern(r"\[([^\[\]]*)\]")
 
 
 def is_node_name(name: object) -> bool:
@@ -157,7 +157,7 @@ def check(pattern: str, *, source: str = "NODESET") -> None:
 
 
 Simple = list[tuple[str, "list[tuple[str, str]] | None", str]]
-_PART_RE = re.compile(r"[A-Za-z0-9_.\-]+")
+_PART_RE = LazyPattern(r"[A-Za-z0-9_.\-]+")
 
 
 def parse_simple(pattern: str) -> Simple | None:

@@ -19,10 +19,11 @@ Standard library only (the hooks import it on every drain).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+from slurmguard.frozen import Frozen
+from slurmguard.lazyre import LazyPattern
 
 MODES = ("observe", "act")
 OBSERVE, ACT = MODES
@@ -33,20 +34,28 @@ _SCONTROL_CHANGES = frozenset({"update", "reboot", "requeue", "release", "hold",
                                "create", "delete", "resume", "suspend", "cancel_reboot"})
 _NODE_KEYS = ("nodename=", "nodes=", "excnodelist=", "reqnodelist=", "--nodelist=", "-w")
 _JOB_KEYS = ("jobid=",)
-_WORD = re.compile(r"[A-Za-z0-9_.\[\],-]+")
+_WORD = LazyPattern(r"[A-Za-z0-9_.\[\],-]+")
 
 
-@dataclass(frozen=True)
-class Withheld:
-    """A state-changing Slurm call that observe mode did not make."""
+class Withheld(Frozen):
+    """A state-changing Slurm call that observe mode did not make. Frozen; ``extra`` is
+    left out of ``==`` and ``hash``."""
 
+    __slots__ = ("verb", "nodes", "job", "argv", "reason", "extra")
+    _NOT_COMPARED = frozenset({"extra"})
     verb: str  # drain, undrain, resume, reboot, requeue, release, update_job, features,
     # weight, comment, reservation, sbatch, update
     nodes: tuple[str, ...]
     job: str
     argv: tuple[str, ...]
-    reason: str = ""
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    reason: str
+    extra: dict[str, Any]
+
+    def __init__(self, verb: str, nodes: tuple[str, ...], job: str, argv: tuple[str, ...],
+                 reason: str = "", extra: dict[str, Any] | None = None) -> None:
+        for k, v in (("verb", verb), ("nodes", nodes), ("job", job), ("argv", argv),
+                     ("reason", reason), ("extra", {} if extra is None else extra)):
+            object.__setattr__(self, k, v)
 
 
 def state_change(tool: str, args: Sequence[str]) -> tuple[str, tuple[str, ...], str, str] | None:

@@ -175,8 +175,9 @@ tls_ca = "{ca}"
 
 
 def test_an_https_report_url_adds_only_the_tls_adapter(tmp_path):
-    """What TLS adds to a prolog that reports: slurmguard.adapters.tls (stdlib ssl, which
-    http.client imports for plain HTTP too), nothing heavy (no cryptography, no SQLAlchemy)."""
+    """What TLS adds to a prolog that reports: slurmguard.adapters.tls and stdlib ssl, nothing
+    heavy (no cryptography, no SQLAlchemy). Plain HTTP imports neither ssl nor http.client
+    and the email package behind it (adapters/httppost.py: ~15 ms of every report)."""
     from support.sgserve import new_port
     from support.testca import TestCA
 
@@ -184,6 +185,53 @@ def test_an_https_report_url_adds_only_the_tls_adapter(tmp_path):
     port = new_port()  # nothing listens: both records spool; the imports are what count
     plain = _report_imports(tmp_path, f"http://127.0.0.1:{port}/ingest", "")
     tls = _report_imports(tmp_path, f"https://localhost:{port}/ingest", str(ca.ca_file))
-    assert "ssl" in plain  # http.client's own import
-    assert sorted(tls - plain) == ["slurmguard.adapters.tls"]
+    assert [m for m in plain if m.split(".")[0] in ("ssl", "_ssl", "http", "email")] == []
+    assert "slurmguard.adapters.httppost" in plain  # the record was sent (and spooled)
+    added = tls - plain  # the TLS adapter, and ssl with the standard library it imports
+    assert sorted(m for m in added if m.startswith("slurmguard")) == ["slurmguard.adapters.tls"]
+    assert "ssl" in added and [m for m in added if not m.startswith("slurmguard")
+                               and m.split(".")[0] not in sys.stdlib_module_names] == []
+    assert [m for m in tls if m.split(".")[0] in ("http", "email")] == []
     assert [m for m in tls if m.split(".")[0] in (*TRIMMED[3:], "cryptography")] == []
+
+
+def test_healthcheck_reads_slurm_and_reports_without_dataclasses_or_uuid(tmp_path):
+    """The health check (every node, every HealthCheckInterval) reads its node from Slurm
+    (adapters/slurm: NodeInfo, observe's choke point) and reports to serve (here nothing
+    listens: the record spools). Its record types are slurmguard.frozen classes, its patterns
+    compile on first use and the spool names a hook record by its own id: no dataclasses
+    (inspect, ast, dis, tokenize behind it), no uuid (platform behind it)."""
+    from support.helpers import standin_slurm
+    from support.sgserve import new_port
+
+    cfg = tmp_path / "sg.toml"
+    cfg.write_text(f"""
+[hooks]
+state_dir = "{tmp_path}/s"
+spool_dir = "{tmp_path}/spool"
+token_file = "{tmp_path}/token"
+report_url = "http://127.0.0.1:{new_port()}/ingest"
+report_timeout = 0.5
+healthcheck = ["host-cpus"]
+[serve]
+auth = "token"
+[slurm]
+{standin_slurm(tmp_path, "n1")}
+""")
+    (tmp_path / "token").write_text("t\n")
+    (tmp_path / "token").chmod(0o600)
+    code = ("import io, json, sys\n"
+            "from slurmguard.node.hooks import run_hook\n"
+            "out = io.StringIO()\n"
+            "rc = run_hook('healthcheck', out=out, as_json=True)\n"
+            "print(json.dumps({'rc': rc, 'out': json.loads(out.getvalue()),"
+            " 'modules': sorted(sys.modules)}))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=sg_env(SLURMD_NODENAME="n1", SLURMGUARD_CONFIG=str(cfg)))
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.splitlines()[-1])
+    assert got["rc"] == 0 and got["out"]["delivery"] == "spooled", got["out"]
+    assert {"slurmguard.adapters.slurm.commands", "slurmguard.observe",
+            "slurmguard.adapters.spool"} <= set(got["modules"])  # Slurm read, record spooled
+    assert len(list((tmp_path / "spool").glob("*.json"))) == 1
+    assert [m for m in got["modules"] if m in (*DATACLASS_WEIGHT, "uuid", "platform")] == []

@@ -1,9 +1,10 @@
 """The node's HTTP client of `slurmguard serve`: POST result records, ask for a drain permit.
 
-Standard library only (``http.client``): it runs in every prolog. Every call is bounded by a
-timeout; an unreachable serve, a non-200 answer or an unreadable token raise
-:class:`DeliveryError`, which callers turn into "spool and retry" (records) or "fail open"
-(permits).
+Standard library only (sockets, and ``ssl`` for https: adapters/httppost.py sends what
+``http.client`` would, without its ~15 ms import): it runs in every prolog and health check.
+Every call is bounded by a timeout; an unreachable serve, a non-200 answer or an unreadable
+token raise :class:`DeliveryError`, which callers turn into "spool and retry" (records) or
+"fail open" (permits).
 """
 
 from __future__ import annotations
@@ -176,54 +177,70 @@ def connection(url: str, timeout: float, ca: str = "", source: str = "") -> Any:
     """An unopened ``http.client`` connection to ``url``'s host (from the local address
     ``source`` when given); for https one that verifies serve's certificate against ``ca``
     (serve.tls_ca; empty: the system's CAs) and the URL's host name. Raises DeliveryError for
-    a URL that is not http(s) or an unusable CA file."""
+    a URL that is not http(s) or an unusable CA file. (The job wrapper's notices use it;
+    records and permits go by :func:`post_json`, without http.client.)"""
     import http.client
+
+    u = _split(url)
+    bind = (source, 0) if source else None
+    if u.scheme == "http":
+        return http.client.HTTPConnection(u.hostname, u.port, timeout=max(0.05, timeout),
+                                          source_address=bind)
+    return http.client.HTTPSConnection(u.hostname, u.port, timeout=max(0.05, timeout),
+                                       context=_tls_context(ca), source_address=bind)
+
+
+def _split(url: str) -> Any:
+    """``url`` split; DeliveryError unless it is http(s) with a host."""
     import urllib.parse
 
     u = urllib.parse.urlsplit(url)
     if u.scheme not in ("http", "https") or not u.hostname:
         raise DeliveryError(f"report_url: not an http(s) URL: {url!r}")
-    bind = (source, 0) if source else None
-    if u.scheme == "http":
-        return http.client.HTTPConnection(u.hostname, u.port, timeout=max(0.05, timeout),
-                                          source_address=bind)
+    return u
+
+
+def _tls_context(ca: str) -> Any:
+    """The verifying client context of ``ca`` (adapters/tls.py); DeliveryError (tls) for an
+    unusable CA file."""
     import ssl
 
     from slurmguard.adapters.tls import client_context
 
     try:
-        ctx = client_context(ca)
+        return client_context(ca)
     except (OSError, ssl.SSLError) as exc:
         raise DeliveryError(f"serve.tls_ca {ca}: {getattr(exc, 'strerror', None) or exc}",
                             tls=True) from None
-    return http.client.HTTPSConnection(u.hostname, u.port, timeout=max(0.05, timeout),
-                                       context=ctx, source_address=bind)
 
 
 def post_json(url: str, token: Auth, obj: dict[str, Any], timeout: float,
               ca: str = "") -> dict[str, Any]:
-    import http.client
+    """POST ``obj`` as JSON to ``url`` and return serve's JSON answer (200, or 422: every
+    record refused). DeliveryError for anything else: unreachable, timed out, TLS refused, a
+    broken answer, another status. The request and its reading are http.client's
+    (adapters/httppost.py), without importing it on the hook path."""
     import urllib.parse
+
+    from slurmguard.adapters import httppost
 
     u = urllib.parse.urlsplit(url)
     body = json.dumps(obj, separators=(",", ":")).encode()
     auth = token(body) if callable(token) else f"Bearer {token}"
     source = token.source_address() if isinstance(token, MungeSigner) else ""
-    conn = connection(url, timeout, ca, source)
+    _split(url)
+    tls = _tls_context(ca) if u.scheme == "https" else None
+    headers = {"Authorization": auth, "Content-Type": "application/json",
+               "User-Agent": f"slurmguard/{__version__}"}
     try:
-        conn.request("POST", u.path or "/ingest", body=body, headers={
-            "Authorization": auth, "Content-Type": "application/json",
-            "User-Agent": f"slurmguard/{__version__}"})
-        resp = conn.getresponse()
-        data = resp.read()
-    except (OSError, http.client.HTTPException) as exc:
+        status, data = httppost.post(u.hostname or "", u.port, u.path or "/ingest", body,
+                                     headers, timeout=max(0.05, timeout), source=source, tls=tls)
+    except (OSError, httppost.HTTPError) as exc:
         raise DeliveryError(f"{url}: {_why(exc)}", tls=_is_tls(exc)) from None
-    finally:
-        conn.close()
     # 422: every record of the request was malformed; the answer's "rejected" settles them
     # (they are dropped, not retried: sending them again cannot make them valid).
-    if resp.status not in (200, 422):
-        raise DeliveryError(f"{url}: HTTP {resp.status}")
+    if status not in (200, 422):
+        raise DeliveryError(f"{url}: HTTP {status}")
     try:
         answer = json.loads(data)
     except ValueError:

@@ -14,7 +14,6 @@ import os
 import stat
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -52,11 +51,19 @@ def write(record: dict[str, Any], spool_dir: str, spool_max: int) -> str:
     return write_and_say(record, spool_dir, spool_max)[0]
 
 
+def _fresh_id() -> str:
+    """A random id for a record that carries none (hook records carry theirs): uuid is
+    imported only then, not on every health check that spools or replays (a few ms)."""
+    import uuid
+
+    return uuid.uuid4().hex
+
+
 def write_and_say(record: dict[str, Any], spool_dir: str, spool_max: int) -> tuple[str, str]:
     """:func:`write`, also returning the line that says what was dropped ("" if nothing)."""
     os.makedirs(spool_dir, mode=0o700, exist_ok=True)
     check_dir(spool_dir)
-    name = f"{time.time_ns():020d}-{record.get('id') or uuid.uuid4().hex}{_SUFFIX}"
+    name = f"{time.time_ns():020d}-{record.get('id') or _fresh_id()}{_SUFFIX}"
     path = os.path.join(spool_dir, name)
     # "spooled": when it was spooled, so serve can count replays (slurmguard_spool_replayed_*).
     data = json.dumps({**record, "spooled": time.time()}, separators=(",", ":"))

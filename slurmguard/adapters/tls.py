@@ -11,8 +11,9 @@
   between two in-memory TLS ends (``ssl.MemoryBIO``), so the verdict is OpenSSL's own, the
   same a node would reach, with no network and no private API.
 
-``http.client`` imports ``ssl`` already, so a client pays nothing more to import this; it pays
-the handshake (docs/serve.md "TLS").
+A client imports ``ssl`` (with this module) only for an https URL: the hooks' records and
+permits go by adapters/httppost.py, which imports neither ``http.client`` nor, for http,
+``ssl``; then it pays the handshake (docs/serve.md "TLS").
 """
 
 from __future__ import annotations

@@ -60,10 +60,10 @@ def main() -> int:
             nhc = NHCNodes(h, Path(tmp) / "nhc")
             print(f"load before: {os.getloadavg()[0]:.2f}")
             res: dict[str, list[tuple[float, float, int]]] = {"slurmguard": [], "nhc": []}
-            for i in range(a.runs):
+            for _ in range(a.runs):
                 for n in h.nodes:
-                    res["slurmguard"].append(timed(lambda: h.run_entry("healthcheck", n)))
-                    res["nhc"].append(timed(lambda: nhc.run(n)))
+                    res["slurmguard"].append(timed(lambda n=n: h.run_entry("healthcheck", n)))
+                    res["nhc"].append(timed(lambda n=n: nhc.run(n)))
             print(f"load after: {os.getloadavg()[0]:.2f}")
             print(f"{'check':<12} {'runs':>5} {'wall ms':>9} {'CPU ms':>8} {'rc != 0':>8}")
             for k, v in res.items():

@@ -398,7 +398,9 @@ healthcheck = {checks}
             f"FAKE_NVML_CONFIG={self.root}/nodes/$SLURMD_NODENAME/nvml.json",
             # The agent's client checks the agent's boot against the node's (its kernel log's).
             f"SLURMGUARD_BOOT_ID_PATH={self.root}/nodes/%n/boot_id",
-            "export LD_LIBRARY_PATH FAKE_NVML_CONFIG",
+            # This checkout's slurmguard, not whichever tree the venv's editable install names.
+            f"PYTHONPATH={REPO}",
+            "export LD_LIBRARY_PATH FAKE_NVML_CONFIG PYTHONPATH",
         ]
         text = defaults.read_text()
         from slurmguard.install.plan import _SITE_HEADER

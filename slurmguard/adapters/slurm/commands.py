@@ -17,7 +17,6 @@ names are refused with :class:`InputError` before any command runs. The text par
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -50,6 +49,7 @@ from slurmguard.adapters.slurm.parse import (
 )
 from slurmguard.contract import REASON_MAX, REASON_PREFIX, format_reason, one_line
 from slurmguard.errors import CommandError, InputError, ParseError
+from slurmguard.lazyre import LazyPattern
 from slurmguard.nodeset import validate_node_name, validate_nodeset  # the one rule
 from slurmguard.proc import CommandResult, run_command
 
@@ -114,8 +114,8 @@ def parse_node_events(text: str) -> list[NodeEvent]:
     return out
 
 
-_JOB_RE = re.compile(r"[0-9]{1,12}(_[0-9]{1,9})?(\+[0-9]{1,6})?")
-_FIELD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+_JOB_RE = LazyPattern(r"[0-9]{1,12}(_[0-9]{1,9})?(\+[0-9]{1,6})?")
+_FIELD_RE = LazyPattern(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 
 
 def validate_job_id(job_id: object) -> str:

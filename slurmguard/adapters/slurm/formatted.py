@@ -13,8 +13,6 @@ Anything else raises :class:`ParseError` with a one-line message naming the fiel
 
 from __future__ import annotations
 
-import re
-
 from slurmguard.adapters.slurm.parse import (
     BASE_STATES,
     JobInfo,
@@ -27,6 +25,7 @@ from slurmguard.adapters.slurm.parse import (
     parse_node_state,
 )
 from slurmguard.errors import ParseError
+from slurmguard.lazyre import LazyPattern
 
 # sinfo -N -n NAME -O: one line per partition the node is in. StateComplete is the base state
 # and every flag (`idle+drain+reboot_requested`, `down+not_responding`), 20.11 on; User and
@@ -35,7 +34,7 @@ from slurmguard.errors import ParseError
 SINFO_NODE_FIELDS = ("NodeList", "StateComplete", "User", "TimeStamp", "Gres", "PartitionName",
                      "Features", "features_act", "Reason")
 SINFO_NODE_FORMAT = ",".join(f"{f}:|" for f in SINFO_NODE_FIELDS[:-1]) + f",{SINFO_NODE_FIELDS[-1]}:"
-_NODE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
+_NODE_NAME_RE = LazyPattern(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 
 
 def parse_sinfo_node(text: str, name: str) -> NodeInfo | None:
@@ -72,7 +71,7 @@ def parse_sinfo_node(text: str, name: str) -> NodeInfo | None:
 
 
 # A line that starts a node's record in multi-node output: its name, then its state.
-_RECORD_HEAD_RE = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.\-]{0,127})\|[A-Za-z_+*~#%$@!^\-]+\|")
+_RECORD_HEAD_RE = LazyPattern(r"([A-Za-z0-9_][A-Za-z0-9_.\-]{0,127})\|[A-Za-z_+*~#%$@!^\-]+\|")
 
 
 def parse_sinfo_nodes(text: str) -> list[NodeInfo]:
@@ -140,7 +139,7 @@ def _sinfo_record(rec: str, what: str) -> NodeInfo:
 SQUEUE_FIELDS = ("JobID", "State", "PriorityLong", "RestartCnt", "EligibleTime", "NodeList",
                  "BatchHost", "Requeue", "Reason")
 SQUEUE_FORMAT = ",".join(f"{f}:|" for f in SQUEUE_FIELDS[:-1]) + f",{SQUEUE_FIELDS[-1]}:"
-_JOB_STATE_RE = re.compile(r"[A-Z][A-Z_]{0,31}")
+_JOB_STATE_RE = LazyPattern(r"[A-Z][A-Z_]{0,31}")
 
 
 def parse_squeue_brief(text: str) -> list[JobInfo]:

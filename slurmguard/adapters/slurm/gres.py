@@ -15,11 +15,11 @@ misread). Every ``gpu`` item adds up; other gres (nvme, mps, shard) are not GPUs
 
 from __future__ import annotations
 
-import re
+from slurmguard.lazyre import LazyPattern
 
-_ITEM_RE = re.compile(r"^(?P<name>[A-Za-z0-9_\-]+)(?::[^:()]*)*?:(?P<count>\d+)(?P<suffix>[kKmMgG]?)"
-                      r"(?:\([^()]*\))?$")
-_BARE_RE = re.compile(r"^(?P<name>[A-Za-z0-9_\-]+)(?:\([^()]*\))?$")
+_ITEM_RE = LazyPattern(r"^(?P<name>[A-Za-z0-9_\-]+)(?::[^:()]*)*?:(?P<count>\d+)(?P<suffix>[kKmMgG]?)"
+                       r"(?:\([^()]*\))?$")
+_BARE_RE = LazyPattern(r"^(?P<name>[A-Za-z0-9_\-]+)(?:\([^()]*\))?$")
 _MULT = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 

@@ -37,11 +37,12 @@ import json
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slurmguard.contract import REASON_PREFIX
 from slurmguard.errors import ParseError
+from slurmguard.frozen import Frozen
+from slurmguard.lazyre import LazyPattern
 
 # Base states as Slurm names them (NODE_STATE_*); anything else is a flag.
 BASE_STATES = frozenset({"idle", "allocated", "mixed", "down", "unknown", "future", "error"})
@@ -55,28 +56,41 @@ _NULLS = frozenset({"", "(null)", "none", "n/a", "unknown"})
 FINISHED_JOB_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
                                  "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
 
-_KEY_RE = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_:/.]*)=")
-_REASON_KEY_RE = re.compile(r"(?:(?<=\s)|^)Reason=")
-_REASON_SUFFIX_RE = re.compile(r"\s*\[([^\[\]@\s]*)@([0-9T:\-]+|Unknown|None)\]")
-_STATE_TOKEN_RE = re.compile(r"[A-Za-z_]+")
+_KEY_RE = LazyPattern(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_:/.]*)=")
+_REASON_KEY_RE = LazyPattern(r"(?:(?<=\s)|^)Reason=")
+_REASON_SUFFIX_RE = LazyPattern(r"\s*\[([^\[\]@\s]*)@([0-9T:\-]+|Unknown|None)\]")
+_STATE_TOKEN_RE = LazyPattern(r"[A-Za-z_]+")
 # A node name inside JSON (the same rule as the adapter's validate_node_name).
-_NODE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
+_NODE_NAME_RE = LazyPattern(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 
 
-@dataclass(frozen=True)
-class NodeInfo:
-    """A node as Slurm reports it. ``state`` is the lower-case base state; ``flags`` upper."""
+class NodeInfo(Frozen):
+    """A node as Slurm reports it. ``state`` is the lower-case base state; ``flags`` upper.
+    Frozen; ``raw`` (Slurm's own keys) is left out of ``==``, ``hash`` and the repr."""
 
+    __slots__ = ("name", "state", "flags", "reason", "reason_user", "reason_time",
+                 "partitions", "features", "gres", "raw")
+    _NOT_COMPARED = _NOT_SHOWN = frozenset({"raw"})
     name: str
     state: str
-    flags: frozenset[str] = frozenset()
-    reason: str = ""
-    reason_user: str = ""
-    reason_time: str = ""
-    partitions: tuple[str, ...] = ()
-    features: tuple[str, ...] = ()
-    gres: str = ""  # as Slurm prints it: "gpu:h100:8(S:0-1)" (adapters/slurm/gres.py counts it)
-    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    flags: frozenset[str]
+    reason: str
+    reason_user: str
+    reason_time: str
+    partitions: tuple[str, ...]
+    features: tuple[str, ...]
+    gres: str  # as Slurm prints it: "gpu:h100:8(S:0-1)" (adapters/slurm/gres.py counts it)
+    raw: Mapping[str, Any]
+
+    def __init__(self, name: str, state: str, flags: frozenset[str] = frozenset(),
+                 reason: str = "", reason_user: str = "", reason_time: str = "",
+                 partitions: tuple[str, ...] = (), features: tuple[str, ...] = (),
+                 gres: str = "", raw: Mapping[str, Any] | None = None) -> None:
+        for k, v in (("name", name), ("state", state), ("flags", flags), ("reason", reason),
+                     ("reason_user", reason_user), ("reason_time", reason_time),
+                     ("partitions", partitions), ("features", features), ("gres", gres),
+                     ("raw", {} if raw is None else raw)):
+            object.__setattr__(self, k, v)
 
     @property
     def drained(self) -> bool:
@@ -119,21 +133,35 @@ class NodeInfo:
                 "features": list(self.features)}
 
 
-@dataclass(frozen=True)
-class JobInfo:
-    """A job as Slurm reports it. ``state`` upper-case (RUNNING, PENDING, ...)."""
+class JobInfo(Frozen):
+    """A job as Slurm reports it. ``state`` upper-case (RUNNING, PENDING, ...). Frozen;
+    ``raw`` (Slurm's own keys) is left out of ``==``, ``hash`` and the repr."""
 
+    __slots__ = ("job_id", "state", "reason", "nodes", "restart_count", "eligible_time",
+                 "requeue", "batch_host", "exc_nodes", "priority", "raw")
+    _NOT_COMPARED = _NOT_SHOWN = frozenset({"raw"})
     job_id: str
     state: str
-    reason: str = ""
-    nodes: str = ""
-    restart_count: int = 0
-    eligible_time: float | None = None  # seconds since the epoch
-    requeue: bool = False
-    batch_host: str = ""
-    exc_nodes: str = ""
-    priority: int | None = None
-    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    reason: str
+    nodes: str
+    restart_count: int
+    eligible_time: float | None  # seconds since the epoch
+    requeue: bool
+    batch_host: str
+    exc_nodes: str
+    priority: int | None
+    raw: Mapping[str, Any]
+
+    def __init__(self, job_id: str, state: str, reason: str = "", nodes: str = "",
+                 restart_count: int = 0, eligible_time: float | None = None,
+                 requeue: bool = False, batch_host: str = "", exc_nodes: str = "",
+                 priority: int | None = None, raw: Mapping[str, Any] | None = None) -> None:
+        for k, v in (("job_id", job_id), ("state", state), ("reason", reason),
+                     ("nodes", nodes), ("restart_count", restart_count),
+                     ("eligible_time", eligible_time), ("requeue", requeue),
+                     ("batch_host", batch_host), ("exc_nodes", exc_nodes),
+                     ("priority", priority), ("raw", {} if raw is None else raw)):
+            object.__setattr__(self, k, v)
 
     @property
     def finished(self) -> bool:
@@ -429,7 +457,7 @@ def _nodes_from_groups(groups: list[Any]) -> list[NodeInfo]:
             prev = seen.get(name)
             if prev is not None:
                 if partition and partition not in prev.partitions:
-                    seen[name] = replace(prev, partitions=(*prev.partitions, partition))
+                    seen[name] = prev.replace(partitions=(*prev.partitions, partition))
                 continue
             alone = len(names) == 1  # a shared group's reason is only its first node's
             seen[name] = NodeInfo(
@@ -601,23 +629,34 @@ def _jlist(value: object, what: str) -> tuple[str, ...]:
 # sacct (Slurm accounting, slurmdbd)
 
 
-@dataclass(frozen=True)
-class AcctRecord:
+class AcctRecord(Frozen):
     """One allocation of a job in Slurm accounting (``sacct -D -X``: a requeued job has one
-    record per run). Times are epoch seconds (whole seconds: slurmdbd's resolution)."""
+    record per run). Times are epoch seconds (whole seconds: slurmdbd's resolution). Frozen."""
 
+    __slots__ = ("job_id", "state", "start", "end", "nodes", "partition", "user", "gpus",
+                 "node_count", "submit", "cluster", "workdir")
     job_id: str
     state: str  # COMPLETED, REQUEUED, NODE_FAIL, FAILED, CANCELLED, ...
     start: float | None
     end: float | None
-    nodes: str = ""  # NodeSet as Slurm writes it
-    partition: str = ""
-    user: str = ""
-    gpus: int = 0  # gres/gpu in the allocated TRES
-    node_count: int = 0
-    submit: float | None = None
-    cluster: str = ""
-    workdir: str = ""
+    nodes: str  # NodeSet as Slurm writes it
+    partition: str
+    user: str
+    gpus: int  # gres/gpu in the allocated TRES
+    node_count: int
+    submit: float | None
+    cluster: str
+    workdir: str
+
+    def __init__(self, job_id: str, state: str, start: float | None, end: float | None,
+                 nodes: str = "", partition: str = "", user: str = "", gpus: int = 0,
+                 node_count: int = 0, submit: float | None = None, cluster: str = "",
+                 workdir: str = "") -> None:
+        for k, v in (("job_id", job_id), ("state", state), ("start", start), ("end", end),
+                     ("nodes", nodes), ("partition", partition), ("user", user),
+                     ("gpus", gpus), ("node_count", node_count), ("submit", submit),
+                     ("cluster", cluster), ("workdir", workdir)):
+            object.__setattr__(self, k, v)
 
 
 def parse_sacct_json(text: str | bytes) -> list[AcctRecord]:
