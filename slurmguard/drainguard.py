@@ -42,7 +42,7 @@ from slurmguard.policy.blast import (
     ledger,
     second_look,
 )
-from slurmguard.policy.params import PolicyParams
+from slurmguard.policy.params import PolicyParams, human_window
 from slurmguard.policy.types import Action
 
 ACTOR = "slurmguard"
@@ -178,14 +178,19 @@ class Verdict:
     held: bool = False  # held for a second look (policy.blast.second_look): not refused
 
 
-def held_for(store: Any, req: DrainRequest, params: PolicyParams, *, via: str, now: float) -> str:
+def held_for(store: Any, req: DrainRequest, params: PolicyParams, *, via: str, now: float,
+             scopes: Mapping[str, frozenset[str]] | None = None) -> tuple[str, Verdict | None]:
     """The second look (:func:`slurmguard.policy.blast.second_look`) for ``req``, over the
-    store's ledger of the last ``second_look_window`` seconds: why it waits, or "". A drain
-    held for the first time in the window writes one ``drain_held`` event (what the guard did:
-    it answered "not yet"); later holds of the same node and cause write nothing."""
+    store's ledger of the last ``second_look_window`` seconds: (why it waits, or "";
+    the held verdict). A drain held for the first time in the window writes one
+    ``drain_held`` event (what the guard did: it answered "not yet") and, with ``scopes``,
+    opens (or widens) the fleet alert of the cause in the narrowest scope holding every node
+    seen failing it: many nodes failing one cause at once is a suspect shared cause, which
+    the incidents, the lemon rule and the gate read from that alert. Later holds of the same
+    node and cause write nothing."""
     p = params
     if p.second_look_after <= 0:
-        return ""
+        return "", None
     since = now - p.second_look_window
     events = store.nodes.events(since=since, kinds=[*LEDGER_KINDS, HELD], limit=_LEDGER_LIMIT)
     mine = [e.at for e in events if e.kind == HELD and e.node == req.node and e.source == req.cause]
@@ -193,10 +198,24 @@ def held_for(store: Any, req: DrainRequest, params: PolicyParams, *, via: str, n
                      if e.actor_kind == ACTOR and e.kind != HELD), since)
     others = [n for n, causes in recent.items() if req.cause in causes]
     why = second_look(req.node, req.cause, via, others, min(mine) if mine else None, now, p)
-    if why and not mine:
-        store.nodes.record_event(req.node, HELD, ACTOR, why, source=req.cause, at=now,
-                                 details={"via": via})
-    return why
+    if not why:
+        return "", None
+    verdict = Verdict(False, [], alert=why, held=True)
+    if mine:
+        return why, verdict
+    store.nodes.record_event(req.node, HELD, ACTOR, why, source=req.cause, at=now,
+                             details={"via": via})
+    if scopes is not None:
+        seen = {*others, req.node}
+        scope = min((s for s, m in scopes.items() if seen <= m or s == "fleet"),
+                    key=lambda s: (len(scopes[s]) if s != "fleet" else 1 << 30, s))
+        a = Action("alert", source=req.cause, scope=scope, nodes=tuple(sorted(seen)), reason=(
+            f"blast-radius guard: {req.cause} failing on {len(seen)} nodes of {scope} within "
+            f"{human_window(p.second_look_window)}; suspect a shared cause behind {req.cause}; "
+            f"holding their drains for a second look"))
+        verdict.actions.append(a)
+        _text, verdict.alert_created = _alert(store, a, now, p.blast_window)
+    return why, verdict
 
 
 def decide(store: Any, req: DrainRequest, scopes: Mapping[str, frozenset[str]],
@@ -205,9 +224,9 @@ def decide(store: Any, req: DrainRequest, scopes: Mapping[str, frozenset[str]],
     answer (``permit``, or ``drain_refused`` and the fleet alert). A pure decision between a
     read and a write of the store, so it can move into one serializing transaction."""
     now = time.time() if now is None else now
-    why = held_for(store, req, params, via=via, now=now)
-    if why:
-        return Verdict(False, [], alert=why, held=True)
+    _why, held = held_for(store, req, params, via=via, now=now, scopes=scopes)
+    if held is not None:
+        return held
     recent = ledger_recent(store, now - params.blast_window)
     failing = {req.cause: [n for n, causes in recent.items() if req.cause in causes]}
     allowed, actions = guard([req], recent, scopes, params, failing=failing)
@@ -281,7 +300,7 @@ class StorePermit:
                 first = open_episode(tx, node, WOULD_DRAIN, cause, at=at)
                 if first is not None:
                     return False, first.kind == WOULD_DRAIN, str(first.details.get("guard", ""))
-                held = held_for(tx, req, self.params, via=via or self.via, now=at)
+                held, _ = held_for(tx, req, self.params, via=via or self.via, now=at)
                 if held:  # as when acting: not yet (the next look writes the would-event)
                     return False, False, held
                 recent = ledger_recent(tx, at - self.params.blast_window)

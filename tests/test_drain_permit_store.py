@@ -70,25 +70,33 @@ def test_a_brief_shared_fault_drains_only_the_first_nodes(store: Store) -> None:
     assert _look(store, "n1", "fs-mount", NOW).allowed
     assert _look(store, "n2", "fs-mount", NOW + 1).allowed
     v = _look(store, "n3", "fs-mount", NOW + 2)
-    assert not v.allowed and v.held and not v.actions and "held for a second look" in v.alert
+    assert not v.allowed and v.held and [a.kind for a in v.actions] == ["alert"]
+    assert "held for a second look" in v.alert
     assert _look(store, "n4", "fs-mount", NOW + 3).held
     assert _look(store, "n4", "fs-mount", NOW + 4, via="gate").held  # no second event
     kinds = sorted((e.node, e.kind) for e in store.nodes.events())
     assert kinds == [("n1", "permit"), ("n2", "permit"), ("n3", "drain_held"),
                      ("n4", "drain_held")]
-    assert not store.nodes.alerts()  # a hold is not a refusal: no fleet alert
+    # One fleet alert names the suspect shared cause (what incidents and the lemon rule read),
+    # widened by each node held, in the narrowest scope holding them all.
+    (alert,) = store.nodes.alerts()
+    assert (alert.cause, alert.scope, alert.count) == ("fs-mount", "partition:gpu", 4)
+    assert "suspect a shared cause" in alert.message and "second look" in alert.message
 
 
 def test_a_lasting_shared_fault_drains_the_cap_at_the_second_look(store: Store) -> None:
     """The fault stays: each held node's next check, 20 s or more after its hold, is its
     second look, decided by the caps as before (cap 2: refused, one alert)."""
-    _look(store, "n1", "fs-mount", NOW), _look(store, "n2", "fs-mount", NOW + 1)
+    assert _look(store, "n1", "fs-mount", NOW).allowed
+    assert _look(store, "n2", "fs-mount", NOW + 1).allowed
     assert _look(store, "n3", "fs-mount", NOW + 2).held
     assert _look(store, "n3", "fs-mount", NOW + 12).held  # too soon: the same look
     assert _look(store, "n3", "fs-mount", NOW + 30, via="gate").held  # a stored result
     v = _look(store, "n3", "fs-mount", NOW + 30)
-    assert not v.held and not v.allowed and v.alert_created
-    assert "fs-mount failing on 3 nodes" in v.alert
+    assert not v.held and not v.allowed and [a.kind for a in v.actions] == ["refuse", "alert"]
+    assert "fs-mount failing on 3 nodes" in v.alert and "stopped draining" in v.alert
+    (alert,) = store.nodes.alerts()  # the hold's alert, now the cap's
+    assert alert.count == 3 and "stopped draining" in alert.message
 
 
 def test_faults_apart_in_time_or_cause_are_never_held(store: Store) -> None:
