@@ -104,11 +104,14 @@ def test_faults_apart_in_time_or_cause_are_never_held(store: Store) -> None:
         return decide(store, DrainRequest(node, cause, f"slurmguard: {cause}: x"), SCOPES,
                       LOOK._replace(blast_max_percent=100.0), via=via, now=at)  # cap 4
 
-    assert _look(store, "n1", "gpu-xid:79", NOW).allowed
-    assert _look(store, "n2", "gpu-xid:79", NOW + 5).allowed
-    assert _look(store, "n3", "gpu-xid:79", NOW + 200).allowed  # the others' window is past
+    assert _look(store, "n1", "ib-link", NOW).allowed
+    assert _look(store, "n2", "ib-link", NOW + 5).allowed
+    assert _look(store, "n3", "ib-link", NOW + 200).allowed  # the others' window is past
     assert _look(store, "n4", "gpu-lost", NOW + 201).allowed  # another cause
     assert _look(store, "n4", "fs-mount", NOW + 202, via="policy").allowed  # serve's own pass
+    # A node's own hardware is never held: an Xid wave drains at once (within the caps).
+    for i, n in enumerate(("n1", "n2", "n3")):
+        assert _look(store, n, "gpu-xid:79", NOW + 210 + i).allowed
     off = LOOK._replace(second_look_after=0, blast_max_percent=100.0)
     store.nodes.record_event("n1", "permit", "slurmguard", "r", source="ib-link", at=NOW + 300)
     store.nodes.record_event("n2", "permit", "slurmguard", "r", source="ib-link", at=NOW + 300)
@@ -128,7 +131,9 @@ def test_faults_apart_in_time_or_cause_are_never_held(store: Store) -> None:
     (["n1", "n2"], 0.0, "permit", 20.0, False),      # its second look
     (["n1", "n2"], 0.0, "gate", 50.0, True),         # the gate re-reads a result: no look
 ])
-def test_second_look_table(others, held_at, via, now, want) -> None:
+@pytest.mark.parametrize("cause,listed", [("fs-mount", True), ("ib-link", True),
+                                          ("gpu-xid:79", False), ("gpu-lost", False)])
+def test_second_look_table(others, held_at, via, now, want, cause, listed) -> None:
     from slurmguard.policy.blast import second_look
 
-    assert bool(second_look("n3", "fs-mount", via, others, held_at, now, LOOK)) is want
+    assert bool(second_look("n3", cause, via, others, held_at, now, LOOK)) is (want and listed)

@@ -233,9 +233,12 @@ def second_look(node: str, cause: str, via: str, others: Iterable[str], held_at:
     is its second look, and the guard decides it as any drain (the caps, the alert). A fault
     shared by many nodes that clears before their next check (a filer's brief hang, a fabric
     flap) so drains only the first few; a fault on one node, or on nodes far apart in time,
-    is never held."""
+    is never held, and neither is a cause outside ``second_look_checks`` (a node's own
+    hardware: an Xid wave drains at once, within the caps)."""
     if p.second_look_after <= 0 or via not in LOOKERS:
         return ""
+    if cause.split(":", 1)[0] not in p.second_look_checks:
+        return ""  # a node's own hardware: drained at once (the caps still bound it)
     n = len(set(others) - {node})
     if n < p.second_look_after:
         return ""

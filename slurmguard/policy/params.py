@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from slurmguard.fieldtypes import Bool, Choice, Float, Int, Schema, Str, Table
+from slurmguard.fieldtypes import Bool, Choice, Float, Int, Schema, Str, StrList, Table
 
 SECTION: Schema = {
     "mode": Choice("act", ["observe", "act"], "observe: run every check, store every record, "
@@ -32,6 +32,12 @@ SECTION: Schema = {
                              "second_look_window seconds waits for the node's next check to fail "
                              "too (a brief shared fault then drains nothing); 0: off "
                              "(docs/policy.md, \"Second look\")", minimum=0),
+    "second_look_checks": StrList(["fs-mount", "ib-link", "ib-counters", "host-munge",
+                                   "host-timesync"],
+                                  "the checks a second look applies to: those whose failure a "
+                                  "shared service can cause for seconds (a filer, the fabric, "
+                                  "munge, time); a node's own hardware (a lost GPU, an Xid) "
+                                  "drains at once, however many nodes fail it"),
     "second_look_window": Float(120.0, "seconds back the other nodes' drains are counted for a "
                                 "second look", minimum=1.0),
     "second_look_delay": Float(20.0, "seconds after its held drain a node's next failing check "
@@ -60,6 +66,7 @@ class PolicyParams(NamedTuple):
     blast_max_nodes: int = _default("blast_max_nodes")
     blast_max_percent: float = _default("blast_max_percent")
     second_look_after: int = _default("second_look_after")
+    second_look_checks: tuple[str, ...] = tuple(_default("second_look_checks"))
     second_look_window: float = _default("second_look_window")
     second_look_delay: float = _default("second_look_delay")
     groups: Mapping[str, str] = MappingProxyType({})  # name -> NodeSet pattern
@@ -68,7 +75,10 @@ class PolicyParams(NamedTuple):
     @classmethod
     def from_section(cls, section: Mapping[str, Any]) -> "PolicyParams":
         names = set(cls._fields)
-        return cls(**{k: v for k, v in section.items() if k in names})
+        got = {k: v for k, v in section.items() if k in names}
+        if "second_look_checks" in got:
+            got["second_look_checks"] = tuple(got["second_look_checks"])
+        return cls(**got)
 
 
 def human_window(seconds: float) -> str:
