@@ -70,7 +70,9 @@ tests/support/nhc_node.py (NHC with each node's view, docs/testing.md "LBNL NHC 
 - **Health checks**: slurmguard's installed HealthCheckProgram and NHC each run on every
   node of their cluster each tick (slurmd's HealthCheckInterval, compressed), the same
   number of nodes at a time for both (run.py's `--parallel`, at most 16); each pass's
-  seconds are recorded.
+  seconds are recorded. One node's check on an idle host, slurmguard's against NHC's on the
+  same node view (wall time, CPU time, the programs each starts):
+  tests/bench/bench_healthcheck_vs_nhc.py.
 - **Overhead, by who spent it**: a run's GPUs are charged from Slurm's allocation of its
   nodes (slurmctld's log, to the millisecond), so the gate (PrologSlurmctld) and the Prolog
   are paid for; then the batch script's start, the program's first instant (its own line)
