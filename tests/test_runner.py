@@ -83,7 +83,8 @@ def test_state_is_per_node_on_a_host_with_several_slurmd(tmp_path):
             for n in ("n1", "n1", "n2")}
     assert runs == {"n1": 2, "n2": 1}
     state = tmp_path / "state"
-    assert sorted(p.name for p in state.iterdir()) == ["state.n1.json", "state.n2.json"]
+    assert sorted(p.name for p in state.iterdir() if p.suffix == ".json") == ["state.n1.json",
+                                                                         "state.n2.json"]
     assert forget_state(cfg, ["fault-counter"], "n2") == ["fault-counter"]
     assert json.loads((state / "state.n1.json").read_text())["fault-counter"]["runs"] == 2
     # A hostile name never becomes a path: the host's file is used.
@@ -144,3 +145,50 @@ def test_site_module_that_cannot_import_is_a_config_error(tmp_path):
     cfg = config.load(str(p), env={})
     with pytest.raises(ConfigError, match="checks.site_modules: cannot import 'no_such_module_xyz'"):
         registry(cfg)
+
+
+def test_a_run_loads_the_state_only_with_the_nodes_lock(tmp_path):
+    """A prolog and a health check gathering at the same moment must not both count one change:
+    a run loads, evaluates and saves its node's state holding the state lock, so it evaluates
+    against what the other run saved (here 41 runs, written while the lock was held)."""
+    import fcntl
+    import json
+    import os
+
+    cfg = make_cfg(tmp_path)
+    run(cfg)  # the state file and its lock exist
+    state = tmp_path / "state" / "state.n1.json"
+    fd = os.open(str(state) + ".lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another run, mid-save
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(run(cfg)))
+    t.start()
+    time.sleep(0.5)
+    assert not out, "the run evaluated while another run held the node's state"
+    state.write_text(json.dumps({"fault-counter": {"runs": 41}}))
+    os.close(fd)
+    t.join(5)
+    (rep,) = out
+    assert {r.name: r for r in rep.results}["fault-counter"].details["runs"] == 42
+    assert not rep.warnings
+
+
+def test_a_lock_held_too_long_is_a_warning_and_the_run_goes_on(tmp_path):
+    import fcntl
+    import os
+
+    from slurmguard.node import runner
+
+    cfg = make_cfg(tmp_path)
+    run(cfg)
+    fd = os.open(str(tmp_path / "state" / "state.n1.json") + ".lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a stuck run
+    try:
+        t0 = time.monotonic()
+        rep = run(cfg)
+        waited = time.monotonic() - t0
+    finally:
+        os.close(fd)
+    assert runner.STATE_LOCK_WAIT <= waited < runner.STATE_LOCK_WAIT + 1.5
+    assert any("locked by another run" in w for w in rep.warnings), rep.warnings
+    assert {r.name: r for r in rep.results}["fault-counter"].details["runs"] == 2

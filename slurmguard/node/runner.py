@@ -9,9 +9,11 @@ slurmguard's own faults are never node faults.
 """
 
 import json
+import os
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -140,15 +142,21 @@ def run_checks(
     gathered = gather(cfg, checks, ctx, SOURCES if sources is None else sources)
 
     path = state_path(cfg, node)
-    previous_state = _load_node_state(path)
-    results, new_state = evaluate(cfg, checks, gathered, previous_state, now=started_wall,
-                                  hook=hook, node=node, t0=t0)
-
     warnings: list[str] = []
-    if new_state:
-        problem = _save_state(path, {**previous_state, **new_state})
-        if problem:
-            warnings.append(problem)
+    # Load, evaluate and save under the node's state lock: a prolog and a health check that
+    # gathered at the same moment must not both count one change (a remapped row's growth,
+    # an Xid read past the cursor); the second evaluates against the first's saved state.
+    # Gathering (the slow part) is outside it, so a hook waits milliseconds, not a check.
+    with _state_locked(path) as locked:
+        previous_state = _load_node_state(path)
+        results, new_state = evaluate(cfg, checks, gathered, previous_state, now=started_wall,
+                                      hook=hook, node=node, t0=t0)
+        if new_state:
+            problem = _save_state(path, {**previous_state, **new_state})
+            if problem:
+                warnings.append(problem)
+    if locked:
+        warnings.append(locked)
     return RunReport(node, hook, tuple(results), started_wall, time.monotonic() - t0,
                      gathered.abandoned, tuple(warnings))
 
@@ -254,6 +262,42 @@ def _load_node_state(path: Path) -> dict[str, Any]:
     return _load_state(path.with_name(STATE_FILE))
 
 
+STATE_LOCK_WAIT = 2.0  # seconds a run waits for another run's evaluate-and-save
+
+
+@contextmanager
+def _state_locked(path: Path, wait: float = STATE_LOCK_WAIT) -> Iterator[str]:
+    """Hold the node's state lock (``flock`` on ``<state file>.lock``) for the ``with`` block.
+    Yields "" with the lock held, or a warning when another run held it for ``wait`` seconds
+    (the run then goes on without it: a stuck run must not stop the node's checks). A lock
+    file that cannot be opened yields "" unlocked: the save says what is wrong with the
+    directory."""
+    import fcntl
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.with_name(path.name + ".lock"),
+                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    except OSError:
+        yield ""
+        return
+    try:
+        end = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= end:
+                    yield (f"check state {path} was locked by another run for {wait:g}s: "
+                           "evaluated without the lock")
+                    return
+                time.sleep(0.01)
+        yield ""
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
 def _save_state(path: Path, state: dict[str, Any]) -> str | None:
     """Write atomically; a failure is a warning (a checker problem), never a node fault.
     Not durable: a lost cursor after a power loss means one first-run window, and a latch
@@ -270,12 +314,13 @@ def remember(cfg: Config, node: str, name: str, values: Mapping[str, Any]) -> st
     """Merge ``values`` into check ``name``'s saved state (what the hook learnt outside the
     check, e.g. Slurm's Gres for gpu-count); written only on a change. Returns a warning."""
     path = state_path(cfg, node)
-    state = _load_node_state(path)
-    mine = state.get(name) if isinstance(state.get(name), dict) else {}
-    if all(mine.get(k) == v for k, v in values.items()):
-        return None
-    state[name] = {**mine, **values}
-    return _save_state(path, state)
+    with _state_locked(path) as locked:
+        state = _load_node_state(path)
+        mine = state.get(name) if isinstance(state.get(name), dict) else {}
+        if all(mine.get(k) == v for k, v in values.items()):
+            return locked or None
+        state[name] = {**mine, **values}
+        return _save_state(path, state) or locked or None
 
 
 def forget_state(cfg: Config, names: Sequence[str], node: str) -> list[str]:
