@@ -162,16 +162,24 @@ prolog = ["host-cpus"]
 auth = "token"
 tls_ca = "{ca}"
 """)
+    return set(_hook_in_process(tmp_path, cfg, "prolog")["modules"])
+
+
+def _hook_in_process(tmp_path, cfg, hook: str) -> dict:
+    """``hook`` run by run_hook in a fresh interpreter with config ``cfg`` (serve's token in
+    tmp_path): its exit code, its JSON record and every module it imported."""
     (tmp_path / "token").write_text("t\n")
     (tmp_path / "token").chmod(0o600)
     code = ("import io, json, sys\n"
             "from slurmguard.node.hooks import run_hook\n"
-            "rc = run_hook('prolog', out=io.StringIO(), as_json=True)\n"
-            "print(json.dumps(sorted(sys.modules)))\n")
+            "out = io.StringIO()\n"
+            f"rc = run_hook({hook!r}, out=out, as_json=True)\n"
+            "print(json.dumps({'rc': rc, 'out': json.loads(out.getvalue()),"
+            " 'modules': sorted(sys.modules)}))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env=sg_env(SLURMD_NODENAME="n1", SLURMGUARD_CONFIG=str(cfg)))
     assert p.returncode == 0, p.stderr[-2000:]
-    return set(json.loads(p.stdout.splitlines()[-1]))
+    return json.loads(p.stdout.splitlines()[-1])
 
 
 def test_an_https_report_url_adds_only_the_tls_adapter(tmp_path):
@@ -218,18 +226,7 @@ auth = "token"
 [slurm]
 {standin_slurm(tmp_path, "n1")}
 """)
-    (tmp_path / "token").write_text("t\n")
-    (tmp_path / "token").chmod(0o600)
-    code = ("import io, json, sys\n"
-            "from slurmguard.node.hooks import run_hook\n"
-            "out = io.StringIO()\n"
-            "rc = run_hook('healthcheck', out=out, as_json=True)\n"
-            "print(json.dumps({'rc': rc, 'out': json.loads(out.getvalue()),"
-            " 'modules': sorted(sys.modules)}))\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                       env=sg_env(SLURMD_NODENAME="n1", SLURMGUARD_CONFIG=str(cfg)))
-    assert p.returncode == 0, p.stderr[-2000:]
-    got = json.loads(p.stdout.splitlines()[-1])
+    got = _hook_in_process(tmp_path, cfg, "healthcheck")
     assert got["rc"] == 0 and got["out"]["delivery"] == "spooled", got["out"]
     assert {"slurmguard.adapters.slurm.commands", "slurmguard.observe",
             "slurmguard.adapters.spool"} <= set(got["modules"])  # Slurm read, record spooled
