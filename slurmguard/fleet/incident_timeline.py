@@ -35,6 +35,7 @@ PROBATION_S = 7 * 86400.0
 # Ledger events worth a line on the node lane, and how to say them.
 NODE_KINDS = {
     "drain": "drained", "clear": "returned (drain cleared)", "drain_refused": "drain refused",
+    "drain_held": "drain held for a second look",
     "drain_failed": "drain failed", "reboot_request": "reboot asked", "lemon": "marked a lemon",
     "suspect": "named slow by a job", "repair_start": "repair: evidence collected",
     "repair_rung": "repair rung", "repair_outcome": "repair proof", "repair_burnin":
