@@ -40,6 +40,7 @@ from slurmguard.policy.blast import (
     DrainRequest,
     guard,
     ledger,
+    narrowest,
     second_look,
 )
 from slurmguard.policy.params import PolicyParams, human_window
@@ -192,11 +193,9 @@ def held_for(store: Any, req: DrainRequest, params: PolicyParams, *, via: str, n
     if p.second_look_after <= 0:
         return "", None
     since = now - p.second_look_window
-    events = store.nodes.events(since=since, kinds=[*LEDGER_KINDS, HELD], limit=_LEDGER_LIMIT)
-    mine = [e.at for e in events if e.kind == HELD and e.node == req.node and e.source == req.cause]
-    recent = ledger(((e.at, e.node, e.kind, e.source) for e in sorted(events, key=lambda e: (e.at, e.id))
-                     if e.actor_kind == ACTOR and e.kind != HELD), since)
-    others = [n for n, causes in recent.items() if req.cause in causes]
+    mine = [e.at for e in store.nodes.events(since=since, node=req.node, kinds=[HELD])
+            if e.source == req.cause]
+    others = [n for n, causes in ledger_recent(store, since).items() if req.cause in causes]
     why = second_look(req.node, req.cause, via, others, min(mine) if mine else None, now, p)
     if not why:
         return "", None
@@ -207,8 +206,7 @@ def held_for(store: Any, req: DrainRequest, params: PolicyParams, *, via: str, n
                              details={"via": via})
     if scopes is not None:
         seen = {*others, req.node}
-        scope = min((s for s, m in scopes.items() if seen <= m or s == "fleet"),
-                    key=lambda s: (len(scopes[s]) if s != "fleet" else 1 << 30, s))
+        scope = narrowest([s for s, m in scopes.items() if seen <= m or s == "fleet"], scopes)
         a = Action("alert", source=req.cause, scope=scope, nodes=tuple(sorted(seen)), reason=(
             f"blast-radius guard: {req.cause} failing on {len(seen)} nodes of {scope} within "
             f"{human_window(p.second_look_window)}; suspect a shared cause behind {req.cause}; "

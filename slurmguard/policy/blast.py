@@ -170,7 +170,7 @@ def guard(requests: Iterable[DrainRequest], recent: Mapping[str, Iterable[str]] 
             if req.node not in counted and len(counted) + 1 > cap[s]:
                 full.append(s)
         if full:
-            refused.setdefault((req.cause, _narrowest(full, scopes)), []).append(req)
+            refused.setdefault((req.cause, narrowest(full, scopes)), []).append(req)
             continue
         ledger.setdefault(req.node, set()).add(req.cause)
         allowed.append(req)
@@ -209,7 +209,7 @@ def _refusals(refused: Mapping[tuple[str, str], list[DrainRequest]], allowed: li
     return actions
 
 
-def _narrowest(full: list[str], scopes: Mapping[str, frozenset[str]]) -> str:
+def narrowest(full: list[str], scopes: Mapping[str, frozenset[str]]) -> str:
     # Name the smallest full scope (a rack says more than the whole fleet).
     return min(full, key=lambda s: (len(scopes.get(s, ())) if s != "fleet" else 1 << 30, s))
 
