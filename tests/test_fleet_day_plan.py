@@ -116,6 +116,23 @@ def test_every_figure_is_over_the_window_and_what_came_after_is_apart():
     assert after == {"ran_on_s": 30.0, "completions": 2, "detected": {"ib-link@n2": 14.0}}
 
 
+def test_the_shared_hang_stalls_every_gpu_running_while_it_is_on_and_no_other():
+    """The filer's hang (no node) is charged by how busy the fleet was: the GPUs of the runs
+    alive while it was on, and each spanning step's time past nominal; a run before or after
+    it and a step away from it count nothing."""
+    t0, t_end = 0.0, 100.0
+    hang = plan.Fault(40.0, "shared-fs", "", 52.0)
+    caught = plan.Run("a", 0.0, 90.0, 0, ["n1", "n2"],
+                      [(1, 38.0), (2, 39.0), (3, 53.0), (4, 54.0), (5, 57.0)])  # 13 s over
+    other = plan.Run("b", 20.0, 80.0, 0, ["n3"], [(1, 45.0), (2, 60.0)])  # 14 s over
+    before = plan.Run("c", 0.0, 30.0, 0, ["n4"], [(1, 10.0), (2, 25.0)])
+    after = plan.Run("d", 60.0, 99.0, 0, ["n5"], [(1, 70.0), (2, 95.0)])
+    fig = plan.figures([caught, other, before, after], [hang], t0, t_end, 1.0, 8, {}, [])
+    assert fig["shared_fault"] == {"gpus_running": 3 * plan.GPUS_PER_NODE,
+                                   "stall_gpu_s": (2 * 13 + 14) * plan.GPUS_PER_NODE}
+    assert plan.figures([before], [], t0, t_end, 1.0, 8, {}, [])["shared_fault"] == {}
+
+
 def test_the_arms_see_what_their_checks_read_and_nhc_sees_what_its_table_says():
     from support.fleet_day_arms import ARMS, FAULT_KINDS, stalls, visibility
     from support.nhc_node import SEES

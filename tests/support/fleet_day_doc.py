@@ -84,6 +84,14 @@ tests/support/nhc_node.py (NHC with each node's view, docs/testing.md "LBNL NHC 
   millisecond of CPU takes about L/2 ms of wall time, and every arm pays its own parts at
   the same load. On a node with idle cores these parts are their idle costs
   (tests/bench/bench_wrapper_start.py for the wrapper, bench_prolog.py and bench_gate.py).
+- **The shared hang's cost is how busy the fleet was**: every running job waits while the
+  filer hangs, so an arm loses the hang's length times the GPUs it had running then (the
+  rows "GPUs running when the filer hung" and "GPU-hours the hang stalled":
+  tests/support/fleet_day_plan.py `shared_stall`). An arm that kept more GPUs busy loses
+  more to it, and its ETTR falls, while its useful GPU time may be the larger; the goals'
+  table names these when the hang decides a comparison. A run the hang caught is charged
+  to it whole ("lost by cause"), its start-up and checkpoints included; the stall is the
+  part the hang itself took.
 - **Repair** (slurmguard only): serve's repair in act mode with the wave_repair scenario's
   BMC and RebootProgram (tests/support/scale_repair.py), limits sized for a compressed day
   (tests/support/fleet_day_faults.py `day_limits`). A reboot does to a fault what the table
@@ -245,6 +253,10 @@ def section(key: str, f: dict[str, Any]) -> list[str]:
     for label, get in (("job runs / jobs", lambda m: f"{m['runs']} / {m['jobs']}"),
                        ("steps redone", lambda m: _fmt(m["steps_redone"])),
                        ("jobs never started in the day", lambda m: _fmt(m["jobs_never_started"])),
+                       ("GPUs running when the filer hung", lambda m: _fmt(
+                           m["shared_fault"]["gpus_running"]) if m.get("shared_fault") else "–"),
+                       ("GPU-hours the hang stalled", lambda m: _gpu_h(
+                           m["shared_fault"]["stall_gpu_s"]) if m.get("shared_fault") else "–"),
                        ("drains in the day, by who", lambda m: _fmt(
                            [f"{k} {v}" for k, v in m["drained_by"].items()])),
                        ("which node faults were not drained in the day",

@@ -312,7 +312,34 @@ def figures(runs: list[Run], faults: list[Fault], t0: float, t_end: float, step_
         "return_s_by_cause": {k: v for k, v in sorted(ret.items())},
         "node_s_out_of_service": round(out_s, 1),
         "healthy_drained": healthy_drained,
+        "shared_fault": shared_stall(runs, faults, t0, t_end, step_s),
     }
+
+
+def shared_stall(runs: list[Run], faults: list[Fault], t0: float, t_end: float,
+                 step_s: float) -> dict[str, Any]:
+    """What the shared fault (no node: the filer's hang) took from the runs it caught: the GPUs
+    of the runs alive while it was on, and its stall, each step that spanned it past its
+    nominal time x the run's GPUs. Every running GPU waits out the hang, so the stall grows
+    with how busy the fleet was when it came, whatever health checks run."""
+    out: dict[str, Any] = {}
+    for f in faults:
+        if f.node:
+            continue
+        start = t0 + f.at
+        stop = min(t0 + f.clear_at if f.clear_at is not None else t_end, t_end)
+        gpus = stall = 0.0
+        for r in runs:
+            end = min(r.end if r.end is not None else t_end, t_end)
+            if not (r.first <= stop and end >= start):
+                continue
+            g = len(r.nodes) * GPUS_PER_NODE
+            gpus += g
+            ts = sorted(t for _, t in r.steps if t <= t_end)
+            stall += g * sum(max(0.0, t - tp - step_s) for tp, t in zip(ts, ts[1:], strict=False)
+                             if t >= start and tp <= stop)
+        out = {"gpus_running": round(gpus), "stall_gpu_s": round(stall)}
+    return out
 
 
 PROLOG = "allocation to script: the Prolog"

@@ -124,7 +124,38 @@ def _why(f: dict[str, Any], a: str, b: str, node_only: bool = False,
     if not diffs:
         return "no GPU time lost by either"
     c = max(diffs, key=lambda k: abs(diffs[k]))
-    return f"the largest difference is {c}, {diffs[c] / 3600:+.3f} GPU-hours for {LABELS[a]}"
+    out = f"the largest difference is {c}, {diffs[c] / 3600:+.3f} GPU-hours for {LABELS[a]}"
+    if c == SHARED and key == "lost_gpu_s_by_cause":
+        out += _hang(f, a, b)
+    return out
+
+
+def _hang(f: dict[str, Any], a: str, b: str) -> str:
+    """Why the shared hang cost one arm more: how busy each was when it came (recorded by the
+    runs that record ``shared_fault``), and the useful time each kept."""
+    sa, sb = f[a].get("shared_fault"), f[b].get("shared_fault")
+    if not sa or not sb:
+        return ""
+    return (f": the hang stalls every running GPU for its length, and {LABELS[a]} had "
+            f"{sa['gpus_running']:,} GPUs running when it came against {LABELS[b]}'s "
+            f"{sb['gpus_running']:,} (stalled {_h(sa['stall_gpu_s']):.3f} against "
+            f"{_h(sb['stall_gpu_s']):.3f} GPU-hours), while keeping "
+            f"{_h(f[a]['useful_gpu_s']):.2f} useful GPU-hours against {_h(f[b]['useful_gpu_s']):.2f}")
+
+
+def _reach(f: dict[str, Any], a: str) -> str:
+    """Why an ETTR goal out of every arm's reach on this host was missed: the best reactive
+    arm's ETTR on the same schedule, and the jobs this host never started in the day."""
+    out = []
+    if "oracle" in f and f["oracle"].get("ettr") is not None:
+        out.append(f"the oracle, an instant correct drain on the same schedule, reached "
+                   f"{f['oracle']['ettr']:.4f}")
+    n = len(f.get("job_mix", []))
+    if n:
+        out.append(f"{f[a]['jobs_never_started']} of {n} jobs never started in the day in "
+                   f"{LABELS[a]}'s " + ("half" if len(f.get("halves", [])) > 1 else "run")
+                   + ": this host did not keep the fleet busy")
+    return "; ".join(out)
 
 
 def goals(n: int, fs: list[dict[str, Any]]) -> list[str]:
@@ -161,7 +192,8 @@ def goals(n: int, fs: list[dict[str, Any]]) -> list[str]:
             cells.append(f"seed {f['seed']}: {_v('{:.4g}', mine)} / {_v('{:.4g}', goal)}")
             if not ok:
                 by = "–" if mine is None or goal is None else f"{mine - goal:+.4g}"
-                why = ("" if not b else f" ({_why(f, a, b, node_only=label.startswith('lost'))})"
+                why = (f" ({_reach(f, a)})" if not b
+                       else f" ({_why(f, a, b, node_only=label.startswith('lost'))})"
                        if not label.startswith("overhead")
                        else f" ({_why(f, a, b, key='overhead_gpu_s_by_part')})")
                 missed.append(f"seed {f['seed']} by {by}{why}")
