@@ -10,6 +10,7 @@ file (docs/scale.json by default) that docs/scale.md is rendered from.
     python tests/scale/run.py --nodes 128 --scenario fleet_day --seed 1 --day-s 300 \
         --arms shadow      # the day of docs/fleet-day.json's 128-1, stored with it
     python tests/scale/run.py --nodes 1024 --scenario wave_repair --repair-reboots-per-hour 40
+    python tests/scale/run.py --nodes 1024 --emulated 8976 --label tenk   # 10,000 node entries
 
 The fleet day runs alone (its harness has more checks and no agent; it starts the harnesses
 of its other arms itself: Slurm alone, Slurm with LBNL NHC, the oracle); so does wave_repair (its harness has repair in act mode and a RebootProgram,
@@ -26,6 +27,7 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=128)
     ap.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), default=[])
     ap.add_argument("--agents", type=int, default=32, help="nodes with the resident agent")
+    ap.add_argument("--emulated", type=int, default=0,
+                    help="node entries beyond the real ones, with no slurmd: the node-traffic "
+                         "generator sends their records, permits and gates (docs/scale.md "
+                         "'Emulated nodes'); stored under NODES+EMULATED, not in the tables")
+    ap.add_argument("--emulated-slurm-reads", action="store_true",
+                    help="each emulated health check also reads its node from Slurm, as an "
+                         "acting hook does (a process per check on this host)")
     ap.add_argument("--hc-interval", type=int, default=300, help="HealthCheckInterval (s)")
     ap.add_argument("--minutes", type=float, default=2.0, help="steady: minutes per job rate")
     ap.add_argument("--outage-minutes", type=float, default=5.0,
@@ -110,8 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     spec = ScaleSpec(nodes=a.nodes, agents=min(a.agents, a.nodes), hc_interval=a.hc_interval,
                      job_config=not a.jobs_without_config,
-                     policy_interval=a.policy_interval or 60.0)
-    root = Path(a.root).resolve() / f"n{a.nodes}"
+                     policy_interval=a.policy_interval or 60.0, emulated=a.emulated,
+                     emulated_slurm_reads=a.emulated_slurm_reads)
+    size = f"{a.nodes}+{a.emulated}" if a.emulated else str(a.nodes)  # its key in --out
+    root = Path(a.root).resolve() / f"n{size}"
+    if a.emulated and any(s in ALONE for s in a.scenario):
+        ap.error("--emulated: not with " + ", ".join(ALONE) + " (real nodes only)")
     opts: dict = {"minutes": a.minutes, "parallel": a.parallel, "outage_minutes": a.outage_minutes,
                   "outage_jobs": a.outage_jobs or None}
     if a.fault_mode:
@@ -140,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if scenarios != ["fleet_day"]:
         # Each scenario's figures are stored as it ends: a later one that fails (a 512-node run
         # lost four scenarios' figures to the fifth's error) loses only its own.
-        opts["save"] = lambda figures: _merge(Path(a.out), a.label, a.nodes, figures)
+        opts["save"] = lambda figures: _merge(Path(a.out), a.label, size, figures)
     figures = run(root, spec, scenarios, **opts)
     figures["label"] = a.label
     if scenarios == ["fleet_day"] and SHADOW in opts["arms"]:
@@ -175,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         fleet_day_doc.write(out)
         print(json.dumps({k: v for k, v in day.items() if k not in ARMS}, indent=1))
         return 0
-    _merge(Path(a.out), a.label, a.nodes, figures)
+    _merge(Path(a.out), a.label, size, figures)
     print(json.dumps(figures, indent=1, sort_keys=True))
     broken = figures.get("wave_repair", {}).get("failures")
     if broken:
@@ -184,10 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _merge(out: Path, label: str, nodes: int, figures: dict) -> None:
-    """``figures`` into the run's entry of ``out`` (docs/scale.json), its other scenarios kept."""
+def _merge(out: Path, label: str, size: str, figures: dict) -> None:
+    """``figures`` into the run's entry of ``out`` (docs/scale.json), its other scenarios kept;
+    ``size``: N, or N+E with emulated nodes (scale_doc leaves those out of the tables)."""
     data = json.loads(out.read_text()) if out.exists() else {"runs": {}}
-    data["runs"].setdefault(label or "today", {}).setdefault(str(nodes), {}).update(
+    data["runs"].setdefault(label or "today", {}).setdefault(size, {}).update(
         figures, label=label)
     out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
@@ -199,23 +213,44 @@ def run(root: Path, spec: ScaleSpec, scenarios: list[str], save: Any = None,
     h = ScaleHarness.start(root, spec)
     try:
         rss = sum(footprint.proc_rss_mb(p) or 0.0 for p in h.slurmd_pids())
-        figures: dict = {"nodes": spec.nodes, "agents": spec.agents,
+        figures: dict = {"nodes": spec.nodes, "agents": spec.agents, "emulated": spec.emulated,
+                         "node_entries": spec.nodes + spec.emulated,
                          "hc_interval": spec.hc_interval, "timings": h.timings,
                          "job_config": spec.job_config,
                          "slurmd_rss_mb": round(rss), "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                              time.gmtime())}
         for name in scenarios:
             t0 = time.monotonic()
-            print(f"scale: {name} on {spec.nodes} nodes ...", file=sys.stderr, flush=True)
+            print(f"scale: {name} on {spec.nodes} nodes"
+                  + (f" and {spec.emulated} emulated" if spec.emulated else "") + " ...",
+                  file=sys.stderr, flush=True)
             figures[name] = SCENARIOS[name](h, **opts)
             figures[name]["scenario_s"] = round(time.monotonic() - t0, 1)
             if save is not None:
                 save(figures)
+        if h.traffic is not None:  # everything the emulated nodes sent, and what arrived
+            figures["emulated_traffic"] = emulated_arrival(h)
         figures["ctld_rss_mb"] = round(footprint.proc_rss_mb(h.ctld_pid()) or 0.0)
         figures["pg_size_mb"] = round(h.store_size_mb(), 1)
         return figures
     finally:
         h.stop()
+
+
+def emulated_arrival(h: ScaleHarness) -> dict:
+    """The generator's figures since it started, the Slurm state of its nodes, and its
+    records counted in serve's store by id (stored, lost, duplicated)."""
+    from support.loadgen import count_records
+
+    assert h.traffic is not None and h.cluster is not None
+    made = h.traffic.made()
+    out = h.traffic.figures()
+    lost, dup, stored = count_records(h.store_url, made)
+    states = Counter(f"{n.state}+{'+'.join(sorted(n.flags))}" if n.flags else n.state
+                     for n in h.cluster.cli().nodes() if n.name in set(h.emulated_nodes))
+    out.update(records=len(made), stored=stored, lost=lost, duplicated=dup,
+               slurm_states=dict(states))
+    return out
 
 
 if __name__ == "__main__":

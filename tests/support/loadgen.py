@@ -66,6 +66,25 @@ def one_record(node: str) -> dict:
     return _records(node, 1)[0]
 
 
+# What the harness's nodes run (support/scaleharness.py CHECKS): a health check's and a
+# prolog's checks, and an epilog's.
+HOOK_CHECKS = ("gpu-count", "gpu-lost", "gpu-ecc", "gpu-xid", "fs-mount", "host-cpus")
+EPILOG_CHECKS = ("gpu-count", "gpu-lost", "gpu-xid", "fs-mount")
+
+
+def hook_record(node: str, hook: str, started: float, job: str | None = None,
+                failing: str = "") -> dict[str, Any]:
+    """The record of one run of ``hook`` on ``node``, as its hook makes it (make_record): every
+    check healthy, or ``failing`` unhealthy and the decision a drain (the hook's reason)."""
+    names = EPILOG_CHECKS if hook == "epilog" else HOOK_CHECKS
+    results = [CheckResult(n, Health.UNHEALTHY, f"{n}: shared fault") if n == failing
+               else CheckResult(n, Health.HEALTHY) for n in names]
+    if failing:
+        return make_record(node, hook, results, "drain", f"slurmguard: {failing}: shared fault",
+                           job_id=job, started=started, duration=0.1)
+    return make_record(node, hook, results, "pass", "", job_id=job, started=started, duration=0.1)
+
+
 def run_clients(url: str, token: str, *, clients: int, seconds: float, batch: int,
                 spool_root: Path, timeout: float = 10.0, prefix: str = "soak",
                 max_requests: int = 100_000, during: threading.Event | None = None,

@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from support import footprint
+from support.loadgen import hook_record
+from support.nodetraffic import prolog_slurmctld_env
 from support.scale_repair import wave_repair
 from support.scale_scenarios import SCENARIOS as BASE
-from support.scale_scenarios import Figures, Phase, _restart
+from support.scale_scenarios import Figures, Phase, _restart, emulated_note
 from support.scaleharness import ScaleHarness
 
 NOTICE_LINE = re.compile(r"drain notice: (\S+) drained \((.*)\) seen via (\w+)"
@@ -110,7 +112,12 @@ def outage(h: ScaleHarness, outage_minutes: float = 5.0, baseline_minutes: float
     where = _job_nodes(h, ids)
     time.sleep(settle)  # the scenario: every wrapper has started and asked serve
     wrappers = _wrapper_rss_mb(h)
-    out: Figures = {"jobs": len(ids), "not_started": late, "up_s": up_s, "down_s": down_s,
+    out: Figures = {**emulated_note(h, "their health checks and jobs go on at the fleet's rates; "
+                                      "in the outage their records go to their one spool, "
+                                      "replayed by their first send once serve is back; one "
+                                      "wrapped job per real node only (Slurm runs none on "
+                                      "them)"),
+                    "jobs": len(ids), "not_started": late, "up_s": up_s, "down_s": down_s,
                     "wrapper_rss_mb": round(sum(wrappers) / len(wrappers), 1) if wrappers else None}
     try:
         p = Phase(h)
@@ -223,18 +230,11 @@ def _replay_and_count(h: ScaleHarness, spooled: dict[str, int], rounds: int = 8)
 SCENARIOS = {**BASE, "outage": outage}
 
 
-def _gate_env(h: ScaleHarness, job: int, nodelist: str) -> dict[str, str]:
-    """What slurmctld (slurmscriptd) gives PrologSlurmctld on 22.05, as root."""
-    return {"SLURM_JOB_ID": str(job), "SLURM_JOB_NODELIST": nodelist, "SLURM_JOB_USER": "root",
-            "SLURM_JOB_UID": "0", "SLURM_JOB_GID": "0", "SLURM_JOB_PARTITION": "debug",
-            "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_CLUSTER_NAME": "cluster"}
-
-
 def _gate_once(h: ScaleHarness, job: int, nodelist: str) -> tuple[float, int]:
     import subprocess
 
     t0 = time.monotonic()
-    r = subprocess.run([h.entry("prolog/slurmguard-gate")], env=_gate_env(h, job, nodelist),
+    r = subprocess.run([h.entry("prolog/slurmguard-gate")], env=prolog_slurmctld_env(job, nodelist),
                        capture_output=True, text=True, timeout=120)
     return time.monotonic() - t0, r.returncode
 
@@ -256,6 +256,9 @@ def gate(h: ScaleHarness, gate_runs: int = 20, burst: int = 200, **_: Any) -> Fi
                               range(burst)))
         burst_wall = time.monotonic() - t0
     out: Figures = {
+        **emulated_note(h, "the gate's jobs are on real nodes (Slurm starts none on an "
+                           "emulated node); the emulated nodes' own jobs' gates run meanwhile "
+                           "at their share of the job rate (the phase's 'emulated' figures)"),
         "large_job_nodes": len(h.nodes), "large_runs": gate_runs,
         "large_p50_ms": _q([t for t, _ in big], 0.5), "large_p99_ms": _q([t for t, _ in big], 0.99),
         "large_refused": sum(rc != 0 for _, rc in big),
@@ -315,7 +318,7 @@ def ingest(h: ScaleHarness, rounds: int = 10, days: int = 2, jobs_per_hour: int 
     errors: list[str] = []
 
     def post(node: str) -> float | None:
-        rec = _record(node, "healthcheck", time.time())
+        rec = hook_record(node, "healthcheck", time.time())
         t0 = time.monotonic()
         try:
             ans = post_records(url, auth[node], [rec], 10.0)
@@ -335,24 +338,14 @@ def ingest(h: ScaleHarness, rounds: int = 10, days: int = 2, jobs_per_hour: int 
                     fails += 1
                 else:
                     lat.append(dt)
-    out: Figures = {"posts": len(lat) + fails, "failed": fails, "errors": errors[:3],
+    out: Figures = {**emulated_note(h, "the rounds are the real nodes'; the emulated nodes' "
+                                      "traffic goes on meanwhile; the store's month is every "
+                                      "node entry's"),
+                    "posts": len(lat) + fails, "failed": fails, "errors": errors[:3],
                     "p50_ms": _q(lat, 0.5),
                     "p99_ms": _q(lat, 0.99), "wall_s": round(time.monotonic() - t0, 1)}
     out.update(store_month(h, days, jobs_per_hour))
     return out
-
-
-_HC = ("gpu-count", "gpu-lost", "gpu-ecc", "gpu-xid", "fs-mount", "host-cpus")
-_EPI = ("gpu-count", "gpu-lost", "gpu-xid", "fs-mount")
-
-
-def _record(node: str, hook: str, started: float, job: str | None = None) -> dict[str, Any]:
-    from slurmguard.contract import CheckResult, Health
-    from slurmguard.node.record import make_record
-
-    names = _EPI if hook == "epilog" else _HC
-    return make_record(node, hook, [CheckResult(n, Health.HEALTHY) for n in names], "pass", "",
-                       job_id=job, started=started, duration=0.1)
 
 
 def store_month(h: ScaleHarness, days: int, jobs_per_hour: int) -> Figures:
@@ -363,20 +356,21 @@ def store_month(h: ScaleHarness, days: int, jobs_per_hour: int) -> Figures:
 
     store = Store.open(url=h.store_url)
     sizes = [h.store_size_mb()]
-    per_day = len(h.nodes) * 86400 // h.spec.hc_interval + 2 * jobs_per_hour * 24
+    nodes = h.all_nodes  # the emulated nodes' history too: a fleet of every node entry
+    per_day = len(nodes) * 86400 // h.spec.hc_interval + 2 * jobs_per_hour * 24
     t_start = time.time() - days * 86400
     t0 = time.monotonic()
     try:
         for d in range(days):
             recs: list[dict[str, Any]] = []
             day0 = t_start + d * 86400
-            for i in range(len(h.nodes) * 86400 // h.spec.hc_interval):
-                recs.append(_record(h.nodes[i % len(h.nodes)], "healthcheck",
-                                    day0 + i * h.spec.hc_interval / len(h.nodes)))
+            for i in range(len(nodes) * 86400 // h.spec.hc_interval):
+                recs.append(hook_record(nodes[i % len(nodes)], "healthcheck",
+                                        day0 + i * h.spec.hc_interval / len(nodes)))
             for j in range(jobs_per_hour * 24):
-                t, node = day0 + j * 3600 / jobs_per_hour, h.nodes[j % len(h.nodes)]
-                recs.append(_record(node, "prolog", t, str(10**6 + d * 10**5 + j)))
-                recs.append(_record(node, "epilog", t + 60, str(10**6 + d * 10**5 + j)))
+                t, node = day0 + j * 3600 / jobs_per_hour, nodes[j % len(nodes)]
+                recs.append(hook_record(node, "prolog", t, str(10**6 + d * 10**5 + j)))
+                recs.append(hook_record(node, "epilog", t + 60, str(10**6 + d * 10**5 + j)))
             recs.sort(key=lambda r: r["started"])
             for k in range(0, len(recs), 2000):
                 store.nodes.record_many(recs[k:k + 2000])
@@ -384,7 +378,7 @@ def store_month(h: ScaleHarness, days: int, jobs_per_hour: int) -> Figures:
     finally:
         store.close()
     growth = sizes[-1] - sizes[-2]
-    return {"records_per_day": per_day, "days_written": days,
+    return {"records_per_day": per_day, "days_written": days, "node_entries": len(nodes),
             "write_s": round(time.monotonic() - t0, 1),
             "sizes_mb": [round(s, 1) for s in sizes], "growth_mb_per_day": round(growth, 1),
             "month_mb": round(sizes[-1] + (30 - days) * growth, 0),

@@ -24,7 +24,13 @@ PLOTS = "scale"  # docs/scale/*.png
 
 
 def _runs(data: dict[str, Any], label: str) -> list[tuple[int, dict[str, Any]]]:
-    return sorted(((int(n), f) for n, f in data["runs"].get(label, {}).items()), key=lambda x: x[0])
+    return sorted(((int(n), f) for n, f in _real(data["runs"].get(label, {}))), key=lambda x: x[0])
+
+
+def _real(runs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The runs of all-real nodes (key N); runs with emulated nodes (key N+E, run.py
+    --emulated) are not in these tables yet (docs/scale.md "Emulated nodes")."""
+    return [(n, f) for n, f in runs.items() if n.isdigit()]
 
 
 def _g(f: dict[str, Any], *path: str | int, default: Any = "–") -> Any:
@@ -335,9 +341,10 @@ def current(data: dict[str, Any]) -> list[str]:
     """The table the page leads with: what slurmguard costs slurmctld, each node, the
     controller and the store at each size measured, each figure from the newest run at that
     size that measured it (named in the cell); every run in full is under "History"."""
-    sizes = sorted({int(n) for runs in data["runs"].values() for n in runs if int(n) >= 128})
+    sizes = sorted({int(n) for runs in data["runs"].values() for n, _ in _real(runs)
+                    if int(n) >= 128})
     by_date = sorted(((f.get("date", ""), label, int(n), f) for label, runs in data["runs"].items()
-                      for n, f in runs.items()), key=lambda x: x[0])
+                      for n, f in _real(runs)), key=lambda x: x[0])
     out = ["## What a site gets\n",
            "Each figure is the newest run at that size that measured it (the run's label in "
            "brackets; every run in full is under \"History\" below). 10,000 nodes are not "

@@ -167,6 +167,55 @@ Repair scenario (`--scenario wave_repair`, run alone: its harness has repair in 
   {PACE}.
   CI runs tests/scale/test_wave_repair_small.py (32 nodes, 3 faulted, one repair at a time).
 
+Emulated nodes (`--emulated E`; `ScaleSpec.emulated`), for a controller with more node entries
+than this host runs slurmd: `python tests/scale/run.py --nodes 1024 --emulated 8976 --label
+tenk` is the 10,000-node controller of one slurmctld. CI runs tests/scale/test_scale_emulated_small.py
+(32 real and 480 emulated, about 2 minutes).
+- **What they are**: E more entries in slurm.conf, n(N+1) to n(N+E), in the same partition,
+  with NodeHostname=localhost like the real ones and one port where nothing listens (so
+  slurmctld's pings are refused at once), and no slurmd. serve's identity check maps every
+  entry's NodeHostname to 127.0.0.1, where this host's munged signs: their records, permits
+  and reads are signed and checked exactly as the real nodes' (serve.auth = munge).
+- **Their state in Slurm 22.05**: UNKNOWN, and UNKNOWN+NOT_RESPONDING (sinfo `unk*`) from
+  slurmctld's first failed ping on; never DOWN and no reason, for as long as we watched (over
+  5 times SlurmdTimeout). Slurm starts no job on them; the harness waits for the real nodes
+  only. A drain takes (UNKNOWN+DRAIN, sinfo `drained`), so the guard's drains reach them
+  through the hooks' own code; an UNDRAIN clears it, but slurmctld answers "Invalid node
+  state specified" (rc 1), which the harness checks by reading the nodes back (slurmguard's
+  own undrain would take that answer for a failure).
+- **What they send** (tests/support/nodetraffic.py, through slurmguard's node code): a
+  health-check record every HealthCheckInterval, spread over the interval as CYCLE does; at
+  their share E/(N+E) of the fleet's job rate, one-node jobs: the installed PrologSlurmctld
+  entry script (the gate's compiled client asking serve's socket), a prolog record, an
+  epilog record 3 s later; in a shared fault, every failing check's drain through
+  `guarded_drain` with the hooks' permit (serve's /permit; with every replica down the
+  fallback over Slurm's view, waiting at most 0.5 s for its window where a hook waits up to
+  its budget). Records go by `delivery.deliver` (each replica in turn, the spool when none
+  answers, replayed after the next send), one spool for all of them. One scheduler thread
+  and six senders, whatever E; a send due while 500 wait is counted `behind`, not made. Each
+  phase's figures carry the generator's (`emulated`: records sent and failed, send p50/p99,
+  gate calls, refusals and p50/p99, drains by result, its own CPU); the run's
+  (`emulated_traffic`) count every record in serve's store by id, and the entries' Slurm
+  states.
+- **What their state changes**: the partition holds every entry, so the guard's cap of a
+  partition is its percent of all of them (at 10,000 entries 20 % is 2,000: the fleet's
+  `blast_max_nodes` is the cap), and the scenarios' cap counts the same way. The hooks'
+  serve-down fallback cuts a cycle into max(fallback_slots, P / fallback_share) windows of
+  the partition's P nodes: 5,000 at 10,000 entries, so a real node's window comes round far
+  less often within its budget than in a partition of real nodes only. The gate reads the
+  store only: it gates an emulated node by its records, as any node; jobs through Slurm (the
+  gate scenario's, steady's, the outage's wrappers) run on real nodes only, and the
+  generator runs the gate for the emulated share itself. Every read of the node table
+  carries every entry: the cost the 10,000-entry run is for. slurmctld's pings of the
+  emulated entries are Slurm's own traffic, not slurmguard's.
+- **What the emulated part cannot show**: a hook's or the agent's CPU on a node (the
+  per-node figures are the real nodes'); Slurm's own RPCs of their jobs (launch, prolog and
+  epilog completion: no job runs there); the Xid wave and repair (real nodes only, said in
+  the scenarios' output); a job wrapper's drain watch on them; the node side's Slurm reads
+  of an acting health check (off unless `--emulated-slurm-reads`: a process a check here);
+  a spool and a clock per node. Runs with emulated nodes are stored under N+E in
+  docs/scale.json (1024+8976) and are not in the tables below yet.
+
 Not measured here: {UNMEASURED}every scenario in one 1,024-node run with every fix. At
 1,024 nodes each scenario ran once, in the run that names it (a pass of every node takes
 minutes here, a run of all of them most of two hours): the shared fault with every serve

@@ -40,6 +40,7 @@ class Phase:
         self.scriptd = footprint.cpu_sum(footprint.children_of(h.ctld_pid()))
         self.agents = {n: footprint.proc_cpu(p.pid) for n, p in h.agents.items()}
         self.serves = [footprint.proc_cpu(s.proc.pid) if s.proc else None for s in h.serves]
+        self.traffic = h.traffic.snapshot() if h.traffic is not None else None
 
     def end(self) -> Figures:
         h, secs = self.h, time.monotonic() - self.t0
@@ -58,8 +59,13 @@ class Phase:
                 continue
             serves.append({"cpu_s": round(_d(footprint.proc_cpu(s.proc.pid), before), 2),
                            "rss_mb": round(footprint.proc_rss_mb(s.proc.pid) or 0.0, 1)})
+        from support.nodetraffic import diff
+
         return {
             "seconds": round(secs, 1),
+            # What the emulated nodes sent meanwhile (support/nodetraffic.py), if any.
+            **({"emulated": diff(self.traffic, h.traffic.snapshot())}
+               if self.traffic is not None and h.traffic is not None else {}),
             "rpc_per_min": {t: round(c.count * per_min, 1) for t, c in sorted(rpcs.items())},
             "slurm_own_rpm": round(own * per_min, 1),
             "slurmguard_rpm": round(client * per_min, 1),
@@ -90,8 +96,23 @@ def _mean(xs: list[float]) -> float:
 
 
 def cap_of(h: ScaleHarness) -> int:
-    """The blast-radius cap on one partition of all N nodes (policy.blast_max_percent)."""
-    return max(1, math.floor(h.spec.nodes * h.spec.cap_percent / 100))
+    """The blast-radius cap of one cause on the harness's one partition, as the guard counts
+    it (policy/blast.py caps): every node entry, emulated ones included (Slurm lists them in
+    the partition), policy.blast_max_percent of them and at most blast_max_nodes. Real
+    nodes only, the percent alone, as the harness's runs before emulated nodes had it."""
+    pct = max(1, math.floor(h.spec.nodes * h.spec.cap_percent / 100))
+    if not h.emulated_nodes:
+        return pct
+    from slurmguard.policy.blast import caps, scopes
+    from slurmguard.policy.params import PolicyParams
+
+    params = PolicyParams(blast_max_percent=h.spec.cap_percent)
+    return min(caps(scopes({n: ("gpu",) for n in h.all_nodes}), params).values())
+
+
+def emulated_note(h: ScaleHarness, what: str) -> dict[str, str]:
+    """A scenario's word on the emulated nodes, where it has some (nothing without them)."""
+    return {"emulated_nodes": what} if h.emulated_nodes else {}
 
 
 def all_healthchecks(h: ScaleHarness, parallel: int) -> tuple[float, list[str]]:
@@ -124,15 +145,20 @@ def steady(h: ScaleHarness, minutes: float = 1.0, jobs_per_hour: tuple[int, ...]
     assert h.cluster is not None
     out: Figures = {"phases": []}
     seconds = minutes * 60
+    total = len(h.all_nodes)
     for rate in jobs_per_hour:
-        jobs = max(1, round(rate * seconds / 3600))
+        # The real nodes' share of the fleet's rate; the emulated nodes' share is sent by the
+        # generator (its prologs each through the gate).
+        jobs = max(1, round(rate * seconds / 3600 * h.spec.nodes / total))
+        if h.traffic is not None:
+            h.traffic.set_job_rate(rate)
         p = Phase(h)
         ids = submit_spread(h, jobs, seconds)
         rest = seconds - (time.monotonic() - p.t0)
         if rest > 0:
             time.sleep(rest)
         fig = p.end()
-        fig.update(jobs_per_hour=rate, jobs=jobs)
+        fig.update(jobs_per_hour=rate, jobs=jobs, node_entries=total)
         done = [h.cluster.wait_job(j, ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), timeout=600)
                 for j in ids]
         fig["jobs_completed"] = sum(j["JobState"] == "COMPLETED" for j in done)
@@ -142,7 +168,7 @@ def steady(h: ScaleHarness, minutes: float = 1.0, jobs_per_hour: tuple[int, ...]
     agent_h = _mean([ph["agent_cpu_s_per_hour"] for ph in out["phases"]])
     hc_per_h = 3600.0 / h.spec.hc_interval
     for ph in out["phases"]:
-        job_hooks = ph["jobs_per_hour"] / h.spec.nodes  # one-node jobs: a prolog and an epilog
+        job_hooks = ph["jobs_per_hour"] / total  # one-node jobs: a prolog and an epilog
         ph["node_cpu_s_per_hour_agent"] = round(
             agent_h + hc_per_h * out["healthcheck_cpu_s_agent"]
             + job_hooks * (out["prolog_cpu_s_agent"] + out["epilog_cpu_s_agent"]), 2)
@@ -186,7 +212,12 @@ def shared_fault(h: ScaleHarness, parallel: int = 64,
     """A required mount gone on every node at once: every node's health check, first with
     serve up (the guard's cap holds), then with every replica down (the fallback's bound);
     ``modes`` picks them (a 1,024-node pass of either takes minutes here)."""
-    out: Figures = {"cap": cap_of(h), "nodes": h.spec.nodes}
+    out: Figures = {"cap": cap_of(h), "nodes": h.spec.nodes, **emulated_note(
+        h, "every emulated node's health check fails fs-mount too, all at once beside the "
+           "real ones', each drain through the hooks' guarded_drain: serve's /permit, or with "
+           "serve down the fallback over Slurm's view, waiting at most "
+           f"{h.traffic.spec.fallback_wait if h.traffic else 0} s for its window (a real hook "
+           "waits up to its budget)")}
     h.lose_shared_mount()
     try:
         for mode in modes:
@@ -195,9 +226,14 @@ def shared_fault(h: ScaleHarness, parallel: int = 64,
                 for s in h.serves:
                     s.stop()
             p = Phase(h)
-            wall, logs = all_healthchecks(h, parallel)
+            wall, logs, emulated = _with_emulated(h, lambda: all_healthchecks(h, parallel),
+                                                  "fs-mount", parallel)
             fig = p.end()
             drained = h.drained()
+            if emulated is not None:
+                real = set(h.nodes)
+                fig.update(emulated_pass=emulated, drained_real=len(set(drained) & real),
+                           drained_emulated=len(set(drained) - real))
             fig.update(wall_s=round(wall, 1), drained=len(drained),
                        drained_other=sorted(n for n, r in drained.items()
                                             if "fs-mount" not in r)[:5],
@@ -222,12 +258,31 @@ def shared_fault(h: ScaleHarness, parallel: int = 64,
             if s.proc is None:
                 _restart(s)
         h.undrain_all()
+        if h.traffic is not None:  # their next check passes: the gate reads it, not the fault's
+            out["emulated_healthy_pass"] = h.traffic.check_all(parallel)
     out["bound_serve_down_today"] = out["cap"] + math.ceil(h.spec.nodes / h.spec.fallback_slots) - 1
     out["bound_serve_down"] = fallback_bound(h)
     if "serve_up" in out and "serve_down" in out:
         up, down = out["serve_up"]["slurmguard_rpcs"], out["serve_down"]["slurmguard_rpcs"]
         out["outage_rpc_ratio"] = round(down / up, 2) if up else None
     return out
+
+
+def _with_emulated(h: ScaleHarness, real: Callable[[], tuple[float, list[str]]], check: str,
+                   parallel: int) -> tuple[float, list[str], Figures | None]:
+    """``real()`` (every real node's health check) and, at the same time, every emulated
+    node's with ``check`` failing (the generator's fault on for the phase)."""
+    if h.traffic is None:
+        return (*real(), None)
+    traffic = h.traffic
+    traffic.set_fault(check)
+    try:
+        with ThreadPoolExecutor(1) as one:
+            emulated = one.submit(traffic.check_all, parallel)
+            wall, logs = real()
+            return wall, logs, emulated.result()
+    finally:
+        traffic.set_fault("")
 
 
 def fallback_bound(h: ScaleHarness) -> int:
@@ -258,6 +313,8 @@ def wave(h: ScaleHarness, percent: float = 3.0, parallel: int = 64, **_: Any) ->
     """Xid 79 on ``percent`` % of the nodes at once (spread over the fleet), then one health
     check interval's runs: every faulted node drained, no healthy one."""
     faulted = wave_nodes(h, percent)
+    note = emulated_note(h, "not in this scenario: the Xid wave runs on real nodes only (an "
+                            "emulated node has no kernel log, and Slurm never runs a check on it)")
     h.undrain_all()
     t0 = time.monotonic()
     for n in faulted:
@@ -272,7 +329,7 @@ def wave(h: ScaleHarness, percent: float = 3.0, parallel: int = 64, **_: Any) ->
                missed=sorted(set(faulted) - set(drained)),
                # What a missed node's check said (why it did not drain), its last lines.
                missed_logs={n: logs[h.nodes.index(n)][-600:] for n in set(faulted) - set(drained)},
-               all_drained_s=round(time.monotonic() - t0, 1))
+               all_drained_s=round(time.monotonic() - t0, 1), **note)
     for n in faulted:  # what a reboot does to what the checks read (and to the agent)
         d = h.node_dir(n)
         (d / "kmsg").write_text("")

@@ -43,6 +43,7 @@ from support.sgserve import TOKEN, Serve, new_port
 from support.slurmcluster import Cluster, free_port_block, kill_pidfiles, missing_components
 
 if TYPE_CHECKING:
+    from support.nodetraffic import NodeTraffic
     from support.slurmdbd import SlurmDBD
 
 CHECKS = ("gpu-count", "gpu-lost", "gpu-ecc", "gpu-xid", "fs-mount", "host-cpus")
@@ -97,6 +98,11 @@ class ScaleSpec:
     # private MariaDB) and gives every node GPUS_PER_NODE GPUs as a GRES, so sacct answers
     # with each job's GPUs and end (what `shadow report` counts GPU-hours from).
     accounting: bool = False
+    # Node entries in slurm.conf beyond the real ones (n{nodes+1}...), in the same partition,
+    # with no slurmd: support/nodetraffic.py sends what their hooks would send to serve.
+    # Slurm 22.05 keeps them UNKNOWN+NOT_RESPONDING (docs/scale.md "Emulated nodes").
+    emulated: int = 0
+    emulated_slurm_reads: bool = False  # each emulated health check reads its node from Slurm
 
 
 GPUS_PER_NODE = 8  # the stand-in NVML's GPUs (checks.gpu.expected_count), and the GRES's
@@ -119,6 +125,9 @@ class ScaleHarness:
         self.gate_socket = root / "run" / "gate.sock"  # serve0's, for PrologSlurmctld
         self.nodes = [f"n{i}" for i in range(1, spec.nodes + 1)]
         self.agent_nodes = self.nodes[:spec.agents]
+        self.emulated_nodes = [f"n{i}" for i in range(spec.nodes + 1, spec.nodes + spec.emulated + 1)]
+        self.emulated_dir = root / "emulated"  # the emulated nodes' state and spool
+        self.traffic: NodeTraffic | None = None
         self.pg: PgServer | None = None
         self.store_url = ""
         self.serves: list[Serve] = []
@@ -189,14 +198,46 @@ class ScaleHarness:
                            f"PrologEpilogTimeout={conf['PrologEpilogTimeout']}"] if sg else []),
                         "TreeWidth=64", "AuthInfo=cred_expire=10", "MaxJobCount=20000",
                         "RequeueExit=75", *reboot, *self.spec.slurm_extra],
-            port_base=free_port_block(self.spec.nodes + 1), timeout=self.spec.start_timeout,
+            port_base=free_port_block(self.spec.nodes + 1 + bool(self.spec.emulated)),
+            timeout=self.spec.start_timeout, emulated=self.spec.emulated,
             accounting=self.dbd, gpus_per_node=GPUS_PER_NODE if self.spec.accounting else 0)
         assert self.cluster.conf_path == self.conf_path, self.cluster.conf_path
         self._pidfile("slurmctld", self.cluster._ctld.pid, str(self.conf_path))  # type: ignore[union-attr]
         self.timings["cluster_start_s"] = time.monotonic() - t1
         for n in self.agent_nodes:
             self.start_agent(n)
+        if self.emulated_nodes:
+            self.traffic = self._start_traffic()
         self.timings["start_s"] = time.monotonic() - t0
+
+    @property
+    def all_nodes(self) -> list[str]:
+        """Every node entry of slurm.conf: the real ones, then the emulated ones."""
+        return self.nodes + self.emulated_nodes
+
+    def _start_traffic(self) -> NodeTraffic:
+        """The emulated nodes' generator, on their config, the gate's installed entry script
+        and a Slurm adapter on the harness's recorded tools."""
+        from slurmguard import config
+        from slurmguard.adapters.slurm.commands import SlurmCLI
+        from slurmguard.proc import run_command
+        from support.nodetraffic import NodeTraffic, TrafficSpec, prolog_slurmctld_env
+
+        assert self.cluster is not None
+        cfg = config.load(str(self.prefix / "etc/slurmguard/emulated.toml"))
+        gate = self.entry("prolog/slurmguard-gate")
+
+        def run_gate(job: int, node: str) -> int:
+            return run_command([gate], env=prolog_slurmctld_env(job, node), timeout=60,
+                               check=False).rc
+
+        spec = TrafficSpec(nodes=self.emulated_nodes, fleet_nodes=len(self.all_nodes),
+                           hc_interval=self.spec.hc_interval,
+                           gate_entry=gate if self.spec.slurmguard else "",
+                           slurm_reads=self.spec.emulated_slurm_reads)
+        slurm = SlurmCLI.from_config(cfg, env=self.cluster.env)
+        return NodeTraffic(cfg, spec, slurm=slurm,
+                           run_gate=run_gate if self.spec.slurmguard else None).start()
 
     @property
     def conf_path(self) -> Path:
@@ -236,6 +277,8 @@ class ScaleHarness:
         self.timings["accounting_start_s"] = time.monotonic() - t
 
     def stop(self) -> None:
+        if self.traffic is not None:
+            self.traffic.stop()
         for p in self.agents.values():
             _stop(p)
         self.agents.clear()
@@ -250,11 +293,12 @@ class ScaleHarness:
         kill_pidfiles(self.pids, str(self.root))
 
     # -- configuration -------------------------------------------------------------------------
-    def common_config(self, serve_port: int = 0, node: str = "") -> str:
+    def common_config(self, serve_port: int = 0, node: str = "", node_dir: Path | None = None) -> str:
         """The config of serve (``serve_port``), of the controller, or of ``node``: the same
-        file but for what a node keeps on its own disk (kernel log, boot id, state, spool)."""
+        file but for what a node keeps on its own disk (kernel log, boot id, state, spool),
+        under ``node_dir`` when given (the emulated nodes' one directory)."""
         p, s = self.prefix, self.spec
-        d = self.node_dir(node) if node else None
+        d = node_dir or (self.node_dir(node) if node else None)
         xid = f'file = "{d}/kmsg"\nboot_id_path = "{d}/boot_id"' if d else ""
         ib = f'[checks.ib]\nsysfs_root = "{d}/ib"\n' if d and s.ib_ports else ""
         checks = json.dumps(list(s.checks))
@@ -336,6 +380,11 @@ healthcheck = {checks}
             if self.spec.ib_ports:
                 write_ib_fabric(d / "ib", self.spec.ib_ports)
             (cfgdir / "nodes" / f"{n}.toml").write_text(self.common_config(node=n))
+        if self.emulated_nodes:  # one config for all: one host sends for them
+            d = self.emulated_dir
+            (d / "state").mkdir(parents=True)
+            (d / "spool").mkdir()
+            (cfgdir / "emulated.toml").write_text(self.common_config(node="emulated", node_dir=d))
 
     def _write_recorders(self) -> None:
         """The Slurm tools every slurmguard config of the harness names: each appends one line
@@ -501,12 +550,22 @@ healthcheck = {checks}
 
     def undrain_all(self) -> None:
         assert self.cluster is not None
-        names = sorted(self.drained())
-        if names:
-            from slurmguard.nodeset import fold
+        from slurmguard.nodeset import fold
 
-            self.cluster.run("scontrol", "update", f"nodename={fold(names)}", "state=undrain",
+        drained = self.drained()
+        real = sorted(n for n in drained if n not in set(self.emulated_nodes))
+        if real:
+            self.cluster.run("scontrol", "update", f"nodename={fold(real)}", "state=undrain",
                              timeout=120)
+        emulated = sorted(set(drained) - set(real))
+        if emulated:
+            # Slurm 22.05 clears the DRAIN of an UNKNOWN+NOT_RESPONDING node but answers
+            # "Invalid node state specified" (rc 1): checked by reading the nodes back.
+            self.cluster.run("scontrol", "update", f"nodename={fold(emulated)}", "state=undrain",
+                             timeout=120, check=False)
+            left = sorted(set(self.drained()) & set(emulated))
+            if left:
+                raise RuntimeError(f"emulated nodes still drained after UNDRAIN: {fold(left)}")
 
 
 _MIGRATE = threading.Lock()

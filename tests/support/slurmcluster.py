@@ -188,6 +188,8 @@ class Cluster:
         self.node_addrs: dict[str, str] = {}
         self.cluster_name = f"sg{ctld_port}"
         self.gpus_per_node = 0
+        self.emulated: list[str] = []  # node entries without a slurmd (``start(emulated=)``)
+        self.emulated_port = 0
 
     # -- life cycle ----------------------------------------------------------------------------
     @classmethod
@@ -198,7 +200,8 @@ class Cluster:
               node_env: Mapping[str, str] | None = None, wait: bool = True,
               timeout: float = 60.0, accounting: Any = None,
               node_addrs: Mapping[str, str] | None = None,
-              port_base: int | None = None, gpus_per_node: int = 0) -> Cluster:
+              port_base: int | None = None, gpus_per_node: int = 0,
+              emulated: int = 0) -> Cluster:
         """Write slurm.conf under ``tmpdir``, start slurmctld and ``nodes`` slurmd, wait idle.
 
         Hooks are absolute paths of executables (see :func:`write_hook_script`).
@@ -211,6 +214,11 @@ class Cluster:
         ``port_base``: slurmctld on that port, node i on port_base + i (a fleet-sized cluster:
         a block below the kernel's ephemeral range, see :func:`free_port_block`); by default
         such a block handed out here.
+        ``emulated``: that many more node entries (n{nodes+1}...) in slurm.conf and the
+        partition, with no slurmd (support/nodetraffic.py answers for them toward serve): at
+        localhost like the others, on the block's last port, where nothing listens, so
+        slurmctld's pings are refused at once. Slurm marks them NOT_RESPONDING, then DOWN
+        (docs/scale.md "Emulated nodes"); the waits here wait for the real ones only.
         """
         t0 = time.monotonic()
         ensure_munge()
@@ -221,9 +229,11 @@ class Cluster:
         # Handed out host-wide, below the kernel's ephemeral range (support/ports.py): ports
         # the kernel picked collided with other sessions' outgoing connections (bind failed
         # with EADDRINUSE beside 28,500 sockets in TIME_WAIT).
-        base = free_port_block(nodes + 1) if port_base is None else port_base
+        base = free_port_block(nodes + 1 + bool(emulated)) if port_base is None else port_base
         ports = list(range(base, base + nodes + 1))
         c = cls(root, names, ports[0], dict(zip(names, ports[1:], strict=True)), node_env)
+        c.emulated = [f"n{i}" for i in range(nodes + 1, nodes + emulated + 1)]
+        c.emulated_port = base + nodes + 1
         c.node_addrs = dict(node_addrs or {})
         c.gpus_per_node = gpus_per_node
         if gpus_per_node:  # slurmd counts a GPU per file (a count alone reads as 0 here)
@@ -313,6 +323,12 @@ class Cluster:
             lines.append(f"NodeName={n} NodeHostname=localhost {addr}Port={self.node_ports[n]} "
                          f"CPUs={CPUS_PER_NODE} RealMemory=1000 {gres}Feature=sgtest "
                          "State=UNKNOWN")
+        if self.emulated:  # one line for all: n[1025-10000]
+            from slurmguard.nodeset import fold
+
+            lines.append(f"NodeName={fold(self.emulated)} NodeHostname=localhost "
+                         f"Port={self.emulated_port} CPUs={CPUS_PER_NODE} RealMemory=1000 "
+                         f"{gres}Feature=sgtest State=UNKNOWN")
         # gpu_partition: more options of the default partition (e.g. "PriorityTier=10").
         lines.append(f"PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP {gpu_partition}".rstrip())
         lines.extend(extra)
@@ -526,13 +542,15 @@ class Cluster:
 
     def wait_nodes_idle(self, timeout: float = 60) -> None:
         """Wait until every node is idle with no flags at all (also not NOT_RESPONDING, which
-        a fresh slurmctld sets on every node until its first ping answer)."""
+        a fresh slurmctld sets on every node until its first ping answer); the real nodes
+        only (the emulated ones never answer)."""
         nodes: list[Any] = []
+        real = set(self.nodes)
 
         def all_idle() -> bool:
             nonlocal nodes
             try:
-                nodes = self.cli().nodes()
+                nodes = [n for n in self.cli().nodes() if n.name in real]
             except Exception:  # slurmctld still coming up: retry until the deadline
                 nodes = []
             return len(nodes) == len(self.nodes) and all(
