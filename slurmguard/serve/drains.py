@@ -61,37 +61,43 @@ class DrainView:
             nodes, since = parse_query(query)
         except InputError as exc:
             return 400, {"error": exc.message}
-        wanted = set(nodes)
-        store_drains: dict[str, dict[str, Any]] = {}
+        # Slurm's flag first (one cached view for every job): most polls ask about nodes
+        # none of which is drained, and those cost the store nothing.
+        view, err = self._slurm_view()
+        if view is None:
+            return 200, {"drains": list(self._store_drains(set(nodes), since).values()),
+                         "complete": False, "error": f"serve's Slurm view failed: {err}"[:300]}
+        drained = [info for info in (view.get(n) for n in nodes)
+                   if info is not None and info.drained]
+        if not drained:
+            return 200, {"drains": [], "complete": True}
+        store_drains = self._store_drains({i.name for i in drained}, since)
+        out = [store_drains.get(i.name) or {"node": i.name, "at": _slurm_time(i.reason_time),
+                                            "actor": i.reason_user[:80],
+                                            "reason": _one_line(i.reason)}
+               for i in drained]
+        if out:
+            self._would_notices(query, out)
+        return 200, {"drains": out, "complete": True}
+
+    def _store_drains(self, wanted: set[str], since: float | None) -> dict[str, dict[str, Any]]:
+        """node -> who drained it and when, from the store's drain events since ``since`` (a
+        later clear ends an earlier drain); {} when the store does not answer."""
         try:
             events = self.store.nodes.events(since=since, kinds=_STORE_KINDS, limit=10000)
         except SlurmguardError:
-            events = []  # the store adds detail; Slurm's flag is the answer
-        for e in reversed(events):  # oldest first: a later clear ends an earlier drain
+            return {}  # the store adds detail; Slurm's flag is the answer
+        out: dict[str, dict[str, Any]] = {}
+        for e in reversed(events):  # oldest first
             if e.node not in wanted:
                 continue
             if e.kind == "drain":
                 actor = e.actor_kind if e.actor_kind != "admin" else f"admin:{e.actor}"
-                store_drains[e.node] = {"node": e.node, "at": e.at, "actor": actor,
-                                        "reason": _one_line(e.reason)}
+                out[e.node] = {"node": e.node, "at": e.at, "actor": actor,
+                               "reason": _one_line(e.reason)}
             else:
-                store_drains.pop(e.node, None)
-        view, err = self._slurm_view()
-        if view is None:
-            return 200, {"drains": list(store_drains.values()), "complete": False,
-                         "error": f"serve's Slurm view failed: {err}"[:300]}
-        out = []
-        for n in nodes:
-            info = view.get(n)
-            if info is None or not info.drained:
-                continue
-            d = store_drains.get(n) or {"node": n, "at": _slurm_time(info.reason_time),
-                                        "actor": info.reason_user[:80],
-                                        "reason": _one_line(info.reason)}
-            out.append(d)
-        if out:
-            self._would_notices(query, out)
-        return 200, {"drains": out, "complete": True}
+                out.pop(e.node, None)
+        return out
 
     def _would_notices(self, query: dict[str, list[str]], drains: list[dict[str, Any]]) -> None:
         """Observe mode (policy.mode): a drain told to a job's wrapper on an observing node
