@@ -5,6 +5,7 @@ wins on a figure only where it wins on every seed. Pure: from docs/fleet-day.jso
 from __future__ import annotations
 
 from collections.abc import Callable
+from statistics import median
 from typing import Any
 
 from support.fleet_day_arms import ARMS, LABELS
@@ -127,7 +128,21 @@ def _why(f: dict[str, Any], a: str, b: str, node_only: bool = False,
     out = f"the largest difference is {c}, {diffs[c] / 3600:+.3f} GPU-hours for {LABELS[a]}"
     if c == SHARED and key == "lost_gpu_s_by_cause":
         out += _hang(f, a, b)
+    elif node_only:
+        out += _late(f, a, b)
     return out
+
+
+def _late(f: dict[str, Any], a: str, b: str) -> str:
+    """Why one arm lost more to node faults: how long a pass of its checks took (a fault waits
+    for its node's next check) and the node faults it left undrained in the day."""
+    pa, pb = f[a].get("hc_pass_s") or [], f[b].get("hc_pass_s") or []
+    if not pa or not pb:
+        return ""
+    return (f": a pass of {LABELS[a]}'s checks over every node took {median(pa):.0f} s "
+            f"(median) against {LABELS[b]}'s {median(pb):.0f} s, and it left "
+            f"{len(f[a]['undetected'])} node faults undrained in the day against "
+            f"{len(f[b]['undetected'])}")
 
 
 def _hang(f: dict[str, Any], a: str, b: str) -> str:
