@@ -73,7 +73,25 @@ def across_seeds(n: int, fs: list[dict[str, Any]]) -> list[str]:
             cells.append(mfmt.format(mean) + (f" ({fmt.format(min(vals))} to {fmt.format(max(vals))})"
                                              if len(vals) > 1 else ""))
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
-    return rows + [""] + wins(n, fs) + [""] + goals(n, fs)
+    return rows + [""] + starved(fs) + wins(n, fs) + [""] + goals(n, fs)
+
+
+def starved(fs: list[dict[str, Any]]) -> list[str]:
+    """Where a day ran in halves: how many of its jobs each arm never started. A half this
+    host could not keep busy has less GPU time at stake, so its GPU-hours, goodput and jobs
+    completed do not compare with the other half's; ETTR and the goals per arm pair do."""
+    halved = [f for f in fs if len(f.get("halves", [])) > 1]
+    if not halved:
+        return []
+    cells = []
+    for f in halved:
+        cells.append(f"seed {f['seed']}: " + ", ".join(
+            f"{LABELS[a]} {f[a]['jobs_never_started']}" for a in _arms([f])) + f" of "
+            f"{len(f['job_mix'])}")
+    return ["- Run in halves; the jobs each arm never started in the day: " + "; ".join(cells)
+            + ". Where the halves differ, their GPU-hours, goodput and jobs completed do not "
+            "compare across halves (less GPU time was at stake in the busier host's half); "
+            "ETTR, a ratio, and the figures of the arms run together do."]
 
 
 def wins(n: int, fs: list[dict[str, Any]]) -> list[str]:
@@ -97,7 +115,8 @@ def wins(n: int, fs: list[dict[str, Any]]) -> list[str]:
                            else "slurmguard's: " + "; ".join(
                                f"{n} at {w}" for n, w in f["slurmguard"]["healthy_drained_why"].items())
                            if label == "healthy nodes drained" else _why(
-                        f, "slurmguard", r, key="overhead_gpu_s_by_part" if "overhead" in label
+                        f, "slurmguard", r, node_only=label == "GPU-hours lost to node faults",
+                        key="overhead_gpu_s_by_part" if "overhead" in label
                         else "lost_gpu_s_by_cause"))
                     lost.append(f"seed {f['seed']} ({LABELS[r]} {_v(fmt, theirs)} against "
                                 f"{_v(fmt, mine)}: {why})")
