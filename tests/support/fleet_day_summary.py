@@ -170,10 +170,16 @@ def _hang(f: dict[str, Any], a: str, b: str) -> str:
     sa, sb = f[a].get("shared_fault"), f[b].get("shared_fault")
     if not sa or not sb:
         return ""
+
+    def rest(arm: dict[str, Any], st: dict[str, Any]) -> float:
+        return max(0.0, arm["lost_gpu_s_by_cause"].get(SHARED, 0) - st["stall_gpu_s"])
+
     return (f": the hang stalls every running GPU for its length, and {LABELS[a]} had "
             f"{sa['gpus_running']:,} GPUs running when it came against {LABELS[b]}'s "
             f"{sb['gpus_running']:,} (stalled {_h(sa['stall_gpu_s']):.3f} against "
-            f"{_h(sb['stall_gpu_s']):.3f} GPU-hours), while keeping "
+            f"{_h(sb['stall_gpu_s']):.3f} GPU-hours; the rest of what those runs lost, their "
+            f"start-up, checkpoints, polls and redone steps, is {_h(rest(f[a], sa)):.3f} against "
+            f"{_h(rest(f[b], sb)):.3f}), while keeping "
             f"{_h(f[a]['useful_gpu_s']):.2f} useful GPU-hours against {_h(f[b]['useful_gpu_s']):.2f}")
 
 
