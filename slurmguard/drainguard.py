@@ -283,10 +283,13 @@ class StorePermit:
             return decide(tx, req, scopes, self.params, via=self.via)
 
     def would(self, node: str, cause: str, reason: str, *, now: float | None = None,
-              via: str = "") -> tuple[bool, bool, str]:
+              via: str = "", asks_as: str = "") -> tuple[bool, bool, str]:
         """Observe mode: (written, allowed, why). The guard decides as for a drain and the
         answer is the would-event (``would_drain`` counts like a drain); an episode already
-        open for (node, cause) writes nothing and answers as its first event did."""
+        open for (node, cause) writes nothing and answers as its first event did.
+        ``asks_as``: the way the drain would have asked when acting, for the second look (a
+        hook's record: "permit", as its drain would have asked serve's /permit); default
+        ``via``."""
         from slurmguard.wouldledger import WOULD_DRAIN, WOULD_REFUSED, open_episode
 
         req = DrainRequest(node, cause, reason)
@@ -298,7 +301,8 @@ class StorePermit:
                 first = open_episode(tx, node, WOULD_DRAIN, cause, at=at)
                 if first is not None:
                     return False, first.kind == WOULD_DRAIN, str(first.details.get("guard", ""))
-                held, _ = held_for(tx, req, self.params, via=via or self.via, now=at)
+                held, _ = held_for(tx, req, self.params, via=asks_as or via or self.via,
+                                   now=at)
                 if held:  # as when acting: not yet (the next look writes the would-event)
                     return False, False, held
                 recent = ledger_recent(tx, at - self.params.blast_window)

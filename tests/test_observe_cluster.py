@@ -133,6 +133,7 @@ mountinfo = "{mountinfo}"
 [policy]
 mode = "observe"
 blast_max_percent = 50.0
+second_look_delay = 1.0
 [gate]
 log_file = "{tmp}/gate.log"
 [requeue]
@@ -182,8 +183,9 @@ min_hold = 0.0
 
 
 def test_health_checks_prologs_and_the_gate_drain_nothing(rig: Rig) -> None:
-    """A mount missing on all 4 nodes, cap 2: the health checks would drain 2 and would be
-    refused 2 (the guard counts would-drains), and drain none; 4 jobs flow through the gate
+    """A mount missing on all 4 nodes, cap 2: the health checks would drain 2, hold 2 for
+    a second look as when acting, and at their second look would be refused 2 (the guard
+    counts would-drains), and drain none; 4 jobs flow through the gate
     (PrologSlurmctld) and the prolog, both of which see the fault, and complete (the prolog
     exits 0, the gate lets them through) with one would-event per node still (once per
     episode, not per pass or path); the mount comes back, each node's episode ends, and a node
@@ -194,8 +196,16 @@ def test_health_checks_prologs_and_the_gate_drain_nothing(rig: Rig) -> None:
         return sorted((e.node, e.kind) for e in store.nodes.events(
             kinds=["would_drain", "would_drain_refused"]))
 
-    with ThreadPoolExecutor(4) as pool:
-        assert list(pool.map(rig.healthcheck, c.nodes)) == [0] * 4
+    for n in c.nodes:  # one after another: serve ingests each record before the next
+        assert rig.healthcheck(n) == 0
+        wait_for(lambda n=n: store.nodes.events(node=n, kinds=["would_drain", "drain_held"]), 30,
+                 interval=0.2, what=f"{n}'s would-drain or hold")
+    assert [k for _, k in would()] == ["would_drain"] * 2
+    held = sorted(e.node for e in store.nodes.events(kinds=["drain_held"]))
+    assert held == c.nodes[2:], held  # as when acting: the 3rd and 4th wait for a second look
+    time.sleep(1.2)  # policy.second_look_delay: their next checks are the second look
+    for n in held:
+        assert rig.healthcheck(n) == 0
     wait_for(lambda: len(would()) == 4, 30, interval=0.5, what="4 would-events")
     assert sorted(k for _, k in would()) == ["would_drain"] * 2 + ["would_drain_refused"] * 2
     jobs = [c.sbatch("#!/bin/sh\ntrue\n", "--output=/dev/null") for _ in range(4)]

@@ -155,6 +155,29 @@ def test_would_drains_are_written_once_per_episode_and_counted_by_the_guard(stor
                                                                "would_drain"]
 
 
+def test_a_hooks_would_drain_is_held_for_a_second_look_as_when_acting(store: Store) -> None:
+    """A hook's would-drain asks as its drain would have (serve's /permit): the third node
+    failing a shared-service check within the window waits for its second look, which the
+    guard then decides (refused at the cap of 2 of 4); without ``asks_as`` it is not held."""
+    permit = StorePermit(store, PolicyParams(blast_max_percent=50.0, second_look_delay=10.0),
+                         SCOPES, via="healthcheck")
+
+    def ask(node: str, at: float, asks_as: str = "permit") -> tuple[bool, bool, str]:
+        return permit.would(node, "fs-mount", "slurmguard: fs-mount: x", now=at,
+                            via="healthcheck", asks_as=asks_as)
+
+    assert ask("n1", NOW)[:2] == ask("n2", NOW + 1)[:2] == (True, True)
+    written, allowed, why = ask("n3", NOW + 2)
+    assert (written, allowed) == (False, False) and why.startswith("held for a second look")
+    assert ask("n3", NOW + 5)[:2] == (False, False)  # too soon: still held, nothing written
+    written, allowed, why = ask("n3", NOW + 13)  # its second look: the guard, at its cap
+    assert written and not allowed and "fs-mount failing on 3 nodes" in why
+    assert [(e.node, e.kind) for e in reversed(store.nodes.events())] == [
+        ("n1", "would_drain"), ("n2", "would_drain"), ("n3", "drain_held"),
+        ("n3", "would_drain_refused")]
+    assert ask("n4", NOW + 14, asks_as="")[0]  # as a healthcheck's own via: never held
+
+
 def test_a_pass_ends_only_what_its_run_could_see(store: Store) -> None:
     """A passing run ends a node's episodes only when it ran each open episode's check
     without an error, and began after the episode's first sighting (the fleet day's shadow

@@ -236,8 +236,10 @@ class Fleet:
                     details={"via": r["hook"], "hook": r["hook"]})
             elif applied.startswith(WOULD_APPLIED):  # observe mode: the would-event, once
                 cause = cause_key(reason_source(reason) or r["hook"], reason)
+                # As when acting: the hook's drain would have asked serve's /permit, so a
+                # shared fault's would-drains are held for their second look alike.
                 self.store_permit(r["hook"]).would(r["node"], cause, reason, now=r["started"],
-                                                   via=r["hook"])
+                                                   via=r["hook"], asks_as="permit")
             elif applied.startswith(WOULD_UNDRAIN_APPLIED):  # observe mode: the would-event
                 record_would(self.store, r["node"], WOULD_ACT, "undrain", reason,
                              at=r["started"], details={
