@@ -23,6 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 
 
 class NodeTable:
@@ -55,10 +56,10 @@ def main() -> None:
     ap.add_argument("--fleet", type=int, default=1024)
     ap.add_argument("-n", type=int, default=201)
     args = ap.parse_args()
+    from support.sgserve import new_store
+
     from slurmguard.serve.drains import DrainView
     from slurmguard.store.api import Store
-    from slurmguard.store.engine import make_engine
-    from slurmguard.store.migrate import upgrade
 
     nodes = [f"g{i:05d}" for i in range(args.fleet)]
     drained = nodes[5]
@@ -67,11 +68,7 @@ def main() -> None:
           f"{'store read alone':>16}")
     for size in (0, 1000, 10000):
         with tempfile.TemporaryDirectory() as d:
-            url = f"sqlite:///{d}/s.db"
-            engine = make_engine({"url": url})
-            upgrade(engine)
-            engine.dispose()
-            store = Store.open(url=url)
+            store = Store.open(url=new_store(Path(d)))
             now = time.time()
             for i in range(size):
                 store.nodes.record_event(nodes[(i * 7) % len(nodes)], "drain" if i % 2 else "clear",
@@ -84,9 +81,9 @@ def main() -> None:
             qd = {"nodes": [",".join(nodes[:8])], "since": [since]}
             assert view.drains(q8)[1] == {"drains": [], "complete": True}
             assert [x["node"] for x in view.drains(qd)[1]["drains"]] == [drained]
-            row = [_median_ms(lambda q=q: view.drains(q), args.n) for q in (q1, q8, qd)]
-            row.append(_median_ms(lambda: store.nodes.events(
-                since=now - 3600, kinds=("drain", "clear"), limit=10000), args.n))
+            row = [_median_ms(lambda q=q, v=view: v.drains(q), args.n) for q in (q1, q8, qd)]
+            row.append(_median_ms(lambda s=store, t=now - 3600: s.nodes.events(
+                since=t, kinds=("drain", "clear"), limit=10000), args.n))
             store.close()
         print(f"{size:>7}  {row[0]:>7.3f}  {row[1]:>7.3f}  {row[2]:>14.3f}  {row[3]:>16.3f}")
 
