@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,17 +262,26 @@ class NodeTraffic:
         end = t0 + timeout
         window = max(parallel, self.spec.workers)
         pending: list[Future[None]] = []
-        for n in self.spec.nodes:
-            while len(pending) >= window and time.monotonic() < end:
-                pending[0].result(timeout=max(0.1, end - time.monotonic()))
-                pending = [f for f in pending if not f.done()]
-            pending.append(self._pool.submit(self._run, self._healthcheck, n))
-            with self.lock:
-                self._backlog += 1
-        for f in pending:
-            f.result(timeout=max(0.1, end - time.monotonic()))
+        started = 0
+        try:
+            for n in self.spec.nodes:
+                while len(pending) >= window:
+                    pending[0].result(timeout=max(0.1, end - time.monotonic()))
+                    pending = [f for f in pending if not f.done()]
+                pending.append(self._pool.submit(self._run, self._healthcheck, n))
+                started += 1
+                with self.lock:
+                    self._backlog += 1
+            for f in pending:
+                f.result(timeout=max(0.1, end - time.monotonic()))
+        except FutureTimeout:  # past its time: what did not run is the figure, not an error
+            pass
+        late = sum(1 for f in pending if not f.done() and f.cancel())
+        with self.lock:
+            self._backlog -= late  # cancelled before they ran: _run never gives theirs back
         out = diff(before, self.snapshot())
         out["wall_s"] = round(time.monotonic() - t0, 1)
+        out["not_checked_in_time"] = len(self.spec.nodes) - started + late
         return out
 
     # -- what it measured ----------------------------------------------------------------------
