@@ -96,7 +96,10 @@ def test_every_emulated_nodes_records_arrive_once(run):
     assert (lost, duplicated, n_stored) == (0, 0, len(run["made"]))
     t = run["traffic"]
     assert t["errors"] == [] and t["behind"] == 0, t
-    assert t["healthcheck"]["failed"] == 0 and t["healthcheck"]["records"] >= EMULATED, t
+    # A send that timed out on a loaded host is spooled and replayed, as a node's hooks do:
+    # none is dropped (every record is stored once, above), whatever the host's load.
+    hc = t["healthcheck"]
+    assert hc["failed"] == hc["spooled"] and hc["records"] >= EMULATED, t
     assert t["prolog"]["records"] >= 1 and t["gate"]["calls"] == t["prolog"]["records"], t
     (ph,) = run["steady"]["phases"]  # no fault yet: every emulated node's last record healthy
     assert ph["emulated"]["gate"]["calls"] >= 1 and ph["emulated"]["gate"]["refused"] == 0, ph

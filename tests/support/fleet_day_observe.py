@@ -11,7 +11,10 @@ report --json` on the cluster's store is compared with the day's truth:
   it (NHC_CHECK; none for a kind it cannot see); slurmguard's checks saw it when a run of any
   hook of slurmguard's on the node (health check, prolog, epilog: the store's results) had
   the check the fault's cause names unhealthy while it was on (a run across the fault's
-  start or end counts by its verdict: it says whether the run read the fault);
+  start or end counts by its verdict: it says whether the run read the fault); where the
+  guard held the node's drain for a second look (its ``drain_held`` event: many nodes
+  failing one shared-service check at once), only such a run at least
+  ``policy.second_look_delay`` after the hold counts, as acting would have drained only then;
 - the report: ``only_slurmguard`` must be the faults NHC missed and slurmguard saw, ``both``
   those both saw, ``only_incumbent`` those only NHC saw, as (node, cause) pairs with the
   plan's causes (fleet_day_plan.KINDS) which are slurmguard's check names; a row of a cause no
@@ -151,6 +154,7 @@ class ShadowDay(Day):
         with self.looks_lock:
             looks = list(self.looks_done)
         failed = failing_results(self.h, self.t0 - HOOK_BUDGET_S)
+        held, delay = holds(self.h, self.t0 - HOOK_BUDGET_S)
         rows = []
         with self.lock:
             on = [(f, t, self.off_at.get(f)) for f, t in self.on_at.items()]
@@ -164,6 +168,9 @@ class ShadowDay(Day):
                              "slurmguard": any(
                                  node == n and check == f.cause.split(":", 1)[0]
                                  and _overlaps(start, end, t_on, t_off)
+                                 # held for a second look (the guard's drain_held): seen
+                                 # only by a failing look at least the delay after the hold
+                                 and start >= held.get((n, f.cause), start - delay) + delay
                                  for node, check, start, end in failed)})
         return {"faults": rows}
 
@@ -359,6 +366,26 @@ def failing_results(h: ScaleHarness, since: float) -> list[tuple[str, str, float
                 "JOIN runs r ON r.id = x.run_id JOIN nodes n ON n.id = r.node_id "
                 "WHERE x.health = 'unhealthy' AND r.started >= :t"), {"t": since}).fetchall()
         return [(node, check, float(t), float(t) + float(d or 0.0)) for node, check, t, d in rows]
+    finally:
+        store.close()
+
+
+def holds(h: ScaleHarness, since: float) -> tuple[dict[tuple[str, str], float], float]:
+    """(node, cause) -> when the guard first held its drain for a second look (its
+    ``drain_held`` events since ``since``), and ``policy.second_look_delay``: a held node's
+    fault is acted on only if a look at least that much later fails too (docs/policy.md)."""
+    from slurmguard import config
+    from slurmguard.store import Store
+
+    delay = float(config.load(str(h.prefix / "etc/slurmguard/slurmguard.toml"))[
+        "policy.second_look_delay"])
+    store = Store.open(url=h.store_url)
+    try:
+        out: dict[tuple[str, str], float] = {}
+        for e in store.nodes.events(since=since, kinds=["drain_held"], limit=100000):
+            key = (e.node, e.source)
+            out[key] = min(e.at, out.get(key, e.at))
+        return out, delay
     finally:
         store.close()
 
