@@ -372,8 +372,9 @@ def failing_results(h: ScaleHarness, since: float) -> list[tuple[str, str, float
 
 def holds(h: ScaleHarness, since: float) -> tuple[dict[tuple[str, str], float], float]:
     """(node, cause) -> when the guard first held its drain for a second look (its
-    ``drain_held`` events since ``since``), and ``policy.second_look_delay``: a held node's
-    fault is acted on only if a look at least that much later fails too (docs/policy.md)."""
+    ``drain_held`` events since ``since``; not a node already out for another fault), and
+    ``policy.second_look_delay``: a held node's fault is acted on only if a look at least
+    that much later fails too (docs/policy.md)."""
     from slurmguard import config
     from slurmguard.store import Store
 
@@ -381,13 +382,20 @@ def holds(h: ScaleHarness, since: float) -> tuple[dict[tuple[str, str], float], 
         "policy.second_look_delay"])
     store = Store.open(url=h.store_url)
     try:
-        out: dict[tuple[str, str], float] = {}
-        for e in store.nodes.events(since=since, kinds=["drain_held"], limit=100000):
-            key = (e.node, e.source)
-            out[key] = min(e.at, out.get(key, e.at))
-        return out, delay
+        evs = store.nodes.events(since=since, kinds=["drain_held", "would_drain", "would_end"],
+                                 limit=100000)
     finally:
         store.close()
+    out: dict[tuple[str, str], float] = {}
+    for e in (e for e in evs if e.kind == "drain_held"):
+        # a node already out (a would-drain of another fault open) is out whatever the hold
+        opened = sum(1 for x in evs if x.node == e.node and x.kind == "would_drain" and x.at <= e.at)
+        ended = sum(1 for x in evs if x.node == e.node and x.kind == "would_end" and x.at <= e.at)
+        if opened > ended:
+            continue
+        key = (e.node, e.source)
+        out[key] = min(e.at, out.get(key, e.at))
+    return out, delay
 
 
 def ledger(h: ScaleHarness, t0: float) -> dict[str, list[list[Any]]]:
