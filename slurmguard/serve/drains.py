@@ -76,8 +76,7 @@ class DrainView:
                                             "actor": i.reason_user[:80],
                                             "reason": _one_line(i.reason)}
                for i in drained]
-        if out:
-            self._would_notices(query, out)
+        self._would_notices(query, out)
         return 200, {"drains": out, "complete": True}
 
     def _store_drains(self, wanted: set[str], since: float | None) -> dict[str, dict[str, Any]]:
