@@ -170,7 +170,8 @@ class ShadowDay(Day):
                                  and _overlaps(start, end, t_on, t_off)
                                  # held for a second look (the guard's drain_held): seen
                                  # only by a failing look at least the delay after the hold
-                                 and start >= held.get((n, f.cause), start - delay) + delay
+                                 and ((n, f.cause) not in held
+                                      or start >= held[(n, f.cause)] + delay)
                                  for node, check, start, end in failed)})
         return {"faults": rows}
 
