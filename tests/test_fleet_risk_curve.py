@@ -11,6 +11,7 @@ import pytest
 from support.helpers import run_sg, sg_env
 
 from slurmguard.fleet.curve import LEVELS
+from slurmguard.fleet.params import RiskParams
 from slurmguard.output import iso
 
 KEYS = ("true", "false", "late", "open", "precision", "recall", "recall_ahead", "failures")
@@ -69,22 +70,24 @@ def test_the_curve_counts_every_level_with_the_one_scorer(fleet) -> None:
     window = ["--since", iso(truth.since), "--until", iso(truth.until)]
     c = json.loads(_sg(cfg, "fleet", "risk", "--curve", *window, "--json").stdout)
     rows = c["levels"]
-    assert [r["level"] for r in rows] == list(LEVELS) and c["current_level"] == 40.0
+    level = RiskParams().level  # the default: the fleet's config does not set it
+    assert [r["level"] for r in rows] == list(LEVELS) and c["current_level"] == level
     for lo, hi in zip(rows, rows[1:], strict=False):  # a higher level flags no more
         assert hi["nodes_flagged"] <= lo["nodes_flagged"] and hi["caught"] <= lo["caught"]
     assert rows[0]["nodes_flagged"] > rows[-1]["nodes_flagged"]
     assert any(r["true"] > 0 for r in rows) and rows[0]["failures"] > 0
     replay = json.loads(_sg(cfg, "policy", "replay", *window, "--json").stdout)["current"]["risk"]
-    (at_level,) = [r for r in rows if r["level"] == 40.0]
+    (at_level,) = [r for r in rows if r["level"] == level]
     assert {k: at_level[k] for k in KEYS} == {k: replay[k] for k in KEYS}
     text = _sg(cfg, "fleet", "risk", "--curve", *window).stdout
-    assert text.startswith("risk curve ") and "\n40 *" in text and "a day ahead" in text
+    assert text.startswith("risk curve ") and f"\n{level:g} *" in text and "a day ahead" in text
 
 
 def test_fleet_risk_lists_the_nodes_at_risk_and_a_bad_window_names_the_flag(fleet) -> None:
     truth, cfg = fleet
     out = json.loads(_sg(cfg, "fleet", "risk", "--json").stdout)
-    assert out["level"] == 40.0 and all(v["risk"] >= 40.0 for v in out["nodes"].values())
+    level = RiskParams().level
+    assert out["level"] == level and all(v["risk"] >= level for v in out["nodes"].values())
     p = run_sg("-c", str(cfg), "fleet", "risk", "--curve", "--since", "2026-03-01",
                "--until", "2026-02-01", env=sg_env(), timeout=60)
     assert p.returncode == 6 and "--since:" in p.stderr, (p.returncode, p.stderr)

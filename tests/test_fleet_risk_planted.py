@@ -62,14 +62,13 @@ def test_on_the_blind_fleets_half_the_predictable_failures_are_named_a_day_ahead
     assert all(r["precision"] > b["precision"] for r, b in zip(rows, before, strict=True))
 
 
-def test_on_fleetgen_precision_rose_and_in_time_recall_is_what_the_docs_say(measured):
-    """The goal (in-time recall no lower than the score before gave) is not asserted: it is
-    not met on these seeds; the docs say by how much, and this holds them to it."""
+def test_on_fleetgen_precision_rose_and_in_time_recall_is_no_lower_than_before(measured):
+    """The goal: in-time recall on fleetgen's judged seeds no lower than the score before gave."""
     rows, before = measured["fleetgen"], BEFORE["fleetgen"]["rows"]
     for r, b in zip(rows, before, strict=True):
         assert r["precision"] > b["precision"], (r, b)
     ahead, was = sum(r["ahead"] for r in rows), sum(b["ahead"] for b in before)
-    verdict = f"{was - ahead} short of the goal" if ahead < was else "the goal holds"
+    assert ahead >= was, (ahead, was)
     published = (f"in-time recall on fleetgen's seeds 301-303 together: {ahead} failures "
-                 f"flagged a day ahead, against {was} before: {verdict}")
+                 f"flagged a day ahead, against {was} before")
     assert published in re.sub(r"\s+", " ", DOC.read_text()), published

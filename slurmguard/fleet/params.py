@@ -27,7 +27,7 @@ FACTORS: dict[str, tuple[float, float, str]] = {
 }
 
 SECTION: Schema = {
-    "level": Float(40.0, "risk score (0-100) at or above which a node is called at risk",
+    "level": Float(30.0, "risk score (0-100) at or above which a node is called at risk",
                    minimum=0.0),
     "lookback_days": Float(30.0, "days of history the score reads", minimum=1.0),
     "recent_days": Float(10.0, "the warning factors count these last days against the node's "

@@ -3,11 +3,14 @@
     .venv/bin/python tests/bench/bench_prediction.py --risk-seeds 101-110 --nodes 2000 --days 60
     .venv/bin/python tests/bench/bench_prediction.py --generator blind --risk-seeds judged
     .venv/bin/python tests/bench/bench_prediction.py --risk-seeds 0 --burnin-seeds 1-8
+    .venv/bin/python tests/bench/bench_prediction.py --level-rule
 
 Node risk (slurmguard/fleet/risk.py) at its default level (or ``--risk level=30``) on the
 fleets of tests/support/fleetgen.py or tests/support/fleetgen_blind.py, counted with the one
 scorer (slurmguard/fleet/scoring.py, through tests/support/risk_eval.py): precision, recall,
-recall a day ahead and the median lead, per seed; ``--json`` keeps the rows
+recall a day ahead and the median lead, per seed; ``--level-rule`` scores every level of
+``fleet risk --curve`` on the TUNING seeds of both generators and prints the level the
+default's rule picks (risk_eval.level_rule; docs/fleet.md); ``--json`` keeps the rows
 (tests/data/risk/before.json was written so, at the score before inputs with meaning).
 
 burn-in's ``degrading`` verdict (``--burnin-seeds``) judged night after night on the wearing
@@ -31,10 +34,19 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from support.burnin_truth import wearing  # noqa: E402
-from support.risk_eval import JUDGED, judge, line, make_case  # noqa: E402
+from support.risk_eval import (  # noqa: E402
+    JUDGED,
+    LEVEL_FLOORS,
+    TUNING,
+    judge,
+    level_rule,
+    line,
+    make_case,
+)
 from support.wear_outcome import judge_nightly  # noqa: E402
 
 from slurmguard.burnin.stats import StatParams  # noqa: E402
+from slurmguard.fleet.curve import LEVELS  # noqa: E402
 from slurmguard.fleet.params import RiskParams  # noqa: E402
 
 
@@ -71,6 +83,31 @@ def burnin(seed_list: list[int], nodes: int, trend: list[str]) -> None:
                   f"min {min(vals):.2f} max {max(vals):.2f}")
 
 
+def level_curve(nodes: int, days: int) -> None:
+    """Every curve level on the tuning seeds; the level the default's rule picks."""
+    rows = []
+    for gen, seed_list in TUNING.items():
+        for s in seed_list:
+            t0 = time.monotonic()
+            with tempfile.TemporaryDirectory() as d:
+                case = make_case(gen, s, Path(d) / "fleet.db", nodes=nodes, days=days)
+                for lv in LEVELS:
+                    rows.append({**judge(case, RiskParams(level=float(lv))), "generator": gen,
+                                 "seed": s, "level": float(lv)})
+            print(f"# {gen} seed {s} [{time.monotonic() - t0:.1f} s]", flush=True)
+    for gen in TUNING:
+        for lv in LEVELS:
+            rs = [r for r in rows if r["generator"] == gen and r["level"] == lv]
+            ps = [r["precision"] for r in rs if r["precision"] is not None]
+            true, false = sum(r["true"] for r in rs), sum(r["false"] for r in rs)
+            print(f"level {gen} {lv}: a day ahead {sum(r['ahead'] for r in rs)} of "
+                  f"{sum(r['failures'] for r in rs)}, precision "
+                  f"{true / (true + false) if true + false else 0:.2f} (lowest seed "
+                  f"{min(ps) if len(ps) == len(rs) else 0:.2f}), median over seeds "
+                  f"{statistics.median(ps) if ps else 0:.2f}")
+    print(f"level rule (floors {LEVEL_FLOORS}): {level_rule(rows)}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--generator", choices=["fleetgen", "blind"], default="fleetgen")
@@ -85,7 +122,12 @@ def main() -> int:
     ap.add_argument("--burnin-seeds", default="", help="e.g. 1-8; empty: no burn-in part")
     ap.add_argument("--burnin-nodes", type=int, default=4000)
     ap.add_argument("--trend", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--level-rule", action="store_true",
+                    help="every curve level on the tuning seeds, and the default's rule")
     a = ap.parse_args()
+    if a.level_rule:
+        level_curve(a.nodes, a.days)
+        return 0
     if a.burnin_seeds:
         burnin(seeds(a.burnin_seeds), a.burnin_nodes, a.trend)
     rp = RiskParams.from_section({"weights": {k: float(v) for k, v in (w.split("=") for w in a.weight)},

@@ -28,6 +28,9 @@ DAY = 86400.0
 # Seeds: the score's choices were made on TUNING; the tests judge on JUDGED.
 TUNING = {"fleetgen": tuple(range(101, 109)) + tuple(range(201, 207)), "blind": (1, 2, 3, 4)}
 JUDGED = {"fleetgen": (301, 302, 303), "blind": (11, 12, 13)}
+# The default level's rule (docs/fleet.md, "How the default level was chosen"): the lowest
+# level of the curve whose precision is at least this on every TUNING seed of each generator.
+LEVEL_FLOORS = {"fleetgen": 0.6, "blind": 0.5}
 
 
 @dataclass
@@ -71,6 +74,18 @@ def judge(case: Case, rp: RiskParams) -> dict[str, Any]:
     if case.generator == "blind":
         out["benign_flagged"] = len(set(flags) & set(case.truth.benign))
     return out
+
+
+def level_rule(rows: list[dict[str, Any]]) -> float | None:
+    """The lowest level whose every row (one per generator, seed and level) meets its
+    generator's floor in LEVEL_FLOORS; a seed with no flag at a level fails it."""
+    ok: dict[float, bool] = {}
+    for r in rows:
+        p = r["precision"]
+        ok[r["level"]] = ok.get(r["level"], True) and p is not None and \
+            p >= LEVEL_FLOORS[r["generator"]]
+    good = sorted(lv for lv, v in ok.items() if v)
+    return good[0] if good else None
 
 
 def line(name: str, rows: list[dict[str, Any]]) -> str:
