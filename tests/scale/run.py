@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--emulated-slurm-reads", action="store_true",
                     help="each emulated health check also reads its node from Slurm, as an "
                          "acting hook does (a process per check on this host)")
+    ap.add_argument("--start-wave", type=int, default=None,
+                    help="start the slurmd this many at a time, each wave once the ones before "
+                         "registered (default: 128 with --emulated, else all at once)")
     ap.add_argument("--hc-interval", type=int, default=300, help="HealthCheckInterval (s)")
     ap.add_argument("--minutes", type=float, default=2.0, help="steady: minutes per job rate")
     ap.add_argument("--outage-minutes", type=float, default=5.0,
@@ -120,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     spec = ScaleSpec(nodes=a.nodes, agents=min(a.agents, a.nodes), hc_interval=a.hc_interval,
                      job_config=not a.jobs_without_config,
                      policy_interval=a.policy_interval or 60.0, emulated=a.emulated,
-                     emulated_slurm_reads=a.emulated_slurm_reads)
+                     emulated_slurm_reads=a.emulated_slurm_reads,
+                     start_wave=a.start_wave if a.start_wave is not None else
+                     (128 if a.emulated else 0))
     size = f"{a.nodes}+{a.emulated}" if a.emulated else str(a.nodes)  # its key in --out
     root = Path(a.root).resolve() / f"n{size}"
     if a.emulated and any(s in ALONE for s in a.scenario):

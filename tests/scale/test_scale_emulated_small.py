@@ -51,7 +51,8 @@ def run(tmp_path_factory):
     require_harness()
     t0 = time.monotonic()
     h = ScaleHarness.start(tmp_path_factory.mktemp("scale") / "h",
-                           ScaleSpec(nodes=NODES, agents=AGENTS, emulated=EMULATED, hc_interval=60))
+                           ScaleSpec(nodes=NODES, agents=AGENTS, emulated=EMULATED, hc_interval=60,
+                                     start_wave=NODES // 2))  # started in waves, as at 10,000
     try:
         assert h.cluster is not None and h.traffic is not None
         out: dict = {"start_s": time.monotonic() - t0}

@@ -102,6 +102,7 @@ class ScaleSpec:
     # with no slurmd: support/nodetraffic.py sends what their hooks would send to serve.
     # Slurm 22.05 keeps them UNKNOWN+NOT_RESPONDING (docs/scale.md "Emulated nodes").
     emulated: int = 0
+    start_wave: int = 0  # slurmd started this many at a time (Cluster.start's wave); 0: all
     emulated_slurm_reads: bool = False  # each emulated health check reads its node from Slurm
 
 
@@ -200,6 +201,7 @@ class ScaleHarness:
                         "RequeueExit=75", *reboot, *self.spec.slurm_extra],
             port_base=free_port_block(self.spec.nodes + 1 + bool(self.spec.emulated)),
             timeout=self.spec.start_timeout, emulated=self.spec.emulated,
+            wave=self.spec.start_wave,
             accounting=self.dbd, gpus_per_node=GPUS_PER_NODE if self.spec.accounting else 0)
         assert self.cluster.conf_path == self.conf_path, self.cluster.conf_path
         self._pidfile("slurmctld", self.cluster._ctld.pid, str(self.conf_path))  # type: ignore[union-attr]

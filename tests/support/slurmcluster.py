@@ -42,6 +42,10 @@ SBIN = {"slurmctld": "/usr/sbin/slurmctld", "slurmd": "/usr/sbin/slurmd", "munge
 BIN = {t: f"/usr/bin/{t}" for t in ("scontrol", "sbatch", "squeue", "sinfo", "sacct", "scancel",
                                      "srun", "sdiag", "munge", "unmunge")}
 MUNGE_KEY = Path("/etc/munge/munge.key")
+# munged's threads (Debian's default is 2): a fleet-sized cluster's registration storm, a
+# thousand slurmd signing at once, saturated 2 ("Munge encode failed: Resource temporarily
+# unavailable"). .ci/run starts munged with the same.
+MUNGED_ARGS = ("--num-threads=8",)
 CPUS_PER_NODE = 2
 
 
@@ -88,7 +92,7 @@ def ensure_munge(timeout: float = 15.0) -> None:
         shutil.chown(d, "munge", "munge")
     # munged daemonizes; its starter exits at once. Another test session may start one at the
     # same moment: the loser fails on the socket lock, which is fine as long as one answers.
-    subprocess.run(["/usr/sbin/runuser", "-u", "munge", "--", SBIN["munged"]],
+    subprocess.run(["/usr/sbin/runuser", "-u", "munge", "--", SBIN["munged"], *MUNGED_ARGS],
                    capture_output=True, timeout=timeout)
     wait_for(munge_works, timeout, interval=0.2, what="munged to answer `munge -n | unmunge`",
              error=ClusterError)
@@ -201,7 +205,7 @@ class Cluster:
               timeout: float = 60.0, accounting: Any = None,
               node_addrs: Mapping[str, str] | None = None,
               port_base: int | None = None, gpus_per_node: int = 0,
-              emulated: int = 0) -> Cluster:
+              emulated: int = 0, wave: int = 0) -> Cluster:
         """Write slurm.conf under ``tmpdir``, start slurmctld and ``nodes`` slurmd, wait idle.
 
         Hooks are absolute paths of executables (see :func:`write_hook_script`).
@@ -211,6 +215,9 @@ class Cluster:
         ``node_addrs``: a NodeAddr per node (127.0.0.2, 127.0.0.3, ...: every slurmd listens
         on all of loopback), so nodes of this one machine have distinct addresses, as the
         node-identity tests need; by default every node is at localhost.
+        ``wave``: start the slurmd this many at a time, each wave once the ones before have
+        registered (a fleet-sized start on one host: every slurmd registering at once, with its
+        first health check, saturates munged and the CPUs); 0: all at once.
         ``port_base``: slurmctld on that port, node i on port_base + i (a fleet-sized cluster:
         a block below the kernel's ephemeral range, see :func:`free_port_block`); by default
         such a block handed out here.
@@ -255,8 +262,11 @@ class Cluster:
                                        extra=[*acct, *extra_conf], gpu_partition=gpu_partition))
         try:
             c._start_ctld()
-            for n in names:
-                c.start_slurmd(n)
+            for k in range(0, len(names), wave or len(names) or 1):
+                for n in names[k:k + (wave or len(names))]:
+                    c.start_slurmd(n)
+                if wave and k + wave < len(names):
+                    c._wait_registered(names[:k + wave], timeout)
             if wait:
                 c.wait_nodes_idle(timeout)
         except BaseException:
@@ -540,6 +550,31 @@ class Cluster:
                         error=lambda _: ClusterError(
                             f"node {name} not {what or 'as expected'} after {timeout}s: {info}"))
 
+    @property
+    def _poll_s(self) -> float:
+        """How often a wait reads the node table: every 0.2 s on a test-sized cluster, every
+        2 s on a fleet-sized one (a full read of 10,000 entries is 5.7 MB of text)."""
+        return 0.2 if len(self.nodes) + len(self.emulated) <= 256 else 2.0
+
+    def _wait_registered(self, names: list[str], timeout: float) -> None:
+        """Until at most a tenth of ``names`` is still not responding (the start's waves);
+        past ``timeout`` the start goes on, and wait_nodes_idle judges the whole fleet."""
+        want = set(names)
+
+        def registered() -> bool:
+            try:
+                late = [n for n in self.cli().nodes()
+                        if n.name in want and "NOT_RESPONDING" in n.flags]
+            except Exception:  # slurmctld busy: try again
+                return False
+            return len(late) <= len(want) // 10
+
+        try:
+            wait_for(registered, timeout, interval=self._poll_s, what="a wave registered",
+                     error=ClusterError)
+        except ClusterError:
+            pass
+
     def wait_nodes_idle(self, timeout: float = 60) -> None:
         """Wait until every node is idle with no flags at all (also not NOT_RESPONDING, which
         a fresh slurmctld sets on every node until its first ping answer); the real nodes
@@ -556,7 +591,7 @@ class Cluster:
             return len(nodes) == len(self.nodes) and all(
                 n.state == "idle" and not n.flags for n in nodes)
 
-        wait_for(all_idle, timeout, interval=0.2, what="every node idle",
+        wait_for(all_idle, timeout, interval=self._poll_s, what="every node idle",
                  error=lambda _: ClusterError(f"nodes not idle after {timeout}s: {nodes}\n"
                                               + self.log_tail("slurmctld.log")))
 
