@@ -74,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--outage-jobs", type=int, default=0,
                     help="outage: wrapped one-node jobs (default one per node)")
     ap.add_argument("--parallel", type=int, default=64, help="hooks run at once (memory bound)")
+    ap.add_argument("--in-order", action="store_true",
+                    help="run the scenarios in the order given, not the harness's (a 10,000-"
+                         "entry run: steady and gate first, the shared fault last)")
+    ap.add_argument("--gate-burst", type=int, default=200,
+                    help="gate: one-node jobs' gates started at once")
     ap.add_argument("--fault-mode", action="append", choices=["serve_up", "serve_down"],
                     default=[], help="shared_fault: only these phases (default both)")
     ap.add_argument("--seed", type=int, default=1, help="fleet_day: the fault schedule's seed")
@@ -131,10 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.emulated and any(s in ALONE for s in a.scenario):
         ap.error("--emulated: not with " + ", ".join(ALONE) + " (real nodes only)")
     opts: dict = {"minutes": a.minutes, "parallel": a.parallel, "outage_minutes": a.outage_minutes,
-                  "outage_jobs": a.outage_jobs or None}
+                  "outage_jobs": a.outage_jobs or None, "burst": a.gate_burst}
     if a.fault_mode:
         opts["modes"] = tuple(a.fault_mode)
-    scenarios = [s for s in SCENARIOS if s in a.scenario] or list(DEFAULT)
+    scenarios = ([s for s in SCENARIOS if s in a.scenario] if not a.in_order else
+                 list(dict.fromkeys(a.scenario))) or list(DEFAULT)
     for alone in ALONE:
         if alone in scenarios and scenarios != [alone]:
             ap.error(f"--scenario {alone} runs alone")
