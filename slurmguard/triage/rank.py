@@ -65,14 +65,21 @@ def slow_nodes(speeds: Mapping[str, Mapping[str, float]]) -> dict[str, tuple[str
 
 def rank(summaries: Iterable[Any], alerts: Sequence[Any] = (),
          speeds: Mapping[str, Mapping[str, float]] | None = None,
-         risks: Mapping[str, Any] | None = None, risk_level: float = 40.0) -> list[Suspect]:
+         risks: Mapping[str, Any] | None = None,
+         risk_level: float | None = None) -> list[Suspect]:
     """Suspects, highest score first (ties by name); nodes with nothing against them left out.
 
     ``summaries``: store NodeSummary objects; ``alerts``: open AlertRow objects;
     ``speeds``: {hook: {node: mean seconds}} from ``Store.nodes.hook_speeds``; ``risks``: node ->
-    :class:`slurmguard.fleet.risk.Risk` (only those at or above ``risk_level`` count).
+    :class:`slurmguard.fleet.risk.Risk` (only those at or above ``risk_level`` count; by
+    default ``risk.level``'s default).
     """
     from slurmguard.nodeset import expand
+
+    if risk_level is None:
+        from slurmguard.fleet.params import RiskParams
+
+        risk_level = RiskParams().level
 
     members: dict[str, list[Any]] = {}
     for a in alerts:
