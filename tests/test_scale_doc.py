@@ -94,3 +94,44 @@ def test_the_page_leads_with_each_cost_from_the_newest_run_that_measured_it():
     assert rows["the gate: a job over every node, p99 (serve's socket)"].endswith(
         "| 80.0 ms (128 nodes) [gate-only] |")
     assert rows["a serve outage: slurmctld's RPC rate, down / up"].endswith("| – |")
+
+
+def test_a_ten_thousand_node_run_has_its_column_and_its_goals_against_goal():
+    """A run of N real and E emulated entries (N + E >= 10,000) is the last column of "What a
+    site gets" and gives the rows of "Goals at 10,000 nodes", each judged against its goal;
+    a smaller N+E run is neither."""
+    from support.scale_doc import current
+
+    def ph(rate: int, rpm: float, ctld: float) -> dict:
+        return {"jobs_per_hour": rate, "slurmguard_rpm": rpm, "ctld_cpu_pct": 3.0,
+                "slurmguard_ctld_pct": ctld, "node_cpu_s_per_hour_agent": 1.0,
+                "node_cpu_s_per_hour_fallback": 2.0, "seconds": 120.0,
+                "serves": [{"cpu_s": 6.0, "rss_mb": 300.0}, {"cpu_s": 1.2, "rss_mb": 1100.0}]}
+
+    tenk = {"date": "2026-12-07 08:00 UTC", "nodes": 1024,
+            "steady": {"phases": [ph(300, 50.0, 0.4), ph(1200, 52.0, 1.5)]},
+            "gate": {"large_p99_ms": 420.0, "large_job_nodes": 1024, "burst": 500,
+                     "burst_p99_ms": 900.0},
+            "shared_fault": {"cap": 50, "outage_rpc_ratio": 2.5, "bound_serve_down": 51,
+                             "serve_up": {"drained": 50, "slurmguard_rpcs": 1000},
+                             "serve_down": {"drained": 51, "slurmguard_rpcs": 2500}}}
+    data = {"runs": {"tenk": {"1024+8976": tenk},
+                     "middle": {"64+2000": dict(tenk, date="2026-12-08 00:00 UTC")}}}
+    lines = current(data)
+    head = next(ln for ln in lines if ln.startswith("| cost |"))
+    assert head.endswith("| 10,000 nodes (1,024 real) |") and "2,064" not in head
+    goals = {ln.split(" | ")[0].lstrip("| "): ln for ln in lines[lines.index(
+        "## Goals at 10,000 nodes, 1,200 jobs an hour\n"):] if ln.startswith("| ")}
+
+    def holds(start: str) -> str:
+        (row,) = [v for k, v in goals.items() if k.startswith(start)]
+        assert "| tenk (1024+8976) |" in row, row
+        return row.rsplit("| ", 1)[-1].strip(" |")
+
+    assert holds("slurmguard's share of slurmctld's CPU") == "no"  # 1.5 % > 1 %
+    assert holds("slurmguard's RPCs a minute flat") == "yes"  # 52 <= 1.25 x 50 + 5
+    assert holds("serve's RSS") == "no"  # 1,100 MB > 1 GB
+    assert holds("the gate for a 1,024-node job") == "yes"
+    assert holds("a shared fault on every node, serve up") == "yes"
+    assert holds("a shared fault on every node, every replica down") == "no"  # 51 > 50
+    assert holds("in the outage") == "no"  # 2.5x

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from support.footprint import parse_sdiag, percentile, split_rpcs
+from support.footprint import client_rpc_us, parse_sdiag, percentile, split_rpcs
 
 SAMPLE = """*******************************************************
 sdiag output at Sat Dec 05 01:21:25 2026 (1764897685)
@@ -34,6 +34,7 @@ def test_the_by_type_section_is_read_and_the_by_user_one_is_not():
     assert got["REQUEST_NODE_INFO"].total_us == 5800
     assert "root" not in got
     assert split_rpcs(got) == (20, 5)  # FED_INFO and the epilog are Slurm's own
+    assert client_rpc_us(got) == 5800  # the server time of the client's RPCs alone
 
 
 def test_no_section_is_no_counts():

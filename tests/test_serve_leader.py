@@ -50,6 +50,12 @@ def test_one_leader_and_a_takeover_after_kill_9(slurm_cluster_factory, pg_server
         assert post_records(followers[0].url + "/ingest", TOKEN, [rec], 30)["stored"] == [rec["id"]]
         wait_for(lambda: leader.policy_passes() > before, 3 * RETRY, what="the leader's pass")
         assert [r.policy_passes() for r in followers] == [0, 0]
+        # each pass is timed, by kind: the first (full) one and the record's one at least
+        timed = {k: leader.metric("slurmguard_policy_pass_duration_seconds_count", kind=k)
+                 for k in ("full", "incremental")}
+        assert timed["full"] >= 1 and sum(timed.values()) >= before + 1, (timed, before)
+        assert [r.metric("slurmguard_policy_pass_duration_seconds_count")
+                for r in followers] == [0, 0]
         assert leader.proc is not None
         t0 = time.monotonic()
         os.killpg(leader.proc.pid, signal.SIGKILL)

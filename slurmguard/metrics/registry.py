@@ -233,6 +233,11 @@ class ServeMetrics(_Base):
         self.policy_passes = Counter(
             "slurmguard_policy_passes_total", "Fleet policy passes, by result (ok, failed).",
             ["result"], registry=r)
+        self.policy_pass_duration = Histogram(
+            "slurmguard_policy_pass_duration_seconds",
+            "Seconds one policy pass took on the leader, by kind (full: every active node; "
+            "incremental: the nodes with new records).", ["kind"], buckets=_LAG_BUCKETS,
+            registry=r)
         self.http_connection_events = Counter(
             "slurmguard_http_connection_events_total",
             "What serve's HTTP front did to connections (docs/serve.md): accepted, evicted_idle, "

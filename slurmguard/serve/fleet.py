@@ -164,7 +164,10 @@ class Fleet:
                 nodes |= set(self.store.nodes.active(time.time() - self.params.window))
             if not nodes and not full:
                 return  # nothing new: not a pass
+            t0 = time.monotonic()
             self.evaluate(nodes)
+            self.metrics.policy_pass_duration.labels(
+                kind="full" if full else "incremental").observe(time.monotonic() - t0)
             self.metrics.policy_passes.labels(result="ok").inc()
             self.last_pass = time.time()
         except Exception:

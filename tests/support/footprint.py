@@ -67,6 +67,12 @@ def split_rpcs(counts: dict[str, RpcCount]) -> tuple[int, int]:
     return own, sum(c.count for t, c in counts.items() if t not in SLURM_OWN)
 
 
+def client_rpc_us(counts: dict[str, RpcCount]) -> int:
+    """slurmctld's server time (us, sdiag's total_time) in the client queries and updates of
+    one sdiag reading: what slurmguard's RPCs cost it on this host, whatever else it serves."""
+    return sum(c.total_us for t, c in counts.items() if t not in SLURM_OWN)
+
+
 _TICK = os.sysconf("SC_CLK_TCK")
 
 

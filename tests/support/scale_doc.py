@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from support import scale_doc_repair
+from support import scale_doc_repair, scale_doc_tenk
 from support.scale_doc_text import HEAD, LABELS
 
 NODE_GOAL = 3.6  # CPU-seconds per node per hour: 0.1 % of one core (the issue's goal)
@@ -314,6 +314,10 @@ CURRENT: list[tuple[str, Any]] = [
          f"{ph['slurmguard_rpm']} at {ph['jobs_per_hour']:,} jobs/h"))(_hi(f))),
     ("slurmctld: its CPU, every cause, steady at the higher job rate",
      lambda f: (lambda ph: None if ph is None else f"{ph['ctld_cpu_pct']} %")(_hi(f))),
+    ("slurmctld: the server time of slurmguard's RPCs (sdiag), share of one core, steady at "
+     "the higher job rate",
+     lambda f: (lambda ph: None if ph is None or "slurmguard_ctld_pct" not in ph else
+                f"{ph['slurmguard_ctld_pct']} %")(_hi(f))),
     ("each node: CPU-s an hour with the agent / without it (steady, the lower job rate)",
      lambda f: (lambda ph: None if ph is None else
                 f"{ph['node_cpu_s_per_hour_agent']} / {ph['node_cpu_s_per_hour_fallback']}")(_lo(f))),
@@ -325,7 +329,7 @@ CURRENT: list[tuple[str, Any]] = [
     ("a shared fault, every serve down: nodes drained (the stated bound)",
      lambda f: None if "serve_down" not in f.get("shared_fault", {}) else
      f"{f['shared_fault']['serve_down']['drained']} "
-     f"({f['shared_fault'].get('bound_serve_down', f['shared_fault']['bound_serve_down_today'])})"),
+     f"({f['shared_fault'].get('bound_serve_down') or f['shared_fault']['bound_serve_down_today']})"),
     ("the gate: a job over every node, p99 (serve's socket)",
      lambda f: None if "gate" not in f else
      f"{f['gate']['large_p99_ms']} ms ({f['gate']['large_job_nodes']} nodes)"),
@@ -340,25 +344,32 @@ CURRENT: list[tuple[str, Any]] = [
 def current(data: dict[str, Any]) -> list[str]:
     """The table the page leads with: what slurmguard costs slurmctld, each node, the
     controller and the store at each size measured, each figure from the newest run at that
-    size that measured it (named in the cell); every run in full is under "History"."""
-    sizes = sorted({int(n) for runs in data["runs"].values() for n, _ in _real(runs)
-                    if int(n) >= 128})
-    by_date = sorted(((f.get("date", ""), label, int(n), f) for label, runs in data["runs"].items()
-                      for n, f in _real(runs)), key=lambda x: x[0])
+    size that measured it (named in the cell); every run in full is under "History". A
+    10,000-entry run (N real + E emulated) has the last column: its per-node figures are
+    its real nodes'."""
+    cols = [(str(n), f"{n:,} nodes") for n in sorted(
+        {int(n) for runs in data["runs"].values() for n, _ in _real(runs) if int(n) >= 128})]
+    tenk = sorted({key for _, key, _ in scale_doc_tenk.tenk_runs(data)})
+    cols += [(k, f"{sum(map(int, k.split('+'))):,} nodes ({int(k.split('+')[0]):,} real)")
+             for k in tenk]
+    by_date = sorted(((f.get("date", ""), label, n, f) for label, runs in data["runs"].items()
+                      for n, f in [*_real(runs), *((k, v) for k, v in runs.items() if k in tenk)]),
+                     key=lambda x: x[0])
     out = ["## What a site gets\n",
            "Each figure is the newest run at that size that measured it (the run's label in "
-           "brackets; every run in full is under \"History\" below). 10,000 nodes are not "
-           "measured yet: \"Projected to 10,000 nodes\" below scales these.\n",
-           "| cost | " + " | ".join(f"{n:,} nodes" for n in sizes) + " |",
-           "|---|" + "---|" * len(sizes)]
+           "brackets; every run in full is under \"History\" below)."
+           + ("" if tenk else " 10,000 nodes are not measured yet: \"Projected to 10,000 "
+              "nodes\" below scales these.") + "\n",
+           "| cost | " + " | ".join(name for _, name in cols) + " |",
+           "|---|" + "---|" * len(cols)]
     for what, get in CURRENT:
         cells = []
-        for n in sizes:
-            got = [(label, v) for _, label, m, f in by_date if m == n
+        for key, _ in cols:
+            got = [(label, v) for _, label, m, f in by_date if m == key
                    and (v := get(f)) is not None]
             cells.append(f"{got[-1][1]} [{got[-1][0]}]" if got else "–")
         out.append(f"| {what} | " + " | ".join(cells) + " |")
-    return [*out, ""]
+    return [*out, "", *scale_doc_tenk.section(data)]
 
 
 def render(data: dict[str, Any], plot_lines: list[str]) -> str:

@@ -71,6 +71,12 @@ class Phase:
             "slurmguard_rpm": round(client * per_min, 1),
             "ctld_cpu_pct": round(100 * _d(ctld, self.ctld) / secs, 2),
             "slurmguard_rpcs": client,
+            # slurmctld's server time in those RPCs (sdiag's total_time), by type and in all,
+            # as a share of one core: slurmguard's part of slurmctld's CPU, apart from the
+            # pings and registrations of a fleet's worth of node entries.
+            "rpc_ms_per_min": {t: round(c.total_us / 1000 * per_min, 1)
+                               for t, c in sorted(rpcs.items())},
+            "slurmguard_ctld_pct": round(100 * footprint.client_rpc_us(rpcs) / 1e6 / secs, 3),
             # Who asked (the tool recorders): calls by side/subcommand and kind; the node
             # side's RPCs are its calls x footprint.RPCS_PER_CALL, the controller side's the
             # rest of sdiag's client RPCs (so whatever no recorder saw counts against it).

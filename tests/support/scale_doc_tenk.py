@@ -1,0 +1,120 @@
+"""docs/scale.md's "Goals at 10,000 nodes" table: each goal of a 10,000-entry controller (one
+slurmctld, N real `slurmd -N` and E emulated node entries, run.py --emulated) against the run
+that measured it, rendered from docs/scale.json like the rest of the page (scale_doc.py).
+
+A run is a 10,000-node run when its key is N+E with N + E >= 10,000; the newest such run that
+measured a goal gives its row (its label and key in the row). The store's steady size comes
+from docs/store_retention.json (docs/store.md, "Steady size"), the one place it is measured.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from support import retention_doc
+
+TENK = 10_000
+CPU_GOAL_PCT = 1.0  # slurmguard's share of slurmctld's CPU, % of one core
+RSS_GOAL_MB = 1024.0  # per serve replica
+GATE_GOAL_MS = 1000.0  # a 1,024-node job's gate, p99
+OUTAGE_GOAL = 2.0  # slurmguard's RPCs with every replica down over those with serve up
+Row = tuple[str, str, bool | None]  # goal, measured, holds (None: not measured)
+
+
+def tenk_runs(data: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, key, figures) of the runs with N + E >= 10,000 entries, oldest first."""
+    out = []
+    for label, runs in data["runs"].items():
+        for key, f in runs.items():
+            n, plus, e = key.partition("+")
+            if plus and n.isdigit() and e.isdigit() and int(n) + int(e) >= TENK:
+                out.append((f.get("date", ""), label, key, f))
+    return [(label, key, f) for _, label, key, f in sorted(out, key=lambda x: x[0])]
+
+
+def _phases(f: dict[str, Any]) -> list[dict[str, Any]]:
+    return sorted(f.get("steady", {}).get("phases", []), key=lambda ph: ph["jobs_per_hour"])
+
+
+def _rows(f: dict[str, Any]) -> list[tuple[str, Row]]:
+    """(goal id, row) for every goal this run measured."""
+    out: list[tuple[str, Row]] = []
+    ph = _phases(f)
+    if ph:
+        hi, lo = ph[-1], ph[0]
+        if "slurmguard_ctld_pct" in hi:
+            v = hi["slurmguard_ctld_pct"]
+            out.append(("cpu", (
+                f"slurmguard's share of slurmctld's CPU at {hi['jobs_per_hour']:,} jobs/h, two "
+                f"replicas: at most {CPU_GOAL_PCT:g} % of one core (sdiag's server time in "
+                "slurmguard's RPCs)",
+                f"{v} % (slurmctld's CPU, every cause: {hi['ctld_cpu_pct']} %)",
+                v <= CPU_GOAL_PCT)))
+        if len(ph) >= 2:
+            ok = hi["slurmguard_rpm"] <= 1.25 * lo["slurmguard_rpm"] + 5
+            out.append(("flat", (
+                "slurmguard's RPCs a minute flat in the job rate",
+                f"{lo['slurmguard_rpm']} at {lo['jobs_per_hour']:,} jobs/h, "
+                f"{hi['slurmguard_rpm']} at {hi['jobs_per_hour']:,}", ok)))
+        rss = [s["rss_mb"] for p in ph for s in p.get("serves", [])]
+        if rss:
+            out.append(("rss", (f"serve's RSS at most {RSS_GOAL_MB / 1024:g} GB per replica",
+                                f"at most {max(rss)} MB", max(rss) <= RSS_GOAL_MB)))
+    g = f.get("gate")
+    if g:
+        out.append(("gate", (
+            f"the gate for a {g['large_job_nodes']:,}-node job, p99: at most "
+            f"{GATE_GOAL_MS / 1000:g} s",
+            f"{g['large_p99_ms']} ms; {g['burst']} one-node jobs at once: p99 "
+            f"{g['burst_p99_ms']} ms", g["large_p99_ms"] <= GATE_GOAL_MS)))
+    sf = f.get("shared_fault", {})
+    for mode, what in (("serve_up", "serve up"), ("serve_down", "every replica down")):
+        if mode in sf:
+            d = sf[mode]["drained"]
+            out.append((mode, (f"a shared fault on every node, {what}: drained at most the cap",
+                               f"{d} (cap {sf['cap']})", d <= sf["cap"])))
+    r = sf.get("outage_rpc_ratio")
+    if r is not None:
+        out.append(("outage", (
+            f"in the outage slurmguard's RPCs cost at most {OUTAGE_GOAL:g}x what they cost "
+            "with serve up (the shared fault's pass, down / up)",
+            f"{r}x ({sf['serve_down']['slurmguard_rpcs']:,} / "
+            f"{sf['serve_up']['slurmguard_rpcs']:,})", r <= OUTAGE_GOAL)))
+    return out
+
+
+def rows(data: dict[str, Any], retention: dict[str, Any] | None) -> list[str]:
+    """The table's lines: per goal the newest 10,000-node run that measured it."""
+    newest: dict[str, tuple[str, str, Row]] = {}
+    for label, key, f in tenk_runs(data):
+        for goal, row in _rows(f):
+            newest[goal] = (label, key, row)
+    lines = ["| goal | measured | run | holds |", "|---|---|---|---|"]
+    for label, key, (goal, measured, ok) in newest.values():
+        lines.append(f"| {goal} | {measured} | {label} ({key}) | "
+                     f"{'–' if ok is None else 'yes' if ok else 'no'} |")
+    if retention is not None:
+        gb = {e: retention_doc.steady(retention, e)["steady_gb"][str(TENK)]
+              for e in retention["engines"]}
+        measured = ", ".join(f"{v:g} GB ({e})" for e, v in sorted(gb.items()))
+        lines.append(f"| the store's steady size with the default retention at 10,000 nodes: "
+                     f"at most {retention_doc.GOAL_GB:g} GB | {measured} | docs/store.md, "
+                     f"\"Steady size\" | {'yes' if max(gb.values()) <= retention_doc.GOAL_GB else 'no'} |")
+    return lines
+
+
+def section(data: dict[str, Any]) -> list[str]:
+    """The page's section, after the table it leads with."""
+    path = retention_doc.DATA
+    retention = json.loads(Path(path).read_text()) if Path(path).exists() else None
+    runs = tenk_runs(data)
+    out = ["## Goals at 10,000 nodes, 1,200 jobs an hour\n"]
+    if not runs:
+        return [*out, "No 10,000-node run in docs/scale.json yet.\n"]
+    out.append("One slurmctld with 10,000 node entries: 1,024 real `slurmd -N` with the "
+               "installed hooks and 8,976 emulated entries whose records, permits and gates "
+               "the node-traffic generator sends (\"Emulated nodes\" above says what they "
+               "cannot show); two serve replicas on PostgreSQL.\n")
+    return [*out, *rows(data, retention), ""]
