@@ -41,6 +41,7 @@ class Phase:
         self.agents = {n: footprint.proc_cpu(p.pid) for n, p in h.agents.items()}
         self.serves = [footprint.proc_cpu(s.proc.pid) if s.proc else None for s in h.serves]
         self.traffic = h.traffic.snapshot() if h.traffic is not None else None
+        self.passes = _passes(h)
 
     def end(self) -> Figures:
         h, secs = self.h, time.monotonic() - self.t0
@@ -88,7 +89,30 @@ class Phase:
                                 + scriptd.children - self.scriptd.children, 2),
             "agent_cpu_s_per_hour": round(3600.0 / secs * _mean(agent), 2),
             "serves": serves,
+            # serve's policy passes in the phase, by kind: how many, and their mean seconds
+            # (slurmguard_policy_pass_duration_seconds, summed over the replicas)
+            "policy_passes": {k: {"count": int(c - c0),
+                                  "mean_s": round((t - t0) / (c - c0), 3) if c > c0 else None}
+                              for k, (c, t) in _passes(h).items()
+                              for c0, t0 in [self.passes.get(k, (0.0, 0.0))]},
         }
+
+
+def _passes(h: ScaleHarness) -> dict[str, tuple[float, float]]:
+    """kind -> (policy passes, their seconds) so far, over the replicas that answer."""
+    out: dict[str, tuple[float, float]] = {}
+    for s in h.serves:
+        if s.proc is None:
+            continue
+        for kind in ("full", "incremental"):
+            try:
+                c = s.metric("slurmguard_policy_pass_duration_seconds_count", kind=kind)
+                t = s.metric("slurmguard_policy_pass_duration_seconds_sum", kind=kind)
+            except OSError:  # a replica not answering: its passes are not in the figure
+                continue
+            c0, t0 = out.get(kind, (0.0, 0.0))
+            out[kind] = (c0 + c, t0 + t)
+    return out
 
 
 def _d(now: footprint.Cpu | None, before: footprint.Cpu | None, children: bool = False) -> float:

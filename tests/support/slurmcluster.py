@@ -557,14 +557,15 @@ class Cluster:
         return 0.2 if len(self.nodes) + len(self.emulated) <= 256 else 2.0
 
     def _wait_registered(self, names: list[str], timeout: float) -> None:
-        """Until at most a tenth of ``names`` is still not responding (the start's waves);
-        past ``timeout`` the start goes on, and wait_nodes_idle judges the whole fleet."""
+        """Until at most a tenth of ``names`` is still unregistered, UNKNOWN or not responding
+        (the start's waves); past ``timeout`` the start goes on, and wait_nodes_idle judges
+        the whole fleet."""
         want = set(names)
 
         def registered() -> bool:
             try:
-                late = [n for n in self.cli().nodes()
-                        if n.name in want and "NOT_RESPONDING" in n.flags]
+                late = [n for n in self.cli().nodes() if n.name in want
+                        and ("NOT_RESPONDING" in n.flags or n.state == "unknown")]
             except Exception:  # slurmctld busy: try again
                 return False
             return len(late) <= len(want) // 10
