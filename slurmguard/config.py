@@ -239,6 +239,11 @@ _SERVE: Schema = {
     "slurm_view_ttl": Float(2.0, "seconds one read of Slurm's node table serves /drains, the "
                             "policy pass and the scopes (serve reads it at most once per this)",
                             minimum=0.0),
+    "slurm_view_entries_per_ttl": Int(4096, "node entries one read per slurm_view_ttl covers: "
+                                      "a larger table is read proportionally less often "
+                                      "(ttl x entries / this), so serve's share of slurmctld "
+                                      "stays about flat as the fleet grows; 0: every ttl",
+                                      minimum=0),
     "slurm_view_max_age": Float(10.0, "PostgreSQL replicas: the leader reads the node table and "
                                 "publishes it in the store; another replica uses that view while "
                                 "its read is at most this many seconds old, and reads Slurm "

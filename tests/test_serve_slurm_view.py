@@ -105,3 +105,23 @@ def test_the_leader_reads_slurm_for_both_and_the_follower_falls_back_when_it_sto
         for v in views.values():
             v.stop()
         store.close()
+
+
+def test_a_larger_table_is_read_proportionally_less_often(slurm_cluster_factory: Any) -> None:
+    """``entries_per_ttl``: a table of more entries than one ttl covers is read every ttl x
+    entries / entries_per_ttl (here 2 entries, 1 per ttl: every 2 ttl), counted by slurmctld;
+    a caller between two reads gets the cached view, not a read of its own."""
+    c = slurm_cluster_factory(nodes=2)
+    view = CachedNodes(c.cli(), TTL, entries_per_ttl=1)
+    try:
+        assert view.period == TTL  # nothing read yet: the table's size is not known
+        assert sorted(i.name for i in view.nodes()) == sorted(c.nodes)
+        assert view.period == 2 * TTL
+        view.start()
+        reads = counted(c, WINDOW).get("REQUEST_NODE_INFO", 0)
+        for _ in range(20):  # callers in between are answered from the view
+            view.nodes()
+        print(f"\n2 entries, 1 per ttl: {reads} node reads in {WINDOW:.0f} s at ttl {TTL}")
+        assert WINDOW / (2 * TTL) - 2 <= reads <= WINDOW / (2 * TTL) + 1, reads
+    finally:
+        view.stop()

@@ -160,7 +160,8 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
 
     # One read of the node table every ttl while in use, shared by /drains, the policy pass
     # and the scopes: serve's cost to slurmctld does not follow the job rate (slurmview.py).
-    slurm = CachedNodes(SlurmCLI.from_config(cfg), float(scfg["slurm_view_ttl"]))
+    slurm = CachedNodes(SlurmCLI.from_config(cfg), float(scfg["slurm_view_ttl"]),
+                        int(scfg["slurm_view_entries_per_ttl"]))
     slurm.counter = metrics.node_views
     slurm.start()
     fleet = None

@@ -35,6 +35,13 @@ than ``serve.slurm_view_max_age`` (no leader: killed and not yet replaced, or a 
 cannot read Slurm; or the store does not answer) reads Slurm itself every ttl until a fresh
 view appears again: the cost is bounded per replica in that case as before, never zero views.
 
+The period grows with the table: every ttl for up to ``serve.slurm_view_entries_per_ttl``
+node entries (4,096), proportionally less often beyond (ttl x entries / that). A read packs
+every entry, so slurmctld's time in one read grows with the fleet; reading less often as it
+grows keeps serve's share of slurmctld about flat in N (at 10,000 entries: a read every 4.9 s
+at ttl 2). A follower's ``max_age`` stretches likewise (at least 2.5 periods), so a large
+fleet's followers do not take a leader's view for stale and read Slurm themselves.
+
 Every other call (one node, drain, jobs, ...) goes to the adapter unchanged.
 """
 
@@ -79,8 +86,9 @@ class SharedView:
                 log.warning("slurm view not published: %s", exc)
             self._failed = True
 
-    def fresh_head(self) -> Any:
-        """The published head when its read is at most max_age old, else None."""
+    def fresh_head(self, period: float = 0.0) -> Any:
+        """The published head when its read is at most max_age old (at least 2.5 of the
+        leader's ``period``: a large table is read less often), else None."""
         try:
             head = self.store.slurm_views.head(VIEW)
         except SlurmguardError as exc:
@@ -89,7 +97,7 @@ class SharedView:
             self._failed = True
             return None
         self._failed = False
-        if head is None or self.clock() - head.read_at > self.max_age:
+        if head is None or self.clock() - head.read_at > max(self.max_age, 2.5 * period):
             return None
         return head
 
@@ -97,8 +105,9 @@ class SharedView:
 class CachedNodes:
     """``slurm`` (the Slurm adapter) with ``nodes()`` answered from a read at most ``ttl`` old."""
 
-    def __init__(self, slurm: Any, ttl: float) -> None:
+    def __init__(self, slurm: Any, ttl: float, entries_per_ttl: int = 0) -> None:
         self.slurm, self.ttl = slurm, ttl
+        self.entries_per_ttl = entries_per_ttl  # 0: every ttl whatever the table's size
         self._lock = threading.Lock()  # one read at a time: waiters take its answer
         self._at = float("-inf")  # when the last read ended
         self._began = float("-inf")  # when it started
@@ -120,6 +129,14 @@ class CachedNodes:
         self.shared = shared
         return self
 
+    @property
+    def period(self) -> float:
+        """Seconds between reads: ttl, times entries / entries_per_ttl for a larger table."""
+        n = len(self._view)
+        if self.entries_per_ttl <= 0 or n <= self.entries_per_ttl:
+            return self.ttl
+        return self.ttl * n / self.entries_per_ttl
+
     def _follows(self) -> bool:
         return self.shared is not None and not self.shared.leading()
 
@@ -138,29 +155,31 @@ class CachedNodes:
         while not self._stop.is_set():
             began = time.monotonic()
             follows = self._follows()
+            every = self.period
             with self._lock:
                 if follows:
                     self._follow(began)
-                # A caller's read within the last half ttl (after serve's own change) stands
-                # for this one: the count stays 60 / ttl a minute plus serve's own changes.
-                elif began - self._began >= self.ttl / 2:
+                # A caller's read within the last half period (after serve's own change)
+                # stands for this one: the count stays 60 / period a minute plus serve's own
+                # changes.
+                elif began - self._began >= every / 2:
                     self._read()
             # Timed from this read's start, not its end, so a slow read (a large table, a
             # busy slurmctld) does not stretch the period; never closer than half a ttl. A
-            # follower looks twice a ttl: its view is then at most 1.5 ttl old.
-            period = self.ttl / 2 if follows else self.ttl
-            self._stop.wait(max(began + period - time.monotonic(), self.ttl / 2))
+            # follower looks twice a ttl: its view is then at most 1.5 periods old.
+            wait = self.ttl / 2 if follows else every
+            self._stop.wait(max(began + wait - time.monotonic(), self.ttl / 2))
 
     def _follow(self, began: float) -> None:  # under self._lock
         """Take the published view when it is fresh; read Slurm (at most once a ttl) when not."""
         assert self.shared is not None
-        head = self.shared.fresh_head()
+        head = self.shared.fresh_head(self.period)
         if head is None:
             if self.following:
                 log.warning("slurm view: no published view newer than %.0f s; reading Slurm "
                             "on this replica until one appears", self.shared.max_age)
             self.following = False
-            if began - self._began >= self.ttl * 0.9:
+            if began - self._began >= self.period * 0.9:
                 self._read()
             return
         if head.digest != self._digest:
@@ -227,9 +246,9 @@ class CachedNodes:
             return list(self.slurm.nodes(nodeset))
         with self._lock:
             now = time.monotonic()
-            # With the refresher running, a view up to two ttl old is its to renew: reading
-            # here too would make the count follow the callers again.
-            stale = self.ttl * (2 if self._refresher is not None else 1)
+            # With the refresher running, a view up to two periods old is its to renew:
+            # reading here too would make the count follow the callers again.
+            stale = self.period * (2 if self._refresher is not None else 1)
             if now - self._at >= stale:
                 self._read()
             if self._error is not None:
