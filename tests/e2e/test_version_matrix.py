@@ -10,7 +10,8 @@ project supports, to stay inside CI's budget:
   the `--requeue` job completes on another node, the healthcheck undrains the node once the
   GPU is good again, and an admin's drain on a node that passes its checks stays;
 - the adapter (``SlurmCLI``, the checkout's code inside the controller container) reads the
-  version, the nodes as text and as JSON, the jobs, the drained nodes alone and the
+  version, the nodes as text and as JSON, the text serve's one reader publishes (parsed as
+  its followers parse it), the jobs, the drained nodes alone and the
   partition table (the hooks' fallback reads: slurmctld answers the partition table without
   packing a node, sdiag says, on every version), and drains / undrains by the rules.
 """
@@ -87,6 +88,10 @@ from slurmguard.adapters.slurm.commands import SlurmCLI, format_reason
 cli = SlurmCLI({})
 out = {"version": cli.version(), "ping": cli.ping()}
 out["text"] = {n.name: n.to_dict() for n in cli.nodes()}
+# serve's one reader (serve/slurmview.py): the leader publishes nodes_text(), the other
+# replicas parse it with nodes_from_text into what nodes() gives
+from slurmguard.adapters.slurm.commands import nodes_from_text
+out["published"] = {n.name: n.to_dict() for n in nodes_from_text(cli.nodes_text())}
 out["json"] = {n.name: n.to_dict() for n in cli.nodes_json()}
 out["jobs"] = {j.job_id: [j.state, j.nodes, j.requeue, j.held] for j in cli.jobs()}
 out["job"] = cli.job(sys.argv[1]).state
@@ -101,7 +106,8 @@ def rpcs():  # slurmctld's RPCs by type since the reset, as sdiag counts them
     part = subprocess.run(["sdiag"], capture_output=True, text=True).stdout
     part = part.split("by message type")[1].split("by user")[0]
     return {m[1]: int(m[2]) for m in re.finditer(r"(\w+)\s*\(\s*\d+\)\s*count:(\d+)", part)}
-for name, read in (("partition_rpcs", cli.partitions), ("drained_rpcs", cli.drained_nodes)):
+for name, read in (("partition_rpcs", cli.partitions), ("drained_rpcs", cli.drained_nodes),
+                   ("view_rpcs", cli.nodes_text)):
     subprocess.run(["sdiag", "--reset"], check=True)
     read()
     out[name] = rpcs()
@@ -126,6 +132,10 @@ def test_adapter_on_the_real_slurm(versioned_cluster: DockerCluster) -> None:
     assert out["version"][:2] in ([22, 5], [24, 11], [26, 5]), out["version"]
     # The nodes as text and as JSON agree (scontrol --json on 24.11+, sinfo --json on 22.05).
     assert out["text"] == out["json"]
+    # serve's one reader: the published text parses into the same nodes on every version,
+    # and costs slurmctld one node-table read
+    assert out["published"] == out["text"], out["published"]
+    assert out["view_rpcs"].get("REQUEST_NODE_INFO") == 1, out["view_rpcs"]
     assert out["text"]["n2"]["flags"] == ["DRAIN"] and out["text"]["n2"]["reason"] == ADMIN_REASON
     assert out["text"]["n3"]["state"] in ("allocated", "mixed")
     assert out["jobs"] == {job_id: ["RUNNING", "n3", True, False]} and out["job"] == "RUNNING"
