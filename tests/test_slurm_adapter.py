@@ -22,6 +22,7 @@ from slurmguard.adapters.slurm.commands import (
     job_info_from_json,
     job_info_from_show,
     node_info_from_show,
+    nodes_from_text,
     parse_show_job_oneliner,
     parse_show_node_oneliner,
     parse_sinfo_json,
@@ -315,6 +316,25 @@ def test_job_name_with_spaces_and_equals() -> None:
     line = line.replace("JobName=job-", "JobName=my job a=b UserId x=", 1)
     f = parse_show_job_oneliner(line)[0]
     assert f["JobName"].startswith("my job a=b UserId x=") and f["UserId"] == "root(0)"
+
+
+@given(st.lists(st.sampled_from(sorted(DATA.glob("show-node-*.txt"))), min_size=1, max_size=6),
+       st.lists(st.booleans(), min_size=6, max_size=6))
+@settings(max_examples=60, deadline=None)
+def test_the_memo_parses_a_series_of_reads_as_a_whole_parse_does(paths, shuffles) -> None:
+    """serve's reader parses each read with the memo of the last one (only the changed
+    records): over any series of captured tables, read in any record order, it gives what
+    a whole parse gives, and the memo holds this read's records alone."""
+    memo: dict = {}
+    for path, shuffle in zip(paths, shuffles, strict=False):
+        text = path.read_text()
+        lines = text.splitlines(keepends=True)
+        if shuffle:
+            lines.reverse()
+        text = "".join(lines)
+        assert nodes_from_text(text, memo) == nodes_from_text(text), path.name
+        assert len(memo) == len(nodes_from_text(text))
+    assert nodes_from_text("No nodes in the system\n", memo) == [] and memo == {}
 
 
 def test_reason_with_newline_rejoined() -> None:

@@ -117,4 +117,27 @@ def section(data: dict[str, Any]) -> list[str]:
                "installed hooks and 8,976 emulated entries whose records, permits and gates "
                "the node-traffic generator sends (\"Emulated nodes\" above says what they "
                "cannot show); two serve replicas on PostgreSQL.\n")
-    return [*out, *rows(data, retention), ""]
+    return [*out, *rows(data, retention), "", *steady_rows(data), ""]
+
+
+def steady_rows(data: dict[str, Any]) -> list[str]:
+    """Each 10,000-node run's steady phases: what its goals rows summarise."""
+    lines = ["Each 10,000-node run's steady state (two minutes per job rate):\n",
+             "| run | jobs/h | slurmguard's RPCs/min (node-table reads) | slurmctld CPU, every "
+             "cause | slurmguard's server time (share of a core) | serve replicas: CPU (share "
+             "of a core) / RSS | policy passes: full (mean s), incremental (mean s) |",
+             "|---|---|---|---|---|---|---|"]
+    for label, key, f in tenk_runs(data):
+        for ph in _phases(f):
+            serves = ", ".join(f"{100 * s['cpu_s'] / ph['seconds']:.1f} % / {s['rss_mb']} MB"
+                               for s in ph.get("serves", []))
+            pp = ph.get("policy_passes")
+            passes = "–" if not pp else ", ".join(
+                f"{k} {v['count']} ({v['mean_s'] if v['mean_s'] is not None else '–'})"
+                for k, v in sorted(pp.items()))
+            share = ph.get("slurmguard_ctld_pct")
+            lines.append(
+                f"| {label} ({key}) | {ph['jobs_per_hour']:,} | {ph['slurmguard_rpm']} "
+                f"({ph['rpc_per_min'].get('REQUEST_NODE_INFO', 0)}) | {ph['ctld_cpu_pct']} % | "
+                f"{'–' if share is None else f'{share} %'} | {serves} | {passes} |")
+    return lines

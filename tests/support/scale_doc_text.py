@@ -51,7 +51,13 @@ LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
                           "down window (main at 728c9bc), 512 jobs watching it",
           "current": "128 nodes on main at 0fc5732: one node-table reader for every replica, "
                      "the serve-down fallback's narrow reads, the package's bytecode compiled "
-                     "(steady, the shared fault, the Xid wave)"}
+                     "(steady, the shared fault, the Xid wave)",
+          "tenk": "10,000 node entries (1,024 real, 8,976 emulated) on main at 134e609: serve's "
+                  "reader every 2 s whatever the table's size; steady only (its gate scenario's "
+                  "job over every real node ran the host out of memory, and the run stopped)",
+          "tenk-read": "10,000 node entries (1,024 real, 8,976 emulated) on main at bdcaac0: "
+                       "the node table read every ttl x entries / 4,096 (4.9 s), slurmctld's "
+                       "server time in slurmguard's RPCs recorded"}
 
 
 HEAD = """# slurmguard at fleet size: one slurmctld, 1,024 real nodes on one host, 10,000 node entries

@@ -206,6 +206,12 @@ def _fields(text: str, what: str, out: dict[str, str]) -> None:
         out.setdefault(m.group(1), text[m.end():end].strip())
 
 
+def show_node_records(text: str) -> list[str]:
+    """``scontrol show node -o`` output cut into its records, one per node (a reason's
+    newline joined back): what :func:`parse_show_node_oneliner` parses one by one."""
+    return _records(text, "NodeName", "scontrol show node")
+
+
 def parse_show_node_oneliner(text: str) -> list[dict[str, str]]:
     """``scontrol show node -o`` -> one dict per node; the reason's ``[user@time]`` suffix
     becomes ``ReasonUser`` / ``ReasonTime``."""
