@@ -69,6 +69,9 @@ class Fleet:
         self.pcfg = cfg.section("policy")
         self.params = PolicyParams.from_section(self.pcfg)
         self.interval = float(cfg["serve.policy_interval"])
+        # At least this long from one pass's start to the next incremental one's: records
+        # arriving meanwhile are evaluated together (docs/serve.md, "The policy pass").
+        self.min_gap = float(cfg["serve.policy_min_gap"])
         if slurm is None:
             from slurmguard.adapters.slurm.commands import SlurmCLI
 
@@ -130,6 +133,7 @@ class Fleet:
         except SlurmguardError as exc:
             log.warning("policy: Slurm unavailable at start: %s", exc)
         next_full = time.monotonic() + self.interval
+        last_pass = float("-inf")
         while not self._stop.is_set():
             poll = self.leader.retry if self.leader is not None and self.leader.lock else None
             wait = next_full - time.monotonic()
@@ -137,6 +141,13 @@ class Fleet:
             self._wake.clear()
             self.wakeups += 1
             if self._stop.is_set():
+                break
+            # Woken by every ingest batch: at 10,000 nodes that is tens a second, and each
+            # incremental pass reads the fleet's view, so passes wait out min_gap and take
+            # every record that came meanwhile in one pass.
+            gap = last_pass + self.min_gap - time.monotonic()
+            if gap > 0 and not self._full_now and time.monotonic() < next_full \
+                    and self._stop.wait(gap):
                 break
             nodes = self._take_pending()
             if not self.is_leader:
@@ -150,6 +161,8 @@ class Fleet:
             if full:
                 self._full_now = False
                 next_full = time.monotonic() + self.interval
+            if full or nodes:
+                last_pass = time.monotonic()
             self.run_periodic(nodes, full=full, others=poll is not None)
 
     def run_periodic(self, nodes: set[str], *, full: bool, others: bool = False) -> None:
