@@ -24,7 +24,9 @@ def test_every_run_holds_the_scenarios_the_page_shows():
     assert data["runs"]
     for label, runs in data["runs"].items():
         for n, f in runs.items():
-            assert f["nodes"] == int(n), (label, n)
+            real, _, emulated = n.partition("+")  # N, or N+E with emulated entries
+            assert f["nodes"] == int(real), (label, n)
+            assert f.get("node_entries", f["nodes"]) == int(real) + int(emulated or 0), (label, n)
             for ph in f.get("steady", {}).get("phases", []):
                 assert ph["jobs_completed"] == ph["jobs"], (label, n, ph)
 
