@@ -86,7 +86,13 @@ def test_serve_down_notice_arrives_through_slurm(slurm_cluster_factory: Any,
     finally:
         s.stop()
     first, second = job.runs()
-    assert first["notices"][0]["via"] == "slurm" and first["verdict"] == "requested"
+    [notice] = first["notices"]
+    assert notice["via"] == "slurm"
+    # The program saved on SIGUSR1 and exited 75: the notice ended the run, whether the
+    # program exited before the wrapper's next look (an idle host) or after it (a loaded one).
+    end = first["ended_by_notice"]
+    assert first["verdict"] == "infra" and end["how"] == "checkpoint", job.output()
+    assert first["checkpoint_now"][0]["step"] == end["resume_step"] == second["resumed_from"]["step"]
     out = job.output()
     assert "drain state now from slurm (serve: serve unreachable" in out
     told = job.told_lines()[0]
