@@ -123,8 +123,12 @@ def test_no_checkpoint_in_time_requeues_anyway_and_says_so(slurm_cluster_factory
                                                            tmp_path: Path) -> None:
     s = Setup(slurm_cluster_factory, tmp_path)
     try:
-        # The program ignores the notice; its next periodic save is ~4 s away, the timeout 1 s.
-        job = Job(s, "job", steps=STEPS, every=EVERY, train="", wrapper="--notice-timeout 1")
+        # The program ignores the notice, and this run makes no save after step EVERY: no
+        # checkpoint comes within the 1 s timeout however late the notice arrives (a periodic
+        # save at step 2 x EVERY, ~4 s after the drain, was within it when a loaded host told
+        # the notice late, and the run ended on that save, rightly).
+        job = Job(s, "job", steps=STEPS, every=EVERY, train=f"--last-save {EVERY}",
+                  wrapper="--notice-timeout 1")
         job.submit()
         job.wait_steps(EVERY + 4)
         job.drain(job.victim(), "slurmguard: gpu-ecc: uncorrectable")
