@@ -51,7 +51,7 @@ def test_drain_notice_checkpoints_now_and_moves_on(slurm_cluster_factory: Any, t
     # periodic save's step (told late on a loaded host) is still that save's cause.
     assert end["resume_step"] == told[1]
     assert victim not in {n for _, r, n in log_lines(job.log) if r == 1}
-    assert any(e.get("event") == "requeue-expedite" for e in events)
+    assert any(e.get("event") == "requeue-expedite" for e in events), events
     # Work lost: only the steps made while the save was being checked (the wrapper's tick).
     # The wrapper counts a step every rank reported; rank 0 logs it after the barrier, so a
     # step another rank finished just before the run ended can be missing from rank 0's log

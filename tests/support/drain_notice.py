@@ -49,7 +49,11 @@ class Setup:
         # Every step reported: the wrapper's count of steps to redo is then exact.
         self.c.env.update(PYTHONPATH=str(REPO), SLURMGUARD_CONFIG=str(self.cfg),
                           SLURMGUARD_PROGRESS_INTERVAL="0")
-        self.watcher = Watcher(self.c, self.cfg)
+        try:  # the watcher polling before any job starts (its docstring says why)
+            self.watcher = Watcher(self.c, self.cfg, state_file=tmp / "watch.json")
+        except AssertionError:
+            self.serve.stop()
+            raise
 
     def stop(self) -> list[dict[str, Any]]:
         if self.serve.proc is not None:
