@@ -45,7 +45,9 @@ class Setup:
             serve_extra="" if policy else "policy = false")
         self.serve = Serve(self.cfg, port, env={"SLURM_CONF": str(self.c.conf_path)})
         if serve:
-            self.serve.start()
+            # serve's start (its imports, the store) outlasted 30 s at load 1,000 on 2 cores
+            # (beside the 10,000-node scale run): a deadline for a dead serve, not a slow one
+            self.serve.start(timeout=120)
         # Every step reported: the wrapper's count of steps to redo is then exact.
         self.c.env.update(PYTHONPATH=str(REPO), SLURMGUARD_CONFIG=str(self.cfg),
                           SLURMGUARD_PROGRESS_INTERVAL="0")
