@@ -12,8 +12,8 @@ Fault switches (each fires only on the run whose SLURM_RESTART_COUNT matches --f
   --bus-at N      die by SIGBUS at step N (a hardware memory error)
   --nccl-at N     print an NCCL system error and exit 1 at step N
   --stall-at N    stop making progress at step N (sleep --stall-for seconds, default 3600)
-  --last-save N   no periodic checkpoint after step N (a program whose next save is beyond
-                  the run, however late a drain notice it ignores arrives)
+  --last-save N   no periodic checkpoint after step N: after it, only a save a drain notice
+                  asks for (--notice-poll), however late the notice or the kill comes
 SIGUSR1: write a checkpoint now and exit 75 (asks the wrapper for a requeue).
 --notice-poll: ask progress.should_checkpoint() after every step; when true, write a checkpoint
   now and carry on (the wrapper ends the run once it is complete).
