@@ -27,7 +27,10 @@ def test_drain_notice_checkpoints_now_and_moves_on(slurm_cluster_factory: Any, t
                                                    actor: str, reason: str) -> None:
     s = Setup(slurm_cluster_factory, tmp_path)
     try:
-        job = Job(s, "job", steps=STEPS, every=EVERY)
+        # No periodic save after step EVERY in this run: the checkpoint-now is the newest
+        # save when the kill lands, however late (at load 1,000 the program, saving on the
+        # notice and going on, passed step 40 and saved it before SIGTERM reached it).
+        job = Job(s, "job", steps=STEPS, every=EVERY, train=f"--notice-poll --last-save {EVERY}")
         job.submit()
         job.wait_steps(EVERY + 4)  # past the first periodic checkpoint
         victim = job.victim()
@@ -47,11 +50,10 @@ def test_drain_notice_checkpoints_now_and_moves_on(slurm_cluster_factory: Any, t
     end = first["ended_by_notice"]
     assert end["how"] == "checkpoint" and end["nodes"] == [victim]
     assert first["checkpoint_now"][0]["step"] == end["resume_step"] == second["resumed_from"]["step"]
-    # Saved at the step the notice was seen, whatever its number: a notice seen on a
-    # periodic save's step (told late on a loaded host) is still that save's cause.
+    # Saved at the step the notice was seen, whatever its number.
     assert end["resume_step"] == told[1]
     assert victim not in {n for _, r, n in log_lines(job.log) if r == 1}
-    assert any(e.get("event") == "requeue-expedite" for e in events)
+    assert any(e.get("event") == "requeue-expedite" for e in events), events
     # Work lost: only the steps made while the save was being checked (the wrapper's tick).
     # The wrapper counts a step every rank reported; rank 0 logs it after the barrier, so a
     # step another rank finished just before the run ended can be missing from rank 0's log
@@ -86,7 +88,13 @@ def test_serve_down_notice_arrives_through_slurm(slurm_cluster_factory: Any,
     finally:
         s.stop()
     first, second = job.runs()
-    assert first["notices"][0]["via"] == "slurm" and first["verdict"] == "requested"
+    [notice] = first["notices"]
+    assert notice["via"] == "slurm"
+    # The program saved on SIGUSR1 and exited 75: the notice ended the run, whether the
+    # program exited before the wrapper's next look (an idle host) or after it (a loaded one).
+    end = first["ended_by_notice"]
+    assert first["verdict"] == "infra" and end["how"] == "checkpoint", job.output()
+    assert first["checkpoint_now"][0]["step"] == end["resume_step"] == second["resumed_from"]["step"]
     out = job.output()
     assert "drain state now from slurm (serve: serve unreachable" in out
     told = job.told_lines()[0]
@@ -117,8 +125,12 @@ def test_no_checkpoint_in_time_requeues_anyway_and_says_so(slurm_cluster_factory
                                                            tmp_path: Path) -> None:
     s = Setup(slurm_cluster_factory, tmp_path)
     try:
-        # The program ignores the notice; its next periodic save is ~4 s away, the timeout 1 s.
-        job = Job(s, "job", steps=STEPS, every=EVERY, train="", wrapper="--notice-timeout 1")
+        # The program ignores the notice, and this run makes no save after step EVERY: no
+        # checkpoint comes within the 1 s timeout however late the notice arrives (a periodic
+        # save at step 2 x EVERY, ~4 s after the drain, was within it when a loaded host told
+        # the notice late, and the run ended on that save, rightly).
+        job = Job(s, "job", steps=STEPS, every=EVERY, train=f"--last-save {EVERY}",
+                  wrapper="--notice-timeout 1")
         job.submit()
         job.wait_steps(EVERY + 4)
         job.drain(job.victim(), "slurmguard: gpu-ecc: uncorrectable")
@@ -131,10 +143,12 @@ def test_no_checkpoint_in_time_requeues_anyway_and_says_so(slurm_cluster_factory
     assert first["checkpoint_now"] == [] and first["verdict"] == "infra"
     assert "no checkpoint within 1s of the drain notice: ending the run at step" in job.output()
     # The lost work is counted to the run's real end: the frontier the wrapper decided on,
-    # plus a step or two the program (ignoring the notice) reported before the kill landed
-    # (seen: 13 steps to redo against a decision at 12 past the checkpoint, under load).
+    # plus the steps the program (ignoring the notice) reported before the kill landed: a
+    # step or two on a loaded CI box (13 steps to redo against a decision at 12 past the
+    # checkpoint), four at load 1,000 beside the scale run (44 against 40). How long the
+    # kill takes to land is the host's, so the bound is the run's: the wrapper did end it.
     assert first["steps_to_redo"] == first["frontier_step"] - EVERY > 0
-    assert end["frontier_step"] <= first["frontier_step"] <= end["frontier_step"] + 2
+    assert end["frontier_step"] <= first["frontier_step"] < STEPS
     # The program ignores the notice, so it keeps stepping (0.25 s a step) until the wrapper
     # has ended the run: rank 0's log can hold a step or two past the frontier the wrapper
     # ended on (CI saw 15 logged against 14), or lack the last one another rank reported.

@@ -294,3 +294,40 @@ def test_with_the_defaults_a_serve_outage_costs_slurmctld_no_more_than_the_healt
         got = sum(r <= t for r in reads)
         assert got <= 1.1 * hc + 4 * math.sqrt(hc) + 2, (t, got, hc)
     assert len(reads) >= 0.8 * wrappers * horizon / hci  # it does ask Slurm: notices go on
+
+
+def test_a_program_that_saves_and_exits_75_on_the_notice_is_ended_by_the_notice(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The program saves on the notice's SIGUSR1 and exits 75 at once, mostly before the
+    wrapper's next look: the run is recorded as the wrapper would have ended it a tick later
+    (the save is the checkpoint-now, the notice ended the run, verdict infra), not as a
+    requeue the program asked for on its own; the cluster test's 'requested' was the luck of
+    an unloaded host, 'infra' that of a loaded one."""
+    import signal
+
+    from slurmguard.job import wrapper
+
+    ckpt, log = tmp_path / "ckpt", tmp_path / "steps.log"
+    ckpt.mkdir()
+    train = [sys.executable, str(REPO / "tests" / "train_job.py"), "--steps", "400",
+             "--every", "1000", "--sleep", "0.02", "--ckpt-dir", str(ckpt), "--log", str(log),
+             "--final", str(tmp_path / "final")]
+
+    def serve(nodes: Any, since: float) -> list[Drain]:  # n2 drained once 5 steps are done
+        steps = log.read_text().count("\n") if log.exists() else 0
+        return [Drain("n2", "maintenance", time.time(), "admin", "serve")] if steps >= 5 else []
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "SLURMGUARD"))}
+    code = wrapper.run(wrapper.RunOptions(
+        command=train, checkpoint_dir=str(ckpt), notice_signal=signal.SIGUSR1,
+        drain_watch=lambda since: NoticeWatch(["n1", "n2"], since, [("serve", serve, 0.1)]),
+        env=dict(env, SLURM_JOB_ID="7", SLURMGUARD_PROGRESS_INTERVAL="0")))
+    [run] = [json.loads(x) for x in (ckpt / ".slurmguard" / "runs.jsonl").read_text().splitlines()]
+    err = capsys.readouterr().err
+    assert code == 75 and run["returncode"] == 75, err
+    [save] = run["checkpoint_now"]
+    assert run["ended_by_notice"] == {"how": "checkpoint", "resume_step": save["step"],
+                                      "frontier_step": save["step"], "nodes": ["n2"]}
+    assert run["verdict"] == "infra" and save["step"] == run["last_step"] >= 5
+    assert run["steps_to_redo"] == 0
+    assert f"drain notice for n2: checkpointed at step {save['step']}" in run["reason"]

@@ -80,7 +80,7 @@ def test_goodput_of_a_job_that_lost_two_nodes_and_stalled(
              f"--stall-for {STALL_FOR} --fault-restart 2")
     script = (f"#!/bin/sh\nexec {sys.executable} -m slurmguard run --checkpoint-dir {ck} "
               f"--max-requeues 3 --stall-timeout {STALL_TIMEOUT} -- srun {train}\n")
-    watcher = Watcher(c, cfg)
+    watcher = Watcher(c, cfg, state_file=tmp_path / "watch.json")  # polling before the job starts
     try:
         jid = c.sbatch(script, "-N2", "--requeue")
         c.wait_job(jid, ["RUNNING"], timeout=60)

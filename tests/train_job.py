@@ -12,6 +12,8 @@ Fault switches (each fires only on the run whose SLURM_RESTART_COUNT matches --f
   --bus-at N      die by SIGBUS at step N (a hardware memory error)
   --nccl-at N     print an NCCL system error and exit 1 at step N
   --stall-at N    stop making progress at step N (sleep --stall-for seconds, default 3600)
+  --last-save N   no periodic checkpoint after step N: after it, only a save a drain notice
+                  asks for (--notice-poll), however late the notice or the kill comes
 SIGUSR1: write a checkpoint now and exit 75 (asks the wrapper for a requeue).
 --notice-poll: ask progress.should_checkpoint() after every step; when true, write a checkpoint
   now and carry on (the wrapper ends the run once it is complete).
@@ -116,6 +118,7 @@ def main() -> int:
     for f in ("fail", "bus", "nccl", "stall"):
         ap.add_argument(f"--{f}-at", type=int, default=-1)
     ap.add_argument("--stall-for", type=float, default=3600.0)
+    ap.add_argument("--last-save", type=int, default=-1)
     ap.add_argument("--fault-restart", type=int, default=0)
     ap.add_argument("--notice-poll", action="store_true")
     ap.add_argument("--told", default="")
@@ -199,7 +202,8 @@ def main() -> int:
             told("poll", time.time())
         if stop:
             told("signal", usr1[0] if usr1 else time.time())
-        if rank == 0 and (step % a.every == 0 or stop or now_asked):
+        periodic = step % a.every == 0 and not (faulty and 0 <= a.last_save < step)
+        if rank == 0 and (periodic or stop or now_asked):
             with progress.saving(str(root / f"step-{step:06d}"), step):
                 save(root, step, state)
         if stop:

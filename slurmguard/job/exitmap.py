@@ -11,7 +11,8 @@ child exited 0                                       success        0
 the run was over the requeue limit                   limit          7 (EXIT_REFUSED), message
 stall with ``--stall-action requeue``                infra          75
 a drain notice ended the run (checkpoint done, or    infra          75
-  none in time but one to resume from)
+  none in time but one to resume from; also when
+  the program ended before the wrapper's look)
 child killed by SIGBUS (uncorrectable memory error   infra          75
   on a mapped page: a hardware fault)
 child exited 75 itself (asks to be requeued,         requested      75

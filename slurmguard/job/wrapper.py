@@ -205,7 +205,7 @@ def run(opts: RunOptions) -> int:
     rc = watch.run()
     if pump is not None:
         pump.join(timeout=2)
-    ended = watch.finish()
+    ended = watch.finish(rc)
     if prep.private_dir:
         shutil.rmtree(prep.private_dir, ignore_errors=True)
     try:
@@ -367,12 +367,21 @@ class _Watch:
             _signal_group(self.child.pid, signal.SIGTERM)
             self.kill_at = now + self.opts.grace
 
-    def finish(self) -> float:
-        """Read the last progress events and close a stall still open; returns the end time."""
+    def finish(self, rc: int) -> float:
+        """Read the last progress events, take the drain response's last look (the child
+        exited ``rc``) and close a stall still open; returns the end time."""
         prog = self.prog
         for ev in self.tail.read():
             prog.feed(ev)
         ended = time.time()
+        if rc != 0 and self.response is not None:
+            # The run ended between two ticks (a program that saves on the notice's signal
+            # and exits 75 at once): the tick it did not live to see decides as it would
+            # have, so how the run is recorded (and its verdict) does not depend on whether
+            # the wrapper looked in the instant between the save and the exit.
+            why = self.response.tick(ended, prog.checkpoints, prog.frontier)
+            if why is not None:
+                _say(why)
         if self.stall_from is not None:
             if prog.frontier is not None and prog.frontier[0] > self.stall_from:
                 prog.stalls.append([self.stall_from, prog.frontier[0]])

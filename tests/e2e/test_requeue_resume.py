@@ -70,7 +70,7 @@ def run_scenario(factory: Any, tmp: Path, mode: str) -> None:
         script = (f"#!/bin/sh\nexec {sys.executable} -m slurmguard run --checkpoint-dir {ck} "
                   f"--max-requeues 2 -- srun {train}\n")
         opts = []
-    watcher = Watcher(c, cfg)
+    watcher = Watcher(c, cfg, state_file=tmp / "watch.json")  # polling before the job starts
     try:
         jid = c.sbatch(script, "-N2", "--requeue", *opts)
         c.wait_job(jid, ["RUNNING"], timeout=60)

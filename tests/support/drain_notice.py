@@ -45,11 +45,17 @@ class Setup:
             serve_extra="" if policy else "policy = false")
         self.serve = Serve(self.cfg, port, env={"SLURM_CONF": str(self.c.conf_path)})
         if serve:
-            self.serve.start()
+            # serve's start (its imports, the store) outlasted 30 s at load 1,000 on 2 cores
+            # (beside the 10,000-node scale run): a deadline for a dead serve, not a slow one
+            self.serve.start(timeout=120)
         # Every step reported: the wrapper's count of steps to redo is then exact.
         self.c.env.update(PYTHONPATH=str(REPO), SLURMGUARD_CONFIG=str(self.cfg),
                           SLURMGUARD_PROGRESS_INTERVAL="0")
-        self.watcher = Watcher(self.c, self.cfg)
+        try:  # the watcher polling before any job starts (its docstring says why)
+            self.watcher = Watcher(self.c, self.cfg, state_file=tmp / "watch.json")
+        except AssertionError:
+            self.serve.stop()
+            raise
 
     def stop(self) -> list[dict[str, Any]]:
         if self.serve.proc is not None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from support.helpers import sg_argv, sg_env
+from support.wait import wait_for
 
 
 def _socket_inodes(spool: Path) -> set[str]:
@@ -78,13 +79,34 @@ def lose_node(cluster: Any, node: str) -> list[int]:
 
 
 class Watcher:
-    """`slurmguard requeue watch --json` as a real subprocess against the cluster."""
+    """`slurmguard requeue watch --json` as a real subprocess against the cluster.
 
-    def __init__(self, cluster: Any, cfg: Path) -> None:
+    With ``state_file`` (the config's requeue.state_file) it returns only once the watcher
+    has made its first poll (it writes that file after each): the watcher judges a requeue
+    only for a job it saw run (where it ran), so a test that starts a job before the watcher
+    polls can see the job requeued before the watcher ever saw it, and no recovery at all
+    (a loaded host: a Python start of seconds against a first run of ten)."""
+
+    def __init__(self, cluster: Any, cfg: Path, state_file: Path | None = None,
+                 timeout: float = 120) -> None:
         self.out = cfg.parent / "watcher.jsonl"
         env = sg_env(SLURM_CONF=str(cluster.conf_path), SLURMGUARD_CONFIG=str(cfg))
+        before = _signature(state_file)
         self.proc = subprocess.Popen(sg_argv("requeue", "watch", "--json", "--interval", "0.5"),
                                      env=env, stdout=open(self.out, "w"), stderr=subprocess.STDOUT)
+        if state_file is not None:
+            try:
+                wait_for(lambda: self._alive() and _signature(state_file) != before, timeout,
+                         interval=0.2, what="the requeue watcher's first poll")
+            except AssertionError:
+                self.stop()
+                raise
+
+    def _alive(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the requeue watcher exited {self.proc.returncode}: "
+                                 f"{self.out.read_text()[-2000:]}")
+        return True
 
     def stop(self) -> list[dict[str, Any]]:
         self.proc.send_signal(signal.SIGINT)
@@ -100,6 +122,15 @@ class Watcher:
             except ValueError:
                 pass
         return events
+
+
+def _signature(path: Path | None) -> tuple[int, int] | None:
+    """(inode, mtime) of a file, None when absent: the watcher replaces its state file whole."""
+    try:
+        st = os.stat(path) if path is not None else None
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns) if st else None
 
 
 def log_lines(path: Path) -> list[tuple[int, int, str]]:
