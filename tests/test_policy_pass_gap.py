@@ -1,4 +1,4 @@
-"""serve's policy passes wait out ``serve.policy_min_gap`` (docs/serve.md, "The policy pass"):
+"""serve's policy passes wait out ``serve.policy_min_gap`` (docs/serve.md, its row):
 records that arrive in a stream are evaluated together, at most one incremental pass per gap,
 where each ingest batch used to wake a pass of its own (at 10,000 nodes, 1,677 passes in two
 minutes: most of serve's CPU).

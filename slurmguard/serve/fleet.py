@@ -70,7 +70,7 @@ class Fleet:
         self.params = PolicyParams.from_section(self.pcfg)
         self.interval = float(cfg["serve.policy_interval"])
         # At least this long from one pass's start to the next incremental one's: records
-        # arriving meanwhile are evaluated together (docs/serve.md, "The policy pass").
+        # arriving meanwhile are evaluated together (docs/serve.md, `policy_min_gap`).
         self.min_gap = float(cfg["serve.policy_min_gap"])
         if slurm is None:
             from slurmguard.adapters.slurm.commands import SlurmCLI

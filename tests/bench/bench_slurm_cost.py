@@ -179,9 +179,12 @@ def run_entries(entries: int, args: argparse.Namespace) -> dict[str, Any]:
             "drained_after": drained_now}
 
 
-def per_minute(run: dict[str, Any], hc: float, ttl: float, replicas: int) -> dict[str, Any]:
+def per_minute(run: dict[str, Any], hc: float, ttl: float, replicas: int,
+               entries_per_ttl: int = 4096) -> dict[str, Any]:
     """RPCs a minute by type and slurmctld's ms a minute, serve up and serve down, now and
-    before, from one run's measured costs."""
+    before, from one run's measured costs. serve's reader now reads every ttl x entries /
+    entries_per_ttl for a table larger than that (serve.slurm_view_entries_per_ttl); before,
+    every ttl on every replica."""
     n = run["entries"]
     checks = n * 60.0 / hc
     reads = run["reads"]
@@ -196,11 +199,12 @@ def per_minute(run: dict[str, Any], hc: float, ttl: float, replicas: int) -> dic
         return {"rpcs": {k: round(v, 1) for k, v in sorted(rpcs.items())},
                 "total": round(sum(rpcs.values()), 1), "ctld_ms": round(ms, 1)}
 
-    reader = 60.0 / ttl
+    reader = 60.0 / (ttl * max(1.0, n / entries_per_ttl)) if entries_per_ttl > 0 else 60.0 / ttl
     down = run["serve_down_healthcheck"]
     return {
         "serve_up": cost([(reader, reads["full"]), (checks, reads["one_node"])]),
-        "serve_up_before": cost([(reader * replicas, reads["full"]), (checks, reads["one_node"])]),
+        "serve_up_before": cost([(60.0 / ttl * replicas, reads["full"]),
+                                 (checks, reads["one_node"])]),
         "serve_down": cost([(checks, down["now"])]),
         "serve_down_before": cost([(checks, down["before"])]),
     }
@@ -217,16 +221,31 @@ def main() -> None:
     ap.add_argument("--hc", type=float, default=300.0, help="HealthCheckInterval, s")
     ap.add_argument("--ttl", type=float, default=2.0, help="serve.slurm_view_ttl, s")
     ap.add_argument("--replicas", type=int, default=2, help="serve replicas (before: each read)")
+    ap.add_argument("--entries-per-ttl", type=int, default=4096,
+                    help="serve.slurm_view_entries_per_ttl (0: every ttl)")
     ap.add_argument("--json", metavar="OUT")
+    ap.add_argument("--recompute", metavar="JSON",
+                    help="only recompute each run's per-minute figures of JSON from its measured "
+                         "costs (after a change of the reader's schedule), and write it back")
     args = ap.parse_args()
+    if args.recompute:
+        data = json.loads(Path(args.recompute).read_text())
+        data["entries_per_ttl"] = args.entries_per_ttl
+        for run in data["runs"]:
+            run["per_minute"] = per_minute(run, data["hc_interval"], data["ttl"],
+                                           data["replicas"], args.entries_per_ttl)
+        Path(args.recompute).write_text(json.dumps(data, indent=1) + "\n")
+        return
     out: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d"), "load": [round(x, 1) for x in os.getloadavg()],
         "before": BEFORE, "hc_interval": args.hc, "ttl": args.ttl, "replicas": args.replicas,
+        "entries_per_ttl": args.entries_per_ttl,
         "left": args.left, "calls": args.calls, "rounds": args.rounds,
         "decisions": args.decisions, "runs": []}
     for n in (int(x) for x in args.entries.split(",")):
         run = run_entries(n, args)
-        run["per_minute"] = per_minute(run, args.hc, args.ttl, args.replicas)
+        run["per_minute"] = per_minute(run, args.hc, args.ttl, args.replicas,
+                                       args.entries_per_ttl)
         print(json.dumps({"entries": n, "per_minute": run["per_minute"],
                           "outcomes": run["outcomes"], "states": run["states"]}), flush=True)
         for name, read in run["reads"].items():

@@ -46,9 +46,12 @@ def render(data: dict[str, Any]) -> str:
              f"load {data['load'][0]} before and {data['load_after'][0]} after, "
              f"{data['rounds']} rounds (medians); node entries without slurmd, every node "
              f"{'/'.join(runs[0]['states']).upper()} for the run. HealthCheckInterval "
-             f"{data['hc_interval']:.0f} s, `serve.slurm_view_ttl` {data['ttl']:g} s, "
-             f"{data['left']:g} s of the hook's budget left to wait, the cap's worth of nodes "
-             "drained for the shared cause.", "",
+             f"{data['hc_interval']:.0f} s, `serve.slurm_view_ttl` {data['ttl']:g} s"
+             + (f" and `slurm_view_entries_per_ttl` {data['entries_per_ttl']:,} (serve up: a "
+                "table of more entries read every ttl x entries / that)"
+                if data.get("entries_per_ttl") else "")
+             + f", {data['left']:g} s of the hook's budget left to wait, the cap's worth of "
+             "nodes drained for the shared cause.", "",
              "RPCs a minute by type, and slurmctld's time a minute (sdiag's time per RPC "
              "times the count):", "",
              "| nodes | case | " + " | ".join(SHORT[t] for t in TYPES) + " | all | slurmctld ms/min |",
