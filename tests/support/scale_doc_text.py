@@ -57,7 +57,12 @@ LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
                   "job over every real node ran the host out of memory, and the run stopped)",
           "tenk-read": "10,000 node entries (1,024 real, 8,976 emulated) on main at bdcaac0: "
                        "the node table read every ttl x entries / 4,096 (4.9 s), slurmctld's "
-                       "server time in slurmguard's RPCs recorded"}
+                       "server time in slurmguard's RPCs recorded",
+          "tenk-fixes": "10,000 node entries with 256 real slurmd and 9,744 emulated (main at "
+                        "92ffc82: the reader's schedule, serve's parse memo and policy_min_gap); "
+                        "steady only, fewer real nodes so that it starts in minutes on this host: "
+                        "serve's CPU and slurmctld's load come from the entries and the records, "
+                        "not from how many nodes run a slurmd"}
 
 
 HEAD = """# slurmguard at fleet size: one slurmctld, 1,024 real nodes on one host, 10,000 node entries
