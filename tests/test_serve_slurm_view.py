@@ -76,13 +76,17 @@ def test_the_leader_reads_slurm_for_both_and_the_follower_falls_back_when_it_sto
                 store, lambda n=name: leads[n], label=f"test {name}", max_age=MAX_AGE)).start()
         lead, follower = views["a"], views["b"]
         wait_for(lambda: follower.following, 20, what="the follower to take the published view")
-        before = follower.reads
+        before, stale = follower.reads, follower.stale_looks
         reads = counted(c, WINDOW).get("REQUEST_NODE_INFO", 0)
-        own = follower.reads - before
+        own, stale = follower.reads - before, follower.stale_looks - stale
         print(f"\ntwo views, one leading: {reads} node reads in {WINDOW:.0f} s at ttl {TTL} "
-              f"(the follower's own: {own}; views it took: {follower.adopted})")
-        assert own == 0, own
-        assert WINDOW / TTL - 3 <= reads <= WINDOW / TTL + 2, reads
+              f"(the follower's own: {own}, after {stale} looks that found the published view "
+              f"older than max_age; views it took: {follower.adopted})")
+        # The follower reads Slurm only when a look found no fresh view: on a host starved
+        # of CPU the leader's reads can fall behind max_age (seen at load 850), and the
+        # follower then rightly reads itself, once per look at most.
+        assert own <= stale, (own, stale)
+        assert WINDOW / TTL - 3 - own <= reads <= WINDOW / TTL + 2 + own, (reads, own)
         assert sorted(i.name for i in follower.nodes()) == sorted(c.nodes)
 
         c.run("scontrol", "update", f"nodename={c.nodes[0]}", "state=drain",

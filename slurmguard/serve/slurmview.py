@@ -117,6 +117,7 @@ class CachedNodes:
         self._refresher: threading.Thread | None = None
         self.reads = 0  # reads of the whole table from Slurm (metrics, tests)
         self.adopted = 0  # published views taken from the store (a follower's)
+        self.stale_looks = 0  # a follower's looks that found no fresh published view
         self.shared: SharedView | None = None
         self._digest = ""  # of the view held, when it came from (or went to) the store
         self._memo: dict[str, Any] = {}  # record text -> NodeInfo: only changed nodes parsed
@@ -176,6 +177,7 @@ class CachedNodes:
         assert self.shared is not None
         head = self.shared.fresh_head(self.period)
         if head is None:
+            self.stale_looks += 1
             if self.following:
                 log.warning("slurm view: no published view newer than %.0f s; reading Slurm "
                             "on this replica until one appears", self.shared.max_age)
