@@ -22,15 +22,19 @@ def test_the_page_block_is_rendered_from_the_measured_json():
 
 def test_the_measured_runs_show_what_the_page_says():
     data = json.loads(DATA.read_text())
-    assert [r["entries"] for r in data["runs"]] == [128, 512, 1024]
-    reader = 60 / data["ttl"]
+    assert [r["entries"] for r in data["runs"]] == [128, 512, 1024, 10000]
     for run in data["runs"]:
         m = run["per_minute"]
-        # serve: one reader of the node table for every replica; each replica read before
-        assert m["serve_up"]["rpcs"]["REQUEST_NODE_INFO"] == reader, run["entries"]
+        # serve: one reader of the node table for every replica, every ttl up to
+        # entries_per_ttl entries and proportionally less often beyond; each replica read
+        # every ttl before
+        reader = 60 / data["ttl"]
+        every = round(reader / max(1.0, run["entries"] / data["entries_per_ttl"]), 1)
+        assert m["serve_up"]["rpcs"]["REQUEST_NODE_INFO"] == every, run["entries"]
+        assert (every < reader) == (run["entries"] > data["entries_per_ttl"])
         assert m["serve_up_before"]["rpcs"]["REQUEST_NODE_INFO"] == reader * data["replicas"]
         # the fallback: fewer node-table packs and less slurmctld time than before
-        assert (m["serve_down"]["rpcs"]["REQUEST_NODE_INFO"]
+        assert (m["serve_down"]["rpcs"].get("REQUEST_NODE_INFO", 0.0)  # none in the window
                 < m["serve_down_before"]["rpcs"]["REQUEST_NODE_INFO"] / 2), run["entries"]
         assert m["serve_down"]["ctld_ms"] < m["serve_down_before"]["ctld_ms"], run["entries"]
         # the partition table packs no node; the narrow sinfo still packs the node table
