@@ -4,7 +4,9 @@ that measured it, rendered from docs/scale.json like the rest of the page (scale
 
 A run is a 10,000-node run when its key is N+E with N + E >= 10,000; the newest such run that
 measured a goal gives its row (its label and key in the row). The store's steady size comes
-from docs/store_retention.json (docs/store.md, "Steady size"), the one place it is measured.
+from docs/store_retention.json (docs/store.md, "Steady size"), the one place it is measured;
+the cost of every node's own Slurm reads (which emulated nodes do not send) from
+docs/slurm_cost.json (docs/slurm.md's bench at 10,000 entries).
 """
 
 from __future__ import annotations
@@ -121,6 +123,22 @@ def rows(data: dict[str, Any], retention: dict[str, Any] | None) -> list[str]:
     for goal, what in UNMEASURED.items():  # a goal no 10,000-node run measured says so
         if goal not in newest:
             lines.append(f"| {what} | not measured: {NOT_MEASURED} | – | – |")
+    cost = _slurm_cost()
+    if cost is not None:  # docs/slurm.md's bench: every node's own reads counted
+        up, down = cost["serve_up"]["ctld_ms"], cost["serve_down"]["ctld_ms"]
+        share = round(100 * up / 60000, 2)
+        lines.append(f"| slurmguard's share of slurmctld's CPU, serve up, with every node's own "
+                     f"reads (a health check per node every 300 s): at most {CPU_GOAL_PCT:g} % "
+                     f"of one core | {share} % ({up:,.0f} ms of server time a minute, "
+                     f"{cost['serve_up']['total']:,.0f} RPCs) | docs/slurm.md, the bench at "
+                     f"10,000 entries | {'yes' if share <= CPU_GOAL_PCT else 'no'} |")
+        ratio = round(down / up, 1) if up else None
+        lines.append(f"| in the outage slurmguard's RPCs cost at most {OUTAGE_GOAL:g}x what they "
+                     f"cost with serve up (every node failing one shared cause, every replica "
+                     f"down) | {ratio}x slurmctld's time ({down:,.0f} / {up:,.0f} ms a minute); "
+                     f"{cost['serve_down']['total'] / cost['serve_up']['total']:.1f}x the RPCs | "
+                     f"docs/slurm.md, the bench at 10,000 entries | "
+                     f"{'yes' if ratio is not None and ratio <= OUTAGE_GOAL else 'no'} |")
     if retention is not None:
         gb = {e: retention_doc.steady(retention, e)["steady_gb"][str(TENK)]
               for e in retention["engines"]}
@@ -129,6 +147,15 @@ def rows(data: dict[str, Any], retention: dict[str, Any] | None) -> list[str]:
                      f"at most {retention_doc.GOAL_GB:g} GB | {measured} | docs/store.md, "
                      f"\"Steady size\" | {'yes' if max(gb.values()) <= retention_doc.GOAL_GB else 'no'} |")
     return lines
+
+
+def _slurm_cost() -> dict[str, Any] | None:
+    """The per-minute costs at 10,000 entries from docs/slurm_cost.json, if measured."""
+    path = retention_doc.REPO / "docs" / "slurm_cost.json"
+    if not path.exists():
+        return None
+    runs = [r for r in json.loads(path.read_text())["runs"] if r["entries"] >= TENK]
+    return runs[-1]["per_minute"] if runs else None
 
 
 def section(data: dict[str, Any]) -> list[str]:
