@@ -10,6 +10,8 @@ import json
 
 from support.slurm_cost_doc import BEGIN, DATA, END, PAGE, page_with
 
+from slurmguard.serve.slurmview import read_period
+
 
 def test_the_page_block_is_rendered_from_the_measured_json():
     data = json.loads(DATA.read_text())
@@ -29,7 +31,7 @@ def test_the_measured_runs_show_what_the_page_says():
         # entries_per_ttl entries and proportionally less often beyond; each replica read
         # every ttl before
         reader = 60 / data["ttl"]
-        every = round(reader / max(1.0, run["entries"] / data["entries_per_ttl"]), 1)
+        every = round(60 / read_period(data["ttl"], run["entries"], data["entries_per_ttl"]), 1)
         assert m["serve_up"]["rpcs"]["REQUEST_NODE_INFO"] == every, run["entries"]
         assert (every < reader) == (run["entries"] > data["entries_per_ttl"])
         assert m["serve_up_before"]["rpcs"]["REQUEST_NODE_INFO"] == reader * data["replicas"]

@@ -64,6 +64,14 @@ _CHANGES = ("drain", "undrain", "resume_ours", "reboot", "drain_ours_down")
 VIEW = "nodes"  # the published view's name in store.slurm_views
 
 
+def read_period(ttl: float, entries: int, entries_per_ttl: int) -> float:
+    """Seconds between two reads of a node table of ``entries``: ttl, times entries /
+    entries_per_ttl for a larger table (0: every ttl whatever the size)."""
+    if entries_per_ttl <= 0 or entries <= entries_per_ttl:
+        return ttl
+    return ttl * entries / entries_per_ttl
+
+
 class SharedView:
     """The node table shared through the store: ``leading()`` says whether this replica is
     the one that reads Slurm and publishes (serve's Leader.is_leader); the others follow the
@@ -133,11 +141,8 @@ class CachedNodes:
 
     @property
     def period(self) -> float:
-        """Seconds between reads: ttl, times entries / entries_per_ttl for a larger table."""
-        n = len(self._view)
-        if self.entries_per_ttl <= 0 or n <= self.entries_per_ttl:
-            return self.ttl
-        return self.ttl * n / self.entries_per_ttl
+        """Seconds between reads of the table held (:func:`read_period`)."""
+        return read_period(self.ttl, len(self._view), self.entries_per_ttl)
 
     def _follows(self) -> bool:
         return self.shared is not None and not self.shared.leading()

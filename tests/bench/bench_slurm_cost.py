@@ -57,6 +57,7 @@ from slurmguard import config  # noqa: E402
 from slurmguard.adapters.slurm.commands import SlurmCLI  # noqa: E402
 from slurmguard.drainguard import ServePermit, guarded_drain  # noqa: E402
 from slurmguard.node import fallback  # noqa: E402
+from slurmguard.serve.slurmview import read_period  # noqa: E402
 
 BEFORE = "407d58d"  # the last revision whose fallback read `scontrol show node` twice
 RPC = re.compile(r"^\s*(REQUEST_\w+|RESPONSE_\w+|MESSAGE_\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+"
@@ -199,7 +200,7 @@ def per_minute(run: dict[str, Any], hc: float, ttl: float, replicas: int,
         return {"rpcs": {k: round(v, 1) for k, v in sorted(rpcs.items())},
                 "total": round(sum(rpcs.values()), 1), "ctld_ms": round(ms, 1)}
 
-    reader = 60.0 / (ttl * max(1.0, n / entries_per_ttl)) if entries_per_ttl > 0 else 60.0 / ttl
+    reader = 60.0 / read_period(ttl, n, entries_per_ttl)  # serve's schedule, as serve runs it
     down = run["serve_down_healthcheck"]
     return {
         "serve_up": cost([(reader, reads["full"]), (checks, reads["one_node"])]),
