@@ -91,6 +91,9 @@ _HOOKS: Schema = {
     "spool_dir": Str("/var/spool/slurmguard", "where results wait while serve is unreachable"),
     "spool_max": Int(10000, "records kept in the spool at most (oldest dropped first)", minimum=1),
     "report_timeout": Float(2.0, "seconds to wait for serve before spooling", minimum=0.1),
+    "state_max_age": Float(3600.0, "a health check takes its node's state from serve; when no "
+                           "replica answers, from what the node saw last if at most this "
+                           "many seconds old, else from Slurm (0: always Slurm)", minimum=0.0),
     "replay_timeout": Float(5.0, "seconds a hook run may spend replaying its spool after a "
                             "successful send (a slow serve after an outage), never past "
                             "hooks.budget; 0: no replay", minimum=0.0),

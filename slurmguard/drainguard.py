@@ -77,16 +77,18 @@ class Drained:
 
 def guarded_drain(slurm: Any, permit: Permit, node: str, cause: str, reason: str, *,
                   via: str, ledger: Any = None, details: Mapping[str, Any] | None = None,
-                  now: float | None = None) -> Drained:
+                  now: float | None = None, looked: Any = None) -> Drained:
     """Drain ``node`` for ``cause`` with ``reason`` if Slurm, the guard and the ledger agree.
 
     ``slurm``: the Slurm adapter (``node``, ``drain``). ``ledger``: the store, or None where
-    serve writes the event from the hook's record. Never raises for a Slurm failure."""
+    serve writes the event from the hook's record. ``looked``: the node as this caller read
+    it from Slurm moments ago (a health check's own read), taken as the look; None: read it
+    here. Never raises for a Slurm failure."""
     observes = getattr(slurm, "observes", None)
     if observes is not None and observes(node):  # observe mode: nothing changes in Slurm
         return _would_drain(permit, node, cause, reason, via=via, ledger=ledger, now=now)
     try:
-        info = slurm.node(node)
+        info = looked if looked is not None and looked.name == node else slurm.node(node)
     except SlurmguardError as exc:
         return Drained(node, "failed", f"cannot read the node: {exc.message}", exc)
     if info.down or info.drained or "FAIL" in info.flags:

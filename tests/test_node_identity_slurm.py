@@ -145,6 +145,9 @@ def test_a_node_writes_only_for_itself(slurm_cluster_factory: Any, tmp_path: Pat
         body = _body({"node": "n2", "check": "gpu-xid", "reason": XID})
         refused("n1 asks a drain permit for n2", "/permit", body, cl.sign("n1", body), 403,
                 "other-node")
+        body = _body({"node": "n2"})
+        refused("n1 asks for n2's state", "/nodestate", body, cl.sign("n1", body), 403,
+                "other-node")
         # A job on n1 names n2 (outside its allocation) as slow.
         job = c.sbatch("#!/bin/sh\nsleep 120\n", "-w", "n1", "-N", "1")
         c.wait_job(job, ("RUNNING",), timeout=60)
@@ -167,6 +170,10 @@ def test_a_node_writes_only_for_itself(slurm_cluster_factory: Any, tmp_path: Pat
         body = _body({"node": "n1", "check": "gpu-xid", "reason": XID})
         status, answer = cl.post("/permit", body, cl.sign("n1", body))
         assert status == 200 and answer["allow"] is True, answer
+        body = _body({"node": "n1"})
+        status, answer = cl.post("/nodestate", body, cl.sign("n1", body))
+        assert status == 200 and answer["node"]["name"] == "n1", answer
+        assert "DRAIN" not in answer["node"]["flags"] and not answer["node"]["reason"], answer
         suspect["nodes"][0]["node"] = "n1"
         body = _body(suspect)
         status, answer = cl.post("/suspect", body, cl.sign("n1", body))
@@ -187,7 +194,7 @@ def test_a_node_writes_only_for_itself(slurm_cluster_factory: Any, tmp_path: Pat
             return out
         # Refusals from the head are written by serve's ledger thread, a moment later.
         wait_for(lambda: by_reason() == want, 10, what=f"ledger rows {want}, have {by_reason()}")
-        assert srv.metric("slurmguard_auth_refusals_total", reason="other-node") == flood + 4
+        assert srv.metric("slurmguard_auth_refusals_total", reason="other-node") == flood + 5
         assert srv.metric("slurmguard_auth_refusals_total", reason="missing") == 1
         assert srv.metric("slurmguard_auth_refusals_total", reason="wrong-peer") == 2
         assert store.nodes.events(node="n2", kinds=("security",)) == []

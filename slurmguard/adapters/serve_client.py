@@ -32,9 +32,12 @@ class DeliveryError(Exception):
     ``tls``: the server's certificate was refused (or the CA file is unusable): a fault of
     the installation that the hook says in its log line, never a node fault."""
 
-    def __init__(self, message: str, *, tls: bool = False) -> None:
+    def __init__(self, message: str, *, tls: bool = False, refused: bool = False) -> None:
         super().__init__(message)
         self.tls = tls
+        # A replica answered with a 4xx other than 422 (a serve that is up refused the
+        # request or does not know its path): not an outage.
+        self.refused = refused
 
 
 def read_token(path: str) -> str:
@@ -137,7 +140,7 @@ def post_first(urls: list[str], token: Auth, obj: dict[str, Any], timeout: float
     replica that refuses at once leaves its time to the next. Returns (the URL that
     answered, its answer); raises DeliveryError naming every failure."""
     deadline = time.monotonic() + timeout
-    problems, tls = [], False
+    problems, tls, refused = [], False, False
     for i, url in enumerate(urls):
         target = url.rsplit("/", 1)[0] + path if path else url
         share = max(0.05, (deadline - time.monotonic()) / (len(urls) - i))
@@ -145,8 +148,8 @@ def post_first(urls: list[str], token: Auth, obj: dict[str, Any], timeout: float
             return url, post_json(target, token, obj, share, ca=ca)
         except DeliveryError as exc:
             problems.append(str(exc))
-            tls = tls or exc.tls
-    raise DeliveryError("; ".join(problems) or "no report_url", tls=tls)
+            tls, refused = tls or exc.tls, refused or exc.refused
+    raise DeliveryError("; ".join(problems) or "no report_url", tls=tls, refused=refused)
 
 
 def drain_permit(node: str, check: str, reason: str, cfg: Config) -> tuple[bool, str]:
@@ -240,7 +243,7 @@ def post_json(url: str, token: Auth, obj: dict[str, Any], timeout: float,
     # 422: every record of the request was malformed; the answer's "rejected" settles them
     # (they are dropped, not retried: sending them again cannot make them valid).
     if status not in (200, 422):
-        raise DeliveryError(f"{url}: HTTP {status}")
+        raise DeliveryError(f"{url}: HTTP {status}", refused=400 <= status < 500)
     try:
         answer = json.loads(data)
     except ValueError:

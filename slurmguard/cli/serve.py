@@ -295,6 +295,7 @@ def _server(cfg: Config, store: Any, token: str, metrics: Any, fleet: Any,
                          munge_socket=str(scfg["munge_socket"]), site_key=site_key,
                          check_peer=bool(scfg["munge_check_peer"]))
     routes["/suspect"] = drain_view.suspect
+    routes["/nodestate"] = drain_view.node_state  # a node's own state, for its health check
     job_token = (load_token(str(cfg["notice.job_token_file"]), job=True)
                  if cfg["notice.job_token_file"] else "")
     ssl_context = None

@@ -161,12 +161,13 @@ class _SlurmView:
     """What the hook knows of Slurm: the adapter (None when it could not be made, and why)
     and, in healthcheck mode, the node's state."""
 
-    __slots__ = ("cli", "info", "problem")
+    __slots__ = ("cli", "info", "problem", "read_now")
 
     def __init__(self) -> None:
         self.cli: Any = None  # slurmguard.adapters.slurm.commands.SlurmCLI, imported only when needed
         self.info: Any = None  # NodeInfo | None
         self.problem = ""
+        self.read_now = False  # info is Slurm's, read in this run (the drain path's look)
 
 
 def _job_from_env() -> tuple[str | None, int | None]:
@@ -199,8 +200,9 @@ def _gather_and_evaluate(cfg: Config, hook: str, node: str, only: tuple[str, ...
 
 
 def _slurm_view(cfg: Config, hook: str, node: str, acting: bool, report: Any) -> _SlurmView:
-    """Ask Slurm about the node only when the answer matters: to drain (the adapter checks
-    DOWN and foreign drains itself) or, in healthcheck mode, to see whether our drain can go."""
+    """Ask about the node only when the answer matters: to drain (the adapter checks DOWN and
+    foreign drains itself) or, in healthcheck mode, to see whether our drain can go: serve's
+    view first, then what the node saw last, then Slurm (slurmguard.node.ownstate)."""
     view = _SlurmView()
     has_unhealthy = any(r.health is Health.UNHEALTHY for r in report.results)
     if not (acting and (has_unhealthy or hook == "healthcheck")):
@@ -212,10 +214,10 @@ def _slurm_view(cfg: Config, hook: str, node: str, acting: bool, report: Any) ->
     except Exception as exc:  # keep the verdict; say why Slurm was not told
         view.problem = one_line(f"{type(exc).__name__}: {exc}")
     if view.cli is not None and hook == "healthcheck":
-        try:
-            view.info = view.cli.node(node)
-        except SlurmguardError:
-            view.info = None
+        from slurmguard.node.ownstate import own_state
+
+        own = own_state(cfg, node, view.cli)
+        view.info, view.read_now = own.info, own.read_now
     return view
 
 
@@ -281,7 +283,12 @@ def _act(cfg: Config, hook: str, node: str, decision: Decision, acting: bool,
 
             fallback = SlurmPermit(slurm.cli, cfg, deadline=deadline)
         done = guarded_drain(slurm.cli, ServePermit(cfg, fallback), node, decision.failing[0],
-                             decision.reason, via=hook)
+                             decision.reason, via=hook,
+                             looked=slurm.info if slurm.read_now else None)
+        if done.result == "drained":  # known to this node's next runs (node/ownstate.py)
+            from slurmguard.node import ownstate
+
+            ownstate.drained(cfg, node, decision.reason, slurm.info)
         # Exit 1 only with our drain in place (made now, or the node already drained or
         # DOWN). Refused, or not made (Slurm unreadable, the update refused or timed out):
         # exit 0, since a non-zero exit makes Slurm drain the node itself ("Prolog error",
@@ -301,7 +308,13 @@ def _act(cfg: Config, hook: str, node: str, decision: Decision, acting: bool,
             from slurmguard.observe import WOULD_UNDRAIN_APPLIED
 
             return WOULD_UNDRAIN_APPLIED, EXIT_OK
-        return ("undrained" if change is Change.MADE else "not undrained (state changed)"), EXIT_OK
+        from slurmguard.node import ownstate
+
+        if change is Change.MADE:
+            ownstate.undrained(cfg, node, slurm.info)
+            return "undrained", EXIT_OK
+        ownstate.forget(cfg, node)  # the view was not Slurm's: the next run asks again
+        return "not undrained (state changed)", EXIT_OK
     if decision.action is Action.CHECKER_ERROR and not acting:
         return "none", EXIT_CHECKER
     return "none", EXIT_OK

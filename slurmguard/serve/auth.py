@@ -29,7 +29,7 @@ from slurmguard.serve import identity
 log = logging.getLogger("slurmguard.serve")
 
 SCHEME = "MUNGE "
-NODE_PATHS = ("/ingest", "/permit")
+NODE_PATHS = ("/ingest", "/permit", "/nodestate")
 JOB_PATHS = ("/suspect",)
 _RETRY_UNKNOWN = 5.0  # s: an unknown origin or job re-reads Slurm at most this often
 LEGACY_MAX_BODY = 64 * 1024  # a body checked only once read (node-key without d=) is this at most
@@ -405,8 +405,9 @@ def _number(v: Any) -> Any:
 
 
 def _named_nodes(path: str, body: Any) -> list[str]:
-    """The nodes a node's request speaks for: each record's node, or the permit's node."""
-    if path == "/permit":
+    """The nodes a node's request speaks for: each record's node, or the node a permit or a
+    state question names."""
+    if path in ("/permit", "/nodestate"):
         node = body.get("node") if isinstance(body, dict) else None
         return [node] if isinstance(node, str) else []
     raw = body.get("records") if isinstance(body, dict) and "records" in body else body

@@ -1,5 +1,6 @@
 """serve's answers to running jobs: which of my nodes are drained (GET /drains), and the
-slow nodes a job saw (POST /suspect).
+slow nodes a job saw (POST /suspect); and to a node's health check, its own state in Slurm
+(POST /nodestate).
 
 ``GET /drains?nodes=n[1-3]&since=T`` is what every job's `slurmguard run` polls every few
 seconds (slurmguard.job.notice). One cached view of Slurm (``scontrol show node``, at most one
@@ -123,6 +124,31 @@ class DrainView:
                                                       "job": job, "drained_by": d["actor"]})
             except SlurmguardError:
                 pass  # the answer matters more than its would-event
+
+    def node_state(self, body: Any) -> dict[str, Any]:
+        """``POST /nodestate`` ``{"node": NAME}``, signed as that node (serve/auth.py): the
+        node as serve's view of Slurm holds it, and when that view was read. A health check
+        asks it for its own state instead of reading Slurm (slurmguard.node.ownstate), so
+        slurmctld sees serve's reader, not one read per node per HealthCheckInterval.
+        ``{"node": null}`` when the view has no such node; SlurmguardError (503) when serve
+        cannot read Slurm: the node then reads Slurm itself."""
+        if not isinstance(body, dict):
+            raise InputError("nodestate: expected an object {\"node\": NAME}")
+        try:
+            name = validate_node_name(body.get("node"))
+        except InputError as exc:
+            raise InputError(f"nodestate.node: {exc.message}") from None
+        lookup = getattr(self.slurm, "lookup", None)
+        if lookup is not None:  # serve's one cached read (serve/slurmview.py)
+            info, read_at = lookup(name)
+        else:
+            view, err = self._slurm_view()
+            if view is None:
+                raise SlurmguardError(f"serve's Slurm view failed: {err}")
+            info, read_at = view.get(name), time.time()
+        if info is None:
+            return {"node": None, "read_at": read_at}
+        return {"node": {**info.to_dict(), "gres": info.gres}, "read_at": read_at}
 
     def suspect(self, body: Any) -> dict[str, Any]:
         """Record the wrapper's slow nodes as ``suspect`` events (one per node and job)."""

@@ -130,6 +130,9 @@ class CachedNodes:
         self._digest = ""  # of the view held, when it came from (or went to) the store
         self._memo: dict[str, Any] = {}  # record text -> NodeInfo: only changed nodes parsed
         self.following = False  # the last look found a fresh published view
+        self._read_wall = float("-inf")  # time.time() the held view's read began
+        self._index: dict[str, Any] = {}  # name -> NodeInfo of the held view (lookup)
+        self._index_of: list[Any] | None = None  # the view _index was built from
         # Each fresh view, to serve's node-state history (serve/nodestates.py); never raises.
         self.on_view: Callable[[list[Any]], Any] | None = None
         self.counter: Any = None  # serve's slurmguard_serve_node_views_total{source}
@@ -205,11 +208,13 @@ class CachedNodes:
                 log.error("published slurm view not parsed: %s", exc)
                 return
             self._digest = got[0]
+            self._read_wall = head.read_at
             self.adopted += 1
             self._count("store")
             self._seen()
         if not self.following:
             log.info("slurm view: following the view %s publishes", head.publisher)
+        self._read_wall = max(self._read_wall, head.read_at)  # the same text, read again
         self.following = True
         self._at = time.monotonic()
 
@@ -242,6 +247,7 @@ class CachedNodes:
             else:
                 self._view, self._error = list(self.slurm.nodes()), None
                 self._digest = ""
+            self._read_wall = wall
         except SlurmguardError as exc:  # a failing controller is not asked faster
             self._view, self._error = [], exc
         self._at = time.monotonic()
@@ -258,15 +264,31 @@ class CachedNodes:
         if nodeset is not None:
             return list(self.slurm.nodes(nodeset))
         with self._lock:
-            now = time.monotonic()
-            # With the refresher running, a view up to two periods old is its to renew:
-            # reading here too would make the count follow the callers again.
-            stale = self.period * (2 if self._refresher is not None else 1)
-            if now - self._at >= stale:
-                self._read()
-            if self._error is not None:
-                raise self._error
+            self._fresh()
             return list(self._view)
+
+    def lookup(self, name: str) -> tuple[Any, float]:
+        """(``name``'s entry in the held view or None, the time.time() that view's read
+        began): a node's health check asks for its own state (``POST /nodestate``) instead of
+        reading Slurm, and thousands of nodes ask; the view is read on its schedule, never
+        for them. Raises the view's error as :meth:`nodes` does."""
+        with self._lock:
+            self._fresh()
+            if self._index_of is not self._view:
+                self._index = {n.name: n for n in self._view}
+                self._index_of = self._view
+            return self._index.get(name), self._read_wall
+
+    def _fresh(self) -> None:  # under self._lock
+        """Read when the view is past its age; raise the last read's error."""
+        now = time.monotonic()
+        # With the refresher running, a view up to two periods old is its to renew:
+        # reading here too would make the count follow the callers again.
+        stale = self.period * (2 if self._refresher is not None else 1)
+        if now - self._at >= stale:
+            self._read()
+        if self._error is not None:
+            raise self._error
 
     def nodes_now(self) -> list[Any]:
         """A fresh read of the whole table (repair's pass: a reboot's proof is a new BootTime,

@@ -1,6 +1,6 @@
-"""What slurmguard costs slurmctld a minute, serve up and serve down, at N node entries
-(docs/slurm.md, "What slurmguard costs slurmctld a minute"; its block is rendered from the
-JSON this writes by tests/support/slurm_cost_doc.py).
+"""What slurmguard costs slurmctld a minute, quiet and under a shared fault, serve up and
+every replica down, at N node entries (docs/slurm.md, "What slurmguard costs slurmctld a
+minute"; its block is rendered from the JSON this writes by tests/support/slurm_cost_doc.py).
 
 Run by hand, as root, with Slurm and munge (a stock slurmctld with N node entries and no
 slurmd for them, as tests/bench/bench_slurm_node_reads.py starts it; every node stays
@@ -9,27 +9,38 @@ UNKNOWN, not responding, for the run: DOWN only after its 300-s SlurmdTimeout):
     python tests/bench/bench_slurm_cost.py [--entries 128,512,1024] [--json docs/slurm_cost.json]
 
 Per N, with the cap's worth of nodes drained by slurmguard for one cause (a shared fault at
-its cap, 10 % of the partition up to 50):
+its cap, 10 % of the partition up to 50), in Slurm and in the store of a real `slurmguard
+serve` (SQLite; its reader's one read at its start, outside the counted rounds: the reader's
+cost a minute is computed from the full read's):
 
 - **each read** by itself, R rounds of K calls (``sdiag --reset`` before each round): RPCs
   per call by type (over all rounds), and slurmctld's time per RPC by type (sdiag's
-  total_time over the count), the median of the rounds, printed: the full node table (serve's reader), the partition table and the
-  drained nodes (the fallback's two reads now), one node (every health check's own read),
-  and a partition's drained count (the narrowest sinfo, which the guard cannot use: it
-  counts every drain, an admin's and an old one too, with no cause);
-- **a failing node's health check with every serve replica down**, on D nodes drawn at
-  random (seeded), with the real window arithmetic and the hook's default budget left
-  (``--left``): the health check's own node read, then the one drain path
-  (``drainguard.guarded_drain`` through ``ServePermit`` on a dead port to the fallback,
-  ``SlurmPermit``), its wait skipped (the RPCs are the same). With this checkout's fallback
-  and with the fallback of revision BEFORE (read from git: the whole node table on arrival
-  and again in the window), their rounds taking turns. RPCs per health check by type, over
-  all rounds, and one price per RPC type for both (the median of all their rounds);
-- **per minute**, from those measured costs: serve up is serve's reader (60 / ttl full
-  reads, once for every replica now; per replica before) and every node's health check
-  once per HealthCheckInterval (``--hc``, 300 s as the scale harness) reading its node;
-  serve down is every node failing one shared cause (the worst case) through the fallback.
-  slurmctld's time a minute is the sum of count x time per call by RPC type.
+  total_time over the count), the median of the rounds: the full node table (serve's
+  reader), the partition table and the drained nodes (the fallback's two reads), one node
+  (a health check's own read when neither serve nor its saved record answers), and a
+  partition's drained count (the narrowest sinfo, which the guard cannot use: it counts
+  every drain, an admin's and an old one too, with no cause);
+- **a health check's Slurm reads**, D health checks a round on nodes drawn at random
+  (seeded), R rounds, the cases taking turns: its own node's state as the hook takes it
+  (``node.ownstate.own_state``: serve, the node's saved record, Slurm) and, for a failing
+  check, the one drain path as the hook calls it (``drainguard.guarded_drain`` with the
+  hook's own Slurm read as its look, ``ServePermit`` to the live serve or to a dead port,
+  then the fallback ``SlurmPermit`` with the hook's budget left, ``--left``, its wait
+  skipped: the RPCs are the same). The cases: quiet (every check passes) and a shared fault
+  at its cap (every check fails the one cause), serve up and every replica down (with the
+  node's saved record, and without one: a record older than ``hooks.state_max_age``).
+  RPCs per health check by type, over all rounds, and one price per RPC type (the median of
+  all their rounds);
+- **per minute**, from those measured costs: serve's reader (60 / its period: every ttl up
+  to ``--entries-per-ttl`` entries, proportionally less often beyond) when serve is up, and
+  every node's health check once per HealthCheckInterval (``--hc``, 300 s as the scale
+  harness); every replica down, a node's saved record expires every ``--max-age`` s
+  (hooks.state_max_age), when one of its checks reads Slurm, and a failing check reads the
+  drained nodes in its window at the chance the fallback's arithmetic gives (the budget left
+  over the cycle's windows; the measured checks, 30 at most, sample a chance of 1 in 400 as
+  none or one). Before: every health check
+  read its node (``sinfo -n``) whatever serve did. slurmctld's time a minute is the sum of
+  count x time per call by RPC type.
 """
 
 from __future__ import annotations
@@ -40,26 +51,25 @@ import os
 import random
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "bench")]
 from bench_slurm_node_reads import start  # noqa: E402
-from support.sgserve import new_port, write_config  # noqa: E402
+from support.sgserve import Serve, new_port, new_store, write_config  # noqa: E402
 
 from slurmguard import config  # noqa: E402
 from slurmguard.adapters.slurm.commands import SlurmCLI  # noqa: E402
 from slurmguard.drainguard import ServePermit, guarded_drain  # noqa: E402
-from slurmguard.node import fallback  # noqa: E402
+from slurmguard.node import fallback, ownstate  # noqa: E402
+from slurmguard.nodeset import names  # noqa: E402
 from slurmguard.serve.slurmview import read_period  # noqa: E402
+from slurmguard.store.api import Store  # noqa: E402
 
-BEFORE = "407d58d"  # the last revision whose fallback read `scontrol show node` twice
 RPC = re.compile(r"^\s*(REQUEST_\w+|RESPONSE_\w+|MESSAGE_\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+"
                  r"ave_time:\d+\s+total_time:(\d+)")
 CAUSE, REASON = "fs-mount", "slurmguard: fs-mount: /shared missing"
@@ -121,28 +131,43 @@ def interleaved(c: Any, calls: dict[str, Any], per_round: int, n_rounds: int) ->
                     "ms_per_rpc": price} for label, got in counts.items()}
 
 
-def before_fallback() -> Any:
-    """node/fallback.py as revision BEFORE had it, loaded as a module of its own."""
-    src = subprocess.run(["git", "-C", str(REPO), "show", f"{BEFORE}:slurmguard/node/fallback.py"],
-                         capture_output=True, text=True, check=True).stdout
-    mod = types.ModuleType("fallback_before")
-    exec(compile(src, f"{BEFORE}:slurmguard/node/fallback.py", "exec"), mod.__dict__)  # noqa: S102
-    return mod
+CASES = ("quiet_up", "quiet_down", "quiet_down_stale", "fault_up", "fault_down",
+         "fault_down_stale")
 
 
 def run_entries(entries: int, args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="sg-cost-"))
     c = start(str(tmp), entries)
+    serve = None
     try:
         cli = SlurmCLI(c.slurm_section, env=c.env)
         version = c.run("sinfo", "--version").stdout.strip()
-        cfg_path = write_config(tmp, store_url=f"sqlite:///{tmp}/unused.db", port=new_port(),
-                                report_timeout=1.0)  # nothing listens: serve is down
-        cfg = config.load(str(cfg_path), env={})
-        params = fallback.PolicyParams.from_section(cfg.section("policy"))
+        port = new_port()
+        up_dir, down_dir = tmp / "up", tmp / "down"
+        up_dir.mkdir()
+        down_dir.mkdir()
+        url = new_store(up_dir)
+        # serve up: its view read once at its start (ttl an hour), the checks' only answer;
+        # its full policy pass hourly too (it reads the node and job tables on its own
+        # schedule: serve's cost, counted with its reader, not a health check's)
+        up_path = write_config(up_dir, store_url=url, port=port, report_timeout=2.0,
+                               serve_extra="slurm_view_ttl = 3600.0\npolicy_interval = 3600.0")
+        down_path = write_config(down_dir, store_url=url, port=new_port(),  # nobody listens
+                                 report_timeout=1.0)
+        cfg_up = config.load(str(up_path), env={})
+        cfg_down = config.load(str(down_path), env={})
+        params = fallback.PolicyParams.from_section(cfg_up.section("policy"))
         cap = min(params.blast_max_nodes, max(1, entries * int(params.blast_max_percent) // 100))
-        for name in c.nodes[:cap]:  # the shared fault at its cap, in the blast window
-            c.run("scontrol", "update", f"nodename={name}", "state=drain", f"reason={REASON}")
+        store = Store.open(url=url)
+        try:
+            for name in c.nodes[:cap]:  # the shared fault at its cap, in the blast window
+                c.run("scontrol", "update", f"nodename={name}", "state=drain", f"reason={REASON}")
+                store.nodes.record_event(name, "drain", "slurmguard", REASON, source=CAUSE,
+                                         details={"via": "healthcheck"})
+        finally:
+            store.close()
+        serve = Serve(up_path, port, env={"SLURM_CONF": c.env["SLURM_CONF"]}).start(
+            timeout=120)
         states = {i.state for i in cli.nodes()}
         k, r = args.calls, args.rounds
         reads = {
@@ -156,58 +181,100 @@ def run_entries(entries: int, args: argparse.Namespace) -> dict[str, Any]:
         rng = random.Random(entries)
         spared = c.nodes[cap:]
         outcomes: dict[str, dict[str, int]] = {}
+        sources: dict[str, dict[str, int]] = {}
+        saved = {i.name: i for i in cli.nodes()}  # what a node saw last, kept before a check
 
-        def healthcheck(module: Any, label: str) -> Any:
+        def healthcheck(case: str) -> Any:
+            cfg = cfg_up if case.endswith("_up") else cfg_down
+
             def one() -> None:
                 node = rng.choice(spared)
-                cli.node(node)  # the health check's own view of its node (hooks._slurm_view)
+                if case.endswith("_down"):  # the node's record from its last answer
+                    ownstate.keep(cfg, node, saved[node], time.time(), "serve")
+                elif case.endswith("_stale"):
+                    ownstate.forget(cfg, node)
+                # As node/hooks.py: its own state (_slurm_view), then for a failing check
+                # the one drain path (_act), the hook's own Slurm read taken as the look.
+                own = ownstate.own_state(cfg, node, cli)
+                by = sources.setdefault(case, {})
+                by[own.source or "none"] = by.get(own.source or "none", 0) + 1
+                if case.startswith("quiet"):
+                    return
                 left = time.monotonic() + args.left
-                permit = ServePermit(cfg, module.SlurmPermit(cli, cfg, sleep=lambda s: None,
-                                                             deadline=left))
-                done = guarded_drain(cli, permit, node, CAUSE, REASON, via="healthcheck")
+                permit = ServePermit(cfg, fallback.SlurmPermit(cli, cfg, sleep=lambda s: None,
+                                                               deadline=left))
+                done = guarded_drain(cli, permit, node, CAUSE, REASON, via="healthcheck",
+                                     looked=own.info if own.read_now else None)
                 key = done.result if "window is in" not in done.applied else "window past budget"
-                outcomes.setdefault(label, {})[key] = outcomes.get(label, {}).get(key, 0) + 1
+                got = outcomes.setdefault(case, {})
+                got[key] = got.get(key, 0) + 1
             return one
 
-        serve_down = interleaved(c, {"now": healthcheck(fallback, "now"),
-                                     "before": healthcheck(before_fallback(), "before")},
-                                 args.decisions, r)
+        checks = interleaved(c, {case: healthcheck(case) for case in CASES}, args.decisions, r)
+        # The fallback's window read is a chance (its window within the budget left): at
+        # 10,000 nodes about 1 in 400 checks, which 30 checks sample as 0 or 1. The minute's
+        # figure takes the fallback's own arithmetic for it (the first partition's size, as
+        # the fallback ranks), the measured counts stay beside it.
+        members = max((len(names(n, source="partition")) for n in cli.partitions().values()),
+                      default=entries)
+        hooks = cfg_down.section("hooks")
+        slots = fallback.cycle_slots(members, int(hooks["fallback_slots"]),
+                                     int(hooks["fallback_share"]))
+        window_chance = min(1.0, args.left / (slots * float(hooks["fallback_slot"])))
         drained_now = sum(1 for i in cli.nodes() if i.drained)
     finally:
+        if serve is not None:
+            serve.stop()
         c.stop()
-    return {"entries": entries, "slurm": version, "cap": cap, "states": sorted(states), "reads": reads,
-            "serve_down_healthcheck": serve_down, "outcomes": outcomes,
+    return {"entries": entries, "slurm": version, "cap": cap, "states": sorted(states),
+            "reads": reads, "checks": checks, "outcomes": outcomes, "sources": sources,
+            "window_slots": slots, "window_chance": round(window_chance, 5),
             "drained_after": drained_now}
 
 
-def per_minute(run: dict[str, Any], hc: float, ttl: float, replicas: int,
+def per_minute(run: dict[str, Any], hc: float, ttl: float, max_age: float,
                entries_per_ttl: int = 4096) -> dict[str, Any]:
-    """RPCs a minute by type and slurmctld's ms a minute, serve up and serve down, now and
-    before, from one run's measured costs. serve's reader now reads every ttl x entries /
-    entries_per_ttl for a table larger than that (serve.slurm_view_entries_per_ttl); before,
-    every ttl on every replica."""
+    """RPCs a minute by type and slurmctld's ms a minute per case, from one run's measured
+    costs: serve's reader on its schedule (serve up), every node's health check once per
+    ``hc``, and (every replica down) each node's record expiring every ``max_age``."""
     n = run["entries"]
     checks = n * 60.0 / hc
-    reads = run["reads"]
+    expiring = n * 60.0 / max(max_age, hc)  # checks a minute whose record is too old
+    reads, per = run["reads"], run["checks"]
 
     def cost(parts: list[tuple[float, dict[str, Any]]]) -> dict[str, Any]:
         rpcs: dict[str, float] = {}
         ms = 0.0
         for times, call in parts:
-            for kind, per in call["rpcs"].items():
-                rpcs[kind] = rpcs.get(kind, 0.0) + times * per
-                ms += times * per * call["ms_per_rpc"].get(kind, 0.0)
+            for kind, count in call["rpcs"].items():
+                rpcs[kind] = rpcs.get(kind, 0.0) + times * count
+                ms += times * count * call["ms_per_rpc"].get(kind, 0.0)
         return {"rpcs": {k: round(v, 1) for k, v in sorted(rpcs.items())},
                 "total": round(sum(rpcs.values()), 1), "ctld_ms": round(ms, 1)}
 
-    reader = 60.0 / read_period(ttl, n, entries_per_ttl)  # serve's schedule, as serve runs it
-    down = run["serve_down_healthcheck"]
+    reader = (60.0 / read_period(ttl, n, entries_per_ttl), reads["full"])
+    # A failing check in the outage: its measured reads less its window reads (each a
+    # NODE_INFO and a PARTITION_INFO: the drained nodes), and the window read at its chance.
+    expected = {}
+    for case in ("fault_down", "fault_down_stale"):
+        got = dict(per[case]["rpcs"])
+        hits = got.pop("REQUEST_NODE_INFO", 0.0)
+        got["REQUEST_PARTITION_INFO"] = round(got.get("REQUEST_PARTITION_INFO", 0.0) - hits, 3)
+        expected[case] = {"rpcs": got, "ms_per_rpc": per[case]["ms_per_rpc"]}
+    window = (run["window_chance"], reads["drained"])
     return {
-        "serve_up": cost([(reader, reads["full"]), (checks, reads["one_node"])]),
-        "serve_up_before": cost([(60.0 / ttl * replicas, reads["full"]),
-                                 (checks, reads["one_node"])]),
-        "serve_down": cost([(checks, down["now"])]),
-        "serve_down_before": cost([(checks, down["before"])]),
+        "quiet_up": cost([reader, (checks, per["quiet_up"])]),
+        "quiet_up_before": cost([reader, (checks, reads["one_node"])]),
+        "quiet_down": cost([(checks - expiring, per["quiet_down"]),
+                            (expiring, per["quiet_down_stale"])]),
+        "quiet_down_before": cost([(checks, reads["one_node"])]),
+        "fault_up": cost([reader, (checks, per["fault_up"])]),
+        "fault_up_before": cost([reader, (checks, reads["one_node"]), (checks, per["fault_up"])]),
+        "fault_down": cost([(checks - expiring, expected["fault_down"]),
+                            (expiring, expected["fault_down_stale"]),
+                            (checks * window[0], window[1])]),
+        "fault_down_before": cost([(checks, reads["one_node"]), (checks, expected["fault_down"]),
+                                   (checks * window[0], window[1])]),
     }
 
 
@@ -221,7 +288,8 @@ def main() -> None:
                     help="seconds of the hook's budget left to wait (docs/hooks.md: ~13 of 20)")
     ap.add_argument("--hc", type=float, default=300.0, help="HealthCheckInterval, s")
     ap.add_argument("--ttl", type=float, default=2.0, help="serve.slurm_view_ttl, s")
-    ap.add_argument("--replicas", type=int, default=2, help="serve replicas (before: each read)")
+    ap.add_argument("--max-age", type=float, default=3600.0,
+                    help="hooks.state_max_age: a node's saved record stands in this long, s")
     ap.add_argument("--entries-per-ttl", type=int, default=4096,
                     help="serve.slurm_view_entries_per_ttl (0: every ttl)")
     ap.add_argument("--json", metavar="OUT")
@@ -234,21 +302,22 @@ def main() -> None:
         data["entries_per_ttl"] = args.entries_per_ttl
         for run in data["runs"]:
             run["per_minute"] = per_minute(run, data["hc_interval"], data["ttl"],
-                                           data["replicas"], args.entries_per_ttl)
+                                           data["max_age"], args.entries_per_ttl)
         Path(args.recompute).write_text(json.dumps(data, indent=1) + "\n")
         return
     out: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d"), "load": [round(x, 1) for x in os.getloadavg()],
-        "before": BEFORE, "hc_interval": args.hc, "ttl": args.ttl, "replicas": args.replicas,
+        "hc_interval": args.hc, "ttl": args.ttl, "max_age": args.max_age,
         "entries_per_ttl": args.entries_per_ttl,
         "left": args.left, "calls": args.calls, "rounds": args.rounds,
         "decisions": args.decisions, "runs": []}
     for n in (int(x) for x in args.entries.split(",")):
         run = run_entries(n, args)
-        run["per_minute"] = per_minute(run, args.hc, args.ttl, args.replicas,
+        run["per_minute"] = per_minute(run, args.hc, args.ttl, args.max_age,
                                        args.entries_per_ttl)
         print(json.dumps({"entries": n, "per_minute": run["per_minute"],
-                          "outcomes": run["outcomes"], "states": run["states"]}), flush=True)
+                          "outcomes": run["outcomes"], "sources": run["sources"],
+                          "states": run["states"]}), flush=True)
         for name, read in run["reads"].items():
             print(f"  {n} entries, {name}: {read}", flush=True)
         out["runs"].append(run)

@@ -60,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="node entries beyond the real ones, with no slurmd: the node-traffic "
                          "generator sends their records, permits and gates (docs/scale.md "
                          "'Emulated nodes'); stored under NODES+EMULATED, not in the tables")
-    ap.add_argument("--emulated-slurm-reads", action="store_true",
-                    help="each emulated health check also reads its node from Slurm, as an "
-                         "acting hook does (a process per check on this host)")
+    ap.add_argument("--emulated-no-own-state", action="store_true",
+                    help="the emulated health checks do not take their node's state (serve's "
+                         "/nodestate, the node's saved record, else Slurm) as an acting hook does")
     ap.add_argument("--start-wave", type=int, default=None,
                     help="start the slurmd this many at a time, each wave once the ones before "
                          "registered (default: 128 with --emulated, else all at once)")
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = ScaleSpec(nodes=a.nodes, agents=min(a.agents, a.nodes), hc_interval=a.hc_interval,
                      job_config=not a.jobs_without_config,
                      policy_interval=a.policy_interval or 60.0, emulated=a.emulated,
-                     emulated_slurm_reads=a.emulated_slurm_reads,
+                     emulated_own_state=not a.emulated_no_own_state,
                      start_wave=a.start_wave if a.start_wave is not None else
                      (128 if a.emulated else 0))
     size = f"{a.nodes}+{a.emulated}" if a.emulated else str(a.nodes)  # its key in --out

@@ -56,9 +56,9 @@ class TrafficSpec:
     gate_entry: str = ""        # the installed PrologSlurmctld entry script; "": no gate calls
     workers: int = 6
     max_backlog: int = 500
-    # Each health check also reads its node from Slurm, as an acting hook does (one
-    # `scontrol show node NODE`): off by default (a process a check on this shared host).
-    slurm_reads: bool = False
+    # Each health check takes its node's state as an acting hook does
+    # (slurmguard.node.ownstate: serve's /nodestate, the node's saved record, else Slurm).
+    own_state: bool = True
     fallback_wait: float = 0.5  # serve down: seconds a fault's drain waits for its window
     first_job: int = 5_000_000  # the gate's job ids (never a real job's)
 
@@ -73,7 +73,8 @@ class _Stats:
     refusals: Counter[str] = field(default_factory=Counter)  # why a drain was not made
     gate: Load = field(default_factory=Load)
     gate_refused: int = 0
-    slurm_reads: int = 0
+    slurm_reads: int = 0  # own states read from Slurm (neither serve nor the record answered)
+    own_states: Counter[str] = field(default_factory=Counter)  # where they came from
     behind: int = 0
     errors: list[str] = field(default_factory=list)
     cpu_s: float = 0.0  # the generator's threads' own CPU (sends, signing, scheduling)
@@ -211,19 +212,25 @@ class NodeTraffic:
                 load.spooled += said.startswith("spooled")
 
     def _healthcheck(self, node: str) -> None:
-        if self.spec.slurm_reads and self.slurm is not None:
-            self.slurm.node(node)  # what an acting health check reads (node/hooks.py)
+        looked = None
+        if self.spec.own_state and self.slurm is not None:
+            from slurmguard.node.ownstate import own_state
+
+            own = own_state(self.cfg, node, self.slurm)  # as node/hooks.py's _slurm_view
+            looked = own.info if own.read_now else None
             with self.lock:
-                self.stats.slurm_reads += 1
+                self.stats.own_states[own.source or "none"] += 1
+                self.stats.slurm_reads += own.read_now
         check = self.fault
         rec = hook_record(node, "healthcheck", time.time(), failing=check)
         if check:
-            rec["applied"] = self._drain(node, check, rec["decision"]["reason"])
+            rec["applied"] = self._drain(node, check, rec["decision"]["reason"], looked)
         self._send(rec)
 
-    def _drain(self, node: str, check: str, reason: str) -> str:
+    def _drain(self, node: str, check: str, reason: str, looked: Any = None) -> str:
         """The hook's drain of a failing check: the guard's permit, then Slurm (the emulated
-        node is UNKNOWN+NOT_RESPONDING there, not DOWN, so Slurm takes the drain)."""
+        node is UNKNOWN+NOT_RESPONDING there, not DOWN, so Slurm takes the drain); the check's
+        own Slurm read, when it made one, is the drain path's look, as in the hook."""
         from slurmguard.drainguard import ServePermit, guarded_drain
         from slurmguard.node.fallback import SlurmPermit
 
@@ -232,7 +239,11 @@ class NodeTraffic:
         fallback = SlurmPermit(self.slurm, self.cfg,
                                deadline=time.monotonic() + self.spec.fallback_wait)
         done = guarded_drain(self.slurm, ServePermit(self.cfg, fallback), node, check, reason,
-                             via="healthcheck")
+                             via="healthcheck", looked=looked)
+        if done.result == "drained":
+            from slurmguard.node import ownstate
+
+            ownstate.drained(self.cfg, node, reason, looked)
         with self.lock:
             self.stats.permits[done.result] += 1
             if done.result != "drained":
@@ -293,7 +304,7 @@ class NodeTraffic:
                     "latencies": {k: list(ld.latencies) for k, ld in s.loads.items()},
                     "gate": (s.gate.requests, s.gate_refused, list(s.gate.latencies)),
                     "permits": dict(s.permits), "refusals": dict(s.refusals),
-                    "slurm_reads": s.slurm_reads,
+                    "slurm_reads": s.slurm_reads, "own_states": dict(s.own_states),
                     "behind": s.behind, "errors": list(s.errors), "cpu_s": s.cpu_s,
                     "at": time.monotonic()}
 
@@ -301,7 +312,7 @@ class NodeTraffic:
         """Everything since :meth:`start`."""
         out = diff({"records": {}, "latencies": {}, "gate": (0, 0, []), "permits": {},
                     "refusals": {},
-                    "slurm_reads": 0, "behind": 0, "errors": [], "cpu_s": 0.0, "at": self.t0},
+                    "slurm_reads": 0, "own_states": {}, "behind": 0, "errors": [], "cpu_s": 0.0, "at": self.t0},
                    self.snapshot())
         out.update(nodes=len(self.spec.nodes), workers=self.spec.workers)
         return out
@@ -336,6 +347,8 @@ def diff(before: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, Any]:
     why = Counter({k: v - before["refusals"].get(k, 0) for k, v in now["refusals"].items()})
     out["not_drained"] = dict(why.most_common(3))  # the drains not made: their commonest why
     out["slurm_reads"] = now["slurm_reads"] - before["slurm_reads"]
+    out["own_states"] = {k: v - before["own_states"].get(k, 0)
+                         for k, v in now["own_states"].items() if v - before["own_states"].get(k, 0)}
     out["behind"] = now["behind"] - before["behind"]
     out["errors"] = now["errors"][len(before["errors"]):][:5]
     out["cpu_pct"] = round(100 * (now["cpu_s"] - before["cpu_s"]) / secs, 2)

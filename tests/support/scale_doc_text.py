@@ -195,7 +195,10 @@ tenk` is the 10,000-node controller of one slurmctld. CI runs tests/scale/test_s
   state specified" (rc 1), which the harness checks by reading the nodes back (slurmguard's
   own undrain would take that answer for a failure).
 - **What they send** (tests/support/nodetraffic.py, through slurmguard's node code): a
-  health-check record every HealthCheckInterval, spread over the interval as CYCLE does; at
+  health check every HealthCheckInterval, spread over the interval as CYCLE does, which
+  takes its node's state as the hook does (`node/ownstate.py`: serve's `/nodestate`, the
+  node's saved record with every replica down, Slurm when neither answers; runs before
+  tenk-own sent no such question and read nothing of Slurm for it) and sends its record; at
   their share E/(N+E) of the fleet's job rate, one-node jobs: the installed PrologSlurmctld
   entry script (the gate's compiled client asking serve's socket), a prolog record, an
   epilog record 3 s later; in a shared fault, every failing check's drain through
@@ -223,9 +226,8 @@ tenk` is the 10,000-node controller of one slurmctld. CI runs tests/scale/test_s
 - **What the emulated part cannot show**: a hook's or the agent's CPU on a node (the
   per-node figures are the real nodes'); Slurm's own RPCs of their jobs (launch, prolog and
   epilog completion: no job runs there); the Xid wave and repair (real nodes only, said in
-  the scenarios' output); a job wrapper's drain watch on them; the node side's Slurm reads
-  of an acting health check (off unless `--emulated-slurm-reads`: a process a check here);
-  a spool and a clock per node. Runs with emulated nodes are stored under N+E in
+  the scenarios' output); a job wrapper's drain watch on them; a spool and a clock per
+  node. Runs with emulated nodes are stored under N+E in
   docs/scale.json (1024+8976); a run of 10,000 entries or more is the last column of "What
   a site gets" (its per-node figures are its real nodes') and gives "Goals at 10,000
   nodes"; smaller N+E runs (CI's, a helper's) are in neither.

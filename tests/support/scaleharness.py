@@ -103,7 +103,7 @@ class ScaleSpec:
     # Slurm 22.05 keeps them UNKNOWN+NOT_RESPONDING (docs/scale.md "Emulated nodes").
     emulated: int = 0
     start_wave: int = 0  # slurmd started this many at a time (Cluster.start's wave); 0: all
-    emulated_slurm_reads: bool = False  # each emulated health check reads its node from Slurm
+    emulated_own_state: bool = True  # each emulated health check takes its node's state as a hook
 
 
 GPUS_PER_NODE = 8  # the stand-in NVML's GPUs (checks.gpu.expected_count), and the GRES's
@@ -236,7 +236,7 @@ class ScaleHarness:
         spec = TrafficSpec(nodes=self.emulated_nodes, fleet_nodes=len(self.all_nodes),
                            hc_interval=self.spec.hc_interval,
                            gate_entry=gate if self.spec.slurmguard else "",
-                           slurm_reads=self.spec.emulated_slurm_reads)
+                           own_state=self.spec.emulated_own_state)
         slurm = SlurmCLI.from_config(cfg, env=self.cluster.env)
         return NodeTraffic(cfg, spec, slurm=slurm,
                            run_gate=run_gate if self.spec.slurmguard else None).start()

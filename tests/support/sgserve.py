@@ -181,6 +181,15 @@ class Serve:
         with self._open(req, timeout=5) as r:
             return json.loads(r.read())
 
+    def node_state(self, node: str) -> dict | None:
+        """``node`` as serve's cached view of Slurm holds it (``POST /nodestate``, what a
+        node's health check asks; with the shared token, so serve.auth = token only)."""
+        req = urllib.request.Request(f"{self.url}/nodestate", data=json.dumps(
+            {"node": node}).encode(), headers={"Authorization": f"Bearer {TOKEN}",
+                                               "Content-Type": "application/json"})
+        with self._open(req, timeout=5) as r:
+            return json.loads(r.read())["node"]
+
     def metric(self, name: str, **labels: str) -> float:
         """The sum of ``name``'s samples on /metrics whose labels include ``labels`` (0 when
         there is none yet: a labelled counter has no sample before its first count)."""

@@ -24,14 +24,27 @@ READS = {
     "full": "the node table: `scontrol show node -o` (serve's reader)",
     "partitions": "the partition table: `scontrol show partition -o` (fallback, on arrival)",
     "drained": "the drained nodes: `sinfo -h -N -a -t drain -O ...` (fallback, in its window)",
-    "one_node": "one node: `sinfo -h -N -n NAME -O ...` (every health check)",
+    "one_node": "one node: `sinfo -h -N -n NAME -O ...` (a health check's own read, when "
+                "neither serve nor its saved record answers; the drain path's look)",
     "drained_count": "a partition's drained count: `sinfo -h -p gpu -t drain -o %D` (not used)",
 }
 CASES = {
-    "serve_up": "serve up, any number of replicas",
-    "serve_up_before": "serve up, {replicas} replicas, before (each read)",
-    "serve_down": "every replica down, a shared fault on every node",
-    "serve_down_before": "the same, before (`scontrol show node` on arrival and in the window)",
+    "quiet_up": "quiet, serve up",
+    "quiet_up_before": "the same, before (each health check read its node)",
+    "quiet_down": "quiet, every replica down",
+    "quiet_down_before": "the same, before",
+    "fault_up": "a shared fault on every node, serve up",
+    "fault_up_before": "the same, before",
+    "fault_down": "a shared fault on every node, every replica down",
+    "fault_down_before": "the same, before",
+}
+CHECKS = {
+    "quiet_up": "passes, serve up",
+    "quiet_down": "passes, every replica down, its record saved",
+    "quiet_down_stale": "passes, every replica down, its record too old",
+    "fault_up": "fails the shared cause, serve up",
+    "fault_down": "fails it, every replica down, its record saved",
+    "fault_down_stale": "fails it, every replica down, its record too old",
 }
 
 
@@ -46,11 +59,10 @@ def render(data: dict[str, Any]) -> str:
              f"load {data['load'][0]} before and {data['load_after'][0]} after, "
              f"{data['rounds']} rounds (medians); node entries without slurmd, every node "
              f"{'/'.join(runs[0]['states']).upper()} for the run. HealthCheckInterval "
-             f"{data['hc_interval']:.0f} s, `serve.slurm_view_ttl` {data['ttl']:g} s"
-             + (f" and `slurm_view_entries_per_ttl` {data['entries_per_ttl']:,} (serve up: a "
-                "table of more entries read every ttl x entries / that)"
-                if data.get("entries_per_ttl") else "")
-             + f", {data['left']:g} s of the hook's budget left to wait, the cap's worth of "
+             f"{data['hc_interval']:.0f} s, `hooks.state_max_age` {data['max_age']:.0f} s, "
+             f"`serve.slurm_view_ttl` {data['ttl']:g} s and `slurm_view_entries_per_ttl` "
+             f"{data['entries_per_ttl']:,} (a table of more entries read every ttl x entries / "
+             f"that), {data['left']:g} s of the hook's budget left to wait, the cap's worth of "
              "nodes drained for the shared cause.", "",
              "RPCs a minute by type, and slurmctld's time a minute (sdiag's time per RPC "
              "times the count):", "",
@@ -60,8 +72,20 @@ def render(data: dict[str, Any]) -> str:
         for case, label in CASES.items():
             m = run["per_minute"][case]
             cells = [_num(m["rpcs"].get(t, 0.0)) for t in TYPES]
-            lines.append(f"| {run['entries']:,} | {label.format(replicas=data['replicas'])} | "
+            lines.append(f"| {run['entries']:,} | {label} | "
                          + " | ".join(cells) + f" | {_num(m['total'])} | {_num(m['ctld_ms'])} |")
+    lines += ["", "A shared fault's cost with every replica down over its cost with serve up "
+              "(the scale goal: at most 2x), and a failing check's read of the drained nodes "
+              "in its window with every replica down: its chance by the fallback's arithmetic "
+              "(the budget left over the cycle's windows), which the minute's figures take, "
+              "and how often the measured checks made it:", "",
+              "| nodes | RPCs | slurmctld's time | window read: chance (windows a cycle) | "
+              "measured |", "|---|---|---|---|---|"]
+    for run in runs:
+        r = outage_ratio(run)
+        hits = run["checks"]["fault_down"]["rpcs"].get("REQUEST_NODE_INFO", 0.0)
+        lines.append(f"| {run['entries']:,} | {r['rpcs']:.2f}x | {r['ms']:.2f}x | "
+                     f"{run['window_chance']:.4f} ({run['window_slots']:,}) | {hits:g} |")
     lines += ["", "Each read by itself (per call: RPCs, slurmctld's ms per RPC):", "",
               "| read | " + " | ".join(f"{r['entries']:,} nodes" for r in runs) + " |",
               "|---|" + "---|" * len(runs)]
@@ -72,20 +96,25 @@ def render(data: dict[str, Any]) -> str:
             cells.append(", ".join(f"{SHORT.get(t, t)} {read['ms_per_rpc'].get(t, 0):.3f}"
                                    for t in read["rpcs"]))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines += ["", "A failing node's health check with every replica down (per check: RPCs by "
-              "type; how the checks ended):", "",
-              "| nodes | now | before |", "|---|---|---|"]
+    lines += ["", "A health check's Slurm reads (per check: RPCs by type, none when empty; "
+              "where its node's state came from; how the failing ones ended):", "",
+              "| nodes | the check | RPCs | state from | ended |", "|---|---|---|---|---|"]
     for r in runs:
-        d = r["serve_down_healthcheck"]
-
-        def one(which: str, run: dict[str, Any] = r, d: dict[str, Any] = d) -> str:
-            rpcs = ", ".join(f"{SHORT.get(t, t)} {n:g}" for t, n in d[which]["rpcs"].items())
-            ends = ", ".join(f"{k} {v}" for k, v in sorted(run["outcomes"][which].items()))
-            return f"{rpcs} ({ends})"
-
-        lines.append(f"| {r['entries']:,} | {one('now')} | {one('before')} |")
+        for case, label in CHECKS.items():
+            rpcs = ", ".join(f"{SHORT.get(t, t)} {n:g}"
+                             for t, n in r["checks"][case]["rpcs"].items()) or "none"
+            src = ", ".join(f"{k} {v}" for k, v in sorted(r["sources"][case].items()))
+            ends = ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].get(case, {}).items()))
+            lines.append(f"| {r['entries']:,} | {label} | {rpcs} | {src} | {ends or '–'} |")
     lines += ["", END]
     return "\n".join(lines)
+
+
+def outage_ratio(run: dict[str, Any]) -> dict[str, float]:
+    """A shared fault's per-minute cost, every replica down over serve up: RPCs and time."""
+    up, down = run["per_minute"]["fault_up"], run["per_minute"]["fault_down"]
+    return {"rpcs": round(down["total"] / up["total"], 2),
+            "ms": round(down["ctld_ms"] / up["ctld_ms"], 2)}
 
 
 def page_with(data: dict[str, Any], page: str) -> str:
