@@ -8,8 +8,8 @@ nodes and 300 s, 4,000 a minute, most of what slurmguard cost it (docs/slurm.md)
 already reads the whole node table on its own schedule for every replica; so, in order:
 
 1. **serve** (``POST /nodestate``, signed as the node like its records): the node as serve's
-   view holds it, and when that view was read. Within ``hooks.report_timeout`` (at most a
-   second of it). serve keeps that view on its own schedule (at most two of its periods
+   view holds it, and when that view was read. Within ``hooks.report_timeout``, as a
+   record or a permit. serve keeps that view on its own schedule (at most two of its periods
    old: it reads Slurm itself before answering from an older one), so the node does not
    judge its age against its own clock.
 2. **What this node saw last** (``slurm.<node>.json`` in ``hooks.state_dir``): every answer
@@ -42,7 +42,6 @@ from slurmguard.errors import SlurmguardError
 if TYPE_CHECKING:
     from slurmguard.config import Config
 
-ASK_TIMEOUT = 1.0  # s at most of hooks.report_timeout for the question
 FIELDS = ("name", "state", "flags", "reason", "reason_user", "reason_time", "partitions",
           "features", "gres")
 
@@ -105,7 +104,7 @@ def from_serve(cfg: Config, node: str) -> tuple[tuple[Any, float] | None, str, b
     hooks = cfg.section("hooks")
     try:
         _, answer = post_first(ingest_urls(hooks), node_auth(cfg, node), {"node": node},
-                               min(ASK_TIMEOUT, float(hooks["report_timeout"])),
+                               float(hooks["report_timeout"]),
                                path="/nodestate",
                                ca=str(cfg.section("serve").get("tls_ca") or ""))
     except DeliveryError as exc:
