@@ -90,7 +90,25 @@ def _rows(f: dict[str, Any]) -> list[tuple[str, Row]]:
                                f"{d} (cap {sf['cap']})", d <= sf["cap"])))
     r = sf.get("outage_rpc_ratio")
     up, down = sf.get("serve_up", {}), sf.get("serve_down", {})
-    if "slurmguard_ctld_pct" in up and "slurmguard_ctld_pct" in down:
+    if "emulated_pass" in up and "emulated_pass" in down:
+        # Per failing health check: each phase checks as many nodes as its time allows (with
+        # serve up a check waits on serve's answers, down it does not), so the phases' totals
+        # count different numbers of checks; a fleet checks each node once an interval.
+        n_up = up["emulated_pass"]["healthcheck"]["records"] + sf["nodes"]
+        n_down = down["emulated_pass"]["healthcheck"]["records"] + sf["nodes"]
+        rpc = round((down["slurmguard_rpcs"] / n_down) / (up["slurmguard_rpcs"] / n_up), 2)
+        t_up = up["slurmguard_ctld_pct"] * up["seconds"] / 100 / n_up
+        t_down = down["slurmguard_ctld_pct"] * down["seconds"] / 100 / n_down
+        ratio = round(t_down / t_up, 2) if t_up > 0 else None
+        out.append(("outage", (
+            f"in the outage slurmguard's RPCs cost at most {OUTAGE_GOAL:g}x what they cost "
+            "with serve up (per failing health check over the shared fault's pass, down / "
+            "up: its RPCs, and slurmctld's server time in them)",
+            f"{rpc}x the RPCs ({down['slurmguard_rpcs'] / n_down:.2f} / "
+            f"{up['slurmguard_rpcs'] / n_up:.2f} a check, {n_down:,} / {n_up:,} checks); "
+            f"{ratio}x the server time ({1000 * t_down:.1f} / {1000 * t_up:.1f} ms a check)",
+            rpc <= OUTAGE_GOAL and ratio is not None and ratio <= OUTAGE_GOAL)))
+    elif "slurmguard_ctld_pct" in up and "slurmguard_ctld_pct" in down:
         # the cost: slurmctld's server time in slurmguard's RPCs over each pass of every node
         t_up = up["slurmguard_ctld_pct"] * up["seconds"] / 100
         t_down = down["slurmguard_ctld_pct"] * down["seconds"] / 100
@@ -185,7 +203,36 @@ def section(data: dict[str, Any]) -> list[str]:
                "first entries) run their checks in one burst per interval: a two-minute phase "
                "holds that burst or not (tenk-fixes' 1,200 jobs/h phase did, its 300 jobs/h "
                "phase did not), which the job rate has nothing to do with.\n")
-    return [*out, *rows(data, retention), "", *steady_rows(data), ""]
+    return [*out, *rows(data, retention), "", *steady_rows(data), "", *reads_rows()]
+
+
+READS = retention_doc.REPO / "docs" / "fleet_reads.json"
+
+
+def reads_rows() -> list[str]:
+    """An admin's reads over a month of a 10,000-node fleet's history, from
+    tests/bench/bench_fleet_reads.py's JSON (docs/fleet_reads.json), if measured."""
+    if not READS.exists():
+        return ["An admin's reads over a month of a 10,000-node fleet's history (`nodes`, "
+                "`incident list`, `fleet report`, `goodput`): not measured yet "
+                "(tests/bench/bench_fleet_reads.py).", ""]
+    d = json.loads(READS.read_text())
+    engines = sorted(d["engines"])
+    first = d["engines"][engines[0]]["rows"]
+    lines = [f"An admin's reads over a month of a {d['nodes']:,}-node fleet's history "
+             f"(tests/bench/bench_fleet_reads.py, {d['date']}; the real CLI, median of "
+             f"{d['n']} runs, seconds): {d['days']} days written through the store API, the "
+             f"health checks compressed {d['compress']}x ({first['runs']:,} runs, "
+             f"{first['results']:,} results), failures at the real rate ({first['events']:,} "
+             f"ledger events), goodput's jobs at the real rate ({first['goodput_jobs']:,} at "
+             f"{d['jobs_per_hour']:,} jobs an hour); Slurm not asked.\n",
+             "| read | " + " | ".join(f"{e} (load {d['engines'][e]['load'][0]})"
+                                      for e in engines) + " |",
+             "|---|" + "---|" * len(engines)]
+    for cmd in d["engines"][engines[0]]["commands"]:
+        lines.append(f"| `{cmd}` | " + " | ".join(
+            f"{d['engines'][e]['commands'][cmd]['median_s']:g}" for e in engines) + " |")
+    return [*lines, ""]
 
 
 def steady_rows(data: dict[str, Any]) -> list[str]:

@@ -62,7 +62,11 @@ LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
                         "92ffc82: the reader's schedule, serve's parse memo and policy_min_gap); "
                         "steady only, fewer real nodes so that it starts in minutes on this host: "
                         "serve's CPU and slurmctld's load come from the entries and the records, "
-                        "not from how many nodes run a slurmd"}
+                        "not from how many nodes run a slurmd",
+          "tenk-own": "10,000 node entries with 256 real slurmd and 9,744 emulated (main at "
+                      "92f4190): every health check, real or emulated, takes its node's state "
+                      "from serve (POST /nodestate), its saved record with every replica down, "
+                      "Slurm only when neither answers; steady and the shared fault"}
 
 
 HEAD = """# slurmguard at fleet size: one slurmctld, 1,024 real nodes on one host, 10,000 node entries
