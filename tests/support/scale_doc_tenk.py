@@ -232,7 +232,13 @@ def reads_rows() -> list[str]:
     for cmd in d["engines"][engines[0]]["commands"]:
         lines.append(f"| `{cmd}` | " + " | ".join(
             f"{d['engines'][e]['commands'][cmd]['median_s']:g}" for e in engines) + " |")
-    return [*lines, ""]
+    missing = sorted({"sqlite", "postgresql"} - set(engines))
+    return [*lines, "",
+            "`incident list` is the read that grows with the month's jobs: it loads and parses "
+            "every job that ran on a node with an episode in the window (store/goodput.py "
+            "`jobs`: by node over the whole window, where the incidents need only the jobs "
+            "near each episode); the others read aggregates or one row a node."
+            + (f" Not measured on {', '.join(missing)}." if missing else ""), ""]
 
 
 def steady_rows(data: dict[str, Any]) -> list[str]:
