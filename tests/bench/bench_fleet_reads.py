@@ -34,7 +34,13 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "bench")]
-from bench_store_retention import DAY, JOBS_PER_HOUR, counts, write_month  # noqa: E402
+from bench_store_retention import (  # noqa: E402
+    DAY,
+    JOBS_PER_HOUR,
+    counts,
+    fresh_store,
+    write_month,
+)
 
 COMMANDS = {
     "nodes": ("nodes", "--json"),
@@ -88,12 +94,7 @@ def timed(cfg: Path, argv: tuple[str, ...], n: int) -> dict[str, Any]:
 
 
 def measure(url: str, args: argparse.Namespace, d: Path) -> dict[str, Any]:
-    from slurmguard.store.api import Store
-
-    Store.upgrade({"url": url})
-    store = Store.open(url=url)
-    now = time.time()
-    names = [f"gpu{i:05d}" for i in range(1, args.nodes + 1)]
+    store, now, names = fresh_store(url, args.nodes)
     t = time.monotonic()
     try:
         made = write_month(store, names, args.days, args.compress, now)

@@ -155,14 +155,18 @@ def ingest_during_expiry(store: Any, policy: Any, now: float) -> dict:
                           "batches": len(busy)}}
 
 
-def measure(url: str, args: argparse.Namespace) -> dict:
+def fresh_store(url: str, n: int) -> tuple[Any, float, list[str]]:
+    """A new store at ``url`` (schema made), now, and the fleet's ``n`` node names."""
     from slurmguard.store.api import Store
-    from slurmguard.store.retention import RetentionPolicy
 
     Store.upgrade({"url": url})
-    store = Store.open(url=url)
-    now = time.time()
-    nodes = [f"gpu{i:05d}" for i in range(1, args.nodes + 1)]
+    return Store.open(url=url), time.time(), [f"gpu{i:05d}" for i in range(1, n + 1)]
+
+
+def measure(url: str, args: argparse.Namespace) -> dict:
+    from slurmguard.store.retention import RetentionPolicy
+
+    store, now, nodes = fresh_store(url, args.nodes)
     t = time.monotonic()
     try:
         made = write_month(store, nodes, args.days, args.compress, now)

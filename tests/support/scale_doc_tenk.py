@@ -97,8 +97,7 @@ def _rows(f: dict[str, Any]) -> list[tuple[str, Row]]:
         n_up = up["emulated_pass"]["healthcheck"]["records"] + sf["nodes"]
         n_down = down["emulated_pass"]["healthcheck"]["records"] + sf["nodes"]
         rpc = round((down["slurmguard_rpcs"] / n_down) / (up["slurmguard_rpcs"] / n_up), 2)
-        t_up = up["slurmguard_ctld_pct"] * up["seconds"] / 100 / n_up
-        t_down = down["slurmguard_ctld_pct"] * down["seconds"] / 100 / n_down
+        t_up, t_down = _server_s(up) / n_up, _server_s(down) / n_down
         ratio = round(t_down / t_up, 2) if t_up > 0 else None
         out.append(("outage", (
             f"in the outage slurmguard's RPCs cost at most {OUTAGE_GOAL:g}x what they cost "
@@ -110,8 +109,7 @@ def _rows(f: dict[str, Any]) -> list[tuple[str, Row]]:
             rpc <= OUTAGE_GOAL and ratio is not None and ratio <= OUTAGE_GOAL)))
     elif "slurmguard_ctld_pct" in up and "slurmguard_ctld_pct" in down:
         # the cost: slurmctld's server time in slurmguard's RPCs over each pass of every node
-        t_up = up["slurmguard_ctld_pct"] * up["seconds"] / 100
-        t_down = down["slurmguard_ctld_pct"] * down["seconds"] / 100
+        t_up, t_down = _server_s(up), _server_s(down)
         ratio = round(t_down / t_up, 2) if t_up > 0 else None
         out.append(("outage", (
             f"in the outage slurmguard's RPCs cost at most {OUTAGE_GOAL:g}x what they cost "
@@ -167,6 +165,11 @@ def rows(data: dict[str, Any], retention: dict[str, Any] | None) -> list[str]:
                      f"at most {retention_doc.GOAL_GB:g} GB | {measured} | docs/store.md, "
                      f"\"Steady size\" | {'yes' if max(gb.values()) <= retention_doc.GOAL_GB else 'no'} |")
     return lines
+
+
+def _server_s(phase: dict[str, Any]) -> float:
+    """slurmctld's server seconds in slurmguard's RPCs over a phase."""
+    return float(phase["slurmguard_ctld_pct"]) * float(phase["seconds"]) / 100
 
 
 def _slurm_cost() -> dict[str, Any] | None:
