@@ -288,7 +288,10 @@ class StorePermit:
               via: str = "", asks_as: str = "") -> tuple[bool, bool, str]:
         """Observe mode: (written, allowed, why). The guard decides as for a drain and the
         answer is the would-event (``would_drain`` counts like a drain); an episode already
-        open for (node, cause) writes nothing and answers as its first event did.
+        open for (node, cause) writes nothing and answers as its first event did. A hold or
+        a refusal opens (or widens) the fleet alert as when acting: the alert changes
+        nothing in Slurm, and the lemon rule, the incidents, the gate and repair read it, so
+        an observing fleet does not call a shared fault's nodes flapping.
         ``asks_as``: the way the drain would have asked when acting, for the second look (a
         hook's record: "permit", as its drain would have asked serve's /permit); default
         ``via``."""
@@ -304,16 +307,17 @@ class StorePermit:
                 if first is not None:
                     return False, first.kind == WOULD_DRAIN, str(first.details.get("guard", ""))
                 held, _ = held_for(tx, req, self.params, via=asks_as or via or self.via,
-                                   now=at)
+                                   now=at, scopes=scopes)
                 if held:  # as when acting: not yet (the next look writes the would-event)
                     return False, False, held
                 recent = ledger_recent(tx, at - self.params.blast_window)
                 failing = {cause: [n for n, causes in recent.items() if cause in causes]}
                 granted, actions = guard([req], recent, scopes, self.params, failing=failing)
                 allowed = bool(granted)
-                why = "allowed" if allowed else next(
-                    (a.reason for a in actions if a.kind == "alert"),
-                    "refused by the blast-radius guard")
+                why = "allowed" if allowed else "refused by the blast-radius guard"
+                for a in [] if allowed else actions:  # the fleet alert, as when acting
+                    if a.kind == "alert":
+                        why, _ = _alert(tx, a, at, self.params.blast_window)
                 tx.nodes.record_event(node, WOULD_DRAIN if allowed else WOULD_REFUSED, ACTOR,
                                       reason, source=cause, at=at,
                                       details={"via": via or self.via, "guard": why})

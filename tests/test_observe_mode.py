@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,14 @@ from support.sgserve import new_store
 from slurmguard import config
 from slurmguard.adapters.slurm import burnin as slurm_burnin
 from slurmguard.adapters.slurm.commands import SlurmCLI
+from slurmguard.contract import CheckResult, Health
 from slurmguard.drainguard import WOULD_APPLIED, StorePermit, guarded_drain
 from slurmguard.errors import ConfigError, RefusedError
 from slurmguard.install.config_example import render
 from slurmguard.install.plan import observing_first, prefixed_config
+from slurmguard.node.record import make_record
 from slurmguard.observe import Withheld, observer, observing_groups, state_change
+from slurmguard.policy.lemon import lemon_verdict
 from slurmguard.policy.params import PolicyParams
 from slurmguard.store import Store
 from slurmguard.wouldledger import end_episodes, withheld_to_ledger
@@ -176,6 +180,28 @@ def test_a_hooks_would_drain_is_held_for_a_second_look_as_when_acting(store: Sto
         ("n1", "would_drain"), ("n2", "would_drain"), ("n3", "drain_held"),
         ("n3", "would_drain_refused")]
     assert ask("n4", NOW + 14, asks_as="")[0]  # as a healthcheck's own via: never held
+
+
+def test_an_observing_fleets_shared_fault_opens_the_alert_and_flaps_no_node(store: Store) -> None:
+    """A filer hangs twice while the fleet observes: the guard's refusal opens the fleet alert
+    as it does when acting (a finding, no change to Slurm), so the policy pass excuses the
+    hangs' failures and calls no node flapping; without the alert, n4 would be."""
+    for i, node in enumerate(sorted(NODES)):  # the first hang: every node fails fs-mount
+        _would(store, node, "fs-mount", NOW + i)
+    (alert,) = store.nodes.alerts()
+    assert (alert.cause, alert.count) == ("fs-mount", 4) and "failing on" in alert.message
+    assert [e.kind for e in store.nodes.events(node="n4")] == ["would_drain_refused"]
+    ok = [CheckResult("fs-mount", Health.HEALTHY)]
+    bad = [CheckResult("fs-mount", Health.UNHEALTHY, "/scratch hangs")]
+    for at, results in ((-60, ok), (3, bad), (20, ok), (40, bad), (60, ok)):  # it hangs again
+        store.nodes.record_results(make_record("n4", "healthcheck", results,
+                                               "pass" if results is ok else "drain", "",
+                                               started=NOW + at, duration=0.1))
+    now = NOW + 90
+    (view,) = store.nodes.policy_views(["n4"], window=3600.0, now=now, scopes=SCOPES).values()
+    assert view.shared and lemon_verdict(view, now, PolicyParams()) is None
+    bare = lemon_verdict(replace(view, shared=()), now, PolicyParams())
+    assert bare is not None and bare.source == "flapping", bare
 
 
 def test_a_pass_ends_only_what_its_run_could_see(store: Store) -> None:
