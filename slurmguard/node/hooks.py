@@ -161,13 +161,17 @@ class _SlurmView:
     """What the hook knows of Slurm: the adapter (None when it could not be made, and why)
     and, in healthcheck mode, the node's state."""
 
-    __slots__ = ("cli", "info", "problem", "read_now")
+    __slots__ = ("cli", "own", "problem")
 
     def __init__(self) -> None:
         self.cli: Any = None  # slurmguard.adapters.slurm.commands.SlurmCLI, imported only when needed
-        self.info: Any = None  # NodeInfo | None
+        self.own: Any = None  # slurmguard.node.ownstate.OwnState | None
         self.problem = ""
-        self.read_now = False  # info is Slurm's, read in this run (the drain path's look)
+
+    @property
+    def info(self) -> Any:
+        """The node's NodeInfo, or None (not asked, or nothing answered)."""
+        return self.own.info if self.own is not None else None
 
 
 def _job_from_env() -> tuple[str | None, int | None]:
@@ -216,8 +220,7 @@ def _slurm_view(cfg: Config, hook: str, node: str, acting: bool, report: Any) ->
     if view.cli is not None and hook == "healthcheck":
         from slurmguard.node.ownstate import own_state
 
-        own = own_state(cfg, node, view.cli)
-        view.info, view.read_now = own.info, own.read_now
+        view.own = own_state(cfg, node, view.cli)
     return view
 
 
@@ -275,20 +278,15 @@ def _act(cfg: Config, hook: str, node: str, decision: Decision, acting: bool,
         # The fleet's blast-radius guard decides (serve's /permit; unreachable serve fails
         # open): when many nodes fail the same check at once the cause is shared (a
         # filesystem, a fabric) and draining them all would empty the partition.
-        from slurmguard.drainguard import ServePermit, guarded_drain
+        from slurmguard.node import ownstate
 
         fallback = None
         if cfg["hooks.fallback_cap"]:  # no replica answers: the cap over Slurm's own view
             from slurmguard.node.fallback import SlurmPermit
 
             fallback = SlurmPermit(slurm.cli, cfg, deadline=deadline)
-        done = guarded_drain(slurm.cli, ServePermit(cfg, fallback), node, decision.failing[0],
-                             decision.reason, via=hook,
-                             looked=slurm.info if slurm.read_now else None)
-        if done.result == "drained":  # known to this node's next runs (node/ownstate.py)
-            from slurmguard.node import ownstate
-
-            ownstate.drained(cfg, node, decision.reason, slurm.info)
+        done = ownstate.drain(cfg, slurm.cli, node, decision.failing[0], decision.reason,
+                              via=hook, own=slurm.own, fallback=fallback)
         # Exit 1 only with our drain in place (made now, or the node already drained or
         # DOWN). Refused, or not made (Slurm unreadable, the update refused or timed out):
         # exit 0, since a non-zero exit makes Slurm drain the node itself ("Prolog error",

@@ -170,6 +170,24 @@ def keep(cfg: Config, node: str, info: Any, at: float, source: str) -> None:
         pass
 
 
+def drain(cfg: Config, cli: Any, node: str, cause: str, reason: str, *, via: str,
+          own: OwnState | None = None, fallback: Any = None) -> Any:
+    """A node's own run drains itself for a failing check: the one drain path
+    (drainguard.guarded_drain) with the hooks' permit (serve's /permit; ``fallback`` when no
+    replica answers), this run's own Slurm read, when ``own`` made one, as the drain's look,
+    and a drain made kept as the node's own state (:func:`drained`). The hooks, the scale
+    harness's emulated nodes and the cost bench all drain by this one function, so the
+    figures measured are the hook's. Returns guarded_drain's DrainResult."""
+    from slurmguard.drainguard import ServePermit, guarded_drain
+
+    info = own.info if own is not None else None
+    done = guarded_drain(cli, ServePermit(cfg, fallback), node, cause, reason, via=via,
+                         looked=info if own is not None and own.read_now else None)
+    if done.result == "drained":  # known to this node's next runs
+        drained(cfg, node, reason, info)
+    return done
+
+
 def drained(cfg: Config, node: str, reason: str, before: Any) -> None:
     """This node drained itself with ``reason`` just now: keep it, so that a later health
     check while serve is down (or before serve's view shows it) knows the drain is ours."""

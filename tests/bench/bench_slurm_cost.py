@@ -23,7 +23,7 @@ cost a minute is computed from the full read's):
 - **a health check's Slurm reads**, D health checks a round on nodes drawn at random
   (seeded), R rounds, the cases taking turns: its own node's state as the hook takes it
   (``node.ownstate.own_state``: serve, the node's saved record, Slurm) and, for a failing
-  check, the one drain path as the hook calls it (``drainguard.guarded_drain`` with the
+  check, the hook's own drain (``node.ownstate.drain``: ``drainguard.guarded_drain`` with the
   hook's own Slurm read as its look, ``ServePermit`` to the live serve or to a dead port,
   then the fallback ``SlurmPermit`` with the hook's budget left, ``--left``, its wait
   skipped: the RPCs are the same). The cases: quiet (every check passes) and a shared fault
@@ -64,7 +64,6 @@ from support.sgserve import Serve, new_port, new_store, write_config  # noqa: E4
 
 from slurmguard import config  # noqa: E402
 from slurmguard.adapters.slurm.commands import SlurmCLI  # noqa: E402
-from slurmguard.drainguard import ServePermit, guarded_drain  # noqa: E402
 from slurmguard.node import fallback, ownstate  # noqa: E402
 from slurmguard.nodeset import names  # noqa: E402
 from slurmguard.serve.slurmview import read_period  # noqa: E402
@@ -201,10 +200,9 @@ def run_entries(entries: int, args: argparse.Namespace) -> dict[str, Any]:
                 if case.startswith("quiet"):
                     return
                 left = time.monotonic() + args.left
-                permit = ServePermit(cfg, fallback.SlurmPermit(cli, cfg, sleep=lambda s: None,
-                                                               deadline=left))
-                done = guarded_drain(cli, permit, node, CAUSE, REASON, via="healthcheck",
-                                     looked=own.info if own.read_now else None)
+                done = ownstate.drain(cfg, cli, node, CAUSE, REASON, via="healthcheck", own=own,
+                                      fallback=fallback.SlurmPermit(cli, cfg, sleep=lambda s: None,
+                                                                    deadline=left))
                 key = done.result if "window is in" not in done.applied else "window past budget"
                 got = outcomes.setdefault(case, {})
                 got[key] = got.get(key, 0) + 1

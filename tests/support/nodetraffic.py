@@ -7,8 +7,9 @@ code: a health-check record every HealthCheckInterval, spread over the interval 
 CYCLE spreads them; a prolog and an epilog record per job at the emulated nodes' share of the
 fleet's job rate, each job first through the installed PrologSlurmctld entry script (the
 gate's compiled client asking serve's socket); and, while a shared fault is set, the failing
-check's drain through :func:`slurmguard.drainguard.guarded_drain` with the hooks' own permit
-(``ServePermit``, its fallback over Slurm's view when no replica answers). Records are built by
+check's drain by the hooks' own function, :func:`slurmguard.node.ownstate.drain` (the one
+drain path with the hooks' permit, ``ServePermit``, its fallback over Slurm's view when no
+replica answers). Records are built by
 :func:`support.loadgen.hook_record` (``make_record``) and sent by
 :func:`slurmguard.node.delivery.deliver` with the emulated nodes' config: signed as every
 node of the harness signs (``serve.auth`` = munge with this host's munged: every entry,
@@ -212,38 +213,33 @@ class NodeTraffic:
                 load.spooled += said.startswith("spooled")
 
     def _healthcheck(self, node: str) -> None:
-        looked = None
+        own = None
         if self.spec.own_state and self.slurm is not None:
             from slurmguard.node.ownstate import own_state
 
             own = own_state(self.cfg, node, self.slurm)  # as node/hooks.py's _slurm_view
-            looked = own.info if own.read_now else None
             with self.lock:
                 self.stats.own_states[own.source or "none"] += 1
                 self.stats.slurm_reads += own.read_now
         check = self.fault
         rec = hook_record(node, "healthcheck", time.time(), failing=check)
         if check:
-            rec["applied"] = self._drain(node, check, rec["decision"]["reason"], looked)
+            rec["applied"] = self._drain(node, check, rec["decision"]["reason"], own)
         self._send(rec)
 
-    def _drain(self, node: str, check: str, reason: str, looked: Any = None) -> str:
-        """The hook's drain of a failing check: the guard's permit, then Slurm (the emulated
-        node is UNKNOWN+NOT_RESPONDING there, not DOWN, so Slurm takes the drain); the check's
-        own Slurm read, when it made one, is the drain path's look, as in the hook."""
-        from slurmguard.drainguard import ServePermit, guarded_drain
+    def _drain(self, node: str, check: str, reason: str, own: Any = None) -> str:
+        """The hook's drain of a failing check, by the hook's own function
+        (node/ownstate.py's ``drain``: the guard's permit, then Slurm; the emulated node is
+        UNKNOWN+NOT_RESPONDING there, not DOWN, so Slurm takes the drain)."""
+        from slurmguard.node import ownstate
         from slurmguard.node.fallback import SlurmPermit
 
         if self.slurm is None:
             return "drain failed: no Slurm adapter"
         fallback = SlurmPermit(self.slurm, self.cfg,
                                deadline=time.monotonic() + self.spec.fallback_wait)
-        done = guarded_drain(self.slurm, ServePermit(self.cfg, fallback), node, check, reason,
-                             via="healthcheck", looked=looked)
-        if done.result == "drained":
-            from slurmguard.node import ownstate
-
-            ownstate.drained(self.cfg, node, reason, looked)
+        done = ownstate.drain(self.cfg, self.slurm, node, check, reason, via="healthcheck",
+                              own=own, fallback=fallback)
         with self.lock:
             self.stats.permits[done.result] += 1
             if done.result != "drained":
