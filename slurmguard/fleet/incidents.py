@@ -43,6 +43,7 @@ JOB_COSTS = ("redone", "detect", "waiting")
 GOODPUT_PARTS = {"redone": ("lost_work",), "detect": ("drained_node",),
                  "waiting": ("requeue_wait", "restart")}
 COMPLETED = ("COMPLETED", "SUCCESS")
+SIGNAL_LOOKBACK = 86400.0  # an earlier signal counts this long before its drain (build)
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,36 @@ def runs_by_node(jobs: Iterable[Job]) -> dict[str, list[tuple[Job, int]]]:
     return out
 
 
+def job_spans(episodes: Sequence[Episode], *, drain_window: float = 3600.0,
+              lookback: float = SIGNAL_LOOKBACK) -> dict[str, list[tuple[float, float]]]:
+    """Per node: the times (merged, oldest first) a job's run on it must touch to matter to
+    :func:`build` over ``episodes``; a job none of whose runs touches them is neither hit
+    nor on a timeline, so a store need read only these jobs. An episode's span ends at its
+    drain and begins at the earliest of: ``drain_window`` before the drain (a hit run ended
+    no earlier), and its incident's earliest possible first signal (a run on the timeline
+    ended no earlier): each of the incident's episodes' first failing run, and ``lookback``
+    before each drain (a shared incident's first signal may be another node's)."""
+    low: dict[Any, float] = {}
+    for k, ep in enumerate(episodes):
+        key = ("shared", ep.shared) if ep.shared is not None else ("node", k)
+        low[key] = min(low.get(key, ep.start), ep.start, ep.drained_at - lookback)
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for k, ep in enumerate(episodes):
+        key = ("shared", ep.shared) if ep.shared is not None else ("node", k)
+        spans.setdefault(ep.node, []).append(
+            (min(low[key], ep.drained_at - drain_window), ep.drained_at))
+    out = {}
+    for node, got in spans.items():
+        merged: list[tuple[float, float]] = []
+        for lo, hi in sorted(got):
+            if merged and lo <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+            else:
+                merged.append((lo, hi))
+        out[node] = merged
+    return out
+
+
 def assign_hits(episodes: Sequence[Episode], jobs: Iterable[Job],
                 drain_window: float = 3600.0,
                 by_node: Mapping[str, list[tuple[Job, int]]] | None = None) -> dict[int, list[Hit]]:
@@ -222,7 +253,7 @@ def out_of_service(ep: Episode, gpus: int, until: float) -> float:
 def build(episodes: Sequence[Episode], jobs: Sequence[Job], *, until: float,
           node_gpus: Mapping[str, int] | None = None, signals: Mapping[str, Sequence[Signal]] | None = None,
           events: Mapping[str, Sequence[Any]] | None = None, drain_window: float = 3600.0,
-          lookback: float = 86400.0, runs: Mapping[str, Sequence[Run]] | None = None,
+          lookback: float = SIGNAL_LOOKBACK, runs: Mapping[str, Sequence[Run]] | None = None,
           repairs: Mapping[str, Sequence[Any]] | None = None) -> list[Incident]:
     """Every incident of ``episodes`` (oldest first), with its hit runs and cost. ``runs``: the
     nodes' failing runs (History.runs), to name the one an episode starts at; ``repairs``: per

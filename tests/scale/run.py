@@ -68,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
                          "registered (default: 128 with --emulated, else all at once)")
     ap.add_argument("--hc-interval", type=int, default=300, help="HealthCheckInterval (s)")
     ap.add_argument("--minutes", type=float, default=2.0, help="steady: minutes per job rate")
+    ap.add_argument("--settle-minutes", type=float, default=0.0,
+                    help="steady: minutes of traffic at the first rate before the first phase, "
+                         "not measured (the start-up burst: every node's first health check, "
+                         "the generator's first pass)")
     ap.add_argument("--outage-minutes", type=float, default=5.0,
                     help="outage: minutes with every serve down (and as many with serve up before: "
                          "equal windows hold equal shares of a health-check pass)")
@@ -135,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(a.root).resolve() / f"n{size}"
     if a.emulated and any(s in ALONE for s in a.scenario):
         ap.error("--emulated: not with " + ", ".join(ALONE) + " (real nodes only)")
-    opts: dict = {"minutes": a.minutes, "parallel": a.parallel, "outage_minutes": a.outage_minutes,
+    opts: dict = {"minutes": a.minutes, "settle": a.settle_minutes, "parallel": a.parallel, "outage_minutes": a.outage_minutes,
                   "outage_jobs": a.outage_jobs or None, "burst": a.gate_burst}
     if a.fault_mode:
         opts["modes"] = tuple(a.fault_mode)

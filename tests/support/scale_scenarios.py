@@ -168,14 +168,27 @@ def submit_spread(h: ScaleHarness, jobs: int, seconds: float) -> list[str]:
 
 
 def steady(h: ScaleHarness, minutes: float = 1.0, jobs_per_hour: tuple[int, ...] = (300, 1200),
-           sample: int = 6,
+           sample: int = 6, settle: float = 0.0,
            **_: Any) -> Figures:
     """Health checks at the configured interval (CYCLE), jobs arriving at each rate of
-    ``jobs_per_hour`` in turn for ``minutes`` each, nothing failing."""
+    ``jobs_per_hour`` in turn for ``minutes`` each, nothing failing. ``settle``: minutes of
+    the same traffic at the first rate before the first phase, not measured (``settle_s``):
+    the start-up burst (every node's first health check at once, the generator's first
+    pass) is not the steady state."""
     assert h.cluster is not None
     out: Figures = {"phases": []}
     seconds = minutes * 60
     total = len(h.all_nodes)
+    if settle > 0:
+        if h.traffic is not None:
+            h.traffic.set_job_rate(jobs_per_hour[0])
+        t0 = time.monotonic()
+        ids = submit_spread(h, max(1, round(jobs_per_hour[0] * settle / 60 * h.spec.nodes / total)),
+                            settle * 60)
+        time.sleep(max(0.0, settle * 60 - (time.monotonic() - t0)))
+        for j in ids:
+            h.cluster.wait_job(j, ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), timeout=600)
+        out["settle_s"] = round(time.monotonic() - t0, 1)
     for rate in jobs_per_hour:
         # The real nodes' share of the fleet's rate; the emulated nodes' share is sent by the
         # generator (its prologs each through the gate).
