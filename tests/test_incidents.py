@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from slurmguard.fleet import incidents
@@ -229,3 +229,40 @@ def test_a_timeline_ends_where_the_nodes_next_incident_begins():
     assert [s.at for s in a.timeline if s.lane == "node"] == [100, 110, 5000, 5000]
     assert max(s.at for s in a.timeline) < b.first_signal.at
     assert [s.what for s in b.timeline if s.lane == "node"][-1] == "probation started"
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories(), st.floats(0, 6000), st.floats(0, 3000),
+       st.dictionaries(nodes, st.lists(st.floats(0, 40000), max_size=3), max_size=4))
+# a run that ended after an earlier signal (an Xid line 400 s before the first failing run)
+# and long before the drain: on the timeline, never hit
+@example(([ep("n1", start=1000.0, drained=1100.0, back=5000.0)],
+          [job("a", run(200.0, 700.0, nodes=("n1",), gpus=8))]), 1000.0, 100.0, {"n1": [600.0]})
+def test_the_jobs_near_the_episodes_give_the_same_incidents_as_every_job(h, lookback, window, sig):
+    """A store reads only the jobs that touch an episode's span (job_spans, touches: what
+    `incident list` reads at fleet size); the incidents, their hits, costs and timelines are
+    those of every job, with the GPUs per node seen over every job."""
+    eps, jobs = h
+    spans = incidents.job_spans(eps, drain_window=window, lookback=lookback)
+    near = [j for j in jobs if any(
+        incidents.touches(n, min(r.start for r in j.runs), max(r.end for r in j.runs), spans)
+        for n in {n for r in j.runs for n in r.nodes})]
+    signals = {n: [Signal(t, f"sign at {t}", "test") for t in ts] for n, ts in sig.items()}
+    kw = {"until": 60000.0, "node_gpus": incidents.gpus_seen(jobs), "signals": signals,
+          "drain_window": window, "lookback": lookback}
+    every = [i.to_dict() for i in incidents.build(eps, jobs, **kw)]
+    assert [i.to_dict() for i in incidents.build(eps, near, **kw)] == every
+    hit = {x for i in every for x in i["jobs"]}
+    assert hit <= {j.job_id for j in near}
+
+
+def test_a_job_touches_a_span_only_in_time_and_on_its_node():
+    spans = incidents.job_spans([ep("n1", start=1000.0, drained=1200.0, back=9000.0),
+                                 ep("n1", start=5000.0, drained=5100.0, back=9000.0)],
+                                drain_window=100.0, lookback=300.0)
+    assert spans == {"n1": [(900.0, 1200.0), (4800.0, 5100.0)]}
+    assert incidents.touches("n1", 0.0, 900.0, spans)  # ends as the span begins
+    assert not incidents.touches("n1", 0.0, 899.0, spans)
+    assert not incidents.touches("n1", 1201.0, 4799.0, spans)  # between the two
+    assert incidents.touches("n1", 5100.0, 9999.0, spans)
+    assert not incidents.touches("n2", 0.0, 99999.0, spans)

@@ -28,6 +28,8 @@ stalls, stragglers, a job's own crash); :func:`badput` gives both sides.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -221,6 +223,25 @@ def job_spans(episodes: Sequence[Episode], *, drain_window: float = 3600.0,
     return out
 
 
+def touches(node: str, start: float, end: float,
+            spans: Mapping[str, Sequence[tuple[float, float]]]) -> bool:
+    """Whether a job on ``node`` from ``start`` to ``end`` meets one of its :func:`job_spans`
+    (a job's runs lie within its start and end, so one that does not can touch none)."""
+    got = spans.get(node, ())
+    k = bisect_right(got, (end, math.inf))  # the spans that begin by the job's end
+    return k > 0 and got[k - 1][1] >= start  # merged: the last of them ends latest
+
+
+def gpus_seen(jobs: Iterable[Job]) -> dict[str, int]:
+    """A node's GPUs where not known otherwise: the most GPUs per node any run on it had."""
+    out: dict[str, int] = {}
+    for job in jobs:
+        for r in job.runs:
+            for n in r.nodes:
+                out[n] = max(out.get(n, 0), r.gpus // len(r.nodes))
+    return out
+
+
 def assign_hits(episodes: Sequence[Episode], jobs: Iterable[Job],
                 drain_window: float = 3600.0,
                 by_node: Mapping[str, list[tuple[Job, int]]] | None = None) -> dict[int, list[Hit]]:
@@ -261,12 +282,7 @@ def build(episodes: Sequence[Episode], jobs: Sequence[Job], *, until: float,
     outcome come from :func:`slurmguard.fleet.incident_timeline.timeline`."""
     by_node = runs_by_node(jobs)
     hits = assign_hits(episodes, jobs, drain_window, by_node)
-    gpus = dict(node_gpus or {})
-    for job in jobs:  # a node's GPUs, where not known otherwise: the most a job had on it
-        for r in job.runs:
-            for n in r.nodes:
-                if n not in (node_gpus or {}) and r.nodes:
-                    gpus[n] = max(gpus.get(n, 0), r.gpus // len(r.nodes))
+    gpus = {**gpus_seen(jobs), **(node_gpus or {})}
     # A signal before the node's previous return belongs to the previous episode.
     floor: dict[int, float] = {}
     last: dict[str, float] = {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Engine, case, delete, func, insert, literal, or_, select
@@ -105,26 +105,65 @@ class Goodput:
                 GoodputJobNode.job_row == r.id).order_by(GoodputJobNode.id)).scalars())
         return _breakdown(r, nodes)
 
-    def jobs(self, *, ended_since: float, started_until: float,
-             nodes: Iterable[str]) -> list[dict[str, Any]]:
+    def jobs(self, *, ended_since: float, started_until: float, nodes: Iterable[str],
+             keep: Callable[[str, float, float], bool] | None = None) -> list[dict[str, Any]]:
         """The jobs on ``nodes`` that ended at or after ``ended_since`` and started by
         ``started_until`` (incidents: the jobs a window's faults could have hit), oldest
         first, as ``{job_id, user, partition, state, start, end, runs}`` (the runs of
         :meth:`Breakdown.to_dict`). Only those nodes' jobs, and only the columns needed:
-        parsing a job's runs costs ~0.1 ms and a fleet-month holds 10^5 jobs."""
+        parsing a job's runs costs ~0.1 ms and a fleet-month holds 10^5 jobs. ``keep(node,
+        start, end)``: only the jobs it keeps for one of their nodes among ``nodes``, read
+        first without their runs (incidents: the jobs near an episode, a few of a month's)."""
         j, jn = GoodputJob, GoodputJobNode
         cols = (j.id, j.job_id, j.user, j.partition, j.state, j.started, j.ended, j.details)
         rows: dict[int, Any] = {}
+        when = (j.ended >= ended_since, j.started <= started_until)
         with guard(self.engine, "goodput jobs"), self.engine.connect() as conn:
-            for chunk in chunks(sorted(set(nodes))):
-                ids = select(jn.job_row).where(jn.node.in_(chunk))
-                for r in conn.execute(select(*cols).where(
-                        j.id.in_(ids), j.ended >= ended_since, j.started <= started_until)):
-                    rows[r.id] = r
+            if keep is not None:
+                kept: set[int] = set()
+                for chunk in chunks(sorted(set(nodes))):
+                    kept.update(r.id for r in conn.execute(
+                        select(jn.node, j.id, j.started, j.ended).join(j, j.id == jn.job_row)
+                        .where(jn.node.in_(chunk), *when))
+                        if r.id not in kept and keep(r.node, r.started, r.ended))
+                for chunk in chunks(sorted(kept)):
+                    rows.update((r.id, r) for r in conn.execute(select(*cols).where(j.id.in_(chunk))))
+            else:
+                for chunk in chunks(sorted(set(nodes))):
+                    ids = select(jn.job_row).where(jn.node.in_(chunk))
+                    for r in conn.execute(select(*cols).where(j.id.in_(ids), *when)):
+                        rows[r.id] = r
         return [{"job_id": r.job_id, "user": r.user, "partition": r.partition, "state": r.state,
                  "start": r.started, "end": r.ended,
                  "runs": json.loads(r.details or "{}").get("runs", [])}
                 for r in sorted(rows.values(), key=lambda r: (r.started, r.id))]
+
+    def gpus_seen(self, *, ended_since: float, started_until: float,
+                  nodes: Iterable[str]) -> dict[str, int]:
+        """Per node of ``nodes``: the most GPUs per node any run on it had
+        (fleet.incidents.gpus_seen), over the jobs of :meth:`jobs`' window; the runs' node
+        lists and GPUs only (incidents, where ``checks.gpu.expected_count`` is unset)."""
+        j, jn = GoodputJob, GoodputJobNode
+        wanted = set(nodes)
+        out: dict[str, int] = {}
+        seen: set[int] = set()
+        with guard(self.engine, "goodput GPUs per node"), self.engine.connect() as conn:
+            for chunk in chunks(sorted(wanted)):
+                ids = select(jn.job_row).where(jn.node.in_(chunk))
+                for r in conn.execute(select(j.id, j.details).where(
+                        j.id.in_(ids), j.ended >= ended_since, j.started <= started_until)):
+                    if r.id in seen:
+                        continue
+                    seen.add(r.id)
+                    for run in json.loads(r.details or "{}").get("runs", []):
+                        names = run.get("nodes") or ()
+                        if run.get("start") is None or run.get("end") is None or not names:
+                            continue
+                        per = int(run.get("gpus") or 0) // len(names)
+                        for n in names:
+                            if n in wanted:
+                                out[n] = max(out.get(n, 0), per)
+        return out
 
     def totals(self, *, since: float, until: float | None = None,
                by: str = "cause") -> list[tuple[str, dict[str, Any]]]:

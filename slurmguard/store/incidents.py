@@ -27,7 +27,7 @@ BAD_VERDICTS = ("failed", "flagged")
 @dataclass
 class Loaded:
     incidents: list[Incident]  # those whose first signal is in [since, until]
-    jobs: list[Job]  # every job read (hit or not)
+    jobs: list[Job]  # every job read (near an episode: hit or not)
     window_jobs: set[str]  # of those, the jobs that ended in [since, until]: goodput's window
 
 
@@ -99,17 +99,29 @@ def _repairs(store: Any, nodes: set[str], since: float) -> dict[str, list[Any]]:
 
 
 def load(store: Any, *, since: float, until: float, drain_window: float = 3600.0,
-         blast_window: float = 3600.0, gpus_per_node: int | None = None) -> Loaded:
+         blast_window: float = 3600.0, gpus_per_node: int | None = None,
+         every_job: bool = False) -> Loaded:
     """The incidents of [since, until] with their jobs, from ``store`` (a :class:`Store`).
     ``gpus_per_node``: each node's GPUs (``checks.gpu.expected_count``); None: the most GPUs
-    per node a stored job had on it."""
+    per node a stored job had on it. ``every_job``: read every job of the episodes' nodes,
+    not only those near an episode (the reference the near read must answer as)."""
     h = load_history(store.engine, since=since, until=until, lookback=LOOKBACK, healthy=False)
     eps = episodes_mod.build(h, blast_window=blast_window)
-    rows = store.goodput.jobs(ended_since=since - LOOKBACK, started_until=until + drain_window,
-                              nodes={e.node for e in eps})
+    # Only the jobs near an episode can be hit or on a timeline (incidents.job_spans): at
+    # 10,000 nodes a month holds 10^5 jobs on the episodes' nodes and a few hundred near.
+    spans = incidents.job_spans(eps, drain_window=drain_window)
+    window_of = {"ended_since": since - LOOKBACK, "started_until": until + drain_window,
+                 "nodes": set(spans)}
+    rows = store.goodput.jobs(**window_of, keep=None if every_job else
+                              lambda n, s, e: incidents.touches(n, s, e, spans))
     jobs = [incidents.job_from_breakdown(b) for b in rows]
     window = {str(b["job_id"]) for b in rows if since <= float(b["end"]) <= until}
-    node_gpus = {e.node: gpus_per_node for e in eps} if gpus_per_node else None
+    if gpus_per_node:
+        node_gpus = dict.fromkeys(spans, gpus_per_node)
+    elif not every_job:  # the most per node any job of the whole window had, near or not
+        node_gpus = store.goodput.gpus_seen(**window_of)
+    else:
+        node_gpus = None  # build's own, over every job it is given
     sig = signals(h)
     xids = xid_signals(store.engine, {e.node for e in eps if e.cause.startswith("gpu-xid")},
                        since=since - LOOKBACK, until=until)
