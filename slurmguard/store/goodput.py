@@ -119,13 +119,16 @@ class Goodput:
         rows: dict[int, Any] = {}
         when = (j.ended >= ended_since, j.started <= started_until)
         with guard(self.engine, "goodput jobs"), self.engine.connect() as conn:
-            if keep is not None:
+            if keep is not None:  # two index reads joined here: cheaper than SQL's join
                 kept: set[int] = set()
                 for chunk in chunks(sorted(set(nodes))):
-                    kept.update(r.id for r in conn.execute(
-                        select(jn.node, j.id, j.started, j.ended).join(j, j.id == jn.job_row)
-                        .where(jn.node.in_(chunk), *when))
-                        if r.id not in kept and keep(r.node, r.started, r.ended))
+                    on: dict[int, list[str]] = {}
+                    for row, node in conn.execute(select(jn.job_row, jn.node).where(jn.node.in_(chunk))):
+                        on.setdefault(row, []).append(node)
+                    ids = select(jn.job_row).where(jn.node.in_(chunk))
+                    for r in conn.execute(select(j.id, j.started, j.ended).where(j.id.in_(ids), *when)):
+                        if any(keep(n, r.started, r.ended) for n in on.get(r.id, ())):
+                            kept.add(r.id)
                 for chunk in chunks(sorted(kept)):
                     rows.update((r.id, r) for r in conn.execute(select(*cols).where(j.id.in_(chunk))))
             else:

@@ -6,6 +6,10 @@ nodes", is rendered from the JSON this writes).
     python tests/bench/bench_fleet_reads.py [--nodes 10000] [--days 30] [--compress 96]
         [--no-pg] [--n 3] [--json docs/fleet_reads.json]
 
+`incident list` runs twice: as configured by default (checks.gpu.expected_count unset: a
+node's GPUs are the most any job of the window had on it, which reads every job's runs), and
+with expected_count set.
+
 The month, written through the store API: bench_store_retention.write_month (every node's
 health checks with their 6 results, one every 300 x ``--compress`` s instead of 300 s; the
 jobs' prolog and epilog runs at 1,200 an hour / ``--compress``; failures at 0.0035 per
@@ -45,9 +49,14 @@ from bench_store_retention import (  # noqa: E402
 COMMANDS = {
     "nodes": ("nodes", "--json"),
     "incident list": ("incident", "list", "--since", "30d", "--json"),
+    # the same with checks.gpu.expected_count set: no GPUs per node from every job's runs
+    "incident list, GPUs per node set": ("incident", "list", "--since", "30d", "--json"),
     "fleet report": ("fleet", "report", "--since", "30d", "--json"),
     "goodput": ("goodput", "--since", "30d", "--json"),
 }
+
+
+GPUS = 8  # checks.gpu.expected_count where a command's config sets it
 
 
 def goodput_month(store: Any, nodes: int, days: int, have: int, now: float) -> int:
@@ -109,9 +118,11 @@ def measure(url: str, args: argparse.Namespace, d: Path) -> dict[str, Any]:
     cfg.write_text(f'[store]\nurl = "{url}"\n[slurm]\nscontrol = "/bin/false"\n'
                    'sinfo = "/bin/false"\nsqueue = "/bin/false"\n')
     load0 = round(os.getloadavg()[0], 1)
+    set_gpus = d / "sg-gpus.toml"
+    set_gpus.write_text(cfg.read_text() + f"[checks.gpu]\nexpected_count = {GPUS}\n")
     cmds = {}
     for name, argv in COMMANDS.items():
-        cmds[name] = timed(cfg, argv, args.n)
+        cmds[name] = timed(set_gpus if "GPUs per node set" in name else cfg, argv, args.n)
         print(f"  {name}: {cmds[name]}", flush=True)
     return {"made": made, "rows": rows, "write_s": round(write_s, 1), "commands": cmds,
             "load": [load0, round(os.getloadavg()[0], 1)]}

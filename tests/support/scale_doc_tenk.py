@@ -237,10 +237,11 @@ def reads_rows() -> list[str]:
             f"{d['engines'][e]['commands'][cmd]['median_s']:g}" for e in engines) + " |")
     missing = sorted({"sqlite", "postgresql"} - set(engines))
     return [*lines, "",
-            "`incident list` is the read that grows with the month's jobs: it loads and parses "
-            "every job that ran on a node with an episode in the window (store/goodput.py "
-            "`jobs`: by node over the whole window, where the incidents need only the jobs "
-            "near each episode); the others read aggregates or one row a node."
+            "`incident list` reads the jobs near each episode in full, and the times of every "
+            "job on a node with an episode in the window to find them (docs/incidents.md); "
+            "with `checks.gpu.expected_count` unset it also parses every such job's runs, for "
+            "the most GPUs a job had on each node (its out-of-service cost). The others read "
+            "aggregates or one row a node."
             + (f" Not measured on {', '.join(missing)}." if missing else ""), ""]
 
 
