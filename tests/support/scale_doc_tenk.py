@@ -205,7 +205,11 @@ def section(data: dict[str, Any]) -> list[str]:
                "HealthCheckNodeState=CYCLE walks the entries in order, so the real nodes (the "
                "first entries) run their checks in one burst per interval: a two-minute phase "
                "holds that burst or not (tenk-fixes' 1,200 jobs/h phase did, its 300 jobs/h "
-               "phase did not), which the job rate has nothing to do with.\n")
+               "phase did not), which the job rate has nothing to do with. tenk-steady's "
+               "phases are one interval long (5 minutes), so each holds one burst, after 5 "
+               "minutes of the same traffic unmeasured: the first burst after the start, when "
+               "every node checks at once and the generator makes its first pass, is not the "
+               "steady state.\n")
     return [*out, *rows(data, retention), "", *steady_rows(data), "", *reads_rows()]
 
 
@@ -247,7 +251,8 @@ def reads_rows() -> list[str]:
 
 def steady_rows(data: dict[str, Any]) -> list[str]:
     """Each 10,000-node run's steady phases: what its goals rows summarise."""
-    lines = ["Each 10,000-node run's steady state (two minutes per job rate):\n",
+    lines = ["Each 10,000-node run's steady state (its minutes per job rate, and the minutes "
+             "it ran before its first phase, unmeasured, where it settled first):\n",
              "| run | jobs/h | slurmguard's RPCs/min (node-table reads) | slurmctld CPU, every "
              "cause | slurmguard's server time (share of a core) | serve replicas: CPU (share "
              "of a core) / RSS | policy passes: full (mean s), incremental (mean s) |",
@@ -261,8 +266,11 @@ def steady_rows(data: dict[str, Any]) -> list[str]:
                 f"{k} {v['count']} ({v['mean_s'] if v['mean_s'] is not None else '–'})"
                 for k, v in sorted(pp.items()))
             share = ph.get("slurmguard_ctld_pct")
+            settled = f.get("steady", {}).get("settle_s")
+            how = f"{ph['seconds'] / 60:g} min" + (f", settled {settled / 60:.0f} min first"
+                                                   if settled else "")
             lines.append(
-                f"| {label} ({key}) | {ph['jobs_per_hour']:,} | {ph['slurmguard_rpm']} "
+                f"| {label} ({key}; {how}) | {ph['jobs_per_hour']:,} | {ph['slurmguard_rpm']} "
                 f"({ph.get('rpc_per_min', {}).get('REQUEST_NODE_INFO', 0)}) | {ph['ctld_cpu_pct']} % | "
                 f"{'–' if share is None else f'{share} %'} | {serves} | {passes} |")
     return lines

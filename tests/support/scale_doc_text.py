@@ -66,7 +66,15 @@ LABELS = {"today": "before: the code as it was (main at 1d9fc26)",
           "tenk-own": "10,000 node entries with 256 real slurmd and 9,744 emulated (main at "
                       "92f4190): every health check, real or emulated, takes its node's state "
                       "from serve (POST /nodestate), its saved record with every replica down, "
-                      "Slurm only when neither answers; steady and the shared fault"}
+                      "Slurm only when neither answers; steady and the shared fault",
+          "tenk-unsettled": "10,000 node entries with 256 real slurmd and 9,744 emulated (main "
+                            "at 2e30a74): steady only, 5 minutes per job rate, measured from "
+                            "the start (the first attempt at tenk-steady: its 300 jobs/h phase "
+                            "holds the start-up burst)",
+          "tenk-steady": "10,000 node entries with 256 real slurmd and 9,744 emulated (main at "
+                         "9bf075f): steady only, 5 minutes per job rate after 5 minutes "
+                         "settling, the nodes waiting the full hooks.report_timeout (2 s) for "
+                         "serve's answer about their own state"}
 
 
 HEAD = """# slurmguard at fleet size: one slurmctld, 1,024 real nodes on one host, 10,000 node entries
