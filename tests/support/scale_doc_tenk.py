@@ -237,7 +237,8 @@ def reads_rows() -> list[str]:
                                       for e in engines) + " |",
              "|---|" + "---|" * len(engines)]
     for cmd in d["engines"][engines[0]]["commands"]:
-        lines.append(f"| `{cmd}` | " + " | ".join(
+        name, comma, how = cmd.partition(", ")  # "incident list, GPUs per node set"
+        lines.append(f"| `{name}`{comma}{how} | " + " | ".join(
             f"{d['engines'][e]['commands'][cmd]['median_s']:g}" for e in engines) + " |")
     missing = sorted({"sqlite", "postgresql"} - set(engines))
     return [*lines, "",
