@@ -285,8 +285,9 @@ def _act(cfg: Config, hook: str, node: str, decision: Decision, acting: bool,
             from slurmguard.node.fallback import SlurmPermit
 
             fallback = SlurmPermit(slurm.cli, cfg, deadline=deadline)
-        done = ownstate.drain(cfg, slurm.cli, node, decision.failing[0], decision.reason,
-                              via=hook, own=slurm.own, fallback=fallback)
+        done = ownstate.drain_guarded(cfg, slurm.cli, node, decision.failing[0],
+                                      decision.reason, via=hook, own=slurm.own,
+                                      fallback=fallback)
         # Exit 1 only with our drain in place (made now, or the node already drained or
         # DOWN). Refused, or not made (Slurm unreadable, the update refused or timed out):
         # exit 0, since a non-zero exit makes Slurm drain the node itself ("Prolog error",

@@ -170,7 +170,7 @@ def keep(cfg: Config, node: str, info: Any, at: float, source: str) -> None:
         pass
 
 
-def drain(cfg: Config, cli: Any, node: str, cause: str, reason: str, *, via: str,
+def drain_guarded(cfg: Config, cli: Any, node: str, cause: str, reason: str, *, via: str,
           own: OwnState | None = None, fallback: Any = None) -> Any:
     """A node's own run drains itself for a failing check: the one drain path
     (drainguard.guarded_drain) with the hooks' permit (serve's /permit; ``fallback`` when no

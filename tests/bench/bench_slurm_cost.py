@@ -23,7 +23,7 @@ cost a minute is computed from the full read's):
 - **a health check's Slurm reads**, D health checks a round on nodes drawn at random
   (seeded), R rounds, the cases taking turns: its own node's state as the hook takes it
   (``node.ownstate.own_state``: serve, the node's saved record, Slurm) and, for a failing
-  check, the hook's own drain (``node.ownstate.drain``: ``drainguard.guarded_drain`` with the
+  check, the hook's own drain (``node.ownstate.drain_guarded``: ``drainguard.guarded_drain`` with the
   hook's own Slurm read as its look, ``ServePermit`` to the live serve or to a dead port,
   then the fallback ``SlurmPermit`` with the hook's budget left, ``--left``, its wait
   skipped: the RPCs are the same). The cases: quiet (every check passes) and a shared fault
@@ -200,9 +200,9 @@ def run_entries(entries: int, args: argparse.Namespace) -> dict[str, Any]:
                 if case.startswith("quiet"):
                     return
                 left = time.monotonic() + args.left
-                done = ownstate.drain(cfg, cli, node, CAUSE, REASON, via="healthcheck", own=own,
-                                      fallback=fallback.SlurmPermit(cli, cfg, sleep=lambda s: None,
-                                                                    deadline=left))
+                permit = fallback.SlurmPermit(cli, cfg, sleep=lambda s: None, deadline=left)
+                done = ownstate.drain_guarded(cfg, cli, node, CAUSE, REASON, via="healthcheck",
+                                              own=own, fallback=permit)
                 key = done.result if "window is in" not in done.applied else "window past budget"
                 got = outcomes.setdefault(case, {})
                 got[key] = got.get(key, 0) + 1

@@ -7,9 +7,9 @@ code: a health-check record every HealthCheckInterval, spread over the interval 
 CYCLE spreads them; a prolog and an epilog record per job at the emulated nodes' share of the
 fleet's job rate, each job first through the installed PrologSlurmctld entry script (the
 gate's compiled client asking serve's socket); and, while a shared fault is set, the failing
-check's drain by the hooks' own function, :func:`slurmguard.node.ownstate.drain` (the one
-drain path with the hooks' permit, ``ServePermit``, its fallback over Slurm's view when no
-replica answers). Records are built by
+check's drain by the hooks' own function, :func:`slurmguard.node.ownstate.drain_guarded`
+(the one drain path with the hooks' permit, ``ServePermit``, its fallback over Slurm's view
+when no replica answers). Records are built by
 :func:`support.loadgen.hook_record` (``make_record``) and sent by
 :func:`slurmguard.node.delivery.deliver` with the emulated nodes' config: signed as every
 node of the harness signs (``serve.auth`` = munge with this host's munged: every entry,
@@ -229,7 +229,7 @@ class NodeTraffic:
 
     def _drain(self, node: str, check: str, reason: str, own: Any = None) -> str:
         """The hook's drain of a failing check, by the hook's own function
-        (node/ownstate.py's ``drain``: the guard's permit, then Slurm; the emulated node is
+        (node/ownstate.py's ``drain_guarded``: the guard's permit, then Slurm; the emulated node is
         UNKNOWN+NOT_RESPONDING there, not DOWN, so Slurm takes the drain)."""
         from slurmguard.node import ownstate
         from slurmguard.node.fallback import SlurmPermit
@@ -238,8 +238,8 @@ class NodeTraffic:
             return "drain failed: no Slurm adapter"
         fallback = SlurmPermit(self.slurm, self.cfg,
                                deadline=time.monotonic() + self.spec.fallback_wait)
-        done = ownstate.drain(self.cfg, self.slurm, node, check, reason, via="healthcheck",
-                              own=own, fallback=fallback)
+        done = ownstate.drain_guarded(self.cfg, self.slurm, node, check, reason,
+                                      via="healthcheck", own=own, fallback=fallback)
         with self.lock:
             self.stats.permits[done.result] += 1
             if done.result != "drained":
