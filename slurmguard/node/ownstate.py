@@ -171,7 +171,7 @@ def keep(cfg: Config, node: str, info: Any, at: float, source: str) -> None:
 
 
 def drain_guarded(cfg: Config, cli: Any, node: str, cause: str, reason: str, *, via: str,
-          own: OwnState | None = None, fallback: Any = None) -> Any:
+                  own: OwnState | None = None, fallback: Any = None) -> Any:
     """A node's own run drains itself for a failing check: the one drain path
     (drainguard.guarded_drain) with the hooks' permit (serve's /permit; ``fallback`` when no
     replica answers), this run's own Slurm read, when ``own`` made one, as the drain's look,

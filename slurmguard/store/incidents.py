@@ -107,8 +107,8 @@ def load(store: Any, *, since: float, until: float, drain_window: float = 3600.0
     not only those near an episode (the reference the near read must answer as)."""
     h = load_history(store.engine, since=since, until=until, lookback=LOOKBACK, healthy=False)
     eps = episodes_mod.build(h, blast_window=blast_window)
-    # Only the jobs near an episode can be hit or on a timeline (incidents.job_spans): at
-    # 10,000 nodes a month holds 10^5 jobs on the episodes' nodes and a few hundred near.
+    # Only the jobs near an episode can be hit or on a timeline (incidents.job_spans): over
+    # a month of 10,000 nodes, about 1 in 20 of the jobs on the episodes' nodes.
     spans = incidents.job_spans(eps, drain_window=drain_window)
     window_of = {"ended_since": since - LOOKBACK, "started_until": until + drain_window,
                  "nodes": set(spans)}
