@@ -108,7 +108,7 @@ def load(store: Any, *, since: float, until: float, drain_window: float = 3600.0
     h = load_history(store.engine, since=since, until=until, lookback=LOOKBACK, healthy=False)
     eps = episodes_mod.build(h, blast_window=blast_window)
     # Only the jobs near an episode can be hit or on a timeline (incidents.job_spans): over
-    # a month of 10,000 nodes, about 1 in 20 of the jobs on the episodes' nodes.
+    # a month of 1,000 nodes (bench_fleet_reads's month), 1 in 20 of the jobs on the episodes' nodes.
     spans = incidents.job_spans(eps, drain_window=drain_window)
     window_of = {"ended_since": since - LOOKBACK, "started_until": until + drain_window,
                  "nodes": set(spans)}
