@@ -99,31 +99,33 @@ def _rows(f: dict[str, Any]) -> list[tuple[str, Row]]:
         rpc = round((down["slurmguard_rpcs"] / n_down) / (up["slurmguard_rpcs"] / n_up), 2)
         t_up, t_down = _server_s(up) / n_up, _server_s(down) / n_down
         ratio = round(t_down / t_up, 2) if t_up > 0 else None
-        out.append(("outage", (
-            f"in the outage slurmguard's RPCs cost at most {OUTAGE_GOAL:g}x what they cost "
-            "with serve up (per failing health check over the shared fault's pass, down / "
-            "up: its RPCs, and slurmctld's server time in them)",
+        out.append(_outage(
+            "per failing health check over the shared fault's pass, down / up: its RPCs, and "
+            "slurmctld's server time in them",
             f"{rpc}x the RPCs ({down['slurmguard_rpcs'] / n_down:.2f} / "
             f"{up['slurmguard_rpcs'] / n_up:.2f} a check, {n_down:,} / {n_up:,} checks); "
             f"{ratio}x the server time ({1000 * t_down:.1f} / {1000 * t_up:.1f} ms a check)",
-            rpc <= OUTAGE_GOAL and ratio is not None and ratio <= OUTAGE_GOAL)))
+            rpc <= OUTAGE_GOAL and ratio is not None and ratio <= OUTAGE_GOAL))
     elif "slurmguard_ctld_pct" in up and "slurmguard_ctld_pct" in down:
         # the cost: slurmctld's server time in slurmguard's RPCs over each pass of every node
         t_up, t_down = _server_s(up), _server_s(down)
         ratio = round(t_down / t_up, 2) if t_up > 0 else None
-        out.append(("outage", (
-            f"in the outage slurmguard's RPCs cost at most {OUTAGE_GOAL:g}x what they cost "
-            "with serve up (slurmctld's server time in them over the shared fault's pass of "
-            "every node, down / up)",
+        out.append(_outage(
+            "slurmctld's server time in them over the shared fault's pass of every node, "
+            "down / up",
             f"{ratio}x ({t_down:.1f} s / {t_up:.1f} s; RPCs {down['slurmguard_rpcs']:,} / "
-            f"{up['slurmguard_rpcs']:,})", ratio is not None and ratio <= OUTAGE_GOAL)))
+            f"{up['slurmguard_rpcs']:,})", ratio is not None and ratio <= OUTAGE_GOAL))
     elif r is not None:
-        out.append(("outage", (
-            f"in the outage slurmguard's RPCs cost at most {OUTAGE_GOAL:g}x what they cost "
-            "with serve up (the shared fault's pass, RPCs down / up)",
-            f"{r}x ({down['slurmguard_rpcs']:,} / {up['slurmguard_rpcs']:,})",
-            r <= OUTAGE_GOAL)))
+        out.append(_outage("the shared fault's pass, RPCs down / up",
+                           f"{r}x ({down['slurmguard_rpcs']:,} / {up['slurmguard_rpcs']:,})",
+                           r <= OUTAGE_GOAL))
     return out
+
+
+def _outage(how: str, measured: str, ok: bool) -> tuple[str, Row]:
+    """The outage goal's row, ``how`` saying what the run compared."""
+    return ("outage", (f"in the outage slurmguard's RPCs cost at most {OUTAGE_GOAL:g}x what "
+                       f"they cost with serve up ({how})", measured, ok))
 
 
 def rows(data: dict[str, Any], retention: dict[str, Any] | None) -> list[str]:

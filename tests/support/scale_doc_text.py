@@ -192,7 +192,10 @@ Repair scenario (`--scenario wave_repair`, run alone: its harness has repair in 
 
 Emulated nodes (`--emulated E`; `ScaleSpec.emulated`), for a controller with more node entries
 than this host runs slurmd: `python tests/scale/run.py --nodes 1024 --emulated 8976 --label
-tenk` is the 10,000-node controller of one slurmctld. CI runs tests/scale/test_scale_emulated_small.py
+tenk` is the 10,000-node controller of one slurmctld. The steady state of tenk-steady:
+`python tests/scale/run.py --nodes 256 --emulated 9744 --in-order --scenario steady --parallel
+32 --minutes 5 --settle-minutes 5 --label tenk-steady` (`--settle-minutes`: that long of the
+same traffic before the first phase, unmeasured). CI runs tests/scale/test_scale_emulated_small.py
 (32 real and 480 emulated, about 2 minutes).
 - **What they are**: E more entries in slurm.conf, n(N+1) to n(N+E), in the same partition,
   with NodeHostname=localhost like the real ones and one port where nothing listens (so
