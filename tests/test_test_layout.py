@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from support.helpers import REPO
+from support.helpers import IN_CI, REPO
+from support.reliability import LONG
 
 TESTS = REPO / "tests"
 
@@ -70,3 +71,16 @@ def test_a_test_using_a_cluster_fixture_gets_the_slurm_marker():
     item = Item()
     conftest.pytest_collection_modifyitems([item])
     assert item.markers == ["slurm"]
+
+
+def test_hypothesis_draws_the_same_examples_for_the_same_code_under_ci():
+    """Under CI=true the profile derandomizes (a landing fails on what changed, not on the
+    draw); outside CI, and in the reliability long form, each run explores a fresh seed. And
+    no test overrides that with its own ``derandomize``."""
+    from hypothesis import settings
+
+    assert settings.default.derandomize is (IN_CI and not LONG), settings.default
+    pinned = [p.relative_to(REPO) for p in (REPO / "tests").rglob("*.py")
+              if "derandomize=" in p.read_text() and p.name != "conftest.py"
+              and p.name != "test_test_layout.py"]
+    assert not pinned, pinned
