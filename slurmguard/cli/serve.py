@@ -196,7 +196,7 @@ def _run(ctx: click.Context, host: str | None, port: int | None, no_policy: bool
                                max_age=float(scfg["slurm_view_max_age"])))
     expiry = _expiry(cfg, store, leader) if fleet is not None else None
     server.start()
-    gate_sock = _gate_socket(cfg, obj.get("config_path"))
+    gate_sock = _gate_socket(cfg, obj.get("config_path"), store)
     scheme = "https" if server.httpd.ssl_context is not None else "http"
     click.echo(f"slurmguard serve: listening on {scheme}://{h}:{p} (store {store.where})",
                err=True)
@@ -320,14 +320,16 @@ def _server(cfg: Config, store: Any, token: str, metrics: Any, fleet: Any,
                         ssl_context=ssl_context)
 
 
-def _gate_socket(cfg: Config, config_path: str | None) -> Any:
-    """The gate's fast path (serve.gate_socket), started; None when not configured."""
+def _gate_socket(cfg: Config, config_path: str | None, store: Any) -> Any:
+    """The gate's fast path (serve.gate_socket) on serve's ``store``, started; None when not
+    configured."""
     scfg = cfg.section("serve")
     if not scfg["gate_socket"]:
         return None
     from slurmguard.gate.sock import GateSocket
 
-    gate_sock = GateSocket(cfg, str(scfg["gate_socket"]), config_path, str(scfg["gate_socket_user"]))
+    gate_sock = GateSocket(cfg, str(scfg["gate_socket"]), config_path,
+                           str(scfg["gate_socket_user"]), store=store)
     gate_sock.start()
     click.echo(f"slurmguard serve: gate socket {scfg['gate_socket']}", err=True)
     return gate_sock

@@ -39,10 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 from slurmguard.contract import REASON_PREFIX, is_ours
 from slurmguard.errors import EXIT_OK, EXIT_STORE, EXIT_UNHEALTHY, StoreError
+from slurmguard.gate.storeopen import opened
 from slurmguard.store.sqlite_read import open_read_only, sqlite_path
 
 if TYPE_CHECKING:
     from slurmguard.config import Config
+    from slurmguard.store.api import Store
 
 _CHUNK = 500
 _COLUMN_NAMES = ("name", "last_seen", "last_health", "last_reason", "lemon", "lemon_reason",
@@ -111,18 +113,16 @@ def read_sqlite(path: str, nodes: Sequence[str], busy_timeout: float) -> dict[st
         conn.close()
 
 
-def read_store(section: Mapping[str, Any], nodes: Sequence[str]) -> dict[str, NodeRow]:
-    """The gate's rows for ``nodes`` from the configured store."""
+def read_store(section: Mapping[str, Any], nodes: Sequence[str],
+               store: Store | None = None) -> dict[str, NodeRow]:
+    """The gate's rows for ``nodes`` from the configured store (``store``: serve's, open).
+    A SQLite store is opened read-only for each job, in serve too: as cheap as a pooled read,
+    and a store file moved or removed under serve is unreadable to both paths alike."""
     path = sqlite_path(section)
     if path is not None:
         return read_sqlite(path, nodes, float(section.get("busy_timeout", 5.0)))
-    from slurmguard.store.api import Store
-
-    store = Store.open(section=section)
-    try:
-        return {r[0]: NodeRow.of(r) for r in store.nodes.columns(nodes, _COLUMN_NAMES)}
-    finally:
-        store.close()
+    with opened(section, store) as st:
+        return {r[0]: NodeRow.of(r) for r in st.nodes.columns(nodes, _COLUMN_NAMES)}
 
 
 @dataclass
@@ -134,8 +134,9 @@ class GateOutcome:
 
 
 def run_gate(cfg: Config, env: Mapping[str, str], *, dry_run: bool = False,
-             now: float | None = None) -> GateOutcome:
-    """Check the job's nodes; drain the refused ones; return the exit code and what was done."""
+             now: float | None = None, store: Store | None = None) -> GateOutcome:
+    """Check the job's nodes; drain the refused ones; return the exit code and what was done.
+    ``store``: serve's own, when serve answers (slurmguard/gate/sock.py); else one per job."""
     gcfg = cfg.section("gate")
     job = env.get("SLURM_JOB_ID", "?")
     nodelist = env.get("SLURM_JOB_NODELIST", "")
@@ -146,7 +147,7 @@ def run_gate(cfg: Config, env: Mapping[str, str], *, dry_run: bool = False,
     nodes = expand(nodelist, source="SLURM_JOB_NODELIST")
     now = time.time() if now is None else now
     try:
-        rows = read_store(cfg.section("store"), nodes)
+        rows = read_store(cfg.section("store"), nodes, store)
     except StoreError as exc:
         if gcfg["on_store_error"] == "closed":
             return GateOutcome(EXIT_STORE, {}, [], f"job {job}: store unreadable, refusing (fail-closed): {exc}")
@@ -159,20 +160,21 @@ def run_gate(cfg: Config, env: Mapping[str, str], *, dry_run: bool = False,
     # Refused, never drained, for a result that failed in a shared fault: the job must not
     # start on a node whose mount may still be gone, but the fault is not the node's.
     shared = _excused(cfg, rows, [n for n in refused if not rows[n].lemon
-                                  and not rows[n].burnin_required], now, float(gcfg["fresh"]))
+                                  and not rows[n].burnin_required], now, float(gcfg["fresh"]),
+                      store)
     watched = _observed(cfg, refused)
     if watched:  # observe mode: the job runs there; the would-drains go to the ledger
         refused = {n: r for n, r in refused.items() if n not in watched}
         if not dry_run and gcfg["drain"]:
-            _drain(cfg, {n: r for n, r in watched.items() if n not in shared}, job)
+            _drain(cfg, {n: r for n, r in watched.items() if n not in shared}, job, store)
         if not refused:
             what = "; ".join(f"{n}: {r}" for n, r in sorted(watched.items()))
             return GateOutcome(EXIT_OK, {}, [], f"job {job}: observe mode, would refuse "
                                                 f"{len(watched)} of {len(nodes)} nodes: {what}")
     if not refused:
-        return _risk_gate(cfg, job, nodes, rows, now, dry_run)
+        return _risk_gate(cfg, job, nodes, rows, now, dry_run, store)
     drained = [] if dry_run or not gcfg["drain"] else _drain(
-        cfg, {n: r for n, r in refused.items() if n not in shared}, job)
+        cfg, {n: r for n, r in refused.items() if n not in shared}, job, store)
     what = "; ".join(f"{n}: {r}" for n, r in sorted(refused.items()))
     kept = ("; not drained, its result failed in a shared fault: "
             + ", ".join(f"{n} ({c})" for n, c in sorted(shared.items()))) if shared else ""
@@ -181,7 +183,7 @@ def run_gate(cfg: Config, env: Mapping[str, str], *, dry_run: bool = False,
 
 
 def _excused(cfg: Config, rows: Mapping[str, NodeRow], nodes: Sequence[str], now: float,
-             fresh: float) -> dict[str, str]:
+             fresh: float, store: Store | None = None) -> dict[str, str]:
     """The ``nodes`` (refused for an unhealthy result) whose result failed for a cause that a
     shared fault covered when it was taken: node -> that cause. A filer that hung for 12 s
     left every node's result of that moment unhealthy; where a node's next result was late
@@ -197,15 +199,11 @@ def _excused(cfg: Config, rows: Mapping[str, NodeRow], nodes: Sequence[str], now
     from slurmguard.policy.blast import cause_key
     from slurmguard.policy.params import PolicyParams
     from slurmguard.policy.shared import FLEET, covering
-    from slurmguard.store.api import Store
 
     params = PolicyParams.from_section(cfg.section("policy"))
     try:
-        store = Store.open(section=cfg.section("store"))
-        try:
-            faults = store.nodes.shared_faults(since=now - fresh, blast_window=params.blast_window)
-        finally:
-            store.close()
+        with opened(cfg.section("store"), store) as st:
+            faults = st.nodes.shared_faults(since=now - fresh, blast_window=params.blast_window)
     except SlurmguardError as exc:
         log_line(cfg, f"shared faults unreadable, none excused: {exc}")
         return {}
@@ -245,7 +243,7 @@ def _observed(cfg: Config, refused: Mapping[str, str]) -> dict[str, str]:
 
 
 def _risk_gate(cfg: Config, job: str, nodes: Sequence[str], rows: Mapping[str, NodeRow],
-               now: float, dry_run: bool) -> GateOutcome:
+               now: float, dry_run: bool, store: Store | None = None) -> GateOutcome:
     """risk.gate_max_nodes: refuse at-risk nodes to a large job, draining nothing
     (slurmguard.fleet.uses, slurmguard.gate.risk). Off, or a small job: nothing to read."""
     rcfg = cfg.section("risk")
@@ -261,7 +259,7 @@ def _risk_gate(cfg: Config, job: str, nodes: Sequence[str], rows: Mapping[str, N
     from slurmguard.gate.risk import settle
 
     watched = _observed(cfg, refused)  # observe mode: kept, with a would-event each
-    why = settle(cfg, job, nodes, refused, now, dry_run=dry_run, observed=watched)
+    why = settle(cfg, job, nodes, refused, now, dry_run=dry_run, observed=watched, store=store)
     at = ",".join(sorted(refused))
     if why is not None:
         return GateOutcome(EXIT_OK, {}, [], f"job {job}: at-risk {at} kept: {why}")
@@ -276,7 +274,8 @@ def _risk_gate(cfg: Config, job: str, nodes: Sequence[str], rows: Mapping[str, N
                        f"risk, none drained: {what}")
 
 
-def _drain(cfg: Config, refused: Mapping[str, str], job: str) -> list[str]:
+def _drain(cfg: Config, refused: Mapping[str, str], job: str,
+           store: Store | None = None) -> list[str]:
     """Drain the refused nodes through the one guard (slurmguard.drainguard): the job is
     refused on every node named, but a node is drained only within the blast-radius caps, so
     jobs flowing onto nodes the hooks' guard spared cannot drain the partition."""
@@ -288,31 +287,27 @@ def _drain(cfg: Config, refused: Mapping[str, str], job: str) -> list[str]:
     from slurmguard.errors import SlurmguardError
     from slurmguard.policy.blast import cause_key, scopes
     from slurmguard.policy.params import PolicyParams
-    from slurmguard.store.api import Store
 
     cli = SlurmCLI.from_config(cfg)
+    drained: list[str] = []
     try:
-        store = Store.open(section=cfg.section("store"))
+        with opened(cfg.section("store"), store) as st:
+            try:
+                infos = cli.nodes()
+                params = PolicyParams.from_section(cfg.section("policy"))
+                permit = StorePermit(st, params, scopes(infos, params.groups), via="gate")
+                for node, reason in sorted(refused.items()):
+                    cause = cause_key(reason_source(reason) or "gate", reason)
+                    done = guarded_drain(cli, permit, node, cause, reason, via="gate", ledger=st,
+                                         details={"job": job})
+                    if done.result == "drained":
+                        drained.append(node)
+                    elif done.result in ("refused", "failed"):
+                        log_line(cfg, f"{node}: {done.applied}")
+            except SlurmguardError as exc:
+                log_line(cfg, f"drain failed: {exc}")
     except SlurmguardError as exc:  # no ledger, no permit: refuse the job, drain nothing
         log_line(cfg, f"store unavailable, nothing drained: {exc}")
-        return []
-    drained = []
-    try:
-        infos = cli.nodes()
-        params = PolicyParams.from_section(cfg.section("policy"))
-        permit = StorePermit(store, params, scopes(infos, params.groups), via="gate")
-        for node, reason in sorted(refused.items()):
-            cause = cause_key(reason_source(reason) or "gate", reason)
-            done = guarded_drain(cli, permit, node, cause, reason, via="gate", ledger=store,
-                                 details={"job": job})
-            if done.result == "drained":
-                drained.append(node)
-            elif done.result in ("refused", "failed"):
-                log_line(cfg, f"{node}: {done.applied}")
-    except SlurmguardError as exc:
-        log_line(cfg, f"drain failed: {exc}")
-    finally:
-        store.close()
     return drained
 
 
@@ -340,10 +335,11 @@ def main(config_path: str | None, *, dry_run: bool = False,
 
 
 def answer_job(cfg: Config, env: Mapping[str, str], *, dry_run: bool = False,
-               err: Any = None) -> int:
+               err: Any = None, store: Store | None = None) -> int:
     """The gate's whole answer for one job: check, drain, log; the exit code. The one
-    definition, run by `slurmguard gate` and by serve's gate socket (slurmguard/gate/sock.py)."""
-    outcome = run_gate(cfg, env, dry_run=dry_run)
+    definition, run by `slurmguard gate` and by serve's gate socket (slurmguard/gate/sock.py,
+    which passes serve's open ``store``)."""
+    outcome = run_gate(cfg, env, dry_run=dry_run, store=store)
     if outcome.message:
         log_line(cfg, outcome.message + (f" (drained {','.join(outcome.drained)})"
                                          if outcome.drained else ""), err)

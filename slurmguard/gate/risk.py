@@ -17,47 +17,54 @@ from slurmguard.fleet.uses import at_risk, risk_room
 
 if TYPE_CHECKING:
     from slurmguard.config import Config
+    from slurmguard.store.api import Store
 
 DAY = 86400.0
 
 
 def settle(cfg: Config, job: str, nodes: Sequence[str], refused: Mapping[str, str], now: float,
-           *, dry_run: bool = False, observed: Collection[str] = ()) -> str | None:
+           *, dry_run: bool = False, observed: Collection[str] = (),
+           store: Store | None = None) -> str | None:
     """None: refuse the job these nodes (ledgered, unless ``dry_run``); else why it keeps
     them (the per-job bound, no room elsewhere, or a slurmguard fault). ``observed``: those
     of ``refused`` that observe (policy.mode): the job keeps them, and each gets a
     ``would_act`` (source ``risk_refused``) instead of ``risk_refused``. Its episode is the
     job: acting refuses each large job anew while the node stays at risk (a passing health
     check does not end that), so one would-event per node and job, however often the job
-    is gated."""
-    from slurmguard.adapters.slurm.commands import SlurmCLI
+    is gated. ``store``: serve's own when serve answers the gate (else one for this job)."""
     from slurmguard.errors import SlurmguardError
-    from slurmguard.store.api import Store
+    from slurmguard.gate.storeopen import opened
 
     if not job or job == "?":
         return "no job id: a refusal could not be followed to the requeue"
     try:
-        store = Store.open(section=cfg.section("store"))
+        with opened(cfg.section("store"), store) as st:
+            try:
+                return _settle(cfg, st, job, nodes, refused, now, dry_run, observed)
+            except SlurmguardError as exc:
+                return f"not refused (a slurmguard fault never refuses): {exc}"
     except SlurmguardError as exc:
         return f"store unavailable, not refused (a slurmguard fault never refuses): {exc}"
-    try:
-        prior = max(store.nodes.risk_refusals(now - DAY).get(job, {}).values(), default=0)
-        infos = SlurmCLI.from_config(cfg).nodes()
-        pools = room(store, infos, nodes, level=float(cfg["risk.level"]), now=now)
-        why = risk_room(len(set(nodes)), pools, prior=prior)
-        if why is None and not dry_run:
-            for n, reason in sorted(refused.items()):
-                details = {"job": job, "round": prior + 1, "job_nodes": len(set(nodes))}
-                if n in observed:  # observe mode: the job runs there; the would-event, once
-                    _would_refuse(store, n, job, reason, now, details)
-                    continue
-                store.nodes.record_event(n, "risk_refused", "slurmguard", reason, source="risk",
-                                         at=now, details=details)
-        return why
-    except SlurmguardError as exc:
-        return f"not refused (a slurmguard fault never refuses): {exc}"
-    finally:
-        store.close()
+
+
+def _settle(cfg: Config, store: Store, job: str, nodes: Sequence[str],
+            refused: Mapping[str, str], now: float, dry_run: bool,
+            observed: Collection[str]) -> str | None:
+    from slurmguard.adapters.slurm.commands import SlurmCLI
+
+    prior = max(store.nodes.risk_refusals(now - DAY).get(job, {}).values(), default=0)
+    infos = SlurmCLI.from_config(cfg).nodes()
+    pools = room(store, infos, nodes, level=float(cfg["risk.level"]), now=now)
+    why = risk_room(len(set(nodes)), pools, prior=prior)
+    if why is None and not dry_run:
+        for n, reason in sorted(refused.items()):
+            details = {"job": job, "round": prior + 1, "job_nodes": len(set(nodes))}
+            if n in observed:  # observe mode: the job runs there; the would-event, once
+                _would_refuse(store, n, job, reason, now, details)
+                continue
+            store.nodes.record_event(n, "risk_refused", "slurmguard", reason, source="risk",
+                                     at=now, details=details)
+    return why
 
 
 def _would_refuse(store: Any, node: str, job: str, reason: str, now: float,
