@@ -142,7 +142,9 @@ def controller_rows(n: int, f: dict[str, Any]) -> list[str]:
             f"| gate (socket): one job of {g['large_job_nodes']} nodes, p50 / p99 ({g['large_runs']} runs) | "
             f"{g['large_p50_ms']} / {g['large_p99_ms']} ms |",
             f"| gate (socket): {g['burst']} one-node jobs at once, p50 / p99 (all done in) | "
-            f"{g['burst_p50_ms']} / {g['burst_p99_ms']} ms ({g['burst_wall_s']} s) |",
+            f"{g['burst_p50_ms']} / {g['burst_p99_ms']} ms ({g['burst_wall_s']} s"
+            + (f"; {g['burst_fell_back']} ran the Python gate" if "burst_fell_back" in g else "")
+            + ") |",
             f"| gate (Python, serve's socket down): one job of {g['large_job_nodes']} nodes, p50 / p99 "
             f"({g['python_runs']} runs) | {g['python_large_p50_ms']} / {g['python_large_p99_ms']} ms |",
         ]
