@@ -16,7 +16,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pytest
 from fakehw.kmsg import inject_xid, write_gpu_tree
 from fakehw.nvml import build_fake_nvml, default_config, with_fault, write_config
 from fakehw.sysfs import write_cpus, write_ib_fabric, write_ib_port, write_meminfo
+from support.acceptloop import AcceptLoop
 from support.helpers import REPO, require, sg_argv, sg_env, standin_slurm
 from support.wait import counter_advanced, wait_for
 
@@ -427,33 +427,27 @@ class FakeAgent:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
             path.unlink()
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(str(path))
-        self.sock.listen(8)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(path))
+        sock.listen(8)
         self.reply = reply
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        self.loop = AcceptLoop(sock, self._one)
 
-    def _run(self) -> None:
-        while True:
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while b"\n" not in data:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
             try:
-                conn, _ = self.sock.accept()
+                conn.sendall(self.reply(data.decode()))
             except OSError:
-                return
-            with conn:
-                data = b""
-                while b"\n" not in data:
-                    chunk = conn.recv(4096)
-                    if not chunk:
-                        break
-                    data += chunk
-                try:
-                    conn.sendall(self.reply(data.decode()))
-                except OSError:
-                    pass
+                pass
 
     def close(self) -> None:
-        self.sock.close()
+        self.loop.close()
         self.path.unlink(missing_ok=True)
 
 

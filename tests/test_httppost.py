@@ -8,9 +8,9 @@ from __future__ import annotations
 import http.client
 import socket
 import ssl
-import threading
 
 import pytest
+from support.acceptloop import AcceptLoop
 from support.testca import TestCA
 
 from slurmguard.adapters import httppost
@@ -27,36 +27,30 @@ class Canned:
 
     def __init__(self, answer: bytes, tls: ssl.SSLContext | None = None) -> None:
         self.answer, self.tls, self.requests = answer, tls, []
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        sock = socket.create_server(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        self.loop = AcceptLoop(sock, self._one)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            try:
-                if self.tls is not None:
-                    conn = self.tls.wrap_socket(conn, server_side=True)
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    data += conn.recv(65536) or b"\r\n\r\n"
-                head, _, rest = data.partition(b"\r\n\r\n")
-                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-                while len(rest) < length:
-                    rest += conn.recv(65536) or b"x" * length
-                self.requests.append(data[:len(head) + 4] + rest)
-                conn.sendall(self.answer)
-            except (OSError, IndexError, ValueError):
-                pass
-            finally:
-                conn.close()
+    def _one(self, conn: socket.socket) -> None:
+        try:
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536) or b"\r\n\r\n"
+            head, _, rest = data.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            while len(rest) < length:
+                rest += conn.recv(65536) or b"x" * length
+            self.requests.append(data[:len(head) + 4] + rest)
+            conn.sendall(self.answer)
+        except (OSError, IndexError, ValueError):
+            pass
+        finally:
+            conn.close()
 
     def close(self) -> None:
-        self.sock.close()
+        self.loop.close()
 
 
 def _theirs(port: int, ctx: ssl.SSLContext | None = None, host: str = "127.0.0.1",

@@ -108,3 +108,53 @@ def test_peer_uid_and_first_line(tmp_path):
     t.join(10)
     srv.close()
     assert got == [(os.geteuid(), "HELLO a=1"), (os.geteuid(), None)]
+
+
+# A process that closed its gate socket, opened a TCP listener (which takes the freed
+# descriptor number), was stopped and continued, and then accepts on its listener itself.
+_AFTER_CLOSE = r"""
+import socket, sys, time
+from slurmguard.gate.sock import GateSocket
+gs = GateSocket({}, sys.argv[1], None)
+gs.start()
+time.sleep(0.3)  # the accept loop is in accept()
+gs.close()
+tcp = socket.create_server(("127.0.0.1", 0))
+print("ready", flush=True)
+sys.stdin.readline()  # the test stops and continues us meanwhile
+c = socket.create_connection(tcp.getsockname())
+c.sendall(b"GET / HTTP/1.0\r\n\r\n")
+tcp.settimeout(5)
+try:
+    conn, _ = tcp.accept()
+    print("mine", conn.recv(100)[:3].decode(), flush=True)
+except TimeoutError:
+    print("taken", flush=True)
+print("threads", sum(t.is_alive() for t in gs.threads), flush=True)
+"""
+
+
+def test_a_closed_gate_socket_never_accepts_for_the_next_socket(tmp_path):
+    """After close() no thread of the gate socket is left in accept(): a stop and continue
+    of serve's process then cannot restart one on a descriptor number another socket took."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from support.helpers import sg_env
+
+    p = subprocess.Popen([sys.executable, "-c", _AFTER_CLOSE, str(tmp_path / "g.sock")],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=sg_env())
+    try:
+        assert p.stdout is not None and p.stdin is not None
+        assert p.stdout.readline().strip() == "ready"
+        os.kill(p.pid, signal.SIGSTOP)
+        time.sleep(0.2)
+        os.kill(p.pid, signal.SIGCONT)
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        out, _ = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert out.split("\n")[:2] == ["mine GET", "threads 0"], out

@@ -67,6 +67,13 @@ WORKERS = 4
 PENDING = 4096  # queued connections at most; past that a client hears "busy" and runs the gate
 BACKLOG = 1024  # the kernel's queue before accept (a full one refuses a connect: the client
                 # falls back at once), capped by net.core.somaxconn
+# The accept loop wakes this often to see a stop, and closes the listening socket itself.
+# Closed by another thread under a blocked accept(), the socket's descriptor number is free
+# for the next socket the process opens, and a stop and continue of the process (SIGSTOP,
+# a cgroup freeze) restarts that accept() on the number: the loop then takes connections
+# meant for another server. The suite saw it: a test's stand-in node agent answered a
+# Kubernetes client's request to a later test's API server.
+ACCEPT_PERIOD = 0.5
 
 
 class GateSocket:
@@ -102,7 +109,11 @@ class GateSocket:
 
     def close(self) -> None:
         self.stop.set()
-        self.sock.close()
+        accept = self.threads[0]
+        if accept.is_alive():
+            accept.join(ACCEPT_PERIOD * 10)  # it closes the socket on its way out
+        else:  # never started (or already ended, having closed it)
+            self.sock.close()
         unixsock.remove(self.path)
         for _ in self.threads[1:]:
             try:
@@ -111,22 +122,34 @@ class GateSocket:
                 break  # the workers are daemons: they end with serve
 
     def _loop(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
+        self.sock.settimeout(ACCEPT_PERIOD)
+        try:
+            while not self.stop.is_set():
+                try:
+                    conn, _ = self.sock.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                self._queue(conn)
+        finally:
+            self.sock.close()
+
+    def _queue(self, conn: socket.socket) -> None:
+        """Hand ``conn`` to a worker, or tell it serve is busy."""
+        conn.settimeout(None)  # as accepted from a blocking socket; _one sets its own
+        try:
+            self.pending.put_nowait(conn)
+            return
+        except queue.Full:
+            self._tally("busy")
+        with conn:
+            try:  # its request read first: closing on unread bytes resets the connection,
+                conn.settimeout(0.5)  # and the client would not hear why
+                unixsock.read_line(conn, 4096)
+                conn.sendall(refusal(f"busy: {self.pending.maxsize} jobs waiting"))
             except OSError:
-                return
-            try:
-                self.pending.put_nowait(conn)
-            except queue.Full:
-                self._tally("busy")
-                with conn:
-                    try:  # its request read first: closing on unread bytes resets the
-                        conn.settimeout(0.5)  # connection, and the client would not hear why
-                        unixsock.read_line(conn, 4096)
-                        conn.sendall(refusal(f"busy: {self.pending.maxsize} jobs waiting"))
-                    except OSError:
-                        pass
+                pass
 
     def _work(self) -> None:
         while True:
