@@ -160,9 +160,13 @@ def test_a_fault_back_after_each_return_is_repaired_k_times_then_ticketed(
                                   what="in service")
                 fake_drain(cluster, cfg, "n1")  # the fault is back
                 kind = "repair_ticket" if k == 2 else "repair_return"
-                wait_for(lambda k=k, kind=kind: len(store.nodes.events(node="n1", kinds=[kind]))
-                         == (1 if kind == "repair_ticket" else k + 1), 120, interval=0.5,
-                         what=f"{kind} #{k + 1}")
+                try:
+                    wait_for(lambda k=k, kind=kind: len(store.nodes.events(
+                        node="n1", kinds=[kind])) == (1 if kind == "repair_ticket" else k + 1),
+                        120, interval=0.5, what=f"{kind} #{k + 1}")
+                except WaitTimeout as exc:  # seen once in CI's suite: say where it stood
+                    raise AssertionError(
+                        f"{exc}; {repair_state(cluster, store, bmc, rig, ['n1'])}") from exc
         finally:
             serve.stop()
     kinds = [e.kind for e in store.nodes.events(node="n1", limit=200)]

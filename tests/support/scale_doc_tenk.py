@@ -21,6 +21,7 @@ TENK = 10_000
 CPU_GOAL_PCT = 1.0  # slurmguard's share of slurmctld's CPU, % of one core
 RSS_GOAL_MB = 1024.0  # per serve replica
 GATE_GOAL_MS = 1000.0  # a 1,024-node job's gate, p99
+GATE_GOAL_NODES = 1024  # ... measured by a run whose job over every real node had that many
 OUTAGE_GOAL = 2.0  # slurmguard's RPCs with every replica down over those with serve up
 Row = tuple[str, str, bool | None]  # goal, measured, holds (None: not measured)
 # The goals a 10,000-node run may not have measured, as the table names them when none did.
@@ -76,14 +77,19 @@ def _rows(f: dict[str, Any]) -> list[tuple[str, Row]]:
             out.append(("rss", (f"serve's RSS at most {RSS_GOAL_MB / 1024:g} GB per replica",
                                 f"at most {max(rss)} MB", max(rss) <= RSS_GOAL_MB)))
     g = f.get("gate")
-    if g:
+    if g and g["large_job_nodes"] >= GATE_GOAL_NODES:  # a smaller job does not measure it
         out.append(("gate", (
-            f"the gate for a {g['large_job_nodes']:,}-node job, p99: at most "
+            f"the gate for a {GATE_GOAL_NODES:,}-node job, p99: at most "
             f"{GATE_GOAL_MS / 1000:g} s",
-            f"{g['large_p99_ms']} ms; {g['burst']} one-node jobs at once: p99 "
-            f"{g['burst_p99_ms']} ms"
-            + (f" ({g['burst_fell_back']} of them ran the Python gate)"
-               if "burst_fell_back" in g else ""), g["large_p99_ms"] <= GATE_GOAL_MS)))
+            f"{g['large_p99_ms']} ms ({g['large_job_nodes']:,} nodes)",
+            g["large_p99_ms"] <= GATE_GOAL_MS)))
+    if g and "burst" in g:  # asked for by the issue, with no goal of its own
+        out.append(("gate_burst", (
+            "the gate for one-node jobs started at once (measured; no goal)",
+            f"{g['burst']} jobs: p50 {g['burst_p50_ms']} ms, p99 {g['burst_p99_ms']} ms, all "
+            f"done in {g['burst_wall_s']} s"
+            + (f"; {g['burst_fell_back']} ran the Python gate" if "burst_fell_back" in g
+               else ""), None)))
     sf = f.get("shared_fault", {})
     for mode, what in (("serve_up", "serve up"), ("serve_down", "every replica down")):
         if mode in sf:
