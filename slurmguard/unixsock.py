@@ -7,6 +7,9 @@ and a socket file already at the path is probed first: a *stale* one (nobody lis
 last server died) is removed, a *live* one is refused, because unlinking it would silently
 cut off the server that answers there (two agents for one node, two serves on one host).
 tests/test_unixsock.py holds these rules.
+
+:func:`accept_loop` is the one way to run a listening socket's accept loop that can be
+stopped: see its docstring for why the loop, not its stopper, closes the socket.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import os
 import socket
 import stat
 import struct
+import threading
+from collections.abc import Callable
 from contextlib import suppress
 
 from slurmguard.errors import ConfigError
@@ -92,3 +97,29 @@ def read_line(conn: socket.socket, limit: int) -> str | None:
             return None
         buf += chunk
     return buf.split(b"\n", 1)[0].decode("utf-8", "replace")
+
+
+def accept_loop(sock: socket.socket, handle: Callable[[socket.socket], None],
+                stop: threading.Event, period: float) -> None:
+    """Accept on ``sock`` and call ``handle(conn)`` (the connection blocking) until ``stop``
+    is set, waking every ``period`` s to look; then close ``sock``, from this thread.
+
+    Closed by another thread under a blocked ``accept()``, a socket's descriptor number is
+    free for the next socket the process opens, and a stop and continue of the process
+    (SIGSTOP, a cgroup freeze) restarts that ``accept()`` on the number: the loop then takes
+    connections meant for another server. The suite saw it: a test's stand-in node agent
+    answered a Kubernetes client's request to a later test's API server
+    (tests/test_unixsock.py stops and continues a process to show the gate socket safe)."""
+    sock.settimeout(period)
+    try:
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.settimeout(None)
+            handle(conn)
+    finally:
+        sock.close()

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.acceptloop import AcceptLoop
 from support.sgserve import Serve, new_port, new_store, write_config
 
 from slurmguard import config
@@ -29,20 +30,9 @@ class SlowLink:
 
     def __init__(self, target: int, delay: float) -> None:
         self.port, self.target, self.delay = new_port(), target, delay
-        self.sock = socket.create_server(("127.0.0.1", self.port))
-        self.sock.settimeout(0.2)
-        self.stopped = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.stopped:
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self._relay, args=(conn,), daemon=True).start()
+        self.loop = AcceptLoop(socket.create_server(("127.0.0.1", self.port)), lambda conn:
+                               threading.Thread(target=self._relay, args=(conn,),
+                                                daemon=True).start())
 
     def _relay(self, conn: socket.socket) -> None:
         time.sleep(self.delay)
@@ -65,8 +55,7 @@ class SlowLink:
             t.join(30)
 
     def stop(self) -> None:
-        self.stopped = True
-        self.sock.close()
+        self.loop.close()
 
 
 def _rec(node: str) -> dict:

@@ -67,12 +67,7 @@ WORKERS = 4
 PENDING = 4096  # queued connections at most; past that a client hears "busy" and runs the gate
 BACKLOG = 1024  # the kernel's queue before accept (a full one refuses a connect: the client
                 # falls back at once), capped by net.core.somaxconn
-# The accept loop wakes this often to see a stop, and closes the listening socket itself.
-# Closed by another thread under a blocked accept(), the socket's descriptor number is free
-# for the next socket the process opens, and a stop and continue of the process (SIGSTOP,
-# a cgroup freeze) restarts that accept() on the number: the loop then takes connections
-# meant for another server. The suite saw it: a test's stand-in node agent answered a
-# Kubernetes client's request to a later test's API server.
+# How often the accept loop looks for a stop (slurmguard.unixsock.accept_loop).
 ACCEPT_PERIOD = 0.5
 
 
@@ -122,22 +117,10 @@ class GateSocket:
                 break  # the workers are daemons: they end with serve
 
     def _loop(self) -> None:
-        self.sock.settimeout(ACCEPT_PERIOD)
-        try:
-            while not self.stop.is_set():
-                try:
-                    conn, _ = self.sock.accept()
-                except TimeoutError:
-                    continue
-                except OSError:
-                    return
-                self._queue(conn)
-        finally:
-            self.sock.close()
+        unixsock.accept_loop(self.sock, self._queue, self.stop, ACCEPT_PERIOD)
 
     def _queue(self, conn: socket.socket) -> None:
         """Hand ``conn`` to a worker, or tell it serve is busy."""
-        conn.settimeout(None)  # as accepted from a blocking socket; _one sets its own
         try:
             self.pending.put_nowait(conn)
             return
