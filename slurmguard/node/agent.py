@@ -670,15 +670,11 @@ def serve(agent: Agent, path: str, *, ready: Callable[[], None] | None = None) -
                 except OSError:
                     return  # the client gave up (its timeout): it runs the hook itself
 
-        srv.settimeout(FOLLOW_PERIOD)  # how soon a stop (SIGTERM, reboot seen) is noticed
-        while not agent.stop.is_set():
-            try:
-                conn, _ = srv.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=one, args=(conn,), name="ask", daemon=True).start()
+        # FOLLOW_PERIOD: how soon a stop (SIGTERM, reboot seen) is noticed
+        unixsock.accept_loop(srv, lambda conn: threading.Thread(
+            target=one, args=(conn,), name="ask", daemon=True).start(), agent.stop, FOLLOW_PERIOD)
     finally:
-        srv.close()
+        srv.close()  # accept_loop closed it, unless the start above failed
         unixsock.remove(path)
         agent.nvml.stop()
         agent.kernel_log.close()
